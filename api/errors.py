@@ -1,0 +1,118 @@
+"""Errors in the OpenAI envelope, and the one place exceptions become HTTP responses.
+
+ApiError                      → its own status, {"error": {message, type, param, code}}
+RequestValidationError        → 400 invalid_request_error (never FastAPI's 422 "detail")
+StarletteHTTPException        → its status (404 for unknown routes, 405, ...)
+redis ConnectionError/Timeout → 503 "Redis is unreachable"
+anything else                 → 500 server_error, logged
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.responses import JSONResponse
+
+logger = logging.getLogger("bernard.api")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def envelope(
+    message: str, *, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """The OpenAI error body."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+class ApiError(Exception):
+    """An error answered with `status` and the OpenAI envelope."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(status, "server_error")
+
+    def body(self) -> dict[str, Any]:
+        return envelope(self.message, type=self.type, param=self.param, code=self.code)
+
+
+def invalid(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
+    """A 400 `invalid_request_error` naming the offending parameter."""
+    return ApiError(400, message, param=param, code=code)
+
+
+def error_response(exc: ApiError) -> JSONResponse:
+    headers = {"x-should-retry": "false"} if 400 <= exc.status < 500 else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def param_from_loc(loc: tuple[int | str, ...]) -> str | None:
+    """`("body", "messages", 0, "role")` → `messages[0].role`."""
+    path = ""
+    for part in loc:
+        if part in ("body", "query", "path", "header"):
+            continue
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or None
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every failure into the OpenAI envelope."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        param = param_from_loc(tuple(first.get("loc", ())))
+        message = first.get("msg", "invalid request")
+        return error_response(invalid(f"{param}: {message}" if param else message, param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return error_response(ApiError(exc.status_code, message))
+
+    @app.exception_handler(RedisConnectionError)
+    @app.exception_handler(RedisTimeoutError)
+    async def _redis_down(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("Redis unreachable: %s", exc)
+        return error_response(
+            ApiError(503, "Redis is unreachable; try again shortly", code="redis_unavailable")
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(ApiError(500, "internal server error", code="internal_error"))

@@ -1,0 +1,32 @@
+"""Probes: `/healthz` (the process answers) and `/readyz` (Redis answers, a worker is alive)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from redis.exceptions import RedisError
+
+from api.responses import JSONResponse
+from api.state import AppState, get_state
+from shared import keys
+
+router = APIRouter()
+# A worker renews its entry every lease renewal (1 s by default); 15 s of silence is dead.
+_WORKER_FRESH_S = 15
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
+    try:
+        workers = await state.redis.zcount(keys.WORKERS, time.time() - _WORKER_FRESH_S, "+inf")
+    except (RedisError, OSError):
+        return JSONResponse({"status": "unavailable", "redis": False}, status_code=503)
+    body = {"status": "ok" if workers else "unavailable", "redis": True, "workers": workers}
+    return JSONResponse(body, status_code=200 if workers else 503)

@@ -1,0 +1,158 @@
+"""Request bodies, validated strictly but tolerant of fields real clients add.
+
+Unknown fields are ignored (Open WebUI, LibreChat and the SDKs send `user`, `metadata`,
+`cache_control`, `reasoning`, ...). Known fields with values Bernard cannot honour are
+refused with a 400 naming the parameter.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from api.errors import invalid
+from shared.turns import TurnRequest
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class TextPart(_Body):
+    """One part of a multi-part message content; only text is accepted."""
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Body):
+    """One message of the conversation, in OpenAI's shape."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text or "" for part in self.content)
+        return self.content or ""
+
+
+class StreamOptions(_Body):
+    """`stream_options`: OpenAI's `include_usage` plus Bernard's own choices."""
+
+    include_usage: bool = False
+    tool_events: Literal["bernard", "delta", "none"] = "bernard"
+    trace: bool = False
+
+
+class _TurnBody(_Body):
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    stop: str | list[str] | None = None
+    logprobs: bool | None = None
+    background: bool = False
+    on_disconnect: Literal["cancel", "continue"] | None = None
+
+    def check_honourable(self) -> None:
+        """Refuse known parameters with values Bernard cannot honour."""
+        if self.n not in (None, 1):
+            raise invalid("only n=1 is supported", "n")
+        if self.logprobs:
+            raise invalid("logprobs are not supported", "logprobs")
+        if self.background and not self.stream and self.on_disconnect == "cancel":
+            raise invalid("a background turn always continues", "on_disconnect")
+
+    def turn_options(self) -> dict[str, Any]:
+        options = self.stream_options or StreamOptions()
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        return {
+            "stream": self.stream,
+            "include_usage": options.include_usage,
+            "tool_events": options.tool_events,
+            "trace": options.trace,
+            "background": self.background,
+            # A request nobody streams has nobody to lose: only a streaming client's
+            # disconnect may stop the turn, and only when it did not ask to continue.
+            "on_disconnect": "cancel"
+            if self.stream and not self.background and self.on_disconnect != "continue"
+            else "continue",
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stop": stop,
+        }
+
+
+class ChatCompletionRequest(_TurnBody):
+    """`POST /v1/chat/completions`."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    response_format: dict[str, Any] | None = None
+    conversation_id: str | None = None
+
+    @model_validator(mode="after")
+    def _messages_make_sense(self) -> ChatCompletionRequest:
+        for i, message in enumerate(self.messages):
+            if isinstance(message.content, list):
+                for j, part in enumerate(message.content):
+                    if part.type != "text":
+                        raise invalid(
+                            f"content part type {part.type!r} is not supported; send text",
+                            f"messages[{i}].content[{j}].type",
+                        )
+            if message.role == "tool" and not message.tool_call_id:
+                raise invalid("a tool message needs tool_call_id", f"messages[{i}].tool_call_id")
+            if message.role in ("user", "system", "developer") and message.content is None:
+                raise invalid(f"a {message.role} message needs content", f"messages[{i}].content")
+        return self
+
+    def check_honourable(self) -> None:
+        super().check_honourable()
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise invalid(f"response_format {kind!r} is not supported", "response_format.type")
+
+    def to_turn(self) -> TurnRequest:
+        options = self.turn_options()
+        options["max_tokens"] = self.max_completion_tokens or self.max_tokens
+        return TurnRequest(kind="chat", messages=[_as_dict(m) for m in self.messages], **options)
+
+
+class CompletionRequest(_TurnBody):
+    """`POST /v1/completions` (legacy): a prompt instead of messages."""
+
+    prompt: str | list[str] = Field(min_length=1)
+
+    def to_turn(self) -> TurnRequest:
+        prompt = self.prompt if isinstance(self.prompt, str) else "".join(self.prompt)
+        if not prompt:
+            raise invalid("prompt must not be empty", "prompt")
+        return TurnRequest(
+            kind="completion",
+            messages=[{"role": "user", "content": prompt}],
+            **self.turn_options(),
+        )
+
+
+def _as_dict(message: ChatMessage) -> dict[str, Any]:
+    """The message as LangChain's `convert_to_messages` reads it (developer → system)."""
+    out: dict[str, Any] = {
+        "role": "system" if message.role == "developer" else message.role,
+        "content": message.text(),
+    }
+    if message.name:
+        out["name"] = message.name
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        out["tool_calls"] = message.tool_calls
+    return out

@@ -1,0 +1,27 @@
+"""What the API process holds for its whole life, created in the app's lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arq.connections import ArqRedis
+from fastapi import Request
+
+from api.hub import StreamHub
+from shared.settings import Settings
+from shared.turns import TurnStore
+
+
+@dataclass
+class AppState:
+    """The settings, the Redis client, the turn store and the stream hub of this process."""
+
+    settings: Settings
+    redis: ArqRedis
+    store: TurnStore
+    hub: StreamHub
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.bernard
+    return state

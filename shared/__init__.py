@@ -1,0 +1,1 @@
+"""The contract between the API and the worker: settings, events, Redis keys, turn records."""

@@ -1,0 +1,175 @@
+"""The events a turn is made of, and their encoding as Redis Stream entries.
+
+The worker yields these, writes one stream entry per event, and the API turns each entry
+into SSE frames for the wire format the client asked for. Events hold everything their
+frames need (a tool call carries its own `index`, `done` carries the usage), so any API
+process can encode any entry on its own: that is what makes resume exact.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
+
+import orjson
+
+TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+Stage = Literal["router", "response"]
+ProgressPhase = Literal["step", "progress", "complete", "error"]
+
+
+@dataclass(slots=True)
+class Event:
+    """Base of all events; `type` names the event on the wire and in the stream."""
+
+    type: ClassVar[str] = "event"
+
+
+@dataclass(slots=True)
+class Start(Event):
+    """Written by the API when it creates the turn: the stream exists before any worker runs."""
+
+    type: ClassVar[str] = "start"
+
+
+@dataclass(slots=True)
+class LlmPrompt(Event):
+    """Trace: the messages sent to one model call."""
+
+    type: ClassVar[str] = "llm_prompt"
+    stage: Stage
+    model: str
+    messages: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class LlmCallComplete(Event):
+    """Trace: one model call ended."""
+
+    type: ClassVar[str] = "llm_call_complete"
+    stage: Stage
+    model: str
+    latency_ms: float
+    usage: dict[str, int] | None = None
+
+
+@dataclass(slots=True)
+class ToolCall(Event):
+    """The router decided to run a tool; emitted before the tool runs, arguments whole.
+
+    `index` counts tool calls across the whole turn (never reset per router step).
+    """
+
+    type: ClassVar[str] = "tool_call"
+    id: str
+    name: str
+    arguments: str
+    index: int
+
+
+@dataclass(slots=True)
+class ToolProgress(Event):
+    """A running tool reported progress."""
+
+    type: ClassVar[str] = "tool_progress"
+    tool_call_id: str
+    tool: str
+    phase: ProgressPhase
+    message: str
+    current: float | None = None
+    total: float | None = None
+
+
+@dataclass(slots=True)
+class ToolResult(Event):
+    """A tool finished; `content` is cut for the stream, the record keeper stores it whole."""
+
+    type: ClassVar[str] = "tool_result"
+    tool_call_id: str
+    name: str
+    content: str
+    truncated: bool = False
+
+
+@dataclass(slots=True)
+class Delta(Event):
+    """Response text as it arrives from the response model."""
+
+    type: ClassVar[str] = "delta"
+    text: str
+
+
+@dataclass(slots=True)
+class Usage(Event):
+    """Token usage of one model call (the turn's total travels on `Done`)."""
+
+    type: ClassVar[str] = "usage"
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(slots=True)
+class Error(Event):
+    """A non-fatal problem (a tool failed, the step limit was hit); the turn goes on."""
+
+    type: ClassVar[str] = "error"
+    message: str
+    code: str
+
+
+@dataclass(slots=True)
+class Done(Event):
+    """Always the last entry of a turn's stream."""
+
+    type: ClassVar[str] = "done"
+    status: TurnStatus
+    finish_reason: str | None = None
+    usage: dict[str, int] | None = None
+    error: dict[str, str] | None = None
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        Start,
+        LlmPrompt,
+        LlmCallComplete,
+        ToolCall,
+        ToolProgress,
+        ToolResult,
+        Delta,
+        Usage,
+        Error,
+        Done,
+    )
+}
+
+
+@dataclass(slots=True)
+class Stamped:
+    """An event as stored: the event plus the wall-clock time the writer stored it."""
+
+    event: Event
+    at: float = field(default_factory=time.time)
+
+
+def encode(event: Event, at: float | None = None) -> bytes:
+    """The stream entry's payload: orjson of the event's fields plus `type` and `at`."""
+    body = asdict(event)
+    body["type"] = event.type
+    body["at"] = time.time() if at is None else at
+    return orjson.dumps(body)
+
+
+def decode(payload: bytes | str) -> Stamped:
+    """Inverse of `encode`. Raises `ValueError` on an unknown type."""
+    body = orjson.loads(payload)
+    kind = body.pop("type")
+    at = body.pop("at", 0.0)
+    cls = EVENT_TYPES.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}")
+    return Stamped(event=cls(**body), at=at)

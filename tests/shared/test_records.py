@@ -1,0 +1,485 @@
+"""The record keeper against the real Redis (database 14), and conversation continuation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.connection import connect
+from shared.records import (
+    Archivist,
+    ConversationExistsError,
+    ConversationNotFoundError,
+    Recorder,
+    RecordKeeper,
+    new_messages,
+    to_openai_message,
+)
+
+REDIS_URL = "redis://127.0.0.1:6379/14"
+
+
+@pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
+async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+    # Both client flavours: the worker's raw-bytes client and a decode_responses one.
+    client = connect(REDIS_URL, decode_responses=request.param)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+@pytest.fixture
+def keeper(redis: Redis) -> RecordKeeper:
+    return RecordKeeper(redis)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+SYSTEM = {"role": "system", "content": "Be brief."}
+ROUTER_STEP = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+    ],
+}
+TOOL_RESULT = {"role": "tool", "content": "4", "tool_call_id": "c1", "name": "calculator"}
+
+
+# --- conversations --------------------------------------------------------------------------
+
+
+async def test_a_created_conversation_has_its_owner_and_no_messages(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+
+    conversation = await keeper.get_conversation(conversation_id)
+
+    assert conversation is not None
+    assert conversation.id == conversation_id
+    assert conversation.owner == "alice"
+    assert conversation.message_count == 0
+    assert conversation.created_at == conversation.updated_at > 0
+
+
+async def test_an_unknown_conversation_is_none(keeper: RecordKeeper) -> None:
+    assert await keeper.get_conversation("conv_missing") is None
+
+
+async def test_a_chosen_conversation_id_can_be_taken_only_once(keeper: RecordKeeper) -> None:
+    assert await keeper.create_conversation("alice", conversation_id="mine") == "mine"
+
+    with pytest.raises(ConversationExistsError):
+        await keeper.create_conversation("bob", conversation_id="mine")
+    conversation = await keeper.get_conversation("mine")
+    assert conversation is not None and conversation.owner == "alice"
+
+
+async def test_conversation_keys_share_one_hash_slot(keeper: RecordKeeper, redis: Redis) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    await keeper.append_messages(conversation_id, [user("hi")])
+    await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
+
+    stored = sorted(_text(k) for k in await redis.keys("*"))
+
+    assert stored == sorted(
+        [
+            keys.conversation(conversation_id),
+            keys.conversation_messages(conversation_id),
+            keys.conversation_calls(conversation_id),
+        ]
+    )
+    assert all(f"{{c:{conversation_id}}}" in key for key in stored)
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+async def test_each_appended_message_is_stored_exactly_once_in_order(
+    keeper: RecordKeeper,
+) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+
+    assert await keeper.append_messages(conversation_id, [SYSTEM, user("2+2?")]) == 2
+    assert await keeper.append_messages(conversation_id, [ROUTER_STEP, TOOL_RESULT]) == 4
+    assert await keeper.append_messages(conversation_id, [assistant("4")]) == 5
+    assert await keeper.append_messages(conversation_id, []) == 5
+
+    assert await keeper.messages(conversation_id) == [
+        SYSTEM,
+        user("2+2?"),
+        ROUTER_STEP,
+        TOOL_RESULT,
+        assistant("4"),
+    ]
+    conversation = await keeper.get_conversation(conversation_id)
+    assert conversation is not None
+    assert conversation.message_count == 5
+    assert conversation.updated_at >= conversation.created_at
+
+
+async def test_messages_are_stored_in_openai_shape_only(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    await keeper.append_messages(
+        conversation_id,
+        [
+            {"role": "user", "content": "hi", "name": "al", "extra": 1, "tool_calls": None},
+            {"role": "assistant"},
+            HumanMessage("from langchain"),
+            AIMessage("", tool_calls=[{"name": "get_time", "args": {}, "id": "t1"}]),
+            ToolMessage("12:00", tool_call_id="t1", name="get_time"),
+        ],
+    )
+
+    assert await keeper.messages(conversation_id) == [
+        {"role": "user", "content": "hi", "name": "al"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": "from langchain"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "id": "t1",
+                    "function": {"name": "get_time", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "content": "12:00", "tool_call_id": "t1", "name": "get_time"},
+    ]
+
+
+async def test_appending_to_an_unknown_conversation_fails_and_writes_nothing(
+    keeper: RecordKeeper, redis: Redis
+) -> None:
+    with pytest.raises(ConversationNotFoundError):
+        await keeper.append_messages("conv_missing", [user("hi")])
+    with pytest.raises(ConversationNotFoundError):
+        await keeper.llm_call_started("conv_missing", "turn_1", "router", "m")
+
+    assert await redis.keys("*") == []
+
+
+async def test_a_message_without_a_role_is_refused(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+
+    with pytest.raises(ValueError, match="without a role"):
+        await keeper.append_messages(conversation_id, [user("ok"), {"content": "no role"}])
+
+    assert await keeper.messages(conversation_id) == []
+
+
+@pytest.mark.parametrize(
+    ("roles", "limit", "expected"),
+    [
+        (None, None, ["s", "u1", "a1", "t1", "u2", "a2"]),
+        (None, 2, ["u2", "a2"]),
+        (None, 100, ["s", "u1", "a1", "t1", "u2", "a2"]),
+        (None, 0, []),
+        ("user", None, ["u1", "u2"]),
+        (["user", "assistant"], None, ["u1", "a1", "u2", "a2"]),
+        ({"user", "assistant"}, 3, ["a1", "u2", "a2"]),
+        (["tool"], 1, ["t1"]),
+        (["developer"], None, []),
+    ],
+)
+async def test_messages_filter_by_role_then_keep_the_latest(
+    keeper: RecordKeeper, roles: Any, limit: int | None, expected: list[str]
+) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    await keeper.append_messages(
+        conversation_id,
+        [
+            {"role": "system", "content": "s"},
+            user("u1"),
+            assistant("a1"),
+            {"role": "tool", "content": "t1", "tool_call_id": "x"},
+            user("u2"),
+            assistant("a2"),
+        ],
+    )
+
+    found = await keeper.messages(conversation_id, roles=roles, limit=limit)
+
+    assert [m["content"] for m in found] == expected
+
+
+async def test_an_unknown_conversation_has_no_messages_or_calls(keeper: RecordKeeper) -> None:
+    assert await keeper.messages("conv_missing") == []
+    assert await keeper.calls("conv_missing") == []
+
+
+# --- calls ----------------------------------------------------------------------------------
+
+
+async def test_llm_calls_are_recorded_with_latency_and_tokens(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    usage = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+
+    call_id = await keeper.llm_call_started(
+        conversation_id, "turn_1", "router", "gpt-4o-mini", messages=[SYSTEM, user("hi")]
+    )
+    await keeper.llm_call_completed(conversation_id, call_id, latency_ms=250.5, usage=usage)
+
+    [call] = await keeper.calls(conversation_id)
+    assert call["call_id"] == call_id
+    assert call["kind"] == "llm"
+    assert call["turn_id"] == "turn_1"
+    assert call["stage"] == "router"
+    assert call["model"] == "gpt-4o-mini"
+    assert call["status"] == "completed"
+    assert call["latency_ms"] == 250.5
+    assert call["usage"] == usage
+    assert call["error"] is None
+    assert call["messages"] == [SYSTEM, user("hi")]
+    assert call["completed_at"] >= call["started_at"] > 0
+
+
+async def test_a_failed_or_unfinished_llm_call_says_so(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    failed = await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
+    await keeper.llm_call_completed(conversation_id, failed, latency_ms=5, error="timeout")
+    running = await keeper.llm_call_started(conversation_id, "turn_1", "response", "m")
+
+    calls = await keeper.calls(conversation_id)
+
+    assert [(c["call_id"], c["status"]) for c in calls] == [
+        (failed, "failed"),
+        (running, "running"),
+    ]
+    assert calls[0]["error"] == "timeout"
+    assert "messages" not in calls[0]
+    assert "latency_ms" not in calls[1] and "completed_at" not in calls[1]
+
+
+async def test_tool_calls_store_their_whole_output(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    huge = "x" * 200_000 + "END"
+
+    call_id = await keeper.tool_call_started(
+        conversation_id, "turn_1", tool_call_id="c1", name="search", arguments='{"q": "a"}'
+    )
+    await keeper.tool_call_completed(conversation_id, call_id, latency_ms=42.0, content=huge)
+
+    [call] = await keeper.calls(conversation_id, kind="tool")
+    assert call["content"] == huge
+    assert call["tool_call_id"] == "c1"
+    assert call["name"] == "search"
+    assert call["arguments"] == '{"q": "a"}'
+    assert call["latency_ms"] == 42.0
+    assert call["status"] == "completed"
+
+
+async def test_calls_of_a_turn_come_back_in_start_order_and_filter_by_kind(
+    keeper: RecordKeeper,
+) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    router = await keeper.llm_call_started(conversation_id, "t", "router", "m")
+    tool = await keeper.tool_call_started(
+        conversation_id, "t", tool_call_id="c1", name="calculator", arguments="{}"
+    )
+    response = await keeper.llm_call_started(conversation_id, "t", "response", "m")
+    # Completed out of order: the start order still decides the listing.
+    await keeper.llm_call_completed(conversation_id, response, latency_ms=3)
+    await keeper.tool_call_completed(
+        conversation_id, tool, latency_ms=2, content="Error: boom", status="error"
+    )
+    await keeper.llm_call_completed(conversation_id, router, latency_ms=1)
+
+    calls = await keeper.calls(conversation_id)
+
+    assert [c["call_id"] for c in calls] == [router, tool, response]
+    assert [c["status"] for c in calls] == ["completed", "failed", "completed"]
+    assert [c["call_id"] for c in await keeper.calls(conversation_id, kind="llm")] == [
+        router,
+        response,
+    ]
+    assert len({router, tool, response}) == 3
+
+
+# --- the two halves -------------------------------------------------------------------------
+
+
+async def test_the_archivist_cannot_write_and_the_recorder_cannot_read(
+    keeper: RecordKeeper,
+) -> None:
+    archivist = keeper.as_archivist()
+    recorder = keeper.as_recorder()
+
+    assert type(archivist) is Archivist
+    assert type(recorder) is Recorder
+    assert not hasattr(archivist, "append_messages")
+    assert not hasattr(archivist, "llm_call_started")
+    assert not hasattr(recorder, "messages")
+    assert not hasattr(recorder, "get_conversation")
+
+    conversation_id = await recorder.create_conversation("alice")
+    await recorder.append_messages(conversation_id, [user("hi")])
+    assert await archivist.messages(conversation_id) == [user("hi")]
+
+
+# --- continuation ---------------------------------------------------------------------------
+
+HISTORY = [SYSTEM, user("2+2?"), ROUTER_STEP, TOOL_RESULT, assistant("4")]
+
+
+@pytest.mark.parametrize(
+    ("stored", "requested", "expected"),
+    [
+        pytest.param(
+            [],
+            [SYSTEM, user("hi")],
+            [SYSTEM, user("hi")],
+            id="nothing stored: the whole request is new",
+        ),
+        pytest.param(
+            HISTORY,
+            [SYSTEM, user("2+2?"), assistant("4"), user("and 3+3?")],
+            [user("and 3+3?")],
+            id="full resend without tool messages",
+        ),
+        pytest.param(
+            HISTORY,
+            [*HISTORY, user("and 3+3?")],
+            [user("and 3+3?")],
+            id="full resend with tool messages",
+        ),
+        pytest.param(
+            [*HISTORY, user("u2"), assistant("a2")],
+            [assistant("a2"), user("u3")],
+            [user("u3")],
+            id="history trimmed at the front",
+        ),
+        pytest.param(
+            HISTORY,
+            [
+                {"role": "user", "content": [{"type": "text", "text": "2+2?"}]},
+                assistant("  4\n"),
+                user("next"),
+            ],
+            [user("next")],
+            id="content parts and whitespace compare equal",
+        ),
+        pytest.param(
+            HISTORY,
+            [
+                user("2+2?"),
+                {"role": "assistant", "content": "4", "tool_calls": ROUTER_STEP["tool_calls"]},
+                user("next"),
+            ],
+            [user("next")],
+            id="client merged the tool calls into its assistant message",
+        ),
+        pytest.param(
+            HISTORY,
+            [user("something else"), assistant("other"), user("new 1"), user("new 2")],
+            [user("new 1"), user("new 2")],
+            id="no overlap: the trailing user turn is new",
+        ),
+        pytest.param(
+            HISTORY,
+            [SYSTEM, user("fresh question")],
+            [user("fresh question")],
+            id="no overlap, no assistant: system prompt is not new",
+        ),
+        pytest.param(
+            [*HISTORY, user("u2")],
+            [SYSTEM, user("2+2?"), assistant("4"), user("u2")],
+            [],
+            id="retry after a failed turn: nothing new",
+        ),
+        pytest.param(
+            [user("hi"), assistant("hello")],
+            [user("hi"), assistant("hello"), user("hi")],
+            [user("hi")],
+            id="repeated text is new when it follows the history",
+        ),
+        pytest.param(
+            [user("hi"), assistant("hello"), user("hi"), assistant("hello")],
+            [user("hi"), assistant("hello"), user("hi"), assistant("hello"), user("hi")],
+            [user("hi")],
+            id="longest overlap wins over a shorter one",
+        ),
+        pytest.param(
+            [user("u1"), assistant("a1")],
+            [user("u1"), assistant("a1"), TOOL_RESULT, user("u2")],
+            [TOOL_RESULT, user("u2")],
+            id="everything after the overlap is new, whatever its role",
+        ),
+    ],
+)
+def test_new_messages_skip_what_the_client_resent(
+    stored: list[dict[str, Any]], requested: list[dict[str, Any]], expected: list[dict[str, Any]]
+) -> None:
+    assert new_messages(stored, requested) == expected
+
+
+def test_new_messages_are_normalised_to_openai_shape() -> None:
+    fresh = new_messages([user("a"), assistant("b")], [HumanMessage("c")])
+
+    assert fresh == [user("c")]
+    assert to_openai_message({"role": "user", "content": "x", "junk": 1}) == user("x")
+
+
+async def test_a_conversation_continued_turn_after_turn_stores_each_message_once(
+    keeper: RecordKeeper,
+) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+
+    # Turn 1: the client sends its system prompt and a question; the worker adds the rest.
+    first = await keeper.append_new_messages(conversation_id, [SYSTEM, user("2+2?")])
+    await keeper.append_messages(conversation_id, [ROUTER_STEP, TOOL_RESULT, assistant("4")])
+    # Turn 2: the client resends what it saw, plus a new question.
+    second = await keeper.append_new_messages(
+        conversation_id, [SYSTEM, user("2+2?"), assistant("4"), user("and 3+3?")]
+    )
+    await keeper.append_messages(conversation_id, [assistant("6")])
+    # The client retries turn 2 verbatim.
+    retry = await keeper.append_new_messages(
+        conversation_id, [SYSTEM, user("2+2?"), assistant("4"), user("and 3+3?")]
+    )
+
+    assert first == [SYSTEM, user("2+2?")]
+    assert second == [user("and 3+3?")]
+    assert retry == [user("and 3+3?")]
+    assert await keeper.messages(conversation_id) == [
+        *HISTORY,
+        user("and 3+3?"),
+        assistant("6"),
+        user("and 3+3?"),
+    ]
+
+
+async def test_concurrent_continuations_append_the_new_turn_once(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation("alice")
+    await keeper.append_messages(conversation_id, [user("u1"), assistant("a1")])
+    request = [user("u1"), assistant("a1"), user("u2")]
+
+    results = await asyncio.gather(
+        *(keeper.append_new_messages(conversation_id, request) for _ in range(8))
+    )
+
+    assert sorted(len(r) for r in results) == [0] * 7 + [1]
+    assert await keeper.messages(conversation_id) == [user("u1"), assistant("a1"), user("u2")]
+
+
+async def test_continuing_an_unknown_conversation_fails(keeper: RecordKeeper) -> None:
+    with pytest.raises(ConversationNotFoundError):
+        await keeper.append_new_messages("conv_missing", [user("hi")])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,1 @@
+"""Harnesses: the stages of a turn, each an async generator of events."""

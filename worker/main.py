@@ -1,0 +1,111 @@
+"""The arq entry point: `arq worker.main.WorkerSettings`.
+
+One job, `run_turn(turn_id)`. Each worker process runs up to `BERNARD_WORKER_CONCURRENCY`
+turns at once (turns wait on the network, not the CPU), picks new ones up through the
+wake list of `worker.queue`, and keeps no arq results: a turn's output lives in its stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+from arq import func
+from arq.worker import Worker
+
+from shared.connection import arq_settings, connect
+from shared.logs import configure_logging
+from shared.redis_checks import warn_if_evicting
+from shared.settings import Settings, get_settings
+from worker.llm import build_llms
+from worker.queue import WakeWorker
+from worker.supervisor import TurnSupervisor
+from worker.turn import turn_events
+
+logger = logging.getLogger("bernard.worker")
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    configure_logging()
+    settings: Settings = ctx.get("settings") or get_settings()
+    redis = connect(settings.redis_url)
+    router, responder = build_llms(settings)
+    worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    supervisor = TurnSupervisor(
+        redis,
+        settings,
+        router=router,
+        responder=responder,
+        turn_events=turn_events,
+        worker_id=worker_id,
+    )
+    await supervisor.start()
+    ctx.update(settings=settings, bernard_redis=redis, supervisor=supervisor)
+    if settings.demo_mode:
+        logger.info(
+            "Bernard worker %s ready on the offline demo model "
+            "(set OPENAI_BASE_URL or OPENAI_API_KEY to use a real LLM)",
+            worker_id,
+        )
+    else:
+        logger.info(
+            "Bernard worker %s ready: router %s, response %s at %s",
+            worker_id,
+            settings.router_model,
+            settings.response_model,
+            settings.openai_base_url or "api.openai.com",
+        )
+    await warn_if_evicting(redis, logger)
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    if "supervisor" in ctx:
+        await ctx["supervisor"].stop()
+        await ctx["bernard_redis"].aclose()
+
+
+async def run_turn(ctx: dict[str, Any], turn_id: str) -> str:
+    """Run one turn to its end; the status it ended with is the job's result."""
+    supervisor: TurnSupervisor = ctx["supervisor"]
+    return await supervisor.run(turn_id)
+
+
+def worker_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for arq's `Worker`, from Bernard's settings."""
+    return {
+        # max_tries=1: a job delivered again after a crash must not run the turn again.
+        "functions": [func(run_turn, name="run_turn", max_tries=1)],
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "queue_name": settings.queue_name,
+        "redis_settings": arq_settings(settings.redis_url),
+        "max_jobs": settings.worker_concurrency,
+        # Above the cluster's concurrency, or new turns starve behind running ones.
+        "queue_read_limit": max(settings.worker_concurrency * 4, 1000),
+        "job_timeout": settings.turn_timeout_s + 30,
+        "keep_result": 0,
+        "max_tries": 1,
+        "health_check_interval": 10,
+        # On SIGTERM, let running turns finish (arq stops picking new ones meanwhile).
+        "job_completion_wait": int(min(settings.turn_timeout_s, 60)),
+    }
+
+
+def create_worker(settings: Settings, **overrides: Any) -> Worker:
+    """A worker for `settings`, as the embedded mode and the tests run it."""
+    options = worker_options(settings)
+    options["ctx"] = {"settings": settings}
+    return WakeWorker(**{**options, **overrides})
+
+
+WorkerSettings = type(
+    "WorkerSettings",
+    (),
+    {
+        "__doc__": "What `arq worker.main.WorkerSettings` reads (arq builds a `WakeWorker`).",
+        **worker_options(get_settings()),
+    },
+)

@@ -1,0 +1,213 @@
+"""Runs turns on this worker process and guarantees each one ends.
+
+For every turn it claims, the supervisor writes the turn's events to its stream, renews a
+lease while the turn runs, and aborts it the moment a cancel arrives (published on a
+channel, with the cancel key checked every lease renewal as a fallback). Once a second it
+also looks for turns whose worker stopped renewing (a SIGKILL, a lost machine) and ends
+them `failed` with `worker_lost`, so an attached client always gets a terminal frame.
+
+Cancellation, once: a stop request cancels the task running the turn. The cancelled task
+catches `CancelledError`, writes `done` with status `cancelled` and returns normally, so arq
+never sees a `CancelledError` escape (arq would then run the job again). When arq itself
+cancels the job (a worker shutting down), the turn ends `failed` with `worker_shutdown`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared import keys
+from shared.events import Done, Event
+from shared.settings import Settings
+from shared.streams import StreamWriter
+from shared.turns import TurnStore
+from worker.context import TurnContext
+from worker.llm import Llm, LlmError
+
+logger = logging.getLogger("bernard.worker")
+
+TurnEvents = Callable[[TurnContext], AsyncIterator[Event]]
+
+
+class TurnSupervisor:
+    """Claims, runs, renews and stops the turns of one worker process."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        *,
+        router: Llm,
+        responder: Llm,
+        turn_events: TurnEvents,
+        worker_id: str,
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.router = router
+        self.responder = responder
+        self.turn_events = turn_events
+        self.worker_id = worker_id
+        self.store = TurnStore(
+            redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
+        )
+        self._running: dict[str, asyncio.Task[str]] = {}
+        self._cancel_requested: set[str] = set()
+        self._background: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._background = [
+            asyncio.create_task(self._listen_for_cancels()),
+            asyncio.create_task(self._keep_leases()),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(RedisError):
+            await self.redis.zrem(keys.WORKERS, self.worker_id)
+
+    # -- running one turn ----------------------------------------------------------------
+
+    async def run(self, turn_id: str) -> str:
+        """The arq job: run the turn if it is still queued; return its final status."""
+        claimed = await self.store.claim(turn_id, self.worker_id, self.settings.lease_ttl_s)
+        if claimed != "claimed":
+            # A re-delivered job (after a crash or shutdown) must never run a turn twice.
+            logger.info("turn %s not run: it is %s", turn_id, claimed)
+            return claimed
+        await self.redis.zadd(
+            keys.RUNNING_TURNS, {turn_id: time.time() + self.settings.lease_ttl_s}
+        )
+        task = asyncio.create_task(self._execute(turn_id))
+        self._running[turn_id] = task
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # arq cancelled the job (shutdown or job timeout): let the turn end itself first.
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+        finally:
+            self._running.pop(turn_id, None)
+            self._cancel_requested.discard(turn_id)
+
+    def cancel_local(self, turn_id: str) -> None:
+        """Abort the turn if it runs here; the in-flight LLM call is cancelled at once."""
+        task = self._running.get(turn_id)
+        if task is not None and turn_id not in self._cancel_requested:
+            self._cancel_requested.add(turn_id)
+            task.cancel()
+
+    async def _execute(self, turn_id: str) -> str:
+        record = await self.store.get(turn_id)
+        if record is None:
+            return "missing"
+        if await self.redis.exists(keys.cancel(turn_id)):
+            await self.store.finish(turn_id, Done(status="cancelled"))
+            return "cancelled"
+        ctx = TurnContext.for_request(
+            turn_id, record.request, self.settings, self.router, self.responder
+        )
+        writer = StreamWriter(self.redis, turn_id, maxlen=self.settings.stream_maxlen)
+        try:
+            async with asyncio.timeout(self.settings.turn_timeout_s):
+                async with aclosing(self.turn_events(ctx)) as events:  # type: ignore[type-var]
+                    async for event in events:
+                        await writer.write(event)
+                await writer.flush()
+        except asyncio.CancelledError:
+            await _flush_quietly(writer)
+            if turn_id in self._cancel_requested:
+                await self.store.finish(turn_id, Done(status="cancelled", usage=ctx.usage))
+                return "cancelled"
+            await self.store.fail(
+                turn_id, "the worker shut down during the turn", "worker_shutdown"
+            )
+            raise
+        except TimeoutError:
+            await _flush_quietly(writer)
+            await self.store.fail(turn_id, "the turn took too long and was stopped", "turn_timeout")
+            return "failed"
+        except LlmError as exc:
+            await _flush_quietly(writer)
+            await self.store.fail(turn_id, exc.message, exc.code)
+            return "failed"
+        except Exception:
+            logger.exception("turn %s failed", turn_id)
+            await _flush_quietly(writer)
+            await self.store.fail(turn_id, "the turn failed inside Bernard", "internal_error")
+            return "failed"
+        done = Done(status="completed", finish_reason=ctx.finish_reason, usage=ctx.usage)
+        await self.store.finish(turn_id, done, result=ctx.result())
+        return "completed"
+
+    # -- background loops ----------------------------------------------------------------
+
+    async def _listen_for_cancels(self) -> None:
+        while True:
+            try:
+                async with self.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(keys.CANCEL_CHANNEL)
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            self.cancel_local(message["data"].decode())
+            except (RedisError, OSError) as exc:
+                logger.warning("cancel listener lost Redis (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_renew_s)
+            try:
+                await self._renew_and_reap()
+            except (RedisError, OSError) as exc:
+                logger.warning("lease renewal failed (%s); retrying", exc)
+
+    async def _renew_and_reap(self) -> None:
+        now = time.time()
+        ttl_ms = int(self.settings.lease_ttl_s * 1000)
+        local = list(self._running)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for turn_id in local:
+                pipe.set(keys.lease(turn_id), self.worker_id, px=ttl_ms)
+                pipe.exists(keys.cancel(turn_id))
+            if local:
+                expiry = now + self.settings.lease_ttl_s
+                pipe.zadd(keys.RUNNING_TURNS, dict.fromkeys(local, expiry))
+            pipe.zadd(keys.WORKERS, {self.worker_id: now})
+            pipe.zrangebyscore(keys.RUNNING_TURNS, "-inf", now, start=0, num=50)
+            replies = await pipe.execute()
+        for turn_id, cancelled in zip(local, replies[1 : 2 * len(local) : 2], strict=True):
+            if cancelled:
+                self.cancel_local(turn_id)
+        for raw in replies[-1]:
+            turn_id = raw.decode()
+            if turn_id in self._running:
+                continue
+            lost = await self.store.fail(
+                turn_id,
+                "the worker running this turn stopped responding",
+                "worker_lost",
+                only_if_lease_lapsed=True,
+            )
+            if lost:
+                logger.warning("turn %s failed: its worker was lost", turn_id)
+
+
+async def _flush_quietly(writer: StreamWriter) -> None:
+    """Push out what the turn yielded before it ended; a Redis failure must not mask why."""
+    with contextlib.suppress(RedisError, OSError):
+        await writer.flush()

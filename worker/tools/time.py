@@ -1,0 +1,72 @@
+"""The `get_time` tool: the current date and time in an IANA time zone.
+
+Zone data comes from the system (`/usr/share/zoneinfo`) or the `tzdata` package; a slim
+container image without either knows only UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from langchain_core.tools import ToolException, tool
+
+__all__ = ["UnknownTimezoneError", "current_time", "get_time", "resolve_timezone"]
+
+# The longest IANA name is about 30 characters; anything far longer is not a zone.
+_MAX_NAME_CHARS = 64
+
+
+class UnknownTimezoneError(ValueError):
+    """The name is not an IANA time zone known to this machine."""
+
+
+def resolve_timezone(name: str) -> tzinfo:
+    """The zone called `name`, matched case-insensitively ("europe/paris" works too)."""
+    cleaned = name.strip()
+    if cleaned.upper() in {"UTC", "Z", "GMT"}:
+        return UTC
+    if not cleaned or len(cleaned) > _MAX_NAME_CHARS:
+        raise UnknownTimezoneError(_unknown(name))
+    key = _canonical_names().get(cleaned.lower(), cleaned)
+    try:
+        return ZoneInfo(key)
+    # ValueError covers malformed keys such as "../etc"; OSError a key naming a directory.
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise UnknownTimezoneError(_unknown(name)) from exc
+
+
+def current_time(timezone: str = "UTC", *, now: datetime | None = None) -> str:
+    """The time `now` (default: this instant) in `timezone`, as one line for a model."""
+    zone = resolve_timezone(timezone)
+    moment = (now or datetime.now(UTC)).astimezone(zone)
+    label = getattr(zone, "key", "UTC")
+    return f"{moment.isoformat(timespec='seconds')} ({moment:%A}, {label}, {moment.tzname()})"
+
+
+@tool
+def get_time(timezone: str = "UTC") -> str:
+    """Get the current date and time.
+
+    `timezone` is an IANA time zone name such as "Europe/Paris" or "America/New_York";
+    it defaults to "UTC".
+    """
+    try:
+        return current_time(timezone)
+    except UnknownTimezoneError as exc:
+        raise ToolException(f"Error: {exc}") from exc
+
+
+# The model reads the error text as the tool's result and can retry with a valid zone.
+get_time.handle_tool_error = True
+
+
+@lru_cache(maxsize=1)
+def _canonical_names() -> dict[str, str]:
+    # Walking the zone tree takes milliseconds, so do it once per process.
+    return {name.lower(): name for name in available_timezones()}
+
+
+def _unknown(name: str) -> str:
+    return f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'"
