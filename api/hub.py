@@ -67,8 +67,10 @@ class StreamHub:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(RedisError):
-            await self.redis.delete(self.wake_key)
+        # Best effort: the key expires anyway, and a dead Redis must not hold up shutdown.
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(1):
+                await self.redis.delete(self.wake_key)
 
     @property
     def open_readers(self) -> int:

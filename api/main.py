@@ -103,13 +103,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         CORSMiddleware,
         allow_origins=["*"],
         allow_methods=["GET", "POST", "OPTIONS"],
-        allow_headers=[
-            "Authorization",
-            "Content-Type",
-            "Last-Event-ID",
-            "X-Bernard-Conversation-Id",
-        ],
-        allow_origin_regex=None,
+        # "*" covers Authorization, Content-Type and the SDKs' x-stainless-* headers.
+        allow_headers=["*"],
         expose_headers=["X-Bernard-Turn-Id", "X-Bernard-Conversation-Id"],
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -84,10 +84,7 @@ def print_banner(console: Console, base_url: str, settings: Settings) -> None:
     console.print(model_line(settings), markup=False)
     console.print("Try a streaming chat completion:\n")
     console.print(
-        curl_command(base_url, bool(settings.api_key_users())),
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
+        curl_command(base_url, bool(settings.api_key_users())), markup=False, highlight=False
     )
     if settings.api_key_users():
         console.print("\n(<key> is one of the keys in BERNARD_API_KEYS)", markup=False)
@@ -142,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         help="serve: run Bernard (default); test-redis: print the URL of a Redis for tests",
     )
     args = parser.parse_args(argv)
-    console = Console(stderr=args.command == "test-redis")  # stdout: only the URL
+    console = Console(stderr=args.command == "test-redis", soft_wrap=True)  # stdout: the URL
     try:
         if args.command == "test-redis":
             print(ensure_test_redis(os.environ.get("REDIS_URL"), STATE_DIR))

@@ -35,7 +35,7 @@ def chat(upstream: ScriptedUpstream, **kwargs: Any) -> ChatOpenAI:
     return ChatOpenAI(
         model="gpt-4o-mini",
         base_url=upstream.base_url,
-        api_key="test",  # type: ignore[arg-type]
+        api_key="test",
         stream_usage=True,
         max_retries=0,
         **kwargs,
@@ -43,7 +43,7 @@ def chat(upstream: ScriptedUpstream, **kwargs: Any) -> ChatOpenAI:
 
 
 async def collect(llm: ChatOpenAI, prompt: str = "hi") -> list[AIMessageChunk]:
-    return [chunk async for chunk in llm.astream(prompt)]  # type: ignore[misc]
+    return [chunk async for chunk in llm.astream(prompt)]
 
 
 async def test_streams_text_token_by_token_with_usage() -> None:

@@ -26,18 +26,18 @@ REDIS_URL = "redis://127.0.0.1:6379/14"
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
-async def redis(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
     # Both client flavours: the worker's raw-bytes client and a decode_responses one.
-    client = connect(REDIS_URL, decode_responses=request.param)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
+    redis = connect(REDIS_URL, decode_responses=request.param)
+    await redis.flushdb()
+    yield redis
+    await redis.flushdb()
+    await redis.aclose()
 
 
 @pytest.fixture
-def keeper(redis: Redis) -> RecordKeeper:
-    return RecordKeeper(redis)
+def keeper(client: Redis) -> RecordKeeper:
+    return RecordKeeper(client)
 
 
 def user(text: str) -> dict[str, Any]:
@@ -87,12 +87,12 @@ async def test_a_chosen_conversation_id_can_be_taken_only_once(keeper: RecordKee
     assert conversation is not None and conversation.owner == "alice"
 
 
-async def test_conversation_keys_share_one_hash_slot(keeper: RecordKeeper, redis: Redis) -> None:
+async def test_conversation_keys_share_one_hash_slot(keeper: RecordKeeper, client: Redis) -> None:
     conversation_id = await keeper.create_conversation("alice")
     await keeper.append_messages(conversation_id, [user("hi")])
     await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
 
-    stored = sorted(_text(k) for k in await redis.keys("*"))
+    stored = sorted(_text(k) for k in await client.keys("*"))
 
     assert stored == sorted(
         [
@@ -163,14 +163,14 @@ async def test_messages_are_stored_in_openai_shape_only(keeper: RecordKeeper) ->
 
 
 async def test_appending_to_an_unknown_conversation_fails_and_writes_nothing(
-    keeper: RecordKeeper, redis: Redis
+    keeper: RecordKeeper, client: Redis
 ) -> None:
     with pytest.raises(ConversationNotFoundError):
         await keeper.append_messages("conv_missing", [user("hi")])
     with pytest.raises(ConversationNotFoundError):
         await keeper.llm_call_started("conv_missing", "turn_1", "router", "m")
 
-    assert await redis.keys("*") == []
+    assert await client.keys("*") == []
 
 
 async def test_a_message_without_a_role_is_refused(keeper: RecordKeeper) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.events import ToolProgress
 from worker.tools import default_tools
@@ -144,10 +145,10 @@ def test_calculator_tool_runs_without_a_reporter() -> None:
 
 
 def test_calculator_tool_schema_shows_only_the_expression_to_the_model() -> None:
-    schema = calculator.tool_call_schema
+    schema = convert_to_openai_tool(calculator)["function"]
 
-    assert not isinstance(schema, dict)
-    assert set(schema.model_json_schema()["properties"]) == {"expression"}
+    assert schema["name"] == "calculator"
+    assert set(schema["parameters"]["properties"]) == {"expression"}
 
 
 # --- progress ---------------------------------------------------------------------------

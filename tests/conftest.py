@@ -1,0 +1,126 @@
+"""Fixtures for driving Bernard end to end: real Redis, real HTTP, a real arq worker.
+
+`stack` runs the FastAPI app on a loopback port and a `WakeWorker` in the test's event
+loop, both against the real Redis, with the worker's `ChatOpenAI` pointed at a scripted
+upstream (tests/upstream.py) over real HTTP. Each test gets its own queue name, so jobs
+of one test never reach another's worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis_asyncio
+
+from api.main import create_app
+from shared.settings import Settings
+from tests.serving import serve
+from tests.upstream import ScriptedUpstream
+from worker.main import create_worker
+
+TEST_REDIS_URL = os.environ.get("BERNARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_test_database() -> None:
+    import redis
+
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[redis_asyncio.Redis]:
+    client = redis_asyncio.Redis.from_url(TEST_REDIS_URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[ScriptedUpstream]:
+    async with ScriptedUpstream() as server:
+        yield server
+
+
+def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) -> Settings:
+    """Settings for one test: its own queue, the scripted upstream, no retries upstream."""
+    values: dict[str, Any] = {
+        "redis_url": TEST_REDIS_URL,
+        "queue_name": f"bernard:test:{uuid.uuid4().hex[:8]}",
+        "llm_max_retries": 0,
+        "llm_timeout_s": 10.0,
+        "disconnect_grace_s": 0.0,
+        "router_model": "router-model",
+        "response_model": "response-model",
+    }
+    if upstream is not None:
+        values["openai_base_url"] = upstream.base_url
+        values["openai_api_key"] = "test-key"
+    values.update(overrides)
+    return Settings(**values)
+
+
+@dataclass
+class Stack:
+    """A running API and worker; `client` talks to the API over real HTTP."""
+
+    settings: Settings
+    base_url: str
+    client: httpx.AsyncClient
+    redis: redis_asyncio.Redis
+
+    async def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
+        payload = {"model": "bernard-v1", "messages": [{"role": "user", "content": content}]}
+        return await self.client.post("/v1/chat/completions", json={**payload, **body})
+
+
+@contextlib.asynccontextmanager
+async def run_api(settings: Settings) -> AsyncIterator[str]:
+    async with serve(create_app(settings)) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def run_worker(settings: Settings) -> AsyncIterator[None]:
+    worker = create_worker(settings, handle_signals=False)
+    task = asyncio.create_task(worker.async_run())
+    try:
+        yield
+    finally:
+        if worker.tasks:
+            await asyncio.wait(list(worker.tasks.values()), timeout=5)
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.asynccontextmanager
+async def run_stack(settings: Settings, *, worker: bool = True) -> AsyncIterator[Stack]:
+    async with contextlib.AsyncExitStack() as stack:
+        base_url = await stack.enter_async_context(run_api(settings))
+        if worker:
+            await stack.enter_async_context(run_worker(settings))
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0))
+        )
+        redis = redis_asyncio.Redis.from_url(settings.redis_url)
+        stack.push_async_callback(redis.aclose)
+        yield Stack(settings=settings, base_url=base_url, client=client, redis=redis)
+
+
+@pytest.fixture
+async def stack(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    async with run_stack(make_settings(upstream)) as running:
+        yield running

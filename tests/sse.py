@@ -1,0 +1,55 @@
+"""Reading Bernard's SSE streams in tests, frame by frame, as a client sees them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from httpx_sse import EventSource
+
+
+@dataclass
+class Frame:
+    """One SSE `data:` frame: its id and payload (`[DONE]` stays a string)."""
+
+    id: str
+    data: str
+
+    @property
+    def json(self) -> Any:
+        return orjson.loads(self.data)
+
+    @property
+    def done(self) -> bool:
+        return self.data == "[DONE]"
+
+    @property
+    def content(self) -> str:
+        if self.done:
+            return ""
+        choices = self.json.get("choices") or []
+        return (choices[0].get("delta", {}).get("content") or "") if choices else ""
+
+    @property
+    def bernard(self) -> dict[str, Any] | None:
+        return None if self.done else self.json.get("bernard")
+
+
+async def frames(response: httpx.Response) -> AsyncIterator[Frame]:
+    """The data frames of a streaming response, in order (comments are skipped)."""
+    async for event in EventSource(response).aiter_sse():
+        yield Frame(id=event.id, data=event.data)
+
+
+async def collect(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> list[Frame]:
+    """Every frame of one streamed request."""
+    async with client.stream(method, url, **kwargs) as response:
+        assert response.status_code == 200, await response.aread()
+        return [frame async for frame in frames(response)]
+
+
+def text_of(collected: list[Frame]) -> str:
+    return "".join(frame.content for frame in collected)

@@ -1,0 +1,249 @@
+"""The pipeline end to end: HTTP → Redis turn → arq worker → Redis Stream → SSE.
+
+Every test runs the real app on a loopback port, a real arq worker and the real Redis;
+the worker's `ChatOpenAI` talks to the scripted upstream over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from shared import keys
+from shared.streams import entry_key
+from tests.conftest import Stack, make_settings, run_stack
+from tests.sse import collect, frames, text_of
+from tests.upstream import Reply, ScriptedUpstream
+
+CHAT = "/v1/chat/completions"
+
+
+def body(content: str = "hello", **extra: object) -> dict[str, object]:
+    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def test_stream_frames_follow_the_openai_chunk_sequence(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["Hel", "lo", " world"], usage=(7, 3)))
+    got = await collect(
+        stack.client, "POST", CHAT, json=body(stream=True, stream_options={"include_usage": True})
+    )
+
+    chunks = [f.json for f in got[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert text_of(got) == "Hello world"
+    finish = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert [c["choices"][0]["finish_reason"] for c in finish] == ["stop"]
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    assert got[-1].done
+    assert {(c["id"], c["created"], c["model"]) for c in chunks} == {
+        (chunks[0]["id"], chunks[0]["created"], "bernard-v1")
+    }
+    assert chunks[0]["id"].startswith("chatcmpl-")
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+
+
+async def test_sse_ids_increase_and_no_event_lines_are_sent(stack: Stack) -> None:
+    async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+        raw = (await response.aread()).decode()
+    lines = [line for line in raw.splitlines() if line]
+    assert not [line for line in lines if line.startswith("event:")]
+    ids = [line.removeprefix("id: ") for line in lines if line.startswith("id:")]
+    keys_in_order = [
+        (entry_key(i.split(":")[0]), int(i.split(":")[1]) if ":" in i else -1) for i in ids
+    ]
+    assert keys_in_order == sorted(keys_in_order)
+    assert len(set(ids)) == len(ids)
+
+
+async def test_non_stream_answers_one_chat_completion(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text("The answer is 42.", usage=(5, 6)))
+    response = await stack.client.post(CHAT, json=body())
+    assert response.status_code == 200
+    data = response.json()
+    assert data["object"] == "chat.completion"
+    assert data["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": "The answer is 42.",
+        "refusal": None,
+    }
+    assert data["choices"][0]["finish_reason"] == "stop"
+    assert data["usage"]["total_tokens"] == 11
+    assert response.headers["x-bernard-turn-id"] == data["bernard"]["turn_id"]
+
+
+async def test_first_frame_reaches_the_client_while_the_upstream_is_still_blocked(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    gate = upstream.script(Reply.text(["first", " second"], block_after_first=True))
+    async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+        stream = frames(response)
+        content = ""
+        while not content:
+            content = (await anext(stream)).content
+        assert content == "first"
+        assert gate.blocked, "the upstream must still be holding its second token"
+        gate.release()
+        rest = [frame async for frame in stream]
+    assert text_of(rest) == " second"
+    assert rest[-1].done
+
+
+async def test_client_disconnect_closes_the_upstream_and_cancels_the_turn(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+        turn_id = response.headers["x-bernard-turn-id"]
+        stream = frames(response)
+        seen = 0
+        while seen < 3:
+            seen += bool((await anext(stream)).content)
+    exchange = await upstream.wait_disconnect(timeout_s=5)
+    assert exchange.ended
+    status = await _wait_status(stack, turn_id, {"cancelled"})
+    assert status == "cancelled"
+
+
+async def test_upstream_error_before_any_token_ends_the_stream_with_an_error_frame(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.error(500, "upstream exploded"))
+    got = await collect(stack.client, "POST", CHAT, json=body(stream=True))
+    assert got[-1].done
+    error = got[-2].json["error"]
+    assert error["code"] == "upstream_error"
+    assert "500" in error["message"]
+    assert "choices" not in got[-2].json
+
+
+async def test_upstream_error_without_stream_is_a_502_with_the_error_envelope(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.error(500, "upstream exploded"))
+    response = await stack.client.post(CHAT, json=body())
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_error"
+
+
+async def test_silence_is_filled_with_keepalive_chunks(upstream: ScriptedUpstream) -> None:
+    gate = upstream.script(Reply.text(["a", "b"], block_after_first=True))
+    async with run_stack(make_settings(upstream, keepalive_s=0.2)) as stack:
+        async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+            stream = frames(response)
+            while True:
+                frame = await anext(stream)
+                if frame.bernard and frame.bernard["type"] == "keepalive":
+                    break
+            assert frame.json["choices"] == []
+            gate.release()
+            rest = [f async for f in stream]
+        assert rest[-1].done
+
+
+async def test_a_finished_turn_stream_is_capped_and_expires(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    response = await stack.client.post(CHAT, json=body())
+    turn_id = response.headers["x-bernard-turn-id"]
+    ttl = await stack.redis.ttl(keys.events(turn_id))
+    assert 0 < ttl <= stack.settings.turn_retention_s
+    assert 0 < await stack.redis.ttl(keys.turn(turn_id)) <= stack.settings.turn_retention_s
+
+
+async def test_models_are_listed_under_v1_and_the_api_v1_alias(stack: Stack) -> None:
+    for prefix in ("/v1", "/api/v1"):
+        data = (await stack.client.get(f"{prefix}/models")).json()
+        assert [m["id"] for m in data["data"]] == ["bernard-v1"]
+    alias = await stack.client.post("/api/v1/chat/completions", json=body())
+    assert alias.status_code == 200
+
+
+async def test_browser_preflight_allows_the_sdk_headers(stack: Stack) -> None:
+    response = await stack.client.options(
+        CHAT,
+        headers={
+            "Origin": "http://localhost:3000",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,x-stainless-os",
+        },
+    )
+    assert response.status_code == 200
+    allowed = response.headers["access-control-allow-headers"].lower()
+    assert "x-stainless-os" in allowed and "authorization" in allowed
+
+
+async def test_readyz_reports_a_live_worker_and_healthz_always_answers(stack: Stack) -> None:
+    assert (await stack.client.get("/healthz")).json() == {"status": "ok"}
+    for _ in range(50):
+        ready = await stack.client.get("/readyz")
+        if ready.status_code == 200:
+            break
+        await asyncio.sleep(0.1)
+    assert ready.status_code == 200 and ready.json()["workers"] >= 1
+
+
+async def test_readyz_is_unavailable_without_workers(upstream: ScriptedUpstream) -> None:
+    async with run_stack(make_settings(upstream), worker=False) as stack:
+        await stack.redis.delete(keys.WORKERS)
+        assert (await stack.client.get("/readyz")).status_code == 503
+
+
+async def test_redis_unreachable_is_a_503_with_a_clear_message() -> None:
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0")
+    async with run_stack(settings, worker=False) as stack:
+        response = await stack.client.post(CHAT, json=body())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "redis_unavailable"
+
+
+@pytest.mark.parametrize("accept", ["application/json", "*/*"])
+async def test_the_format_follows_stream_not_accept(stack: Stack, accept: str) -> None:
+    async with stack.client.stream(
+        "POST", CHAT, json=body(stream=True), headers={"Accept": accept}
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        await response.aread()
+
+
+async def _wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 5) -> str:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+            if turn["status"] in wanted:
+                return str(turn["status"])
+            await asyncio.sleep(0.02)
+
+
+async def test_turn_record_tracks_queued_running_completed(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    gate = upstream.script(Reply.text(["a", "b"], block_after_first=True))
+    async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+        turn_id = response.headers["x-bernard-turn-id"]
+        await gate.wait_blocked()
+        running = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+        gate.release()
+        await response.aread()
+    assert running["status"] == "running" and running["started_at"]
+    done = await _wait_status(stack, turn_id, {"completed"})
+    assert done == "completed"
+
+
+async def test_a_continue_turn_completes_after_its_client_left(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    """The turn runs on the worker, not in the request: it outlives its client."""
+    gate = upstream.script(Reply.text(["a", "b"], block_after_first=True))
+    async with stack.client.stream(
+        "POST", CHAT, json=body(stream=True, on_disconnect="continue")
+    ) as streamed:
+        turn_id = streamed.headers["x-bernard-turn-id"]
+        await gate.wait_blocked()
+    gate.release()
+    assert await _wait_status(stack, turn_id, {"completed", "cancelled"}) == "completed"
