@@ -75,11 +75,21 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
+_SCALAR_TAGS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
+
+
+def _is_union_tag(part: str) -> bool:
+    """Union members in pydantic error locations: "str", "list[TextPart]", "StreamOptions"."""
+    return "[" in part or part in _SCALAR_TAGS or part[:1].isupper()
+
+
 def param_from_loc(loc: tuple[int | str, ...]) -> str | None:
-    """`("body", "messages", 0, "role")` → `messages[0].role`."""
+    """`("body", "messages", 0, "role")` → `messages[0].role`; union member tags dropped."""
     path = ""
     for part in loc:
         if part in ("body", "query", "path", "header"):
+            continue
+        if isinstance(part, str) and _is_union_tag(part):
             continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or None

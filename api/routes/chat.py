@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Response
 
 from api.auth import Owner
+from api.conversations import resolve_conversation
 from api.pipeline import check_model, create_turn, respond
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
@@ -25,7 +26,9 @@ async def chat_completions(
     """Run one agent turn; stream its events (`stream: true`) or answer one completion."""
     body.check_honourable()
     check_model(body.model)
-    conversation_id = body.conversation_id or x_bernard_conversation_id
+    conversation_id = await resolve_conversation(
+        state.redis, owner, body.conversation_id or x_bernard_conversation_id
+    )
     record = await create_turn(state, owner, body.to_turn(), conversation_id)
     return await respond(state, record)
 

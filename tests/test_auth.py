@@ -1,0 +1,74 @@
+"""`BERNARD_API_KEYS`: bearer keys map to users; without them the server is open."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.conftest import Stack, make_settings, run_stack
+from tests.upstream import ScriptedUpstream
+
+CHAT = "/v1/chat/completions"
+BODY = {"model": "bernard-v1", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+async def secured(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    settings = make_settings(upstream, api_keys="key-alice:alice,key-bob:bob")
+    async with run_stack(settings) as stack:
+        yield stack
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize("headers", [{}, bearer("wrong"), {"Authorization": "Basic a2V5"}])
+async def test_requests_without_a_valid_key_are_401(
+    secured: Stack, headers: dict[str, str]
+) -> None:
+    for method, url in [("POST", CHAT), ("GET", "/v1/models"), ("GET", "/v1/turns/x")]:
+        response = await secured.client.request(method, url, json=BODY, headers=headers)
+        assert response.status_code == 401, (method, url)
+        assert response.json()["error"]["type"] == "authentication_error"
+
+
+async def test_auth_is_checked_before_the_body(secured: Stack) -> None:
+    response = await secured.client.post(CHAT, json={"nonsense": True})
+    assert response.status_code == 401
+
+
+async def test_a_valid_key_runs_the_turn_as_its_user(secured: Stack) -> None:
+    response = await secured.client.post(CHAT, json=BODY, headers=bearer("key-alice"))
+    assert response.status_code == 200, response.text
+    turn_id = response.headers["x-bernard-turn-id"]
+    record = await secured.redis.hget(f"bernard:{{{turn_id}}}:turn", "owner")
+    assert record == b"alice"
+
+
+async def test_health_needs_no_key(secured: Stack) -> None:
+    assert (await secured.client.get("/healthz")).status_code == 200
+
+
+async def test_another_users_turn_and_conversation_are_404(secured: Stack) -> None:
+    response = await secured.client.post(CHAT, json=BODY, headers=bearer("key-alice"))
+    turn_id = response.headers["x-bernard-turn-id"]
+    conversation_id = response.headers["x-bernard-conversation-id"]
+    for method, url in [
+        ("GET", f"/v1/turns/{turn_id}"),
+        ("GET", f"/v1/turns/{turn_id}/events"),
+        ("POST", f"/v1/turns/{turn_id}/cancel"),
+    ]:
+        other = await secured.client.request(method, url, headers=bearer("key-bob"))
+        assert other.status_code == 404, (method, url)
+    hijack = await secured.client.post(
+        CHAT, json={**BODY, "conversation_id": conversation_id}, headers=bearer("key-bob")
+    )
+    assert hijack.status_code == 404
+    assert hijack.json()["error"]["code"] == "conversation_not_found"
+    own = await secured.client.post(
+        CHAT, json={**BODY, "conversation_id": conversation_id}, headers=bearer("key-alice")
+    )
+    assert own.status_code == 200
+    assert own.headers["x-bernard-conversation-id"] == conversation_id
