@@ -6,6 +6,7 @@ Routes live under `/v1` and, for clients configured with Bernard's older base UR
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.bernard = AppState(settings=settings, redis=redis, store=store, hub=hub)
         await hub.start()
+        reaper = asyncio.create_task(_reap_forever(store, settings.lease_renew_s))
         _warn_if_open(settings)
         try:
             await warn_if_evicting(redis, logger)
@@ -84,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            reaper.cancel()
             await hub.stop()
             await hub.redis.aclose()
             await redis.aclose()
@@ -109,6 +113,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     return app
+
+
+async def _reap_forever(store: TurnStore, interval_s: float) -> None:
+    """End turns whose worker died, even when no worker is left to notice."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            for turn_id in await store.reap_lapsed():
+                logger.warning("turn %s failed: its worker was lost", turn_id)
+        except (RedisError, OSError) as exc:
+            logger.debug("reaper could not reach Redis: %s", exc)
 
 
 def _warn_if_open(settings: Settings) -> None:

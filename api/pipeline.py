@@ -12,18 +12,19 @@ import uuid
 from typing import Any
 
 from fastapi import Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from redis.exceptions import RedisError
+from sse_starlette import EventSourceResponse
 
 from api.attachments import attach, detach
 from api.encoding import encoder_for, terminal_error
 from api.errors import ApiError
-from api.relay import relay
+from api.relay import TURN_LOST, relay
 from api.responses import JSONResponse
 from api.state import AppState
 from shared import keys
 from shared.events import Done
 from shared.settings import MODEL_ID
-from shared.turns import TurnRecord, TurnRequest
+from shared.turns import TurnRecord, TurnRequest, failed_done
 
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 _UNFINISHED_TTL_S = 7 * 86_400
@@ -34,6 +35,7 @@ _FAILED_STATUS = {
     "turn_timeout": 504,
     "worker_lost": 503,
     "worker_shutdown": 503,
+    "turn_lost": 503,
     "turn_cancelled": 409,
 }
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -90,12 +92,9 @@ async def respond(state: AppState, record: TurnRecord) -> Response:
 
 
 async def stream_response(
-    state: AppState,
-    record: TurnRecord,
-    after: str = "0-0",
-    first: list[ServerSentEvent] | None = None,
+    state: AppState, record: TurnRecord, after: str | None = None
 ) -> Response:
-    """SSE of the turn from strictly after `after`; the client counts as attached meanwhile."""
+    """SSE of the turn from strictly after frame id `after`; the client counts as attached."""
     attachment = await attach(state.redis, record.id)
 
     async def on_detach(finished: bool) -> None:
@@ -107,9 +106,9 @@ async def stream_response(
         encoder_for(record),
         record.id,
         after=after,
-        first=first,
         keepalive_s=state.settings.keepalive_s,
         detach=on_detach,
+        alive=lambda: turn_exists(state, record.id),
     )
     return EventSourceResponse(
         events, headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600, sep="\n"
@@ -120,7 +119,13 @@ async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
     """Read the turn's stream to its `done` entry and answer one JSON body."""
     async with state.hub.read(record.id) as reader:
         while True:
-            _, stamped = await reader.next()
+            try:
+                _, stamped = await reader.next(wait_s=state.settings.keepalive_s)
+            except TimeoutError:
+                if await turn_exists(state, record.id):
+                    continue
+                done = failed_done(TURN_LOST, "turn_lost")  # no `done` entry will ever come
+                break
             if isinstance(stamped.event, Done):
                 done = stamped.event
                 break
@@ -132,6 +137,14 @@ async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
     result = (finished.result if finished else None) or {}
     body = encoder_for(record).body(result, record.conversation_id)
     return JSONResponse(body, headers=turn_headers(record))
+
+
+async def turn_exists(state: AppState, turn_id: str) -> bool:
+    """Whether the turn's record is still in Redis; True while Redis cannot tell."""
+    try:
+        return bool(await state.redis.exists(keys.turn(turn_id)))
+    except (RedisError, OSError):
+        return True
 
 
 def turn_object(record: TurnRecord) -> dict[str, Any]:

@@ -7,6 +7,7 @@ that encodes to several (the final `done`: finish, usage, `[DONE]`) numbers them
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -14,10 +15,22 @@ from sse_starlette import ServerSentEvent
 
 from api.encoding import Encoder
 from api.hub import StreamHub
-from shared.events import Done
-from shared.streams import Entry
+from shared.events import Done, Error
+from shared.streams import Entry, read_entry
+from shared.turns import failed_done
 
 Detach = Callable[[bool], Awaitable[None]]
+# Whether the turn's record still exists (see `relay`).
+Alive = Callable[[], Awaitable[bool]]
+TURN_LOST = "the turn was lost: Redis no longer holds it (restarted without persistence?)"
+
+
+_CURSOR = re.compile(r"^\d+-\d+(:\d+)?$")
+
+
+def valid_cursor(value: str | None) -> bool:
+    """Whether `value` is a frame id this server hands out (or absent: from the start)."""
+    return value is None or bool(_CURSOR.match(value))
 
 
 def parse_cursor(value: str | None) -> tuple[str, int | None]:
@@ -26,6 +39,12 @@ def parse_cursor(value: str | None) -> tuple[str, int | None]:
         return "0-0", None
     entry_id, _, index = value.partition(":")
     return entry_id, int(index) if index else None
+
+
+def lost_events(encoder: Encoder) -> list[ServerSentEvent]:
+    """The terminal frames of a turn that vanished from Redis before it ended: `turn_lost`."""
+    events = [Error(message=TURN_LOST, code="turn_lost"), failed_done(TURN_LOST, "turn_lost")]
+    return [ServerSentEvent(data=frame) for event in events for frame in encoder.frames(event)]
 
 
 def entry_events(
@@ -48,25 +67,39 @@ async def relay(
     encoder: Encoder,
     turn_id: str,
     *,
-    after: str = "0-0",
-    first: list[ServerSentEvent] | None = None,
+    after: str | None = None,
     keepalive_s: float,
     detach: Detach | None = None,
+    alive: Alive | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
-    """SSE events of the turn from strictly after `after` until its `done` entry.
+    """SSE events of the turn from strictly after the frame id `after` until its `done`.
 
     `detach(finished)` runs when the client goes away or the stream ends, shielded from
-    the cancellation that a disconnect delivers.
+    the cancellation that a disconnect delivers. `alive()` is asked after every quiet
+    `keepalive_s`: once the turn's record is gone (Redis restarted without persistence),
+    no `done` can ever come, so the stream ends with a `turn_lost` error, not a hang.
     """
+    entry_id, index = parse_cursor(after)
     finished = False
     try:
-        for event in first or []:
-            yield event
-        async with hub.read(turn_id, after) as reader:
+        if index is not None:
+            # Resuming inside a multi-frame entry: first the rest of that entry.
+            for entry in await read_entry(hub.redis, turn_id, entry_id):
+                for event in entry_events(encoder, entry, skip_through=index):
+                    yield event
+                finished = isinstance(entry[1].event, Done)
+        if finished:
+            return
+        async with hub.read(turn_id, entry_id) as reader:
             while True:
                 try:
                     entry = await reader.next(wait_s=keepalive_s)
                 except TimeoutError:
+                    if alive is not None and not await alive():
+                        for event in lost_events(encoder):
+                            yield event
+                        finished = True
+                        return
                     keepalive = encoder.keepalive()
                     yield (
                         ServerSentEvent(data=keepalive)

@@ -80,9 +80,9 @@ def parse_entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry
     return [(entry_id.decode(), decode(fields[STREAM_FIELD.encode()])) for entry_id, fields in raw]
 
 
-async def read_after(redis: Redis, turn_id: str, after: str, count: int = 1000) -> list[Entry]:
-    """Entries strictly after `after` ("0-0" for all), without blocking."""
-    raw = await redis.xrange(keys.events(turn_id), min=f"({after}", max="+", count=count)
+async def read_entry(redis: Redis, turn_id: str, entry_id: str) -> list[Entry]:
+    """The entry `entry_id` of the turn's stream: one entry, or none if it is gone."""
+    raw = await redis.xrange(keys.events(turn_id), min=entry_id, max=entry_id)
     return parse_entries(raw)
 
 

@@ -9,7 +9,7 @@ still exactly one of them ends the turn, with exactly one `done` entry in its st
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -218,6 +218,29 @@ class TurnStore:
             before=[Error(message=message, code=code)],
             only_if_lease_lapsed=only_if_lease_lapsed,
         )
+
+    async def reap_lapsed(self, *, skip: Container[str] = (), limit: int = 50) -> list[str]:
+        """Fail running turns whose lease lapsed (their worker died); return their ids.
+
+        Any process may call this: the turn ends once, whoever gets there first, and a
+        turn whose worker renewed its lease meanwhile is left alone.
+        """
+        due = await self.redis.zrangebyscore(
+            keys.RUNNING_TURNS, "-inf", time.time(), start=0, num=limit
+        )
+        lost = []
+        for raw in due:
+            turn_id = raw.decode()
+            if turn_id in skip:
+                continue
+            if await self.fail(
+                turn_id,
+                "the worker running this turn stopped responding",
+                "worker_lost",
+                only_if_lease_lapsed=True,
+            ):
+                lost.append(turn_id)
+        return lost
 
 
 def failed_done(message: str, code: str) -> Done:

@@ -1,4 +1,4 @@
-"""Real OpenAI clients pointed at Bernard: the official `openai` SDK and LangChain's `ChatOpenAI`."""
+"""Real OpenAI clients pointed at Bernard: the `openai` SDK and LangChain's `ChatOpenAI`."""
 
 from __future__ import annotations
 

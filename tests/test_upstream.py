@@ -32,12 +32,15 @@ def calculator(expression: str) -> str:
 
 def chat(upstream: ScriptedUpstream, **kwargs: Any) -> ChatOpenAI:
     # max_retries=0: a retry would silently consume the next scripted reply.
+    # stream_chunk_timeout=None: its per-chunk asyncio.wait_for swallows a cancel on Python 3.11
+    # whenever the next chunk is already buffered (see the buffered-cancel test below).
     return ChatOpenAI(
         model="gpt-4o-mini",
         base_url=upstream.base_url,
         api_key="test",
         stream_usage=True,
         max_retries=0,
+        stream_chunk_timeout=None,
         **kwargs,
     )
 
@@ -184,11 +187,29 @@ async def test_cancelling_astream_is_seen_as_a_disconnect(reply: Reply) -> None:
         cancelled_at = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await task
+            await asyncio.wait_for(task, 5)
 
         ex = await upstream.wait_disconnect(timeout_s=2)
         assert ex.disconnected_at is not None and ex.completed_at is None
         assert ex.disconnected_at - cancelled_at < 0.5
+
+
+async def test_cancel_propagates_while_chunks_are_buffered() -> None:
+    async with ScriptedUpstream() as upstream:
+        upstream.script(Reply.text(["x"] * 300))
+        first = asyncio.Event()
+
+        async def consume() -> None:
+            async for chunk in chat(upstream).astream("hi"):
+                if chunk.content:
+                    first.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(first.wait(), 5)
+        task.cancel()
+        # With langchain-openai's default stream_chunk_timeout this runs to completion instead.
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
 
 
 async def test_default_reply_and_models_endpoint() -> None:

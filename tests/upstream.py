@@ -16,6 +16,15 @@ Replies are consumed one per chat-completion request, FIFO; with none queued the
 (if any) decides, else the `default` reply answers. Every request is recorded as an `Exchange`
 with its body and timings, including when its client disconnected before the stream ended.
 
+Bernard's router is a second caller with its own script: a request offering the `respond`
+tool is answered from `script_router()` replies, then by `router_responder`, and by default
+with a `respond` call that reports zero tokens. So a test about the answer scripts only the
+answer, and its token counts are the answer's. Router requests are logged apart, in
+`router_exchanges` / `router_requests`; `exchanges` and `requests` hold the others::
+
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6*7"})]))
+    upstream.script(Reply.text("It is 42."))  # after the calculator ran, the router responds
+
 The OpenAI SDK retries 408/409/429/5xx and dropped connections by default: build clients with
 `max_retries=0` when scripting errors, or each retry consumes another scripted reply.
 """
@@ -43,7 +52,10 @@ from starlette.types import Receive, Scope, Send
 
 Body = dict[str, Any]
 Responder = Callable[[Body], "Reply"]
-ToolCallSpec = tuple[str, dict[str, Any]]
+# (name, arguments): a dict is sent as its JSON; a string is sent as is (e.g. broken JSON).
+ToolCallSpec = tuple[str, dict[str, Any] | str]
+
+ROUTER_TOOL = "respond"
 
 FINGERPRINT = "fp_scripted"
 
@@ -71,6 +83,15 @@ def last_user_text(body: Body) -> str:
 def tool_names(body: Body) -> list[str]:
     """The names of the function tools a request offers."""
     return [t["function"]["name"] for t in body.get("tools") or [] if "function" in t]
+
+
+def is_router_request(body: Body) -> bool:
+    """Whether a request is Bernard's router asking: it offers the `respond` tool."""
+    return ROUTER_TOOL in tool_names(body)
+
+
+def _arguments(args: dict[str, Any] | str) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
 
 
 def echo_tokens(text: str, count: int = 200) -> list[str]:
@@ -141,6 +162,7 @@ class Reply:
         chunk_delay: float = 0.0,
         block_after: int | None = None,
         fail_after: int | None = None,
+        usage: tuple[int, int] | None = None,
     ) -> Reply:
         """Tool calls (name, arguments), each call's arguments JSON streamed in `arg_chunks`."""
         return cls(
@@ -151,7 +173,13 @@ class Reply:
             chunk_delay=chunk_delay,
             block_after=block_after,
             fail_after=fail_after,
+            usage=usage,
         )
+
+    @classmethod
+    def respond(cls, *, usage: tuple[int, int] | None = (0, 0)) -> Reply:
+        """The router's "ready to answer" call; by default it reports no tokens."""
+        return cls.tool_calls([(ROUTER_TOOL, {})], usage=usage)
 
     @classmethod
     def error(
@@ -193,7 +221,7 @@ class Reply:
         for index, ((name, args), call_id) in enumerate(zip(self.calls, ids, strict=True)):
             head = {"index": index, "id": call_id, "type": "function"}
             yield {"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}
-            for fragment in _fragments(json.dumps(args), self.arg_chunks):
+            for fragment in _fragments(_arguments(args), self.arg_chunks):
                 yield {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}
 
 
@@ -311,12 +339,16 @@ class ScriptedUpstream:
         default: Reply | None = None,
         responder: Responder | None = None,
         models: Sequence[str] = ("gpt-4o-mini",),
+        router_responder: Responder | None = None,
     ) -> None:
         self.default = default or Reply.text("Hello from the scripted upstream.")
         self.responder = responder
+        self.router_responder = router_responder
         self.models = list(models)
         self.exchanges: list[Exchange] = []
+        self.router_exchanges: list[Exchange] = []
         self._queue: deque[Reply] = deque()
+        self._router_queue: deque[Reply] = deque()
         self._call_ids = itertools.count(1)
         self._changed = asyncio.Event()
         self._closing = False
@@ -344,14 +376,34 @@ class ScriptedUpstream:
         return [ex.body for ex in self.exchanges]
 
     @property
+    def router_requests(self) -> list[Body]:
+        """Every router request body (those offering `respond`), in arrival order."""
+        return [ex.body for ex in self.router_exchanges]
+
+    @property
     def pending(self) -> int:
         """How many scripted replies are still queued."""
         return len(self._queue)
+
+    @property
+    def router_pending(self) -> int:
+        """How many scripted router replies are still queued."""
+        return len(self._router_queue)
 
     def script(self, reply: Reply) -> Reply:
         """Queue `reply` for the next unanswered request; returns it (it is also the gate)."""
         self._queue.append(reply)
         return reply
+
+    def script_router(self, reply: Reply) -> Reply:
+        """Queue `reply` for the next router request (one offering `respond`); returns it."""
+        self._router_queue.append(reply)
+        return reply
+
+    async def wait_router_requests(self, count: int = 1, timeout_s: float = 5.0) -> list[Body]:
+        """Wait until at least `count` router requests have arrived."""
+        await self._wait(lambda: len(self.router_exchanges) >= count, timeout_s)
+        return self.router_requests
 
     async def wait_requests(self, count: int = 1, timeout_s: float = 5.0) -> list[Body]:
         """Wait until at least `count` requests have arrived."""
@@ -410,7 +462,7 @@ class ScriptedUpstream:
     async def __aexit__(self, *exc_info: object) -> None:
         # Free held and endless streams first, or uvicorn waits on them during shutdown.
         self._closing = True
-        for ex in self.exchanges:
+        for ex in [*self.exchanges, *self.router_exchanges]:
             ex.reply.release()
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
@@ -421,6 +473,12 @@ class ScriptedUpstream:
         self._port = None
 
     def _next_reply(self, body: Body) -> Reply:
+        if is_router_request(body):
+            if self._router_queue:
+                return self._router_queue.popleft()
+            if self.router_responder is not None:
+                return self.router_responder(body)
+            return Reply.respond()
         if self._queue:
             return self._queue.popleft()
         if self.responder is not None:
@@ -436,8 +494,9 @@ class ScriptedUpstream:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         reply = self._next_reply(body)
-        ex = Exchange(len(self.exchanges), body, reply, started_at=time.monotonic())
-        self.exchanges.append(ex)
+        log = self.router_exchanges if is_router_request(body) else self.exchanges
+        ex = Exchange(len(log), body, reply, started_at=time.monotonic())
+        log.append(ex)
         self._notify()
         if reply.error_body is not None:
             ex.completed_at = time.monotonic()
@@ -478,7 +537,7 @@ class ScriptedUpstream:
         message: Body = {"role": "assistant", "content": "".join(reply.tokens) or None}
         if reply.calls:
             message["tool_calls"] = [
-                {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+                {"id": i, "type": "function", "function": {"name": n, "arguments": _arguments(a)}}
                 for (n, a), i in zip(reply.calls, ids, strict=True)
             ]
         choice = {"index": 0, "message": message, "logprobs": None}

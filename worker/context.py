@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, convert_to_messages
 from langchain_core.tools import BaseTool
 
+from shared.records import Archivist
 from shared.settings import Settings
 from shared.turns import TurnRequest
 from worker.llm import Llm
@@ -15,7 +17,11 @@ from worker.llm import Llm
 
 @dataclass
 class TurnContext:
-    """State of one running turn. Harnesses read it and add to it; only the runner records."""
+    """State of one running turn. Harnesses read it and add to it; only the runner records.
+
+    `archivist` is the read-only half of the record keeper: a harness may look up the
+    conversation but never write to it (the runner holds the `Recorder`).
+    """
 
     turn_id: str
     request: TurnRequest
@@ -23,10 +29,20 @@ class TurnContext:
     router: Llm
     responder: Llm
     tools: list[BaseTool] = field(default_factory=list)
-    # The conversation as the model sees it, without the system prompt.
+    # The conversation this turn belongs to; None runs the turn without records.
+    conversation_id: str | None = None
+    archivist: Archivist | None = None
+    # The conversation as the model sees it, without the system prompt. The runner replaces
+    # it with the stored history when the turn has a conversation.
     history: list[BaseMessage] = field(default_factory=list)
-    # This turn's router messages: assistant tool-call messages and tool results.
+    # This turn's router messages as the response model sees them: assistant tool-call
+    # messages (without `respond`) and the tool results, whole.
     tool_messages: list[BaseMessage] = field(default_factory=list)
+    # Every router model answer as it came, `respond` calls included (never streamed).
+    router_messages: list[AIMessage] = field(default_factory=list)
+    # True once the router called `respond`: it has what the answer needs.
+    responded: bool = False
+    # What ran, as the non-stream body lists it; `len(tool_calls)` is the next call's index.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tool_outputs: list[dict[str, Any]] = field(default_factory=list)
     content: list[str] = field(default_factory=list)
@@ -37,14 +53,27 @@ class TurnContext:
 
     @classmethod
     def for_request(
-        cls, turn_id: str, request: TurnRequest, settings: Settings, router: Llm, responder: Llm
+        cls,
+        turn_id: str,
+        request: TurnRequest,
+        settings: Settings,
+        router: Llm,
+        responder: Llm,
+        *,
+        tools: Sequence[BaseTool] = (),
+        conversation_id: str | None = None,
+        archivist: Archivist | None = None,
     ) -> TurnContext:
+        """A fresh context whose history is the request's messages."""
         return cls(
             turn_id=turn_id,
             request=request,
             settings=settings,
             router=router,
             responder=responder,
+            tools=list(tools),
+            conversation_id=conversation_id,
+            archivist=archivist,
             history=list(convert_to_messages(request.messages)),
         )
 

@@ -52,6 +52,7 @@ _TIMEZONE = re.compile(
 # Digits joined by at least one operator the calculator tool understands, with parentheses.
 _NUMBER = r"\(*\s*-?\d+(?:\.\d+)?\s*\)*"
 _ARITHMETIC = re.compile(rf"{_NUMBER}(?:\s*(?:\*\*|//|[-+*/%])\s*{_NUMBER})+")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WORDS = re.compile(r"\s*\S+")
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 _QUOTE_MAX_CHARS = 120
@@ -72,7 +73,10 @@ def _count_tokens(text: str) -> int:
 
 def _find_timezone(text: str) -> str:
     match = _TIMEZONE.search(text)
-    return match.group(0) if match else "UTC"
+    if match is None:
+        return "UTC"
+    name = match.group(0)
+    return name.upper() if name.upper() in {"UTC", "GMT"} else name
 
 
 def _find_expression(text: str) -> str | None:
@@ -80,6 +84,8 @@ def _find_expression(text: str) -> str | None:
     if match is None:
         return None
     expression = match.group(0).strip()
+    if _ISO_DATE.fullmatch(expression):
+        return None  # "2024-01-05" is a date, not a subtraction
     # The number pattern may swallow parentheses that do not pair up; drop the excess.
     while expression.count("(") > expression.count(")") and expression.startswith("("):
         expression = expression[1:].lstrip()

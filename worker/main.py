@@ -11,10 +11,12 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from arq import func
 from arq.worker import Worker
+from langchain_core.tools import BaseTool
 
 from shared.connection import arq_settings, connect
 from shared.logs import configure_logging
@@ -41,6 +43,8 @@ async def startup(ctx: dict[str, Any]) -> None:
         responder=responder,
         turn_events=turn_events,
         worker_id=worker_id,
+        # None: the default tools. Set by `create_worker(tools=...)` (embedding, tests).
+        tools=ctx.get("tools"),
     )
     await supervisor.start()
     ctx.update(settings=settings, bernard_redis=redis, supervisor=supervisor)
@@ -94,10 +98,15 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-def create_worker(settings: Settings, **overrides: Any) -> Worker:
-    """A worker for `settings`, as the embedded mode and the tests run it."""
+def create_worker(
+    settings: Settings, *, tools: Sequence[BaseTool] | None = None, **overrides: Any
+) -> Worker:
+    """A worker for `settings`, as the embedded mode and the tests run it.
+
+    `tools` replaces the tools the router may call (default: `default_tools()`).
+    """
     options = worker_options(settings)
-    options["ctx"] = {"settings": settings}
+    options["ctx"] = {"settings": settings, "tools": list(tools) if tools is not None else None}
     return WakeWorker(**{**options, **overrides})
 
 

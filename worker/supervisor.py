@@ -18,23 +18,27 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 
+from langchain_core.tools import BaseTool
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
 from shared.events import Done, Event
+from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamWriter
 from shared.turns import TurnStore
 from worker.context import TurnContext
 from worker.llm import Llm, LlmError
+from worker.tools import default_tools
 
 logger = logging.getLogger("bernard.worker")
 
-TurnEvents = Callable[[TurnContext], AsyncIterator[Event]]
+# The turn runner: the context, and the recorder it alone may write the turn's records with.
+TurnEvents = Callable[[TurnContext, Recorder | None], AsyncIterator[Event]]
 
 
 class TurnSupervisor:
@@ -49,6 +53,7 @@ class TurnSupervisor:
         responder: Llm,
         turn_events: TurnEvents,
         worker_id: str,
+        tools: Sequence[BaseTool] | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
@@ -56,6 +61,8 @@ class TurnSupervisor:
         self.responder = responder
         self.turn_events = turn_events
         self.worker_id = worker_id
+        self.tools = list(tools) if tools is not None else default_tools()
+        self.records = RecordKeeper(redis)
         self.store = TurnStore(
             redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
         )
@@ -119,12 +126,21 @@ class TurnSupervisor:
             await self.store.finish(turn_id, Done(status="cancelled"))
             return "cancelled"
         ctx = TurnContext.for_request(
-            turn_id, record.request, self.settings, self.router, self.responder
+            turn_id,
+            record.request,
+            self.settings,
+            self.router,
+            self.responder,
+            tools=self.tools,
+            conversation_id=record.conversation_id,
+            archivist=self.records.as_archivist(),
         )
+        recorder = self.records.as_recorder()
         writer = StreamWriter(self.redis, turn_id, maxlen=self.settings.stream_maxlen)
         try:
             async with asyncio.timeout(self.settings.turn_timeout_s):
-                async with aclosing(self.turn_events(ctx)) as events:  # type: ignore[type-var]
+                turn = self.turn_events(ctx, recorder)
+                async with aclosing(turn) as events:  # type: ignore[type-var]
                     async for event in events:
                         await writer.write(event)
                 await writer.flush()
@@ -188,23 +204,12 @@ class TurnSupervisor:
                 expiry = now + self.settings.lease_ttl_s
                 pipe.zadd(keys.RUNNING_TURNS, dict.fromkeys(local, expiry))
             pipe.zadd(keys.WORKERS, {self.worker_id: now})
-            pipe.zrangebyscore(keys.RUNNING_TURNS, "-inf", now, start=0, num=50)
             replies = await pipe.execute()
         for turn_id, cancelled in zip(local, replies[1 : 2 * len(local) : 2], strict=True):
             if cancelled:
                 self.cancel_local(turn_id)
-        for raw in replies[-1]:
-            turn_id = raw.decode()
-            if turn_id in self._running:
-                continue
-            lost = await self.store.fail(
-                turn_id,
-                "the worker running this turn stopped responding",
-                "worker_lost",
-                only_if_lease_lapsed=True,
-            )
-            if lost:
-                logger.warning("turn %s failed: its worker was lost", turn_id)
+        for turn_id in await self.store.reap_lapsed(skip=self._running):
+            logger.warning("turn %s failed: its worker was lost", turn_id)
 
 
 async def _flush_quietly(writer: StreamWriter) -> None:

@@ -1,23 +1,66 @@
-"""The turn runner: chains the harnesses into one stream of events.
+"""The turn runner: chains the harnesses into one stream of events, and records the turn.
 
 router → memory → response for a chat turn; the response harness alone for a legacy
-completion. Each harness is an async generator; the runner yields their events in order,
-the moment each is produced.
+completion. Each harness is an async generator; the runner chains them into a `Sequencer`
+and yields their events in order, the moment each is produced.
+
+The runner alone records (seed 002). When the turn belongs to a conversation and a
+`Recorder` is given, it stores the request's new messages first and runs the turn on the
+stored history, records each model and tool call as its events pass, and stores this turn's
+messages once the turn has completed. Harnesses only ever see the read-only `Archivist`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 
 from shared.events import Event
+from shared.records import Recorder
 from worker.context import TurnContext
 from worker.harness.memory import memory_harness
 from worker.harness.response import response_harness
+from worker.harness.router import router_harness
+from worker.recording import TurnRecording
+from worker.sequencer import Sequencer
+
+__all__ = ["Harness", "stages", "turn_events"]
+
+Harness = Callable[[TurnContext], AsyncIterator[Event]]
 
 
-async def turn_events(ctx: TurnContext) -> AsyncIterator[Event]:
-    """Every event of the turn, in order."""
-    stages = [memory_harness, response_harness]
-    for stage in stages:
-        async for event in stage(ctx):
-            yield event
+def stages(ctx: TurnContext) -> list[Harness]:
+    """The harnesses this turn runs, in order."""
+    if ctx.request.kind == "completion":
+        return [response_harness]
+    return [router_harness, memory_harness, response_harness]
+
+
+async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> AsyncIterator[Event]:
+    """Every event of the turn, in order; with `recorder`, the turn is recorded as it runs."""
+    recording: TurnRecording | None = None
+    if recorder is not None and ctx.conversation_id is not None:
+        recording = TurnRecording(recorder, ctx)
+        await recording.begin()
+
+    sequencer: Sequencer[Event] = Sequencer()
+    # Harness generators start only when the sequencer reaches them, so chaining them all
+    # now still runs each stage after the previous one has finished.
+    for stage in stages(ctx):
+        sequencer.chain(stage(ctx))
+    sequencer.chain(None)
+
+    try:
+        async with aclosing(sequencer):
+            async for event in sequencer:
+                if recording is not None:
+                    # Recorded before it is passed on: a client that saw an event can find
+                    # its record.
+                    await recording.observe(event)
+                yield event
+    except Exception as exc:
+        if recording is not None:
+            await recording.fail(exc)
+        raise
+    if recording is not None:
+        await recording.finish()

@@ -16,11 +16,10 @@ from api.auth import Owner
 from api.encoding import encoder_for
 from api.errors import ApiError
 from api.pipeline import SSE_HEADERS, stream_response, turn_headers, turn_object
-from api.relay import entry_events, parse_cursor
+from api.relay import valid_cursor
 from api.state import AppState, get_state
 from shared import keys
 from shared.cancel import request_cancel
-from shared.streams import parse_entries
 from shared.turns import TurnRecord
 
 router = APIRouter()
@@ -58,21 +57,14 @@ async def turn_events(
 ) -> Response:
     """The turn's SSE from the start, or strictly after `Last-Event-ID` (or `?after=`)."""
     record = await _owned_turn(state, turn_id, owner)
-    try:
-        entry_id, index = parse_cursor(last_event_id or after)
-    except ValueError as exc:
-        raise ApiError(400, "malformed event id", param="after", code="invalid_value") from exc
+    cursor = last_event_id or after
+    if not valid_cursor(cursor):
+        raise ApiError(400, f"malformed event id '{cursor}'", param="after", code="invalid_value")
     if not await state.redis.exists(keys.events(turn_id)):
         if record.finished:
             return _compacted_replay(record)
         raise ApiError(404, f"turn '{turn_id}' has no events", code="turn_not_found")
-    first: list[ServerSentEvent] = []
-    if index is not None:
-        # Resume inside a multi-frame entry: send that entry's remaining frames first.
-        raw = await state.redis.xrange(keys.events(turn_id), min=entry_id, max=entry_id)
-        for entry in parse_entries(raw):
-            first = entry_events(encoder_for(record), entry, skip_through=index)
-    return await stream_response(state, record, after=entry_id, first=first)
+    return await stream_response(state, record, after=cursor)
 
 
 def _compacted_replay(record: TurnRecord) -> Response:

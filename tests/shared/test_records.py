@@ -21,8 +21,10 @@ from shared.records import (
     new_messages,
     to_openai_message,
 )
+from tests.conftest import TEST_REDIS_URL
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
+# A database of its own on the test Redis: these tests flush it.
+REDIS_URL = TEST_REDIS_URL.rsplit("/", 1)[0] + "/14"
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])

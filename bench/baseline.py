@@ -1,0 +1,77 @@
+"""The baseline the pipeline is held to: the same turn in one process, no queue, no stream.
+
+`uvicorn bench.baseline:app` serves `POST /v1/chat/completions` like the API does (FastAPI,
+the same request model and validation, the same `ChatEncoder`, the same
+`EventSourceResponse` settings), but runs the turn in the request itself: it builds the
+`TurnContext` the worker would build, iterates the worker's own `worker.turn.turn_events`
+(whose `ChatOpenAI` calls the same scripted upstream) and encodes each event into SSE
+frames the moment it is yielded. There is no Redis, no arq job, no turn record, no stream
+and no relay: that is exactly what the pipeline adds.
+
+Each frame's SSE `id` is `b<wall-clock time the event was yielded>`, the counterpart of the
+`at` the worker stamps on a stream entry, so the benchmark can measure "event produced →
+client receipt" here the way it measures "XADD → client receipt" through the pipeline. A
+client that disconnects closes the turn's generator, which closes the upstream response.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+from fastapi import FastAPI
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from api.encoding import ChatEncoder
+from api.pipeline import SSE_HEADERS
+from api.schemas import ChatCompletionRequest
+from shared.events import Done, Event, Start
+from shared.settings import MODEL_ID, Settings, get_settings
+from shared.turns import TurnRecord
+from worker.context import TurnContext
+from worker.llm import build_llms
+from worker.turn import turn_events
+
+
+def create_baseline_app(settings: Settings | None = None) -> FastAPI:
+    """The in-process baseline for `settings` (read from the environment when not given)."""
+    settings = settings or get_settings()
+    router, responder = build_llms(settings)
+    app = FastAPI(title="Bernard benchmark baseline")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest) -> EventSourceResponse:
+        body.check_honourable()
+        request = body.to_turn()
+        record = TurnRecord(id=uuid.uuid4().hex, owner="local", request=request, model=MODEL_ID)
+        encoder = ChatEncoder(record)
+
+        def frames(event: Event) -> list[ServerSentEvent]:
+            frame_id = f"b{time.time():.6f}"
+            return [ServerSentEvent(data=f, id=frame_id) for f in encoder.frames(event)]
+
+        async def events() -> AsyncIterator[ServerSentEvent]:
+            for frame in frames(Start()):
+                yield frame
+            ctx = TurnContext.for_request(record.id, request, settings, router, responder)
+            async with aclosing(turn_events(ctx)) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    for frame in frames(event):
+                        yield frame
+            done = Done(status="completed", finish_reason=ctx.finish_reason, usage=ctx.usage)
+            for frame in frames(done):
+                yield frame
+
+        headers = {**SSE_HEADERS, "X-Bernard-Turn-Id": record.id}
+        return EventSourceResponse(events(), headers=headers, ping=3600, sep="\n")
+
+    return app
+
+
+app = create_baseline_app()

@@ -1,0 +1,270 @@
+"""The processes a benchmark run needs: Redis, the upstream, API, worker and baseline servers.
+
+Everything is a real child process started the way production starts it: the API is
+`uvicorn api.main:app`, the worker `arq worker.main.WorkerSettings`, configured only through
+the environment (`REDIS_URL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `BERNARD_*`). Each child
+logs to its own file in the run's work directory. Redis is a `redis-server` of our own on
+a free port (so `INFO commandstats` counts only Bernard's traffic) unless `--redis-url`
+names one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from redis.asyncio import Redis
+
+from bench.client import Endpoint, request
+from launcher.redis_server import find_redis_binary, free_port, start_redis
+from launcher.supervisor import stop_process
+from shared import keys
+
+ROOT = Path(__file__).resolve().parent.parent
+QUEUE_NAME = "bernard:bench:queue"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(eq=False)
+class Service:
+    """One child process; `port` is where it listens, when it is a server."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return ("127.0.0.1", self.port)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_bytes(self) -> int:
+        """Resident set size now, from /proc."""
+        fields = Path(f"/proc/{self.pid}/statm").read_text().split()
+        return int(fields[1]) * _PAGE
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time used so far, from /proc."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        stop_process(self.proc, signal.SIGTERM, timeout_s)
+
+    def kill(self) -> None:
+        if self.alive:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class StartupError(RuntimeError):
+    """A child process did not come up."""
+
+
+@dataclass(eq=False)
+class Cluster:
+    """The run's processes and the knobs they all share."""
+
+    workdir: Path
+    redis_url: str
+    settings_env: dict[str, str]
+    redis_proc: Service | None = None
+    upstream: Service | None = None
+    apis: list[Service] = field(default_factory=list)
+    workers: list[Service] = field(default_factory=list)
+    baseline: Service | None = None
+    _counter: int = 0
+
+    # -- Redis -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, workdir: Path, redis_url: str | None, env: Mapping[str, str]) -> Cluster:
+        """Start our own Redis unless `redis_url` is given; returns the cluster around it."""
+        redis_proc = None
+        if redis_url is None:
+            binary = find_redis_binary()
+            port = free_port()
+            proc = start_redis(binary, port, workdir)
+            redis_proc = Service("redis", proc, workdir / f"redis-{port}.log", port)
+            redis_url = f"redis://127.0.0.1:{port}/0"
+        cluster = cls(workdir=workdir, redis_url=redis_url, settings_env=dict(env))
+        cluster.redis_proc = redis_proc
+        return cluster
+
+    def redis(self) -> Redis:
+        """A new client for the run's Redis (the caller closes it)."""
+        return Redis.from_url(self.redis_url)
+
+    @property
+    def dedicated_redis(self) -> bool:
+        return self.redis_proc is not None
+
+    # -- children ----------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("BERNARD_", "OPENAI_")) and k != "REDIS_URL"
+        }
+        env.update(self.settings_env)
+        env["REDIS_URL"] = self.redis_url
+        env["BERNARD_QUEUE_NAME"] = QUEUE_NAME
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.upstream is not None:
+            env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{self.upstream.port}/v1"
+            env["OPENAI_API_KEY"] = "bench-key"
+        return env
+
+    def _spawn(self, name: str, argv: list[str], *, stdin: int | None = None) -> Service:
+        self._counter += 1
+        log = self.workdir / f"{self._counter:02d}-{name}.log"
+        with log.open("wb") as sink:
+            proc = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=self._env(),
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if name == "upstream" else sink,
+                stderr=sink,
+                start_new_session=True,
+            )
+        return Service(name, proc, log)
+
+    async def start_upstream(self) -> Service:
+        """The scripted upstream (bench.upstream) in its own process."""
+        service = self._spawn(
+            "upstream", [sys.executable, "-m", "bench.upstream"], stdin=subprocess.PIPE
+        )
+        assert service.proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(service.proc.stdout.readline), 30)
+        if not line:
+            raise StartupError(f"the upstream did not start:\n{service.log_tail()}")
+        service.port = int(orjson.loads(line)["port"])
+        self.upstream = service
+        return service
+
+    async def _start_server(self, name: str, app: str) -> Service:
+        port = free_port()
+        argv = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
+        argv += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
+        service = self._spawn(name, argv)
+        service.port = port
+        await _wait_http(service, "/healthz")
+        return service
+
+    async def start_api(self) -> Service:
+        """One more `uvicorn api.main:app` process."""
+        service = await self._start_server(f"api{len(self.apis) + 1}", "api.main:app")
+        self.apis.append(service)
+        return service
+
+    async def start_baseline(self) -> Service:
+        """The in-process baseline server (bench.baseline)."""
+        self.baseline = await self._start_server("baseline", "bench.baseline:app")
+        return self.baseline
+
+    async def start_worker(self) -> Service:
+        """One more `arq worker.main.WorkerSettings` process; returns once it reported in."""
+        argv = [sys.executable, "-m", "arq", "worker.main.WorkerSettings"]
+        service = self._spawn(f"worker{len(self.workers) + 1}", argv)
+        self.workers.append(service)
+        await self.wait_worker_registered(service)
+        return service
+
+    async def wait_worker_registered(self, service: Service, timeout_s: float = 60) -> None:
+        """Wait until the worker's supervisor has renewed its entry in `bernard:workers`."""
+        pattern = re.compile(rf":{service.pid}:")
+        redis = self.redis()
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if not service.alive:
+                    raise StartupError(f"{service.name} exited:\n{service.log_tail()}")
+                members = await redis.zrange(keys.WORKERS, 0, -1)
+                if any(pattern.search(m.decode()) for m in members):
+                    return
+                await asyncio.sleep(0.1)
+        finally:
+            await redis.aclose()
+        raise StartupError(f"{service.name} never reported in:\n{service.log_tail()}")
+
+    async def scale(self, apis: int, workers: int) -> None:
+        """Run exactly `apis` API and `workers` worker processes (newest stop first)."""
+        while len(self.apis) > apis:
+            self.apis.pop().stop()
+        while len(self.workers) > workers:
+            self.workers.pop().stop(timeout_s=15)
+        while len(self.apis) < apis:
+            await self.start_api()
+        while len(self.workers) < workers:
+            await self.start_worker()
+
+    def forget_worker(self, service: Service) -> None:
+        """Drop a worker that was killed on purpose."""
+        if service in self.workers:
+            self.workers.remove(service)
+
+    def check_alive(self) -> None:
+        """Raise if any child died on its own."""
+        for service in [*self.apis, *self.workers, self.upstream, self.baseline]:
+            if service is not None and not service.alive:
+                raise StartupError(f"{service.name} exited:\n{service.log_tail()}")
+
+    def stop_all(self) -> None:
+        """Stop every child: servers first, then the workers, the upstream, Redis last."""
+        for service in [*self.apis, self.baseline]:
+            if service is not None:
+                service.stop(timeout_s=5)
+        for service in self.workers:
+            service.stop(timeout_s=15)
+        if self.upstream is not None:
+            if self.upstream.proc.stdin is not None:
+                self.upstream.proc.stdin.close()
+            self.upstream.stop(timeout_s=10)
+            if self.upstream.proc.stdout is not None:
+                self.upstream.proc.stdout.close()
+        if self.redis_proc is not None:
+            self.redis_proc.stop(timeout_s=10)
+        self.apis.clear()
+        self.workers.clear()
+
+
+async def _wait_http(service: Service, path: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not service.alive:
+            raise StartupError(f"{service.name} exited:\n{service.log_tail()}")
+        try:
+            call = await request(service.endpoint, "GET", path)
+            if call.status == 200:
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.1)
+    raise StartupError(f"{service.name} did not answer {path}:\n{service.log_tail()}")

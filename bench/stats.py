@@ -1,0 +1,67 @@
+"""Summaries of samples: min, median, p90, p99, max; and how two summaries compare."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The `q`-th percentile (0-100) of sorted samples, by linear interpolation."""
+    if not ordered:
+        return math.nan
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The distribution of one set of samples (same unit as the samples)."""
+
+    n: int
+    min: float
+    median: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
+
+    @classmethod
+    def of(cls, samples: Iterable[float]) -> Summary:
+        ordered = sorted(samples)
+        if not ordered:
+            nan = math.nan
+            return cls(0, nan, nan, nan, nan, nan, nan)
+        return cls(
+            n=len(ordered),
+            min=ordered[0],
+            median=percentile(ordered, 50),
+            p90=percentile(ordered, 90),
+            p99=percentile(ordered, 99),
+            max=ordered[-1],
+            mean=sum(ordered) / len(ordered),
+        )
+
+    def scaled(self, factor: float) -> Summary:
+        """Every figure multiplied by `factor` (e.g. seconds → milliseconds)."""
+        return Summary(
+            self.n,
+            self.min * factor,
+            self.median * factor,
+            self.p90 * factor,
+            self.p99 * factor,
+            self.max * factor,
+            self.mean * factor,
+        )
+
+
+def ratio(value: float, base: float) -> float:
+    """`value / base`, NaN when the base is zero or missing."""
+    if not base or math.isnan(base) or math.isnan(value):
+        return math.nan
+    return value / base

@@ -1,0 +1,224 @@
+"""Turns that outlive their connection: resume, background turns, stop, disconnect policy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from shared import keys
+from tests.conftest import Stack, make_settings, run_stack, run_worker
+from tests.sse import Frame, collect, frames
+from tests.upstream import Reply, ScriptedUpstream
+
+CHAT = "/v1/chat/completions"
+
+
+def body(content: str = "hello", **extra: Any) -> dict[str, Any]:
+    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 10) -> dict:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+            if turn["status"] in wanted:
+                return dict(turn)
+            await asyncio.sleep(0.02)
+
+
+async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
+    headers = {"Last-Event-ID": after} if after else {}
+    return await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
+
+
+def wire(collected: list[Frame]) -> list[tuple[str, str]]:
+    return [(frame.id, frame.data) for frame in collected]
+
+
+async def finished_turn(stack: Stack, upstream: ScriptedUpstream, **extra: Any) -> str:
+    upstream.script(Reply.text([f"t{i} " for i in range(12)], usage=(3, 12)))
+    response = await stack.client.post(
+        CHAT,
+        json=body(stream=True, stream_options={"include_usage": True, "trace": True}, **extra),
+    )
+    return response.headers["x-bernard-turn-id"]
+
+
+async def test_resuming_after_every_frame_gives_exactly_the_rest_of_the_stream(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    turn_id = await finished_turn(stack, upstream)
+    full = await replay(stack, turn_id)
+    # Role, content (deltas may be coalesced), two traces, finish, usage, [DONE].
+    assert full[-1].done and len(full) >= 8
+    assert len({f.id for f in full}) == len(full), "every frame has its own id"
+    for k, frame in enumerate(full[:-1]):
+        rest = await replay(stack, turn_id, after=frame.id)
+        assert wire(full[: k + 1] + rest) == wire(full), f"resume after frame {k}"
+
+
+async def test_resume_with_the_after_query_parameter(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    turn_id = await finished_turn(stack, upstream)
+    full = await replay(stack, turn_id)
+    rest = await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events?after={full[3].id}")
+    assert wire(rest) == wire(full[4:])
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5])
+async def test_a_client_that_keeps_dropping_and_resuming_misses_and_repeats_nothing(
+    stack: Stack, upstream: ScriptedUpstream, chunk: int
+) -> None:
+    upstream.script(Reply.text([f"w{i} " for i in range(20)], chunk_delay=0.005))
+    seen: list[Frame] = []
+    async with stack.client.stream(
+        "POST", CHAT, json=body(stream=True, on_disconnect="continue")
+    ) as response:
+        turn_id = response.headers["x-bernard-turn-id"]
+        async for frame in frames(response):
+            seen.append(frame)
+            if len(seen) >= chunk:
+                break
+    while not seen[-1].done:
+        headers = {"Last-Event-ID": seen[-1].id}
+        url = f"/v1/turns/{turn_id}/events"
+        async with stack.client.stream("GET", url, headers=headers) as response:
+            taken = 0
+            async for frame in frames(response):
+                seen.append(frame)
+                taken += 1
+                if taken >= chunk:
+                    break
+    assert wire(seen) == wire(await replay(stack, turn_id))
+
+
+async def test_background_turn_answers_202_then_runs_with_nobody_attached(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["in", " the", " background"], chunk_delay=0.01))
+    response = await stack.client.post(CHAT, json=body(background=True, stream=True))
+    assert response.status_code == 202
+    turn = response.json()
+    assert turn["object"] == "bernard.turn"
+    assert turn["status"] == "queued"
+    done = await wait_status(stack, turn["id"], {"completed"})
+    assert done["result"]["choices"][0]["message"]["content"] == "in the background"
+    assert done["started_at"] <= done["finished_at"]
+    events = await replay(stack, turn["id"])
+    assert "".join(f.content for f in events) == "in the background"
+    assert events[-1].done
+
+
+async def test_cancelling_a_background_turn_closes_the_upstream(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+    await upstream.wait_requests(1)
+    first = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+    assert first.status_code == 200
+    exchange = await upstream.wait_disconnect(timeout_s=5)
+    assert exchange.ended
+    done = await wait_status(stack, turn["id"], {"cancelled"})
+    again = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+    assert done["status"] == "cancelled"
+    events = await replay(stack, turn["id"])
+    assert events[-2].json["error"]["code"] == "turn_cancelled" and events[-1].done
+
+
+async def test_cancel_of_a_finished_turn_changes_nothing(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    turn_id = await finished_turn(stack, upstream)
+    response = await stack.client.post(f"/v1/turns/{turn_id}/cancel")
+    assert response.json()["status"] == "completed"
+    assert not await stack.redis.exists(keys.cancel(turn_id))
+
+
+async def test_a_turn_cancelled_before_any_worker_took_it_never_calls_the_model(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings = make_settings(upstream)
+    async with run_stack(settings, worker=False) as stack:
+        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+        await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+        async with run_worker(settings):
+            done = await wait_status(stack, turn["id"], {"cancelled", "completed"})
+    assert done["status"] == "cancelled"
+    assert upstream.requests == []
+
+
+async def test_a_client_returning_within_the_grace_keeps_the_turn_alive(
+    upstream: ScriptedUpstream,
+) -> None:
+    gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
+    async with run_stack(make_settings(upstream, disconnect_grace_s=1.0)) as stack:
+        async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+            turn_id = response.headers["x-bernard-turn-id"]
+            stream = frames(response)
+            last = await anext(stream)
+            await gate.wait_blocked()
+        url = f"/v1/turns/{turn_id}/events"
+        async with stack.client.stream("GET", url, headers={"Last-Event-ID": last.id}) as back:
+            gate.release()
+            rest = [frame async for frame in frames(back)]
+        await asyncio.sleep(1.2)  # past the grace: the first client's detach must not cancel
+        turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+    assert "".join(f.content for f in rest) == "one two"
+    assert turn["status"] == "completed"
+
+
+async def test_a_client_that_never_returns_is_cancelled_after_the_grace(
+    upstream: ScriptedUpstream,
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    async with run_stack(make_settings(upstream, disconnect_grace_s=0.3)) as stack:
+        async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
+            turn_id = response.headers["x-bernard-turn-id"]
+            await anext(frames(response))
+        running = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+        await upstream.wait_disconnect(timeout_s=5)
+        done = await wait_status(stack, turn_id, {"cancelled"})
+    assert running["status"] in {"queued", "running"}
+    assert done["status"] == "cancelled"
+
+
+async def test_after_retention_events_answer_with_a_compacted_replay(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    turn_id = await finished_turn(stack, upstream)
+    await stack.redis.delete(keys.events(turn_id))
+    replayed = await replay(stack, turn_id)
+    assert replayed[-1].done
+    assert all(f.bernard == {"type": "replay", "compacted": True} for f in replayed[:-1])
+    assert "".join(f.content for f in replayed) == "".join(f"t{i} " for i in range(12))
+    assert replayed[-2].json["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_a_redelivered_job_does_not_run_its_turn_again(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    turn_id = await finished_turn(stack, upstream)
+    requests_before = len(upstream.requests)
+    await stack.redis.delete(f"arq:result:{turn_id}", f"arq:job:{turn_id}")
+    from arq.connections import ArqRedis
+
+    arq = ArqRedis.from_url(stack.settings.redis_url)
+    job = await arq.enqueue_job(
+        "run_turn", turn_id, _job_id=f"{turn_id}-again", _queue_name=stack.settings.queue_name
+    )
+    await arq.lpush(keys.wake(stack.settings.queue_name), b"1")
+    assert job is not None
+    async with asyncio.timeout(5):
+        while True:
+            if await arq.zscore(stack.settings.queue_name, f"{turn_id}-again") is None:
+                break
+            await asyncio.sleep(0.02)
+    await arq.aclose()
+    assert len(upstream.requests) == requests_before
+    events = await replay(stack, turn_id)
+    assert sum(f.done for f in events) == 1

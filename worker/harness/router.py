@@ -1,0 +1,155 @@
+"""The router harness: decides which tools the answer needs, runs them, streams it all.
+
+Per model call: one `llm_prompt` trace, the call itself with the tools bound plus `respond`,
+one `llm_call_complete` trace. For each tool call except `respond`: `tool_call` (before the
+tool runs, arguments whole), the tool's `tool_progress` events live while it runs, then
+`tool_result` (cut for the stream; the context keeps it whole for the response model and the
+record keeper). The loop ends when the model calls `respond` or calls no tool, or after
+`max_router_steps` model calls (then a non-fatal `error` event, and the turn goes on to the
+response with what it has).
+
+`respond` is the router's way of saying "I have what I need": it is kept on the context
+(`router_messages`, `responded`) and never streamed, and it is left out of the messages the
+response model sees, since an assistant tool call without a tool answer is an invalid prompt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import Any
+
+from langchain_core.messages import AIMessage, SystemMessage, convert_to_openai_messages
+from langchain_core.messages.tool import tool_call
+from langchain_core.tools import BaseTool
+
+from shared.events import Error, Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
+from worker.context import TurnContext
+from worker.harness.tool_call import (
+    PlannedCall,
+    ToolOutcome,
+    arguments_text,
+    cut_for_stream,
+    execute,
+)
+
+__all__ = ["RESPOND_TOOL", "RESPOND_TOOL_NAME", "ROUTER_PROMPT", "router_harness"]
+
+RESPOND_TOOL_NAME = "respond"
+RESPOND_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": RESPOND_TOOL_NAME,
+        "description": "Call when you are ready for the final answer to be written",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
+ROUTER_PROMPT = (
+    "You are the router of Bernard, an assistant. Do not answer the user yourself: decide "
+    "which tools, if any, would help answer the latest message, and call them. Tool results "
+    "come back to you; call more tools if needed. When you have what the answer needs, or "
+    f"when no tool helps, call `{RESPOND_TOOL_NAME}` and another model will write the answer."
+)
+
+
+async def router_harness(ctx: TurnContext) -> AsyncIterator[Event]:
+    """Run the tool loop for `ctx`, yielding each event the moment it happens."""
+    tools = {tool.name: tool for tool in ctx.tools}
+    bound: list[BaseTool | dict[str, Any]] = [*ctx.tools, RESPOND_TOOL]
+    model = ctx.router.name
+    for _ in range(ctx.settings.max_router_steps):
+        messages = [SystemMessage(ROUTER_PROMPT), *ctx.history, *ctx.tool_messages]
+        yield LlmPrompt(stage="router", model=model, messages=convert_to_openai_messages(messages))
+        result = await ctx.router.complete(messages, bound)
+        ctx.add_usage(result.usage)
+        yield LlmCallComplete(
+            stage="router", model=model, latency_ms=result.latency_ms, usage=result.usage
+        )
+        ctx.router_messages.append(result.message)
+        planned, responded = _plan(result.message)
+        ctx.responded = ctx.responded or responded
+        if planned:
+            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in planned]
+            ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
+            for call in planned:
+                async with aclosing(_run(ctx, call, tools)) as events:
+                    async for event in events:
+                        yield event
+        if responded or not planned:
+            return
+    yield Error(
+        message=(
+            f"the router reached its limit of {ctx.settings.max_router_steps} model calls; "
+            "answering with the tool results so far"
+        ),
+        code="router_step_limit",
+    )
+
+
+async def _run(
+    ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]
+) -> AsyncGenerator[Event, None]:
+    """One call: `tool_call`, its progress live, `tool_result` (and `error` if it failed)."""
+    # The index counts calls across the whole turn, so clients that merge `delta.tool_calls`
+    # by index never fold two router steps' calls into one.
+    index = len(ctx.tool_calls)
+    ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
+    yield ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
+    outcome: ToolOutcome | None = None
+    async with aclosing(execute(call, tools, timeout_s=ctx.settings.tool_timeout_s)) as items:
+        async for item in items:
+            if isinstance(item, ToolOutcome):
+                outcome = item
+            else:
+                yield item
+    assert outcome is not None, "execute() always ends with an outcome"
+    ctx.tool_messages.append(outcome.message)
+    ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": outcome.content})
+    streamed, truncated = cut_for_stream(outcome.content, ctx.settings.stream_tool_output_max_chars)
+    yield ToolResult(tool_call_id=call.id, name=call.name, content=streamed, truncated=truncated)
+    if outcome.failure is not None:
+        yield outcome.failure
+
+
+def _plan(message: AIMessage) -> tuple[list[PlannedCall], bool]:
+    """The calls to run (in the model's order, `respond` left out) and whether it responded."""
+    planned: list[PlannedCall] = []
+    responded = False
+    for call in message.tool_calls:
+        if call["name"] == RESPOND_TOOL_NAME:
+            responded = True
+            continue
+        args = call["args"]
+        planned.append(
+            PlannedCall(
+                id=call.get("id") or _new_id(),
+                name=call["name"],
+                args=args,
+                arguments=arguments_text(args),
+            )
+        )
+    # Arguments that are not a JSON object land here; the model hears about it as the
+    # call's result, and its own text is what the client sees as the arguments.
+    for bad in message.invalid_tool_calls:
+        name = bad.get("name") or ""
+        if name == RESPOND_TOOL_NAME:
+            responded = True
+            continue
+        raw = bad.get("args") or ""
+        planned.append(
+            PlannedCall(
+                id=bad.get("id") or _new_id(),
+                name=name,
+                args={},
+                arguments=raw,
+                parse_error=f"the arguments are not a JSON object: {raw[:200]!r}",
+            )
+        )
+    return planned, responded
+
+
+def _new_id() -> str:
+    # Some providers omit call ids; the tool message and the stream need one to match on.
+    return f"call_{uuid.uuid4().hex[:24]}"

@@ -1,0 +1,176 @@
+"""Running one tool call for the router: validated, time-limited, its progress streamed live.
+
+`execute` is an async generator: it yields each `ToolProgress` the tool reports *while the
+tool is still running* (the tool runs in its own task; its reporter feeds a queue that this
+generator drains), then one `ToolOutcome`. Every way a call can go wrong (an unknown tool,
+arguments that fail the tool's schema, a tool that raises, a tool that overruns its time)
+ends in an outcome whose message is a clear error the model can read and act on; nothing
+here raises into the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel, ValidationError
+
+from shared.events import Error, ToolProgress
+from worker.tools.progress import ProgressReporter, progress_config
+
+__all__ = ["PlannedCall", "ToolOutcome", "cut_for_stream", "execute"]
+
+logger = logging.getLogger("bernard.worker.tools")
+
+
+@dataclass(slots=True)
+class PlannedCall:
+    """One tool call the router decided on, with a guaranteed id.
+
+    `arguments` is the JSON text as streamed to the client; `parse_error` is set when the
+    model's arguments were not a JSON object (then `args` is empty).
+    """
+
+    id: str
+    name: str
+    args: dict[str, Any]
+    arguments: str
+    parse_error: str | None = None
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """How a call ended: the tool message (content whole) and, for a failure, an error event."""
+
+    message: ToolMessage
+    failure: Error | None = None
+
+    @property
+    def content(self) -> str:
+        return str(self.message.content)
+
+    @property
+    def status(self) -> Literal["success", "error"]:
+        return self.message.status
+
+
+def cut_for_stream(content: str, limit: int) -> tuple[str, bool]:
+    """`content` cut to `limit` characters plus an explicit marker, and whether it was cut."""
+    if len(content) <= limit:
+        return content, False
+    return f"{content[:limit]}…[truncated {len(content) - limit} chars]", True
+
+
+async def execute(
+    call: PlannedCall, tools: Mapping[str, BaseTool], *, timeout_s: float
+) -> AsyncGenerator[ToolProgress | ToolOutcome, None]:
+    """Run `call`; yield its progress as it happens, then exactly one `ToolOutcome`."""
+    tool = tools.get(call.name)
+    if tool is None:
+        known = ", ".join(sorted(tools)) or "none"
+        yield _error(call, f"unknown tool '{call.name}'. Available tools: {known}.")
+        return
+    if call.parse_error is not None:
+        yield _error(call, f"invalid arguments for tool '{call.name}': {call.parse_error}")
+        return
+    problem = _schema_problem(tool, call.args)
+    if problem is not None:
+        yield _error(call, f"invalid arguments for tool '{call.name}': {problem}")
+        return
+
+    queue: asyncio.Queue[ToolProgress | None] = asyncio.Queue()
+    reporter = ProgressReporter(queue.put_nowait, tool_call_id=call.id, tool=call.name)
+    tool_input = {"name": call.name, "args": call.args, "id": call.id, "type": "tool_call"}
+    task = asyncio.create_task(tool.ainvoke(tool_input, config=progress_config(reporter)))
+    # The end of the task goes through the same queue as `None`, behind every progress event
+    # the tool reported before returning, so nothing it reported is lost or reordered.
+    task.add_done_callback(lambda _: queue.put_nowait(None))
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    try:
+        # No cancel scope spans a `yield`: an `asyncio.timeout` block here would cancel the
+        # consumer's task, wherever it is, while this generator sits suspended.
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=max(remaining, 0))
+            except TimeoutError:
+                break
+            if item is None:
+                break
+            yield item
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    if task.cancelled():
+        message = f"the tool '{call.name}' did not finish within {timeout_s:g}s and was stopped"
+        yield _error(call, message, failure=Error(message=message, code="tool_timeout"))
+        return
+    exc = task.exception()
+    if exc is not None:
+        logger.warning("tool %s failed: %r", call.name, exc)
+        message = f"the tool '{call.name}' failed: {exc}"
+        yield _error(call, message, failure=Error(message=message, code="tool_error"))
+        return
+    result = task.result()
+    if isinstance(result, ToolMessage):
+        result.content = as_text(result.content)
+        result.name = result.name or call.name
+        yield ToolOutcome(message=result)
+    else:
+        # A tool with `response_format="content_and_artifact"` or a custom runnable.
+        content = as_text(result)
+        yield ToolOutcome(ToolMessage(content=content, tool_call_id=call.id, name=call.name))
+
+
+def as_text(content: Any) -> str:
+    """A tool's output as the text the model and the client read."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and all(
+        isinstance(p, Mapping) and p.get("type") == "text" for p in content
+    ):
+        return "".join(str(p.get("text", "")) for p in content)
+    try:
+        return orjson.dumps(content, default=str).decode()
+    except TypeError:
+        return str(content)
+
+
+def _schema_problem(tool: BaseTool, args: dict[str, Any]) -> str | None:
+    """Why `args` fail the tool's argument schema, or None when they fit (or it has none)."""
+    # Checked here rather than left to `ainvoke`, so a ValidationError raised *inside* a
+    # tool is reported as the tool failing, not as the model's arguments being wrong.
+    schema = tool.tool_call_schema
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return None
+    try:
+        schema.model_validate(args)
+    except ValidationError as exc:
+        return "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+            for err in exc.errors()
+        )
+    return None
+
+
+def _error(call: PlannedCall, message: str, *, failure: Error | None = None) -> ToolOutcome:
+    tool_message = ToolMessage(
+        content=f"Error: {message}", tool_call_id=call.id, name=call.name, status="error"
+    )
+    return ToolOutcome(message=tool_message, failure=failure)
+
+
+def arguments_text(args: Mapping[str, Any]) -> str:
+    """The arguments as the JSON text a client sees in `function.arguments`."""
+    return json.dumps(args, ensure_ascii=False)
