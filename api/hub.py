@@ -36,7 +36,14 @@ class Reader:
         self.cursor = cursor
         self._queue: asyncio.Queue[Entry] = asyncio.Queue()
 
-    def offer(self, entries: list[Entry]) -> None:
+    def offer(self, read_from: str, entries: list[Entry]) -> None:
+        """Take the entries after this reader's cursor from a batch read after `read_from`.
+
+        A batch read from a later cursor than ours (it was in flight when we joined) would
+        leave a gap: skip it; the next read starts at our cursor.
+        """
+        if entry_key(read_from) > entry_key(self.cursor):
+            return
         for entry_id, stamped in entries:
             if entry_key(entry_id) > entry_key(self.cursor):
                 self._queue.put_nowait((entry_id, stamped))
@@ -107,10 +114,9 @@ class StreamHub:
     async def _run(self) -> None:
         failures = 0
         while True:
+            streams = self._streams()
             try:
-                reply = await self.redis.xread(
-                    self._streams(), count=_READ_COUNT, block=self.block_ms
-                )
+                reply = await self.redis.xread(streams, count=_READ_COUNT, block=self.block_ms)
                 failures = 0
             except (RedisError, OSError) as exc:
                 failures += 1
@@ -125,4 +131,4 @@ class StreamHub:
                 turn_id = key.split("{", 1)[1].split("}", 1)[0]
                 entries = parse_entries(raw_entries)
                 for reader in list(self._readers.get(turn_id, ())):
-                    reader.offer(entries)
+                    reader.offer(streams[key], entries)

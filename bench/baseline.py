@@ -32,6 +32,7 @@ from shared.settings import MODEL_ID, Settings, get_settings
 from shared.turns import TurnRecord
 from worker.context import TurnContext
 from worker.llm import build_llms
+from worker.tools import default_tools
 from worker.turn import turn_events
 
 
@@ -39,6 +40,7 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
     """The in-process baseline for `settings` (read from the environment when not given)."""
     settings = settings or get_settings()
     router, responder = build_llms(settings)
+    tools = default_tools()
     app = FastAPI(title="Bernard benchmark baseline")
 
     @app.get("/healthz")
@@ -59,7 +61,9 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
         async def events() -> AsyncIterator[ServerSentEvent]:
             for frame in frames(Start()):
                 yield frame
-            ctx = TurnContext.for_request(record.id, request, settings, router, responder)
+            ctx = TurnContext.for_request(
+                record.id, request, settings, router, responder, tools=tools
+            )
             async with aclosing(turn_events(ctx)) as stream:  # type: ignore[type-var]
                 async for event in stream:
                     for frame in frames(event):

@@ -62,6 +62,7 @@ class Call(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.finished: asyncio.Future[None] = loop.create_future()
         self.first_content: asyncio.Future[float] = loop.create_future()
+        self.first_frame: asyncio.Future[None] = loop.create_future()
         self._head = bytearray()
         self._in_body = False
         self._chunked: _Chunked | None = None
@@ -183,6 +184,8 @@ class Call(asyncio.Protocol):
         if data is None:
             return
         self.frames.append(Frame(wall, mono, event_id, data))
+        if not self.first_frame.done():
+            self.first_frame.set_result(None)
         if self.first_content_at is None and b'"content":"' in data and _has_content(data):
             self.first_content_at = mono
             if not self.first_content.done():
@@ -197,6 +200,8 @@ class Call(asyncio.Protocol):
                 HttpError(self.error or f"no content frame (HTTP {self.status})")
             )
             self.first_content.exception()  # mark retrieved: not every caller awaits it
+        if not self.first_frame.done():
+            self.first_frame.set_result(None)
         if self.transport is not None:
             self.transport.close()
 
@@ -209,10 +214,10 @@ class Call(asyncio.Protocol):
         self.transport.write(request)
 
     def abort(self) -> None:
-        """Drop the connection now, as a client that goes away would."""
+        """Close the connection now (FIN), as a client that goes away would."""
         self.aborted = True
         if self.transport is not None:
-            self.transport.abort()
+            self.transport.close()
 
     @property
     def turn_id(self) -> str:
@@ -232,9 +237,7 @@ def _has_content(data: bytes) -> bool:
     return bool(choices and (choices[0].get("delta") or {}).get("content"))
 
 
-def request_bytes(
-    endpoint: Endpoint, method: str, path: str, body: object | None = None
-) -> bytes:
+def request_bytes(endpoint: Endpoint, method: str, path: str, body: object | None = None) -> bytes:
     """A complete HTTP/1.1 request; `body` is sent as JSON."""
     host, port = endpoint
     payload = b"" if body is None else orjson.dumps(body)
@@ -256,9 +259,7 @@ async def connect(endpoint: Endpoint) -> Call:
     return call
 
 
-async def request(
-    endpoint: Endpoint, method: str, path: str, body: object | None = None
-) -> Call:
+async def request(endpoint: Endpoint, method: str, path: str, body: object | None = None) -> Call:
     """Send one request and wait for the whole response."""
     call = await connect(endpoint)
     call.send(request_bytes(endpoint, method, path, body))

@@ -161,12 +161,12 @@ class Cluster:
         service = self._spawn(
             "upstream", [sys.executable, "-m", "bench.upstream"], stdin=subprocess.PIPE
         )
+        self.upstream = service
         assert service.proc.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(service.proc.stdout.readline), 30)
         if not line:
             raise StartupError(f"the upstream did not start:\n{service.log_tail()}")
         service.port = int(orjson.loads(line)["port"])
-        self.upstream = service
         return service
 
     async def _start_server(self, name: str, app: str) -> Service:
@@ -175,7 +175,11 @@ class Cluster:
         argv += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
         service = self._spawn(name, argv)
         service.port = port
-        await _wait_http(service, "/healthz")
+        try:
+            await _wait_http(service, "/healthz")
+        except BaseException:
+            service.kill()
+            raise
         return service
 
     async def start_api(self) -> Service:

@@ -118,9 +118,13 @@ return 'claimed'
 # ended or missing, 2 lease still held.
 _FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
-if (not status) or status == 'completed' or status == 'failed' or status == 'cancelled' then
+if not status then
+  -- The record is gone (a Redis restart lost it): drop what the worker wrote since, which
+  -- nothing can read without the record and which would never expire.
+  redis.call('DEL', KEYS[2])
   return 0
 end
+if status == 'completed' or status == 'failed' or status == 'cancelled' then return 0 end
 if ARGV[7] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
 for i = 8, #ARGV do
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'e', ARGV[i])

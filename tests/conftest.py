@@ -29,17 +29,6 @@ from worker.main import create_worker
 TEST_REDIS_URL = os.environ.get("BERNARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _clean_test_database() -> None:
-    import redis
-
-    client = redis.Redis.from_url(TEST_REDIS_URL)
-    try:
-        client.flushdb()
-    finally:
-        client.close()
-
-
 @pytest.fixture
 async def redis() -> AsyncIterator[redis_asyncio.Redis]:
     client = redis_asyncio.Redis.from_url(TEST_REDIS_URL)

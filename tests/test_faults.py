@@ -22,6 +22,7 @@ import httpx
 import pytest
 import redis.asyncio as redis_asyncio
 
+from shared import keys
 from tests.conftest import make_settings, run_stack, run_worker
 from tests.processes import ProcessGroup, RedisServer, private_redis, wait_for
 from tests.sse import Frame, collect, frames, text_of
@@ -384,6 +385,13 @@ async def test_turns_caught_by_a_redis_restart_end_and_never_hang(
         )
         assert code is not None or finished_normally(got)
         assert answer.status_code == 200 or answer.json()["error"]["code"] == "turn_lost"
+
+        async def no_stream_lives_forever() -> bool:
+            streams = await stack.redis.keys(keys.events("*"))
+            return all([await stack.redis.ttl(key) > 0 for key in streams])
+
+        # What the workers wrote after the restart must not outlive the lost turns forever.
+        await wait_for(no_stream_lives_forever, 5)
 
         after = await collect(stack.client, "POST", CHAT, json=body("after", stream=True))
         assert after[-1].done and error_code(after) is None

@@ -210,7 +210,7 @@ class Reply:
 
     @property
     def finish_reason(self) -> str:
-        """ "tool_calls" when the reply calls tools, else "stop"."""
+        """The finish reason: "tool_calls" when the reply calls tools, else "stop"."""
         return "tool_calls" if self.calls else "stop"
 
     def deltas(self, ids: Sequence[str]) -> Iterator[Body]:

@@ -212,7 +212,8 @@ class DemoChatModel(BaseChatModel):
                 "I can tell the time and do arithmetic: try "
                 '"What time is it in Europe/Paris?" or "What is (2 + 3) * 4?".'
             )
-        return f'You said: "{question}". {body} {DEMO_NOTICE}'
+        stop = "" if question.endswith((".", "?", "!", "…")) else "."
+        return f'You said: "{question}"{stop} {body} {DEMO_NOTICE}'
 
     def _chunks(self, messages: list[BaseMessage], **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         message = self.plan(messages, **kwargs)

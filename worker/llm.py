@@ -14,7 +14,6 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, cast
 
-import httpx
 import openai
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -52,14 +51,12 @@ def _usage(message: AIMessage | AIMessageChunk) -> dict[str, int] | None:
     }
 
 
-def _translate(exc: Exception) -> LlmError:
+def _translate(exc: openai.APIError) -> LlmError:
     if isinstance(exc, openai.APIStatusError):
         return LlmError(f"upstream model returned HTTP {exc.status_code}: {exc.message}")
-    if isinstance(exc, openai.APITimeoutError | httpx.TimeoutException):
+    if isinstance(exc, openai.APITimeoutError):
         return LlmError("upstream model timed out", code="upstream_timeout")
-    if isinstance(exc, openai.APIError | httpx.HTTPError):
-        return LlmError(f"upstream model call failed: {exc}")
-    raise exc
+    return LlmError(f"upstream model call failed: {exc}")
 
 
 class Llm:
@@ -77,7 +74,7 @@ class Llm:
         started = time.perf_counter()
         try:
             message = await runnable.ainvoke(list(messages))
-        except (openai.APIError, httpx.HTTPError) as exc:
+        except openai.APIError as exc:
             raise _translate(exc) from exc
         latency_ms = (time.perf_counter() - started) * 1000
         return LlmResult(message=message, usage=_usage(message), latency_ms=latency_ms)
@@ -95,7 +92,7 @@ class Llm:
                     total = chunk if total is None else total + chunk
                     if isinstance(chunk.content, str) and chunk.content:
                         yield chunk.content
-        except (openai.APIError, httpx.HTTPError) as exc:
+        except openai.APIError as exc:
             raise _translate(exc) from exc
         message = AIMessage(content=total.content if total else "")
         if total is not None:
@@ -121,6 +118,9 @@ def build_llms(settings: Settings) -> tuple[Llm, Llm]:
             stream_usage=True,
             timeout=settings.llm_timeout_s,
             max_retries=settings.llm_max_retries,
+            # Its per-chunk `asyncio.wait_for` swallows a cancel on Python 3.11 when the next
+            # chunk is already buffered, so aborts were lost; `timeout` bounds reads instead.
+            stream_chunk_timeout=None,
         )
 
     return (

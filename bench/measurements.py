@@ -1,0 +1,953 @@
+"""The measurements of issue 5 (and the worker-death figure of issue 4), one function each.
+
+Each takes the running `Bench` and returns a `Section` for the report. They share the run's
+processes: one API, one worker, the baseline server and the upstream, unless a measurement
+says otherwise (the scale-out measurement adds a second API and worker for its duration;
+worker death kills and restarts workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+
+from bench.client import Call, connect, request, request_bytes
+from bench.report import SUMMARY_HEADERS, Section, Table, Verdict, ms, num, summary_cells
+from bench.runner import (
+    Bench,
+    Meter,
+    RedisCost,
+    Turn,
+    check_all,
+    drive,
+    echo_directives,
+    new_tag,
+    pickup_ms,
+    relay_latencies,
+    start_turn,
+    wait_idle,
+)
+from bench.stats import Summary, ratio
+from bench.upstream import Directive
+from bench.writer import synthetic_tokens
+from shared import keys
+from shared.settings import MODEL_ID
+from shared.turns import TurnRecord, TurnRequest, TurnStore
+
+
+@dataclass
+class CostSample:
+    """Redis commands over one stretch of a run, with the turns and tokens it streamed."""
+
+    label: str
+    cost: RedisCost
+    turns: int
+    tokens: int
+
+
+@dataclass
+class Shared:
+    """Figures one measurement leaves for another (the Redis section reads the others')."""
+
+    costs: list[CostSample] = field(default_factory=list)
+    memory_per_turn: tuple[float, int, int] | None = None  # bytes per turn, turns, tokens
+
+
+SHARED = Shared()
+
+
+def _added(pipeline: Summary, baseline: Summary) -> tuple[float, float]:
+    return pipeline.median - baseline.median, pipeline.p99 - baseline.p99
+
+
+def _exactness_note(label: str, turns: Sequence[Turn]) -> tuple[str, bool]:
+    exact, problems = check_all(turns)
+    text = f"{label}: {exact} of {len(turns)} streams exact."
+    if problems:
+        text += " Problems: " + "; ".join(problems)
+    return text, exact == len(turns)
+
+
+def _cpu_line(meter: Meter, tokens: int) -> str:
+    """CPU seconds per process over the stretch, and per 1,000 tokens."""
+    parts = [
+        f"{name} {seconds:.2f} s ({seconds / tokens * 1e6:.0f} µs/token)"
+        for name, seconds in sorted(meter.cpu.items(), key=lambda kv: -kv[1])
+        if seconds >= 0.01 and tokens
+    ]
+    return f"CPU over {meter.cost.seconds:.1f} s of wall time: " + ", ".join(parts) + "."
+
+
+# -- 1. first-token overhead -------------------------------------------------------------
+
+
+async def first_token(bench: Bench) -> Section:
+    """Time to the first content frame, pipeline vs baseline, sequential and concurrent."""
+    sizes = bench.sizes
+    api, base = bench.api, bench.baseline
+    warm = sizes.warmup
+    for system, endpoint in (("pipeline", api), ("baseline", base)):
+        await drive(
+            [endpoint], echo_directives("warm", warm, sizes.ft_tokens), system=system, concurrency=1
+        )
+    await wait_idle(bench)
+
+    # Sequential: pipeline and baseline turns alternate, so drift hits both alike.
+    task = bench.ui.task("first token: sequential", 2 * sizes.ft_sequential)
+    seq: dict[str, list[Turn]] = {"pipeline": [], "baseline": []}
+    meter = await Meter(bench).start()
+    for i in range(sizes.ft_sequential):
+        order = [("pipeline", api), ("baseline", base)]
+        if i % 2:
+            order.reverse()
+        for system, endpoint in order:
+            directive = Directive(tag=new_tag("fts"), tokens=sizes.ft_tokens)
+            turn = await start_turn(endpoint, directive, system)
+            await turn.call.finished
+            seq[system].append(turn)
+            bench.ui.advance(task)
+    await meter.stop()
+    bench.ui.done(task)
+    SHARED.costs.append(
+        CostSample(
+            f"sequential turns, {sizes.ft_tokens} tokens unpaced (baseline turns interleaved)",
+            meter.cost,
+            sizes.ft_sequential,
+            sizes.ft_sequential * sizes.ft_tokens,
+        )
+    )
+    seq_pickup = await pickup_ms(bench.redis, seq["pipeline"])
+
+    # Concurrent: blocks of each system in turn, twice, starts spread over one turn's length.
+    conc: dict[str, list[Turn]] = {"pipeline": [], "baseline": []}
+    delay = sizes.ft_concurrent_delay_ms
+    turn_s = sizes.ft_tokens * delay / 1000
+    half = max(sizes.ft_concurrent_turns // 2, sizes.ft_concurrency)
+    task = bench.ui.task(f"first token: {sizes.ft_concurrency} concurrent", 4 * half)
+    conc_meter: Meter | None = None
+    cpu_lines = []
+    for block in range(2):
+        order = [("pipeline", api), ("baseline", base)]
+        if block:
+            order.reverse()
+        for system, endpoint in order:
+            directives = echo_directives("ftc", half, sizes.ft_tokens, delay)
+            meter = await Meter(bench).start()
+            turns = await drive(
+                [endpoint],
+                directives,
+                system=system,
+                concurrency=sizes.ft_concurrency,
+                stagger_s=turn_s,
+                on_done=lambda _t: bench.ui.advance(task),
+            )
+            await meter.stop()
+            conc[system] += turns
+            if block == 0:
+                cpu_lines.append(f"{system}: " + _cpu_line(meter, len(turns) * sizes.ft_tokens))
+            if system == "pipeline" and conc_meter is None:
+                conc_meter = meter
+            await wait_idle(bench)
+    bench.ui.done(task)
+    if conc_meter is not None:
+        SHARED.costs.append(
+            CostSample(
+                f"{sizes.ft_concurrency} concurrent turns, {sizes.ft_tokens} tokens "
+                f"every {delay:g} ms",
+                conc_meter.cost,
+                half,
+                half * sizes.ft_tokens,
+            )
+        )
+    conc_pickup = await pickup_ms(bench.redis, conc["pipeline"])
+
+    section = Section(
+        "first-token",
+        "1. First-token overhead",
+        intro=f"""
+Client-observed time from sending `POST /v1/chat/completions` (`stream: true`, connection
+already open) to receiving the first SSE frame with non-empty `delta.content`. Every turn
+runs the router call (answered with `respond`) and then streams {sizes.ft_tokens} tokens.
+**Pipeline**: `uvicorn api.main:app` → Redis → `arq worker.main.WorkerSettings` → stream →
+API. **Baseline**: `uvicorn bench.baseline:app`, the same turn (`worker.turn.turn_events`)
+run inside the request, no queue, no stream (see "What the baseline is" below).
+Sequential: {sizes.ft_sequential} turns each, pipeline and baseline alternating. Concurrent:
+{sizes.ft_concurrency} client loops per system, {2 * half} turns per system in two blocks,
+each turn streaming its tokens {delay:g} ms apart (so {sizes.ft_concurrency} streams are
+live at all times and the box runs at about half its token capacity), loop starts spread
+over one turn's length. All figures in ms.
+""",
+    )
+    table = Table(["run", "system", *SUMMARY_HEADERS], title="Time to first content frame (ms)")
+    delta_table = Table(
+        ["run", "added at median", "added at p99", "ratio of medians", "ratio of p99s"],
+        title="Pipeline minus baseline",
+    )
+    exact_notes = []
+    all_exact = True
+    for label, runs in (("sequential", seq), (f"{sizes.ft_concurrency} concurrent", conc)):
+        summaries = {s: Summary.of(t.first_token_ms for t in runs[s]) for s in runs}
+        for system in ("pipeline", "baseline"):
+            table.add(label, system, *summary_cells(summaries[system]))
+        added_median, added_p99 = _added(summaries["pipeline"], summaries["baseline"])
+        delta_table.add(
+            label,
+            f"+{ms(added_median)}",
+            f"+{ms(added_p99)}",
+            f"{ratio(summaries['pipeline'].median, summaries['baseline'].median):.2f}",
+            f"{ratio(summaries['pipeline'].p99, summaries['baseline'].p99):.2f}",
+        )
+        section.verdicts += [
+            Verdict(
+                f"{label}: adds < 5 ms at the median", f"+{ms(added_median)} ms", added_median < 5
+            ),
+            Verdict(f"{label}: adds < 20 ms at p99", f"+{ms(added_p99)} ms", added_p99 < 20),
+        ]
+        for system in ("pipeline", "baseline"):
+            note, ok = _exactness_note(f"{label} {system}", runs[system])
+            exact_notes.append(note)
+            all_exact = all_exact and ok
+    pickup_table = Table(["run", *SUMMARY_HEADERS], title="Enqueue → job start (ms)")
+    seq_summary = Summary.of(seq_pickup)
+    pickup_table.add("sequential (idle worker)", *summary_cells(seq_summary))
+    pickup_table.add(f"{sizes.ft_concurrency} concurrent", *summary_cells(Summary.of(conc_pickup)))
+    section.tables += [table, delta_table, pickup_table]
+    section.verdicts.append(
+        Verdict(
+            "enqueue → start p50 < 5 ms, idle worker (issue 2)",
+            f"{ms(seq_summary.median)} ms",
+            seq_summary.median < 5,
+        )
+    )
+    section.notes += [
+        "Enqueue → job start is `started_at − created_at` of each turn record: the API stamps "
+        "`created_at` just before it stores the turn and enqueues the job (so the figure "
+        "includes storing, enqueueing and the wake-up push), the worker stamps `started_at` "
+        "in the claim script when the job runs.",
+        "CPU per process in the first concurrent block: " + " ".join(cpu_lines),
+        " ".join(exact_notes),
+    ]
+    if not all_exact:
+        bench.failures.append("first-token: some streams were not exact")
+    return section
+
+
+# -- 2. per-frame relay latency ---------------------------------------------------------
+
+
+async def relay(bench: Bench) -> Section:
+    """XADD → client receipt per content frame at 1, 100, 1000 concurrent streams."""
+    sizes = bench.sizes
+    section = Section(
+        "relay",
+        "2. Per-frame relay latency",
+        intro="""
+For every content frame: the client's receipt time (wall clock, taken once per TCP read)
+minus the `at` the worker stamped into the stream entry when it wrote it (`shared.events.
+encode`, called right before the `XADD`). The client finds the entry by the frame's SSE id
+and reads `at` back from Redis after the run. For the baseline the same figure is "event
+yielded by `turn_events` → client receipt" (the yield time travels in the frame's id).
+Token pacing keeps the whole box below its token capacity (see section 3): the aggregate
+offered rate is the same at 100 and 1,000 streams. All figures in ms.
+""",
+    )
+    table = Table(
+        ["streams", "system", "tokens/stream", "pace", "frames", *SUMMARY_HEADERS[1:]],
+        title="Worker XADD → client receipt, per content frame (ms)",
+    )
+    notes = []
+    p99_at_100: float | None = None
+    for scale in sizes.relay_scales:
+        tokens = sizes.relay_tokens[scale]
+        delay = sizes.relay_delay_ms[scale]
+        count = sizes.relay_rounds_single if scale == 1 else scale
+        systems = [("pipeline", bench.api)]
+        if scale in sizes.relay_baseline_scales:
+            systems.append(("baseline", bench.baseline))
+        for system, endpoint in systems:
+            task = bench.ui.task(f"relay: {scale} streams, {system}", count)
+            directives = echo_directives(f"rl{scale}", count, tokens, delay)
+            meter = await Meter(bench).start()
+            turns = await drive(
+                [endpoint],
+                directives,
+                system=system,
+                concurrency=scale,
+                stagger_s=delay / 1000 if scale > 1 else 0,
+                on_done=lambda _t, task=task: bench.ui.advance(task),  # type: ignore[misc]
+            )
+            await meter.stop()
+            bench.ui.done(task)
+            latencies = await relay_latencies(bench.redis, turns)
+            summary = Summary.of(latencies)
+            table.add(
+                scale,
+                system,
+                tokens,
+                f"{delay:g} ms",
+                summary.n,
+                *summary_cells(summary)[1:],
+            )
+            note, ok = _exactness_note(f"{scale} streams {system}", turns)
+            if not ok:
+                bench.failures.append(f"relay: {note}")
+            notes.append(note + " " + _cpu_line(meter, count * tokens))
+            if system == "pipeline":
+                SHARED.costs.append(
+                    CostSample(
+                        f"{scale} concurrent stream{'s' if scale > 1 else ''}, {tokens} tokens "
+                        f"every {delay:g} ms",
+                        meter.cost,
+                        count,
+                        count * tokens,
+                    )
+                )
+                if scale == 100:
+                    p99_at_100 = summary.p99
+            await wait_idle(bench)
+    section.tables.append(table)
+    section.notes += notes
+    if p99_at_100 is not None:
+        section.verdicts.append(
+            Verdict("p99 < 2 ms at 100 streams", f"{ms(p99_at_100)} ms", p99_at_100 < 2)
+        )
+    return section
+
+
+# -- 3. throughput and scale -------------------------------------------------------------
+
+
+async def _synthetic_turns(bench: Bench, count: int) -> list[str]:
+    """Turn records and streams created the way the API creates them, with no job enqueued."""
+    store = TurnStore(bench.redis, retention_s=3600, stream_maxlen=10_000)
+    ids = []
+    for _ in range(count):
+        record = TurnRecord(
+            id=new_tag("cap") + os.urandom(4).hex(),
+            owner="local",
+            request=TurnRequest(messages=[{"role": "user", "content": "relay"}]),
+            model=MODEL_ID,
+        )
+        await store.create(record, ttl_s=3600)
+        ids.append(record.id)
+    return ids
+
+
+async def _run_writer(spec: dict[str, object]) -> dict[str, float]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.writer",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate(orjson.dumps(spec))
+    result: dict[str, float] = orjson.loads(out)
+    return result
+
+
+async def _capacity_step(
+    bench: Bench, streams: int, rate: int, tokens: int
+) -> tuple[list[Turn], dict[str, float], Meter]:
+    ids = await _synthetic_turns(bench, streams)
+    api = bench.api
+    calls: list[Call] = []
+    for turn_id in ids:
+        call = await connect(api)
+        call.send(request_bytes(api, "GET", f"/v1/turns/{turn_id}/events"))
+        calls.append(call)
+    # Every client must be attached (it has the `start` frame) before the writer begins.
+    await asyncio.wait_for(asyncio.gather(*(c.first_frame for c in calls)), 30)
+    meter = await Meter(bench).start()
+    written = await _run_writer(
+        {
+            "redis_url": bench.cluster.redis_url,
+            "turn_ids": ids,
+            "tokens": tokens,
+            "rate": rate,
+            "maxlen": 10_000,
+            "retention_s": 3600,
+        }
+    )
+    await asyncio.wait_for(asyncio.gather(*(c.finished for c in calls)), 120)
+    await meter.stop()
+    turns = [
+        Turn(Directive(tag=i), c, "pipeline", expected=synthetic_tokens(i, tokens))
+        for i, c in zip(ids, calls, strict=True)
+    ]
+    return turns, written, meter
+
+
+async def throughput(bench: Bench) -> Section:
+    """The API's relay capacity alone, then end to end: 1 + 1 vs 2 + 2 processes."""
+    sizes = bench.sizes
+    section = Section(
+        "throughput",
+        "3. Throughput and scale",
+        intro=f"""
+**Relay capacity of one API process.** {sizes.capacity_streams} clients attach to
+`GET /v1/turns/{{id}}/events` of turns created the way the API creates them; a synthetic
+worker (`python -m bench.writer`) appends one stream entry per token, encoded exactly as
+the worker encodes them, at a fixed offered rate (0 = as fast as it can), then ends each
+turn with the worker's own `TurnStore.finish`. No LLM client is in the loop, so what limits
+the rate is the API process (and the client and Redis sharing the two cores with it).
+Each step runs about {sizes.capacity_step_s:g} s. "Kept up" = delivered ≥ 95 % of what was
+written, p99 latency < 100 ms, and every stream exact.
+
+**End to end, 1 + 1 vs 2 + 2.** {sizes.scale_streams} concurrent turns of
+{sizes.scale_tokens} tokens each, the upstream sending as fast as it can, through 1 API + 1
+worker, then 2 APIs + 2 workers (clients alternate between the APIs) against the same
+Redis; and the same load on the baseline server.
+""",
+    )
+    cap = Table(
+        [
+            "offered entries/s",
+            "written/s",
+            "delivered frames/s",
+            "p50 ms",
+            "p99 ms",
+            "API CPU µs/frame",
+            "exact",
+            "kept up",
+        ],
+        title=f"Relay capacity, 1 API process, {sizes.capacity_streams} streams",
+    )
+    best = 0.0
+    task = bench.ui.task("throughput: relay capacity", len(sizes.capacity_rates))
+    for rate in sizes.capacity_rates:
+        nominal = rate or 40_000
+        tokens = max(20, int(nominal * sizes.capacity_step_s / sizes.capacity_streams))
+        turns, written, meter = await _capacity_step(bench, sizes.capacity_streams, rate, tokens)
+        frames = [f for t in turns for f in t.call.frames if f.data.startswith(b'{"id"')]
+        first = min(f.wall for f in frames)
+        last = max(f.wall for f in frames)
+        delivered = len(frames) / (last - first) if last > first else math.nan
+        write_rate = written["entries"] / max(written["ended"] - written["started"], 1e-9)
+        latency = Summary.of(await relay_latencies(bench.redis, turns))
+        exact, _ = check_all(turns)
+        api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
+        per_frame = api_cpu / len(frames) * 1e6 if frames else math.nan
+        kept_up = (
+            delivered >= 0.95 * min(write_rate, rate or write_rate)
+            and latency.p99 < 100
+            and exact == len(turns)
+        )
+        if kept_up:
+            best = max(best, delivered)
+        cap.add(
+            num(rate) if rate else "max",
+            num(write_rate),
+            num(delivered),
+            ms(latency.median),
+            ms(latency.p99),
+            num(per_frame),
+            f"{exact}/{len(turns)}",
+            "yes" if kept_up else "no",
+        )
+        if exact != len(turns):
+            bench.failures.append(f"throughput: relay capacity at {rate}/s lost exactness")
+        bench.ui.advance(task)
+    bench.ui.done(task)
+    section.tables.append(cap)
+    section.notes.append(
+        f"Most frames per second one API process relayed while keeping up with every "
+        f"stream exact: **{num(best)}**."
+    )
+
+    scale = Table(
+        ["setup", "turns", "tokens/s", "frames/s", "first token p50 ms", "p99 ms", "exact"],
+        title=f"End to end, {sizes.scale_streams} concurrent turns × {sizes.scale_tokens} tokens",
+    )
+    rates: dict[str, float] = {}
+    cpu_notes = []
+    for label, apis, workers in (
+        ("baseline (1 process)", 0, 0),
+        ("1 API + 1 worker", 1, 1),
+        ("2 APIs + 2 workers", 2, 2),
+    ):
+        if apis:
+            await bench.cluster.scale(apis, workers)
+            endpoints = [s.endpoint for s in bench.cluster.apis]
+            system = "pipeline"
+        else:
+            endpoints = [bench.baseline]
+            system = "baseline"
+        directives = echo_directives("sc", sizes.scale_streams, sizes.scale_tokens)
+        task = bench.ui.task(f"throughput: {label}", len(directives))
+        meter = await Meter(bench).start()
+        started = time.monotonic()
+        turns = await drive(
+            endpoints,
+            directives,
+            system=system,
+            concurrency=sizes.scale_streams,
+            on_done=lambda _t, task=task: bench.ui.advance(task),  # type: ignore[misc]
+        )
+        elapsed = time.monotonic() - started
+        await meter.stop()
+        bench.ui.done(task)
+        streamed = len(turns) * sizes.scale_tokens
+        frame_count = sum(len(t.call.frames) for t in turns)
+        rates[label] = streamed / elapsed
+        first_token_ms = Summary.of(t.first_token_ms for t in turns)
+        exact, _ = check_all(turns)
+        scale.add(
+            label,
+            len(turns),
+            num(streamed / elapsed),
+            num(frame_count / elapsed),
+            ms(first_token_ms.median, 0),
+            ms(first_token_ms.p99, 0),
+            f"{exact}/{len(turns)}",
+        )
+        cpu_notes.append(f"{label}: " + _cpu_line(meter, streamed))
+        await wait_idle(bench)
+    await bench.cluster.scale(1, 1)
+    section.tables.append(scale)
+    two = ratio(rates["2 APIs + 2 workers"], rates["1 API + 1 worker"])
+    vs_base = ratio(rates["1 API + 1 worker"], rates["baseline (1 process)"])
+    section.notes += [
+        f"2 + 2 vs 1 + 1: **{two:.2f}×** the tokens per second. 1 + 1 vs the baseline: "
+        f"**{vs_base:.2f}×**.",
+        "CPU per process: " + " ".join(cpu_notes),
+    ]
+    section.verdicts.append(Verdict("2 + 2 vs 1 + 1 (reported as a ratio)", f"{two:.2f}×", None))
+    return section
+
+
+# -- 4. exactness under load --------------------------------------------------------------
+
+
+async def exactness(bench: Bench) -> Section:
+    """Many concurrent streams, every one checked token by token."""
+    sizes = bench.sizes
+    n, tokens = sizes.exact_streams, sizes.exact_tokens
+    await wait_idle(bench)
+    info_before = await bench.redis.info("memory")
+    directives = echo_directives("ex", n, tokens)
+    task = bench.ui.task(f"exactness: {n} streams × {tokens} tokens", n)
+    meter = await Meter(bench).start()
+    started = time.monotonic()
+    turns = await drive(
+        [bench.api],
+        directives,
+        system="pipeline",
+        concurrency=n,
+        on_done=lambda _t: bench.ui.advance(task),
+    )
+    elapsed = time.monotonic() - started
+    await meter.stop()
+    bench.ui.done(task)
+    await wait_idle(bench)
+    info_after = await bench.redis.info("memory")
+    SHARED.memory_per_turn = (
+        (int(info_after["used_memory"]) - int(info_before["used_memory"])) / n,
+        n,
+        tokens,
+    )
+    SHARED.costs.append(
+        CostSample(f"{n} concurrent turns, {tokens} tokens unpaced", meter.cost, n, n * tokens)
+    )
+    exact, problems = check_all(turns)
+    frames = sum(len(t.call.frames) for t in turns)
+    first = Summary.of(t.first_token_ms for t in turns)
+    table = Table(
+        [
+            "streams",
+            "tokens each",
+            "exact",
+            "frames",
+            "seconds",
+            "tokens/s",
+            "first token p50 / p99 ms",
+        ]
+    )
+    table.add(
+        n,
+        tokens,
+        f"{exact}/{n}",
+        num(frames),
+        f"{elapsed:.1f}",
+        num(n * tokens / elapsed),
+        f"{ms(first.median, 0)} / {ms(first.p99, 0)}",
+    )
+    section = Section(
+        "exactness",
+        "4. Exactness under load",
+        intro=f"""
+{n} turns started at once through 1 API + 1 worker, each streaming {tokens} tokens from the
+upstream as fast as it sends them. Each client stream is checked after the run: HTTP 200,
+the role frame first, content frames that are runs of whole tokens which, in order, are
+exactly the tokens the upstream sent for that turn (no loss, no duplicate, no reordering),
+one `stop` finish frame after all content, `[DONE]` exactly once and last, SSE ids
+strictly increasing. The writer joins deltas that pile up while an `XADD` is in flight,
+so there are fewer frames than tokens; the check is per token all the same. The 100-stream
+version runs in the test suite (`tests/test_exactness.py`).
+""",
+        tables=[table],
+    )
+    section.notes.append(_cpu_line(meter, n * tokens))
+    if problems:
+        section.notes.append("Problems: " + "; ".join(problems))
+        bench.failures.append(f"exactness: {n - exact} streams not exact")
+    section.verdicts.append(
+        Verdict(f"{n} × {tokens} tokens all exact", f"{exact}/{n} exact", exact == n)
+    )
+    return section
+
+
+# -- 5. Redis cost ------------------------------------------------------------------------
+
+
+async def redis_cost(bench: Bench) -> Section:
+    """Commands per turn and per token from INFO commandstats, and memory per turn."""
+    section = Section(
+        "redis",
+        "5. Redis cost",
+        intro="""
+Commands Redis executed (`INFO commandstats`, which also counts the commands that Lua
+scripts run) over each stretch of the other measurements, divided by the turns and by the
+upstream tokens streamed in it. "All told": every command of every process (API, worker,
+arq's own bookkeeping, lease renewals, the reapers, keepalives), with nothing but Bernard
+on this Redis. Idle is measured with 1 API + 1 worker and no turns.
+""",
+    )
+    if not bench.cluster.dedicated_redis:
+        section.notes.append(
+            "**Caution:** this run used a shared Redis (`--redis-url`), so other clients' "
+            "commands may be counted."
+        )
+    idle = await Meter(bench).start()
+    await asyncio.sleep(5)
+    await idle.stop()
+    idle_table = Table(["command", "per second"], title="Idle, 1 API + 1 worker (5 s)")
+    for name, calls in sorted(idle.cost.commands.items(), key=lambda kv: -kv[1]):
+        idle_table.add(name, f"{calls / idle.cost.seconds:.1f}")
+    idle_table.add("**total**", f"**{idle.cost.total / idle.cost.seconds:.1f}**")
+
+    if not SHARED.costs:
+        directives = echo_directives("rc", 50, 100, 20)
+        meter = await Meter(bench).start()
+        await drive([bench.api], directives, system="pipeline", concurrency=50, stagger_s=0.02)
+        await meter.stop()
+        SHARED.costs.append(
+            CostSample("50 concurrent turns, 100 tokens every 20 ms", meter.cost, 50, 5000)
+        )
+    table = Table(
+        ["stretch", "turns", "tokens", "commands", "per turn", "per token", "top commands"],
+        title="Commands, all told",
+    )
+    worst = 0.0
+    for sample in SHARED.costs:
+        per_token = sample.cost.total / sample.tokens
+        worst = max(worst, per_token)
+        top = sorted(sample.cost.commands.items(), key=lambda kv: -kv[1])[:6]
+        table.add(
+            sample.label,
+            sample.turns,
+            num(sample.tokens),
+            num(sample.cost.total),
+            num(sample.cost.total / sample.turns, 1),
+            f"{per_token:.2f}",
+            ", ".join(f"{k} {v / sample.tokens:.2f}" for k, v in top),
+        )
+        section.verdicts.append(
+            Verdict(
+                f"≤ 1.2 commands per token: {sample.label}",
+                f"{per_token:.2f}",
+                per_token <= 1.2,
+            )
+        )
+    section.tables += [table, idle_table]
+    section.notes.append(
+        "Top commands are given per token. A paced stream cannot coalesce: each token is "
+        "one `XADD` by the worker and, when the hub's reader is waiting, one `XREAD` by the "
+        "API that wakes for it."
+    )
+    if SHARED.memory_per_turn is not None:
+        per_turn, turns, tokens = SHARED.memory_per_turn
+        sample_keys = await _turn_memory_breakdown(bench)
+        mem = Table(["", "bytes"], title="Redis memory per retained turn")
+        mem.add(f"`used_memory` growth / turn ({turns} turns × {tokens} tokens)", num(per_turn))
+        for name, size in sample_keys:
+            mem.add(f"one turn: {name}", num(size))
+        section.tables.append(mem)
+    return section
+
+
+async def _turn_memory_breakdown(bench: Bench) -> list[tuple[str, int]]:
+    """MEMORY USAGE of the keys of the most recent finished turn and its conversation."""
+    redis = bench.redis
+    newest: tuple[float, str] | None = None
+    async for key in redis.scan_iter(match="bernard:{*}:turn", count=1000):
+        created = await redis.hget(key, "created_at")  # type: ignore[misc]
+        if created and (newest is None or float(created) > newest[0]):
+            newest = (float(created), key.decode())
+    if newest is None:
+        return []
+    turn_id = newest[1].split("{", 1)[1].split("}", 1)[0]
+    conversation = await redis.hget(keys.turn(turn_id), "conversation_id")  # type: ignore[misc]
+    names = {
+        "turn hash": keys.turn(turn_id),
+        "event stream": keys.events(turn_id),
+    }
+    if conversation:
+        cid = conversation.decode()
+        names["conversation hash"] = keys.conversation(cid)
+        names["conversation messages"] = keys.conversation_messages(cid)
+        names["conversation calls"] = keys.conversation_calls(cid)
+    out = []
+    for name, key in names.items():
+        size = await redis.memory_usage(key, samples=0)
+        if size:
+            out.append((name, int(size)))
+    return out
+
+
+# -- 6. cancel latency --------------------------------------------------------------------
+
+
+async def _wait_upstream_closed(bench: Bench, tag: str) -> float | None:
+    assert bench.cluster.upstream is not None
+    call = await request(
+        bench.cluster.upstream.endpoint, "GET", f"/bench/exchange?tag={tag}&wait=5"
+    )
+    if call.status != 200:
+        return None
+    found = call.json()
+    assert isinstance(found, dict)
+    value = found.get("disconnected_at")
+    return float(value) if value is not None else None
+
+
+async def cancel(bench: Bench) -> Section:
+    """Client disconnect or POST cancel → the upstream sees its connection closed."""
+    sizes = bench.sizes
+    results: dict[str, list[float]] = {}
+    terminal: list[float] = []
+    missing: dict[str, int] = {}
+    modes = [("disconnect", "pipeline"), ("POST /cancel", "pipeline"), ("disconnect", "baseline")]
+    task = bench.ui.task("cancel latency", sizes.cancel_trials * len(modes))
+    for _ in range(sizes.cancel_trials):
+        for mode, system in modes:
+            endpoint = bench.api if system == "pipeline" else bench.baseline
+            directive = Directive(tag=new_tag("cx"), mode="slow", delay_ms=10)
+            turn = await start_turn(endpoint, directive, system)
+            await asyncio.wait_for(turn.call.first_content, 30)
+            await asyncio.sleep(0.05)
+            label = f"{mode} ({system})"
+            if mode == "disconnect":
+                t0 = time.monotonic()
+                turn.call.abort()
+            else:
+                canceller = await connect(bench.api)
+                path = f"/v1/turns/{turn.call.turn_id}/cancel"
+                t0 = time.monotonic()
+                canceller.send(request_bytes(bench.api, "POST", path, {}))
+            closed = await _wait_upstream_closed(bench, directive.tag)
+            if closed is None:
+                missing[label] = missing.get(label, 0) + 1
+            else:
+                results.setdefault(label, []).append((closed - t0) * 1000)
+            if mode != "disconnect":
+                await asyncio.wait_for(turn.call.finished, 30)
+                frames = turn.call.frames
+                if len(frames) >= 2 and b"turn_cancelled" in frames[-2].data:
+                    terminal.append((frames[-1].mono - t0) * 1000)
+            bench.ui.advance(task)
+    bench.ui.done(task)
+    await wait_idle(bench)
+    table = Table(["trigger", *SUMMARY_HEADERS], title="Trigger → upstream connection closed (ms)")
+    for label, values in results.items():
+        table.add(label, *summary_cells(Summary.of(values)))
+    term = Summary.of(terminal)
+    table.add(
+        "POST /cancel → client's `[DONE]` after the cancelled error frame", *summary_cells(term)
+    )
+    section = Section(
+        "cancel",
+        "6. Cancel latency",
+        intro="""
+A turn streams " tick" every 10 ms from the upstream; once the client holds the first
+content frame, it either closes its connection or sends `POST /v1/turns/{id}/cancel` on a
+connection opened beforehand. The figure is the client's monotonic time of that action to
+the upstream's monotonic time of seeing its client (the worker's `ChatOpenAI`) disconnect
+(both processes read the same system-wide `CLOCK_MONOTONIC`). The run sets
+`BERNARD_DISCONNECT_GRACE_S=0`: with the default grace of 5 s a disconnect cancels 5 s plus
+this figure later, by design. The baseline row is the in-process floor: the request's
+generator is closed by the disconnect and closes the upstream response itself.
+""",
+        tables=[table],
+    )
+    if missing:
+        section.notes.append(
+            "Upstream never saw a disconnect within 5 s in: "
+            + ", ".join(f"{k} ×{v}" for k, v in missing.items())
+        )
+    for label in ("disconnect (pipeline)", "POST /cancel (pipeline)"):
+        summary = Summary.of(results.get(label, []))
+        section.verdicts.append(
+            Verdict(f"{label}: p99 < 50 ms", f"{ms(summary.p99)} ms", summary.p99 < 50)
+        )
+    return section
+
+
+# -- 7. API memory per idle stream -------------------------------------------------------
+
+
+async def memory(bench: Bench) -> Section:
+    """RSS of the API process with N open, idle streams."""
+    sizes = bench.sizes
+    n = sizes.memory_streams
+    api = bench.cluster.apis[0]
+    worker = bench.cluster.workers[0]
+    await wait_idle(bench)
+    await asyncio.sleep(1)
+    rss0, wrss0 = api.rss_bytes(), worker.rss_bytes()
+    task = bench.ui.task(f"memory: {n} idle streams", n)
+    turns: list[Turn] = []
+    for start in range(0, n, 100):
+        batch = [
+            await start_turn(bench.api, Directive(tag=new_tag("mem"), mode="hold"), "pipeline")
+            for _ in range(min(100, n - start))
+        ]
+        for turn in batch:
+            await asyncio.wait_for(turn.call.first_content, 120)
+            bench.ui.advance(task)
+        turns += batch
+    bench.ui.done(task)
+    await asyncio.sleep(2)
+    rss1, wrss1 = api.rss_bytes(), worker.rss_bytes()
+
+    # While they sit open: what a new turn sees.
+    probe = echo_directives("memprobe", 20, 50)
+    probes = await drive([bench.api], probe, system="pipeline", concurrency=1)
+    probe_first = Summary.of(t.first_token_ms for t in probes)
+    probe_relay = Summary.of(await relay_latencies(bench.redis, probes))
+
+    for turn in turns:
+        turn.call.abort()
+    await wait_idle(bench, timeout_s=120)
+    await asyncio.sleep(1)
+    rss2 = api.rss_bytes()
+    table = Table(["", "API", "worker"], title=f"Resident memory with {n} open idle streams")
+    mib = 1024 * 1024
+    table.add("before (MiB)", f"{rss0 / mib:.1f}", f"{wrss0 / mib:.1f}")
+    table.add(f"{n} open (MiB)", f"{rss1 / mib:.1f}", f"{wrss1 / mib:.1f}")
+    table.add(
+        "**per open stream (KiB)**",
+        f"**{(rss1 - rss0) / n / 1024:.1f}**",
+        f"{(wrss1 - wrss0) / n / 1024:.1f}",
+    )
+    table.add("after they closed (MiB)", f"{rss2 / mib:.1f}", "")
+    probe_table = Table(["", *SUMMARY_HEADERS], title=f"A new turn while {n} streams sit open (ms)")
+    probe_table.add("first token", *summary_cells(probe_first))
+    probe_table.add("relay latency per frame", *summary_cells(probe_relay))
+    return Section(
+        "memory",
+        "7. API process memory per open idle stream",
+        intro=f"""
+{n} streaming turns whose upstream sends one token and then holds the response open: each
+client holds an open SSE response and the worker a running turn, with nothing flowing.
+Resident set size from `/proc/<pid>/statm` before, with all {n} open (after 2 s), and after
+the clients closed (each close cancels its turn). The worker column is for comparison
+(each of its idle turns also holds an upstream HTTP connection). Then 20 sequential turns
+of 50 tokens ran while the {n} streams were open.
+""",
+        tables=[table, probe_table],
+    )
+
+
+# -- issue 4: worker death --------------------------------------------------------------
+
+
+async def worker_death(bench: Bench) -> Section:
+    """SIGKILL the worker running a turn → the attached client's terminal frame."""
+    sizes = bench.sizes
+    cluster = bench.cluster
+    results: dict[str, list[float]] = {}
+    notes: list[str] = []
+    scenarios = [("only worker killed (the API reaps)", 1), ("1 of 2 workers killed", 2)]
+    task = bench.ui.task("worker death", sizes.death_trials * len(scenarios))
+    for label, workers in scenarios:
+        await cluster.scale(1, workers)
+        for _ in range(sizes.death_trials):
+            directive = Directive(tag=new_tag("wd"), mode="slow", delay_ms=20)
+            turn = await start_turn(bench.api, directive, "pipeline")
+            await asyncio.wait_for(turn.call.first_content, 30)
+            holder = await bench.redis.get(keys.lease(turn.call.turn_id))
+            pid = int(holder.decode().split(":")[1]) if holder else -1
+            victim = next((w for w in cluster.workers if w.pid == pid), None)
+            if victim is None:
+                notes.append(f"{label}: no lease holder found for a turn; trial skipped")
+                turn.call.abort()
+                continue
+            t0 = time.monotonic()
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.proc.wait()
+            cluster.forget_worker(victim)
+            try:
+                await asyncio.wait_for(turn.call.finished, 30)
+            except TimeoutError:
+                notes.append(f"{label}: no terminal frame within 30 s")
+                turn.call.abort()
+            frames = turn.call.frames
+            if len(frames) >= 2 and b"worker_lost" in frames[-2].data:
+                results.setdefault(label, []).append((frames[-1].mono - t0) * 1000)
+            elif turn.call.finished.done():
+                notes.append(f"{label}: stream ended without worker_lost: {frames[-2:]}")
+            status = await bench.redis.hget(  # type: ignore[misc]
+                keys.turn(turn.call.turn_id), "status"
+            )
+            if status != b"failed":
+                notes.append(f"{label}: turn status {status!r} after the kill")
+            await cluster.scale(1, workers)
+            bench.ui.advance(task)
+    bench.ui.done(task)
+    await cluster.scale(1, 1)
+    table = Table(["scenario", *SUMMARY_HEADERS], title="SIGKILL → client's terminal frame (ms)")
+    for label, _ in scenarios:
+        table.add(label, *summary_cells(Summary.of(results.get(label, [])), 0))
+    section = Section(
+        "worker-death",
+        "Issue 4: worker death → terminal frame",
+        intro="""
+A turn streams slowly; once the client holds a content frame, the worker process holding
+the turn's lease (its id names the pid) gets SIGKILL. The figure is the kill to the
+client's `[DONE]` after the `worker_lost` error frame. The lease TTL is 5 s, renewed every
+1 s; lapsed leases are reaped by every worker (`TurnSupervisor._renew_and_reap`) and by
+every API process (`api.main._reap_forever`), each once per `BERNARD_LEASE_RENEW_S`, so
+with the only worker dead the API is the one that ends the turn.
+""",
+        tables=[table],
+        notes=notes,
+    )
+    for label, _ in scenarios:
+        summary = Summary.of(results.get(label, []))
+        section.verdicts.append(
+            Verdict(
+                f"{label}: within 10 s", f"max {ms(summary.max / 1000, 1)} s", summary.max < 10_000
+            )
+        )
+    return section
+
+
+MEASUREMENTS = {
+    "first-token": first_token,
+    "relay": relay,
+    "throughput": throughput,
+    "exactness": exactness,
+    "cancel": cancel,
+    "memory": memory,
+    "worker-death": worker_death,
+    "redis": redis_cost,
+}

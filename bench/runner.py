@@ -1,0 +1,451 @@
+"""Driving turns and reading what they left behind: shared by every measurement.
+
+`drive` runs turns through an endpoint with a given concurrency, keeping the client's work
+per frame to the raw parse of `bench.client`. Everything else (checking each stream token
+by token, fetching each entry's `at` from Redis, counting Redis commands) happens after
+the turns, so it never competes with them for CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from bench.client import Call, Endpoint, chat_body, connect, request_bytes
+from bench.processes import Cluster
+from bench.upstream import Directive
+from shared import keys
+from shared.turns import STREAM_FIELD
+
+CHAT = "/v1/chat/completions"
+_tags = itertools.count(1)
+_RUN = f"{int(time.time()) % 100000:05d}"
+
+
+def new_tag(prefix: str) -> str:
+    """A tag unique to this run, so upstream exchanges and turns never mix."""
+    return f"{prefix}{_RUN}x{next(_tags)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How big each measurement is; `full()` meets issue 5, `quick()` is a smoke run."""
+
+    name: str
+    warmup: int
+    ft_sequential: int
+    ft_tokens: int
+    ft_concurrency: int
+    ft_concurrent_turns: int
+    ft_concurrent_delay_ms: float
+    relay_scales: tuple[int, ...]
+    relay_rounds_single: int
+    relay_tokens: dict[int, int]
+    relay_delay_ms: dict[int, float]
+    relay_baseline_scales: tuple[int, ...]
+    capacity_streams: int
+    capacity_rates: tuple[int, ...]
+    capacity_step_s: float
+    scale_streams: int
+    scale_tokens: int
+    exact_streams: int
+    exact_tokens: int
+    cancel_trials: int
+    memory_streams: int
+    death_trials: int
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(
+            name="full",
+            warmup=10,
+            ft_sequential=200,
+            ft_tokens=50,
+            ft_concurrency=50,
+            ft_concurrent_turns=250,
+            ft_concurrent_delay_ms=100,
+            relay_scales=(1, 100, 1000),
+            relay_rounds_single=5,
+            relay_tokens={1: 200, 100: 50, 1000: 20},
+            relay_delay_ms={1: 20, 100: 200, 1000: 2000},
+            relay_baseline_scales=(1, 100),
+            capacity_streams=100,
+            capacity_rates=(2000, 4000, 8000, 16000, 32000, 0),
+            capacity_step_s=3.0,
+            scale_streams=100,
+            scale_tokens=100,
+            exact_streams=1000,
+            exact_tokens=200,
+            cancel_trials=50,
+            memory_streams=1000,
+            death_trials=3,
+        )
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            name="quick",
+            warmup=3,
+            ft_sequential=20,
+            ft_tokens=20,
+            ft_concurrency=10,
+            ft_concurrent_turns=30,
+            ft_concurrent_delay_ms=50,
+            relay_scales=(1, 100),
+            relay_rounds_single=2,
+            relay_tokens={1: 100, 100: 20},
+            relay_delay_ms={1: 20, 100: 200},
+            relay_baseline_scales=(1,),
+            capacity_streams=50,
+            capacity_rates=(4000, 0),
+            capacity_step_s=1.5,
+            scale_streams=30,
+            scale_tokens=50,
+            exact_streams=100,
+            exact_tokens=50,
+            cancel_trials=8,
+            memory_streams=200,
+            death_trials=1,
+        )
+
+
+@dataclass(eq=False)
+class Turn:
+    """One turn as the client drove it."""
+
+    directive: Directive
+    call: Call
+    system: str  # "pipeline" or "baseline"
+    expected: list[str] | None = None  # the tokens to check against, when not the directive's
+
+    @property
+    def first_token_ms(self) -> float:
+        """Request sent → first content frame received."""
+        if self.call.first_content_at is None:
+            return float("nan")
+        return (self.call.first_content_at - self.call.sent_at) * 1000
+
+
+class Ui:
+    """Progress on the terminal (rich), kept cheap: it refreshes four times a second."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            refresh_per_second=4,
+            transient=False,
+        )
+
+    def task(self, description: str, total: float) -> TaskID:
+        return self.progress.add_task(description, total=total)
+
+    def advance(self, task: TaskID, amount: float = 1) -> None:
+        self.progress.advance(task, amount)
+
+    def done(self, task: TaskID) -> None:
+        total = self.progress.tasks[self.progress.task_ids.index(task)].total
+        self.progress.update(task, completed=total)
+
+    def log(self, message: str) -> None:
+        self.progress.console.log(message)
+
+
+@dataclass(eq=False)
+class Bench:
+    """What every measurement gets: the processes, a Redis client, sizes and the UI."""
+
+    cluster: Cluster
+    redis: Redis
+    sizes: Sizes
+    ui: Ui
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def api(self) -> Endpoint:
+        return self.cluster.apis[0].endpoint
+
+    @property
+    def baseline(self) -> Endpoint:
+        assert self.cluster.baseline is not None
+        return self.cluster.baseline.endpoint
+
+
+async def start_turn(endpoint: Endpoint, directive: Directive, system: str) -> Turn:
+    """Open a connection and send the chat request; the turn streams in the background."""
+    call = await connect(endpoint)
+    call.send(request_bytes(endpoint, "POST", CHAT, chat_body(directive.message())))
+    return Turn(directive, call, system)
+
+
+async def drive(
+    endpoints: Sequence[Endpoint],
+    directives: Sequence[Directive],
+    *,
+    system: str,
+    concurrency: int,
+    stagger_s: float = 0.0,
+    on_done: Callable[[Turn], None] | None = None,
+) -> list[Turn]:
+    """Run every directive as a turn, `concurrency` at a time, round-robin over `endpoints`.
+
+    With `stagger_s`, the `concurrency` client loops start spread evenly over that many
+    seconds, so turns start at a steady pace instead of in bursts.
+    """
+    queue = list(enumerate(directives))
+    queue.reverse()
+    turns: list[Turn | None] = [None] * len(directives)
+
+    async def loop(k: int) -> None:
+        if stagger_s:
+            await asyncio.sleep(stagger_s * k / concurrency)
+        while queue:
+            index, directive = queue.pop()
+            turn = await start_turn(endpoints[index % len(endpoints)], directive, system)
+            await turn.call.finished
+            turns[index] = turn
+            if on_done is not None:
+                on_done(turn)
+
+    await asyncio.gather(*(loop(k) for k in range(min(concurrency, len(directives)))))
+    return [t for t in turns if t is not None]
+
+
+def echo_directives(prefix: str, count: int, tokens: int, delay_ms: float = 0) -> list[Directive]:
+    """`count` echo turns with unique tags."""
+    return [Directive(tag=new_tag(prefix), tokens=tokens, delay_ms=delay_ms) for _ in range(count)]
+
+
+# -- checking streams ------------------------------------------------------------------
+
+
+def _id_key(frame_id: str) -> tuple[int, int, int]:
+    entry, _, index = frame_id.partition(":")
+    ms_part, _, seq = entry.partition("-")
+    return int(ms_part), int(seq or 0), int(index) if index else -1
+
+
+def check_turn(turn: Turn) -> str | None:
+    """None when the stream is exact; else what is wrong with it.
+
+    Exact: HTTP 200; the role frame first; content frames that are, in order, runs of
+    whole tokens that together are exactly the upstream's tokens (no loss, duplicate or
+    reordering); a `stop` finish frame after all content; `[DONE]` once, last; and, through
+    the pipeline, SSE ids strictly increasing.
+    """
+    call = turn.call
+    if call.status != 200:
+        return f"HTTP {call.status}: {bytes(call.body)[:200]!r}"
+    if call.error:
+        return call.error
+    frames = call.frames
+    if not frames or frames[-1].data != b"[DONE]":
+        return "the stream does not end with [DONE]"
+    if sum(1 for f in frames if f.data == b"[DONE]") != 1:
+        return "[DONE] more than once"
+    if turn.system == "pipeline":
+        ids = [_id_key(f.id) for f in frames]
+        if any(b <= a for a, b in itertools.pairwise(ids)):
+            return "SSE ids do not strictly increase"
+    expected = turn.expected if turn.expected is not None else turn.directive.expected_tokens()
+    k = 0
+    finish: str | None = None
+    role_seen = False
+    for frame in frames[:-1]:
+        body = orjson.loads(frame.data)
+        if "error" in body:
+            return f"error frame: {body['error']}"
+        choices = body.get("choices") or []
+        if not choices:
+            continue
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        if delta.get("role") == "assistant":
+            if role_seen or k:
+                return "role frame not first"
+            role_seen = True
+        if choice.get("finish_reason"):
+            finish = choice["finish_reason"]
+            continue
+        text = delta.get("content") or ""
+        if not text:
+            continue
+        if finish is not None:
+            return "content after the finish frame"
+        j, length = k, 0
+        while length < len(text) and j < len(expected):
+            length += len(expected[j])
+            j += 1
+        if text != "".join(expected[k:j]):
+            return f"content diverges at token {k}: got {text[:40]!r}"
+        k = j
+    if not role_seen:
+        return "no role frame"
+    if k != len(expected):
+        return f"{k} of {len(expected)} tokens arrived"
+    if finish != "stop":
+        return f"finish_reason {finish!r}"
+    return None
+
+
+def check_all(turns: Iterable[Turn]) -> tuple[int, list[str]]:
+    """How many turns were exact, and the first few problems of the others."""
+    exact, problems = 0, list[str]()
+    for turn in turns:
+        problem = check_turn(turn)
+        if problem is None:
+            exact += 1
+        elif len(problems) < 5:
+            problems.append(f"{turn.directive.tag} ({turn.call.turn_id}): {problem}")
+    return exact, problems
+
+
+# -- relay latency -----------------------------------------------------------------------
+
+
+def _is_delta(data: bytes) -> bool:
+    return data.startswith(b"{") and b'"delta":{"content":' in data
+
+
+async def relay_latencies(redis: Redis, turns: Sequence[Turn]) -> list[float]:
+    """Per content frame: client receipt − the `at` its writer stamped, in ms.
+
+    Through the pipeline `at` is read back from the stream entry the frame's SSE id names;
+    from the baseline it is the yield time carried in the frame's id.
+    """
+    latencies: list[float] = []
+    pipeline_turns = []
+    for turn in turns:
+        if turn.system == "baseline":
+            latencies += [
+                (f.wall - float(f.id[1:])) * 1000 for f in turn.call.frames if _is_delta(f.data)
+            ]
+        else:
+            pipeline_turns.append(turn)
+    for start in range(0, len(pipeline_turns), 100):
+        batch = pipeline_turns[start : start + 100]
+        async with redis.pipeline(transaction=False) as pipe:
+            for turn in batch:
+                pipe.xrange(keys.events(turn.call.turn_id))
+            replies = await pipe.execute()
+        for turn, entries in zip(batch, replies, strict=True):
+            at = {
+                entry_id.decode(): orjson.loads(fields[STREAM_FIELD.encode()])["at"]
+                for entry_id, fields in entries
+            }
+            for frame in turn.call.frames:
+                if _is_delta(frame.data) and frame.id in at:
+                    latencies.append((frame.wall - at[frame.id]) * 1000)
+    return latencies
+
+
+# -- turn records ----------------------------------------------------------------------
+
+
+async def pickup_ms(redis: Redis, turns: Sequence[Turn]) -> list[float]:
+    """Enqueue → job start per turn, from the turn record: `started_at − created_at`, ms."""
+    values: list[float] = []
+    for start in range(0, len(turns), 200):
+        batch = turns[start : start + 200]
+        async with redis.pipeline(transaction=False) as pipe:
+            for turn in batch:
+                pipe.hmget(keys.turn(turn.call.turn_id), ["created_at", "started_at"])
+            replies = await pipe.execute()
+        for created, started in replies:
+            if created and started:
+                values.append((float(started) - float(created)) * 1000)
+    return values
+
+
+# -- Redis accounting ------------------------------------------------------------------
+
+
+@dataclass
+class RedisCost:
+    """Commands Redis executed (from `INFO commandstats`) over one stretch of a run."""
+
+    commands: dict[str, int]
+    seconds: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.commands.values())
+
+
+async def command_counts(redis: Redis) -> dict[str, int]:
+    """Calls per command so far (our own INFO calls are left out)."""
+    stats: dict[str, Any] = await redis.info("commandstats")
+    counts = {}
+    for name, values in stats.items():
+        command = name.removeprefix("cmdstat_")
+        if command not in ("info",):
+            counts[command] = int(values["calls"])
+    return counts
+
+
+class Meter:
+    """Counts Redis commands and process CPU between `start()` and `stop()`."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.before: dict[str, int] = {}
+        self.cpu_before: dict[str, float] = {}
+        self.started = 0.0
+        self.cost = RedisCost({}, 0.0)
+        self.cpu: dict[str, float] = {}
+
+    def _cpu(self) -> dict[str, float]:
+        cluster = self.bench.cluster
+        services = [*cluster.apis, *cluster.workers, cluster.upstream, cluster.baseline]
+        if cluster.redis_proc is not None:
+            services.append(cluster.redis_proc)
+        out = {s.name: s.cpu_seconds() for s in services if s is not None and s.alive}
+        out["client"] = time.process_time()
+        return out
+
+    async def start(self) -> Meter:
+        self.before = await command_counts(self.bench.redis)
+        self.cpu_before = self._cpu()
+        self.started = time.monotonic()
+        return self
+
+    async def stop(self) -> Meter:
+        seconds = time.monotonic() - self.started
+        after = await command_counts(self.bench.redis)
+        cpu = self._cpu()
+        self.cpu = {k: cpu[k] - self.cpu_before[k] for k in cpu if k in self.cpu_before}
+        diff = {k: v - self.before.get(k, 0) for k, v in after.items()}
+        self.cost = RedisCost({k: v for k, v in diff.items() if v}, seconds)
+        return self
+
+
+async def wait_idle(bench: Bench, timeout_s: float = 60) -> None:
+    """Wait until no turn is running (the `bernard:running` set is empty)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not await bench.redis.zcard(keys.RUNNING_TURNS):
+            return
+        await asyncio.sleep(0.1)
+    bench.ui.log("[yellow]turns still running after the wait; going on")
