@@ -99,7 +99,10 @@ class ChatEncoder:
                 }
                 return [self._chunk({"tool_calls": [call]})]
             case ToolResult() if mode == "delta":
-                output = {"id": event.tool_call_id, "content": event.content}
+                output: dict[str, Any] = {"id": event.tool_call_id, "content": event.content}
+                if event.index is not None:
+                    # The openai SDK's stream helper merges list entries by `index`.
+                    output = {"index": event.index, **output}
                 return [self._chunk({"tool_outputs": [output]})]
             case ToolCall() | ToolResult() | ToolProgress() if mode != "none":
                 return [self._extension(event.type, asdict(event))]

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
+from shared.settings import MODEL_ID
 from shared.turns import TurnRequest
 
 
@@ -50,7 +51,9 @@ class StreamOptions(_Body):
 
 
 class _TurnBody(_Body):
-    model: str
+    # Any string validates (another model answers 404, as OpenAI does); the schema names
+    # the one model there is, so generated clients and fuzzers send it.
+    model: str = Field(json_schema_extra={"enum": [MODEL_ID]})
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = None
@@ -94,6 +97,20 @@ class _TurnBody(_Body):
 class ChatCompletionRequest(_TurnBody):
     """`POST /v1/chat/completions`."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hello!"}]},
+                {
+                    "model": MODEL_ID,
+                    "messages": [{"role": "user", "content": "What is (2 + 3) * 4?"}],
+                    "stream": True,
+                    "stream_options": {"include_usage": True, "tool_events": "bernard"},
+                },
+            ]
+        }
+    )
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     response_format: dict[str, Any] | None = None
@@ -129,6 +146,10 @@ class ChatCompletionRequest(_TurnBody):
 
 class CompletionRequest(_TurnBody):
     """`POST /v1/completions` (legacy): a prompt instead of messages."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"model": MODEL_ID, "prompt": "Once upon a time"}]}
+    )
 
     prompt: str | list[str] = Field(min_length=1)
 

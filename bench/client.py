@@ -52,6 +52,7 @@ class Call(asyncio.Protocol):
     headers: dict[str, str] = field(default_factory=dict)
     body: bytearray = field(default_factory=bytearray)
     sent_at: float = 0.0  # monotonic
+    sent_wall: float = 0.0
     first_content_at: float | None = None  # monotonic receipt of the first content frame
     ended_at: float | None = None
     error: str | None = None
@@ -210,6 +211,7 @@ class Call(asyncio.Protocol):
     def send(self, request: bytes) -> None:
         """Write the request and note the time (monotonic) it went out."""
         assert self.transport is not None
+        self.sent_wall = time.time()
         self.sent_at = time.monotonic()
         self.transport.write(request)
 

@@ -40,7 +40,7 @@ from bench.upstream import Directive
 from bench.writer import synthetic_tokens
 from shared import keys
 from shared.settings import MODEL_ID
-from shared.turns import TurnRecord, TurnRequest, TurnStore
+from shared.turns import STREAM_FIELD, TurnRecord, TurnRequest, TurnStore
 
 
 @dataclass
@@ -86,6 +86,100 @@ def _cpu_line(meter: Meter, tokens: int) -> str:
     return f"CPU over {meter.cost.seconds:.1f} s of wall time: " + ", ".join(parts) + "."
 
 
+# -- where the first-token time goes ---------------------------------------------------
+
+_SEGMENTS = (
+    ("request sent → turn stored (API: parse, validate, conversation)", "created"),
+    ("turn stored → job started (enqueue, wake, pickup, claim)", "pickup"),
+    ("job started → router request reaches the upstream", "to_router"),
+    ("router call at the upstream (request in → answer out)", "router"),
+    ("router answer → response-model request reaches the upstream", "to_response"),
+    ("upstream: request in → first token out", "upstream_first"),
+    ("first token out → delta stamped by the worker (`at`)", "llm_client"),
+    ("delta stamped → client receipt (XADD, XREAD, SSE)", "relay"),
+    ("first token out → client receipt (baseline: LLM client + SSE)", "first_to_client"),
+)
+
+
+async def _exchange(bench: Bench, tag: str) -> dict[str, dict[str, float]]:
+    assert bench.cluster.upstream is not None
+    call = await request(bench.cluster.upstream.endpoint, "GET", f"/bench/exchange?tag={tag}")
+    found = call.json()
+    return found if isinstance(found, dict) else {}
+
+
+async def breakdown(bench: Bench, turns: Sequence[Turn]) -> dict[str, list[float]]:
+    """Per turn, the segments of its time to first token (ms), from every clock we have.
+
+    Wall-clock stamps: the client's send, the turn record (`created_at`, `started_at`), the
+    first delta entry's `at`, the client's receipt. Monotonic stamps from the upstream
+    process (router and response-model requests) are moved onto the wall clock with this
+    process's offset between the two clocks (both are system-wide on Linux).
+    """
+    offset = time.time() - time.monotonic()
+    out: dict[str, list[float]] = {key: [] for _, key in _SEGMENTS}
+    for turn in turns:
+        call = turn.call
+        found = await _exchange(bench, turn.directive.tag)
+        router, stream = found.get("router"), found.get("stream")
+        if not router or not stream or call.first_content_at is None:
+            continue
+        up_router_in = router["started_at"] + offset
+        up_router_out = router["completed_at"] + offset
+        up_stream_in = stream["started_at"] + offset
+        up_first = stream["first_chunk_at"] + offset
+        received = call.first_content_at + offset
+        segments = {
+            "router": up_router_out - up_router_in,
+            "to_response": up_stream_in - up_router_out,
+            "upstream_first": up_first - up_stream_in,
+            "first_to_client": received - up_first,
+        }
+        if turn.system == "pipeline":
+            created, started = await bench.redis.hmget(  # type: ignore[misc]
+                keys.turn(call.turn_id), ["created_at", "started_at"]
+            )
+            first_delta = None
+            for _, fields in await bench.redis.xrange(keys.events(call.turn_id), count=50):
+                body = orjson.loads(fields[STREAM_FIELD.encode()])
+                if body["type"] == "delta":
+                    first_delta = body["at"]
+                    break
+            if created is None or started is None or first_delta is None:
+                continue
+            segments |= {
+                "created": float(created) - call.sent_wall,
+                "pickup": float(started) - float(created),
+                "to_router": up_router_in - float(started),
+                "llm_client": first_delta - up_first,
+                "relay": received - first_delta,
+            }
+        else:
+            segments["created"] = up_router_in - call.sent_wall
+        for key, value in segments.items():
+            out[key].append(value * 1000)
+    return out
+
+
+def breakdown_table(parts: dict[str, dict[str, list[float]]]) -> Table:
+    """Median of each segment, per system."""
+    systems = list(parts)
+    table = Table(
+        ["segment", *(f"{s} median" for s in systems)],
+        title="Where the time to first token goes, sequential turns (ms)",
+    )
+    for label, key in _SEGMENTS:
+        cells = []
+        for system in systems:
+            values = parts[system].get(key) or []
+            cells.append(ms(Summary.of(values).median) if values else "")
+        if any(cells):
+            if key == "created":
+                label = label + " (baseline: → router request reaches the upstream)"
+            table.add(label, *cells)
+    return table
+
+
 # -- 1. first-token overhead -------------------------------------------------------------
 
 
@@ -125,6 +219,7 @@ async def first_token(bench: Bench) -> Section:
         )
     )
     seq_pickup = await pickup_ms(bench.redis, seq["pipeline"])
+    parts = {system: await breakdown(bench, seq[system]) for system in seq}
 
     # Concurrent: blocks of each system in turn, twice, starts spread over one turn's length.
     conc: dict[str, list[Turn]] = {"pipeline": [], "baseline": []}
@@ -219,7 +314,7 @@ over one turn's length. All figures in ms.
     seq_summary = Summary.of(seq_pickup)
     pickup_table.add("sequential (idle worker)", *summary_cells(seq_summary))
     pickup_table.add(f"{sizes.ft_concurrency} concurrent", *summary_cells(Summary.of(conc_pickup)))
-    section.tables += [table, delta_table, pickup_table]
+    section.tables += [table, delta_table, breakdown_table(parts), pickup_table]
     section.verdicts.append(
         Verdict(
             "enqueue → start p50 < 5 ms, idle worker (issue 2)",
@@ -725,7 +820,7 @@ async def _wait_upstream_closed(bench: Bench, tag: str) -> float | None:
         return None
     found = call.json()
     assert isinstance(found, dict)
-    value = found.get("disconnected_at")
+    value = (found.get("stream") or {}).get("disconnected_at")
     return float(value) if value is not None else None
 
 

@@ -18,9 +18,9 @@ A router call (a request offering the `respond` tool) is answered with a `respon
 call, so the turn goes straight on to the response model.
 
 Besides the OpenAI routes it answers `GET /bench/exchange?tag=<tag>&wait=<s>`: the timings
-of the latest streamed exchange whose message carries the tag (monotonic clock, which on
-Linux is system-wide, so the benchmark process can compare it with its own), waiting up
-to `wait` seconds for that exchange to end.
+of the latest streamed exchange whose message carries the tag, and of its router call
+(monotonic clock, which on Linux is system-wide, so the benchmark process can compare it
+with its own), waiting up to `wait` seconds for the streamed exchange to end.
 """
 
 from __future__ import annotations
@@ -126,19 +126,28 @@ class BenchUpstream:
             ]
         )
         self._by_tag: dict[str, Exchange] = {}
+        self._router_by_tag: dict[str, Exchange] = {}
         self._indexed = 0
+        self._rindexed = 0
 
-    def _find(self, tag: str) -> Exchange | None:
-        exchanges = self.upstream.exchanges
-        for ex in exchanges[self._indexed :]:
-            if ex.stream:
+    def _index(self) -> None:
+        for log, by_tag, done in (
+            (self.upstream.exchanges, self._by_tag, "_indexed"),
+            (getattr(self.upstream, "router_exchanges", []), self._router_by_tag, "_rindexed"),
+        ):
+            for ex in log[getattr(self, done) :]:
                 wanted = directive(last_user_text(ex.body))
                 if wanted is not None:
-                    self._by_tag[wanted.tag] = ex
-        self._indexed = len(exchanges)
+                    # The router's request is not streamed; the response model's is.
+                    (by_tag if ex.stream else self._router_by_tag)[wanted.tag] = ex
+            setattr(self, done, len(log))
+
+    def _find(self, tag: str) -> Exchange | None:
+        self._index()
         return self._by_tag.get(tag)
 
     async def _exchange(self, request: Request) -> Response:
+        """`{"stream": ..., "router": ...}`: the tag's streamed exchange and its router call."""
         tag = request.query_params.get("tag", "")
         wait_s = float(request.query_params.get("wait", "0"))
 
@@ -151,16 +160,20 @@ class BenchUpstream:
             found = await self.upstream._wait(ended, wait_s) if wait_s > 0 else self._find(tag)
         except TimeoutError:
             found = self._find(tag)
-        if found is None:
-            return Response(b"null", media_type="application/json", status_code=404)
-        return Response(orjson.dumps(_exchange_json(found)), media_type="application/json")
+        router = self._router_by_tag.get(tag)
+        body = {
+            "stream": _exchange_json(found) if found else None,
+            "router": _exchange_json(router) if router else None,
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
 
     async def _reset(self, request: Request) -> Response:
         """Forget recorded exchanges, so a long run does not keep them all."""
-        live = [ex for ex in self.upstream.exchanges if not ex.ended]
-        self.upstream.exchanges[:] = live
+        for log in (self.upstream.exchanges, getattr(self.upstream, "router_exchanges", [])):
+            log[:] = [ex for ex in log if not ex.ended]
         self._by_tag = {}
-        self._indexed = 0
+        self._router_by_tag = {}
+        self._indexed = self._rindexed = 0
         return Response(b"{}", media_type="application/json")
 
 

@@ -84,13 +84,18 @@ class ToolProgress(Event):
 
 @dataclass(slots=True)
 class ToolResult(Event):
-    """A tool finished; `content` is cut for the stream, the record keeper stores it whole."""
+    """A tool finished; `content` is cut for the stream, the record keeper stores it whole.
+
+    `index` is its call's `ToolCall.index`: `delta.tool_outputs` entries need one, or the
+    openai SDK's stream helper fails on the turn's second output.
+    """
 
     type: ClassVar[str] = "tool_result"
     tool_call_id: str
     name: str
     content: str
     truncated: bool = False
+    index: int | None = None
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import contextlib
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -30,7 +31,7 @@ import httpx
 import redis.asyncio as redis_asyncio
 from redis.exceptions import RedisError
 
-from launcher.redis_server import find_redis_binary, free_port, redis_argv
+from launcher.redis_server import RedisUnavailable, find_redis_binary, free_port, redis_argv
 from shared import keys
 from shared.settings import Settings
 from worker.main import WorkerSettings
@@ -92,6 +93,15 @@ QuickShutdownWorkerSettings = type(
         "job_completion_wait": 1,
     },
 )
+
+
+def has_redis_binary() -> bool:
+    """Whether a `redis-server` binary is here to run private servers with."""
+    try:
+        find_redis_binary()
+    except RedisUnavailable:
+        return False
+    return True
 
 
 class RedisServer:
@@ -167,10 +177,14 @@ class RedisServer:
         except TimeoutError:
             self.kill()
 
-    async def restart(self) -> float:
-        """Shut down without saving and start again on the same port; returns the downtime."""
+    async def restart(self, down_s: float = 0.0) -> float:
+        """Shut down without saving, stay down `down_s`, start again on the same port.
+
+        Returns how long Redis did not answer.
+        """
         started = time.monotonic()
         await self.shutdown()
+        await asyncio.sleep(down_s)
         await self.start()
         return time.monotonic() - started
 
@@ -205,7 +219,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for name, field in Settings.model_fields.items():
         value = getattr(settings, name)
         if value is not None:
-            env[(field.alias or name).upper()] = str(value)
+            text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+            env[(field.alias or name).upper()] = text
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -213,7 +228,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
 class Process:
     """One Bernard child process; its stdout and stderr go to `log_path`."""
 
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_dir: Path):
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log_dir: Path) -> None:
         self.name = name
         # An API process's URL, once it answers.
         self.base_url: str | None = None
@@ -253,8 +268,7 @@ class Process:
         return await _wait_exit(self.popen, timeout_s)
 
     def output(self) -> str:
-        """Everything the process printed so far."""
-        self._log.flush()
+        """Everything the process printed so far (it writes to the file directly)."""
         return self.log_path.read_text(errors="replace")
 
     def tail(self, lines: int = 40) -> str:

@@ -120,13 +120,19 @@ def bernard_of(collected: Sequence[Frame], kind_: str) -> list[dict[str, Any]]:
     return [f.bernard for f in collected if f.bernard and f.bernard["type"] == kind_]
 
 
+async def wait_status(stack: Stack, turn_id: str, wanted: set[str]) -> str:
+    """The turn's status once it is one of `wanted` (polling its resource)."""
+    async with asyncio.timeout(5):
+        while True:
+            status = str((await stack.client.get(f"/v1/turns/{turn_id}")).json()["status"])
+            if status in wanted:
+                return status
+            await asyncio.sleep(0.02)
+
+
 def calculator_then_answer(upstream: ScriptedUpstream, answer: str = ANSWER) -> None:
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     upstream.script(Reply.text(answer))
-
-
-async def stored(stack: Stack, conversation_id: str) -> Archivist:
-    return Archivist(stack.redis)
 
 
 # -- order and shape of the stream ---------------------------------------------------------
@@ -184,24 +190,26 @@ async def test_without_trace_no_prompt_frames_are_sent(
     ]
 
 
-async def test_respond_never_reaches_the_client(stack: Stack, upstream: ScriptedUpstream) -> None:
+@pytest.mark.parametrize("mode", ["bernard", "delta"])
+async def test_respond_never_reaches_the_client(
+    stack: Stack, upstream: ScriptedUpstream, mode: str
+) -> None:
     upstream.script_router(
         Reply.tool_calls([("calculator", {"expression": "6 * 7"}), ("respond", {})])
     )
     upstream.script(Reply.text(ANSWER))
-    for mode in ("bernard", "delta"):
-        got = await collect(stack.client, "POST", CHAT, json=body(tool_events=mode, trace=True))
-        names = [b["name"] for b in bernard_of(got, "tool_call")]
-        names += [
-            call["function"]["name"]
-            for f in got
-            if kind(f) == "delta.tool_calls"
-            for call in f.json["choices"][0]["delta"]["tool_calls"]
-        ]
-        assert names == ["calculator"]
-        assert not [f for f in got if kind(f) == "tool_result" and "respond" in f.data]
-        upstream.script_router(Reply.tool_calls([("respond", {})]))
-        upstream.script(Reply.text(ANSWER))
+    got = await collect(stack.client, "POST", CHAT, json=body(tool_events=mode, trace=True))
+    names = [b["name"] for b in bernard_of(got, "tool_call")]
+    names += [
+        call["function"]["name"]
+        for f in got
+        if kind(f) == "delta.tool_calls"
+        for call in f.json["choices"][0]["delta"]["tool_calls"]
+    ]
+    assert names == ["calculator"]
+    assert len(upstream.router_requests) == 1  # respond ended the loop
+    assert not [f for f in got if '"respond"' in f.data]
+    assert text_of(got) == ANSWER
 
 
 async def test_a_tool_call_its_progress_and_its_output_share_one_id(
@@ -240,17 +248,19 @@ async def test_a_slow_tools_progress_reaches_the_client_before_its_result_exists
 
     upstream.script_router(Reply.tool_calls([("survey", {"topic": "otters"})]))
     upstream.script(Reply.text("Otters are fine."))
-    async with agent_stack(upstream, tools=[survey]) as stack:
-        async with stack.client.stream("POST", CHAT, json=body("otters?")) as response:
-            stream = frames(response)
-            seen: list[Frame] = []
-            while len(bernard_of(seen, "tool_progress")) < 2:
-                seen.append(await anext(stream))
-            # The client holds both progress frames while the tool is still waiting.
-            assert not finished.is_set()
-            assert not bernard_of(seen, "tool_result")
-            release.set()
-            rest = [frame async for frame in stream]
+    async with (
+        agent_stack(upstream, tools=[survey]) as stack,
+        stack.client.stream("POST", CHAT, json=body("otters?")) as response,
+    ):
+        stream = frames(response)
+        seen: list[Frame] = []
+        while len(bernard_of(seen, "tool_progress")) < 2:
+            seen.append(await anext(stream))
+        # The client holds both progress frames while the tool is still waiting.
+        assert not finished.is_set()
+        assert not bernard_of(seen, "tool_result")
+        release.set()
+        rest = [frame async for frame in stream]
     (result,) = bernard_of(rest, "tool_result")
     assert result["content"] == "otters: done"
     assert [p["phase"] for p in bernard_of(seen, "tool_progress")] == ["step", "progress"]
@@ -258,6 +268,43 @@ async def test_a_slow_tools_progress_reaches_the_client_before_its_result_exists
 
 
 # -- what goes wrong ------------------------------------------------------------------------
+
+
+async def test_a_client_leaving_mid_tool_cancels_the_tool_and_closes_its_record(
+    upstream: ScriptedUpstream,
+) -> None:
+    cancelled = asyncio.Event()
+
+    @tool
+    async def crawl(config: RunnableConfig) -> str:
+        """Crawls forever."""
+        get_reporter(config).step("crawling")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    upstream.script_router(Reply.tool_calls([("crawl", {})]))
+    async with agent_stack(upstream, tools=[crawl]) as stack:
+        async with stack.client.stream("POST", CHAT, json=body("crawl")) as response:
+            turn_id = response.headers["x-bernard-turn-id"]
+            conversation_id = response.headers["x-bernard-conversation-id"]
+            stream = frames(response)
+            seen: list[Frame] = []
+            while not bernard_of(seen, "tool_progress"):
+                seen.append(await anext(stream))
+        await asyncio.wait_for(cancelled.wait(), 5)
+        ended = await wait_status(stack, turn_id, {"cancelled", "completed", "failed"})
+        assert ended == "cancelled"
+        archivist = Archivist(stack.redis)
+        (record,) = await archivist.calls(conversation_id, kind="tool")
+        messages = await archivist.messages(conversation_id)
+    assert (record["name"], record["status"]) == ("crawl", "failed")
+    assert record["content"] == "Error: the turn was stopped before the call ended"
+    assert [m["role"] for m in messages] == ["user"]  # no answer was stored
+    assert upstream.requests == []  # the response model was never called
 
 
 async def test_unknown_tools_and_bad_arguments_are_answered_and_the_turn_goes_on(
@@ -349,7 +396,8 @@ async def test_an_upstream_500_during_the_router_fails_the_turn(
     async with stack.client.stream("POST", CHAT, json=body()) as response:
         turn_id = response.headers["x-bernard-turn-id"]
         got = [frame async for frame in frames(response)]
-    assert kinds(got) == ["role", "error_frame", "[DONE]"]
+    # The failure as a `bernard` error chunk, then the terminal error frame.
+    assert kinds(got) == ["role", "error", "error_frame", "[DONE]"]
     error = got[-2].json["error"]
     assert error["code"] == "upstream_error" and "500" in error["message"]
     assert upstream.requests == []  # the response model was never called
@@ -371,6 +419,7 @@ async def test_an_upstream_500_during_the_response_fails_the_turn_after_the_tool
         "tool_progress",
         "tool_progress",
         "tool_result",
+        "error",
         "error_frame",
         "[DONE]",
     ]
@@ -438,6 +487,7 @@ async def test_delta_mode_sends_calls_in_delta_tool_calls_indexed_across_the_tur
     assert [c["function"]["name"] for c in calls] == ["calculator", "get_time", "calculator"]
     assert json.loads(calls[0]["function"]["arguments"]) == {"expression": "6 * 7"}
     assert [o["id"] for o in outputs] == [c["id"] for c in calls]
+    assert [o["index"] for o in outputs] == [0, 1, 2]  # the SDK helper merges by index
     assert [outputs[0]["content"], outputs[2]["content"]] == ["42", "2"]
     # Progress still travels in extension frames; no tool_call/tool_result frames of ours.
     assert bernard_of(got, "tool_progress")
@@ -562,9 +612,9 @@ async def test_a_turn_is_recorded_once_and_the_next_turn_continues_it(
     calls = await archivist.calls(conversation_id)
     assert [c["kind"] for c in calls].count("llm") == 5  # router + response for the second
     assert [c["kind"] for c in calls].count("tool") == 1
-    second_turn = {c["turn_id"] for c in calls[3:]}
+    second_turn = {c["turn_id"] for c in calls[4:]}
     assert second_turn == {second.headers["x-bernard-turn-id"]}
-    assert "messages" not in calls[3]  # untraced: the prompt is not kept
+    assert "messages" not in calls[4]  # untraced: the prompt is not kept
     # The stored conversation, router steps included, was the response model's context.
     prompt = upstream.requests[-1]["messages"]
     assert [m["role"] for m in prompt] == [
@@ -639,9 +689,7 @@ async def test_the_openai_stream_helper_parses_every_mode(
         model="bernard-v1",
         messages=[{"role": "user", "content": "What is 6 * 7?"}],
         stream_options={"include_usage": True},
-        extra_body={
-            "stream_options": {"include_usage": True, "tool_events": mode, "trace": True}
-        },
+        extra_body={"stream_options": {"include_usage": True, "tool_events": mode, "trace": True}},
     ) as stream:
         async for _ in stream:
             pass
@@ -660,12 +708,10 @@ async def test_langchain_chat_openai_parses_every_mode(
     llm = ChatOpenAI(
         model="bernard-v1",
         base_url=stack.base_url + "/v1",
-        api_key="x",  # type: ignore[arg-type]
+        api_key="x",
         max_retries=0,
         stream_usage=True,
-        extra_body={
-            "stream_options": {"include_usage": True, "tool_events": mode, "trace": True}
-        },
+        extra_body={"stream_options": {"include_usage": True, "tool_events": mode, "trace": True}},
     )
     total: AIMessageChunk | None = None
     async for chunk in llm.astream("What is 6 * 7?"):

@@ -12,6 +12,7 @@ turn's tool-call messages, tool results and final answer once the turn has compl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -96,8 +97,14 @@ class TurnRecording:
         await self.recorder.append_messages(self.conversation_id, [*self.ctx.tool_messages, answer])
 
     async def fail(self, error: BaseException) -> None:
-        """The turn failed: close the calls still open as failed. Never raises."""
-        message = getattr(error, "message", None) or str(error) or type(error).__name__
+        """The turn failed or was stopped: close the calls still open as failed.
+
+        Never raises a Redis error: the turn's own error is the one that must surface.
+        """
+        if isinstance(error, asyncio.CancelledError | GeneratorExit):
+            message = "the turn was stopped before the call ended"
+        else:
+            message = getattr(error, "message", None) or str(error) or type(error).__name__
         try:
             if self._llm_call is not None:
                 call_id, started = self._llm_call

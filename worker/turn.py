@@ -58,7 +58,9 @@ async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> Asy
                     # its record.
                     await recording.observe(event)
                 yield event
-    except Exception as exc:
+    except BaseException as exc:
+        # Failures, and stops too: a cancelled task or a closed generator (the client left)
+        # still gets its open calls closed; awaiting here is allowed, yielding is not.
         if recording is not None:
             await recording.fail(exc)
         raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -303,9 +303,7 @@ async def test_closing_the_harness_mid_tool_cancels_the_tool(upstream: ScriptedU
         return "never"
 
     upstream.script_router(Reply.tool_calls([("slow", {})]))
-    events = router_harness(make_ctx(upstream, tools=[slow]))
-    assert isinstance(events, AsyncIterator)
-    async with aclosing(events):  # type: ignore[type-var]
+    async with aclosing(router_harness(make_ctx(upstream, tools=[slow]))) as events:
         while not isinstance(await anext(events), ToolProgress):
             pass
     assert cancelled.is_set()

@@ -16,7 +16,7 @@ response model sees, since an assistant tool call without a tool answer is an in
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -54,7 +54,7 @@ ROUTER_PROMPT = (
 )
 
 
-async def router_harness(ctx: TurnContext) -> AsyncIterator[Event]:
+async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
     """Run the tool loop for `ctx`, yielding each event the moment it happens."""
     tools = {tool.name: tool for tool in ctx.tools}
     bound: list[BaseTool | dict[str, Any]] = [*ctx.tools, RESPOND_TOOL]
@@ -108,7 +108,9 @@ async def _run(
     ctx.tool_messages.append(outcome.message)
     ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": outcome.content})
     streamed, truncated = cut_for_stream(outcome.content, ctx.settings.stream_tool_output_max_chars)
-    yield ToolResult(tool_call_id=call.id, name=call.name, content=streamed, truncated=truncated)
+    yield ToolResult(
+        tool_call_id=call.id, name=call.name, content=streamed, truncated=truncated, index=index
+    )
     if outcome.failure is not None:
         yield outcome.failure
 
