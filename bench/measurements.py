@@ -27,6 +27,7 @@ from bench.runner import (
     RedisCost,
     Turn,
     check_all,
+    is_delta,
     drive,
     echo_directives,
     new_tag,
@@ -522,7 +523,7 @@ Redis; and the same load on the baseline server.
         nominal = rate or 40_000
         tokens = max(20, int(nominal * sizes.capacity_step_s / sizes.capacity_streams))
         turns, written, meter = await _capacity_step(bench, sizes.capacity_streams, rate, tokens)
-        frames = [f for t in turns for f in t.call.frames if f.data.startswith(b'{"id"')]
+        frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
         first = min(f.wall for f in frames)
         last = max(f.wall for f in frames)
         delivered = len(frames) / (last - first) if last > first else math.nan

@@ -325,7 +325,8 @@ def check_all(turns: Iterable[Turn]) -> tuple[int, list[str]]:
 # -- relay latency -----------------------------------------------------------------------
 
 
-def _is_delta(data: bytes) -> bool:
+def is_delta(data: bytes) -> bool:
+    """Whether an SSE data payload is a content (delta) chunk."""
     return data.startswith(b"{") and b'"delta":{"content":' in data
 
 
@@ -340,7 +341,7 @@ async def relay_latencies(redis: Redis, turns: Sequence[Turn]) -> list[float]:
     for turn in turns:
         if turn.system == "baseline":
             latencies += [
-                (f.wall - float(f.id[1:])) * 1000 for f in turn.call.frames if _is_delta(f.data)
+                (f.wall - float(f.id[1:])) * 1000 for f in turn.call.frames if is_delta(f.data)
             ]
         else:
             pipeline_turns.append(turn)
@@ -356,7 +357,7 @@ async def relay_latencies(redis: Redis, turns: Sequence[Turn]) -> list[float]:
                 for entry_id, fields in entries
             }
             for frame in turn.call.frames:
-                if _is_delta(frame.data) and frame.id in at:
+                if is_delta(frame.data) and frame.id in at:
                     latencies.append((frame.wall - at[frame.id]) * 1000)
     return latencies
 

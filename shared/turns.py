@@ -141,6 +141,18 @@ return 1
 """
 
 
+# KEYS: lease, cancel, turn. ARGV: worker id, lease ms. Renews the lease and says whether
+# the turn should go on: 0 yes, 1 somebody asked it to stop, 2 its record is gone (a Redis
+# restart without persistence lost it; nobody can read its output any more).
+_RENEW = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return 2 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
+return 0
+"""
+RENEWED, CANCEL_REQUESTED, RECORD_GONE = 0, 1, 2
+
+
 class TurnStore:
     """Creates, reads and moves turn records; the one place that writes a turn's status."""
 
@@ -150,6 +162,7 @@ class TurnStore:
         self.stream_maxlen = stream_maxlen
         self._claim = redis.register_script(_CLAIM)
         self._finish = redis.register_script(_FINISH)
+        self._renew = redis.register_script(_RENEW)
 
     async def create(self, record: TurnRecord, *, ttl_s: int) -> None:
         """Store the record and open its stream with a `start` entry, in one transaction.
@@ -222,6 +235,21 @@ class TurnStore:
             before=[Error(message=message, code=code)],
             only_if_lease_lapsed=only_if_lease_lapsed,
         )
+
+    async def renew(
+        self, turn_ids: Sequence[str], worker_id: str, lease_ttl_s: float
+    ) -> dict[str, int]:
+        """Renew the leases of `turn_ids` in one round trip; each maps to RENEWED,
+        CANCEL_REQUESTED or RECORD_GONE."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for turn_id in turn_ids:
+                await self._renew(
+                    keys=[keys.lease(turn_id), keys.cancel(turn_id), keys.turn(turn_id)],
+                    args=[worker_id, int(lease_ttl_s * 1000)],
+                    client=pipe,
+                )
+            replies = await pipe.execute()
+        return dict(zip(turn_ids, (int(r) for r in replies), strict=True))
 
     async def reap_lapsed(self, *, skip: Container[str] = (), limit: int = 50) -> list[str]:
         """Fail running turns whose lease lapsed (their worker died); return their ids.

@@ -222,3 +222,21 @@ async def test_a_redelivered_job_does_not_run_its_turn_again(
     assert len(upstream.requests) == requests_before
     events = await replay(stack, turn_id)
     assert sum(f.done for f in events) == 1
+
+
+async def test_a_turn_whose_record_vanished_stops_spending_tokens(
+    upstream: ScriptedUpstream,
+) -> None:
+    """A Redis restart without persistence loses the record: the worker must stop too."""
+    upstream.script(Reply.slow(interval=0.01))
+    async with run_stack(make_settings(upstream, lease_renew_s=0.2)) as stack:
+        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+        await upstream.wait_requests(1)
+        await stack.redis.delete(keys.turn(turn["id"]))
+        exchange = await upstream.wait_disconnect(timeout_s=5)
+        assert exchange.ended
+        async with asyncio.timeout(5):
+            while True:
+                if not await stack.redis.exists(keys.events(turn["id"])):
+                    break
+                await asyncio.sleep(0.05)

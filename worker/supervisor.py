@@ -30,7 +30,7 @@ from shared.events import Done, Event
 from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamWriter
-from shared.turns import TurnStore
+from shared.turns import CANCEL_REQUESTED, RECORD_GONE, TurnStore
 from worker.context import TurnContext
 from worker.llm import Llm, LlmError
 from worker.tools import default_tools
@@ -67,7 +67,8 @@ class TurnSupervisor:
             redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
         )
         self._running: dict[str, asyncio.Task[str]] = {}
-        self._cancel_requested: set[str] = set()
+        # Why a local turn was told to stop: "cancelled" (asked to) or "lost" (record gone).
+        self._stop_reason: dict[str, str] = {}
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -109,13 +110,13 @@ class TurnSupervisor:
             raise
         finally:
             self._running.pop(turn_id, None)
-            self._cancel_requested.discard(turn_id)
+            self._stop_reason.pop(turn_id, None)
 
-    def cancel_local(self, turn_id: str) -> None:
+    def cancel_local(self, turn_id: str, reason: str = "cancelled") -> None:
         """Abort the turn if it runs here; the in-flight LLM call is cancelled at once."""
         task = self._running.get(turn_id)
-        if task is not None and turn_id not in self._cancel_requested:
-            self._cancel_requested.add(turn_id)
+        if task is not None and turn_id not in self._stop_reason:
+            self._stop_reason[turn_id] = reason
             task.cancel()
 
     async def _execute(self, turn_id: str) -> str:
@@ -145,8 +146,13 @@ class TurnSupervisor:
                         await writer.write(event)
                 await writer.flush()
         except asyncio.CancelledError:
+            reason = self._stop_reason.get(turn_id)
+            if reason == "lost":
+                # Nothing to finish: finishing a turn without a record drops its stream.
+                await self.store.finish(turn_id, Done(status="failed"))
+                return "lost"
             await _flush_quietly(writer)
-            if turn_id in self._cancel_requested:
+            if reason == "cancelled":
                 await self.store.finish(turn_id, Done(status="cancelled", usage=ctx.usage))
                 return "cancelled"
             await self.store.fail(
@@ -194,20 +200,20 @@ class TurnSupervisor:
 
     async def _renew_and_reap(self) -> None:
         now = time.time()
-        ttl_ms = int(self.settings.lease_ttl_s * 1000)
         local = list(self._running)
+        states = await self.store.renew(local, self.worker_id, self.settings.lease_ttl_s)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for turn_id in local:
-                pipe.set(keys.lease(turn_id), self.worker_id, px=ttl_ms)
-                pipe.exists(keys.cancel(turn_id))
             if local:
                 expiry = now + self.settings.lease_ttl_s
                 pipe.zadd(keys.RUNNING_TURNS, dict.fromkeys(local, expiry))
             pipe.zadd(keys.WORKERS, {self.worker_id: now})
-            replies = await pipe.execute()
-        for turn_id, cancelled in zip(local, replies[1 : 2 * len(local) : 2], strict=True):
-            if cancelled:
+            await pipe.execute()
+        for turn_id, state in states.items():
+            if state == CANCEL_REQUESTED:
                 self.cancel_local(turn_id)
+            elif state == RECORD_GONE:
+                logger.warning("turn %s vanished from Redis; stopping it", turn_id)
+                self.cancel_local(turn_id, reason="lost")
         for turn_id in await self.store.reap_lapsed(skip=self._running):
             logger.warning("turn %s failed: its worker was lost", turn_id)
 
