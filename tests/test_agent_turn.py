@@ -730,6 +730,7 @@ async def test_langchain_chat_openai_parses_every_mode(
     [
         ("What is (2 + 3) * 4?", "calculator", {"expression": "(2 + 3) * 4"}, "is 20"),
         ("What time is it in Europe/Paris?", "get_time", {"timezone": "Europe/Paris"}, "Paris"),
+        ("what time is it", "get_time", {"timezone": "UTC"}, "The time in UTC is"),
     ],
 )
 async def test_the_demo_model_calls_tools_through_the_router(

@@ -149,7 +149,7 @@ async def test_a_turn_cancelled_before_any_worker_took_it_never_calls_the_model(
         async with run_worker(settings):
             done = await wait_status(stack, turn["id"], {"cancelled", "completed"})
     assert done["status"] == "cancelled"
-    assert upstream.requests == []
+    assert upstream.requests == [] and upstream.router_requests == []
 
 
 async def test_a_client_returning_within_the_grace_keeps_the_turn_alive(
