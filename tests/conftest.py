@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as redis_asyncio
+from langchain_core.tools import BaseTool
 
 from api.main import create_app
 from shared.settings import Settings
@@ -81,8 +82,11 @@ async def run_api(settings: Settings) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def run_worker(settings: Settings) -> AsyncIterator[None]:
-    worker = create_worker(settings, handle_signals=False)
+async def run_worker(
+    settings: Settings, tools: Sequence[BaseTool] | None = None
+) -> AsyncIterator[None]:
+    """An in-process `WakeWorker`; `tools` replaces the default tools when given."""
+    worker = create_worker(settings, tools=tools, handle_signals=False)
     task = asyncio.create_task(worker.async_run())
     try:
         yield
@@ -96,11 +100,13 @@ async def run_worker(settings: Settings) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def run_stack(settings: Settings, *, worker: bool = True) -> AsyncIterator[Stack]:
+async def run_stack(
+    settings: Settings, *, worker: bool = True, tools: Sequence[BaseTool] | None = None
+) -> AsyncIterator[Stack]:
     async with contextlib.AsyncExitStack() as stack:
         base_url = await stack.enter_async_context(run_api(settings))
         if worker:
-            await stack.enter_async_context(run_worker(settings))
+            await stack.enter_async_context(run_worker(settings, tools))
         client = await stack.enter_async_context(
             httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0))
         )

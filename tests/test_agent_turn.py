@@ -12,55 +12,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import httpx
 import openai
 import pytest
-import redis.asyncio as redis_asyncio
 from langchain_core.messages import AIMessageChunk
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langchain_openai import ChatOpenAI
 
 from shared.records import Archivist
-from tests.conftest import Stack, make_settings, run_api
+from tests.conftest import Stack, make_settings, run_stack
 from tests.sse import Frame, collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
-from worker.main import create_worker
 from worker.tools import default_tools, get_reporter
 
 CHAT = "/v1/chat/completions"
 ANSWER = "Six times seven is 42."
 
 
-@contextlib.asynccontextmanager
-async def agent_stack(
+def agent_stack(
     upstream: ScriptedUpstream | None, tools: Sequence[BaseTool] | None = None, **overrides: Any
-) -> AsyncIterator[Stack]:
+) -> contextlib.AbstractAsyncContextManager[Stack]:
     """API and worker like `run_stack`, with the worker's tools replaced by `tools`."""
-    settings = make_settings(upstream, **overrides)
-    worker = create_worker(settings, tools=tools, handle_signals=False)
-    async with contextlib.AsyncExitStack() as stack:
-        base_url = await stack.enter_async_context(run_api(settings))
-        task = asyncio.create_task(worker.async_run())
-
-        async def stop_worker() -> None:
-            if worker.tasks:
-                await asyncio.wait(list(worker.tasks.values()), timeout=5)
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker.close()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-        stack.push_async_callback(stop_worker)
-        client = await stack.enter_async_context(
-            httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0))
-        )
-        redis = redis_asyncio.Redis.from_url(settings.redis_url)
-        stack.push_async_callback(redis.aclose)
-        yield Stack(settings=settings, base_url=base_url, client=client, redis=redis)
+    return run_stack(make_settings(upstream, **overrides), tools=tools)
 
 
 def body(
