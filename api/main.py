@@ -17,7 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import errors
+from api import errors, metrics
 from api.errors import ApiError, error_response
 from api.hub import StreamHub
 from api.routes import chat, health, models, turns
@@ -103,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for module in (chat, models, turns):
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=["*"],

@@ -18,6 +18,7 @@ from sse_starlette import EventSourceResponse
 from api.attachments import attach, detach
 from api.encoding import encoder_for, terminal_error
 from api.errors import ApiError
+from api.metrics import TURNS_CREATED
 from api.relay import TURN_LOST, relay
 from api.responses import JSONResponse
 from api.state import AppState
@@ -64,6 +65,8 @@ async def create_turn(
         created_at=time.time(),
     )
     await state.store.create(record, ttl_s=_UNFINISHED_TTL_S)
+    mode = "background" if request.background else "stream" if request.stream else "wait"
+    TURNS_CREATED.labels(request.kind, mode).inc()
     settings = state.settings
     await state.redis.enqueue_job(
         "run_turn", record.id, _job_id=record.id, _queue_name=settings.queue_name

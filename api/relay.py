@@ -15,6 +15,7 @@ from sse_starlette import ServerSentEvent
 
 from api.encoding import Encoder
 from api.hub import StreamHub
+from api.metrics import FRAMES_RELAYED, STREAMS_OPEN, TURNS_ENDED
 from shared.events import Done, Error
 from shared.streams import Entry, read_entry
 from shared.turns import failed_done
@@ -81,6 +82,7 @@ async def relay(
     """
     entry_id, index = parse_cursor(after)
     finished = False
+    STREAMS_OPEN.inc()
     try:
         if index is not None:
             # Resuming inside a multi-frame entry: first the rest of that entry.
@@ -107,12 +109,16 @@ async def relay(
                         else ServerSentEvent(comment="ping")
                     )
                     continue
-                for event in entry_events(encoder, entry):
+                events = entry_events(encoder, entry)
+                FRAMES_RELAYED.inc(len(events))
+                for event in events:
                     yield event
-                if isinstance(entry[1].event, Done):
+                if isinstance(done := entry[1].event, Done):
+                    TURNS_ENDED.labels(done.status).inc()
                     finished = True
                     return
     finally:
+        STREAMS_OPEN.dec()
         if detach is not None:
             with anyio.CancelScope(shield=True):
                 await detach(finished)

@@ -247,3 +247,13 @@ async def test_a_continue_turn_completes_after_its_client_left(
         await gate.wait_blocked()
     gate.release()
     assert await _wait_status(stack, turn_id, {"completed", "cancelled"}) == "completed"
+
+
+async def test_metrics_count_turns_frames_and_how_they_ended(stack: Stack) -> None:
+    await collect(stack.client, "POST", CHAT, json=body(stream=True))
+    text = (await stack.client.get("/metrics")).text
+    assert 'bernard_turns_created_total{kind="chat",mode="stream"}' in text
+    assert 'bernard_turn_ends_relayed_total{status="completed"}' in text
+    relayed = [line for line in text.splitlines() if line.startswith("bernard_frames_relayed")]
+    assert relayed and float(relayed[0].split()[-1]) >= 3
+    assert "bernard_streams_open 0.0" in text
