@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from arq.connections import ArqRedis, RedisSettings
+from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, TimeoutError
@@ -15,19 +16,31 @@ def _retry(retries: int = _RETRIES) -> Retry:
     return Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
 
 
-def connect(url: str, *, retries: int = _RETRIES, **kwargs: object) -> ArqRedis:
+def connect(
+    url: str, *, retries: int = _RETRIES, max_connections: int = 512, **kwargs: object
+) -> ArqRedis:
     """A client for `url` that retries connection errors with backoff.
 
     It is arq's `ArqRedis` (a redis-py client that can also enqueue jobs), so one client
     serves both. The API passes few `retries`: a request should get its 503 quickly.
+
+    The pool is redis-py's `BlockingConnectionPool`: the default pool holds its lock while it
+    checks a connection, which takes an event-loop iteration, so under load every command
+    of the process queued behind the previous one (redis/redis-py#3692). This one checks
+    outside the lock, and waits for a free connection rather than failing past the limit.
     """
-    return ArqRedis.from_url(
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=30,
         retry=_retry(retries),
         retry_on_error=[ConnectionError, TimeoutError, OSError],
         health_check_interval=30,
-        **kwargs,  # type: ignore[arg-type]
+        **kwargs,
     )
+    client = ArqRedis(pool)
+    client.auto_close_connection_pool = True  # the client owns its pool: aclose() closes it
+    return client
 
 
 def arq_settings(url: str) -> RedisSettings:

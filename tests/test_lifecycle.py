@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from shared import keys
+from shared.connection import connect
+from shared.settings import Settings
+from shared.turns import TurnStore
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.sse import Frame, collect, frames
 from tests.upstream import Reply, ScriptedUpstream
@@ -240,3 +245,36 @@ async def test_a_turn_whose_record_vanished_stops_spending_tokens(
                 if not await stack.redis.exists(keys.events(turn["id"])):
                     break
                 await asyncio.sleep(0.05)
+
+
+async def test_a_saturated_worker_loop_is_not_mistaken_for_a_dead_worker(
+    upstream: ScriptedUpstream,
+) -> None:
+    """Leases are renewed from their own thread: a busy loop keeps its turns."""
+    upstream.script(Reply.slow(interval=0.01))
+    settings = make_settings(upstream, lease_ttl_s=1.0, lease_renew_s=0.2)
+    async with run_stack(settings) as stack:
+        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+        await upstream.wait_requests(1)
+        # Another process's reaper looks while this loop (API and worker) is held for over
+        # twice the lease TTL, as a thousand streaming turns on two cores held it.
+        reaper = threading.Thread(target=asyncio.run, args=(_reap_after(settings, 1.8),))
+        reaper.start()
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            pass
+        reaper.join()
+        status = (await stack.client.get(f"/v1/turns/{turn['id']}")).json()["status"]
+        await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+        await wait_status(stack, turn["id"], {"cancelled"})
+    assert status == "running"
+
+
+async def _reap_after(settings: Settings, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    redis = connect(settings.redis_url)
+    try:
+        store = TurnStore(redis, retention_s=60, stream_maxlen=100)
+        await store.reap_lapsed()
+    finally:
+        await redis.aclose()

@@ -1,10 +1,11 @@
 """Runs turns on this worker process and guarantees each one ends.
 
-For every turn it claims, the supervisor writes the turn's events to its stream, renews a
-lease while the turn runs, and aborts it the moment a cancel arrives (published on a
-channel, with the cancel key checked every lease renewal as a fallback). Once a second it
-also looks for turns whose worker stopped renewing (a SIGKILL, a lost machine) and ends
-them `failed` with `worker_lost`, so an attached client always gets a terminal frame.
+For every turn it claims, the supervisor writes the turn's events to its stream, keeps a
+lease on it (renewed from a thread of its own, `worker.leases`), and aborts it the moment
+a cancel arrives (published on a channel, with the cancel key checked at every lease
+renewal as a fallback). Once a second it also looks for turns whose worker stopped
+renewing (a SIGKILL, a lost machine) and ends them `failed` with `worker_lost`, so an
+attached client always gets a terminal frame.
 
 Cancellation, once: a stop request cancels the task running the turn. The cancelled task
 catches `CancelledError`, writes `done` with status `cancelled` and returns normally, so arq
@@ -30,8 +31,9 @@ from shared.events import Done, Event
 from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamWriter
-from shared.turns import CANCEL_REQUESTED, RECORD_GONE, TurnStore
+from shared.turns import TurnStore
 from worker.context import TurnContext
+from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
 from worker.tools import default_tools
 
@@ -72,12 +74,17 @@ class TurnSupervisor:
         self._background: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
+        self.leases = LeaseKeeper(
+            self.settings, self.worker_id, self.cancel_local, asyncio.get_running_loop()
+        )
+        self.leases.start()
         self._background = [
             asyncio.create_task(self._listen_for_cancels()),
-            asyncio.create_task(self._keep_leases()),
+            asyncio.create_task(self._beat_and_reap()),
         ]
 
     async def stop(self) -> None:
+        await asyncio.to_thread(self.leases.stop)
         for task in self._background:
             task.cancel()
         for task in self._background:
@@ -100,6 +107,7 @@ class TurnSupervisor:
         )
         task = asyncio.create_task(self._execute(turn_id))
         self._running[turn_id] = task
+        self.leases.add(turn_id)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -110,6 +118,7 @@ class TurnSupervisor:
             raise
         finally:
             self._running.pop(turn_id, None)
+            self.leases.discard(turn_id)
             self._stop_reason.pop(turn_id, None)
 
     def cancel_local(self, turn_id: str, reason: str = "cancelled") -> None:
@@ -190,32 +199,16 @@ class TurnSupervisor:
                 logger.warning("cancel listener lost Redis (%s); retrying", exc)
                 await asyncio.sleep(0.5)
 
-    async def _keep_leases(self) -> None:
+    async def _beat_and_reap(self) -> None:
+        """Tell the lease thread this loop is alive; end turns whose worker died."""
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
+            self.leases.beat()
             try:
-                await self._renew_and_reap()
+                for turn_id in await self.store.reap_lapsed(skip=self._running):
+                    logger.warning("turn %s failed: its worker was lost", turn_id)
             except (RedisError, OSError) as exc:
-                logger.warning("lease renewal failed (%s); retrying", exc)
-
-    async def _renew_and_reap(self) -> None:
-        now = time.time()
-        local = list(self._running)
-        states = await self.store.renew(local, self.worker_id, self.settings.lease_ttl_s)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            if local:
-                expiry = now + self.settings.lease_ttl_s
-                pipe.zadd(keys.RUNNING_TURNS, dict.fromkeys(local, expiry))
-            pipe.zadd(keys.WORKERS, {self.worker_id: now})
-            await pipe.execute()
-        for turn_id, state in states.items():
-            if state == CANCEL_REQUESTED:
-                self.cancel_local(turn_id)
-            elif state == RECORD_GONE:
-                logger.warning("turn %s vanished from Redis; stopping it", turn_id)
-                self.cancel_local(turn_id, reason="lost")
-        for turn_id in await self.store.reap_lapsed(skip=self._running):
-            logger.warning("turn %s failed: its worker was lost", turn_id)
+                logger.warning("reaping failed (%s); retrying", exc)
 
 
 async def _flush_quietly(writer: StreamWriter) -> None:
