@@ -98,6 +98,9 @@ class Cluster:
     apis: list[Service] = field(default_factory=list)
     workers: list[Service] = field(default_factory=list)
     baseline: Service | None = None
+    # What the API and worker processes run: the Procfile's, or `--api-app`/`--worker-settings`.
+    api_target: str = "api.main:app"
+    worker_target: str = "worker.main.WorkerSettings"
     _counter: int = 0
 
     # -- Redis -------------------------------------------------------------------------
@@ -184,7 +187,7 @@ class Cluster:
 
     async def start_api(self) -> Service:
         """One more `uvicorn api.main:app` process."""
-        service = await self._start_server(f"api{len(self.apis) + 1}", "api.main:app")
+        service = await self._start_server(f"api{len(self.apis) + 1}", self.api_target)
         self.apis.append(service)
         return service
 
@@ -195,7 +198,7 @@ class Cluster:
 
     async def start_worker(self) -> Service:
         """One more `arq worker.main.WorkerSettings` process; returns once it reported in."""
-        argv = [sys.executable, "-m", "arq", "worker.main.WorkerSettings"]
+        argv = [sys.executable, "-m", "arq", self.worker_target]
         service = self._spawn(f"worker{len(self.workers) + 1}", argv)
         self.workers.append(service)
         await self.wait_worker_registered(service)
@@ -228,6 +231,38 @@ class Cluster:
             await self.start_api()
         while len(self.workers) < workers:
             await self.start_worker()
+
+    async def restart_workers(self) -> int:
+        """SIGKILL every worker and start as many fresh ones (drops whatever they ran).
+
+        arq keeps a killed worker's jobs in its queue until their in-progress keys expire
+        (job_timeout + 10 s, 940 s here), and every pickup meanwhile spends four round trips
+        on each of them. Jobs whose turn has ended are removed the way arq's own
+        `finish_job` would; returns how many.
+        """
+        count = len(self.workers)
+        for service in self.workers:
+            service.kill()
+        self.workers.clear()
+        redis = self.redis()
+        removed = 0
+        try:
+            for raw in await redis.zrange(QUEUE_NAME, 0, -1):
+                job_id = raw.decode()
+                status = await redis.hget(keys.turn(job_id), "status")  # type: ignore[misc]
+                if status in (b"completed", b"failed", b"cancelled"):
+                    async with redis.pipeline(transaction=True) as pipe:
+                        pipe.zrem(QUEUE_NAME, job_id)
+                        pipe.delete(
+                            f"arq:in-progress:{job_id}", f"arq:job:{job_id}", f"arq:retry:{job_id}"
+                        )
+                        await pipe.execute()
+                    removed += 1
+        finally:
+            await redis.aclose()
+        for _ in range(count):
+            await self.start_worker()
+        return removed
 
     def forget_worker(self, service: Service) -> None:
         """Drop a worker that was killed on purpose."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Sizes:
     ft_tokens: int
     ft_concurrency: int
     ft_concurrent_turns: int
+    ft_concurrent_tokens: int
     ft_concurrent_delay_ms: float
     relay_scales: tuple[int, ...]
     relay_rounds_single: int
@@ -70,6 +72,7 @@ class Sizes:
     cancel_trials: int
     memory_streams: int
     death_trials: int
+    death_scenarios: int
 
     @classmethod
     def full(cls) -> Sizes:
@@ -80,14 +83,15 @@ class Sizes:
             ft_tokens=50,
             ft_concurrency=50,
             ft_concurrent_turns=250,
-            ft_concurrent_delay_ms=100,
+            ft_concurrent_tokens=25,
+            ft_concurrent_delay_ms=200,
             relay_scales=(1, 100, 1000),
-            relay_rounds_single=5,
-            relay_tokens={1: 200, 100: 50, 1000: 20},
-            relay_delay_ms={1: 20, 100: 200, 1000: 2000},
+            relay_rounds_single=3,
+            relay_tokens={1: 200, 100: 25, 1000: 10},
+            relay_delay_ms={1: 20, 100: 400, 1000: 4000},
             relay_baseline_scales=(1, 100),
             capacity_streams=100,
-            capacity_rates=(2000, 4000, 8000, 16000, 32000, 0),
+            capacity_rates=(1000, 2000, 4000, 8000, 0),
             capacity_step_s=3.0,
             scale_streams=100,
             scale_tokens=100,
@@ -96,6 +100,7 @@ class Sizes:
             cancel_trials=50,
             memory_streams=1000,
             death_trials=3,
+            death_scenarios=2,
         )
 
     @classmethod
@@ -107,22 +112,24 @@ class Sizes:
             ft_tokens=20,
             ft_concurrency=10,
             ft_concurrent_turns=30,
-            ft_concurrent_delay_ms=50,
+            ft_concurrent_tokens=10,
+            ft_concurrent_delay_ms=100,
             relay_scales=(1, 100),
-            relay_rounds_single=2,
-            relay_tokens={1: 100, 100: 20},
-            relay_delay_ms={1: 20, 100: 200},
+            relay_rounds_single=1,
+            relay_tokens={1: 100, 100: 10},
+            relay_delay_ms={1: 20, 100: 400},
             relay_baseline_scales=(1,),
             capacity_streams=50,
-            capacity_rates=(4000, 0),
+            capacity_rates=(2000, 0),
             capacity_step_s=1.5,
             scale_streams=30,
-            scale_tokens=50,
+            scale_tokens=30,
             exact_streams=100,
             exact_tokens=50,
             cancel_trials=8,
             memory_streams=200,
             death_trials=1,
+            death_scenarios=1,
         )
 
 
@@ -144,7 +151,11 @@ class Turn:
 
 
 class Ui:
-    """Progress on the terminal (rich), kept cheap: it refreshes four times a second."""
+    """Progress on the terminal (rich), redrawn from the event loop at most twice a second.
+
+    No refresh thread: a redraw holds the GIL, and a thread doing it at random moments would
+    delay the client's receive timestamps.
+    """
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -155,19 +166,30 @@ class Ui:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            refresh_per_second=4,
+            auto_refresh=False,
             transient=False,
         )
+        self._drawn = 0.0
 
     def task(self, description: str, total: float) -> TaskID:
-        return self.progress.add_task(description, total=total)
+        task = self.progress.add_task(description, total=total)
+        self._refresh(force=True)
+        return task
 
     def advance(self, task: TaskID, amount: float = 1) -> None:
         self.progress.advance(task, amount)
+        self._refresh()
 
     def done(self, task: TaskID) -> None:
         total = self.progress.tasks[self.progress.task_ids.index(task)].total
         self.progress.update(task, completed=total)
+        self._refresh(force=True)
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._drawn >= 0.5:
+            self._drawn = now
+            self.progress.refresh()
 
     def log(self, message: str) -> None:
         self.progress.console.log(message)
@@ -266,7 +288,7 @@ def check_turn(turn: Turn) -> str | None:
     if sum(1 for f in frames if f.data == b"[DONE]") != 1:
         return "[DONE] more than once"
     if turn.system == "pipeline":
-        ids = [_id_key(f.id) for f in frames]
+        ids = [_id_key(f.id) for f in frames if f.id]  # keepalives carry no id
         if any(b <= a for a, b in itertools.pairwise(ids)):
             return "SSE ids do not strictly increase"
     expected = turn.expected if turn.expected is not None else turn.directive.expected_tokens()
@@ -311,14 +333,25 @@ def check_turn(turn: Turn) -> str | None:
 
 
 def check_all(turns: Iterable[Turn]) -> tuple[int, list[str]]:
-    """How many turns were exact, and the first few problems of the others."""
-    exact, problems = 0, list[str]()
+    """How many turns were exact; for the others, each kind of problem with its count."""
+    exact = 0
+    kinds: dict[str, int] = {}
+    examples: dict[str, str] = {}
     for turn in turns:
         problem = check_turn(turn)
         if problem is None:
             exact += 1
-        elif len(problems) < 5:
-            problems.append(f"{turn.directive.tag} ({turn.call.turn_id}): {problem}")
+            continue
+        kind = problem
+        if "error frame" in problem:
+            kind = "error frame " + problem.split("'code': ", 1)[-1].split(",", 1)[0]
+        elif "tokens arrived" in problem:
+            kind = "tokens missing"
+        elif "diverges" in problem:
+            kind = "content diverges"
+        kinds[kind] = kinds.get(kind, 0) + 1
+        examples.setdefault(kind, f"{turn.directive.tag} ({turn.call.turn_id}): {problem}")
+    problems = [f"{count} × {kind}, e.g. {examples[kind]}" for kind, count in kinds.items()]
     return exact, problems
 
 
@@ -330,17 +363,29 @@ def is_delta(data: bytes) -> bool:
     return data.startswith(b"{") and b'"delta":{"content":' in data
 
 
-async def relay_latencies(redis: Redis, turns: Sequence[Turn]) -> list[float]:
-    """Per content frame: client receipt − the `at` its writer stamped, in ms.
+@dataclass
+class RelayLatency:
+    """Per content frame (ms): `total` = client receipt − `at`; through the pipeline also
+    split at the time Redis executed the `XADD` (the ms part of the entry id, so each part
+    is only good to ±1 ms): `to_redis` = entry id time − `at` (the worker's side), and
+    `from_redis` = client receipt − entry id time (Redis, the API, the client)."""
+
+    total: list[float] = field(default_factory=list)
+    to_redis: list[float] = field(default_factory=list)
+    from_redis: list[float] = field(default_factory=list)
+
+
+async def relay_latencies(redis: Redis, turns: Sequence[Turn]) -> RelayLatency:
+    """Per content frame: client receipt − the `at` its writer stamped.
 
     Through the pipeline `at` is read back from the stream entry the frame's SSE id names;
     from the baseline it is the yield time carried in the frame's id.
     """
-    latencies: list[float] = []
+    out = RelayLatency()
     pipeline_turns = []
     for turn in turns:
         if turn.system == "baseline":
-            latencies += [
+            out.total += [
                 (f.wall - float(f.id[1:])) * 1000 for f in turn.call.frames if is_delta(f.data)
             ]
         else:
@@ -357,9 +402,14 @@ async def relay_latencies(redis: Redis, turns: Sequence[Turn]) -> list[float]:
                 for entry_id, fields in entries
             }
             for frame in turn.call.frames:
-                if is_delta(frame.data) and frame.id in at:
-                    latencies.append((frame.wall - at[frame.id]) * 1000)
-    return latencies
+                stamped = at.get(frame.id)
+                if stamped is None or not is_delta(frame.data):
+                    continue
+                executed = int(frame.id.partition("-")[0]) / 1000
+                out.total.append((frame.wall - stamped) * 1000)
+                out.to_redis.append((executed - stamped) * 1000)
+                out.from_redis.append((frame.wall - executed) * 1000)
+    return out
 
 
 # -- turn records ----------------------------------------------------------------------
@@ -406,6 +456,19 @@ async def command_counts(redis: Redis) -> dict[str, int]:
     return counts
 
 
+MACHINE = "(machine)"
+OTHER = "everything else"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all CPUs of the machine spent busy since boot (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
+
+
 class Meter:
     """Counts Redis commands and process CPU between `start()` and `stop()`."""
 
@@ -424,6 +487,7 @@ class Meter:
             services.append(cluster.redis_proc)
         out = {s.name: s.cpu_seconds() for s in services if s is not None and s.alive}
         out["client"] = time.process_time()
+        out[MACHINE] = machine_busy_seconds()
         return out
 
     async def start(self) -> Meter:
@@ -437,6 +501,10 @@ class Meter:
         after = await command_counts(self.bench.redis)
         cpu = self._cpu()
         self.cpu = {k: cpu[k] - self.cpu_before[k] for k in cpu if k in self.cpu_before}
+        # What the machine's CPUs did beyond the run's own processes (other users of the box,
+        # processes started and ended within the stretch, the kernel's own work).
+        busy = self.cpu.pop(MACHINE, 0.0)
+        self.cpu[OTHER] = max(busy - sum(self.cpu.values()), 0.0)
         diff = {k: v - self.before.get(k, 0) for k, v in after.items()}
         self.cost = RedisCost({k: v for k, v in diff.items() if v}, seconds)
         return self

@@ -21,7 +21,7 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """The distribution of one set of samples (same unit as the samples)."""
+    """The distribution of one set of samples (same unit as the samples); NaNs are left out."""
 
     n: int
     min: float
@@ -33,7 +33,7 @@ class Summary:
 
     @classmethod
     def of(cls, samples: Iterable[float]) -> Summary:
-        ordered = sorted(samples)
+        ordered = sorted(x for x in samples if not math.isnan(x))
         if not ordered:
             nan = math.nan
             return cls(0, nan, nan, nan, nan, nan, nan)
