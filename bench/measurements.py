@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 import orjson
 
 from bench.client import Call, HttpError, connect, request, request_bytes
-from bench.report import SUMMARY_HEADERS, Section, Table, Verdict, ms, num, summary_cells
+from bench.report import (
+    SUMMARY_HEADERS,
+    Section,
+    Table,
+    Verdict,
+    ms,
+    num,
+    signed,
+    summary_cells,
+)
 from bench.runner import (
     Bench,
     Meter,
@@ -382,16 +391,18 @@ stream), loop starts spread over one turn's length. All figures in ms.
         added_median, added_p99 = _added(summaries["pipeline"], summaries["baseline"])
         delta_table.add(
             label,
-            f"+{ms(added_median)}",
-            f"+{ms(added_p99)}",
+            signed(added_median),
+            signed(added_p99),
             f"{ratio(summaries['pipeline'].median, summaries['baseline'].median):.2f}",
             f"{ratio(summaries['pipeline'].p99, summaries['baseline'].p99):.2f}",
         )
         section.verdicts += [
             Verdict(
-                f"{label}: adds < 5 ms at the median", f"+{ms(added_median)} ms", added_median < 5
+                f"{label}: adds < 5 ms at the median",
+                f"{signed(added_median)} ms",
+                added_median < 5,
             ),
-            Verdict(f"{label}: adds < 20 ms at p99", f"+{ms(added_p99)} ms", added_p99 < 20),
+            Verdict(f"{label}: adds < 20 ms at p99", f"{signed(added_p99)} ms", added_p99 < 20),
         ]
         for system in ("pipeline", "baseline"):
             note, ok = _exactness_note(f"{label} {system}", runs[system])
@@ -520,7 +531,7 @@ offered rate is the same at 100 and 1,000 streams. All figures in ms.
         if system == "pipeline" and base is not None:
             versus.add(
                 scale,
-                f"+{ms(summary.median - base.median)} / +{ms(summary.p99 - base.p99)}",
+                f"{signed(summary.median - base.median)} / {signed(summary.p99 - base.p99)}",
                 f"{ratio(summary.median, base.median):.1f} / {ratio(summary.p99, base.p99):.1f}",
             )
     section.tables += [table, versus, split]
@@ -1025,7 +1036,7 @@ async def cancel(bench: Bench) -> Section:
     pipe = Summary.of(results.get("disconnect (pipeline)", []))
     base = Summary.of(results.get("disconnect (baseline)", []))
     versus = Table(["", "median", "p99"], title="Disconnect: pipeline against the baseline")
-    versus.add("added (ms)", f"+{ms(pipe.median - base.median)}", f"+{ms(pipe.p99 - base.p99)}")
+    versus.add("added (ms)", signed(pipe.median - base.median), signed(pipe.p99 - base.p99))
     versus.add(
         "ratio", f"{ratio(pipe.median, base.median):.1f}", f"{ratio(pipe.p99, base.p99):.1f}"
     )

@@ -78,6 +78,13 @@ def ms(value: float, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def signed(value: float, digits: int = 2) -> str:
+    """A difference in milliseconds with its sign ("+1.20", "-0.35"; "—" when missing)."""
+    if value is None or math.isnan(value):
+        return "—"
+    return f"{value:+.{digits}f}"
+
+
 def num(value: float, digits: int = 0) -> str:
     """A plain figure with thousands separators ("—" when missing)."""
     if value is None or math.isnan(value):

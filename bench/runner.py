@@ -204,6 +204,10 @@ class Bench:
     sizes: Sizes
     ui: Ui
     failures: list[str] = field(default_factory=list)
+    # CPU the machine spent outside the run's processes during metered stretches, and
+    # how long those stretches were: other users of the box show up here.
+    other_cpu_s: float = 0.0
+    metered_s: float = 0.0
 
     @property
     def api(self) -> Endpoint:
@@ -505,6 +509,8 @@ class Meter:
         # processes started and ended within the stretch, the kernel's own work).
         busy = self.cpu.pop(MACHINE, 0.0)
         self.cpu[OTHER] = max(busy - sum(self.cpu.values()), 0.0)
+        self.bench.other_cpu_s += self.cpu[OTHER]
+        self.bench.metered_s += seconds
         diff = {k: v - self.before.get(k, 0) for k, v in after.items()}
         self.cost = RedisCost({k: v for k, v in diff.items() if v}, seconds)
         return self
