@@ -113,9 +113,7 @@ async def stream_response(
         detach=on_detach,
         alive=lambda: turn_exists(state, record.id),
     )
-    return EventSourceResponse(
-        events, headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600, sep="\n"
-    )
+    return EventSourceResponse(events, headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600)
 
 
 async def wait_for_body(state: AppState, record: TurnRecord) -> Response:

@@ -142,15 +142,19 @@ return 1
 
 
 # KEYS: lease, cancel, turn. ARGV: worker id, lease ms. Renews the lease and says whether
-# the turn should go on: 0 yes, 1 somebody asked it to stop, 2 its record is gone (a Redis
-# restart without persistence lost it; nobody can read its output any more).
+# the turn should go on: 0 yes, 1 somebody asked it to stop, 2 it is over for this worker:
+# its record is gone (a Redis restart without persistence lost it) or another process
+# already ended it (a reaper that took a stalled worker for dead).
 _RENEW = """
-if redis.call('EXISTS', KEYS[3]) == 0 then return 2 end
+local status = redis.call('HGET', KEYS[3], 'status')
+if (not status) or status == 'completed' or status == 'failed' or status == 'cancelled' then
+  return 2
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
 return 0
 """
-RENEWED, CANCEL_REQUESTED, RECORD_GONE = 0, 1, 2
+RENEWED, CANCEL_REQUESTED, TURN_OVER = 0, 1, 2
 
 
 class TurnStore:
@@ -240,7 +244,7 @@ class TurnStore:
         self, turn_ids: Sequence[str], worker_id: str, lease_ttl_s: float
     ) -> dict[str, int]:
         """Renew the leases of `turn_ids` in one round trip; each maps to RENEWED,
-        CANCEL_REQUESTED or RECORD_GONE."""
+        CANCEL_REQUESTED or TURN_OVER."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
                 await self._renew(

@@ -278,3 +278,21 @@ async def _reap_after(settings: Settings, delay_s: float) -> None:
         await store.reap_lapsed()
     finally:
         await redis.aclose()
+
+
+async def test_a_turn_ended_elsewhere_stops_running_on_its_worker(
+    upstream: ScriptedUpstream,
+) -> None:
+    """A reaper that took a stalled worker for dead ended the turn: the worker must stop."""
+    upstream.script(Reply.slow(interval=0.01))
+    async with run_stack(make_settings(upstream, lease_renew_s=0.2)) as stack:
+        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+        await upstream.wait_requests(1)
+        store = TurnStore(stack.redis, retention_s=60, stream_maxlen=1000)
+        assert await store.fail(turn["id"], "declared lost", "worker_lost")
+        exchange = await upstream.wait_disconnect(timeout_s=5)
+        assert exchange.ended
+        await asyncio.sleep(0.5)
+        events = await replay(stack, turn["id"])
+    assert events[-1].done and sum(f.done for f in events) == 1
+    assert events[-2].json["error"]["code"] == "worker_lost", "nothing after the terminal frame"

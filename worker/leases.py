@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from shared import keys
 from shared.connection import connect
 from shared.settings import Settings
-from shared.turns import CANCEL_REQUESTED, RECORD_GONE, TurnStore
+from shared.turns import CANCEL_REQUESTED, TURN_OVER, TurnStore
 
 logger = logging.getLogger("bernard.worker")
 
@@ -38,7 +38,7 @@ class LeaseKeeper:
     """Renews the leases of the turns running here, and reports turns that must stop.
 
     `stop_turn(turn_id, reason)` is called on the worker's loop, with reason "cancelled"
-    (somebody asked) or "lost" (the turn's record vanished from Redis).
+    (somebody asked) or "lost" (the turn's record vanished, or another process ended it).
     """
 
     def __init__(
@@ -114,5 +114,5 @@ class LeaseKeeper:
         for turn_id, state in states.items():
             if state == CANCEL_REQUESTED:
                 self.loop.call_soon_threadsafe(self.stop_turn, turn_id, "cancelled")
-            elif state == RECORD_GONE:
+            elif state == TURN_OVER:
                 self.loop.call_soon_threadsafe(self.stop_turn, turn_id, "lost")

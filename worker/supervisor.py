@@ -157,7 +157,8 @@ class TurnSupervisor:
         except asyncio.CancelledError:
             reason = self._stop_reason.get(turn_id)
             if reason == "lost":
-                # Nothing to finish: finishing a turn without a record drops its stream.
+                # Nothing to finish: the turn already ended, or its record is gone (then
+                # this drops the orphaned stream).
                 await self.store.finish(turn_id, Done(status="failed"))
                 return "lost"
             await _flush_quietly(writer)

@@ -96,7 +96,7 @@ def _compacted_replay(record: TurnRecord) -> Response:
         frames.append(ServerSentEvent(data=_dumps({"error": {**error, "param": None}})))
     frames.append(ServerSentEvent(data="[DONE]"))
     return EventSourceResponse(
-        iter(frames), headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600, sep="\n"
+        iter(frames), headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600
     )
 
 
