@@ -79,10 +79,6 @@ class StreamHub:
             async with asyncio.timeout(1):
                 await self.redis.delete(self.wake_key)
 
-    @property
-    def open_readers(self) -> int:
-        return sum(len(readers) for readers in self._readers.values())
-
     @contextlib.asynccontextmanager
     async def read(self, turn_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
         """Watch `turn_id`'s stream from strictly after `after` while the block runs."""

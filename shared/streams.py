@@ -31,7 +31,6 @@ class StreamWriter:
         self.maxlen = maxlen
         self._pending: list[Event] = []
         self._flusher: asyncio.Task[None] | None = None
-        self.entries_written = 0
 
     async def write(self, event: Event) -> None:
         """Queue the event and start a write if none is in flight."""
@@ -67,7 +66,6 @@ class StreamWriter:
                     for event in batch:
                         await self._xadd(pipe, event)
                     await pipe.execute()
-            self.entries_written += len(batch)
 
     async def _xadd(self, target: Redis, event: Event) -> None:
         await target.xadd(
