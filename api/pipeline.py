@@ -64,17 +64,9 @@ async def create_turn(
         conversation_id=conversation_id,
         created_at=time.time(),
     )
-    await state.store.create(record, ttl_s=_UNFINISHED_TTL_S)
+    await state.store.create(record, ttl_s=_UNFINISHED_TTL_S, queue_name=state.settings.queue_name)
     mode = "background" if request.background else "stream" if request.stream else "wait"
     TURNS_CREATED.labels(request.kind, mode).inc()
-    settings = state.settings
-    await state.redis.enqueue_job(
-        "run_turn", record.id, _job_id=record.id, _queue_name=settings.queue_name
-    )
-    async with state.redis.pipeline(transaction=False) as pipe:
-        pipe.lpush(keys.wake(settings.queue_name), b"1")
-        pipe.ltrim(keys.wake(settings.queue_name), 0, 99)
-        await pipe.execute()
     return record
 
 

@@ -557,7 +557,7 @@ async def _synthetic_turns(bench: Bench, count: int) -> list[str]:
             request=TurnRequest(messages=[{"role": "user", "content": "relay"}]),
             model=MODEL_ID,
         )
-        await store.create(record, ttl_s=3600)
+        await store.create(record, ttl_s=3600, queue_name=None)
         ids.append(record.id)
     return ids
 

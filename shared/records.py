@@ -28,19 +28,20 @@ from typing import Any, Literal
 import orjson
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
 
 from shared import keys
 
 __all__ = [
     "Archivist",
     "CallKind",
+    "Continuation",
     "Conversation",
     "ConversationExistsError",
     "ConversationNotFoundError",
     "Message",
     "RecordKeeper",
     "Recorder",
+    "new_call_id",
     "new_messages",
     "to_openai_message",
 ]
@@ -64,6 +65,17 @@ redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
 return redis.call('LLEN', KEYS[2])
 """
 
+# KEYS: meta, list. ARGV: length read, now, item... Appends only if the list still has the
+# length the caller read, so the history the caller compared against is the one it extends.
+# Returns the new length, -1 for no conversation, -2 when somebody appended meanwhile.
+_APPEND_IF_UNCHANGED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[1]) then return -2 end
+for i = 3, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
+return redis.call('LLEN', KEYS[2])
+"""
+
 # KEYS: meta. ARGV: id, owner, now.
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -71,6 +83,15 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2],
            'created_at', ARGV[3], 'updated_at', ARGV[3])
 return 1
 """
+
+
+@dataclass(slots=True)
+class Continuation:
+    """What continuing a conversation stored: the `new` messages, and the whole `history`
+    (oldest first) they now end."""
+
+    new: list[Message]
+    history: list[Message]
 
 
 class ConversationNotFoundError(LookupError):
@@ -90,6 +111,11 @@ class Conversation:
     created_at: float
     updated_at: float
     message_count: int
+
+
+def new_call_id() -> str:
+    """A fresh id for an LLM or tool call record."""
+    return f"call_{uuid.uuid4().hex}"
 
 
 def to_openai_message(message: MessageLike) -> Message:
@@ -147,6 +173,7 @@ class _Store:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._append = redis.register_script(_APPEND)
+        self._append_if_unchanged = redis.register_script(_APPEND_IF_UNCHANGED)
         self._create = redis.register_script(_CREATE)
 
 
@@ -244,32 +271,36 @@ class Recorder(_Store):
 
     async def append_new_messages(
         self, conversation_id: str, requested: Sequence[MessageLike]
-    ) -> list[Message]:
-        """Append what `new_messages()` finds new in `requested`, and return it.
+    ) -> Continuation:
+        """Append what `new_messages()` finds new in `requested`; return it and the history.
 
-        Reading the history and appending are one optimistic transaction (WATCH), so two
-        requests continuing the same conversation at once cannot both append the same turn.
+        Reading the history and appending are optimistic (the append is refused if the list
+        changed since the read), so two requests continuing the same conversation at once
+        cannot both append the same turn. Two round trips when nobody else writes.
         """
         meta_key = keys.conversation(conversation_id)
         list_key = keys.conversation_messages(conversation_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for _ in range(_APPEND_RETRIES):
-                try:
-                    await pipe.watch(meta_key, list_key)
-                    if not await pipe.exists(meta_key):
-                        raise ConversationNotFoundError(conversation_id)
-                    raw = await pipe.lrange(list_key, 0, -1)  # type: ignore[misc]
-                    stored = [orjson.loads(item) for item in raw]
-                    fresh = new_messages(stored, requested)
-                    if not fresh:
-                        return []
-                    pipe.multi()
-                    pipe.rpush(list_key, *(orjson.dumps(m) for m in fresh))
-                    pipe.hset(meta_key, "updated_at", repr(time.time()))
-                    await pipe.execute()
-                    return fresh
-                except WatchError:
-                    continue
+        for _ in range(_APPEND_RETRIES):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.exists(meta_key)
+                pipe.lrange(list_key, 0, -1)
+                exists, raw = await pipe.execute()
+            if not exists:
+                raise ConversationNotFoundError(conversation_id)
+            stored = [orjson.loads(item) for item in raw]
+            fresh = new_messages(stored, requested)
+            if not fresh:
+                return Continuation(new=[], history=stored)
+            length = int(
+                await self._append_if_unchanged(
+                    keys=[meta_key, list_key],
+                    args=[len(raw), repr(time.time()), *(orjson.dumps(m) for m in fresh)],
+                )
+            )
+            if length == -1:
+                raise ConversationNotFoundError(conversation_id)
+            if length >= 0:
+                return Continuation(new=fresh, history=[*stored, *fresh])
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
     async def llm_call_started(
@@ -280,13 +311,15 @@ class Recorder(_Store):
         model: str,
         *,
         messages: Iterable[MessageLike] | None = None,
+        call_id: str | None = None,
     ) -> str:
-        """Record that a model call began and return its `call_id`.
+        """Record that a model call began and return its `call_id` (`new_call_id()` unless
+        given: a caller that records in the background needs the id before the write).
 
         `messages`, the prompt, is stored only when given: it repeats the history on every
         call, so the caller decides whether the trace is worth the space.
         """
-        call_id = f"call_{uuid.uuid4().hex}"
+        call_id = call_id or new_call_id()
         entry: Message = {"kind": "llm", "turn_id": turn_id, "stage": stage, "model": model}
         if messages is not None:
             entry["messages"] = [to_openai_message(m) for m in messages]
@@ -320,13 +353,14 @@ class Recorder(_Store):
         tool_call_id: str,
         name: str,
         arguments: str,
+        call_id: str | None = None,
     ) -> str:
         """Record that a tool began running and return the record's `call_id`.
 
-        `tool_call_id` is the model's id for the call; `call_id` is ours, unique even when a
-        provider reuses tool call ids across steps.
+        `tool_call_id` is the model's id for the call; `call_id` is ours (`new_call_id()`
+        unless given), unique even when a provider reuses tool call ids across steps.
         """
-        call_id = f"call_{uuid.uuid4().hex}"
+        call_id = call_id or new_call_id()
         entry: Message = {
             "kind": "tool",
             "turn_id": turn_id,

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.events import TERMINAL_STATUSES, Done, Error, Event, Start, TurnStatus, encode
+from shared.queue import enqueue
 
 TurnKind = Literal["chat", "completion"]
 ToolEventsMode = Literal["bernard", "delta", "none"]
@@ -102,13 +103,17 @@ class TurnRecord:
         )
 
 
-# KEYS: turn, lease. ARGV: worker id, now, lease ms. Returns "claimed" or the current status.
+# KEYS: turn, lease, cancel, running turns. ARGV: turn id, worker id, now, lease ms, lease
+# deadline. Moves `queued` → `running` under a lease and returns {"claimed", whether a
+# cancel is already asked for, the record's fields}; else {the status found or "missing"}.
+# One round trip for everything a worker needs before the turn's first model call.
 _CLAIM = """
 local status = redis.call('HGET', KEYS[1], 'status')
-if status ~= 'queued' then return status or 'missing' end
-redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-return 'claimed'
+if status ~= 'queued' then return {status or 'missing'} end
+redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
+redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
 """
 
 # KEYS: turn, events, lease, cancel, attached.
@@ -157,6 +162,15 @@ return 0
 RENEWED, CANCEL_REQUESTED, TURN_OVER = 0, 1, 2
 
 
+@dataclass(slots=True)
+class Claim:
+    """What claiming a turn found: "claimed" with the record, or the status that refused."""
+
+    outcome: str
+    record: TurnRecord | None = None
+    cancel_requested: bool = False
+
+
 class TurnStore:
     """Creates, reads and moves turn records; the one place that writes a turn's status."""
 
@@ -168,8 +182,9 @@ class TurnStore:
         self._finish = redis.register_script(_FINISH)
         self._renew = redis.register_script(_RENEW)
 
-    async def create(self, record: TurnRecord, *, ttl_s: int) -> None:
-        """Store the record and open its stream with a `start` entry, in one transaction.
+    async def create(self, record: TurnRecord, *, ttl_s: int, queue_name: str | None) -> None:
+        """Store the record, open its stream with a `start` entry and enqueue its job on
+        `queue_name` (None: no job), in one transaction and one round trip.
 
         `ttl_s` bounds a turn that no worker ever finishes; finishing resets it to retention.
         """
@@ -178,19 +193,32 @@ class TurnStore:
             pipe.expire(keys.turn(record.id), ttl_s)
             pipe.xadd(keys.events(record.id), {STREAM_FIELD: encode(Start())})
             pipe.expire(keys.events(record.id), ttl_s)
+            if queue_name is not None:
+                enqueue(pipe, queue_name, record.id)
             await pipe.execute()
 
     async def get(self, turn_id: str) -> TurnRecord | None:
         raw = await self.redis.hgetall(keys.turn(turn_id))  # type: ignore[misc]
         return TurnRecord.from_redis(raw) if raw else None
 
-    async def claim(self, turn_id: str, worker_id: str, lease_ttl_s: float) -> str:
-        """Move `queued` → `running` under a lease; returns "claimed" or the status it found."""
-        result = await self._claim(
-            keys=[keys.turn(turn_id), keys.lease(turn_id)],
-            args=[worker_id, repr(time.time()), int(lease_ttl_s * 1000)],
+    async def claim(self, turn_id: str, worker_id: str, lease_ttl_s: float) -> Claim:
+        """Move `queued` → `running` under a lease (and onto the reapers' list)."""
+        now = time.time()
+        reply = await self._claim(
+            keys=[
+                keys.turn(turn_id),
+                keys.lease(turn_id),
+                keys.cancel(turn_id),
+                keys.RUNNING_TURNS,
+            ],
+            args=[turn_id, worker_id, repr(now), int(lease_ttl_s * 1000), now + lease_ttl_s],
         )
-        return result.decode() if isinstance(result, bytes) else str(result)
+        outcome = reply[0].decode()
+        if outcome != "claimed":
+            return Claim(outcome)
+        fields = reply[2]
+        record = TurnRecord.from_redis(dict(zip(fields[::2], fields[1::2], strict=True)))
+        return Claim(outcome, record, cancel_requested=bool(reply[1]))
 
     async def finish(
         self,

@@ -20,6 +20,7 @@ from langchain_core.tools import BaseTool
 
 from shared.connection import arq_settings, connect
 from shared.logs import configure_logging
+from shared.queue import RUN_TURN
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
 from worker.llm import build_llms
@@ -81,7 +82,7 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for arq's `Worker`, from Bernard's settings."""
     return {
         # max_tries=1: a job delivered again after a crash must not run the turn again.
-        "functions": [func(run_turn, name="run_turn", max_tries=1)],
+        "functions": [func(run_turn, name=RUN_TURN, max_tries=1)],
         "on_startup": startup,
         "on_shutdown": shutdown,
         "queue_name": settings.queue_name,

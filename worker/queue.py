@@ -1,10 +1,12 @@
-"""The only module that leans on arq's internals (arq is pinned in pyproject.toml).
+"""The worker's side of arq's internals (arq is pinned in pyproject.toml; the enqueue side
+is `shared.queue`).
 
 arq polls its queue every `poll_delay` seconds, which adds about half of that to every
-turn's first token. `WakeWorker` instead blocks on a wake list that the API pushes a token
-to after each enqueue, so an idle worker picks a job up within a couple of milliseconds
-while issuing about two Redis commands a second; and a started job leaves arq's queue at
-once, so polls cost the same with one turn running or a thousand.
+turn's first token. `WakeWorker` instead blocks on a wake list that the API pushes each new
+job's id to, so an idle worker starts a job within a millisecond or two while issuing
+about two Redis commands a second. Starting a job is one script instead of arq's
+optimistic transaction (four round trips), and the started job leaves arq's queue in that
+same script, so polls cost the same with one turn running or a thousand.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import asyncio
 from typing import Any
 
 import arq.worker
+from arq.constants import in_progress_key_prefix
+from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from shared import keys
@@ -21,6 +25,20 @@ from shared import keys
 WAKE_TIMEOUT_S = 1
 # While every job slot is busy, how often to look for a free one.
 FULL_RECHECK_S = 0.05
+
+# KEYS: the job's in-progress key, the queue. ARGV: job id, now ms, in-progress ms.
+# arq's start checks in a WATCH/MULTI: not running elsewhere, still queued, due. Returns
+# the job's score once it is marked in progress, nil when another worker has it. A running
+# job leaves the queue: otherwise every poll of every worker spends round trips re-checking
+# it, and a turn never runs twice anyway (its claim refuses).
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if (not score) or tonumber(score) > tonumber(ARGV[2]) then return false end
+redis.call('PSETEX', KEYS[1], ARGV[3], '1')
+redis.call('ZREM', KEYS[2], ARGV[1])
+return score
+"""
 
 
 class WakeWorker(Worker):
@@ -31,19 +49,48 @@ class WakeWorker(Worker):
         kwargs["poll_delay"] = 0
         super().__init__(*args, **kwargs)
         self.wake_key = keys.wake(self.queue_name)
+        self._take: Any = None
 
-    async def run_job(self, job_id: str, score: int) -> None:
-        # arq leaves a running job in the queue's sorted set, and every poll of every worker
-        # then spends four round trips on it (WATCH, EXISTS, ZSCORE, UNWATCH): with hundreds
-        # of turns in flight that dwarfed the turns' own traffic. A turn never runs twice
-        # (its claim refuses), so its job can leave the queue as soon as it starts.
-        await self.pool.zrem(self.queue_name, job_id)
-        await super().run_job(job_id, score)
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job."""
+        if self._take is None:
+            self._take = self.pool.register_script(_TAKE)
+        for job_id_b in job_ids:
+            await self.sem.acquire()
+            if self.job_counter >= self.max_jobs:
+                self.sem.release()
+                return
+            self.job_counter += 1
+            job_id = job_id_b.decode()
+            score = None
+            try:
+                score = await self._take(
+                    keys=[in_progress_key_prefix + job_id, self.queue_name],
+                    args=[job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)],
+                )
+            finally:
+                if score is None:
+                    # Started by another worker, a stale wake-up, or Redis failed: free the slot.
+                    self.job_counter -= 1
+                    self.sem.release()
+            if score is None:
+                continue
+            task = self.loop.create_task(self.run_job(job_id, int(float(score))))
+            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            self.tasks[job_id] = task
 
     async def _poll_iteration(self) -> None:
         await super()._poll_iteration()
         if self.allow_pick_jobs and self.job_counter < self.max_jobs:
-            await self.pool.blpop([self.wake_key], timeout=WAKE_TIMEOUT_S)  # type: ignore[misc]
+            woken = await self.pool.blpop([self.wake_key], timeout=WAKE_TIMEOUT_S)  # type: ignore[misc]
+            if woken is None:
+                return
+            if self.allow_pick_jobs:
+                # The wake-up names its job: start it now rather than after another poll.
+                await self.start_jobs([woken[1]])
+            else:
+                # Told to stop taking jobs (SIGTERM) while blocked: pass it to another worker.
+                await self.pool.lpush(self.wake_key, woken[1])
         else:
             await asyncio.sleep(FULL_RECHECK_S)
 

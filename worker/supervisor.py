@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 
@@ -31,7 +30,7 @@ from shared.events import Done, Event
 from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamWriter
-from shared.turns import TurnStore
+from shared.turns import TurnRecord, TurnStore
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
@@ -97,15 +96,15 @@ class TurnSupervisor:
 
     async def run(self, turn_id: str) -> str:
         """The arq job: run the turn if it is still queued; return its final status."""
-        claimed = await self.store.claim(turn_id, self.worker_id, self.settings.lease_ttl_s)
-        if claimed != "claimed":
+        claim = await self.store.claim(turn_id, self.worker_id, self.settings.lease_ttl_s)
+        if claim.record is None:
             # A re-delivered job (after a crash or shutdown) must never run a turn twice.
-            logger.info("turn %s not run: it is %s", turn_id, claimed)
-            return claimed
-        await self.redis.zadd(
-            keys.RUNNING_TURNS, {turn_id: time.time() + self.settings.lease_ttl_s}
-        )
-        task = asyncio.create_task(self._execute(turn_id))
+            logger.info("turn %s not run: it is %s", turn_id, claim.outcome)
+            return claim.outcome
+        if claim.cancel_requested:
+            await self.store.finish(turn_id, Done(status="cancelled"))
+            return "cancelled"
+        task = asyncio.create_task(self._execute(claim.record))
         self._running[turn_id] = task
         self.leases.add(turn_id)
         try:
@@ -128,13 +127,8 @@ class TurnSupervisor:
             self._stop_reason[turn_id] = reason
             task.cancel()
 
-    async def _execute(self, turn_id: str) -> str:
-        record = await self.store.get(turn_id)
-        if record is None:
-            return "missing"
-        if await self.redis.exists(keys.cancel(turn_id)):
-            await self.store.finish(turn_id, Done(status="cancelled"))
-            return "cancelled"
+    async def _execute(self, record: TurnRecord) -> str:
+        turn_id = record.id
         ctx = TurnContext.for_request(
             turn_id,
             record.request,

@@ -54,9 +54,7 @@ async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> Asy
         async with aclosing(sequencer):
             async for event in sequencer:
                 if recording is not None:
-                    # Recorded before it is passed on: a client that saw an event can find
-                    # its record.
-                    await recording.observe(event)
+                    recording.observe(event)
                 yield event
     except BaseException as exc:
         # Failures, and stops too: a cancelled task or a closed generator (the client left)

@@ -454,9 +454,10 @@ async def test_a_conversation_continued_turn_after_turn_stores_each_message_once
         conversation_id, [SYSTEM, user("2+2?"), assistant("4"), user("and 3+3?")]
     )
 
-    assert first == [SYSTEM, user("2+2?")]
-    assert second == [user("and 3+3?")]
-    assert retry == [user("and 3+3?")]
+    assert first.new == [SYSTEM, user("2+2?")]
+    assert second.new == [user("and 3+3?")]
+    assert second.history == [*HISTORY, user("and 3+3?")]
+    assert retry.new == [user("and 3+3?")]
     assert await keeper.messages(conversation_id) == [
         *HISTORY,
         user("and 3+3?"),
@@ -474,7 +475,8 @@ async def test_concurrent_continuations_append_the_new_turn_once(keeper: RecordK
         *(keeper.append_new_messages(conversation_id, request) for _ in range(8))
     )
 
-    assert sorted(len(r) for r in results) == [0] * 7 + [1]
+    assert sorted(len(r.new) for r in results) == [0] * 7 + [1]
+    assert all(r.history == request for r in results)
     assert await keeper.messages(conversation_id) == [user("u1"), assistant("a1"), user("u2")]
 
 
