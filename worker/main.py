@@ -18,7 +18,7 @@ from arq import func
 from arq.worker import Worker
 from langchain_core.tools import BaseTool
 
-from shared.connection import arq_settings, connect
+from shared.connection import connect
 from shared.logs import configure_logging
 from shared.queue import RUN_TURN
 from shared.redis_checks import warn_if_evicting
@@ -86,7 +86,8 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         "on_startup": startup,
         "on_shutdown": shutdown,
         "queue_name": settings.queue_name,
-        "redis_settings": arq_settings(settings.redis_url),
+        # arq's own client would use redis-py's default pool (see shared.connection).
+        "redis_pool": connect(settings.redis_url),
         "max_jobs": settings.worker_concurrency,
         # Above the cluster's concurrency, or new turns starve behind running ones.
         "queue_read_limit": max(settings.worker_concurrency * 4, 1000),
