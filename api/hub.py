@@ -1,10 +1,16 @@
-"""One reader per API process for every turn stream its clients are watching.
+"""A few readers per API process for every turn stream its clients are watching.
 
 A client per blocking connection would cost one Redis connection and one XREAD per
-client per entry. Instead the hub runs a single `XREAD BLOCK` over all watched streams
-(each from the oldest cursor any of its readers holds) and hands each entry to the
-readers that have not seen it. A new reader wakes the blocked read by adding an entry
-to the hub's own wake stream, which the same XREAD watches.
+client per entry. Instead the hub spreads the watched streams over lanes of at most
+`LANE_SIZE` turns; each lane runs one `XREAD BLOCK` over its streams (each from the oldest
+cursor any of its readers holds) and hands each entry to the readers that have not seen
+it. A new reader wakes its lane's blocked read by adding an entry to the lane's own wake
+stream, which the same XREAD watches.
+
+Why lanes rather than one read over everything: an XREAD names every stream it watches,
+and each entry that lands ends the read, so one read over N streams costs O(N) work per
+token in the API and in Redis (at 100 streams it was the API's largest cost). A lane
+bounds that at `LANE_SIZE`, while entries that land together still come in one read.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from shared.streams import Entry, entry_key, parse_entries
 
 logger = logging.getLogger("bernard.api")
 
+LANE_SIZE = 16
 _READ_COUNT = 1000
 _WAKE_TTL_S = 3600
 
@@ -56,45 +63,75 @@ class Reader:
 
 
 class StreamHub:
-    """Fans entries of many turn streams out to their readers from one XREAD loop."""
+    """Fans entries of many turn streams out to their readers, a lane of turns per XREAD."""
 
-    def __init__(self, redis: Redis, *, block_ms: int = 5000) -> None:
+    def __init__(self, redis: Redis, *, block_ms: int = 5000, lane_size: int = LANE_SIZE) -> None:
         self.redis = redis
         self.block_ms = block_ms
-        self.wake_key = keys.hub_wake(uuid.uuid4().hex)
-        self._wake_cursor = "0-0"
-        self._readers: dict[str, set[Reader]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self.lane_size = lane_size
+        self._id = uuid.uuid4().hex
+        self._lanes: list[_Lane] = []
+        self._lane_of: dict[str, _Lane] = {}
+        self._started = False
 
     async def start(self) -> None:
+        self._started = True
+
+    async def stop(self) -> None:
+        self._started = False
+        for lane in self._lanes:
+            await lane.stop()
+
+    @contextlib.asynccontextmanager
+    async def read(self, turn_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
+        """Watch `turn_id`'s stream from strictly after `after` while the block runs."""
+        lane = self._lane_of.get(turn_id) or self._free_lane()
+        self._lane_of[turn_id] = lane
+        reader = Reader(turn_id, after)
+        lane.readers.setdefault(turn_id, set()).add(reader)
+        try:
+            await lane.wake()
+            yield reader
+        finally:
+            readers = lane.readers.get(turn_id)
+            if readers is not None:
+                readers.discard(reader)
+                if not readers:
+                    del lane.readers[turn_id]
+                    del self._lane_of[turn_id]
+
+    def _free_lane(self) -> _Lane:
+        if not self._started:
+            raise RuntimeError("the stream hub is not running")
+        lane = min(self._lanes, key=lambda lane: len(lane.readers), default=None)
+        if lane is None or len(lane.readers) >= self.lane_size:
+            # Lanes stay once made: an idle one costs one blocked XREAD per `block_ms`.
+            lane = _Lane(self.redis, keys.hub_wake(f"{self._id}:{len(self._lanes)}"), self.block_ms)
+            self._lanes.append(lane)
+        return lane
+
+
+class _Lane:
+    """One XREAD BLOCK loop over up to `LANE_SIZE` turn streams and the lane's wake stream."""
+
+    def __init__(self, redis: Redis, wake_key: str, block_ms: int) -> None:
+        self.redis = redis
+        self.wake_key = wake_key
+        self.block_ms = block_ms
+        self.readers: dict[str, set[Reader]] = {}
+        self._wake_cursor = "0-0"
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
         # Best effort: the key expires anyway, and a dead Redis must not hold up shutdown.
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             async with asyncio.timeout(1):
                 await self.redis.delete(self.wake_key)
 
-    @contextlib.asynccontextmanager
-    async def read(self, turn_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
-        """Watch `turn_id`'s stream from strictly after `after` while the block runs."""
-        reader = Reader(turn_id, after)
-        self._readers.setdefault(turn_id, set()).add(reader)
-        try:
-            await self._wake()
-            yield reader
-        finally:
-            readers = self._readers.get(turn_id)
-            if readers is not None:
-                readers.discard(reader)
-                if not readers:
-                    del self._readers[turn_id]
-
-    async def _wake(self) -> None:
+    async def wake(self) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.xadd(self.wake_key, {"w": 1}, maxlen=16, approximate=False)
             pipe.expire(self.wake_key, _WAKE_TTL_S)
@@ -102,7 +139,7 @@ class StreamHub:
 
     def _streams(self) -> dict[Any, Any]:
         streams: dict[Any, Any] = {self.wake_key: self._wake_cursor}
-        for turn_id, readers in self._readers.items():
+        for turn_id, readers in self.readers.items():
             oldest = min((r.cursor for r in readers), key=entry_key)
             streams[keys.events(turn_id)] = oldest
         return streams
@@ -126,5 +163,5 @@ class StreamHub:
                     continue
                 turn_id = key.split("{", 1)[1].split("}", 1)[0]
                 entries = parse_entries(raw_entries)
-                for reader in list(self._readers.get(turn_id, ())):
+                for reader in list(self.readers.get(turn_id, ())):
                     reader.offer(streams[key], entries)
