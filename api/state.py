@@ -22,6 +22,7 @@ class AppState:
     hub: StreamHub
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
+    """The process's state, as a dependency (`async`: see `api.auth.current_user`)."""
     state: AppState = request.app.state.bernard
     return state
