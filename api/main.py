@@ -7,6 +7,7 @@ Routes live under `/v1` and, for clients configured with Bernard's older base UR
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -84,6 +85,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await warn_if_evicting(redis, logger)
         except OSError:
             logger.warning("Redis is not reachable at start; requests get 503 until it is")
+        # What exists now lives as long as the process: keep it out of the collector's full
+        # passes, which grow with every object they scan (see worker.main.startup).
+        gc.freeze()
         try:
             yield
         finally:

@@ -16,6 +16,7 @@ client that disconnects closes the turn's generator, which closes the upstream r
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -75,6 +76,8 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
         headers = {**SSE_HEADERS, "X-Bernard-Turn-Id": record.id}
         return EventSourceResponse(events(), headers=headers, ping=3600, sep="\n")
 
+    # As the API and the worker do once started: startup objects stay out of full GC passes.
+    gc.freeze()
     return app
 
 
