@@ -928,7 +928,7 @@ on this Redis. Idle is measured with 1 API + 1 worker and no turns.
         "claiming, recording and finishing it; arq's own bookkeeping), so stretches of short "
         'turns are shown but judged only where turns have at least 100 tokens. "Beyond a '
         "turn's fixed cost\" subtracts the 1-token turns' per-turn figure. A paced stream "
-        "cannot coalesce: each token is one `XADD` by the worker and, when the hub's reader "
+        "cannot coalesce: each token is one `XADD` by the worker and, when its hub lane's reader "
         "is waiting, one `XREAD` by the API that wakes for it."
     )
     if SHARED.memory_per_turn is not None:
