@@ -1,7 +1,9 @@
 """Every Redis key and channel name Bernard uses, in one place.
 
-A turn's keys share the hash tag `{<turn_id>}`, so in Redis Cluster they live in one slot
-and one Lua script may touch them all.
+A turn's keys share the hash tag `{<turn_id>}` (a conversation's, `{c:<id>}`), so the
+scripts that move a turn touch one slot's keys. Bernard still needs one Redis primary, not
+a Cluster, as arq does: the turn's creating transaction also queues arq's job, and the
+claim script also adds the turn to `RUNNING_TURNS`, one round trip each instead of two.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""A turn's Redis Stream: the worker's writer, and reading entries back.
+"""Turn streams in Redis: the worker's writer, and reading entries back.
 
-The writer never delays an event: if no write is in flight it goes out at once. Events
-that pile up while a write is in flight go out together in one pipeline, and adjacent
-text deltas among them are joined into one entry, so a fast model costs fewer commands
-without a slow one waiting for anything.
+A worker writes the events of all its turns through one `StreamBatcher`. It never delays
+an event: when no write is in flight it goes out at once. Events that pile up while a
+write is in flight, from any turn, go out together in the next pipeline, and a turn's
+adjacent text deltas among them are joined into one entry. So an idle worker sends each
+token the moment it exists, and a busy one sends fewer, fuller commands in fewer round
+trips: one write in flight per process, not one per turn.
 """
 
 from __future__ import annotations
@@ -18,59 +20,114 @@ from shared.events import Delta, Event, Stamped, decode, encode
 from shared.turns import STREAM_FIELD
 
 Entry = tuple[str, Stamped]
-# Above this many pending events, `write` waits for Redis instead of buffering more.
+# Above this many pending events of one turn, `write` waits for Redis instead of buffering.
 _BACKPRESSURE = 1000
 
 
-class StreamWriter:
-    """Appends one turn's events to its stream, in order."""
+class StreamBatcher:
+    """Appends the events of every turn of a process to their streams, in order per turn."""
 
-    def __init__(self, redis: Redis, turn_id: str, *, maxlen: int) -> None:
+    def __init__(self, redis: Redis, *, maxlen: int) -> None:
         self.redis = redis
-        self.key = keys.events(turn_id)
         self.maxlen = maxlen
-        self._pending: list[Event] = []
-        self._flusher: asyncio.Task[None] | None = None
+        # Stream key → events not sent yet, in order.
+        self._pending: dict[str, list[Event]] = {}
+        # Stream keys in the write in flight, and the errors writes raised, by key.
+        self._in_flight: set[str] = set()
+        self._errors: dict[str, BaseException] = {}
+        self._round_done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def writer(self, turn_id: str) -> StreamWriter:
+        """The writer of `turn_id`'s stream."""
+        return StreamWriter(self, keys.events(turn_id))
+
+    def add(self, key: str, event: Event) -> None:
+        """Queue `event` for stream `key`; raises what an earlier write of `key` raised."""
+        if key in self._errors:
+            raise self._errors.pop(key)
+        pending = self._pending.setdefault(key, [])
+        last = pending[-1] if pending else None
+        if isinstance(event, Delta) and isinstance(last, Delta):
+            pending[-1] = Delta(text=last.text + event.text)
+        else:
+            pending.append(event)
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain())
+
+    def backlog(self, key: str) -> int:
+        return len(self._pending.get(key, ()))
+
+    async def flush(self, key: str) -> None:
+        """Wait until every event queued for `key` is in Redis; raises what a write raised."""
+        while key in self._pending or key in self._in_flight:
+            if self._task is None:  # the drain task failed outside any write
+                break
+            await self._round_done.wait()
+        if key in self._errors:
+            raise self._errors.pop(key)
+
+    def discard(self, key: str) -> None:
+        """Drop what `key` has queued (its turn is over and its stream may be gone)."""
+        self._pending.pop(key, None)
+        self._errors.pop(key, None)
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, {}
+                self._in_flight = set(batch)
+                try:
+                    await self._write(batch)
+                finally:
+                    self._in_flight = set()
+                    self._round_done.set()
+                    self._round_done = asyncio.Event()
+        finally:
+            self._task = None
+
+    async def _write(self, batch: dict[str, list[Event]]) -> None:
+        sent: list[str] = []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key, events in batch.items():
+                for event in events:
+                    pipe.xadd(
+                        key, {STREAM_FIELD: encode(event)}, maxlen=self.maxlen, approximate=True
+                    )
+                    sent.append(key)
+            try:
+                replies = await pipe.execute(raise_on_error=False)
+            except Exception as exc:  # the whole round failed (connection lost): every turn in it
+                for key in batch:
+                    self._errors.setdefault(key, exc)
+                return
+        for key, reply in zip(sent, replies, strict=True):
+            if isinstance(reply, Exception):
+                self._errors.setdefault(key, reply)
+
+
+class StreamWriter:
+    """Appends one turn's events to its stream, in order, through the process's batcher."""
+
+    def __init__(self, batcher: StreamBatcher, key: str) -> None:
+        self.batcher = batcher
+        self.key = key
 
     async def write(self, event: Event) -> None:
-        """Queue the event and start a write if none is in flight."""
-        last = self._pending[-1] if self._pending else None
-        if isinstance(event, Delta) and isinstance(last, Delta):
-            self._pending[-1] = Delta(text=last.text + event.text)
-        else:
-            self._pending.append(event)
-        if self._flusher is None or self._flusher.done():
-            if self._flusher is not None:
-                self._flusher.result()  # surface a failed earlier write
-            self._flusher = asyncio.create_task(self._drain())
-        if len(self._pending) > _BACKPRESSURE:
+        """Queue the event; a write starts at once unless one is in flight."""
+        self.batcher.add(self.key, event)
+        if self.batcher.backlog(self.key) > _BACKPRESSURE:
             await self.flush()
-        # Let the flusher start its write before the producer yields the next event.
+        # Let the batcher start its write before the producer yields the next event.
         await asyncio.sleep(0)
 
     async def flush(self) -> None:
         """Wait until everything written so far is in Redis; raises what a write raised."""
-        while self._flusher is not None:
-            flusher = self._flusher
-            await flusher
-            if self._flusher is flusher:
-                self._flusher = None
+        await self.batcher.flush(self.key)
 
-    async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            if len(batch) == 1:
-                await self._xadd(self.redis, batch[0])
-            else:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for event in batch:
-                        await self._xadd(pipe, event)
-                    await pipe.execute()
-
-    async def _xadd(self, target: Redis, event: Event) -> None:
-        await target.xadd(
-            self.key, {STREAM_FIELD: encode(event)}, maxlen=self.maxlen, approximate=True
-        )
+    def discard(self) -> None:
+        """Drop what is not written yet: the turn ended elsewhere."""
+        self.batcher.discard(self.key)
 
 
 def parse_entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:

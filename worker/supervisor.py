@@ -29,7 +29,7 @@ from shared import keys
 from shared.events import Done, Event
 from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
-from shared.streams import StreamWriter
+from shared.streams import StreamBatcher, StreamWriter
 from shared.turns import TurnRecord, TurnStore
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper
@@ -64,6 +64,7 @@ class TurnSupervisor:
         self.worker_id = worker_id
         self.tools = list(tools) if tools is not None else default_tools()
         self.records = RecordKeeper(redis)
+        self.streams = StreamBatcher(redis, maxlen=settings.stream_maxlen)
         self.store = TurnStore(
             redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
         )
@@ -140,7 +141,7 @@ class TurnSupervisor:
             archivist=self.records.as_archivist(),
         )
         recorder = self.records.as_recorder()
-        writer = StreamWriter(self.redis, turn_id, maxlen=self.settings.stream_maxlen)
+        writer = self.streams.writer(turn_id)
         try:
             async with asyncio.timeout(self.settings.turn_timeout_s):
                 turn = self.turn_events(ctx, recorder)
@@ -152,7 +153,9 @@ class TurnSupervisor:
             reason = self._stop_reason.get(turn_id)
             if reason == "lost":
                 # Nothing to finish: the turn already ended, or its record is gone (then
-                # this drops the orphaned stream).
+                # this drops the orphaned stream, and nothing queued may recreate it).
+                writer.discard()
+                await _flush_quietly(writer)  # a write already in flight lands first
                 await self.store.finish(turn_id, Done(status="failed"))
                 return "lost"
             await _flush_quietly(writer)

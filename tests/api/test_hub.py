@@ -26,16 +26,16 @@ async def texts(reader: Reader, count: int) -> list[str]:
     return got
 
 
-async def test_turns_beyond_one_lane_each_get_their_own_entries_in_order(
+async def test_turns_spread_over_the_lanes_each_get_their_own_entries_in_order(
     redis: redis_asyncio.Redis,
 ) -> None:
-    hub = StreamHub(redis, block_ms=1000, lane_size=2)
+    hub = StreamHub(redis, block_ms=1000, lanes=3)
     await hub.start()
     turn_ids = [uuid.uuid4().hex for _ in range(5)]
     try:
         async with contextlib.AsyncExitStack() as stack:
             readers = [await stack.enter_async_context(hub.read(t)) for t in turn_ids]
-            assert len(hub._lanes) == 3  # five turns, at most two per lane
+            assert sorted(len(lane.readers) for lane in hub._lanes) == [1, 2, 2]
             for k in range(3):
                 for turn_id in turn_ids:
                     await append(redis, turn_id, f"{turn_id}:{k}")
@@ -49,7 +49,7 @@ async def test_turns_beyond_one_lane_each_get_their_own_entries_in_order(
 async def test_a_second_reader_of_a_turn_shares_its_lane_and_sees_every_entry(
     redis: redis_asyncio.Redis,
 ) -> None:
-    hub = StreamHub(redis, block_ms=1000, lane_size=1)
+    hub = StreamHub(redis, block_ms=1000, lanes=1)
     await hub.start()
     turn_id = uuid.uuid4().hex
     try:
