@@ -74,7 +74,7 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
                 yield frame
 
         headers = {**SSE_HEADERS, "X-Bernard-Turn-Id": record.id}
-        return EventSourceResponse(events(), headers=headers, ping=3600, sep="\n")
+        return EventSourceResponse(events(), headers=headers, ping=3600)
 
     # As the API and the worker do once started: startup objects stay out of full GC passes.
     gc.freeze()
