@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.events import Delta, Event, Stamped, decode, encode
+from shared.events import Delta, Event, LlmCallComplete, LlmPrompt, Stamped, decode, encode
 from shared.turns import STREAM_FIELD
 
 Entry = tuple[str, Stamped]
@@ -118,8 +118,11 @@ class StreamWriter:
         self.batcher.add(self.key, event)
         if self.batcher.backlog(self.key) > _BACKPRESSURE:
             await self.flush()
-        # Let the batcher start its write before the producer yields the next event.
-        await asyncio.sleep(0)
+        if not isinstance(event, LlmPrompt | LlmCallComplete):
+            # Let the batcher start its write before the producer goes on. Model-call
+            # events (streamed only to a client that asked for traces) wait for the next
+            # write instead: the model call they announce starts a round trip sooner.
+            await asyncio.sleep(0)
 
     async def flush(self) -> None:
         """Wait until everything written so far is in Redis; raises what a write raised."""
