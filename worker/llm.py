@@ -8,6 +8,7 @@ here, so the rest of the worker sees one exception type.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
@@ -20,6 +21,12 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.tools import BaseTool
 
 from shared.settings import Settings
+
+logger = logging.getLogger("bernard.worker")
+
+# Upstream connections the openai client under `ChatOpenAI` pools, for both models
+# together; a streaming turn holds one, and a turn past the limit waits for one.
+LLM_CONNECTIONS = openai.DEFAULT_CONNECTION_LIMITS.max_connections or 1000
 
 
 class LlmError(Exception):
@@ -109,6 +116,14 @@ def build_llms(settings: Settings) -> tuple[Llm, Llm]:
         demo = DemoChatModel()
         return Llm(demo, "bernard-demo"), Llm(demo, "bernard-demo")
     from langchain_openai import ChatOpenAI
+
+    if settings.worker_concurrency > LLM_CONNECTIONS:
+        logger.warning(
+            "BERNARD_WORKER_CONCURRENCY=%d is above the %d upstream connections the LLM "
+            "client pools: turns beyond that many wait, silently, for a connection",
+            settings.worker_concurrency,
+            LLM_CONNECTIONS,
+        )
 
     def chat(model: str) -> ChatOpenAI:
         return ChatOpenAI(
