@@ -56,6 +56,7 @@ class StreamBatcher:
             self._task = asyncio.create_task(self._drain())
 
     def backlog(self, key: str) -> int:
+        """How many events `key` has queued and not sent yet."""
         return len(self._pending.get(key, ()))
 
     async def flush(self, key: str) -> None:
