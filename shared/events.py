@@ -107,16 +107,6 @@ class Delta(Event):
 
 
 @dataclass(slots=True)
-class Usage(Event):
-    """Token usage of one model call (the turn's total travels on `Done`)."""
-
-    type: ClassVar[str] = "usage"
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-@dataclass(slots=True)
 class Error(Event):
     """A non-fatal problem (a tool failed, the step limit was hit); the turn goes on."""
 
@@ -146,7 +136,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ToolProgress,
         ToolResult,
         Delta,
-        Usage,
         Error,
         Done,
     )
