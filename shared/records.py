@@ -56,21 +56,14 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 # writer appended in between, which for one conversation is rare.
 _APPEND_RETRIES = 10
 
-# KEYS: meta, list. ARGV: now, item... Appends only to an existing conversation, so a
-# stray write never creates a list without its metadata.
+# KEYS: meta, list. ARGV: expected length ('' for any), now, item... Appends only to an
+# existing conversation, so a stray write never creates a list without its metadata, and
+# with an expected length only if the list still has it, so the history a caller compared
+# against is the one it extends. Returns the new length, -1 for no conversation, -2 when
+# the list changed since the caller read it.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-for i = 2, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
-return redis.call('LLEN', KEYS[2])
-"""
-
-# KEYS: meta, list. ARGV: length read, now, item... Appends only if the list still has the
-# length the caller read, so the history the caller compared against is the one it extends.
-# Returns the new length, -1 for no conversation, -2 when somebody appended meanwhile.
-_APPEND_IF_UNCHANGED = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[1]) then return -2 end
+if ARGV[1] ~= '' and redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[1]) then return -2 end
 for i = 3, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
 return redis.call('LLEN', KEYS[2])
@@ -173,7 +166,6 @@ class _Store:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._append = redis.register_script(_APPEND)
-        self._append_if_unchanged = redis.register_script(_APPEND_IF_UNCHANGED)
         self._create = redis.register_script(_CREATE)
 
 
@@ -291,15 +283,8 @@ class Recorder(_Store):
             fresh = new_messages(stored, requested)
             if not fresh:
                 return Continuation(new=[], history=stored)
-            length = int(
-                await self._append_if_unchanged(
-                    keys=[meta_key, list_key],
-                    args=[len(raw), repr(time.time()), *(orjson.dumps(m) for m in fresh)],
-                )
-            )
-            if length == -1:
-                raise ConversationNotFoundError(conversation_id)
-            if length >= 0:
+            items = [orjson.dumps(m) for m in fresh]
+            if await self._push(conversation_id, list_key, items, expected_length=len(raw)) >= 0:
                 return Continuation(new=fresh, history=[*stored, *fresh])
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
@@ -395,14 +380,26 @@ class Recorder(_Store):
         item = orjson.dumps({"call_id": call_id, "event": event, "at": time.time(), **entry})
         await self._push(conversation_id, keys.conversation_calls(conversation_id), [item])
 
-    async def _push(self, conversation_id: str, list_key: str, items: list[bytes]) -> int:
+    async def _push(
+        self,
+        conversation_id: str,
+        list_key: str,
+        items: list[bytes],
+        *,
+        expected_length: int | None = None,
+    ) -> int:
+        """Append `items`; the new length, or -2 if the list no longer has `expected_length`."""
         length = int(
             await self._append(
                 keys=[keys.conversation(conversation_id), list_key],
-                args=[repr(time.time()), *items],
+                args=[
+                    "" if expected_length is None else expected_length,
+                    repr(time.time()),
+                    *items,
+                ],
             )
         )
-        if length < 0:
+        if length == -1:
             raise ConversationNotFoundError(conversation_id)
         return length
 
