@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -229,20 +231,30 @@ async def test_a_redelivered_job_does_not_run_its_turn_again(
     assert sum(f.done for f in events) == 1
 
 
+@contextlib.asynccontextmanager
+async def streaming_background_turn(
+    upstream: ScriptedUpstream, **settings: Any
+) -> AsyncIterator[tuple[Stack, str]]:
+    """A stack and a background turn whose slow upstream call is under way; leases are
+    renewed every 0.2 s unless `settings` say otherwise."""
+    upstream.script(Reply.slow(interval=0.01))
+    async with run_stack(make_settings(upstream, **{"lease_renew_s": 0.2, **settings})) as stack:
+        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+        await upstream.wait_requests(1)
+        yield stack, turn["id"]
+
+
 async def test_a_turn_whose_record_vanished_stops_spending_tokens(
     upstream: ScriptedUpstream,
 ) -> None:
     """A Redis restart without persistence loses the record: the worker must stop too."""
-    upstream.script(Reply.slow(interval=0.01))
-    async with run_stack(make_settings(upstream, lease_renew_s=0.2)) as stack:
-        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
-        await upstream.wait_requests(1)
-        await stack.redis.delete(keys.turn(turn["id"]))
+    async with streaming_background_turn(upstream) as (stack, turn_id):
+        await stack.redis.delete(keys.turn(turn_id))
         exchange = await upstream.wait_disconnect(timeout_s=5)
         assert exchange.ended
         async with asyncio.timeout(5):
             while True:
-                if not await stack.redis.exists(keys.events(turn["id"])):
+                if not await stack.redis.exists(keys.events(turn_id)):
                     break
                 await asyncio.sleep(0.05)
 
@@ -251,22 +263,18 @@ async def test_a_saturated_worker_loop_is_not_mistaken_for_a_dead_worker(
     upstream: ScriptedUpstream,
 ) -> None:
     """Leases are renewed from their own thread: a busy loop keeps its turns."""
-    upstream.script(Reply.slow(interval=0.01))
-    settings = make_settings(upstream, lease_ttl_s=1.0, lease_renew_s=0.2)
-    async with run_stack(settings) as stack:
-        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
-        await upstream.wait_requests(1)
+    async with streaming_background_turn(upstream, lease_ttl_s=1.0) as (stack, turn_id):
         # Another process's reaper looks while this loop (API and worker) is held for over
         # twice the lease TTL, as a thousand streaming turns on two cores held it.
-        reaper = threading.Thread(target=asyncio.run, args=(_reap_after(settings, 1.8),))
+        reaper = threading.Thread(target=asyncio.run, args=(_reap_after(stack.settings, 1.8),))
         reaper.start()
         deadline = time.monotonic() + 2.5
         while time.monotonic() < deadline:
             pass
         reaper.join()
-        status = (await stack.client.get(f"/v1/turns/{turn['id']}")).json()["status"]
-        await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
-        await wait_status(stack, turn["id"], {"cancelled"})
+        status = (await stack.client.get(f"/v1/turns/{turn_id}")).json()["status"]
+        await stack.client.post(f"/v1/turns/{turn_id}/cancel")
+        await wait_status(stack, turn_id, {"cancelled"})
     assert status == "running"
 
 
@@ -284,15 +292,12 @@ async def test_a_turn_ended_elsewhere_stops_running_on_its_worker(
     upstream: ScriptedUpstream,
 ) -> None:
     """A reaper that took a stalled worker for dead ended the turn: the worker must stop."""
-    upstream.script(Reply.slow(interval=0.01))
-    async with run_stack(make_settings(upstream, lease_renew_s=0.2)) as stack:
-        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
-        await upstream.wait_requests(1)
+    async with streaming_background_turn(upstream) as (stack, turn_id):
         store = TurnStore(stack.redis, retention_s=60, stream_maxlen=1000)
-        assert await store.fail(turn["id"], "declared lost", "worker_lost")
+        assert await store.fail(turn_id, "declared lost", "worker_lost")
         exchange = await upstream.wait_disconnect(timeout_s=5)
         assert exchange.ended
         await asyncio.sleep(0.5)
-        events = await replay(stack, turn["id"])
+        events = await replay(stack, turn_id)
     assert events[-1].done and sum(f.done for f in events) == 1
     assert events[-2].json["error"]["code"] == "worker_lost", "nothing after the terminal frame"
