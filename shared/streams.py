@@ -1,7 +1,8 @@
 """Turn streams in Redis: the worker's writer, and reading entries back.
 
-A worker writes the events of all its turns through one `StreamBatcher`. It never delays
-an event: when no write is in flight it goes out at once. Events that pile up while a
+A worker writes the events of all its turns through one `StreamBatcher`. When no write is
+in flight an event goes out at once (a model-call event as soon as the producer next waits,
+see `StreamWriter.write`). Events that pile up while a
 write is in flight, from any turn, go out together in the next pipeline, and a turn's
 adjacent text deltas among them are joined into one entry. So an idle worker sends each
 token the moment it exists, and a busy one sends fewer, fuller commands in fewer round
@@ -115,14 +116,14 @@ class StreamWriter:
         self.key = key
 
     async def write(self, event: Event) -> None:
-        """Queue the event; a write starts at once unless one is in flight."""
+        """Queue the event, and let its write start before the producer goes on."""
         self.batcher.add(self.key, event)
         if self.batcher.backlog(self.key) > _BACKPRESSURE:
             await self.flush()
         if not isinstance(event, LlmPrompt | LlmCallComplete):
-            # Let the batcher start its write before the producer goes on. Model-call
-            # events (streamed only to a client that asked for traces) wait for the next
-            # write instead: the model call they announce starts a round trip sooner.
+            # Model-call events (streamed only to a client that asked for traces) skip this
+            # yield and go out once the producer next waits, typically on the model call
+            # they announce, which so starts an event-loop iteration sooner.
             await asyncio.sleep(0)
 
     async def flush(self) -> None:
