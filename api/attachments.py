@@ -1,10 +1,15 @@
-"""Who is watching a turn, so that a disconnect stops it only when nobody is left.
+"""Who is watching which turn, and how many streams each user holds open.
 
-Each attached stream is a member of the turn's `attached` sorted set, scored with the time
-it stops counting, so a crashed API process's entries lapse on their own (after an hour:
-an entry lapsing too early could stop a watched turn, a stale one only lets a turn
-finish). A client detaching under the `cancel` policy cancels the turn once no
-attachment is left `BERNARD_DISCONNECT_GRACE_S` later.
+Each open SSE stream is an attachment: a member of its turn's `attached` sorted set and of
+its owner's `open_streams` set, both scored with the time it stops counting. An API
+process renews the streams it relays (`renew`), so a crashed process's entries lapse on
+their own within `STREAM_LEASE_S`; the per-turn entry keeps a longer expiry (an entry
+lapsing early could stop a watched turn; a stale one only lets a turn finish).
+
+Opening a stream is refused (`TooManyStreamsError`) once the owner holds
+`BERNARD_MAX_STREAMS_PER_USER`, checked and counted in one script, so the limit holds
+across every API process. A client detaching under the `cancel` policy cancels the turn
+once no attachment is left `BERNARD_DISCONNECT_GRACE_S` later.
 """
 
 from __future__ import annotations
@@ -19,37 +24,96 @@ from shared import keys
 from shared.cancel import request_cancel
 from shared.settings import Settings
 
-_ATTACHMENT_TTL_S = 3600.0
+ATTACHMENT_TTL_S = 3600.0
+# How long an open stream counts against its owner without being renewed; `RENEW_S` is
+# how often the relay renews it.
+STREAM_LEASE_S = 60.0
+RENEW_S = 20.0
 _pending: set[asyncio.Task[None]] = set()
 
-
-async def attach(redis: Redis, turn_id: str) -> str:
-    attachment = uuid.uuid4().hex
-    await redis.zadd(keys.attached(turn_id), {attachment: time.time() + _ATTACHMENT_TTL_S})
-    return attachment
-
-
-async def detach(
-    redis: Redis, settings: Settings, turn_id: str, attachment: str, *, cancel_when_alone: bool
-) -> None:
-    """Forget the attachment; under the `cancel` policy, stop the turn if nobody returns."""
-    await redis.zrem(keys.attached(turn_id), attachment)
-    if not cancel_when_alone:
-        return
-    if settings.disconnect_grace_s <= 0:
-        await _cancel_if_alone(redis, settings, turn_id)
-        return
-    task = asyncio.create_task(_cancel_after_grace(redis, settings, turn_id))
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
+# KEYS: the owner's open streams, the turn's attachments (optional). ARGV: now, limit,
+# attachment id, stream lapse, attachment lapse, TTL s of both sets (at least the lapse
+# of any member). Returns 1 opened, 0 at the limit.
+_OPEN = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+if KEYS[2] then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
+end
+return 1
+"""
 
 
-async def _cancel_after_grace(redis: Redis, settings: Settings, turn_id: str) -> None:
-    await asyncio.sleep(settings.disconnect_grace_s)
-    await _cancel_if_alone(redis, settings, turn_id)
+class TooManyStreamsError(Exception):
+    """The owner already holds as many open streams as they may."""
 
 
-async def _cancel_if_alone(redis: Redis, settings: Settings, turn_id: str) -> None:
-    watching = await redis.zcount(keys.attached(turn_id), time.time(), "+inf")
-    if not watching:
-        await request_cancel(redis, turn_id, ttl_s=settings.turn_retention_s)
+class Streams:
+    """Opens, renews and closes the streams of one API process against its Redis."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self._open = redis.register_script(_OPEN)
+
+    async def open(self, owner: str, turn_id: str | None = None) -> str:
+        """Count a new stream of `owner` (attached to `turn_id` when given); its id.
+
+        Raises `TooManyStreamsError` at the owner's limit. A stream of a turn not created
+        yet passes no `turn_id`; the turn's creation attaches it (`TurnStore.create`).
+        """
+        attachment = uuid.uuid4().hex
+        now = time.time()
+        stream_keys = [keys.open_streams(owner)]
+        if turn_id is not None:
+            stream_keys.append(keys.attached(turn_id))
+        opened = await self._open(
+            keys=stream_keys,
+            args=[
+                now,
+                self.settings.max_streams_per_user,
+                attachment,
+                now + STREAM_LEASE_S,
+                now + ATTACHMENT_TTL_S,
+                int(ATTACHMENT_TTL_S),
+            ],
+        )
+        if not int(opened):
+            raise TooManyStreamsError(owner)
+        return attachment
+
+    async def renew(self, owner: str, attachment: str) -> None:
+        """The stream is still open: keep counting it."""
+        await self.redis.zadd(
+            keys.open_streams(owner), {attachment: time.time() + STREAM_LEASE_S}, xx=True
+        )
+
+    async def close(
+        self, owner: str, attachment: str, turn_id: str | None = None, *, cancel_when_alone: bool
+    ) -> None:
+        """Forget the stream; under the `cancel` policy, stop the turn if nobody returns."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(keys.open_streams(owner), attachment)
+            if turn_id is not None:
+                pipe.zrem(keys.attached(turn_id), attachment)
+            await pipe.execute()
+        if turn_id is None or not cancel_when_alone:
+            return
+        if self.settings.disconnect_grace_s <= 0:
+            await self._cancel_if_alone(turn_id)
+            return
+        task = asyncio.create_task(self._cancel_after_grace(turn_id))
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+
+    async def _cancel_after_grace(self, turn_id: str) -> None:
+        await asyncio.sleep(self.settings.disconnect_grace_s)
+        await self._cancel_if_alone(turn_id)
+
+    async def _cancel_if_alone(self, turn_id: str) -> None:
+        watching = await self.redis.zcount(keys.attached(turn_id), time.time(), "+inf")
+        if not watching:
+            await request_cancel(self.redis, turn_id, ttl_s=self.settings.turn_retention_s)

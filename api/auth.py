@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from api.errors import ApiError
 from api.state import AppState, get_state
+from shared.errors import ErrorCode
 from shared.settings import Settings
 
 LOCAL_USER = "local"
@@ -25,7 +26,9 @@ def authenticate(request: Request, settings: Settings) -> str:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(
-            401, "missing bearer token: send Authorization: Bearer <key>", code="invalid_api_key"
+            401,
+            "missing bearer token: send Authorization: Bearer <key>",
+            code=ErrorCode.INVALID_API_KEY,
         )
     # Compare against every key, always, so timing says nothing about which prefix matched.
     user = None
@@ -33,7 +36,7 @@ def authenticate(request: Request, settings: Settings) -> str:
         if hmac.compare_digest(key.encode(), token.strip().encode()):
             user = owner
     if user is None:
-        raise ApiError(401, "invalid API key", code="invalid_api_key")
+        raise ApiError(401, "invalid API key", code=ErrorCode.INVALID_API_KEY)
     return user
 
 

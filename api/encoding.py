@@ -11,18 +11,22 @@ those and reads the answer from `content` alone (../shared/notes/client-compatib
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
+from shared.endings import error_of
 from shared.events import (
+    AwaitingConfirmation,
     Delta,
     Done,
     Error,
     Event,
     LlmCallComplete,
     LlmPrompt,
+    Memory,
+    MessageStored,
     Start,
     ToolCall,
     ToolProgress,
@@ -31,10 +35,20 @@ from shared.events import (
 from shared.turns import TurnRecord
 
 DONE = "[DONE]"
-Frame = str  # the `data:` payload of one SSE frame
 
-# What a failed or cancelled turn looks like in the error frame and in the error envelope.
-_CANCELLED = {"message": "the turn was cancelled", "type": "cancelled", "code": "turn_cancelled"}
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A frame with an SSE `event:` name (the conversation endpoints' encoding)."""
+
+    event: str
+    data: str
+
+
+# One SSE frame: its `data:` payload, or a named event's name and payload.
+Frame = str | Named
+# Marks the frames of a replay built from the turn record once its stream has expired.
+COMPACTED = {"type": "replay", "compacted": True}
 
 
 def completion_id(record: TurnRecord) -> str:
@@ -43,17 +57,19 @@ def completion_id(record: TurnRecord) -> str:
 
 
 def terminal_error(done: Done) -> dict[str, Any] | None:
-    """The error a terminal event reports, or None for a completed turn."""
-    if done.status == "cancelled":
-        return dict(_CANCELLED)
-    if done.status == "failed":
-        error = done.error or {}
-        return {
-            "message": error.get("message", "the turn failed"),
-            "type": error.get("type", "server_error"),
-            "code": error.get("code", "internal_error"),
-        }
-    return None
+    """The error a terminal event reports, or None for a completed turn (shared/endings.py)."""
+    return error_of(done.status, done.error)
+
+
+def final_event(record: TurnRecord) -> Done:
+    """The `done` a finished turn's record stands for, as its stream ended with it."""
+    result = record.result or {}
+    return Done(
+        status=record.status,
+        finish_reason=result.get("finish_reason"),
+        usage=result.get("usage"),
+        error=record.error,
+    )
 
 
 def _json(body: dict[str, Any]) -> Frame:
@@ -73,9 +89,14 @@ class ChatEncoder:
             "model": record.model,
         }
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> Frame:
+    def _chunk(
+        self,
+        delta: dict[str, Any],
+        finish_reason: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> Frame:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return _json({**self.head, "choices": [choice]})
+        return _json({**self.head, "choices": [choice], **(extra or {})})
 
     def _extension(self, kind: str, body: dict[str, Any]) -> Frame:
         return _json({**self.head, "choices": [], "bernard": {"type": kind, **body}})
@@ -106,7 +127,10 @@ class ChatEncoder:
                 return [self._chunk({"tool_outputs": [output]})]
             case ToolCall() | ToolResult() | ToolProgress() if mode != "none":
                 return [self._extension(event.type, asdict(event))]
-            case LlmPrompt() | LlmCallComplete() if self.request.trace:
+            case LlmPrompt() | LlmCallComplete() | Memory() if self.request.trace:
+                return [self._extension(event.type, asdict(event))]
+            case AwaitingConfirmation():
+                # Whatever the tool-event mode: the client must be able to decide on it.
                 return [self._extension(event.type, asdict(event))]
             case Error():
                 return [self._extension("error", asdict(event))]
@@ -114,14 +138,25 @@ class ChatEncoder:
                 return self._ending(event)
         return []
 
-    def _ending(self, done: Done) -> list[Frame]:
+    def _ending(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
         error = terminal_error(done)
         if error is not None:
             return [_json({"error": {**error, "param": None}}), DONE]
-        frames = [self._chunk({}, done.finish_reason or "stop")]
+        frames = [self._chunk({}, done.finish_reason or "stop", extra)]
         if self.request.include_usage:
-            frames.append(_json({**self.head, "choices": [], "usage": usage_body(done.usage)}))
+            usage = {**self.head, "choices": [], "usage": usage_body(done.usage), **(extra or {})}
+            frames.append(_json(usage))
         return [*frames, DONE]
+
+    def compacted(self, record: TurnRecord) -> list[Frame]:
+        """The replay of a finished turn whose stream expired: its answer in one chunk,
+        then its ending, every chunk marked `bernard: COMPACTED`."""
+        marked = {"bernard": COMPACTED}
+        frames = []
+        if record.status == "completed":
+            content = (record.result or {}).get("content", "")
+            frames.append(self._chunk({"role": "assistant", "content": content}, None, marked))
+        return [*frames, *self._ending(final_event(record), marked)]
 
     def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
         """The non-stream `chat.completion` for a completed turn."""
@@ -143,6 +178,8 @@ class ChatEncoder:
                 "conversation_id": conversation_id,
                 "tool_calls": result.get("tool_calls", []),
                 "tool_outputs": result.get("tool_outputs", []),
+                # Tool calls waiting for the user's decision (turn `awaiting_confirmation`).
+                "pending_confirmations": result.get("pending", []),
             },
         }
 
@@ -159,9 +196,11 @@ class CompletionEncoder:
             "model": record.model,
         }
 
-    def _choice(self, text: str, finish_reason: str | None = None) -> Frame:
+    def _choice(
+        self, text: str, finish_reason: str | None = None, extra: dict[str, Any] | None = None
+    ) -> Frame:
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
-        return _json({**self.head, "choices": [choice]})
+        return _json({**self.head, "choices": [choice], **(extra or {})})
 
     def keepalive(self) -> None:
         """No keepalive chunk in this envelope: the relay sends a `: ping` comment."""
@@ -172,15 +211,27 @@ class CompletionEncoder:
             case Delta(text=text):
                 return [self._choice(text)]
             case Done():
-                error = terminal_error(event)
-                if error is not None:
-                    return [_json({"error": {**error, "param": None}}), DONE]
-                frames = [self._choice("", event.finish_reason or "stop")]
-                if self.record.request.include_usage:
-                    usage = usage_body(event.usage)
-                    frames.append(_json({**self.head, "choices": [], "usage": usage}))
-                return [*frames, DONE]
+                return self._ending(event)
         return []
+
+    def _ending(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
+        error = terminal_error(done)
+        if error is not None:
+            return [_json({"error": {**error, "param": None}}), DONE]
+        frames = [self._choice("", done.finish_reason or "stop", extra)]
+        if self.record.request.include_usage:
+            usage = {**self.head, "choices": [], "usage": usage_body(done.usage), **(extra or {})}
+            frames.append(_json(usage))
+        return [*frames, DONE]
+
+    def compacted(self, record: TurnRecord) -> list[Frame]:
+        """As `ChatEncoder.compacted`, in text completions."""
+        marked = {"bernard": COMPACTED}
+        frames = []
+        if record.status == "completed":
+            content = (record.result or {}).get("content", "")
+            frames.append(self._choice(content, None, marked))
+        return [*frames, *self._ending(final_event(record), marked)]
 
     def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
         choice = {
@@ -192,11 +243,98 @@ class CompletionEncoder:
         return {**self.head, "choices": [choice], "usage": usage_body(result.get("usage"))}
 
 
-Encoder = ChatEncoder | CompletionEncoder
+class ConversationEncoder:
+    """Named SSE events for the conversation endpoints: `text_delta`, `tool_call`,
+    `tool_progress`, `tool_result`, `awaiting_confirmation`, `message` (a row was stored),
+    `error`, `trace` (when asked for) and, last, `done`."""
+
+    def __init__(self, record: TurnRecord) -> None:
+        self.record = record
+
+    def keepalive(self) -> None:
+        """No keepalive event: the relay sends a `: ping` comment."""
+        return None
+
+    def frames(self, event: Event) -> list[Frame]:
+        match event:
+            case Delta(text=text):
+                return [_named("text_delta", {"text": text})]
+            case ToolCall():
+                body = {"id": event.id, "name": event.name, "arguments": event.arguments}
+                return [_named("tool_call", body)]
+            case ToolProgress():
+                progress: dict[str, Any] = {
+                    "tool_call_id": event.tool_call_id,
+                    "phase": event.phase,
+                    "message": event.message,
+                }
+                if event.current is not None:
+                    progress["current"] = event.current
+                if event.total is not None:
+                    progress["total"] = event.total
+                return [_named("tool_progress", progress)]
+            case ToolResult():
+                result = {
+                    "tool_call_id": event.tool_call_id,
+                    "name": event.name,
+                    "output": event.content,
+                    "is_error": event.is_error,
+                }
+                return [_named("tool_result", result)]
+            case AwaitingConfirmation():
+                body = {k: v for k, v in asdict(event).items()}
+                return [_named("awaiting_confirmation", body)]
+            case MessageStored(row=row):
+                return [_named("message", row)]
+            case Error():
+                return [_named("error", {"code": event.code, "message": event.message})]
+            case LlmPrompt() | LlmCallComplete() | Memory() if self.record.request.trace:
+                return [_named("trace", {"type": event.type, **asdict(event)})]
+            case Done():
+                return [self._done(event)]
+        return []
+
+    def _done(self, done: Done) -> Named:
+        body: dict[str, Any] = {
+            "turn_id": self.record.id,
+            "status": done.status,
+            "usage": usage_body(done.usage),
+        }
+        error = terminal_error(done)
+        if error is not None:
+            body["error"] = {"code": error["code"], "message": error["message"]}
+        return _named("done", body)
+
+    def compacted(self, record: TurnRecord) -> list[Frame]:
+        """After the stream's retention: only how the turn ended (its rows are the
+        conversation's: `GET /v1/conversations/{id}/messages`)."""
+        return [self._done(final_event(record))]
+
+    def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
+        """The turn's outcome, as a polled turn object shows it."""
+        return {
+            "conversation_id": conversation_id,
+            "content": result.get("content", ""),
+            "finish_reason": result.get("finish_reason") or "stop",
+            "usage": usage_body(result.get("usage")),
+            "tool_calls": result.get("tool_calls", []),
+            "tool_outputs": result.get("tool_outputs", []),
+            "pending_confirmations": result.get("pending", []),
+        }
+
+
+Encoder = ChatEncoder | CompletionEncoder | ConversationEncoder
 
 
 def encoder_for(record: TurnRecord) -> Encoder:
-    return ChatEncoder(record) if record.request.kind == "chat" else CompletionEncoder(record)
+    kind = record.request.kind
+    if kind == "conversation":
+        return ConversationEncoder(record)
+    return ChatEncoder(record) if kind == "chat" else CompletionEncoder(record)
+
+
+def _named(event: str, body: dict[str, Any]) -> Named:
+    return Named(event, orjson.dumps(body).decode())
 
 
 def usage_body(usage: dict[str, int] | None) -> dict[str, int]:

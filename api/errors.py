@@ -2,9 +2,12 @@
 
 ApiError                      → its own status, {"error": {message, type, param, code}}
 RequestValidationError        → 400 invalid_request_error (never FastAPI's 422 "detail")
-StarletteHTTPException        → its status (404 for unknown routes, 405, ...)
-redis ConnectionError/Timeout → 503 "Redis is unreachable"
+StarletteHTTPException        → its status (404 for unknown routes, 405, 413, ...)
+redis ConnectionError/Timeout → 503 "Redis is unreachable", with Retry-After
 anything else                 → 500 server_error, logged
+
+Every 429 and 503 says when to try again (`Retry-After`, in seconds); every other 4xx
+tells the SDKs not to retry (`x-should-retry: false`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.responses import JSONResponse
+from shared.errors import ErrorCode
 
 logger = logging.getLogger("bernard.api")
 
@@ -33,6 +37,14 @@ _TYPES = {
     415: "invalid_request_error",
     429: "rate_limit_error",
 }
+# Codes for the statuses Starlette raises itself (no route, wrong method, body too large).
+_HTTP_CODES = {
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.BODY_TOO_LARGE,
+}
+# Seconds a client should wait before trying again after a 429 or a 503.
+RETRY_AFTER_S = 1
 
 
 def envelope(
@@ -51,8 +63,9 @@ class ApiError(Exception):
         message: str,
         *,
         param: str | None = None,
-        code: str | None = None,
+        code: ErrorCode | None = None,
         type: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -60,19 +73,27 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.type = type or _TYPES.get(status, "server_error")
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        return envelope(self.message, type=self.type, param=self.param, code=self.code)
+        code = str(self.code) if self.code is not None else None
+        return envelope(self.message, type=self.type, param=self.param, code=code)
 
 
-def invalid(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
+def invalid(
+    message: str, param: str | None = None, code: ErrorCode = ErrorCode.INVALID_VALUE
+) -> ApiError:
     """A 400 `invalid_request_error` naming the offending parameter."""
     return ApiError(400, message, param=param, code=code)
 
 
 def error_response(exc: ApiError) -> JSONResponse:
-    headers = {"x-should-retry": "false"} if 400 <= exc.status < 500 else None
-    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+    headers: dict[str, str] = dict(exc.headers)
+    if exc.status in (429, 503):
+        headers["retry-after"] = str(RETRY_AFTER_S)
+    elif 400 <= exc.status < 500:
+        headers["x-should-retry"] = "false"
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers or None)
 
 
 _SCALAR_TAGS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
@@ -105,6 +126,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            # The position in the body is not a parameter.
+            detail = (first.get("ctx") or {}).get("error", "")
+            message = f"the body is not valid JSON: {detail}" if detail else "invalid JSON"
+            return error_response(invalid(message))
         param = param_from_loc(tuple(first.get("loc", ())))
         message = first.get("msg", "invalid request")
         return error_response(invalid(f"{param}: {message}" if param else message, param))
@@ -112,17 +138,20 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
-        return error_response(ApiError(exc.status_code, message))
+        code = _HTTP_CODES.get(exc.status_code)
+        return error_response(ApiError(exc.status_code, message, code=code))
 
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)
     async def _redis_down(request: Request, exc: Exception) -> JSONResponse:
         logger.warning("Redis unreachable: %s", exc)
         return error_response(
-            ApiError(503, "Redis is unreachable; try again shortly", code="redis_unavailable")
+            ApiError(
+                503, "Redis is unreachable; try again shortly", code=ErrorCode.REDIS_UNAVAILABLE
+            )
         )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(ApiError(500, "internal server error", code="internal_error"))
+        return error_response(ApiError(500, "internal server error", code=ErrorCode.INTERNAL_ERROR))

@@ -7,6 +7,10 @@ readers holds) and hands each entry to the readers that have not seen it. A new 
 wakes its lane's blocked read by adding an entry to the lane's own wake stream, which the
 same XREAD watches.
 
+A Redis error that names a stream (a reply error, not a lost connection) fails the readers
+of that stream alone (`StreamReadError` from `Reader.next`), and the lane reads on for
+everyone else; a lost connection is retried for the whole lane.
+
 Why lanes rather than one read over everything: an XREAD names every stream it watches,
 and each entry that lands ends the read, so one read over N streams costs O(N) work per
 token in the API and in Redis (at 100 paced streams it was the API's largest cost, and the
@@ -22,11 +26,12 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
 from shared.streams import Entry, entry_key, parse_entries
@@ -38,13 +43,24 @@ _READ_COUNT = 1000
 _WAKE_TTL_S = 3600
 
 
+class StreamReadError(Exception):
+    """Redis refused to read this reader's stream; the reader cannot go on."""
+
+
 class Reader:
     """One client's view of one turn stream: entries strictly after `cursor`, in order."""
 
     def __init__(self, turn_id: str, cursor: str) -> None:
         self.turn_id = turn_id
         self.cursor = cursor
-        self._queue: asyncio.Queue[Entry] = asyncio.Queue()
+        self._entries: deque[Entry] = deque()
+        self._error: StreamReadError | None = None
+        self._arrived = asyncio.Event()
+
+    def fail(self, error: StreamReadError) -> None:
+        """End this reader: once it has handed out what it holds, `next()` raises `error`."""
+        self._error = error
+        self._arrived.set()
 
     def offer(self, read_from: str, entries: list[Entry]) -> None:
         """Take the entries after this reader's cursor from a batch read after `read_from`.
@@ -52,17 +68,35 @@ class Reader:
         A batch read from a later cursor than ours (it was in flight when we joined) would
         leave a gap: skip it; the next read starts at our cursor.
         """
-        if entry_key(read_from) > entry_key(self.cursor):
+        cursor = entry_key(self.cursor)
+        if entry_key(read_from) > cursor:
             return
         for entry_id, stamped in entries:
-            if entry_key(entry_id) > entry_key(self.cursor):
-                self._queue.put_nowait((entry_id, stamped))
-                self.cursor = entry_id
+            key = entry_key(entry_id)
+            if key > cursor:
+                self._entries.append((entry_id, stamped))
+                self.cursor, cursor = entry_id, key
+        if self._entries:
+            self._arrived.set()
 
     async def next(self, wait_s: float | None = None) -> Entry:
-        """The next entry; raises `TimeoutError` after `wait_s` seconds without one."""
-        async with asyncio.timeout(wait_s):
-            return await self._queue.get()
+        """The next entry; raises `TimeoutError` after `wait_s` seconds without one, and
+        `StreamReadError` once the stream cannot be read."""
+        if not self._entries and self._error is None:
+            async with asyncio.timeout(wait_s):
+                while not self._entries and self._error is None:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+        if self._entries:
+            return self._entries.popleft()
+        assert self._error is not None
+        raise self._error
+
+    def ready(self) -> list[Entry]:
+        """The entries already here, without waiting (a read error stays for `next`)."""
+        entries = list(self._entries)
+        self._entries.clear()
+        return entries
 
 
 class StreamHub:
@@ -101,7 +135,8 @@ class StreamHub:
                 readers.discard(reader)
                 if not readers:
                     del lane.readers[turn_id]
-                    del self._lane_of[turn_id]
+            if turn_id not in lane.readers:  # the last reader left, or all were failed
+                self._lane_of.pop(turn_id, None)
 
     def _free_lane(self) -> _Lane:
         """The lane with the fewest turns; a new one while there are fewer than `LANES`
@@ -156,6 +191,11 @@ class _Lane:
             try:
                 reply = await self.redis.xread(streams, count=_READ_COUNT, block=self.block_ms)
                 failures = 0
+            except ResponseError as exc:
+                # Redis refused the read itself: find the streams it refuses and fail
+                # their readers, rather than retrying a read that can never succeed.
+                await self._fail_unreadable(streams, exc)
+                continue
             except (RedisError, OSError) as exc:
                 failures += 1
                 logger.warning("stream hub lost Redis (%s); retrying", exc)
@@ -166,7 +206,42 @@ class _Lane:
                 if key == self.wake_key:
                     self._wake_cursor = raw_entries[-1][0].decode()
                     continue
-                turn_id = key.split("{", 1)[1].split("}", 1)[0]
+                turn_id = _turn_of(key)
                 entries = parse_entries(raw_entries)
                 for reader in list(self.readers.get(turn_id, ())):
                     reader.offer(streams[key], entries)
+
+    async def _fail_unreadable(self, streams: dict[Any, Any], exc: ResponseError) -> None:
+        """Read each turn stream alone once; fail the readers of those Redis refuses."""
+        turn_keys = [key for key in streams if key != self.wake_key]
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in turn_keys:
+                    pipe.xread({key: streams[key]}, count=1)
+                replies = await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError):
+            await asyncio.sleep(0.05)  # the connection failed meanwhile: the loop retries
+            return
+        refused = [key for key, reply in zip(turn_keys, replies, strict=True) if _is_error(reply)]
+        if not refused:
+            # Not any one turn's stream (the wake stream?): start it over rather than spin.
+            logger.warning("stream hub read refused (%s); resetting its wake cursor", exc)
+            self._wake_cursor = "$"
+            await asyncio.sleep(0.05)
+            return
+        for key in refused:
+            turn_id = _turn_of(key)
+            logger.warning(
+                "stream of turn %s cannot be read (%s); ending its readers", turn_id, exc
+            )
+            for reader in self.readers.pop(turn_id, set()):
+                reader.fail(StreamReadError(str(exc)))
+
+
+def _is_error(reply: object) -> bool:
+    return isinstance(reply, Exception)
+
+
+def _turn_of(key: Any) -> str:
+    text = key.decode() if isinstance(key, bytes) else str(key)
+    return text.split("{", 1)[1].split("}", 1)[0]

@@ -19,11 +19,13 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, metrics
+from api.attachments import Streams
 from api.errors import ApiError, error_response
 from api.hub import StreamHub
-from api.routes import chat, health, models, turns
+from api.routes import chat, conversations, events, health, models, tools, turns
 from api.state import AppState
 from shared.connection import connect
+from shared.errors import ErrorCode
 from shared.logs import configure_logging
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
@@ -35,7 +37,13 @@ _REQUEST_RETRIES = 3
 
 
 class BodyLimit:
-    """Answer 413 for bodies over `max_bytes`, declared or streamed, before anything parses."""
+    """Answer 413 in the error envelope for a body over `max_bytes`, declared or streamed.
+
+    The body is read here, whole, before the app runs (FastAPI reads it whole anyway), so a
+    chunked body over the limit is refused before anything parses it, with the same answer
+    as a declared one. Starlette's own limit (FastAPI's `max_body_size`) answers a plain-text
+    413 that the OpenAI SDKs cannot read.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -45,24 +53,42 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = ApiError(
-            413, f"request body is over {self.max_bytes} bytes", code="body_too_large"
+        too_large = error_response(
+            ApiError(
+                413,
+                f"request body is over {self.max_bytes} bytes (BERNARD_MAX_BODY_BYTES)",
+                code=ErrorCode.BODY_TOO_LARGE,
+            )
         )
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(too_large)(scope, receive, send)
+            await too_large(scope, receive, send)
             return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        chunks: list[bytes] = []
+        size = 0
+        first: Message | None = None
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise too_large
-            return message
+            if message["type"] != "http.request":  # the client left before sending it all
+                first = message
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if first is None:
+            first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        pending: list[Message] = [first]
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            # The body once, then the client's own messages (a disconnect, for a stream).
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -77,7 +103,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         store = TurnStore(
             redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
         )
-        app.state.bernard = AppState(settings=settings, redis=redis, store=store, hub=hub)
+        app.state.bernard = AppState(
+            settings=settings,
+            redis=redis,
+            store=store,
+            hub=hub,
+            streams=Streams(redis, settings),
+        )
         await hub.start()
         reaper = asyncio.create_task(_reap_forever(store, settings.lease_renew_s))
         _warn_if_open(settings)
@@ -104,14 +136,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     errors.install(app)
     for prefix in ("/v1", "/api/v1"):
-        for module in (chat, models, turns):
+        for module in (chat, conversations, events, models, tools, turns):
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.add_middleware(
         CORSMiddleware,
         allow_origins=["*"],
-        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
         # "*" covers Authorization, Content-Type and the SDKs' x-stainless-* headers.
         allow_headers=["*"],
         expose_headers=["X-Bernard-Turn-Id", "X-Bernard-Conversation-Id"],

@@ -1,13 +1,27 @@
-"""Prometheus metrics of this API process, served at `/metrics`.
+"""Prometheus metrics, served at `/metrics`.
 
-What an operator watches: turns started by kind and mode, streams open now, frames
-relayed, and how turns ended as the clients saw them.
+This API process's own: turns created by kind and mode, streams open now, frames relayed.
+
+The deployment's: how turns ended (`bernard_turns_ended_total{status, code}`). A turn ends
+once, in whichever process ends it (a worker, or any process's reaper), and the script
+that ends it counts it in Redis (`keys.METRICS`, shared/turns.py). Every API process reads
+those counts at scrape time, so they count each turn once whoever relayed it, streamed or
+not, and every API process reports the same totals: aggregate them with `max`, not `sum`.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+
+from api.state import AppState, get_state
+from shared import keys
 
 router = APIRouter()
 
@@ -16,11 +30,41 @@ TURNS_CREATED = Counter(
 )
 STREAMS_OPEN = Gauge("bernard_streams_open", "SSE streams this API process is relaying")
 FRAMES_RELAYED = Counter("bernard_frames_relayed_total", "SSE data frames relayed to clients")
-TURNS_ENDED = Counter(
-    "bernard_turn_ends_relayed_total", "Terminal frames relayed, by turn status", ["status"]
-)
+
+
+class TurnEndings(Collector):
+    """`bernard_turns_ended_total` from the counts in Redis, as last read."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "bernard_turns_ended",
+            "Turns ended in the whole deployment, by status and error code (each once)",
+            labels=["status", "code"],
+        )
+        for field, count in sorted(self.counts.items()):
+            status, _, code = field.partition(":")
+            if code or status == "completed":
+                family.add_metric([status, code], count)
+        yield family
+
+
+TURN_ENDINGS = TurnEndings()
+REGISTRY.register(TURN_ENDINGS)
 
 
 @router.get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
+async def metrics(state: Annotated[AppState, Depends(get_state)]) -> Response:
+    try:
+        raw = await state.redis.hgetall(keys.METRICS)  # type: ignore[misc]
+    except (RedisError, OSError):
+        raw = None  # Redis is down: serve this process's own metrics and the last counts
+    if raw is not None:
+        TURN_ENDINGS.counts = {_text(k): int(v) for k, v in raw.items()}
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

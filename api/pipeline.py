@@ -1,45 +1,51 @@
-"""From a validated request to a response: create the turn, enqueue it, answer.
+"""From a validated request to a response: admit the turn, create it, enqueue it, answer.
 
 The answer depends only on the request: a stream relays the turn's stream as SSE, a
 background turn answers 202 with the turn object at once, anything else waits for the
 turn's `done` entry and answers one JSON body.
+
+Admission comes first, before anything is stored: a user may have
+`BERNARD_MAX_ACTIVE_TURNS_PER_USER` turns queued or running and
+`BERNARD_MAX_STREAMS_PER_USER` streams open, across every API process; beyond that the
+answer is 429 `rate_limit_exceeded` with `Retry-After`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import Response
 from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse
 
-from api.attachments import attach, detach
-from api.encoding import encoder_for, terminal_error
+from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
+from api.cursors import Resume
+from api.encoding import encoder_for, terminal_error, usage_body
 from api.errors import ApiError
 from api.metrics import TURNS_CREATED
-from api.relay import TURN_LOST, relay
+from api.relay import relay
 from api.responses import JSONResponse
+from api.sse import encoded
 from api.state import AppState
 from shared import keys
-from shared.events import Done
+from shared.endings import as_code, ended, http_status
+from shared.errors import ErrorCode
+from shared.events import AwaitingConfirmation, Done, Event, MessageStored
 from shared.settings import MODEL_ID
-from shared.turns import TurnRecord, TurnRequest, failed_done
+from shared.turns import TooManyTurnsError, TurnRecord, TurnRequest
 
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
-_UNFINISHED_TTL_S = 7 * 86_400
-# HTTP status of a non-stream request whose turn failed, by error code.
-_FAILED_STATUS = {
-    "upstream_error": 502,
-    "upstream_timeout": 504,
-    "turn_timeout": 504,
-    "worker_lost": 503,
-    "worker_shutdown": 503,
-    "turn_lost": 503,
-    "turn_cancelled": 409,
-}
+UNFINISHED_TTL_S = 7 * 86_400
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+# Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
+# given the admitted turn's id.
+Conversation = Callable[[str], Awaitable[str | None]]
 
 
 def check_model(model: str) -> None:
@@ -48,26 +54,78 @@ def check_model(model: str) -> None:
             404,
             f"The model '{model}' does not exist; use '{MODEL_ID}'",
             param="model",
-            code="model_not_found",
+            code=ErrorCode.MODEL_NOT_FOUND,
         )
 
 
-async def create_turn(
-    state: AppState, owner: str, request: TurnRequest, conversation_id: str | None = None
-) -> TurnRecord:
-    """Store the turn, open its stream and enqueue it; the worker takes it from there."""
-    record = TurnRecord(
-        id=uuid.uuid4().hex,
-        owner=owner,
-        request=request,
-        model=MODEL_ID,
-        conversation_id=conversation_id,
-        created_at=time.time(),
+def too_many_turns(state: AppState) -> ApiError:
+    limit = state.settings.max_active_turns_per_user
+    return ApiError(
+        429,
+        f"you already have {limit} turns queued or running "
+        "(BERNARD_MAX_ACTIVE_TURNS_PER_USER); wait for one to end",
+        code=ErrorCode.RATE_LIMIT_EXCEEDED,
     )
-    await state.store.create(record, ttl_s=_UNFINISHED_TTL_S, queue_name=state.settings.queue_name)
+
+
+def too_many_streams(state: AppState) -> ApiError:
+    limit = state.settings.max_streams_per_user
+    return ApiError(
+        429,
+        f"you already have {limit} streams open (BERNARD_MAX_STREAMS_PER_USER); close one",
+        code=ErrorCode.RATE_LIMIT_EXCEEDED,
+    )
+
+
+async def start_turn(
+    state: AppState, owner: str, request: TurnRequest, conversation: Conversation | None = None
+) -> Response:
+    """Admit the owner's new turn, create and enqueue it, and answer as the request asks."""
+    settings = state.settings
+    turn_id = uuid.uuid4().hex
+    try:
+        await state.store.admit(
+            owner, turn_id, limit=settings.max_active_turns_per_user, ttl_s=UNFINISHED_TTL_S
+        )
+    except TooManyTurnsError:
+        raise too_many_turns(state) from None
+    attachment = None
+    try:
+        if request.stream and not request.background:
+            try:
+                attachment = await state.streams.open(owner)
+            except TooManyStreamsError:
+                raise too_many_streams(state) from None
+        record = TurnRecord(
+            id=turn_id,
+            owner=owner,
+            request=request,
+            model=MODEL_ID,
+            conversation_id=await conversation(turn_id) if conversation is not None else None,
+            created_at=time.time(),
+        )
+        await state.store.create(
+            record,
+            ttl_s=UNFINISHED_TTL_S,
+            queue_name=settings.queue_name,
+            attachment=attachment,
+            attachment_expiry=time.time() + ATTACHMENT_TTL_S,
+        )
+    except BaseException:
+        with contextlib.suppress(RedisError, OSError):
+            await state.store.release(owner, turn_id)
+            if attachment is not None:
+                await state.streams.close(owner, attachment, cancel_when_alone=False)
+        raise
     mode = "background" if request.background else "stream" if request.stream else "wait"
     TURNS_CREATED.labels(request.kind, mode).inc()
-    return record
+    if request.background:
+        return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
+    if attachment is not None:
+        return stream_response(state, record, attachment)
+    if request.kind == "conversation":
+        return await wait_for_rows(state, record)
+    return await wait_for_body(state, record)
 
 
 def turn_headers(record: TurnRecord) -> dict[str, str]:
@@ -77,39 +135,40 @@ def turn_headers(record: TurnRecord) -> dict[str, str]:
     return headers
 
 
-async def respond(state: AppState, record: TurnRecord) -> Response:
-    """The response to the request that created `record`."""
-    if record.request.background:
-        return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
-    if record.request.stream:
-        return await stream_response(state, record)
-    return await wait_for_body(state, record)
+async def attach(state: AppState, record: TurnRecord) -> str:
+    """Open a stream of `record`'s owner on the existing turn; 429 at the owner's limit."""
+    try:
+        return await state.streams.open(record.owner, record.id)
+    except TooManyStreamsError:
+        raise too_many_streams(state) from None
 
 
-async def stream_response(
-    state: AppState, record: TurnRecord, after: str | None = None
+def stream_response(
+    state: AppState, record: TurnRecord, attachment: str, resume: Resume | None = None
 ) -> Response:
-    """SSE of the turn from strictly after frame id `after`; the client counts as attached."""
-    attachment = await attach(state.redis, record.id)
+    """SSE of the turn from `resume` for the stream `attachment` (see `attach`)."""
 
     async def on_detach(finished: bool) -> None:
         cancel = not finished and record.request.on_disconnect == "cancel"
-        await detach(state.redis, state.settings, record.id, attachment, cancel_when_alone=cancel)
+        await state.streams.close(record.owner, attachment, record.id, cancel_when_alone=cancel)
 
     events = relay(
         state.hub,
         encoder_for(record),
         record.id,
-        after=after,
+        resume=resume,
         keepalive_s=state.settings.keepalive_s,
         detach=on_detach,
         alive=lambda: turn_exists(state, record.id),
+        renew=lambda: state.streams.renew(record.owner, attachment),
     )
-    return EventSourceResponse(events, headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600)
+    headers = {**SSE_HEADERS, **turn_headers(record)}
+    return EventSourceResponse(encoded(events), headers=headers, ping=3600)
 
 
-async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
-    """Read the turn's stream to its `done` entry and answer one JSON body."""
+async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event], Done]:
+    """Every event of the turn's stream and its `done` (`turn_lost` if it vanished)."""
+    events: list[Event] = []
     async with state.hub.read(record.id) as reader:
         while True:
             try:
@@ -117,18 +176,48 @@ async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
             except TimeoutError:
                 if await turn_exists(state, record.id):
                     continue
-                done = failed_done(TURN_LOST, "turn_lost")  # no `done` entry will ever come
-                break
+                return events, ended(ErrorCode.TURN_LOST)  # no `done` will ever come
             if isinstance(stamped.event, Done):
-                done = stamped.event
-                break
+                return events, stamped.event
+            events.append(stamped.event)
+
+
+def raise_if_failed(record: TurnRecord, done: Done) -> None:
+    """The error envelope of a turn that did not complete, with its status code."""
     error = terminal_error(done)
     if error is not None:
-        status = _FAILED_STATUS.get(error["code"], 500)
-        raise ApiError(status, error["message"], code=error["code"], type=error["type"])
+        raise ApiError(
+            http_status(error["code"]),
+            error["message"],
+            code=as_code(error["code"]),
+            type=error["type"],
+            headers=turn_headers(record),  # the client can still look the turn up
+        )
+
+
+async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
+    """Read the turn's stream to its `done` entry and answer one JSON body."""
+    _, done = await read_to_done(state, record)
+    raise_if_failed(record, done)
     finished = await state.store.get(record.id)
     result = (finished.result if finished else None) or {}
     body = encoder_for(record).body(result, record.conversation_id)
+    return JSONResponse(body, headers=turn_headers(record))
+
+
+async def wait_for_rows(state: AppState, record: TurnRecord) -> Response:
+    """A conversation turn's JSON answer: the rows it stored and any tool call it now
+    waits on."""
+    events, done = await read_to_done(state, record)
+    raise_if_failed(record, done)
+    pending = [asdict(e) for e in events if isinstance(e, AwaitingConfirmation)]
+    body = {
+        "turn_id": record.id,
+        "status": done.status,
+        "messages": [event.row for event in events if isinstance(event, MessageStored)],
+        "pending_confirmation": pending[0] if pending else None,
+        "usage": usage_body(done.usage),
+    }
     return JSONResponse(body, headers=turn_headers(record))
 
 
@@ -143,8 +232,9 @@ async def turn_exists(state: AppState, turn_id: str) -> bool:
 def turn_object(record: TurnRecord) -> dict[str, Any]:
     """The `bernard.turn` resource."""
     result = None
-    if record.status == "completed" and record.result is not None:
+    if record.status in ("completed", "awaiting_confirmation") and record.result is not None:
         result = encoder_for(record).body(record.result, record.conversation_id)
+    error = terminal_error(Done(status=record.status, error=record.error))
     return {
         "id": record.id,
         "object": "bernard.turn",
@@ -154,6 +244,6 @@ def turn_object(record: TurnRecord) -> dict[str, Any]:
         "finished_at": record.finished_at,
         "conversation_id": record.conversation_id,
         "model": record.model,
-        "error": record.error,
+        "error": error,
         "result": result,
     }

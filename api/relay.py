@@ -1,66 +1,58 @@
 """Relays a turn's stream to one client as SSE, the moment each entry lands.
 
-Frame ids: an entry that encodes to one frame has the entry id as its SSE `id`; an entry
-that encodes to several (the final `done`: finish, usage, `[DONE]`) numbers them
-`<entry id>:<k>`. A client resuming from any id gets exactly the frames after it.
+Frame ids are cursors (api/cursors.py): a client resuming from any id it got receives
+exactly the frames after it. The relay ends at the first `done` entry, whatever follows
+it, and always with a terminal frame: the turn's own, or `turn_lost` when the turn's
+record vanished, or `stream_unreadable` when Redis refused this reader's read.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import anyio
 from sse_starlette import ServerSentEvent
 
-from api.encoding import Encoder
-from api.hub import StreamHub
-from api.metrics import FRAMES_RELAYED, STREAMS_OPEN, TURNS_ENDED
+from api.attachments import RENEW_S
+from api.cursors import Resume
+from api.encoding import Encoder, Frame, Named
+from api.hub import StreamHub, StreamReadError
+from api.metrics import FRAMES_RELAYED, STREAMS_OPEN
+from shared.endings import ended
+from shared.errors import ErrorCode
 from shared.events import Done, Error
-from shared.streams import Entry, read_entry
-from shared.turns import failed_done
+from shared.streams import Entry
 
 Detach = Callable[[bool], Awaitable[None]]
 # Whether the turn's record still exists (see `relay`).
 Alive = Callable[[], Awaitable[bool]]
-TURN_LOST = "the turn was lost: Redis no longer holds it (restarted without persistence?)"
+# Called every `RENEW_S` while the stream is open (api/attachments.py).
+Renew = Callable[[], Awaitable[None]]
 
 
-_CURSOR = re.compile(r"^\d+-\d+(:\d+)?$")
+def sse(frame: Frame, frame_id: str | None = None) -> ServerSentEvent:
+    """One frame on the wire (a named one with its `event:` line)."""
+    if isinstance(frame, Named):
+        return ServerSentEvent(data=frame.data, event=frame.event, id=frame_id)
+    return ServerSentEvent(data=frame, id=frame_id)
 
 
-def valid_cursor(value: str | None) -> bool:
-    """Whether `value` is a frame id this server hands out (or absent: from the start)."""
-    return value is None or bool(_CURSOR.match(value))
+def ending_events(encoder: Encoder, code: ErrorCode) -> list[ServerSentEvent]:
+    """The closing frames of a stream that cannot go on (`turn_lost`, `stream_unreadable`)."""
+    done = ended(code)
+    assert done.error is not None
+    events = [Error(message=done.error["message"], code=code), done]
+    return [sse(frame) for event in events for frame in encoder.frames(event)]
 
 
-def parse_cursor(value: str | None) -> tuple[str, int | None]:
-    """`"1700-0:1"` → ("1700-0", 1); `"1700-0"` → ("1700-0", None); None → ("0-0", None)."""
-    if not value:
-        return "0-0", None
-    entry_id, _, index = value.partition(":")
-    return entry_id, int(index) if index else None
-
-
-def lost_events(encoder: Encoder) -> list[ServerSentEvent]:
-    """The terminal frames of a turn that vanished from Redis before it ended: `turn_lost`."""
-    events = [Error(message=TURN_LOST, code="turn_lost"), failed_done(TURN_LOST, "turn_lost")]
-    return [ServerSentEvent(data=frame) for event in events for frame in encoder.frames(event)]
-
-
-def entry_events(
-    encoder: Encoder, entry: Entry, skip_through: int | None = None
-) -> list[ServerSentEvent]:
-    """The SSE events of one entry, leaving out frames up to index `skip_through`."""
+def entry_events(encoder: Encoder, entry: Entry) -> list[ServerSentEvent]:
+    """The SSE events of one entry: one frame keeps the entry id, several are numbered."""
     entry_id, stamped = entry
     frames = encoder.frames(stamped.event)
     if len(frames) == 1:
-        return [ServerSentEvent(data=frames[0], id=entry_id)] if skip_through is None else []
-    return [
-        ServerSentEvent(data=frame, id=f"{entry_id}:{k}")
-        for k, frame in enumerate(frames)
-        if skip_through is None or k > skip_through
-    ]
+        return [sse(frames[0], entry_id)]
+    return [sse(frame, f"{entry_id}:{k}") for k, frame in enumerate(frames)]
 
 
 async def relay(
@@ -68,54 +60,62 @@ async def relay(
     encoder: Encoder,
     turn_id: str,
     *,
-    after: str | None = None,
+    resume: Resume | None = None,
     keepalive_s: float,
     detach: Detach | None = None,
     alive: Alive | None = None,
-) -> AsyncIterator[ServerSentEvent]:
-    """SSE events of the turn from strictly after the frame id `after` until its `done`.
+    renew: Renew | None = None,
+) -> AsyncGenerator[list[ServerSentEvent], None]:
+    """SSE events of the turn from `resume` (api/cursors.py: `locate`) until its `done`,
+    in batches: every entry that has arrived by the time the client can take more goes
+    out together (api/sse.py writes a batch in one send).
 
     `detach(finished)` runs when the client goes away or the stream ends, shielded from
     the cancellation that a disconnect delivers. `alive()` is asked after every quiet
     `keepalive_s`: once the turn's record is gone (Redis restarted without persistence),
     no `done` can ever come, so the stream ends with a `turn_lost` error, not a hang.
     """
-    entry_id, index = parse_cursor(after)
-    finished = False
+    resume = resume or Resume()
+    finished = resume.finished
     STREAMS_OPEN.inc()
+    renewed = time.monotonic()
     try:
-        if index is not None:
-            # Resuming inside a multi-frame entry: first the rest of that entry.
-            for entry in await read_entry(hub.redis, turn_id, entry_id):
-                for event in entry_events(encoder, entry, skip_through=index):
-                    yield event
-                finished = isinstance(entry[1].event, Done)
+        if resume.head:
+            yield [sse(frame, frame_id) for frame_id, frame in resume.head]
         if finished:
             return
-        async with hub.read(turn_id, entry_id) as reader:
+        async with hub.read(turn_id, resume.after) as reader:
             while True:
+                if renew is not None and time.monotonic() - renewed > RENEW_S:
+                    renewed = time.monotonic()
+                    await renew()
                 try:
-                    entry = await reader.next(wait_s=keepalive_s)
+                    first = await reader.next(wait_s=keepalive_s)
                 except TimeoutError:
                     if alive is not None and not await alive():
-                        for event in lost_events(encoder):
-                            yield event
+                        yield ending_events(encoder, ErrorCode.TURN_LOST)
                         finished = True
                         return
                     keepalive = encoder.keepalive()
-                    yield (
+                    yield [
                         ServerSentEvent(data=keepalive)
                         if keepalive
                         else ServerSentEvent(comment="ping")
-                    )
+                    ]
                     continue
-                events = entry_events(encoder, entry)
-                FRAMES_RELAYED.inc(len(events))
-                for event in events:
-                    yield event
-                if isinstance(done := entry[1].event, Done):
-                    TURNS_ENDED.labels(done.status).inc()
-                    finished = True
+                except StreamReadError:
+                    yield ending_events(encoder, ErrorCode.STREAM_UNREADABLE)
+                    return
+                batch: list[ServerSentEvent] = []
+                for entry in (first, *reader.ready()):
+                    batch += entry_events(encoder, entry)
+                    if isinstance(entry[1].event, Done):
+                        finished = True
+                        break
+                FRAMES_RELAYED.inc(len(batch))
+                if batch:
+                    yield batch
+                if finished:
                     return
     finally:
         STREAMS_OPEN.dec()

@@ -1,8 +1,12 @@
 """Request bodies, validated strictly but tolerant of fields real clients add.
 
-Unknown fields are ignored (Open WebUI, LibreChat and the SDKs send `user`, `metadata`,
-`cache_control`, `reasoning`, ...). Known fields with values Bernard cannot honour are
-refused with a 400 naming the parameter.
+Unknown fields are ignored (Open WebUI, LibreChat and the SDKs send `metadata`,
+`cache_control`, `reasoning`, ...). Known fields are checked as the OpenAI API checks
+them, shape and range, so nothing a worker cannot run gets past the API: numbers within
+what the model API accepts, every message shape the API accepts (assistant `tool_calls`
+included) and nothing else. Known fields with values Bernard cannot honour are refused with
+a 400 naming the parameter. The size limits of one request (`check_limits`) come from the
+settings.
 """
 
 from __future__ import annotations
@@ -12,8 +16,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
-from shared.settings import MODEL_ID
+from shared.settings import MODEL_ID, Settings
 from shared.turns import TurnRequest
+
+# What the model APIs take: token counts are 32-bit, a seed is 64-bit.
+_MAX_INT32 = 2**31 - 1
+_MIN_INT64, _MAX_INT64 = -(2**63), 2**63 - 1
+# OpenAI's own limits on stop sequences and tools.
+_MAX_STOP = 4
+_MAX_TOOLS = 128
+_MAX_NAME_CHARS = 256
+_MAX_ID_CHARS = 256
 
 
 class _Body(BaseModel):
@@ -23,8 +36,23 @@ class _Body(BaseModel):
 class TextPart(_Body):
     """One part of a multi-part message content; only text is accepted."""
 
-    type: str
+    type: str = Field(max_length=64)
     text: str | None = None
+
+
+class FunctionCall(_Body):
+    """The function an assistant's tool call named, with its arguments as JSON text."""
+
+    name: str = Field(min_length=1, max_length=_MAX_NAME_CHARS)
+    arguments: str
+
+
+class ToolCallItem(_Body):
+    """One of an assistant message's `tool_calls`."""
+
+    id: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    type: Literal["function"]
+    function: FunctionCall
 
 
 class ChatMessage(_Body):
@@ -32,9 +60,9 @@ class ChatMessage(_Body):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
-    name: str | None = None
-    tool_call_id: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    name: str | None = Field(None, max_length=_MAX_NAME_CHARS)
+    tool_call_id: str | None = Field(None, max_length=_MAX_ID_CHARS)
+    tool_calls: list[ToolCallItem] | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -53,14 +81,18 @@ class StreamOptions(_Body):
 class _TurnBody(_Body):
     # Any string validates (another model answers 404, as OpenAI does); the schema names
     # the one model there is, so generated clients and fuzzers send it.
-    model: str = Field(json_schema_extra={"enum": [MODEL_ID]})
+    model: str = Field(max_length=_MAX_NAME_CHARS, json_schema_extra={"enum": [MODEL_ID]})
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, le=_MAX_INT32)
+    max_tokens: int | None = Field(None, ge=1, le=_MAX_INT32)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = Field(None, max_length=_MAX_STOP)
+    seed: int | None = Field(None, ge=_MIN_INT64, le=_MAX_INT64)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    user: str | None = Field(None, max_length=_MAX_NAME_CHARS)
     logprobs: bool | None = None
     background: bool = False
     on_disconnect: Literal["cancel", "continue"] | None = None
@@ -90,7 +122,12 @@ class _TurnBody(_Body):
             else "continue",
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
-            "stop": stop,
+            "top_p": self.top_p,
+            "stop": stop or None,
+            "seed": self.seed,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "user": self.user,
         }
 
 
@@ -112,9 +149,11 @@ class ChatCompletionRequest(_TurnBody):
     )
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=_MAX_INT32)
     response_format: dict[str, Any] | None = None
-    conversation_id: str | None = None
+    # Accepted and ignored (Bernard's tools are its own), but bounded as OpenAI bounds them.
+    tools: list[dict[str, Any]] | None = Field(None, max_length=_MAX_TOOLS)
+    conversation_id: str | None = Field(None, max_length=_MAX_ID_CHARS)
 
     @model_validator(mode="after")
     def _messages_make_sense(self) -> ChatCompletionRequest:
@@ -128,7 +167,11 @@ class ChatCompletionRequest(_TurnBody):
                         )
             if message.role == "tool" and not message.tool_call_id:
                 raise invalid("a tool message needs tool_call_id", f"messages[{i}].tool_call_id")
-            if message.role in ("user", "system", "developer") and message.content is None:
+            if message.tool_calls is not None and message.role != "assistant":
+                raise invalid(
+                    "only an assistant message may carry tool_calls", f"messages[{i}].tool_calls"
+                )
+            if message.role in ("user", "system", "developer", "tool") and message.content is None:
                 raise invalid(f"a {message.role} message needs content", f"messages[{i}].content")
         return self
 
@@ -137,6 +180,41 @@ class ChatCompletionRequest(_TurnBody):
         kind = (self.response_format or {}).get("type", "text")
         if kind != "text":
             raise invalid(f"response_format {kind!r} is not supported", "response_format.type")
+
+    def check_limits(self, settings: Settings) -> None:
+        """Refuse a request larger than the settings allow, naming what is over."""
+        if len(self.messages) > settings.max_messages:
+            raise invalid(
+                f"at most {settings.max_messages} messages may be sent "
+                f"(BERNARD_MAX_MESSAGES); this request has {len(self.messages)}",
+                "messages",
+            )
+        total = 0
+        tool_calls = 0
+        for i, message in enumerate(self.messages):
+            size = len(message.text()) + sum(
+                len(call.function.arguments) for call in message.tool_calls or ()
+            )
+            if size > settings.max_message_chars:
+                raise invalid(
+                    f"a message may hold at most {settings.max_message_chars} characters "
+                    f"(BERNARD_MAX_MESSAGE_CHARS); this one has {size}",
+                    f"messages[{i}].content",
+                )
+            total += size
+            tool_calls += len(message.tool_calls or ())
+        if total > settings.max_content_chars:
+            raise invalid(
+                f"the messages may hold at most {settings.max_content_chars} characters in "
+                f"all (BERNARD_MAX_CONTENT_CHARS); these have {total}",
+                "messages",
+            )
+        if tool_calls > settings.max_tool_calls:
+            raise invalid(
+                f"the messages may carry at most {settings.max_tool_calls} tool calls in all "
+                f"(BERNARD_MAX_TOOL_CALLS); these carry {tool_calls}",
+                "messages",
+            )
 
     def to_turn(self) -> TurnRequest:
         options = self.turn_options()
@@ -153,8 +231,21 @@ class CompletionRequest(_TurnBody):
 
     prompt: str | list[str] = Field(min_length=1)
 
+    def check_limits(self, settings: Settings) -> None:
+        """Refuse a prompt larger than one message may be."""
+        size = len(self._prompt())
+        if size > settings.max_message_chars:
+            raise invalid(
+                f"the prompt may hold at most {settings.max_message_chars} characters "
+                f"(BERNARD_MAX_MESSAGE_CHARS); this one has {size}",
+                "prompt",
+            )
+
+    def _prompt(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else "".join(self.prompt)
+
     def to_turn(self) -> TurnRequest:
-        prompt = self.prompt if isinstance(self.prompt, str) else "".join(self.prompt)
+        prompt = self._prompt()
         if not prompt:
             raise invalid("prompt must not be empty", "prompt")
         return TurnRequest(
@@ -175,5 +266,5 @@ def _as_dict(message: ChatMessage) -> dict[str, Any]:
     if message.tool_call_id:
         out["tool_call_id"] = message.tool_call_id
     if message.tool_calls:
-        out["tool_calls"] = message.tool_calls
+        out["tool_calls"] = [call.model_dump() for call in message.tool_calls]
     return out

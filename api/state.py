@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from arq.connections import ArqRedis
 from fastapi import Request
 
+from api.attachments import Streams
 from api.hub import StreamHub
 from shared.settings import Settings
 from shared.turns import TurnStore
@@ -14,12 +15,14 @@ from shared.turns import TurnStore
 
 @dataclass
 class AppState:
-    """The settings, the Redis client, the turn store and the stream hub of this process."""
+    """The settings, the Redis client, the turn store, the stream hub and the open streams
+    of this process."""
 
     settings: Settings
     redis: ArqRedis
     store: TurnStore
     hub: StreamHub
+    streams: Streams
 
 
 async def get_state(request: Request) -> AppState:

@@ -28,11 +28,12 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from api.encoding import ChatEncoder
 from api.pipeline import SSE_HEADERS
 from api.schemas import ChatCompletionRequest
-from shared.events import Done, Event, Start
+from shared.endings import completed
+from shared.events import Event, Start
 from shared.settings import MODEL_ID, Settings, get_settings
 from shared.turns import TurnRecord
 from worker.context import TurnContext
-from worker.llm import build_llms
+from worker.llm import build_models
 from worker.tools import default_tools
 from worker.turn import turn_events
 
@@ -40,7 +41,8 @@ from worker.turn import turn_events
 def create_baseline_app(settings: Settings | None = None) -> FastAPI:
     """The in-process baseline for `settings` (read from the environment when not given)."""
     settings = settings or get_settings()
-    router, responder = build_llms(settings)
+    models = build_models(settings)
+    router, responder = models.router, models.responder
     tools = default_tools()
     app = FastAPI(title="Bernard benchmark baseline")
 
@@ -69,7 +71,7 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
                 async for event in stream:
                     for frame in frames(event):
                         yield frame
-            done = Done(status="completed", finish_reason=ctx.finish_reason, usage=ctx.usage)
+            done = completed(ctx.finish_reason, ctx.usage)
             for frame in frames(done):
                 yield frame
 

@@ -187,7 +187,7 @@ class Call(asyncio.Protocol):
         self.frames.append(Frame(wall, mono, event_id, data))
         if not self.first_frame.done():
             self.first_frame.set_result(None)
-        if self.first_content_at is None and b'"content":"' in data and _has_content(data):
+        if self.first_content_at is None and b'"content"' in data and _has_content(data):
             self.first_content_at = mono
             if not self.first_content.done():
                 self.first_content.set_result(mono)

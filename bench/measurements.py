@@ -575,7 +575,7 @@ async def _run_writer(spec: dict[str, object]) -> dict[str, float]:
     return result
 
 
-async def _capacity_step(
+async def capacity_step(
     bench: Bench, streams: int, rate: int, tokens: int
 ) -> tuple[list[Turn], dict[str, float], Meter]:
     ids = await _synthetic_turns(bench, streams)
@@ -649,7 +649,7 @@ Redis; and the same load on the baseline server.
         # The unthrottled step is sized from what the API delivered so far, to last the same.
         nominal = rate or max(fastest * 1.5, 4000)
         tokens = max(20, int(nominal * sizes.capacity_step_s / sizes.capacity_streams))
-        turns, written, meter = await _capacity_step(bench, sizes.capacity_streams, rate, tokens)
+        turns, written, meter = await capacity_step(bench, sizes.capacity_streams, rate, tokens)
         frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
         first = min(f.wall for f in frames)
         last = max(f.wall for f in frames)
@@ -931,6 +931,7 @@ on this Redis. Idle is measured with 1 API + 1 worker and no turns.
         "cannot coalesce: each token is one `XADD` by the worker and, when its hub lane's reader "
         "is waiting, one `XREAD` by the API that wakes for it."
     )
+    section.tables.append(await _bytes_per_turn(bench))
     if SHARED.memory_per_turn is not None:
         per_turn, turns, tokens = SHARED.memory_per_turn
         sample_keys = await _turn_memory_breakdown(bench)
@@ -940,6 +941,64 @@ on this Redis. Idle is measured with 1 API + 1 worker and no turns.
             mem.add(f"one turn: {name}", num(size))
         section.tables.append(mem)
     return section
+
+
+# A 10-message conversation's earlier messages: questions and answers of everyday length.
+_EARLIER = [
+    {
+        "role": "user" if k % 2 == 0 else "assistant",
+        "content": " ".join(f"word{k}_{i}" for i in range(12 if k % 2 == 0 else 40)),
+    }
+    for k in range(9)
+]
+
+
+async def _bytes_per_turn(bench: Bench) -> Table:
+    """`MEMORY USAGE` of everything one turn leaves in Redis, for three kinds of turn."""
+    kinds = [
+        ("short turn: one question, a 20-token answer", 20, [], {}),
+        ("10-message conversation, a 100-token answer", 100, _EARLIER, {}),
+        (
+            "the same, traced (`stream_options.trace`)",
+            100,
+            _EARLIER,
+            {"stream_options": {"trace": True}},
+        ),
+    ]
+    table = Table(
+        ["turn", "turn record", "event stream", "conversation", "**total**"],
+        title="Redis bytes one finished turn leaves (`MEMORY USAGE`, kept for the retention)",
+    )
+    for label, tokens, earlier, extra in kinds:
+        directive = Directive(tag=new_tag("bytes"), tokens=tokens)
+        question = {"role": "user", "content": directive.message()}
+        body = {"model": MODEL_ID, "messages": [*earlier, question], "stream": True, **extra}
+        call = await request(bench.api, "POST", "/v1/chat/completions", body)
+        sizes = await _turn_bytes(bench, call.turn_id)
+        table.add(label, *(num(size) for size in sizes), f"**{num(sum(sizes))}**")
+    return table
+
+
+async def _turn_bytes(bench: Bench, turn_id: str) -> tuple[int, int, int]:
+    """Bytes of the turn's record, its stream, and its conversation's three keys."""
+    redis = bench.redis
+    conversation, owner = await redis.hmget(keys.turn(turn_id), ["conversation_id", "owner"])  # type: ignore[misc]
+    conversation_keys: list[str] = []
+    if conversation and owner:
+        cid, user = conversation.decode(), owner.decode()
+        conversation_keys = [
+            keys.conversation(user, cid),
+            keys.conversation_messages(user, cid),
+            keys.conversation_calls(user, cid),
+        ]
+
+    async def usage(key: str) -> int:
+        return int(await redis.memory_usage(key, samples=0) or 0)
+
+    record = await usage(keys.turn(turn_id))
+    stream = await usage(keys.events(turn_id))
+    stored = sum([await usage(key) for key in conversation_keys])
+    return record, stream, stored
 
 
 async def _turn_memory_breakdown(bench: Bench) -> list[tuple[str, int]]:
@@ -953,16 +1012,16 @@ async def _turn_memory_breakdown(bench: Bench) -> list[tuple[str, int]]:
     if newest is None:
         return []
     turn_id = newest[1].split("{", 1)[1].split("}", 1)[0]
-    conversation = await redis.hget(keys.turn(turn_id), "conversation_id")  # type: ignore[misc]
+    conversation, owner = await redis.hmget(keys.turn(turn_id), ["conversation_id", "owner"])  # type: ignore[misc]
     names = {
         "turn hash": keys.turn(turn_id),
         "event stream": keys.events(turn_id),
     }
     if conversation:
-        cid = conversation.decode()
-        names["conversation hash"] = keys.conversation(cid)
-        names["conversation messages"] = keys.conversation_messages(cid)
-        names["conversation calls"] = keys.conversation_calls(cid)
+        cid, user = conversation.decode(), owner.decode()
+        names["conversation hash"] = keys.conversation(user, cid)
+        names["conversation messages"] = keys.conversation_messages(user, cid)
+        names["conversation calls"] = keys.conversation_calls(user, cid)
     out = []
     for name, key in names.items():
         size = await redis.memory_usage(key, samples=0)

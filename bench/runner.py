@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -73,6 +74,18 @@ class Sizes:
     memory_streams: int
     death_trials: int
     death_scenarios: int
+    # Cost per token: (streams, short answer, long answer) in tokens; the row py-spy profiles.
+    cost_runs: tuple[tuple[int, int, int], ...]
+    cost_profiled_streams: int
+    cost_fanout_streams: int
+    cost_fanout_tokens: int
+    burst_streams: int
+    burst_tokens: int
+    burst_delay_ms: float
+    # First token against the history's length: stored exchanges, turns per length, tokens.
+    history_lengths: tuple[int, ...]
+    history_turns: int
+    history_tokens: int
 
     @classmethod
     def full(cls) -> Sizes:
@@ -101,6 +114,16 @@ class Sizes:
             memory_streams=1000,
             death_trials=3,
             death_scenarios=2,
+            cost_runs=((1, 50, 2000), (100, 20, 200), (1000, 5, 30)),
+            cost_profiled_streams=100,
+            cost_fanout_streams=1000,
+            cost_fanout_tokens=60,
+            burst_streams=200,
+            burst_tokens=100,
+            burst_delay_ms=10,
+            history_lengths=(2, 2000),
+            history_turns=40,
+            history_tokens=20,
         )
 
     @classmethod
@@ -130,6 +153,16 @@ class Sizes:
             memory_streams=200,
             death_trials=1,
             death_scenarios=1,
+            cost_runs=((1, 20, 300), (30, 10, 60)),
+            cost_profiled_streams=30,
+            cost_fanout_streams=200,
+            cost_fanout_tokens=30,
+            burst_streams=50,
+            burst_tokens=50,
+            burst_delay_ms=10,
+            history_lengths=(2, 200),
+            history_turns=8,
+            history_tokens=10,
         )
 
 
@@ -203,6 +236,7 @@ class Bench:
     redis: Redis
     sizes: Sizes
     ui: Ui
+    workdir: Path
     failures: list[str] = field(default_factory=list)
     # CPU the machine spent outside the run's processes during metered stretches, and
     # how long those stretches were: other users of the box show up here.

@@ -65,7 +65,9 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
                     await asyncio.sleep(delay)
         ended = time.time()
         for turn_id in turn_ids:
-            await store.finish(turn_id, Done(status="completed", finish_reason="stop"))
+            owner = await redis.hget(keys.turn(turn_id), "owner")
+            done = Done(status="completed", finish_reason="stop")
+            await store.finish(turn_id, (owner or b"").decode(), done)
     finally:
         await redis.aclose()
     return {"started": started, "ended": ended, "entries": entries}

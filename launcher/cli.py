@@ -1,12 +1,14 @@
-"""`python -m launcher [serve | test-redis]`: what `./run` and `./run test` call."""
+"""`python -m launcher [serve]`: what `./run` calls."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shlex
+import subprocess
 import sys
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -14,20 +16,19 @@ from rich.markup import escape
 
 from launcher.redis_server import (
     RedisUnavailable,
-    ensure_test_redis,
-    find_redis_binary,
-    free_port,
-    local_url,
+    ping_error,
     port_is_free,
     redact,
-    redis_answers,
-    start_redis,
+    start_embedded_redis,
 )
 from launcher.supervisor import Supervisor
 from shared.settings import MODEL_ID, Settings
 
 # Under the repository root (`./run` runs from there); gitignored.
 STATE_DIR = Path(".bernard")
+# How long a Redis named by REDIS_URL has to answer PING (a remote one may need a TLS
+# handshake) before `./run` gives up.
+SET_REDIS_TIMEOUT_S = 3.0
 
 
 def worker_argv(python: str) -> list[str]:
@@ -91,8 +92,48 @@ def print_banner(console: Console, base_url: str, settings: Settings) -> None:
     console.print("\nCtrl-C stops everything.\n")
 
 
+@dataclass(frozen=True)
+class RunRedis:
+    """The Redis a `./run` uses."""
+
+    url: str  # what the worker and the API get as REDIS_URL
+    process: subprocess.Popen[bytes] | None  # the embedded server, to stop last; else None
+    description: str  # the line `./run` prints about it
+
+
+def configured_redis_url(settings: Settings) -> str | None:
+    """REDIS_URL as set in the environment or .env (what the children read), else None."""
+    return settings.redis_url if "redis_url" in settings.model_fields_set else None
+
+
+def choose_redis(configured: str | None, state_dir: Path) -> RunRedis:
+    """The Redis to run against: the one REDIS_URL names, or the embedded one.
+
+    REDIS_URL unset (`configured` None): start the embedded Redis, persisted in
+    `state_dir`. REDIS_URL set: it must answer PING, or this raises RedisUnavailable
+    (naming the URL, password hidden) having started nothing; never another server.
+    """
+    if configured is None:
+        embedded = start_embedded_redis(state_dir)
+        where = f"Redis: embedded at {embedded.url}, data in {embedded.data_dir} (persisted)"
+        if embedded.process is None:
+            where += "; it was already running and is left running"
+        return RunRedis(embedded.url, embedded.process, where)
+
+    reason = ping_error(configured, timeout_s=SET_REDIS_TIMEOUT_S)
+    if reason is not None:
+        raise RedisUnavailable(
+            f"no Redis answers at {redact(configured) or repr(configured)} (REDIS_URL); "
+            f"start it or unset REDIS_URL to use the embedded one ({reason})"
+        )
+    return RunRedis(configured, None, f"Redis: using {redact(configured)} (REDIS_URL)")
+
+
 def serve(console: Console) -> int:
-    """Run Redis (if none answers), the worker and the API until Ctrl-C or a child dies."""
+    """Run Redis (the embedded one unless REDIS_URL is set), the worker and the API.
+
+    Runs until Ctrl-C or a child dies, then stops them all, Redis last.
+    """
     settings = Settings()  # reads the environment and .env, as the children will
     host = os.environ.get("HOST", "127.0.0.1")
     port = int(os.environ.get("PORT", "8000"))
@@ -104,18 +145,11 @@ def serve(console: Console) -> int:
     supervisor = Supervisor()
     supervisor.handle_signals()
     try:
-        if redis_answers(settings.redis_url):
-            console.print(f"Redis: using {redact(settings.redis_url)}", markup=False)
-        else:
-            binary = find_redis_binary()
-            redis_port = free_port()
-            supervisor.adopt("redis", start_redis(binary, redis_port, STATE_DIR))
-            env["REDIS_URL"] = local_url(redis_port, like=settings.redis_url)
-            console.print(
-                f"Redis: none answered at {redact(settings.redis_url)}; started {binary} at "
-                f"{env['REDIS_URL']} (in memory, stopped on exit)",
-                markup=False,
-            )
+        redis = choose_redis(configured_redis_url(settings), STATE_DIR)
+        if redis.process is not None:
+            supervisor.adopt("redis", redis.process)  # first in, so stopped last
+        env["REDIS_URL"] = redis.url
+        console.print(redis.description, markup=False)
 
         supervisor.spawn("worker", worker_argv(sys.executable), env)
         supervisor.spawn("api", api_argv(sys.executable, host, port), env)
@@ -135,15 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         "command",
         nargs="?",
         default="serve",
-        choices=["serve", "test-redis"],
-        help="serve: run Bernard (default); test-redis: print the URL of a Redis for tests",
+        choices=["serve"],
+        help="serve: run Bernard (the default)",
     )
-    args = parser.parse_args(argv)
-    console = Console(stderr=args.command == "test-redis", soft_wrap=True)  # stdout: the URL
+    parser.parse_args(argv)
+    console = Console(soft_wrap=True)
     try:
-        if args.command == "test-redis":
-            print(ensure_test_redis(os.environ.get("REDIS_URL"), STATE_DIR))
-            return 0
         return serve(console)
     except RedisUnavailable as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")

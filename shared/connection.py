@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+
 from arq.connections import ArqRedis
-from redis.asyncio import BlockingConnectionPool
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 # About 30 s of retries with backoff capped at 1 s: long enough for a Redis restart.
 _RETRIES = 40
@@ -73,3 +77,68 @@ def connect(
     client = ArqRedis(pool)
     client.auto_close_connection_pool = True  # the client owns its pool: aclose() closes it
     return client
+
+
+def describe(redis: Redis) -> str:
+    """Where `redis` connects, for people to read (never the password)."""
+    kwargs = redis.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
+    return f"redis://{host}:{port}/{db}"
+
+
+async def wait_until_reachable(
+    redis: Redis, logger: logging.Logger, *, every_s: float = 1.0, remind_s: float = 30.0
+) -> None:
+    """Return once the server behind `redis` answers PING; until then say so at once, then
+    every `remind_s`, and keep trying every `every_s`.
+
+    A client from `connect` retries each command for some 30 s without a word; a process
+    starting against a Redis that is down should say what it waits for from the start.
+    """
+    kwargs = {
+        **redis.connection_pool.connection_kwargs,
+        "retry": None,
+        "retry_on_error": [],
+        "socket_connect_timeout": 1.0,
+        "socket_timeout": 2.0,
+    }
+    pool = ConnectionPool(connection_class=redis.connection_pool.connection_class, **kwargs)
+    probe = Redis(connection_pool=pool)
+    waited_since: float | None = None
+    reminded = 0.0
+    try:
+        while True:
+            try:
+                await probe.ping()
+            except (RedisError, OSError) as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py reports a cancel during a read as a lost connection.
+                    raise asyncio.CancelledError from exc
+                now = time.monotonic()
+                if waited_since is None:
+                    waited_since = reminded = now
+                    logger.error(
+                        "Redis at %s does not answer (%s); retrying every %g s",
+                        describe(redis),
+                        exc,
+                        every_s,
+                    )
+                elif now - reminded >= remind_s:
+                    reminded = now
+                    logger.error(
+                        "still waiting for Redis at %s (%.0f s so far): %s",
+                        describe(redis),
+                        now - waited_since,
+                        exc,
+                    )
+                await asyncio.sleep(every_s)
+                continue
+            if waited_since is not None:
+                logger.info("Redis at %s answers; starting", describe(redis))
+            return
+    finally:
+        await probe.aclose()
+        await pool.disconnect()

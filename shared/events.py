@@ -14,8 +14,14 @@ from typing import Any, ClassVar, Literal
 
 import orjson
 
-TurnStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+TurnStatus = Literal[
+    "queued", "running", "completed", "failed", "cancelled", "awaiting_confirmation"
+]
+# `awaiting_confirmation` ends a turn too: it paused before a tool that changes the world,
+# holds no worker, and a decision continues the conversation as a new turn.
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {"completed", "failed", "cancelled", "awaiting_confirmation"}
+)
 Stage = Literal["router", "response"]
 ProgressPhase = Literal["step", "progress", "complete", "error"]
 
@@ -53,6 +59,23 @@ class LlmCallComplete(Event):
     model: str
     latency_ms: float
     usage: dict[str, int] | None = None
+
+
+@dataclass(slots=True)
+class Memory(Event):
+    """Trace: what of the conversation this turn's prompts hold, and why.
+
+    `kept` recent messages (of `stored` in all) whole, within `budget` tokens of history;
+    the running `summary_covers` the first that many messages (None without a summary);
+    `notes` of the user's notes; `tokens` the prompt's estimated size without the answer."""
+
+    type: ClassVar[str] = "memory"
+    kept: int
+    stored: int
+    summary_covers: int | None
+    notes: int
+    tokens: int
+    budget: int
 
 
 @dataclass(slots=True)
@@ -96,6 +119,42 @@ class ToolResult(Event):
     content: str
     truncated: bool = False
     index: int | None = None
+    is_error: bool = False
+
+
+@dataclass(slots=True)
+class AwaitingConfirmation(Event):
+    """The router called a tool that changes the world: it waits for the user's decision.
+
+    `tool_call` is `{id, name, arguments}` (arguments as JSON text); `summary` says in plain
+    words what the tool would do; `expires_at` (epoch seconds) is when the proposal lapses.
+    """
+
+    type: ClassVar[str] = "awaiting_confirmation"
+    confirmation_id: str
+    tool_call: dict[str, str]
+    summary: str
+    expires_at: float
+
+
+@dataclass(slots=True)
+class MessageStored(Event):
+    """A conversation row was stored (`row`: id, role, content, tool_calls, tool_call_id,
+    turn_id, created_at); streamed to conversation clients only."""
+
+    type: ClassVar[str] = "message"
+    row: dict[str, Any]
+
+
+@dataclass(slots=True)
+class TimerFired(Event):
+    """A user's timer is done (on the user's event stream, shared/timers.py)."""
+
+    type: ClassVar[str] = "timer_fired"
+    timer_id: str
+    label: str
+    conversation_id: str | None
+    due_at: float
 
 
 @dataclass(slots=True)
@@ -132,9 +191,13 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Start,
         LlmPrompt,
         LlmCallComplete,
+        Memory,
         ToolCall,
         ToolProgress,
         ToolResult,
+        AwaitingConfirmation,
+        MessageStored,
+        TimerFired,
         Delta,
         Error,
         Done,

@@ -4,14 +4,21 @@ Split by who may do what (seed 002): harnesses get an `Archivist`, which only re
 turn runner gets a `Recorder`, which writes. `RecordKeeper` is both, and hands out each half
 as a separate object, so a harness given `as_archivist()` cannot write even by mistake.
 
+A record keeper belongs to one owner: conversation ids are the owner's own, so two users
+may both use "kitchen-satellite" and neither can reach, or learn of, the other's.
+
 Layout, all under one hash tag so a Lua script may touch every key of a conversation:
 
-- `keys.conversation(id)`: hash `id`, `owner`, `created_at`, `updated_at` (epoch seconds).
-- `keys.conversation_messages(id)`: list of orjson messages in OpenAI chat shape, oldest
-  first: `{role, content, name?, tool_call_id?, tool_calls?}`.
-- `keys.conversation_calls(id)`: append-only list of call events (`started`, then
+- `keys.conversation(owner, id)`: hash `id`, `owner`, `created_at`, `updated_at` (epoch
+  seconds).
+- `keys.conversation_messages(owner, id)`: list of orjson messages in OpenAI chat shape,
+  oldest first: `{role, content, name?, tool_call_id?, tool_calls?}`.
+- `keys.conversation_calls(owner, id)`: append-only list of call events (`started`, then
   `completed`), merged per `call_id` on read. Appending instead of updating a record in
   place keeps every write one race-free `RPUSH`.
+
+Every write renews the retention of all three keys: a conversation in use lives on, one
+left alone expires whole.
 
 Clients resend the whole history with every request; `new_messages()` picks out what is not
 stored yet, and `Recorder.append_new_messages()` does that and the append atomically.
@@ -22,7 +29,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
@@ -38,11 +45,15 @@ __all__ = [
     "Conversation",
     "ConversationExistsError",
     "ConversationNotFoundError",
+    "Decision",
     "Message",
     "RecordKeeper",
     "Recorder",
     "new_call_id",
     "new_messages",
+    "open_calls",
+    "row_of",
+    "row_position",
     "to_openai_message",
 ]
 
@@ -55,26 +66,95 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 # Optimistic retries of append_new_messages before giving up: each retry means another
 # writer appended in between, which for one conversation is rare.
 _APPEND_RETRIES = 10
+DEFAULT_RETENTION_S = 30 * 86_400
+# The worker's job that folds a conversation's older messages into its summary.
+SUMMARIZE = "summarize_conversation"
 
-# KEYS: meta, list. ARGV: expected length ('' for any), now, item... Appends only to an
-# existing conversation, so a stray write never creates a list without its metadata, and
-# with an expected length only if the list still has it, so the history a caller compared
-# against is the one it extends. Returns the new length, -1 for no conversation, -2 when
-# the list changed since the caller read it.
+# KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, item...
+# Appends only to an existing conversation, so a stray write never creates a list without
+# its metadata, and with an expected length only if the list still has it, so the history
+# a caller compared against is the one it extends. Appending messages (the calls key given)
+# marks the conversation used and renews the retention of all three keys; a call record
+# renews its own list's. Returns the new length, -1 for no conversation, -2 when the list
+# changed since the caller read it.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if ARGV[1] ~= '' and redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[1]) then return -2 end
-for i = 3, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
-return redis.call('LLEN', KEYS[2])
+local length = redis.call('LLEN', KEYS[2])
+if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
+for i = 4, #ARGV do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+if KEYS[3] then
+  redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
+  for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+else
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return length
 """
 
-# KEYS: meta. ARGV: id, owner, now.
+# KEYS: meta. ARGV: id, owner, now, retention s, metadata json, active turn ('' for none).
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2],
-           'created_at', ARGV[3], 'updated_at', ARGV[3])
+           'created_at', ARGV[3], 'updated_at', ARGV[3], 'metadata', ARGV[5])
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'active_turn', ARGV[6]) end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
+"""
+
+# KEYS: summary. ARGV: summary json, covers_to, retention s. Stores the summary unless the
+# one there already covers as much or more (two summary jobs finishing out of order).
+_SAVE_SUMMARY = """
+local current = redis.call('GET', KEYS[1])
+if current and tonumber(cjson.decode(current)['covers_to']) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+return 1
+"""
+
+# KEYS: meta. ARGV: the active turn expected ('' for none), the new one. Makes the new turn
+# the conversation's active one only if the active one is still the expected one (the
+# caller checked that it has ended). Returns 1, 0 when it changed meanwhile, -1 without
+# a conversation.
+_SWAP_ACTIVE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local active = redis.call('HGET', KEYS[1], 'active_turn') or ''
+if active ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'active_turn', ARGV[2])
+return 1
+"""
+
+# KEYS: proposals. ARGV: confirmation id, decision ('approve' | 'reject'), edited arguments
+# json ('' for none), now. Decides a pending proposal once. Returns {outcome} where outcome
+# is 'missing', 'approved', 'rejected' or 'expired' when it cannot be decided (already
+# decided, or lapsed), else {'decided', pending left of its turn, json of that turn's
+# decided proposals}.
+_DECIDE = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return {'missing'} end
+local proposal = cjson.decode(raw)
+if proposal['state'] ~= 'pending' then return {proposal['state']} end
+local now = tonumber(ARGV[4])
+if tonumber(proposal['expires_at']) < now then
+  proposal['state'] = 'expired'
+  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(proposal))
+  return {'expired'}
+end
+proposal['state'] = ARGV[2] == 'approve' and 'approved' or 'rejected'
+if ARGV[3] ~= '' then proposal['arguments'] = cjson.decode(ARGV[3]) end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(proposal))
+local pending, decided = 0, {}
+for _, value in ipairs(redis.call('HVALS', KEYS[1])) do
+  local other = cjson.decode(value)
+  if other['turn_id'] == proposal['turn_id'] then
+    if other['state'] == 'pending' and tonumber(other['expires_at']) >= now then
+      pending = pending + 1
+    elseif other['state'] == 'approved' or other['state'] == 'rejected' then
+      table.insert(decided, value)
+    end
+  end
+end
+return {'decided', pending, '[' .. table.concat(decided, ',') .. ']'}
 """
 
 
@@ -104,6 +184,20 @@ class Conversation:
     created_at: float
     updated_at: float
     message_count: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # The turn that last ran on it (running, or ended: see the API's conversation status).
+    active_turn: str | None = None
+
+
+@dataclass(slots=True)
+class Decision:
+    """What deciding a proposal did: `outcome` "decided", or why it could not be decided
+    ("missing", "approved", "rejected", "expired"). Once no proposal of its turn is left
+    pending, `decided` holds them all, in the order they were proposed."""
+
+    outcome: str
+    pending: int = 0
+    decided: list[Message] = field(default_factory=list)
 
 
 def new_call_id() -> str:
@@ -137,15 +231,20 @@ def new_messages(
     A client's request is usually the stored history, perhaps trimmed at the front and
     without the tool messages it never saw, followed by the new messages. Both sides are
     reduced to their user messages and the assistant messages with text, compared by
-    (role, text); the longest run at the start of the request that equals the end of the
-    stored history is the repeat, and everything after it is new. The stored router steps
-    (assistant messages carrying tool calls) never reached the client as text, so they are
-    left out of the comparison.
+    (role, text). The stored router steps (assistant messages carrying tool calls) never
+    reached the client as text, so they are left out of the comparison. The repeat ends
+    where the request first holds the whole stored history, or else where its longest
+    start that equals the end of the stored history ends; everything after it is new.
+    `stored` may be only the latest part of a longer history (see `append_new_messages`):
+    found whole in the request, it marks the repeat just the same.
 
     - Nothing stored: the whole request is new, system messages included.
     - No overlap: the request's trailing turn (the messages after its last assistant or
       system message) is new.
     - The request only repeats the stored history (a retry): nothing is new.
+
+    Linear in the size of both: a request and a history of thousands of messages cost
+    milliseconds, not the worker's event loop.
     """
     request = [to_openai_message(m) for m in requested]
     history = [key for m in stored if (key := _match_key(m, stored=True)) is not None]
@@ -153,20 +252,78 @@ def new_messages(
         return request
     positions = [i for i, m in enumerate(request) if _match_key(m, stored=False) is not None]
     sent = [_match_key(request[i], stored=False) for i in positions]
-    for overlap in range(min(len(sent), len(history)), 0, -1):
-        start = len(history) - overlap
-        if all(sent[i] == history[start + i] for i in range(overlap)):
-            return request[positions[overlap - 1] + 1 :]
-    return _trailing_turn(request)
+    repeated = _find(history, sent)
+    if repeated is None:
+        repeated = _overlap(history, sent)
+    if repeated == 0:
+        return _trailing_turn(request)
+    return request[positions[repeated - 1] + 1 :]
+
+
+def _prefix_function(pattern: Sequence[object]) -> list[int]:
+    """Knuth-Morris-Pratt: for each i, the longest proper prefix of pattern[:i+1] that is
+    also its suffix."""
+    table = [0] * len(pattern)
+    k = 0
+    for i in range(1, len(pattern)):
+        while k and pattern[i] != pattern[k]:
+            k = table[k - 1]
+        if pattern[i] == pattern[k]:
+            k += 1
+        table[i] = k
+    return table
+
+
+def _find(pattern: Sequence[object], text: Sequence[object]) -> int | None:
+    """Where the first whole occurrence of `pattern` in `text` ends, or None."""
+    table = _prefix_function(pattern)
+    k = 0
+    for i, item in enumerate(text):
+        while k and item != pattern[k]:
+            k = table[k - 1]
+        if item == pattern[k]:
+            k += 1
+        if k == len(pattern):
+            return i + 1
+    return None
+
+
+def _overlap(history: Sequence[object], sent: Sequence[object]) -> int:
+    """The length of the longest start of `sent` that equals the end of `history`."""
+    if not sent:
+        return 0
+    table = _prefix_function(sent)
+    k = 0
+    for item in history:
+        if k == len(sent):
+            k = table[k - 1]
+        while k and item != sent[k]:
+            k = table[k - 1]
+        if item == sent[k]:
+            k += 1
+    return k
 
 
 class _Store:
-    """A Redis client and the scripts the record keeper runs on it."""
+    """A Redis client, the owner whose conversations it reaches, and the scripts it runs."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, owner: str, *, retention_s: int = DEFAULT_RETENTION_S) -> None:
         self._redis = redis
+        self.owner = owner
+        self.retention_s = retention_s
         self._append = redis.register_script(_APPEND)
         self._create = redis.register_script(_CREATE)
+        self._swap_active = redis.register_script(_SWAP_ACTIVE)
+        self._save_summary = redis.register_script(_SAVE_SUMMARY)
+        self._decide = redis.register_script(_DECIDE)
+
+    def _keys(self, conversation_id: str) -> tuple[str, str, str]:
+        """The conversation's metadata, messages and calls keys."""
+        return (
+            keys.conversation(self.owner, conversation_id),
+            keys.conversation_messages(self.owner, conversation_id),
+            keys.conversation_calls(self.owner, conversation_id),
+        )
 
 
 class Archivist(_Store):
@@ -174,20 +331,65 @@ class Archivist(_Store):
 
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         """The conversation's metadata (owner included), or `None` if there is none."""
+        meta_key, list_key, _ = self._keys(conversation_id)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.conversation(conversation_id))
-            pipe.llen(keys.conversation_messages(conversation_id))
+            pipe.hgetall(meta_key)
+            pipe.llen(list_key)
             raw, count = await pipe.execute()
         if not raw:
             return None
-        meta = {_text(k): _text(v) for k, v in raw.items()}
-        return Conversation(
-            id=meta["id"],
-            owner=meta["owner"],
-            created_at=float(meta["created_at"]),
-            updated_at=float(meta["updated_at"]),
-            message_count=int(count),
-        )
+        return _conversation(raw, int(count))
+
+    async def list_conversations(
+        self, *, after: str | None = None, limit: int = 20
+    ) -> tuple[list[Conversation], bool]:
+        """The owner's conversations, last used first, from just after the one with id
+        `after`; at most `limit`, and whether more follow. Entries of conversations that
+        expired are dropped from the index on the way."""
+        index = keys.conversations(self.owner)
+        now = time.time()
+        await self._redis.zremrangebyscore(index, "-inf", now - self.retention_s)
+        high: float | str = "+inf"
+        if after is not None:
+            score = await self._redis.zscore(index, after)
+            if score is None:
+                return [], False
+            high = score
+        # Ties (same score) are skipped by id below; fetch enough to get past them.
+        raw = await self._redis.zrevrangebyscore(index, high, "-inf", start=0, num=limit + 50)
+        ids = [_text(item) for item in raw]
+        if after is not None:
+            ids = ids[ids.index(after) + 1 :] if after in ids else ids
+        found: list[Conversation] = []
+        gone: list[str] = []
+        for chunk_start in range(0, len(ids), 50):
+            chunk = ids[chunk_start : chunk_start + 50]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for conversation_id in chunk:
+                    meta_key, list_key, _ = self._keys(conversation_id)
+                    pipe.hgetall(meta_key)
+                    pipe.llen(list_key)
+                replies = await pipe.execute()
+            for conversation_id, meta, count in zip(
+                chunk, replies[::2], replies[1::2], strict=True
+            ):
+                if meta:
+                    found.append(_conversation(meta, int(count)))
+                else:
+                    gone.append(conversation_id)
+            if len(found) > limit:
+                break
+        if gone:
+            await self._redis.zrem(index, *gone)
+        return found[:limit], len(found) > limit
+
+    async def proposals(self, conversation_id: str) -> list[Message]:
+        """Every tool call of the conversation that waited for a decision, oldest first,
+        with its `state` (pending, approved, rejected or expired)."""
+        key = keys.conversation_proposals(self.owner, conversation_id)
+        raw = await self._redis.hvals(key)  # type: ignore[misc]
+        found = [orjson.loads(value) for value in raw]
+        return sorted(found, key=lambda p: float(p.get("expires_at", 0)))
 
     async def messages(
         self,
@@ -206,23 +408,59 @@ class Archivist(_Store):
         wanted = {roles} if isinstance(roles, str) else set(roles) if roles is not None else None
         # Without a role filter Redis can cut the list itself.
         start = -limit if limit is not None and wanted is None else 0
-        list_key = keys.conversation_messages(conversation_id)
+        list_key = self._keys(conversation_id)[1]
         # redis-py types its commands as sync-or-async; the client here is always async.
         raw = await self._redis.lrange(list_key, start, -1)  # type: ignore[misc]
-        found = [orjson.loads(item) for item in raw]
+        found = [to_openai_message(orjson.loads(item)) for item in raw]
         if wanted is not None:
             found = [m for m in found if m.get("role") in wanted]
         return found[-limit:] if limit is not None else found
+
+    async def older(self, conversation_id: str, before: int, count: int) -> list[Message]:
+        """The up to `count` stored messages just before position `before` (1-based: the
+        row `msg_<before>`), oldest first."""
+        if before <= 1 or count <= 0:
+            return []
+        start = max(0, before - 1 - count)
+        list_key = self._keys(conversation_id)[1]
+        raw = await self._redis.lrange(list_key, start, before - 2)  # type: ignore[misc]
+        return [row_of(orjson.loads(item), start + k) for k, item in enumerate(raw)]
+
+    async def length(self, conversation_id: str) -> int:
+        """How many messages the conversation holds."""
+        return int(await self._redis.llen(self._keys(conversation_id)[1]))  # type: ignore[misc]
+
+    async def summary(self, conversation_id: str) -> Message | None:
+        """The running summary of the conversation's older messages: `{text, covers_to}`
+        (the position of the last message it covers), or None before the first."""
+        key = keys.conversation_summary(self.owner, conversation_id)
+        raw = await self._redis.get(key)
+        return orjson.loads(raw) if raw else None
+
+    async def rows(
+        self, conversation_id: str, *, after: str | None = None, limit: int = 100
+    ) -> tuple[list[Message], bool]:
+        """Stored rows oldest first, from just after the row with id `after` (from the start
+        without one), at most `limit`; and whether more follow.
+
+        A row is the message in OpenAI's shape plus `id` (`msg_<position>`, 1-based),
+        `turn_id` and `created_at`.
+        """
+        start = row_position(after) if after is not None else 0
+        list_key = self._keys(conversation_id)[1]
+        raw = await self._redis.lrange(list_key, start, start + limit)  # type: ignore[misc]
+        found = [row_of(orjson.loads(item), start + k) for k, item in enumerate(raw)]
+        return found[:limit], len(found) > limit
 
     async def calls(self, conversation_id: str, *, kind: CallKind | None = None) -> list[Message]:
         """Recorded LLM and tool calls, in the order they started, one dict per call.
 
         Every call has `call_id`, `kind`, `turn_id`, `status` (`running`, `completed` or
         `failed`), `started_at`, and once completed `completed_at` and `latency_ms`.
-        LLM calls add `stage`, `model`, `usage`, `error` and (if recorded) the prompt
-        `messages`; tool calls add `tool_call_id`, `name`, `arguments` and the whole `content`.
+        LLM calls add `stage`, `model`, `usage` and `error`; tool calls add `tool_call_id`,
+        `name`, `arguments` and the whole `content`.
         """
-        calls_key = keys.conversation_calls(conversation_id)
+        calls_key = self._keys(conversation_id)[2]
         raw = await self._redis.lrange(calls_key, 0, -1)  # type: ignore[misc]
         merged: dict[str, Message] = {}
         for item in raw:
@@ -238,55 +476,217 @@ class Archivist(_Store):
 class Recorder(_Store):
     """Write access to conversations: what the turn runner records a turn with."""
 
-    async def create_conversation(self, owner: str, *, conversation_id: str | None = None) -> str:
-        """Create a conversation owned by `owner` and return its id.
+    async def create_conversation(
+        self,
+        conversation_id: str | None = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        active_turn: str | None = None,
+    ) -> str:
+        """Create a conversation of this keeper's owner and return its id.
 
         Pass `conversation_id` to choose the id (e.g. one a client sent); raises
-        `ConversationExistsError` when it is taken.
+        `ConversationExistsError` when the owner already has one with that id.
+        `active_turn` starts it with that turn running on it (see `activate`).
         """
         new_id = conversation_id or f"conv_{uuid.uuid4().hex}"
-        created = await self._create(
-            keys=[keys.conversation(new_id)], args=[new_id, owner, repr(time.time())]
-        )
+        now = time.time()
+        index = keys.conversations(self.owner)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await self._create(
+                keys=[self._keys(new_id)[0]],
+                args=[
+                    new_id,
+                    self.owner,
+                    repr(now),
+                    self.retention_s,
+                    orjson.dumps(metadata or {}),
+                    active_turn or "",
+                ],
+                client=pipe,
+            )
+            pipe.zadd(index, {new_id: now}, nx=True)
+            pipe.expire(index, self.retention_s)
+            created, *_ = await pipe.execute()
         if not int(created):
             raise ConversationExistsError(new_id)
         return new_id
 
-    async def append_messages(self, conversation_id: str, messages: Iterable[MessageLike]) -> int:
-        """Append `messages` (in one atomic step) and return how many the conversation holds.
+    async def activate(self, conversation_id: str, turn_id: str, *, expected: str | None) -> bool:
+        """Make `turn_id` the conversation's active turn if the active one is still
+        `expected` (None: no turn ran on it yet); False when another got there first.
+        Raises `ConversationNotFoundError` without a conversation."""
+        swapped = int(
+            await self._swap_active(
+                keys=[self._keys(conversation_id)[0]], args=[expected or "", turn_id]
+            )
+        )
+        if swapped < 0:
+            raise ConversationNotFoundError(conversation_id)
+        return swapped == 1
+
+    async def decide(
+        self,
+        conversation_id: str,
+        confirmation_id: str,
+        decision: Literal["approve", "reject"],
+        *,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """Decide the proposal `confirmation_id`, once (see `Decision`)."""
+        reply = await self._decide(
+            keys=[keys.conversation_proposals(self.owner, conversation_id)],
+            args=[
+                confirmation_id,
+                decision,
+                orjson.dumps(arguments) if arguments is not None else "",
+                repr(time.time()),
+            ],
+        )
+        outcome = _text(reply[0])
+        if outcome != "decided":
+            return Decision(outcome)
+        decided = sorted(orjson.loads(reply[2]), key=lambda p: float(p["expires_at"]))
+        return Decision(outcome, pending=int(reply[1]), decided=decided)
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        """Remove the conversation and everything recorded in it; False if there was none."""
+        meta_key, list_key, calls_key = self._keys(conversation_id)
+        proposals_key = keys.conversation_proposals(self.owner, conversation_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.delete(
+                meta_key,
+                list_key,
+                calls_key,
+                proposals_key,
+                keys.conversation_summary(self.owner, conversation_id),
+            )
+            pipe.zrem(keys.conversations(self.owner), conversation_id)
+            deleted, _ = await pipe.execute()
+        return bool(deleted)
+
+    async def append_messages(
+        self,
+        conversation_id: str,
+        messages: Iterable[MessageLike],
+        *,
+        turn_id: str | None = None,
+    ) -> list[Message]:
+        """Append `messages` (in one atomic step) and return them as stored rows.
 
         Raises `ConversationNotFoundError` for an unknown conversation, `ValueError` for a
         message without a role.
         """
-        items = [orjson.dumps(to_openai_message(m)) for m in messages]
-        return await self._push(conversation_id, keys.conversation_messages(conversation_id), items)
+        fresh = [to_openai_message(m) for m in messages]
+        list_key = self._keys(conversation_id)[1]
+        for _ in range(_APPEND_RETRIES):
+            length = int(await self._redis.llen(list_key))  # type: ignore[misc]
+            rows = _rows(fresh, length, turn_id)
+            items = [orjson.dumps(row) for row in rows]
+            if await self._push(conversation_id, list_key, items, expected_length=length) >= 0:
+                return rows
+        raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
     async def append_new_messages(
-        self, conversation_id: str, requested: Sequence[MessageLike]
+        self,
+        conversation_id: str,
+        requested: Sequence[MessageLike],
+        *,
+        window: int | None = None,
+        turn_id: str | None = None,
     ) -> Continuation:
         """Append what `new_messages()` finds new in `requested`; return it and the history.
 
-        Reading the history and appending are optimistic (the append is refused if the list
-        changed since the read), so two requests continuing the same conversation at once
-        cannot both append the same turn. Two round trips when nobody else writes.
+        With `window`, only the latest `window` stored messages are read and compared (and
+        returned as the history): what a turn reads stays bounded however long the
+        conversation grows. Reading the history and appending are optimistic (the append
+        is refused if the list changed since the read), so two requests continuing the same
+        conversation at once cannot both append the same turn. Two round trips when nobody
+        else writes.
         """
-        meta_key = keys.conversation(conversation_id)
-        list_key = keys.conversation_messages(conversation_id)
+        meta_key, list_key, _ = self._keys(conversation_id)
+        start = -window if window is not None else 0
         for _ in range(_APPEND_RETRIES):
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.exists(meta_key)
-                pipe.lrange(list_key, 0, -1)
-                exists, raw = await pipe.execute()
+                pipe.llen(list_key)
+                pipe.lrange(list_key, start, -1)
+                exists, length, raw = await pipe.execute()
             if not exists:
                 raise ConversationNotFoundError(conversation_id)
+            if window == 0:
+                raw = []
             stored = [orjson.loads(item) for item in raw]
-            fresh = new_messages(stored, requested)
+            fresh = _rows(new_messages(stored, requested), length, turn_id)
             if not fresh:
                 return Continuation(new=[], history=stored)
             items = [orjson.dumps(m) for m in fresh]
-            if await self._push(conversation_id, list_key, items, expected_length=len(raw)) >= 0:
+            if await self._push(conversation_id, list_key, items, expected_length=length) >= 0:
                 return Continuation(new=fresh, history=[*stored, *fresh])
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
+
+    async def save_summary(self, conversation_id: str, text: str, covers_to: int) -> None:
+        """Replace the running summary (see `Archivist.summary`); only ever forward."""
+        key = keys.conversation_summary(self.owner, conversation_id)
+        value = orjson.dumps({"text": text, "covers_to": covers_to, "at": time.time()})
+        await self._save_summary(keys=[key], args=[value, covers_to, self.retention_s])
+
+    async def request_summary(self, conversation_id: str, until: int, queue_name: str) -> bool:
+        """Queue the job that folds the messages before position `until` into the summary
+        (worker/summaries.py); False when one is already queued for this conversation."""
+        job = await self._redis.enqueue_job(  # type: ignore[attr-defined]
+            SUMMARIZE,
+            self.owner,
+            conversation_id,
+            until,
+            _job_id=f"summary:{keys.user_stream_id(self.owner)}/{conversation_id}",
+            _queue_name=queue_name,
+        )
+        return job is not None
+
+    async def answer_open_calls(
+        self,
+        conversation_id: str,
+        content: str,
+        *,
+        turn_id: str | None = None,
+        window: int | None = None,
+    ) -> list[Message]:
+        """Give each tool call the conversation ends on without a result (`open_calls`) a
+        tool message saying `content`; the rows stored (none when no call is open)."""
+        list_key = self._keys(conversation_id)[1]
+        start = -window if window is not None else 0
+        raw = await self._redis.lrange(list_key, start, -1)  # type: ignore[misc]
+        unanswered = open_calls([orjson.loads(item) for item in raw])
+        if not unanswered:
+            return []
+        answers = [
+            {
+                "role": "tool",
+                "content": content,
+                "tool_call_id": call["id"],
+                "name": call.get("function", {}).get("name"),
+            }
+            for call in unanswered
+        ]
+        return await self.append_messages(conversation_id, answers, turn_id=turn_id)
+
+    async def propose(self, conversation_id: str, proposals: Sequence[Mapping[str, Any]]) -> None:
+        """Store tool calls waiting for the user's decision, each `pending` until decided
+        (see the API's conversations), by `confirmation_id`."""
+        if not proposals:
+            return
+        meta_key, _, _ = self._keys(conversation_id)
+        key = keys.conversation_proposals(self.owner, conversation_id)
+        stored = {p["confirmation_id"]: orjson.dumps({**p, "state": "pending"}) for p in proposals}
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.exists(meta_key)
+            pipe.hset(key, mapping=stored)
+            pipe.expire(key, self.retention_s)
+            exists, *_ = await pipe.execute()
+        if not exists:  # deleted meanwhile: take back what was just written
+            await self._redis.delete(key)
+            raise ConversationNotFoundError(conversation_id)
 
     async def llm_call_started(
         self,
@@ -295,19 +695,15 @@ class Recorder(_Store):
         stage: str,
         model: str,
         *,
-        messages: Iterable[MessageLike] | None = None,
         call_id: str | None = None,
     ) -> str:
         """Record that a model call began and return its `call_id` (`new_call_id()` unless
         given: a caller that records in the background needs the id before the write).
 
-        `messages`, the prompt, is stored only when given: it repeats the history on every
-        call, so the caller decides whether the trace is worth the space.
+        The prompt is not stored: its messages are the conversation's own, stored once.
         """
         call_id = call_id or new_call_id()
         entry: Message = {"kind": "llm", "turn_id": turn_id, "stage": stage, "model": model}
-        if messages is not None:
-            entry["messages"] = [to_openai_message(m) for m in messages]
         await self._call_event(conversation_id, call_id, "started", entry)
         return call_id
 
@@ -378,7 +774,7 @@ class Recorder(_Store):
         self, conversation_id: str, call_id: str, event: str, entry: Message
     ) -> None:
         item = orjson.dumps({"call_id": call_id, "event": event, "at": time.time(), **entry})
-        await self._push(conversation_id, keys.conversation_calls(conversation_id), [item])
+        await self._push(conversation_id, self._keys(conversation_id)[2], [item])
 
     async def _push(
         self,
@@ -389,16 +785,28 @@ class Recorder(_Store):
         expected_length: int | None = None,
     ) -> int:
         """Append `items`; the new length, or -2 if the list no longer has `expected_length`."""
-        length = int(
+        meta_key, messages_key, calls_key = self._keys(conversation_id)
+        script_keys = [meta_key, list_key]
+        if list_key == messages_key:
+            script_keys.append(calls_key)
+        now = time.time()
+        async with self._redis.pipeline(transaction=False) as pipe:
             await self._append(
-                keys=[keys.conversation(conversation_id), list_key],
+                keys=script_keys,
                 args=[
                     "" if expected_length is None else expected_length,
-                    repr(time.time()),
+                    repr(now),
+                    self.retention_s,
                     *items,
                 ],
+                client=pipe,
             )
-        )
+            if list_key == messages_key:  # the conversation was used: it moves up the list
+                index = keys.conversations(self.owner)
+                pipe.zadd(index, {conversation_id: now}, xx=True)
+                pipe.expire(index, self.retention_s)
+            reply, *_ = await pipe.execute()
+        length = int(reply)
         if length == -1:
             raise ConversationNotFoundError(conversation_id)
         return length
@@ -412,12 +820,67 @@ class RecordKeeper(Archivist, Recorder):
     """
 
     def as_archivist(self) -> Archivist:
-        """A read-only view on the same Redis client."""
-        return Archivist(self._redis)
+        """A read-only view on the same Redis client and owner."""
+        return Archivist(self._redis, self.owner, retention_s=self.retention_s)
 
     def as_recorder(self) -> Recorder:
-        """A write-only view on the same Redis client."""
-        return Recorder(self._redis)
+        """A write-only view on the same Redis client and owner."""
+        return Recorder(self._redis, self.owner, retention_s=self.retention_s)
+
+
+def open_calls(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The tool calls of the last assistant message with tool calls that no tool message
+    answers, when the history ends on that message and its results (a paused turn's, or one
+    cut short). `[]` when anything else came after it."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.get("role") == "tool":
+            continue
+        if message.get("role") != "assistant" or not message.get("tool_calls"):
+            return []
+        answered = {m.get("tool_call_id") for m in history[index + 1 :]}
+        return [call for call in message["tool_calls"] if call.get("id") not in answered]
+    return []
+
+
+def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
+    meta = {_text(k): _text(v) for k, v in raw.items()}
+    return Conversation(
+        id=meta["id"],
+        owner=meta["owner"],
+        created_at=float(meta["created_at"]),
+        updated_at=float(meta["updated_at"]),
+        message_count=count,
+        metadata=orjson.loads(meta["metadata"]) if meta.get("metadata") else {},
+        active_turn=meta.get("active_turn") or None,
+    )
+
+
+def row_position(row_id: str) -> int:
+    """`msg_12` → 12: the 1-based position of a row id; `ValueError` for anything else."""
+    prefix, _, number = row_id.partition("_")
+    if prefix != "msg" or not number.isascii() or not number.isdigit() or len(number) > 12:
+        raise ValueError(f"not a message id: {row_id!r}")
+    return int(number)
+
+
+def _rows(messages: Sequence[Message], length: int, turn_id: str | None) -> list[Message]:
+    """`messages` as the rows they become after the `length` already stored."""
+    now = time.time()
+    return [
+        {**message, "id": f"msg_{length + k + 1}", "turn_id": turn_id, "created_at": now}
+        for k, message in enumerate(messages)
+    ]
+
+
+def row_of(stored: Message, index: int = 0) -> Message:
+    """A stored message as a client sees the row: the OpenAI fields, `id`, `turn_id`,
+    `created_at` (one stored before rows had ids gets the id of its `index`)."""
+    row = to_openai_message(stored)
+    row["id"] = stored.get("id") or f"msg_{index + 1}"
+    row["turn_id"] = stored.get("turn_id")
+    row["created_at"] = stored.get("created_at")
+    return row
 
 
 def _match_key(message: Mapping[str, Any], *, stored: bool) -> tuple[str, str] | None:

@@ -7,6 +7,7 @@ One `Settings` object, returned by the cached `get_settings()`; tests build thei
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,9 +22,18 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://127.0.0.1:6379/0"
 
-    # Upstream LLM. With neither set, the worker runs the offline demo model.
+    # Upstream LLMs. With none of these set, the worker runs the offline demo model.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
+    anthropic_base_url: str | None = None
+    anthropic_api_key: str | None = None
+    # Which API each role's model speaks: OpenAI's Chat Completions or Anthropic's Messages.
+    router_provider: Literal["openai", "anthropic"] = Field(
+        "openai", alias="BERNARD_ROUTER_PROVIDER"
+    )
+    response_provider: Literal["openai", "anthropic"] = Field(
+        "openai", alias="BERNARD_RESPONSE_PROVIDER"
+    )
     router_model: str = Field("gpt-4o-mini", alias="BERNARD_ROUTER_MODEL")
     response_model: str = Field("gpt-4o-mini", alias="BERNARD_RESPONSE_MODEL")
     llm_timeout_s: float = Field(120.0, alias="BERNARD_LLM_TIMEOUT_S")
@@ -42,8 +52,47 @@ class Settings(BaseSettings):
     stream_maxlen: int = Field(10_000, alias="BERNARD_STREAM_MAXLEN")
     keepalive_s: float = Field(15.0, alias="BERNARD_KEEPALIVE_S")
     max_body_bytes: int = Field(4 * 1024 * 1024, alias="BERNARD_MAX_BODY_BYTES")
+    conversation_retention_s: int = Field(30 * 86_400, alias="BERNARD_CONVERSATION_RETENTION_S")
+
+    # What one request may hold. A turn's prompt never reads more of a stored conversation
+    # than a request may send (the latest `max_messages`, within `max_content_chars`).
+    max_messages: int = Field(500, alias="BERNARD_MAX_MESSAGES")
+    max_message_chars: int = Field(100_000, alias="BERNARD_MAX_MESSAGE_CHARS")
+    max_content_chars: int = Field(1_000_000, alias="BERNARD_MAX_CONTENT_CHARS")
+    max_tool_calls: int = Field(128, alias="BERNARD_MAX_TOOL_CALLS")
+
+    # What a prompt may hold (worker/harness/memory.py): the model's context, the share kept
+    # for the answer, and when older messages get folded into the running summary.
+    context_max_tokens: int = Field(16_000, alias="BERNARD_CONTEXT_MAX_TOKENS")
+    context_answer_tokens: int = Field(2_000, alias="BERNARD_CONTEXT_ANSWER_TOKENS")
+    summary_threshold_messages: int = Field(40, alias="BERNARD_SUMMARY_THRESHOLD_MESSAGES")
+    notes_max_tokens: int = Field(1_000, alias="BERNARD_NOTES_MAX_TOKENS")
+
+    # What one user may hold at once, across every API process (429 beyond).
+    max_active_turns_per_user: int = Field(20, alias="BERNARD_MAX_ACTIVE_TURNS_PER_USER")
+    max_streams_per_user: int = Field(50, alias="BERNARD_MAX_STREAMS_PER_USER")
 
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
+    # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);
+    # these comma-separated tool names override what a tool declares.
+    confirm_tools: str = Field("", alias="BERNARD_CONFIRM_TOOLS")
+    auto_approve_tools: str = Field("", alias="BERNARD_AUTO_APPROVE_TOOLS")
+    confirmation_ttl_s: int = Field(3600, alias="BERNARD_CONFIRMATION_TTL_S")
+
+    # Tools that reach other services (worker/tools/). A tool is offered to the router only
+    # when its service is configured; an empty URL turns off a tool that has a default.
+    tool_http_timeout_s: float = Field(10.0, alias="BERNARD_TOOL_HTTP_TIMEOUT_S")
+    searxng_url: str | None = Field(None, alias="BERNARD_SEARXNG_URL")
+    wikipedia_url: str = Field("https://en.wikipedia.org", alias="BERNARD_WIKIPEDIA_URL")
+    open_meteo_url: str = Field("https://api.open-meteo.com", alias="BERNARD_OPEN_METEO_URL")
+    open_meteo_geocoding_url: str = Field(
+        "https://geocoding-api.open-meteo.com", alias="BERNARD_OPEN_METEO_GEOCODING_URL"
+    )
+    ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
+    ha_token: str | None = Field(None, alias="BERNARD_HA_TOKEN")
+    ha_domains: str = Field(
+        "light,switch,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
+    )
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
 
@@ -54,7 +103,21 @@ class Settings(BaseSettings):
     @property
     def demo_mode(self) -> bool:
         """True when no upstream LLM is configured: the worker uses the offline demo model."""
-        return not (self.openai_base_url or self.openai_api_key)
+        return not (
+            self.openai_base_url
+            or self.openai_api_key
+            or self.anthropic_base_url
+            or self.anthropic_api_key
+        )
+
+    def confirm_tool_names(self) -> frozenset[str]:
+        return _names(self.confirm_tools)
+
+    def auto_approve_tool_names(self) -> frozenset[str]:
+        return _names(self.auto_approve_tools)
+
+    def ha_domain_names(self) -> frozenset[str]:
+        return _names(self.ha_domains)
 
     def api_key_users(self) -> dict[str, str]:
         """Parse `BERNARD_API_KEYS` into {key: user}; empty when the server runs open."""
@@ -64,6 +127,10 @@ class Settings(BaseSettings):
             if key and sep and user:
                 pairs[key] = user
         return pairs
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
 
 
 @lru_cache

@@ -7,6 +7,13 @@ write is in flight, from any turn, go out together in the next pipeline, and a t
 adjacent text deltas among them are joined into one entry. So an idle worker sends each
 token the moment it exists, and a busy one sends fewer, fuller commands in fewer round
 trips: one write in flight per process, not one per turn.
+
+Only the turn's own worker writes to its stream, and only while the turn runs: a turn's
+`done` entry seals its stream (shared/turns.py, `SEALED_ID`), after which Redis refuses
+every append, and an append never creates a stream that is gone (`NOMKSTREAM`: the turn's
+record went with it). A worker that was stopped long enough for a reaper to end its turn
+(SIGSTOP, a frozen VM) learns so from its next write (`TurnOverError`), and nothing lands
+after the turn's `done`.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from shared import keys
 from shared.events import Delta, Event, LlmCallComplete, LlmPrompt, Stamped, decode, encode
@@ -25,15 +33,19 @@ Entry = tuple[str, Stamped]
 _BACKPRESSURE = 1000
 
 
+class TurnOverError(Exception):
+    """The turn is no longer running on this worker: its stream takes no more writes."""
+
+
 class StreamBatcher:
     """Appends the events of every turn of a process to their streams, in order per turn."""
 
     def __init__(self, redis: Redis, *, maxlen: int) -> None:
         self.redis = redis
         self.maxlen = maxlen
-        # Stream key → events not sent yet, in order.
+        # Turn id → events not sent yet, in order.
         self._pending: dict[str, list[Event]] = {}
-        # Stream keys in the write in flight, and the errors writes raised, by key.
+        # Turns in the write in flight, and the errors writes raised, by turn.
         self._in_flight: set[str] = set()
         self._errors: dict[str, BaseException] = {}
         self._round_done = asyncio.Event()
@@ -41,10 +53,10 @@ class StreamBatcher:
 
     def writer(self, turn_id: str) -> StreamWriter:
         """The writer of `turn_id`'s stream."""
-        return StreamWriter(self, keys.events(turn_id))
+        return StreamWriter(self, turn_id)
 
     def add(self, key: str, event: Event) -> None:
-        """Queue `event` for stream `key`; raises what an earlier write of `key` raised."""
+        """Queue `event` for turn `key`'s stream; raises what an earlier write of it raised."""
         if key in self._errors:
             raise self._errors.pop(key)
         pending = self._pending.setdefault(key, [])
@@ -91,29 +103,40 @@ class StreamBatcher:
     async def _write(self, batch: dict[str, list[Event]]) -> None:
         sent: list[str] = []
         async with self.redis.pipeline(transaction=False) as pipe:
-            for key, events in batch.items():
+            for turn_id, events in batch.items():
                 for event in events:
                     pipe.xadd(
-                        key, {STREAM_FIELD: encode(event)}, maxlen=self.maxlen, approximate=True
+                        keys.events(turn_id),
+                        {STREAM_FIELD: encode(event)},
+                        maxlen=self.maxlen,
+                        approximate=True,
+                        nomkstream=True,
                     )
-                    sent.append(key)
+                    sent.append(turn_id)
             try:
                 replies = await pipe.execute(raise_on_error=False)
             except Exception as exc:  # the whole round failed (connection lost): every turn in it
-                for key in batch:
-                    self._errors.setdefault(key, exc)
+                for turn_id in batch:
+                    self._errors.setdefault(turn_id, exc)
                 return
-        for key, reply in zip(sent, replies, strict=True):
-            if isinstance(reply, Exception):
-                self._errors.setdefault(key, reply)
+        for turn_id, reply in zip(sent, replies, strict=True):
+            if reply is None or (isinstance(reply, ResponseError) and _sealed(reply)):
+                # No stream (its record is gone) or a sealed one (the turn has ended).
+                self._errors.setdefault(turn_id, TurnOverError(turn_id))
+            elif isinstance(reply, Exception):
+                self._errors.setdefault(turn_id, reply)
+
+
+def _sealed(error: ResponseError) -> bool:
+    return "last possible ID" in str(error)
 
 
 class StreamWriter:
     """Appends one turn's events to its stream, in order, through the process's batcher."""
 
-    def __init__(self, batcher: StreamBatcher, key: str) -> None:
+    def __init__(self, batcher: StreamBatcher, turn_id: str) -> None:
         self.batcher = batcher
-        self.key = key
+        self.key = turn_id
 
     async def write(self, event: Event) -> None:
         """Queue the event, and let its write start before the producer goes on."""

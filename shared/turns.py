@@ -17,10 +17,14 @@ import orjson
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.endings import ended
+from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Error, Event, Start, TurnStatus, encode
 from shared.queue import enqueue
 
-TurnKind = Literal["chat", "completion"]
+# How the turn's events reach clients: OpenAI chat chunks, legacy text completions, or
+# the conversation endpoints' named events (api/encoding.py).
+TurnKind = Literal["chat", "completion", "conversation"]
 ToolEventsMode = Literal["bernard", "delta", "none"]
 DisconnectPolicy = Literal["cancel", "continue"]
 STREAM_FIELD = "e"
@@ -38,9 +42,36 @@ class TurnRequest:
     trace: bool = False
     on_disconnect: DisconnectPolicy = "cancel"
     background: bool = False
+    # Sampling and cost options, passed to the response model as the client sent them.
     max_tokens: int | None = None
     temperature: float | None = None
+    top_p: float | None = None
     stop: list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+    # Continuing a paused turn: {"turn_id", "decisions": [{confirmation_id, tool_call,
+    # decision, arguments?}]} (worker/harness/resume.py).
+    resume: dict[str, Any] | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling options the client set, as model call keyword arguments."""
+        return {
+            name: value for name in SAMPLING_OPTIONS if (value := getattr(self, name)) is not None
+        }
+
+
+SAMPLING_OPTIONS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+)
 
 
 @dataclass(slots=True)
@@ -70,7 +101,10 @@ class TurnRecord:
             "model": self.model,
             "status": self.status,
             "created_at": repr(self.created_at),
-            "request": orjson.dumps(asdict(self.request)),
+            # The messages apart: the worker needs them once, and ending the turn drops them
+            # (`_FINISH`), so a finished turn keeps its options but not its whole prompt.
+            "request": orjson.dumps({**asdict(self.request), "messages": []}),
+            "messages": orjson.dumps(self.request.messages),
         }
         if self.conversation_id:
             fields["conversation_id"] = self.conversation_id
@@ -88,12 +122,15 @@ class TurnRecord:
             value = data.get(name)
             return orjson.loads(value) if value else None
 
+        request = orjson.loads(data["request"])
+        if "messages" in data:
+            request["messages"] = orjson.loads(data["messages"])
         return cls(
             id=data["id"].decode(),
             owner=data["owner"].decode(),
             model=data["model"].decode(),
             status=data["status"].decode(),  # type: ignore[arg-type]
-            request=TurnRequest(**orjson.loads(data["request"])),
+            request=TurnRequest(**request),
             created_at=float(data["created_at"]),
             conversation_id=data["conversation_id"].decode() if "conversation_id" in data else None,
             started_at=number("started_at"),
@@ -116,25 +153,50 @@ redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
 return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: turn, events, lease, cancel, attached.
-# ARGV: status, finished_at, error json, result json, retention s, maxlen, lapsed-only flag,
-# payload... Appends the payloads (the last is `done`) only if the turn has not ended yet,
-# and with the flag set only if no worker holds the lease. Returns 1 ended, 0 already
-# ended or missing, 2 lease still held.
+# KEYS: the owner's active turns. ARGV: now, limit, turn id, deadline, ttl s.
+# Counts the owner's turns that are queued or running (each leaves the set when it ends,
+# see _FINISH, or at its deadline should that never happen) and admits one more below the
+# limit. Returns 1 admitted, 0 at the limit.
+_ADMIT = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
+# is in, Redis refuses every later `XADD *` to the stream ("exhausted the last possible
+# ID"): a worker that was taken for dead and wakes up cannot append after the turn's end,
+# and it costs no command beyond the XADD itself (shared/streams.py).
+SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
+
+# KEYS: turn, events, lease, cancel, attached, the owner's active turns, metrics.
+# ARGV: status, finished_at, error json, result json, retention s, maxlen, condition,
+# turn id, sealed id, payload... Appends the payloads (the last is `done`, under the sealed
+# id) and drops the request's messages (the prompt: the conversation keeps them) only if
+# the turn has not ended yet and the condition holds: '' always, 'lapsed' only
+# if no worker holds the lease, 'queued' only if no worker took the turn yet. Returns 1
+# ended, 0 already ended or missing, 2 the condition failed.
 _FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   -- The record is gone (a Redis restart lost it): drop what the worker wrote since, which
   -- nothing can read without the record and which would never expire.
   redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[6], ARGV[8])
   return 0
 end
-if status == 'completed' or status == 'failed' or status == 'cancelled' then return 0 end
-if ARGV[7] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
-for i = 8, #ARGV do
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'e', ARGV[i])
+if status ~= 'queued' and status ~= 'running' then return 0 end
+if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
+if ARGV[7] == 'queued' and status ~= 'queued' then return 2 end
+for i = 10, #ARGV do
+  local id = '*'
+  if i == #ARGV then id = ARGV[9] end
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], id, 'e', ARGV[i])
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
+redis.call('HDEL', KEYS[1], 'messages')
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[4]) end
 redis.call('EXPIRE', KEYS[1], ARGV[5])
@@ -142,6 +204,11 @@ redis.call('EXPIRE', KEYS[2], ARGV[5])
 redis.call('DEL', KEYS[3])
 redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('DEL', KEYS[5])
+redis.call('ZREM', KEYS[6], ARGV[8])
+redis.call('HINCRBY', KEYS[7], ARGV[1], 1)
+if ARGV[3] ~= '' then
+  redis.call('HINCRBY', KEYS[7], ARGV[1] .. ':' .. cjson.decode(ARGV[3])['code'], 1)
+end
 return 1
 """
 
@@ -152,14 +219,14 @@ return 1
 # already ended it (a reaper that took a stalled worker for dead).
 _RENEW = """
 local status = redis.call('HGET', KEYS[3], 'status')
-if (not status) or status == 'completed' or status == 'failed' or status == 'cancelled' then
-  return 2
-end
+if status ~= 'running' then return 2 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
 return 0
 """
 RENEWED, CANCEL_REQUESTED, TURN_OVER = 0, 1, 2
+
+FinishCondition = Literal["", "lapsed", "queued"]
 
 
 @dataclass(slots=True)
@@ -171,6 +238,10 @@ class Claim:
     cancel_requested: bool = False
 
 
+class TooManyTurnsError(Exception):
+    """The owner already has as many queued and running turns as they may."""
+
+
 class TurnStore:
     """Creates, reads and moves turn records; the one place that writes a turn's status."""
 
@@ -179,20 +250,50 @@ class TurnStore:
         self.retention_s = retention_s
         self.stream_maxlen = stream_maxlen
         self._claim = redis.register_script(_CLAIM)
+        self._admit = redis.register_script(_ADMIT)
         self._finish = redis.register_script(_FINISH)
         self._renew = redis.register_script(_RENEW)
 
-    async def create(self, record: TurnRecord, *, ttl_s: int, queue_name: str | None) -> None:
-        """Store the record, open its stream with a `start` entry and enqueue its job on
-        `queue_name` (None: no job), in one transaction and one round trip.
+    async def admit(self, owner: str, turn_id: str, *, limit: int, ttl_s: int) -> None:
+        """Count `turn_id` among the owner's queued and running turns, or raise
+        `TooManyTurnsError` when they already have `limit`. The entry leaves when the turn
+        ends (`finish`), on `release`, or after `ttl_s` should neither happen."""
+        now = time.time()
+        admitted = await self._admit(
+            keys=[keys.active_turns(owner)], args=[now, limit, turn_id, now + ttl_s, ttl_s]
+        )
+        if not int(admitted):
+            raise TooManyTurnsError(owner)
 
-        `ttl_s` bounds a turn that no worker ever finishes; finishing resets it to retention.
+    async def release(self, owner: str, turn_id: str) -> None:
+        """Undo `admit` for a turn that was never created."""
+        await self.redis.zrem(keys.active_turns(owner), turn_id)
+
+    async def create(
+        self,
+        record: TurnRecord,
+        *,
+        ttl_s: int,
+        queue_name: str | None,
+        attachment: str | None = None,
+        attachment_expiry: float = 0.0,
+    ) -> None:
+        """Store the record, open its stream with a `start` entry and enqueue its job on
+        `queue_name` (None: no job), in one transaction.
+
+        `attachment` counts a client as watching the turn from the start
+        (api/attachments.py), until `attachment_expiry` (epoch seconds). `ttl_s` bounds a
+        turn that no worker ever finishes; finishing resets it to retention.
         """
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.turn(record.id), mapping=record.to_redis())
             pipe.expire(keys.turn(record.id), ttl_s)
             pipe.xadd(keys.events(record.id), {STREAM_FIELD: encode(Start())})
             pipe.expire(keys.events(record.id), ttl_s)
+            if attachment is not None:
+                pipe.zadd(keys.attached(record.id), {attachment: attachment_expiry})
+                lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
+                pipe.expire(keys.attached(record.id), lapse_s)
             if queue_name is not None:
                 enqueue(pipe, queue_name, record.id)
             await pipe.execute()
@@ -223,24 +324,28 @@ class TurnStore:
     async def finish(
         self,
         turn_id: str,
+        owner: str,
         done: Done,
         *,
         before: Sequence[Event] = (),
         result: dict[str, Any] | None = None,
-        only_if_lease_lapsed: bool = False,
+        condition: FinishCondition = "",
     ) -> bool:
         """End the turn: append `before` then `done`, set status, start retention. Once only.
 
-        With `only_if_lease_lapsed`, a turn whose worker still renews its lease is left alone.
+        `condition` "lapsed" leaves alone a turn whose worker still renews its lease;
+        "queued" one that a worker has taken.
         """
         payloads = [encode(event) for event in [*before, done]]
-        ended = await self._finish(
+        ended_now = await self._finish(
             keys=[
                 keys.turn(turn_id),
                 keys.events(turn_id),
                 keys.lease(turn_id),
                 keys.cancel(turn_id),
                 keys.attached(turn_id),
+                keys.active_turns(owner),
+                keys.METRICS,
             ],
             args=[
                 done.status,
@@ -249,24 +354,35 @@ class TurnStore:
                 orjson.dumps(result) if result is not None else "",
                 self.retention_s,
                 self.stream_maxlen,
-                "1" if only_if_lease_lapsed else "0",
+                condition,
+                turn_id,
+                SEALED_ID,
                 *payloads,
             ],
         )
-        if ended != 2:
+        if ended_now != 2:
             await self.redis.zrem(keys.RUNNING_TURNS, turn_id)
-        return ended == 1
+        return bool(ended_now == 1)
 
-    async def fail(
-        self, turn_id: str, message: str, code: str, *, only_if_lease_lapsed: bool = False
+    async def end(
+        self,
+        turn_id: str,
+        owner: str,
+        code: ErrorCode,
+        message: str | None = None,
+        *,
+        condition: FinishCondition = "",
     ) -> bool:
-        """End the turn `failed` with an error event, unless it already ended."""
-        return await self.finish(
-            turn_id,
-            failed_done(message, code),
-            before=[Error(message=message, code=code)],
-            only_if_lease_lapsed=only_if_lease_lapsed,
-        )
+        """End the turn short of completing, as `ENDINGS[code]` says, unless it already ended.
+
+        A failed turn's stream also gets a non-fatal-style `error` event before its `done`,
+        for clients that show Bernard's events but not the terminal frame.
+        """
+        done = ended(code, message)
+        before: list[Event] = []
+        if done.status == "failed" and done.error is not None:
+            before.append(Error(message=done.error["message"], code=code))
+        return await self.finish(turn_id, owner, done, before=before, condition=condition)
 
     async def renew(
         self, turn_ids: Sequence[str], worker_id: str, lease_ttl_s: float
@@ -292,21 +408,17 @@ class TurnStore:
         due = await self.redis.zrangebyscore(
             keys.RUNNING_TURNS, "-inf", time.time(), start=0, num=limit
         )
+        candidates = [raw.decode() for raw in due if raw.decode() not in skip]
+        if not candidates:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for turn_id in candidates:
+                pipe.hget(keys.turn(turn_id), "owner")
+            owners = await pipe.execute()
         lost = []
-        for raw in due:
-            turn_id = raw.decode()
-            if turn_id in skip:
-                continue
-            if await self.fail(
-                turn_id,
-                "the worker running this turn stopped responding",
-                "worker_lost",
-                only_if_lease_lapsed=True,
-            ):
+        for turn_id, owner in zip(candidates, owners, strict=True):
+            # No record: the finish script only drops what is left of it.
+            name = owner.decode() if isinstance(owner, bytes) else (owner or "")
+            if await self.end(turn_id, name, ErrorCode.WORKER_LOST, condition="lapsed"):
                 lost.append(turn_id)
         return lost
-
-
-def failed_done(message: str, code: str) -> Done:
-    """The terminal event of a failed turn, carrying the error the client will see."""
-    return Done(status="failed", error={"message": message, "type": "server_error", "code": code})

@@ -1,7 +1,12 @@
 """Fixtures for driving Bernard end to end: real Redis, real HTTP, a real arq worker.
 
+The suite owns its Redis: unless `BERNARD_TEST_REDIS_URL` names one (which must then be
+a server or database given over to tests), it starts a private `redis-server` on a free
+loopback port for the session and stops it at the end, so no test reads or writes a
+Redis that other work uses, and nothing is ever flushed.
+
 `stack` runs the FastAPI app on a loopback port and a `WakeWorker` in the test's event
-loop, both against the real Redis, with the worker's `ChatOpenAI` pointed at a scripted
+loop, both against that Redis, with the worker's `ChatOpenAI` pointed at a scripted
 upstream (tests/upstream.py) over real HTTP. Each test gets its own queue name, so jobs
 of one test never reach another's worker.
 """
@@ -9,11 +14,14 @@ of one test never reach another's worker.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,12 +30,30 @@ import redis.asyncio as redis_asyncio
 from langchain_core.tools import BaseTool
 
 from api.main import create_app
+from launcher.redis_server import find_redis_binary, free_port, local_url, start_redis
+from launcher.supervisor import stop_process
 from shared.settings import Settings
 from tests.serving import serve
 from tests.upstream import ScriptedUpstream
 from worker.main import create_worker
 
-TEST_REDIS_URL = os.environ.get("BERNARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+def _session_redis() -> str:
+    """The URL of the Redis this test session owns, started here unless one was named."""
+    named = os.environ.get("BERNARD_TEST_REDIS_URL")
+    if named:
+        return named
+    workdir = tempfile.mkdtemp(prefix="bernard-test-redis-")
+    port = free_port()
+    proc = start_redis(find_redis_binary(), port, Path(workdir))
+    atexit.register(stop_process, proc)
+    # Children (fault tests' API and worker processes) find it through the environment.
+    url = local_url(port)
+    os.environ["BERNARD_TEST_REDIS_URL"] = url
+    return url
+
+
+TEST_REDIS_URL = _session_redis()
 
 
 @pytest.fixture
@@ -53,6 +79,10 @@ def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) ->
         "disconnect_grace_s": 0.0,
         "router_model": "router-model",
         "response_model": "response-model",
+        # Tools whose service has a public default stay off: tests never reach the internet.
+        "wikipedia_url": "",
+        "open_meteo_url": "",
+        "open_meteo_geocoding_url": "",
     }
     if upstream is not None:
         values["openai_base_url"] = upstream.base_url
@@ -88,6 +118,11 @@ async def run_worker(
     """An in-process `WakeWorker`; `tools` replaces the default tools when given."""
     worker = create_worker(settings, tools=tools, handle_signals=False)
     task = asyncio.create_task(worker.async_run())
+    async with asyncio.timeout(10):
+        while "supervisor" not in worker.ctx:  # started: its on_startup ran
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.005)
     try:
         yield
     finally:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from shared.records import Archivist
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import ScriptedUpstream
 
@@ -51,7 +52,9 @@ async def test_health_needs_no_key(secured: Stack) -> None:
     assert (await secured.client.get("/healthz")).status_code == 200
 
 
-async def test_another_users_turn_and_conversation_are_404(secured: Stack) -> None:
+async def test_another_users_turn_is_404_and_their_conversation_id_is_not_theirs(
+    secured: Stack,
+) -> None:
     response = await secured.client.post(CHAT, json=BODY, headers=bearer("key-alice"))
     turn_id = response.headers["x-bernard-turn-id"]
     conversation_id = response.headers["x-bernard-conversation-id"]
@@ -62,11 +65,20 @@ async def test_another_users_turn_and_conversation_are_404(secured: Stack) -> No
     ]:
         other = await secured.client.request(method, url, headers=bearer("key-bob"))
         assert other.status_code == 404, (method, url)
-    hijack = await secured.client.post(
-        CHAT, json={**BODY, "conversation_id": conversation_id}, headers=bearer("key-bob")
-    )
-    assert hijack.status_code == 404
-    assert hijack.json()["error"]["code"] == "conversation_not_found"
+    # Bob using Alice's id gets a conversation of his own under it, and learns nothing.
+    bobs = {
+        **BODY,
+        "conversation_id": conversation_id,
+        "messages": [{"role": "user", "content": "bob here"}],
+    }
+    hijack = await secured.client.post(CHAT, json=bobs, headers=bearer("key-bob"))
+    assert hijack.status_code == 200
+    assert hijack.headers["x-bernard-conversation-id"] == conversation_id
+    alices = Archivist(secured.redis, "alice")
+    assert "bob here" not in str(await alices.messages(conversation_id))
+    bobs_own = await Archivist(secured.redis, "bob").messages(conversation_id)
+    assert [m["role"] for m in bobs_own] == ["user", "assistant"]
+    assert bobs_own[0]["content"] == "bob here"
     own = await secured.client.post(
         CHAT, json={**BODY, "conversation_id": conversation_id}, headers=bearer("key-alice")
     )

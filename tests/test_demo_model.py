@@ -1,4 +1,4 @@
-"""The offline demo chat model: streaming, usage, and its keyword tool routing."""
+"""The offline demo chat model: streaming, usage, call parameters, and its keyword routing."""
 
 from __future__ import annotations
 
@@ -17,7 +17,16 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 
-from worker.demo_model import DEMO_NOTICE, DemoChatModel
+from worker.demo_model import (
+    DEMO_NOTICE,
+    DemoChatModel,
+    _find_expression,
+    _find_timezone,
+    _split_tokens,
+)
+from worker.tools import default_tools, delete_note, list_notes, save_note
+
+NOTES_TOOLS = [save_note, list_notes, delete_note]
 
 
 @tool
@@ -38,7 +47,7 @@ def respond() -> str:
     return ""
 
 
-ALL_TOOLS = [get_time, calculator, respond]
+ALL_TOOLS = [get_time, calculator, respond, *NOTES_TOOLS]
 
 
 def calls(message: BaseMessage) -> list[tuple[str, dict[str, Any], str | None]]:
@@ -95,6 +104,15 @@ def test_sync_stream_and_invoke_agree() -> None:
         ),
         ("Tell me about otters", [("respond", {})]),
         ("What happened on 2024-01-05?", [("respond", {})]),
+        (
+            "Remember that the door code is 1234.",
+            [("save_note", {"text": "the door code is 1234"})],
+        ),
+        ("please remember my bike is blue", [("save_note", {"text": "my bike is blue"})]),
+        ("Forget about the door code!", [("delete_note", {"match": "the door code"})]),
+        ("What did I ask you to remember?", [("list_notes", {})]),
+        ("what do you remember", [("list_notes", {})]),
+        ("Show me my notes", [("list_notes", {})]),
     ],
 )
 async def test_routes_the_question_to_a_tool(
@@ -105,6 +123,120 @@ async def test_routes_the_question_to_a_tool(
     assert calls(message) == [(n, a, i) for (n, a), i in zip(expected, ids, strict=True)]
     assert message.content == ""
     assert message.response_metadata["finish_reason"] == "tool_calls"
+
+
+@tool
+def web_search(query: str) -> str:
+    """Search the web."""
+    return ""
+
+
+@tool
+def wikipedia(query: str) -> str:
+    """Look something up."""
+    return ""
+
+
+@tool
+def weather(location: str) -> str:
+    """The weather somewhere."""
+    return ""
+
+
+@tool
+def ha_call_service(domain: str, service: str, entity_id: str, data: dict | None = None) -> str:
+    """Call a Home Assistant service."""
+    return ""
+
+
+HOUSEHOLD_TOOLS = [
+    *ALL_TOOLS,
+    web_search,
+    wikipedia,
+    weather,
+    ha_call_service,
+    *default_tools()[5:],  # the timers
+]
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        (
+            "Set a timer for 5 minutes for the pasta",
+            [("set_timer", {"duration": "300s", "label": "pasta"})],
+        ),
+        ("start a timer for 90 seconds", [("set_timer", {"duration": "90s", "label": "timer"})]),
+        ("What timers are running?", [("list_timers", {})]),
+        ("cancel timer_0a1b2c3d4e", [("cancel_timer", {"timer_id": "timer_0a1b2c3d4e"})]),
+        (
+            "Turn on the kitchen light at 40%",
+            [
+                (
+                    "ha_call_service",
+                    {
+                        "domain": "light",
+                        "service": "turn_on",
+                        "entity_id": "light.kitchen",
+                        "data": {"brightness_pct": 40},
+                    },
+                )
+            ],
+        ),
+        (
+            "please turn off the living room lights",
+            [
+                (
+                    "ha_call_service",
+                    {"domain": "light", "service": "turn_off", "entity_id": "light.living_room"},
+                )
+            ],
+        ),
+        (
+            "turn off the fan",
+            [
+                (
+                    "ha_call_service",
+                    {"domain": "switch", "service": "turn_off", "entity_id": "switch.fan"},
+                )
+            ],
+        ),
+        (
+            "Set the thermostat to 21 degrees",
+            [
+                (
+                    "ha_call_service",
+                    {
+                        "domain": "climate",
+                        "service": "set_temperature",
+                        "entity_id": "climate.hall",
+                        "data": {"temperature": 21.0},
+                    },
+                )
+            ],
+        ),
+        ("What's the weather in Lyon tomorrow?", [("weather", {"location": "Lyon"})]),
+        ("weather please", [("weather", {"location": "Paris"})]),
+        ("Search the web for otter facts", [("web_search", {"query": "otter facts"})]),
+        ("Who was Ada Lovelace?", [("wikipedia", {"query": "Ada Lovelace"})]),
+        ("Tell me about otters.", [("wikipedia", {"query": "otters"})]),
+        ("What is 2 + 2?", [("calculator", {"expression": "2 + 2"})]),
+    ],
+)
+async def test_routes_household_questions_when_those_tools_are_offered(
+    question: str, expected: list[tuple[str, dict[str, Any]]]
+) -> None:
+    message = await DemoChatModel().bind_tools(HOUSEHOLD_TOOLS).ainvoke(question)
+    assert [(name, args) for name, args, _ in calls(message)] == expected
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    "question",
+    [" " * 100_000 + "x", "in A " * 20_000, "turn on " + "a " * 50_000, "set a timer " * 10_000],
+)
+async def test_household_routing_is_linear(question: str) -> None:
+    await DemoChatModel().bind_tools(HOUSEHOLD_TOOLS).ainvoke(question)
 
 
 async def test_routes_to_respond_once_tools_have_answered() -> None:
@@ -173,3 +305,261 @@ def test_tool_errors_are_reported() -> None:
     ]
     text = str(DemoChatModel().invoke(history).content)
     assert "The calculator tool reported a problem: Error: division by zero." in text
+
+
+# -- finding arithmetic and time zones ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "expression"),
+    [
+        ("What is (2 + 3) * 4?", "(2 + 3) * 4"),
+        ("compute 7*6 please", "7*6"),
+        ("What's the time in Asia/Tokyo, and 10 / 4?", "10 / 4"),
+        ("time in America/New_York and 2 ** 8?", "2 ** 8"),
+        ("What happened on 2024-01-05?", None),
+        ("What is 2 + 2 on 2024-01-05?", "2 + 2"),
+        ("Tell me about otters", None),
+        ("What is 42?", None),
+        ("1 2 3", None),
+        ("2 *** 3", None),
+        ("10 % 3 = ?", "10 % 3"),
+        ("7 // 2 and 1 % 3", "7 // 2"),
+        ("1.5 * 2", "1.5 * 2"),
+        ("2**-1", "2**-1"),
+        ("3 - -2", "3 - -2"),
+        ("x -1+2", "-1+2"),
+        ("(-3) ** 2", "(-3) ** 2"),
+        ("( 1 + 2 )", "( 1 + 2 )"),
+        # Parentheses next to the numbers that pair with nothing are dropped at the ends only.
+        ("(what is 2+2)", "2+2"),
+        ("((1 + 2) * 3", "(1 + 2) * 3"),
+        ("1+2 ))", "1+2"),
+        ("2 + (3", "2 + (3"),
+        # A number may start after a dot, as the regex this scan replaced allowed.
+        ("v1.2.3+4", "2.3+4"),
+    ],
+)
+def test_finds_the_first_arithmetic(question: str, expression: str | None) -> None:
+    assert _find_expression(question) == expression
+
+
+@pytest.mark.parametrize(
+    ("question", "timezone"),
+    [
+        ("What time is it?", "UTC"),
+        ("What time is it in Europe/Paris?", "Europe/Paris"),
+        ("what's the time in utc", "UTC"),
+        ("gmt please", "GMT"),
+        ("time in asia/tokyo", "asia/tokyo"),
+        ("America/Argentina/Buenos_Aires now", "America/Argentina/Buenos_Aires"),
+        ("Europe/Paris- now", "Europe/Paris"),
+        ("Europe/Paris/x1", "Europe/Paris"),
+        ("EuropeX/Paris", "UTC"),
+        ("Mars/Base", "UTC"),
+        ("Europe/", "UTC"),
+    ],
+)
+def test_finds_the_timezone(question: str, timezone: str) -> None:
+    assert _find_timezone(question) == timezone
+
+
+# Inputs built to make a scan of the text quadratic. The regex this scan replaced backtracked
+# through the digits, parentheses and spaces ones from every start, and its parenthesis trimming
+# re-sliced the string per parenthesis; the others guard the usual ways a scan goes wrong. At
+# this size a quadratic scan takes from tens of seconds to hours and a linear one well under a
+# second, so the timeout tells the two apart on any machine.
+ADVERSARIAL_EXPRESSIONS = {
+    "digits": ("1" * 200_000 + "x", None),
+    "open parentheses": ("(" * 100_000, None),
+    "open parentheses then arithmetic": ("(" * 200_000 + "1+1", "1+1"),
+    "dangling operators": ("1+" * 100_000, "1+" * 99_999 + "1"),
+    "numbers and spaces": ("1 " * 100_000 + "+", None),
+    "spaces": (" " * 200_000, None),
+    "dotted digits": ("1." * 100_000, None),
+}
+ADVERSARIAL_TIMEZONES = {
+    "region names": ("Europe/" * 50_000, "Europe/Europe/Europe"),
+    "names and dashes": ("Europe/a-" * 50_000, "Europe/a-Europe/a-Europe"),
+    "a name that never ends on a word boundary": ("Europe/" + "a" * 200_000 + "1", "UTC"),
+}
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    ("text", "expression"),
+    list(ADVERSARIAL_EXPRESSIONS.values()),
+    ids=list(ADVERSARIAL_EXPRESSIONS),
+)
+def test_finding_arithmetic_is_linear(text: str, expression: str | None) -> None:
+    assert _find_expression(text) == expression
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    ("text", "timezone"), list(ADVERSARIAL_TIMEZONES.values()), ids=list(ADVERSARIAL_TIMEZONES)
+)
+def test_finding_a_timezone_is_linear(text: str, timezone: str) -> None:
+    assert _find_timezone(text) == timezone
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    "text",
+    [text for text, _ in [*ADVERSARIAL_EXPRESSIONS.values(), *ADVERSARIAL_TIMEZONES.values()]],
+    ids=[*ADVERSARIAL_EXPRESSIONS, *ADVERSARIAL_TIMEZONES],
+)
+async def test_routing_and_answering_are_linear(text: str) -> None:
+    question = f"What time is it? {text}"
+    routed = await DemoChatModel().bind_tools(ALL_TOOLS).ainvoke(question)
+    assert calls(routed)[0][0] == "get_time"
+
+    # The answer quotes the question and reports tool results that carry the text too.
+    history: list[BaseMessage] = [
+        HumanMessage(question),
+        AIMessage("", tool_calls=[{"name": "calculator", "args": {"expression": text}, "id": "c"}]),
+        ToolMessage(text + " " * 100_000, tool_call_id="c"),
+    ]
+    answer = await DemoChatModel(token_delay_s=0).ainvoke(history)
+    assert str(answer.content).endswith(DEMO_NOTICE)
+
+
+@pytest.mark.timeout(5)
+def test_splitting_whitespace_into_tokens_is_linear() -> None:
+    assert _split_tokens(" " * 200_000) == [" " * 200_000]
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", []),
+        ("one", ["one"]),
+        ("  one two\n three", ["  one", " two", "\n three"]),
+        ("one two ", ["one", " two", " "]),
+    ],
+)
+def test_tokens_are_words_with_the_whitespace_before_them(text: str, tokens: list[str]) -> None:
+    assert _split_tokens(text) == tokens
+
+
+# -- call parameters -----------------------------------------------------------------------------
+
+QUESTION = "What's up?"
+ANSWER = str(DemoChatModel().invoke(QUESTION).content)
+ANSWER_TOKENS = _split_tokens(ANSWER)
+
+
+async def streamed(model: Any, **kwargs: Any) -> tuple[list[str], AIMessageChunk]:
+    """The text chunks `model` streams for QUESTION, and all its chunks added up."""
+    chunks = [c async for c in model.astream(QUESTION, **kwargs)]
+    total = reduce(operator.add, chunks)
+    assert isinstance(total, AIMessageChunk)
+    return [str(c.content) for c in chunks if c.content], total
+
+
+def assert_answer(message: BaseMessage, content: str, finish_reason: str) -> None:
+    assert isinstance(message, AIMessage)
+    assert message.content == content
+    assert message.response_metadata["finish_reason"] == finish_reason
+    usage = message.usage_metadata
+    assert usage is not None
+    assert usage["output_tokens"] == len(_split_tokens(content))
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1, 5, len(ANSWER_TOKENS) - 1])
+async def test_max_tokens_cuts_the_answer_with_finish_reason_length(max_tokens: int) -> None:
+    model = DemoChatModel(token_delay_s=0)
+    expected = "".join(ANSWER_TOKENS[:max_tokens])
+
+    texts, total = await streamed(model, max_tokens=max_tokens)
+    assert texts == ANSWER_TOKENS[:max_tokens]
+    assert_answer(total, expected, "length")
+    assert total.usage_metadata is not None
+    assert total.usage_metadata["output_tokens"] == max_tokens
+
+    assert_answer(await model.ainvoke(QUESTION, max_tokens=max_tokens), expected, "length")
+
+
+@pytest.mark.parametrize("max_tokens", [len(ANSWER_TOKENS), 10_000, None])
+async def test_max_tokens_that_fit_the_answer_change_nothing(max_tokens: int | None) -> None:
+    model = DemoChatModel(token_delay_s=0)
+    texts, total = await streamed(model, max_tokens=max_tokens)
+    assert texts == ANSWER_TOKENS
+    assert_answer(total, ANSWER, "stop")
+    assert_answer(await model.ainvoke(QUESTION, max_tokens=max_tokens), ANSWER, "stop")
+
+
+@pytest.mark.parametrize(
+    ("stop", "expected"),
+    [
+        (["demo"], ANSWER[: ANSWER.index("demo")]),
+        (["demo", "said"], "You "),
+        (["said", "demo"], "You "),
+        (['up?"'], "You said: \"What's "),
+        (["not in the answer"], ANSWER),
+        (["", "demo"], ANSWER[: ANSWER.index("demo")]),
+        (["You"], ""),
+    ],
+)
+async def test_stop_cuts_the_answer_before_the_first_stop_string(
+    stop: list[str], expected: str
+) -> None:
+    model = DemoChatModel(token_delay_s=0)
+
+    texts, total = await streamed(model, stop=stop)
+    assert "".join(texts) == expected
+    assert_answer(total, expected, "stop")
+
+    assert_answer(await model.ainvoke(QUESTION, stop=stop), expected, "stop")
+
+
+async def test_the_earlier_of_stop_and_max_tokens_ends_the_answer() -> None:
+    model = DemoChatModel(token_delay_s=0)
+    cut = ANSWER[: ANSWER.index("demo")]
+    cut_tokens = _split_tokens(cut)
+
+    early_stop = await model.ainvoke(QUESTION, stop=["demo"], max_tokens=len(cut_tokens))
+    assert_answer(early_stop, cut, "stop")
+    early_length = await model.ainvoke(QUESTION, stop=["demo"], max_tokens=len(cut_tokens) - 1)
+    assert_answer(early_length, "".join(cut_tokens[:-1]), "length")
+
+
+def test_sync_stream_and_invoke_honour_stop_and_max_tokens() -> None:
+    model = DemoChatModel(token_delay_s=0)
+    streamed_total = reduce(operator.add, model.stream(QUESTION, stop=["said"], max_tokens=3))
+    assert isinstance(streamed_total, AIMessageChunk)
+    assert_answer(streamed_total, "You ", "stop")
+    assert_answer(model.invoke(QUESTION, max_tokens=2), "".join(ANSWER_TOKENS[:2]), "length")
+
+
+async def test_sampling_parameters_are_accepted_and_ignored() -> None:
+    model = DemoChatModel(token_delay_s=0)
+    sampling: dict[str, Any] = {
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "seed": 7,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "user": "user-1",
+    }
+    texts, total = await streamed(model, **sampling)
+    assert texts == ANSWER_TOKENS
+    assert_answer(total, ANSWER, "stop")
+    assert_answer(await model.ainvoke(QUESTION, **sampling), ANSWER, "stop")
+
+
+async def test_tool_call_answers_ignore_stop_and_max_tokens() -> None:
+    model = DemoChatModel(token_delay_s=0).bind_tools(ALL_TOOLS)
+    question = "What time is it in Europe/Paris?"
+    plain = await model.ainvoke(question)
+    limited = await model.ainvoke(question, stop=["Europe", "time"], max_tokens=1, seed=1)
+    assert (
+        calls(limited)
+        == calls(plain)
+        == [("get_time", {"timezone": "Europe/Paris"}, "call_demo_1")]
+    )
+    assert limited.response_metadata["finish_reason"] == "tool_calls"
+    assert limited.usage_metadata == plain.usage_metadata
+    total = reduce(operator.add, [c async for c in model.astream(question, max_tokens=1)])
+    assert calls(total) == calls(plain)

@@ -73,7 +73,10 @@ async def test_100_concurrent_streams_are_exact_token_by_token(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     upstream.responder = echo_responder(TOKENS)
-    settings = make_settings(upstream)
+    # One user's hundred streams: an operator serving such a client raises the user limits.
+    settings = make_settings(
+        upstream, max_active_turns_per_user=STREAMS, max_streams_per_user=STREAMS
+    )
     limits = httpx.Limits(max_connections=STREAMS + 10, max_keepalive_connections=0)
 
     async with ProcessGroup(tmp_path / "logs") as procs:

@@ -418,3 +418,26 @@ async def test_an_allkeys_eviction_policy_is_warned_about_by_api_and_worker(
             await wait_for(lambda: {"bernard.api", "bernard.worker"} <= warned(), 10)
     finally:
         bernard.removeHandler(caplog.handler)
+
+
+async def test_a_worker_started_before_its_redis_says_so_and_starts_once_it_answers(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    server = RedisServer(tmp_path / "redis")  # its port is chosen; nothing listens yet
+    settings = make_settings(upstream, redis_url=server.url)
+    try:
+        async with ProcessGroup(tmp_path / "logs") as procs:
+            worker = procs.spawn_worker(settings)
+            await wait_for(lambda: "does not answer" in worker.output(), timeout_s=10)
+            assert f"redis://127.0.0.1:{server.port}/0" in worker.output()
+            await asyncio.sleep(1.5)
+            worker.check_alive()  # still waiting, not dead
+            await server.start()
+            await procs.worker_ready(worker, settings, timeout_s=15)
+            api = await procs.api(settings)
+            async with httpx.AsyncClient(base_url=api.base_url, timeout=30) as client:
+                answer = await client.post(CHAT, json=body("hello"))
+            assert answer.status_code == 200, answer.text
+            assert "answers; starting" in worker.output()
+    finally:
+        server.kill()

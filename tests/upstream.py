@@ -25,6 +25,14 @@ answer, and its token counts are the answer's. Router requests are logged apart,
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6*7"})]))
     upstream.script(Reply.text("It is 42."))  # after the calculator ran, the router responds
 
+The same server speaks Anthropic's Messages API at `POST /v1/messages` (point Anthropic
+clients at `anthropic_base_url`): the same scripts, sent as Anthropic's event sequence
+(`message_start`, `content_block_start`, `content_block_delta` with `text_delta` and
+`input_json_delta`, `content_block_stop`, `message_delta`, `message_stop`), a tool call's
+input split over `arg_chunks` deltas, `max_tokens` honoured with `stop_reason: max_tokens`.
+The shape follows Anthropic's streaming documentation
+(https://docs.anthropic.com/en/docs/build-with-claude/streaming).
+
 The OpenAI SDK retries 408/409/429/5xx and dropped connections by default: build clients with
 `max_retries=0` when scripting errors, or each retry consumes another scripted reply.
 """
@@ -75,14 +83,18 @@ def last_user_text(body: Body) -> str:
         if message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
-                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+                if not any(texts) and any(p.get("type") == "tool_result" for p in content):
+                    continue  # Anthropic's tool results travel as user messages
+                return "".join(texts)
             return str(content or "")
     return ""
 
 
 def tool_names(body: Body) -> list[str]:
-    """The names of the function tools a request offers."""
-    return [t["function"]["name"] for t in body.get("tools") or [] if "function" in t]
+    """The names of the function tools a request offers (OpenAI's or Anthropic's shape)."""
+    tools = body.get("tools") or []
+    return [t["function"]["name"] if "function" in t else t.get("name", "") for t in tools]
 
 
 def is_router_request(body: Body) -> bool:
@@ -359,6 +371,7 @@ class ScriptedUpstream:
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
@@ -369,6 +382,11 @@ class ScriptedUpstream:
         if self._port is None:
             raise RuntimeError("ScriptedUpstream is not running")
         return f"http://127.0.0.1:{self._port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The `base_url` for Anthropic clients (they add `/v1/messages` themselves)."""
+        return self.base_url.removesuffix("/v1")
 
     @property
     def requests(self) -> list[Body]:
@@ -579,7 +597,14 @@ class ScriptedUpstream:
 
         role: Body = {"role": "assistant", "content": None if reply.calls else ""}
         yield event(role)
+        # As OpenAI does: at most `max_completion_tokens` (or `max_tokens`) tokens, and a
+        # `length` finish when the answer was cut.
+        limit = ex.body.get("max_completion_tokens") or ex.body.get("max_tokens")
+        finish = reply.finish_reason
         for delta in reply.deltas(ids):
+            if limit is not None and ex.chunks_sent >= limit:
+                finish = "length"
+                break
             if ex.chunks_sent == reply.block_after:
                 await self._hold(ex)
             if ex.chunks_sent == reply.fail_after:
@@ -596,9 +621,133 @@ class ScriptedUpstream:
             await self._hold(ex)
         if reply.fail_after is not None:
             self._fail(ex)
-        yield event({}, reply.finish_reason)
+        yield event({}, finish)
         if include_usage:
             yield event(None, usage=self._usage(ex, ex.chunks_sent))
         yield b"data: [DONE]\n\n"
+        ex.completed_at = time.monotonic()
+        self._notify()
+
+    # -- Anthropic's Messages API ----------------------------------------------------------
+
+    async def _messages(self, request: Request) -> Response:
+        body = await request.json()
+        reply = self._next_reply(body)
+        log = self.router_exchanges if is_router_request(body) else self.exchanges
+        ex = Exchange(len(log), body, reply, started_at=time.monotonic())
+        log.append(ex)
+        self._notify()
+        if reply.error_body is not None:
+            ex.completed_at = time.monotonic()
+            message = reply.error_body["error"]["message"]
+            error = {"type": "error", "error": {"type": "api_error", "message": message}}
+            return JSONResponse(error, status_code=reply.status)
+        ids = reply.call_ids or [f"toolu_{next(self._call_ids):024d}" for _ in reply.calls]
+        if ex.stream:
+            return _SSEResponse(self._anthropic_events(ex, ids), ex, self._notify)
+        return JSONResponse(await self._anthropic_message(ex, ids))
+
+    def _anthropic_usage(self, ex: Exchange, completion: int) -> Body:
+        prompt = self._usage(ex, completion)["prompt_tokens"]
+        if ex.reply.usage is not None:
+            prompt, completion = ex.reply.usage
+        return {"input_tokens": prompt, "output_tokens": completion}
+
+    def _stop_reason(self, reply: Reply, cut: bool) -> str:
+        return "max_tokens" if cut else "tool_use" if reply.calls else "end_turn"
+
+    async def _anthropic_message(self, ex: Exchange, ids: Sequence[str]) -> Body:
+        reply = ex.reply
+        if reply.block_after is not None:
+            await self._hold(ex)
+        if reply.fail_after is not None:
+            self._fail(ex)
+        content: list[Body] = []
+        if reply.tokens:
+            content.append({"type": "text", "text": "".join(reply.tokens)})
+        for (name, args), call_id in zip(reply.calls, ids, strict=True):
+            arguments = json.loads(args) if isinstance(args, str) else args
+            content.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+        ex.completed_at = time.monotonic()
+        self._notify()
+        return {
+            "id": f"msg_scripted_{ex.index}",
+            "type": "message",
+            "role": "assistant",
+            "model": ex.model,
+            "content": content,
+            "stop_reason": self._stop_reason(reply, cut=False),
+            "stop_sequence": None,
+            "usage": self._anthropic_usage(ex, len(reply.tokens) + len(reply.calls)),
+        }
+
+    async def _anthropic_events(self, ex: Exchange, ids: Sequence[str]) -> AsyncIterator[bytes]:
+        reply = ex.reply
+
+        def event(kind: str, **data: Any) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+        async def piece(data: bytes) -> bytes:
+            """Gate one content piece as the OpenAI stream does: hold, fail, pace."""
+            if ex.chunks_sent == reply.block_after:
+                await self._hold(ex)
+            if ex.chunks_sent == reply.fail_after:
+                self._fail(ex)
+            return data
+
+        message: Body = {
+            "id": f"msg_scripted_{ex.index}",
+            "type": "message",
+            "role": "assistant",
+            "model": ex.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**self._anthropic_usage(ex, 1), "output_tokens": 1},
+        }
+        yield event("message_start", message=message)
+        limit = ex.body.get("max_tokens")
+        cut = False
+        block = 0
+        if reply.tokens:
+            text_block: Body = {"type": "text", "text": ""}
+            yield event("content_block_start", index=block, content_block=text_block)
+            yield event("ping")
+            tokens: Iterator[str] = (
+                itertools.cycle(reply.tokens) if reply.forever else iter(reply.tokens)
+            )
+            for token in tokens:
+                if limit is not None and ex.chunks_sent >= limit:
+                    cut = True
+                    break
+                if reply.forever and self._closing:
+                    break
+                delta = {"type": "text_delta", "text": token}
+                yield await piece(event("content_block_delta", index=block, delta=delta))
+                ex.chunks_sent += 1
+                if ex.first_chunk_at is None:
+                    ex.first_chunk_at = time.monotonic()
+                    self._notify()
+                await asyncio.sleep(reply.chunk_delay)
+            yield event("content_block_stop", index=block)
+            block += 1
+        for (name, args), call_id in zip(reply.calls, ids, strict=True):
+            tool_block: Body = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+            yield event("content_block_start", index=block, content_block=tool_block)
+            for fragment in _fragments(_arguments(args), reply.arg_chunks):
+                delta = {"type": "input_json_delta", "partial_json": fragment}
+                yield await piece(event("content_block_delta", index=block, delta=delta))
+                ex.chunks_sent += 1
+                await asyncio.sleep(reply.chunk_delay)
+            yield event("content_block_stop", index=block)
+            block += 1
+        if reply.block_after is not None and reply.block_after >= ex.chunks_sent:
+            await self._hold(ex)
+        if reply.fail_after is not None:
+            self._fail(ex)
+        stop = {"stop_reason": self._stop_reason(reply, cut), "stop_sequence": None}
+        # The API's final usage is cumulative: input tokens too, not only the output.
+        yield event("message_delta", delta=stop, usage=self._anthropic_usage(ex, ex.chunks_sent))
+        yield event("message_stop")
         ex.completed_at = time.monotonic()
         self._notify()

@@ -6,13 +6,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, convert_to_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    SystemMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
 from langchain_core.tools import BaseTool
 
 from shared.records import Archivist
 from shared.settings import Settings
 from shared.turns import TurnRequest
 from worker.llm import Llm
+from worker.tools.runtime import ToolRuntime
 
 
 @dataclass
@@ -32,9 +39,16 @@ class TurnContext:
     # The conversation this turn belongs to; None runs the turn without records.
     conversation_id: str | None = None
     archivist: Archivist | None = None
-    # The conversation as the model sees it, without the system prompt. The runner replaces
-    # it with the stored history when the turn has a conversation.
+    # The conversation as the model sees it, without the system prompt: the memory stage
+    # (worker/harness/memory.py) fills it, from `stored` when the turn has a conversation.
     history: list[BaseMessage] = field(default_factory=list)
+    # The latest stored rows, as the runner read them when it recorded the request (None
+    # without records); what the prompts hold beyond the history (notes, the summary); and,
+    # when the messages before it are due to be folded into the summary, where the prompts'
+    # messages start (a position, 1-based).
+    stored: list[dict[str, Any]] | None = None
+    memory: list[BaseMessage] = field(default_factory=list)
+    summary_until: int | None = None
     # This turn's router messages as the response model sees them: assistant tool-call
     # messages (without `respond`) and the tool results, whole.
     tool_messages: list[BaseMessage] = field(default_factory=list)
@@ -50,6 +64,12 @@ class TurnContext:
         default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     )
     finish_reason: str = "stop"
+    # What the tools may need of the turn (whose it is, the worker's Redis); None in tests
+    # that run only tools needing nothing.
+    runtime: ToolRuntime | None = None
+    # Calls of tools that change the world, proposed by the router and waiting for the
+    # user's decision: the turn ends `awaiting_confirmation` instead of answering.
+    pending: list[Proposal] = field(default_factory=list)
 
     @classmethod
     def for_request(
@@ -83,6 +103,16 @@ class TurnContext:
             return []
         return [SystemMessage(self.settings.system_prompt)]
 
+    @property
+    def paused(self) -> bool:
+        """Whether the turn stops here to wait for the user's decision on `pending`."""
+        return bool(self.pending)
+
+    def traced(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+        """A prompt as its `llm_prompt` trace carries it: the whole prompt when the client
+        asked to trace the turn, else nothing (converting it costs time per message)."""
+        return convert_to_openai_messages(list(messages)) if self.request.trace else []
+
     def add_usage(self, usage: dict[str, int] | None) -> None:
         for name, value in (usage or {}).items():
             if name in self.usage:
@@ -96,4 +126,30 @@ class TurnContext:
             "usage": self.usage,
             "tool_calls": self.tool_calls,
             "tool_outputs": self.tool_outputs,
+            "pending": [proposal.public() for proposal in self.pending],
+        }
+
+
+@dataclass(slots=True)
+class Proposal:
+    """A tool call waiting for the user's decision, as it is stored and shown.
+
+    `parameters` is the tool's argument schema, kept so the API can check arguments the user
+    edits without knowing the tools.
+    """
+
+    confirmation_id: str
+    turn_id: str
+    tool_call: dict[str, str]  # {id, name, arguments (JSON text)}
+    summary: str
+    expires_at: float
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        """What a client sees of it."""
+        return {
+            "confirmation_id": self.confirmation_id,
+            "tool_call": self.tool_call,
+            "summary": self.summary,
+            "expires_at": self.expires_at,
         }

@@ -5,6 +5,14 @@
 keyword router (time questions call `get_time`, arithmetic calls `calculator`, anything else or
 a turn that already has tool results calls `respond`). Its answers are deterministic and say
 that Bernard is running on the demo model.
+
+It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
+first stop string, `finish_reason` "stop") and `max_tokens` (at most that many of its streamed
+tokens, `finish_reason` "length" when cut); `temperature`, `top_p`, `seed`, the penalties and
+`user` are accepted and ignored, and tool-call answers ignore them all.
+
+It runs on the worker's event loop, so every scan of user text is linear in its length: a
+question built to make a backtracking regex slow must not stall the other turns on the worker.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from shared.timers import TimerError, parse_duration
+
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
 
 DEMO_NOTICE = (
@@ -43,17 +53,66 @@ DEMO_NOTICE = (
     "set OPENAI_BASE_URL and OPENAI_API_KEY to use a real LLM.)"
 )
 
+# Both run on user text and are linear in it: the words are fixed, and a zone name starts only
+# at a region name and each of its two parts ends at the next "/" or character outside the
+# class, so no character is read by more than two starts (the closing `\b` backs off only
+# within a part).
 _TIME_WORDS = re.compile(r"\b(?:time|date|clock)\b", re.IGNORECASE)
+# Notes: anchored at the start of the question (`match`), so each scan is one pass.
+_REMEMBER = re.compile(r"\s*(?:please\s+)?remember\s+(?:that\s+)?(?P<text>\S.*)", re.I | re.S)
+_FORGET = re.compile(r"\s*(?:please\s+)?forget\s+(?:about\s+|that\s+)?(?P<match>\S.*)", re.I | re.S)
+# Household questions. Each pattern is anchored at the start (`match`), or starts at a fixed
+# word with a bounded repeat, so every scan is linear in the question.
+_SET_TIMER = re.compile(r"\b(?:set|start)\s+(?:a\s+|the\s+|an?\s+)?timer\b", re.I)
+_TIMER_LABEL = re.compile(
+    r"\b(?:for|called|named)\s+(?:the\s+|my\s+)?(?P<label>[A-Za-z][A-Za-z ]{0,30})[.!?]?\s*$",
+    re.I,
+)
+_LIST_TIMERS = re.compile(r"\b(?:my|the|list|which|what)\s+timers\b", re.I)
+_CANCEL = re.compile(r"\b(?:cancel|stop)\b", re.I)
+_TIMER_ID = re.compile(r"\btimer_[0-9a-f]{6,}\b")
+_SWITCH = re.compile(
+    r"\s*(?:please\s+)?(?:turn|switch)\s+(?P<state>on|off)\s+(?P<thing>[A-Za-z ]{1,40})", re.I
+)
+_TRAILING_LEVEL = re.compile(r"\s+(?:at|to)(?:\s.*)?$")  # on at most 40 characters
+_PERCENT = re.compile(r"\b(?P<pct>\d{1,3})\s*%")
+_THERMOSTAT = re.compile(r"\b(?:thermostat|heating)\b", re.I)
+_DEGREES = re.compile(r"\b(?P<deg>\d{1,2}(?:\.\d)?)\s*(?:°|degrees?\b|c\b)", re.I)
+_WEATHER = re.compile(r"\b(?:weather|forecast)\b", re.I)
+_PLACE = re.compile(
+    r"\b(?:in|for|at)\s+(?P<place>[A-Z][A-Za-z .'-]{0,40}?)"
+    r"(?:\s+(?:today|tomorrow|this\s+week|now))?[?.!]?\s*$",
+)
+_SEARCH = re.compile(
+    r"\s*(?:please\s+)?(?:search(?:\s+the\s+web)?\s+for|look\s+up|google)\s+(?P<query>\S.*)",
+    re.I | re.S,
+)
+_ENCYCLOPEDIA = re.compile(
+    r"\s*(?:who\s+(?:is|was)|what\s+(?:is|are|was)|tell\s+me\s+about)\s+(?P<subject>\S.*)",
+    re.I | re.S,
+)
+_RECALL = re.compile(
+    r"\bwhat\s+(?:did\s+i\s+ask\s+you\s+to|do\s+you)\s+remember\b|\bmy\s+notes\b",
+    re.IGNORECASE,
+)
 _TIMEZONE = re.compile(
     r"\b(?:(?:Africa|America|Antarctica|Asia|Atlantic|Australia|Europe|Indian|Pacific|Etc)"
     r"/[A-Za-z_\-]+(?:/[A-Za-z_\-]+)?|UTC|GMT)\b",
     re.IGNORECASE,
 )
-# Digits joined by at least one operator the calculator tool understands, with parentheses.
-_NUMBER = r"\(*\s*-?\d+(?:\.\d+)?\s*\)*"
-_ARITHMETIC = re.compile(rf"{_NUMBER}(?:\s*(?:\*\*|//|[-+*/%])\s*{_NUMBER})+")
+# Arithmetic is found by a tokenizer and a scan rather than one regex: a regex for "number
+# (operator number)+" backtracks through every digit of a long run at every start position, and
+# "1" * 25_000 + "x" took half a minute. Every character is in exactly one token, and no
+# alternative can back off past its own token, so tokenizing is one pass. The operators are
+# the calculator tool's; "-" is a token of its own since it is also a sign.
+_ARITHMETIC_TOKEN = re.compile(
+    r"(?P<num>\d+)|(?P<minus>-)|(?P<op>\*\*|//|[+*/%])|(?P<open>\()|(?P<close>\))"
+    r"|(?P<dot>\.)|(?P<space>\s+)|(?P<other>[^\d\s()+\-*/%.]+)"
+)
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_WORDS = re.compile(r"\s*\S+")
+# One streamed token is a word with the whitespace before it. Found as `\S+` and sliced, since
+# `\s*\S+` retries a whole whitespace run from each of its characters when no word follows.
+_WORD = re.compile(r"\S+")
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 _QUOTE_MAX_CHARS = 120
 
@@ -80,18 +139,133 @@ def _find_timezone(text: str) -> str:
 
 
 def _find_expression(text: str) -> str | None:
-    match = _ARITHMETIC.search(text)
-    if match is None:
+    """The first arithmetic in `text`, as the calculator tool should get it, if there is any.
+
+    That is the first run of numbers joined by operators, where a number is
+    `(* -?digits(.digits)? )*` with optional whitespace after the "(" and before the ")",
+    minus any parentheses at its ends that do not pair up. If that first run is an ISO date
+    ("2024-01-05"), a date rather than a subtraction, there is none: later runs are not tried.
+    """
+    tokens = [
+        (m.lastgroup or "other", m.start(), m.end()) for m in _ARITHMETIC_TOKEN.finditer(text)
+    ]
+    kinds = [kind for kind, _, _ in tokens]
+    # Every run of digits may start the expression (so may the "5" of "1.5": "1.5.6+1" finds
+    # "5.6+1"). A start that fails gives up before the digits of its next operand, so a token
+    # is read by at most two failed starts (a number's and its fraction's) and the search is
+    # linear; the start that succeeds reads on to its end and is the last.
+    for first, kind in enumerate(kinds):
+        if kind != "num":
+            continue
+        end = _number(kinds, first)
+        if end is None or (end := _next_operand(kinds, end)) is None:
+            continue
+        while (more := _next_operand(kinds, end)) is not None:
+            end = more
+        start = _operand_start(kinds, first)
+        expression = text[tokens[start][1] : tokens[end - 1][2]].strip()
+        if _ISO_DATE.fullmatch(expression):
+            return None
+        return _trim_parentheses(expression)
+    return None
+
+
+def _operand_start(kinds: Sequence[str], first: int) -> int:
+    """Where the operand whose digits are token `first` starts: back over `(* space? -?`."""
+    start = first
+    if start > 0 and kinds[start - 1] == "minus":
+        start -= 1
+    if start > 0 and kinds[start - 1] == "space":
+        start -= 1
+    while start > 0 and kinds[start - 1] == "open":
+        start -= 1
+    return start
+
+
+def _number(kinds: Sequence[str], index: int) -> int | None:
+    """Past `digits (. digits)? space? )*` at `index`, or None if it does not start with digits."""
+    if index >= len(kinds) or kinds[index] != "num":
         return None
-    expression = match.group(0).strip()
-    if _ISO_DATE.fullmatch(expression):
-        return None  # "2024-01-05" is a date, not a subtraction
-    # The number pattern may swallow parentheses that do not pair up; drop the excess.
-    while expression.count("(") > expression.count(")") and expression.startswith("("):
-        expression = expression[1:].lstrip()
-    while expression.count(")") > expression.count("(") and expression.endswith(")"):
-        expression = expression[:-1].rstrip()
-    return expression
+    index += 1
+    if kinds[index : index + 2] == ["dot", "num"]:
+        index += 2
+    index = _skip(kinds, index, "space")
+    while index < len(kinds) and kinds[index] == "close":
+        index += 1
+    return index
+
+
+def _next_operand(kinds: Sequence[str], index: int) -> int | None:
+    """Past `space? operator space? (* space? -? number` at `index`, or None if not there."""
+    index = _skip(kinds, index, "space")
+    if index >= len(kinds) or kinds[index] not in {"op", "minus"}:
+        return None
+    index = _skip(kinds, index + 1, "space")
+    while index < len(kinds) and kinds[index] == "open":
+        index += 1
+    index = _skip(kinds, index, "space")
+    return _number(kinds, _skip(kinds, index, "minus"))
+
+
+def _skip(kinds: Sequence[str], index: int, kind: str) -> int:
+    """Past one optional token of `kind` at `index`."""
+    return index + 1 if index < len(kinds) and kinds[index] == kind else index
+
+
+def _trim_parentheses(expression: str) -> str:
+    """`expression` without the "(" it starts with or the ")" it ends with that pair with nothing.
+
+    The number pattern takes every parenthesis next to a number, so "(what is 2+2)" finds
+    "2+2)". Counted once and moved past by index: re-counting and re-slicing the string per
+    parenthesis was quadratic in a run of them.
+    """
+    opens, closes = expression.count("("), expression.count(")")
+    low, high = 0, len(expression)
+    while opens > closes and expression.startswith("(", low, high):
+        low, opens = low + 1, opens - 1
+        while low < high and expression[low].isspace():
+            low += 1
+    while closes > opens and expression.endswith(")", low, high):
+        high, closes = high - 1, closes - 1
+        while high > low and expression[high - 1].isspace():
+            high -= 1
+    return expression[low:high]
+
+
+def _split_tokens(text: str) -> list[str]:
+    """The tokens the model streams `text` as: each word with the whitespace before it.
+
+    Whitespace after the last word, which only a cut at a stop string leaves, is one more token,
+    so the tokens always join back into `text`.
+    """
+    tokens: list[str] = []
+    start = 0
+    for word in _WORD.finditer(text):
+        tokens.append(text[start : word.end()])
+        start = word.end()
+    if start < len(text):
+        tokens.append(text[start:])
+    return tokens
+
+
+def _limit(text: str, stop: Sequence[str] | str | None, max_tokens: Any) -> tuple[str, str]:
+    """`text` as a model with these `stop` strings and `max_tokens` returns it: (text, reason).
+
+    As OpenAI does it: the answer ends before the first stop string, which is not included
+    ("stop"), and if more than `max_tokens` tokens are left it ends after that many ("length").
+    """
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    cut = len(text)
+    for string in stops:
+        # An empty stop string would match at once and leave nothing: it stops nothing.
+        if string and 0 <= (found := text.find(string)) < cut:
+            cut = found
+    text = text[:cut]
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+        tokens = _split_tokens(text)
+        if len(tokens) > max_tokens:
+            return "".join(tokens[: max(max_tokens, 0)]), "length"
+    return text, "stop"
 
 
 def _tool_name(tool: dict[str, Any]) -> str:
@@ -134,15 +308,25 @@ class DemoChatModel(BaseChatModel):
             kwargs["tool_choice"] = tool_choice
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
-    def plan(self, messages: Sequence[BaseMessage], **kwargs: Any) -> AIMessage:
-        """The whole answer to `messages` as one message: tool calls, or text with usage."""
+    def plan(
+        self,
+        messages: Sequence[BaseMessage],
+        stop: Sequence[str] | str | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """The whole answer to `messages` as one message: tool calls, or text with usage.
+
+        `stop` and `kwargs["max_tokens"]` cut a text answer as they would a real model's;
+        the other call parameters (`temperature`, `seed`, ...) are accepted and ignored.
+        """
         tool_calls = self._route(messages, kwargs.get("tools") or [], kwargs.get("tool_choice"))
         if tool_calls:
             content = ""
+            finish_reason = "tool_calls"
             output_tokens = sum(3 + _count_tokens(json.dumps(c["args"])) for c in tool_calls)
         else:
-            content = self._answer(messages)
-            output_tokens = len(_WORDS.findall(content))
+            content, finish_reason = _limit(self._answer(messages), stop, kwargs.get("max_tokens"))
+            output_tokens = len(_split_tokens(content))
         input_tokens = sum(4 + _count_tokens(_text(m)) for m in messages)
         return AIMessage(
             content=content,
@@ -153,7 +337,7 @@ class DemoChatModel(BaseChatModel):
                 "total_tokens": input_tokens + output_tokens,
             },
             response_metadata={
-                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "finish_reason": finish_reason,
                 "model_name": self.model_name,
             },
         )
@@ -172,10 +356,19 @@ class DemoChatModel(BaseChatModel):
 
         wanted: list[tuple[str, dict[str, Any]]] = []
         if not answered:
+            if (note := _REMEMBER.match(question)) is not None:
+                wanted.append(("save_note", {"text": _clause(note["text"])}))
+            elif (forget := _FORGET.match(question)) is not None:
+                wanted.append(("delete_note", {"match": _clause(forget["match"])}))
+            elif _RECALL.search(question):
+                wanted.append(("list_notes", {}))
+            wanted += _household(question)
             if _TIME_WORDS.search(question):
                 wanted.append(("get_time", {"timezone": _find_timezone(question)}))
             if (expression := _find_expression(question)) is not None:
                 wanted.append(("calculator", {"expression": expression}))
+            if not wanted:
+                wanted += _lookup(question)
         wanted = [(name, args) for name, args in wanted if name in names]
         forced = _forced_tool(tool_choice)
         if forced is not None and forced in names:
@@ -209,14 +402,17 @@ class DemoChatModel(BaseChatModel):
             body = " ".join(results)
         else:
             body = (
-                "I can tell the time and do arithmetic: try "
-                '"What time is it in Europe/Paris?" or "What is (2 + 3) * 4?".'
+                "I can tell the time, do arithmetic and keep notes: try "
+                '"What time is it in Europe/Paris?", "What is (2 + 3) * 4?" or '
+                '"Remember that the door code is 1234".'
             )
         stop = "" if question.endswith((".", "?", "!", "…")) else "."
         return f'You said: "{question}"{stop} {body} {DEMO_NOTICE}'
 
-    def _chunks(self, messages: list[BaseMessage], **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        message = self.plan(messages, **kwargs)
+    def _chunks(
+        self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any
+    ) -> Iterator[ChatGenerationChunk]:
+        message = self.plan(messages, stop, **kwargs)
         if message.tool_calls:
             for index, call in enumerate(message.tool_calls):
                 args = json.dumps(call["args"])
@@ -225,7 +421,7 @@ class DemoChatModel(BaseChatModel):
                     message=AIMessageChunk(content="", tool_call_chunks=[chunk])
                 )
         else:
-            for token in _WORDS.findall(str(message.content)):
+            for token in _split_tokens(str(message.content)):
                 yield ChatGenerationChunk(message=AIMessageChunk(content=token))
         last = AIMessageChunk(
             content="",
@@ -242,7 +438,8 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self.plan(messages, **kwargs))])
+        message = self.plan(messages, stop, **kwargs)
+        return ChatResult(generations=[ChatGeneration(message=message)])
 
     async def _agenerate(
         self,
@@ -261,7 +458,7 @@ class DemoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        for i, chunk in enumerate(self._chunks(messages, **kwargs)):
+        for i, chunk in enumerate(self._chunks(messages, stop, **kwargs)):
             if i and self.token_delay_s > 0:
                 time.sleep(self.token_delay_s)
             yield chunk
@@ -273,7 +470,7 @@ class DemoChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        for i, chunk in enumerate(self._chunks(messages, **kwargs)):
+        for i, chunk in enumerate(self._chunks(messages, stop, **kwargs)):
             if i and self.token_delay_s > 0:
                 await asyncio.sleep(self.token_delay_s)
             yield chunk
@@ -286,6 +483,65 @@ def _last_human_index(messages: Sequence[BaseMessage]) -> int | None:
     return None
 
 
+def _household(question: str) -> list[tuple[str, dict[str, Any]]]:
+    """Timers, lights and the thermostat."""
+    if _SET_TIMER.search(question):
+        try:
+            duration = f"{parse_duration(question):g}s"
+        except TimerError:
+            duration = "5 minutes"
+        label = _TIMER_LABEL.search(question)
+        return [
+            (
+                "set_timer",
+                {"duration": duration, "label": _clause(label["label"]) if label else "timer"},
+            )
+        ]
+    if _CANCEL.search(question) and (timer := _TIMER_ID.search(question)) is not None:
+        return [("cancel_timer", {"timer_id": timer.group(0)})]
+    if _LIST_TIMERS.search(question):
+        return [("list_timers", {})]
+    if (switch := _SWITCH.match(question)) is not None:
+        thing = _clause(switch["thing"]).lower().removeprefix("the ")
+        thing = _TRAILING_LEVEL.sub("", thing)  # "kitchen light at 40%": the thing is before
+        domain = "switch" if thing == "fan" else "light"
+        name = thing.removesuffix("lights").removesuffix("light").strip().replace(" ", "_")
+        args: dict[str, Any] = {
+            "domain": domain,
+            "service": f"turn_{switch['state'].lower()}",
+            "entity_id": f"{domain}.{name or 'kitchen'}",
+        }
+        if switch["state"].lower() == "on" and (level := _PERCENT.search(question)):
+            args["data"] = {"brightness_pct": int(level["pct"])}
+        return [("ha_call_service", args)]
+    if _THERMOSTAT.search(question) and (degrees := _DEGREES.search(question)) is not None:
+        args = {
+            "domain": "climate",
+            "service": "set_temperature",
+            "entity_id": "climate.hall",
+            "data": {"temperature": float(degrees["deg"])},
+        }
+        return [("ha_call_service", args)]
+    if _WEATHER.search(question):
+        place = _PLACE.search(question)
+        return [("weather", {"location": _clause(place["place"]) if place else "Paris"})]
+    return []
+
+
+def _lookup(question: str) -> list[tuple[str, dict[str, Any]]]:
+    """Questions for the web or for Wikipedia (only when no other tool answers them)."""
+    if (search := _SEARCH.match(question)) is not None:
+        return [("web_search", {"query": _clause(search["query"])})]
+    if (subject := _ENCYCLOPEDIA.match(question)) is not None:
+        return [("wikipedia", {"query": _clause(subject["subject"])})]
+    return []
+
+
+def _clause(text: str) -> str:
+    """What follows "remember" or "forget", without the sentence's end."""
+    return " ".join(text.split()).rstrip(".!?")
+
+
 def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
     """One sentence about one tool result, for the templated answer."""
     name = result.name or (call["name"] if call else "tool")
@@ -293,6 +549,12 @@ def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
     content = " ".join(_text(result).split()).rstrip(".")
     if result.status == "error" or content.startswith("Error"):
         return f"The {name} tool reported a problem: {content}."
+    if content.startswith(("The user declined", "Not run")):
+        return "As you decided, I did not do that."
+    if name == "save_note":
+        return f"I will remember: {args.get('text', content)}."
+    if name == "list_notes":
+        return f"Here is what you asked me to remember: {content}."
     if name == "get_time":
         return f"The time in {args.get('timezone', 'UTC')} is {content}."
     if name == "calculator" and "expression" in args:

@@ -30,6 +30,8 @@ logger = logging.getLogger("bernard.worker")
 
 # How long the worker's event loop may go without beating before its leases lapse.
 STALL_LIMIT_S = 30.0
+# How long a worker's entry in `keys.WORKERS` outlives its last renewal.
+_STALE_WORKER_S = 3600.0
 
 StopTurn = Callable[[str, str], None]
 
@@ -110,6 +112,8 @@ class LeaseKeeper:
                 expiry = now + self.settings.lease_ttl_s
                 pipe.zadd(keys.RUNNING_TURNS, dict.fromkeys(turns, expiry))
             pipe.zadd(keys.WORKERS, {self.worker_id: now})
+            # A worker that died without saying so leaves its entry: drop those an hour old.
+            pipe.zremrangebyscore(keys.WORKERS, "-inf", now - _STALE_WORKER_S)
             await pipe.execute()
         for turn_id, state in states.items():
             if state == CANCEL_REQUESTED:

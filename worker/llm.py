@@ -4,35 +4,39 @@
 then one `LlmResult`. Aborting is cancelling: cancelling the task that iterates `stream`
 closes the upstream HTTP connection. Upstream failures become `LlmError`, here and only
 here, so the rest of the worker sees one exception type.
+
+`build_models` gives the worker its router and response models on one upstream HTTP
+client that the worker owns: sized to its concurrency, and closed with it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, cast
 
 import openai
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall
 from langchain_core.tools import BaseTool
 
+from shared.errors import ErrorCode
 from shared.settings import Settings
+from worker.openai_fast import UpstreamStreamError, openai_complete, openai_tokens
 
 logger = logging.getLogger("bernard.worker")
-
-# Upstream connections the openai client under `ChatOpenAI` pools, for both models
-# together; a streaming turn holds one, and a turn past the limit waits for one.
-LLM_CONNECTIONS = openai.DEFAULT_CONNECTION_LIMITS.max_connections or 1000
+# Tool lists a model keeps bound at once (`Llm.bind`).
+_BOUND_CACHE = 8
 
 
 class LlmError(Exception):
     """An upstream model call failed; `code` is what the client sees in the error frame."""
 
-    def __init__(self, message: str, code: str = "upstream_error") -> None:
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.UPSTREAM_ERROR) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -45,6 +49,8 @@ class LlmResult:
     message: AIMessage
     usage: dict[str, int] | None
     latency_ms: float
+    # What the upstream said ended the answer ("stop", "length", ...), when it said.
+    finish_reason: str | None = None
 
 
 def _usage(message: AIMessage | AIMessageChunk) -> dict[str, int] | None:
@@ -58,87 +64,296 @@ def _usage(message: AIMessage | AIMessageChunk) -> dict[str, int] | None:
     }
 
 
-def _translate(exc: openai.APIError) -> LlmError:
-    if isinstance(exc, openai.APIStatusError):
-        return LlmError(f"upstream model returned HTTP {exc.status_code}: {exc.message}")
-    if isinstance(exc, openai.APITimeoutError):
-        return LlmError("upstream model timed out", code="upstream_timeout")
+# Upstream errors from either SDK; both are generated from the same template, so their
+# status and timeout errors have the same shape.
+_SDK_ERRORS: tuple[type[Exception], ...] = (openai.APIError,)
+try:
+    import anthropic
+
+    _SDK_ERRORS += (anthropic.APIError,)
+except ImportError:  # pragma: no cover - langchain-anthropic is a dependency
+    anthropic = None  # type: ignore[assignment]
+
+
+def _translate(exc: Exception) -> LlmError:
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        return LlmError(f"upstream model returned HTTP {status}: {getattr(exc, 'message', exc)}")
+    if "Timeout" in type(exc).__name__:
+        return LlmError("upstream model timed out", code=ErrorCode.UPSTREAM_TIMEOUT)
     return LlmError(f"upstream model call failed: {exc}")
 
 
-class Llm:
-    """A chat model under one name, called for whole messages or for streamed text."""
+# Anthropic's stop reasons in OpenAI's words, which the turn reports.
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
 
-    def __init__(self, model: BaseChatModel, name: str) -> None:
+
+def _finish_reason(message: AIMessage | AIMessageChunk) -> str | None:
+    meta = message.response_metadata
+    if meta.get("finish_reason"):
+        return str(meta["finish_reason"])
+    reason = meta.get("stop_reason")
+    return _FINISH_REASONS.get(reason, reason) if reason else None
+
+
+class Llm:
+    """A chat model under one name, called for whole messages or streamed.
+
+    `options` names the call options (`TurnRequest.sampling()`) this provider takes;
+    others are dropped rather than sent to an API that would refuse them. A callable
+    maps one the provider spells differently (Anthropic's `metadata.user_id` for `user`).
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        name: str,
+        options: Mapping[str, Callable[[Any], tuple[str, Any]] | None] | None = None,
+        *,
+        direct: bool = False,
+    ) -> None:
         self.model = model
         self.name = name
+        self.options = options
+        # An OpenAI-compatible model, called on its SDK client without the SDK's request
+        # transform and per-chunk models (worker/openai_fast.py). LangChain still builds the
+        # request and parses the answer; with tools streamed, and for every other provider,
+        # the whole call is LangChain's.
+        self.direct = direct
+        # The model with tools bound, by the tools' identities. A worker binds the same few
+        # tool lists on every turn, and binding converts each tool's schema (about 0.45 ms
+        # for the default ten, on every router call). The tools are kept with their
+        # binding, so no id in a key can be reused while it is cached.
+        self._bound: dict[tuple[int, ...], tuple[Sequence[Any], Any]] = {}
+
+    def bind(self, tools: Sequence[BaseTool | dict[str, Any]]) -> Any:
+        """The model with `tools` bound (the model itself when there are none)."""
+        if not tools:
+            return self.model
+        key = tuple(id(tool) for tool in tools)
+        cached = self._bound.get(key)
+        if cached is None:
+            if len(self._bound) >= _BOUND_CACHE:
+                self._bound.pop(next(iter(self._bound)))
+            cached = (list(tools), self.model.bind_tools(list(tools)))
+            self._bound[key] = cached
+        return cached[1]
+
+    def call_options(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """`params` as this provider takes them."""
+        if not params:
+            return {}
+        if self.options is None:
+            return dict(params)
+        out: dict[str, Any] = {}
+        for name, value in params.items():
+            if name not in self.options:
+                continue
+            rename = self.options[name]
+            key, mapped = rename(value) if rename is not None else (name, value)
+            out[key] = mapped
+        return out
 
     async def complete(
         self, messages: Sequence[BaseMessage], tools: Sequence[BaseTool | dict[str, Any]] = ()
     ) -> LlmResult:
         """One call with `tools` bound; the answer's `tool_calls` are already parsed."""
-        runnable: Any = self.model.bind_tools(list(tools)) if tools else self.model
+        runnable = self.bind(tools)
         started = time.perf_counter()
         try:
-            message = await runnable.ainvoke(list(messages))
-        except openai.APIError as exc:
+            if self.direct:
+                bound = runnable.kwargs if tools else {}
+                message = await openai_complete(cast(Any, self.model), messages, bound)
+            else:
+                message = await runnable.ainvoke(list(messages))
+        except _SDK_ERRORS as exc:
             raise _translate(exc) from exc
+        except UpstreamStreamError as exc:
+            raise LlmError(f"upstream model call failed: {exc}") from exc
         latency_ms = (time.perf_counter() - started) * 1000
-        return LlmResult(message=message, usage=_usage(message), latency_ms=latency_ms)
+        return LlmResult(
+            message=message,
+            usage=_usage(message),
+            latency_ms=latency_ms,
+            finish_reason=_finish_reason(message),
+        )
 
-    async def stream(self, messages: Sequence[BaseMessage]) -> AsyncIterator[str | LlmResult]:
-        """Yield each text delta as it arrives, then one `LlmResult` with the usage."""
+    async def stream(
+        self,
+        messages: Sequence[BaseMessage],
+        params: Mapping[str, Any] | None = None,
+        tools: Sequence[BaseTool | dict[str, Any]] = (),
+    ) -> AsyncIterator[str | ToolCall | LlmResult]:
+        """Yield each text delta as it arrives, each tool call once it is whole, then one
+        `LlmResult` (the whole message, its tool calls, finish reason and usage).
+
+        `params` are call options (`max_tokens`, `stop`, `temperature`, ...:
+        `TurnRequest.sampling()`), passed as this provider takes them (`call_options`).
+        """
+        if self.direct and not tools:
+            async with aclosing(self._direct_stream(messages, params)) as direct:
+                async for item in direct:
+                    yield item
+            return
+        runnable = self.bind(tools)
         started = time.perf_counter()
         total: AIMessageChunk | None = None
         try:
             # aclosing: leaving early must close the upstream response, not leave it open.
-            chunks_gen = cast(AsyncGenerator[Any, None], self.model.astream(list(messages)))
+            chunks_gen = cast(
+                AsyncGenerator[Any, None],
+                runnable.astream(list(messages), **self.call_options(params)),
+            )
             async with aclosing(chunks_gen) as chunks:
                 async for chunk in chunks:
                     assert isinstance(chunk, AIMessageChunk)
                     total = chunk if total is None else total + chunk
-                    if isinstance(chunk.content, str) and chunk.content:
-                        yield chunk.content
-        except openai.APIError as exc:
+                    # `.text`: OpenAI streams a string, Anthropic a list of content blocks.
+                    if text := chunk.text:
+                        yield text
+        except _SDK_ERRORS as exc:
             raise _translate(exc) from exc
-        message = AIMessage(content=total.content if total else "")
+        message = AIMessage(content=total.text if total else "")
+        finish_reason = None
         if total is not None:
             message.usage_metadata = total.usage_metadata
+            message.tool_calls = list(total.tool_calls)
+            message.invalid_tool_calls = list(total.invalid_tool_calls)
+            finish_reason = _finish_reason(total)
+        for call in message.tool_calls:
+            yield call
         latency_ms = (time.perf_counter() - started) * 1000
-        yield LlmResult(message=message, usage=_usage(message), latency_ms=latency_ms)
+        yield LlmResult(
+            message=message,
+            usage=_usage(message),
+            latency_ms=latency_ms,
+            finish_reason=finish_reason,
+        )
+
+    async def _direct_stream(
+        self, messages: Sequence[BaseMessage], params: Mapping[str, Any] | None
+    ) -> AsyncGenerator[str | ToolCall | LlmResult, None]:
+        try:
+            tokens = openai_tokens(cast(Any, self.model), messages, self.call_options(params))
+            async with aclosing(tokens) as items:
+                async for item in items:
+                    if isinstance(item, str):
+                        yield item
+                        continue
+                    message, finish_reason, latency_ms = item
+                    yield LlmResult(
+                        message=message,
+                        usage=_usage(message),
+                        latency_ms=latency_ms,
+                        finish_reason=finish_reason,
+                    )
+        except _SDK_ERRORS as exc:
+            raise _translate(exc) from exc
+        except UpstreamStreamError as exc:
+            raise LlmError(f"upstream model call failed: {exc}") from exc
 
 
-def build_llms(settings: Settings) -> tuple[Llm, Llm]:
-    """The router and response models: `ChatOpenAI`, or the offline demo model."""
+@dataclass(slots=True)
+class Models:
+    """The worker's two models, and the upstream HTTP clients they use (none offline)."""
+
+    router: Llm
+    responder: Llm
+    http_clients: list[Any] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        for client in self.http_clients:
+            await client.aclose()
+
+
+def build_models(settings: Settings) -> Models:
+    """The router and response models, each from its provider (`BERNARD_ROUTER_PROVIDER`,
+    `BERNARD_RESPONSE_PROVIDER`), or the offline demo model when no upstream is set."""
     if settings.demo_mode:
         from worker.demo_model import DemoChatModel
 
         demo = DemoChatModel()
-        return Llm(demo, "bernard-demo"), Llm(demo, "bernard-demo")
+        return Models(Llm(demo, "bernard-demo"), Llm(demo, "bernard-demo"))
+    # Our own clients rather than the ones the LangChain models cache process-wide: a
+    # streaming turn holds one connection, so each pool is sized to the worker's concurrency
+    # (the SDKs' default of 1,000 made turns past it wait, silently), and they live and
+    # close with the worker rather than outliving the event loop their connections belong
+    # to. Built through each SDK's own client class and limits type, so they keep the SDKs'
+    # defaults whichever HTTP library the SDKs ship with.
+    clients: dict[str, Any] = {}
+
+    def client_for(provider: str) -> Any:
+        if provider not in clients:
+            sdk: Any = anthropic if provider == "anthropic" else openai
+            limits = type(sdk.DEFAULT_CONNECTION_LIMITS)(
+                max_connections=settings.worker_concurrency,
+                max_keepalive_connections=settings.worker_concurrency,
+            )
+            clients[provider] = sdk.DefaultAsyncHttpxClient(
+                limits=limits, timeout=settings.llm_timeout_s
+            )
+        return clients[provider]
+
+    def llm(provider: str, model: str) -> Llm:
+        if provider == "anthropic":
+            return Llm(_anthropic(settings, model, client_for(provider)), model, ANTHROPIC_OPTIONS)
+        return Llm(_openai(settings, model, client_for(provider)), model, direct=True)
+
+    return Models(
+        llm(settings.router_provider, settings.router_model),
+        llm(settings.response_provider, settings.response_model),
+        list(clients.values()),
+    )
+
+
+def _openai(settings: Settings, model: str, http_client: Any) -> BaseChatModel:
     from langchain_openai import ChatOpenAI
 
-    if settings.worker_concurrency > LLM_CONNECTIONS:
-        logger.warning(
-            "BERNARD_WORKER_CONCURRENCY=%d is above the %d upstream connections the LLM "
-            "client pools: turns beyond that many wait, silently, for a connection",
-            settings.worker_concurrency,
-            LLM_CONNECTIONS,
-        )
+    return ChatOpenAI(
+        model=model,
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key or "not-needed",
+        stream_usage=True,
+        timeout=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        # Its per-chunk `asyncio.wait_for` swallows a cancel on Python 3.11 when the next
+        # chunk is already buffered, so aborts were lost; `timeout` bounds reads instead.
+        stream_chunk_timeout=None,
+        http_async_client=http_client,
+    )
 
-    def chat(model: str) -> ChatOpenAI:
-        return ChatOpenAI(
-            model=model,
-            base_url=settings.openai_base_url,
-            api_key=settings.openai_api_key or "not-needed",
-            stream_usage=True,
-            timeout=settings.llm_timeout_s,
-            max_retries=settings.llm_max_retries,
-            # Its per-chunk `asyncio.wait_for` swallows a cancel on Python 3.11 when the next
-            # chunk is already buffered, so aborts were lost; `timeout` bounds reads instead.
-            stream_chunk_timeout=None,
-        )
 
-    return (
-        Llm(chat(settings.router_model), settings.router_model),
-        Llm(chat(settings.response_model), settings.response_model),
+# What Anthropic's Messages API takes of the OpenAI options: `user` becomes
+# `metadata.user_id`; `seed` and the penalties do not exist there.
+ANTHROPIC_OPTIONS: dict[str, Callable[[Any], tuple[str, Any]] | None] = {
+    "max_tokens": None,
+    "temperature": None,
+    "top_p": None,
+    "stop": None,
+    "user": lambda user: ("metadata", {"user_id": user}),
+}
+
+
+def _anthropic(settings: Settings, model: str, http_client: Any) -> BaseChatModel:
+    from langchain_anthropic import ChatAnthropic
+
+    class OwnClientChatAnthropic(ChatAnthropic):
+        """`ChatAnthropic` on the worker's client: its own is cached for the process."""
+
+        @cached_property
+        def _async_client(self) -> Any:
+            return anthropic.AsyncClient(**self._client_params, http_client=http_client)
+
+    return OwnClientChatAnthropic(
+        model=model,
+        base_url=settings.anthropic_base_url,
+        api_key=settings.anthropic_api_key or "not-needed",
+        timeout=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        stream_usage=True,
     )

@@ -1,8 +1,10 @@
 """The arq entry point: `arq worker.main.WorkerSettings`.
 
-One job, `run_turn(turn_id)`. Each worker process runs up to `BERNARD_WORKER_CONCURRENCY`
-turns at once (turns wait on the network, not the CPU), picks new ones up through the
-wake list of `worker.queue`, and keeps no arq results: a turn's output lives in its stream.
+Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
+`summarize_conversation(owner, conversation_id)` when a conversation outgrew its prompts. Each
+worker process runs up to `BERNARD_WORKER_CONCURRENCY` turns at once (turns wait on the
+network, not the CPU), picks new ones up through the wake list of `worker.queue`, and keeps
+no arq results: a turn's output lives in its stream.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 from arq import func
 from arq.worker import Worker
 from langchain_core.tools import BaseTool
@@ -22,11 +25,16 @@ from langchain_core.tools import BaseTool
 from shared.connection import connect
 from shared.logs import configure_logging
 from shared.queue import RUN_TURN
+from shared.records import SUMMARIZE
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
-from worker.llm import build_llms
+from shared.timers import FIRE_TIMER, fire_timer
+from worker.llm import Models, build_models
 from worker.queue import WakeWorker
+from worker.summaries import summarize
 from worker.supervisor import TurnSupervisor
+from worker.tools.catalog import publish_tools
+from worker.tools.runtime import http_client
 from worker.turn import turn_events
 
 logger = logging.getLogger("bernard.worker")
@@ -36,20 +44,24 @@ async def startup(ctx: dict[str, Any]) -> None:
     configure_logging()
     settings: Settings = ctx.get("settings") or get_settings()
     redis = connect(settings.redis_url)
-    router, responder = build_llms(settings)
+    models = build_models(settings)
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     supervisor = TurnSupervisor(
         redis,
         settings,
-        router=router,
-        responder=responder,
+        router=models.router,
+        responder=models.responder,
         turn_events=turn_events,
         worker_id=worker_id,
-        # None: the default tools. Set by `create_worker(tools=...)` (embedding, tests).
+        # None: the tools the settings enable. Set by `create_worker(tools=...)` (tests).
         tools=ctx.get("tools"),
+        http=(http := http_client(settings, ctx.get("tool_transport"))),
     )
     await supervisor.start()
-    ctx.update(settings=settings, bernard_redis=redis, supervisor=supervisor)
+    await publish_tools(redis, supervisor.tools, settings)
+    ctx.update(
+        settings=settings, bernard_redis=redis, supervisor=supervisor, models=models, http=http
+    )
     # Modules, LangChain's and pydantic's machinery, the clients: all live as long as the
     # process. Frozen, they are no longer scanned by the collector's full passes, which
     # otherwise stalled the worker's loop for 100-130 ms (every turn in flight stalled, the
@@ -76,6 +88,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
     if "supervisor" in ctx:
         await ctx["supervisor"].stop()
         await ctx["bernard_redis"].aclose()
+        await ctx["models"].aclose()
+        await ctx["http"].aclose()
 
 
 async def run_turn(ctx: dict[str, Any], turn_id: str) -> str:
@@ -84,11 +98,38 @@ async def run_turn(ctx: dict[str, Any], turn_id: str) -> str:
     return await supervisor.run(turn_id)
 
 
+async def fire(ctx: dict[str, Any], owner: str, timer_id: str) -> str:
+    """A timer is due: ring it (shared/timers.py)."""
+    settings: Settings = ctx["settings"]
+    return await fire_timer(
+        ctx["bernard_redis"],
+        owner,
+        timer_id,
+        retention_s=settings.conversation_retention_s,
+        queue_name=settings.queue_name,
+    )
+
+
+async def summarize_conversation(
+    ctx: dict[str, Any], owner: str, conversation_id: str, until: int
+) -> str:
+    """Fold a conversation's older messages into its summary (worker/summaries.py)."""
+    models: Models = ctx["models"]
+    return await summarize(
+        ctx["bernard_redis"], models.router, ctx["settings"], owner, conversation_id, until
+    )
+
+
 def worker_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for arq's `Worker`, from Bernard's settings."""
     return {
         # max_tries=1: a job delivered again after a crash must not run the turn again.
-        "functions": [func(run_turn, name=RUN_TURN, max_tries=1)],
+        "functions": [
+            func(run_turn, name=RUN_TURN, max_tries=1),
+            # A timer fires once however often its job runs (shared/timers.py): retried.
+            func(fire, name=FIRE_TIMER, max_tries=3),
+            func(summarize_conversation, name=SUMMARIZE, max_tries=1),
+        ],
         "on_startup": startup,
         "on_shutdown": shutdown,
         "queue_name": settings.queue_name,
@@ -107,14 +148,23 @@ def worker_options(settings: Settings) -> dict[str, Any]:
 
 
 def create_worker(
-    settings: Settings, *, tools: Sequence[BaseTool] | None = None, **overrides: Any
+    settings: Settings,
+    *,
+    tools: Sequence[BaseTool] | None = None,
+    tool_transport: httpx.AsyncBaseTransport | None = None,
+    **overrides: Any,
 ) -> Worker:
     """A worker for `settings`, as the embedded mode and the tests run it.
 
-    `tools` replaces the tools the router may call (default: `default_tools()`).
+    `tools` replaces the tools the router may call (default: those the settings enable,
+    `enabled_tools`); `tool_transport` replaces the transport of the tools' HTTP client.
     """
     options = worker_options(settings)
-    options["ctx"] = {"settings": settings, "tools": list(tools) if tools is not None else None}
+    options["ctx"] = {
+        "settings": settings,
+        "tools": list(tools) if tools is not None else None,
+        "tool_transport": tool_transport,
+    }
     return WakeWorker(**{**options, **overrides})
 
 

@@ -9,7 +9,11 @@ stream only carries a cut version).
 
 Each message is written exactly once: the request's new messages at the start (the
 client resends the whole history; `append_new_messages` keeps only what is new), and this
-turn's tool-call messages, tool results and final answer once the turn has completed.
+turn's tool-call messages, tool results and final answer once the turn has completed. A
+call's record holds what is not stored elsewhere (model, timing, usage; a tool's whole
+output), never the prompt, whose messages the conversation already holds.
+
+A conversation deleted while its turn runs is not recreated: the turn goes on, unrecorded.
 """
 
 from __future__ import annotations
@@ -18,19 +22,29 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
 from redis.exceptions import RedisError
 
 from shared.events import Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
-from shared.records import ConversationNotFoundError, Message, Recorder, new_call_id
+from shared.records import (
+    ConversationNotFoundError,
+    Message,
+    Recorder,
+    new_call_id,
+    to_openai_message,
+)
 from worker.context import TurnContext
 
-__all__ = ["TurnRecording", "as_history"]
+__all__ = ["EXPIRED_CALL", "TurnRecording", "as_history"]
 
 logger = logging.getLogger("bernard.worker")
+
+# The result a tool call gets when nobody decided on it before its proposal lapsed.
+EXPIRED_CALL = "Not run: the user did not confirm this in time."
 
 
 class TurnRecording:
@@ -47,13 +61,39 @@ class TurnRecording:
         # Tool calls started and not yet completed, by the model's tool call id.
         self._tool_calls: dict[str, tuple[str, float]] = {}
         self._writes = OrderedWrites()
+        # Set once a write found the conversation gone (deleted): nothing more is written.
+        self.deleted = False
 
-    async def begin(self) -> None:
-        """Store the request's new messages; the stored conversation becomes the history."""
-        continuation = await self.recorder.append_new_messages(
-            self.conversation_id, self.ctx.request.messages
-        )
-        self.ctx.history = as_history(continuation.history)
+    async def begin(self) -> list[Message]:
+        """Store the request's new messages and return the rows stored; the latest rows of
+        the conversation (as many as a request may hold) go to the memory stage, which
+        picks what the prompts hold (worker/harness/memory.py).
+
+        Tool calls a paused turn left waiting, and nobody decided on in time, are answered
+        first ("not run"), unless this turn carries the decisions: a prompt may not hold a
+        tool call without its result.
+        """
+        settings = self.ctx.settings
+        stored: list[Message] = []
+        try:
+            if not self.ctx.request.resume:
+                stored += await self.recorder.answer_open_calls(
+                    self.conversation_id,
+                    EXPIRED_CALL,
+                    turn_id=self.ctx.turn_id,
+                    window=settings.max_messages,
+                )
+            continuation = await self.recorder.append_new_messages(
+                self.conversation_id,
+                self.ctx.request.messages,
+                window=settings.max_messages,
+                turn_id=self.ctx.turn_id,
+            )
+        except ConversationNotFoundError:
+            self._forget()
+            return []
+        self.ctx.stored = continuation.history  # the memory stage picks the prompt's share
+        return [*stored, *continuation.new]
 
     def observe(self, event: Event) -> None:
         """Queue the record of what `event` stands for (events without one are ignored).
@@ -62,43 +102,48 @@ class TurnRecording:
         """
         ctx = self.ctx
         match event:
+            case _ if self.deleted:
+                return
             case LlmPrompt():
                 call_id = new_call_id()
                 self._llm_call = (call_id, time.perf_counter())
                 self._writes.add(
-                    self.recorder.llm_call_started(
-                        self.conversation_id,
-                        ctx.turn_id,
-                        event.stage,
-                        event.model,
-                        # The prompt repeats the history on every call: kept only when the
-                        # client asked to trace this turn.
-                        messages=event.messages if ctx.request.trace else None,
-                        call_id=call_id,
+                    self._unless_deleted(
+                        self.recorder.llm_call_started(
+                            self.conversation_id,
+                            ctx.turn_id,
+                            event.stage,
+                            event.model,
+                            call_id=call_id,
+                        )
                     )
                 )
             case LlmCallComplete() if self._llm_call is not None:
                 call_id, _ = self._llm_call
                 self._llm_call = None
                 self._writes.add(
-                    self.recorder.llm_call_completed(
-                        self.conversation_id,
-                        call_id,
-                        latency_ms=event.latency_ms,
-                        usage=event.usage,
+                    self._unless_deleted(
+                        self.recorder.llm_call_completed(
+                            self.conversation_id,
+                            call_id,
+                            latency_ms=event.latency_ms,
+                            usage=event.usage,
+                        )
                     )
                 )
             case ToolCall():
                 call_id = new_call_id()
                 self._tool_calls[event.id] = (call_id, time.perf_counter())
                 self._writes.add(
-                    self.recorder.tool_call_started(
-                        self.conversation_id,
-                        ctx.turn_id,
-                        tool_call_id=event.id,
-                        name=event.name,
-                        arguments=event.arguments,
-                        call_id=call_id,
+                    self._unless_deleted(
+                        self.recorder.tool_call_started(
+                            self.conversation_id,
+                            ctx.turn_id,
+                            tool_call_id=event.id,
+                            name=event.name,
+                            arguments=event.arguments,
+                            call_id=call_id,
+                        )
                     )
                 )
             case ToolResult() if event.tool_call_id in self._tool_calls:
@@ -106,21 +151,61 @@ class TurnRecording:
                 # The event's content may be cut for the stream; the record is the whole output.
                 message = _tool_message(ctx.tool_messages, event.tool_call_id)
                 self._writes.add(
-                    self.recorder.tool_call_completed(
-                        self.conversation_id,
-                        call_id,
-                        latency_ms=(time.perf_counter() - started) * 1000,
-                        content=str(message.content) if message else event.content,
-                        status="error" if message and message.status == "error" else "success",
+                    self._unless_deleted(
+                        self.recorder.tool_call_completed(
+                            self.conversation_id,
+                            call_id,
+                            latency_ms=(time.perf_counter() - started) * 1000,
+                            content=str(message.content) if message else event.content,
+                            status="error" if message and message.status == "error" else "success",
+                        )
                     )
                 )
 
-    async def finish(self) -> None:
-        """The turn completed: wait for its call records, then store its tool-call
-        messages, tool results and answer."""
+    async def finish(self) -> list[Message]:
+        """The turn completed or paused: wait for its call records, then store its
+        tool-call messages, tool results and answer (a paused turn has none yet, but its
+        proposals); return the rows stored."""
         await self._writes.drain()
-        answer = AIMessage(content="".join(self.ctx.content))
-        await self.recorder.append_messages(self.conversation_id, [*self.ctx.tool_messages, answer])
+        if self.deleted:
+            return []
+        ctx = self.ctx
+        messages: list[BaseMessage] = list(ctx.tool_messages)
+        if not ctx.paused:
+            messages.append(AIMessage(content="".join(ctx.content)))
+        rows = await self._unless_deleted(
+            self.recorder.append_messages(self.conversation_id, messages, turn_id=ctx.turn_id)
+        )
+        if ctx.paused and not self.deleted:
+            proposals = [asdict(proposal) for proposal in ctx.pending]
+            await self._unless_deleted(self.recorder.propose(self.conversation_id, proposals))
+        if ctx.summary_until is not None and not self.deleted:
+            # Off the turn's path: a job on the workers' queue, one pending at a time.
+            await self.recorder.request_summary(
+                self.conversation_id, ctx.summary_until, ctx.settings.queue_name
+            )
+        return list(rows or [])
+
+    async def _unless_deleted(self, write: Coroutine[Any, Any, Any]) -> Any:
+        """Run a record write and return what it returns; a conversation found deleted
+        stops the recording (and the write returns None)."""
+        if self.deleted:
+            write.close()
+            return None
+        try:
+            return await write
+        except ConversationNotFoundError:
+            self._forget()
+            return None
+
+    def _forget(self) -> None:
+        if not self.deleted:
+            logger.info(
+                "conversation %s was deleted during turn %s: not recorded",
+                self.conversation_id,
+                self.ctx.turn_id,
+            )
+        self.deleted = True
 
     async def fail(self, error: BaseException) -> None:
         """The turn failed or was stopped: close the calls still open as failed.
@@ -133,6 +218,8 @@ class TurnRecording:
             message = getattr(error, "message", None) or str(error) or type(error).__name__
         try:
             await self._writes.drain()
+            if self.deleted:
+                return
             if self._llm_call is not None:
                 call_id, started = self._llm_call
                 self._llm_call = None
@@ -194,11 +281,13 @@ class OrderedWrites:
             self._queue.popleft().close()
 
 
-def as_history(stored: list[Message]) -> list[BaseMessage]:
-    """Stored conversation messages as LangChain messages, oldest first."""
-    # A stored assistant message may have `content: null` (tool calls only); LangChain
-    # wants text.
-    cleaned: list[dict[str, Any]] = [{**m, "content": m.get("content") or ""} for m in stored]
+def as_history(stored: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
+    """Stored conversation rows as LangChain messages, oldest first."""
+    # Only the OpenAI fields (a row also has its id, turn and time); a stored assistant
+    # message may have `content: null` (tool calls only), and LangChain wants text.
+    cleaned: list[dict[str, Any]] = [
+        {**(openai := to_openai_message(m)), "content": openai.get("content") or ""} for m in stored
+    ]
     return list(convert_to_messages(cleaned))
 
 

@@ -11,6 +11,9 @@ Cancellation, once: a stop request cancels the task running the turn. The cancel
 catches `CancelledError`, writes `done` with status `cancelled` and returns normally, so arq
 never sees a `CancelledError` escape (arq would then run the job again). When arq itself
 cancels the job (a worker shutting down), the turn ends `failed` with `worker_shutdown`.
+
+Every way a turn ends is one of shared/endings.py's; nothing that goes wrong inside a turn,
+the request it was given included, escapes as anything but a terminal `done`.
 """
 
 from __future__ import annotations
@@ -21,22 +24,28 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 
+import httpx
 from langchain_core.tools import BaseTool
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.events import Done, Event
+from shared.endings import completed, ended
+from shared.errors import ErrorCode
+from shared.events import Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
 from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
-from shared.streams import StreamBatcher, StreamWriter
+from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turns import TurnRecord, TurnStore
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
-from worker.tools import default_tools
+from worker.tools import enabled_tools
+from worker.tools.runtime import ToolRuntime
 
 logger = logging.getLogger("bernard.worker")
+# An error message a client reads is cut to this: it may quote what the client sent.
+_MESSAGE_CHARS = 500
 
 # The turn runner: the context, and the recorder it alone may write the turn's records with.
 TurnEvents = Callable[[TurnContext, Recorder | None], AsyncIterator[Event]]
@@ -55,6 +64,7 @@ class TurnSupervisor:
         turn_events: TurnEvents,
         worker_id: str,
         tools: Sequence[BaseTool] | None = None,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
@@ -62,8 +72,9 @@ class TurnSupervisor:
         self.responder = responder
         self.turn_events = turn_events
         self.worker_id = worker_id
-        self.tools = list(tools) if tools is not None else default_tools()
-        self.records = RecordKeeper(redis)
+        self.tools = list(tools) if tools is not None else enabled_tools(settings)
+        # The HTTP client the tools share (worker/tools/runtime.py); the worker owns it.
+        self.http = http
         self.streams = StreamBatcher(redis, maxlen=settings.stream_maxlen)
         self.store = TurnStore(
             redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
@@ -103,7 +114,7 @@ class TurnSupervisor:
             logger.info("turn %s not run: it is %s", turn_id, claim.outcome)
             return claim.outcome
         if claim.cancel_requested:
-            await self.store.finish(turn_id, Done(status="cancelled"))
+            await self.store.end(turn_id, claim.record.owner, ErrorCode.TURN_CANCELLED)
             return "cancelled"
         task = asyncio.create_task(self._execute(claim.record))
         self._running[turn_id] = task
@@ -129,59 +140,97 @@ class TurnSupervisor:
             task.cancel()
 
     async def _execute(self, record: TurnRecord) -> str:
-        turn_id = record.id
+        turn_id, owner = record.id, record.owner
+        writer = self.streams.writer(turn_id)
+        ctx: TurnContext | None = None
+        try:
+            # Inside the `try`: a request the API let through that still cannot be made
+            # into a turn ends the turn `invalid_turn`, never as a lost worker.
+            try:
+                ctx = self._context(record)
+            except (ValueError, TypeError, KeyError) as exc:
+                logger.warning("turn %s has a request it cannot run: %s", turn_id, exc)
+                message = f"the request could not be run as a turn: {exc}"[:_MESSAGE_CHARS]
+                await self.store.end(turn_id, owner, ErrorCode.INVALID_TURN, message)
+                return "failed"
+            records = RecordKeeper(
+                self.redis, owner, retention_s=self.settings.conversation_retention_s
+            )
+            async with asyncio.timeout(self.settings.turn_timeout_s):
+                turn = self.turn_events(ctx, records.as_recorder())
+                async with aclosing(turn) as events:  # type: ignore[type-var]
+                    async for event in events:
+                        if _visible(event, record):
+                            await writer.write(event)
+                await writer.flush()
+        except TurnOverError:
+            # Its stream refused a write: another process ended the turn (a reaper took
+            # this worker for dead) or its record is gone.
+            await self._abandon(writer, owner)
+            return "lost"
+        except asyncio.CancelledError:
+            reason = self._stop_reason.get(turn_id)
+            if reason == "lost":
+                await self._abandon(writer, owner)
+                return "lost"
+            await _flush_quietly(writer)
+            if reason == "cancelled":
+                done = ended(ErrorCode.TURN_CANCELLED)
+                done.usage = ctx.usage if ctx is not None else None
+                await self.store.finish(turn_id, owner, done)
+                return "cancelled"
+            await self.store.end(turn_id, owner, ErrorCode.WORKER_SHUTDOWN)
+            raise
+        except TimeoutError:
+            await _flush_quietly(writer)
+            await self.store.end(turn_id, owner, ErrorCode.TURN_TIMEOUT)
+            return "failed"
+        except LlmError as exc:
+            await _flush_quietly(writer)
+            await self.store.end(turn_id, owner, exc.code, exc.message)
+            return "failed"
+        except Exception:
+            logger.exception("turn %s failed", turn_id)
+            await _flush_quietly(writer)
+            await self.store.end(turn_id, owner, ErrorCode.INTERNAL_ERROR)
+            return "failed"
+        assert ctx is not None
+        done = completed(ctx.finish_reason, ctx.usage)
+        if ctx.paused:
+            done.status = "awaiting_confirmation"
+        await self.store.finish(turn_id, owner, done, result=ctx.result())
+        return done.status
+
+    async def _abandon(self, writer: StreamWriter, owner: str) -> None:
+        """Stop a turn that is over for this worker: another process ended it, its record
+        is gone, or its lease lapsed (so it is taken for dead). Ending it `worker_lost` does
+        what a reaper would: nothing if it already ended, drop the orphaned stream if its
+        record is gone (nothing queued may recreate it), end it if nobody has yet."""
+        writer.discard()
+        await _flush_quietly(writer)  # a write already in flight lands first
+        await self.store.end(writer.key, owner, ErrorCode.WORKER_LOST)
+
+    def _context(self, record: TurnRecord) -> TurnContext:
         ctx = TurnContext.for_request(
-            turn_id,
+            record.id,
             record.request,
             self.settings,
             self.router,
             self.responder,
             tools=self.tools,
             conversation_id=record.conversation_id,
-            archivist=self.records.as_archivist(),
+            archivist=RecordKeeper(
+                self.redis, record.owner, retention_s=self.settings.conversation_retention_s
+            ).as_archivist(),
         )
-        recorder = self.records.as_recorder()
-        writer = self.streams.writer(turn_id)
-        try:
-            async with asyncio.timeout(self.settings.turn_timeout_s):
-                turn = self.turn_events(ctx, recorder)
-                async with aclosing(turn) as events:  # type: ignore[type-var]
-                    async for event in events:
-                        await writer.write(event)
-                await writer.flush()
-        except asyncio.CancelledError:
-            reason = self._stop_reason.get(turn_id)
-            if reason == "lost":
-                # Nothing to finish: the turn already ended, or its record is gone (then
-                # this drops the orphaned stream, and nothing queued may recreate it).
-                writer.discard()
-                await _flush_quietly(writer)  # a write already in flight lands first
-                await self.store.finish(turn_id, Done(status="failed"))
-                return "lost"
-            await _flush_quietly(writer)
-            if reason == "cancelled":
-                await self.store.finish(turn_id, Done(status="cancelled", usage=ctx.usage))
-                return "cancelled"
-            await self.store.fail(
-                turn_id, "the worker shut down during the turn", "worker_shutdown"
-            )
-            raise
-        except TimeoutError:
-            await _flush_quietly(writer)
-            await self.store.fail(turn_id, "the turn took too long and was stopped", "turn_timeout")
-            return "failed"
-        except LlmError as exc:
-            await _flush_quietly(writer)
-            await self.store.fail(turn_id, exc.message, exc.code)
-            return "failed"
-        except Exception:
-            logger.exception("turn %s failed", turn_id)
-            await _flush_quietly(writer)
-            await self.store.fail(turn_id, "the turn failed inside Bernard", "internal_error")
-            return "failed"
-        done = Done(status="completed", finish_reason=ctx.finish_reason, usage=ctx.usage)
-        await self.store.finish(turn_id, done, result=ctx.result())
-        return "completed"
+        ctx.runtime = ToolRuntime(
+            owner=record.owner,
+            redis=self.redis,
+            settings=self.settings,
+            http=self.http,
+            conversation_id=record.conversation_id,
+        )
+        return ctx
 
     # -- background loops ----------------------------------------------------------------
 
@@ -209,7 +258,19 @@ class TurnSupervisor:
                 logger.warning("reaping failed (%s); retrying", exc)
 
 
+def _visible(event: Event, record: TurnRecord) -> bool:
+    """Whether the event goes into the stream, which holds what its client can read:
+    model-call traces (the whole prompt, each call) only when the client asked to trace the
+    turn, stored rows only for a conversation client."""
+    if isinstance(event, LlmPrompt | LlmCallComplete | Memory):
+        return record.request.trace
+    if isinstance(event, MessageStored):
+        return record.request.kind == "conversation"
+    return True
+
+
 async def _flush_quietly(writer: StreamWriter) -> None:
-    """Push out what the turn yielded before it ended; a Redis failure must not mask why."""
-    with contextlib.suppress(RedisError, OSError):
+    """Push out what the turn yielded before it ended; a Redis failure, or a turn already
+    ended elsewhere, must not mask why."""
+    with contextlib.suppress(RedisError, OSError, TurnOverError):
         await writer.flush()

@@ -1,13 +1,15 @@
 """The turn runner: chains the harnesses into one stream of events, and records the turn.
 
-router → memory → response for a chat turn; the response harness alone for a legacy
-completion. Each harness is an async generator; the runner chains them into a `Sequencer`
-and yields their events in order, the moment each is produced.
+memory → router → response for a chat turn (memory → resume → router → response for one
+that carries the user's decisions on a paused turn's tool calls); the response harness
+alone for a legacy completion. Each harness is an async generator; the runner chains them
+into a `Sequencer` and yields their events in order, the moment each is produced.
 
 The runner alone records (seed 002). When the turn belongs to a conversation and a
 `Recorder` is given, it stores the request's new messages first and runs the turn on the
 stored history, records each model and tool call as its events pass, and stores this turn's
-messages once the turn has completed. Harnesses only ever see the read-only `Archivist`.
+messages once the turn has completed (or paused for the user's decision); each row stored
+is also an event (`message`). Harnesses only ever see the read-only `Archivist`.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
-from shared.events import Event
-from shared.records import Recorder
+from shared.events import Event, MessageStored
+from shared.records import Recorder, row_of
 from worker.context import TurnContext
 from worker.harness.memory import memory_harness
 from worker.harness.response import response_harness
+from worker.harness.resume import resume_harness
 from worker.harness.router import router_harness
 from worker.recording import TurnRecording
 from worker.sequencer import Sequencer
@@ -33,7 +36,9 @@ def stages(ctx: TurnContext) -> list[Harness]:
     """The harnesses this turn runs, in order."""
     if ctx.request.kind == "completion":
         return [response_harness]
-    return [router_harness, memory_harness, response_harness]
+    if ctx.request.resume:
+        return [memory_harness, resume_harness, router_harness, response_harness]
+    return [memory_harness, router_harness, response_harness]
 
 
 async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> AsyncIterator[Event]:
@@ -41,7 +46,8 @@ async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> Asy
     recording: TurnRecording | None = None
     if recorder is not None and ctx.conversation_id is not None:
         recording = TurnRecording(recorder, ctx)
-        await recording.begin()
+        for row in await recording.begin():
+            yield MessageStored(row=row_of(row))
 
     sequencer: Sequencer[Event] = Sequencer()
     # Harness generators start only when the sequencer reaches them, so chaining them all
@@ -63,4 +69,5 @@ async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> Asy
             await recording.fail(exc)
         raise
     if recording is not None:
-        await recording.finish()
+        for row in await recording.finish():
+            yield MessageStored(row=row_of(row))

@@ -7,12 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Response
 
 from api.auth import Owner
-from api.conversations import resolve_conversation
-from api.pipeline import check_model, create_turn, respond
+from api.conversations import open_conversation
+from api.json_route import OrjsonRoute
+from api.pipeline import check_model, start_turn
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
 
-router = APIRouter()
+router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
 
 
@@ -25,18 +26,23 @@ async def chat_completions(
 ) -> Response:
     """Run one agent turn; stream its events (`stream: true`) or answer one completion."""
     body.check_honourable()
+    body.check_limits(state.settings)
     check_model(body.model)
-    conversation_id = await resolve_conversation(
-        state.redis, owner, body.conversation_id or x_bernard_conversation_id
-    )
-    record = await create_turn(state, owner, body.to_turn(), conversation_id)
-    return await respond(state, record)
+    requested = body.conversation_id or x_bernard_conversation_id
+    retention_s = state.settings.conversation_retention_s
+
+    async def conversation(turn_id: str) -> str:
+        return await open_conversation(
+            state.redis, state.store, owner, requested, turn_id, retention_s=retention_s
+        )
+
+    return await start_turn(state, owner, body.to_turn(), conversation)
 
 
 @router.post("/completions")
 async def completions(owner: Owner, state: State, body: CompletionRequest) -> Response:
     """Legacy text completion: the response model alone, same pipeline."""
     body.check_honourable()
+    body.check_limits(state.settings)
     check_model(body.model)
-    record = await create_turn(state, owner, body.to_turn())
-    return await respond(state, record)
+    return await start_turn(state, owner, body.to_turn())

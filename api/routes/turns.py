@@ -6,30 +6,38 @@ probed across users.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, Header, Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from api.auth import Owner
+from api.cursors import BadCursorError, locate, parse_cursor
 from api.encoding import encoder_for
-from api.errors import ApiError
-from api.pipeline import SSE_HEADERS, stream_response, turn_headers, turn_object
-from api.relay import valid_cursor
+from api.errors import ApiError, invalid
+from api.pipeline import SSE_HEADERS, attach, stream_response, turn_headers, turn_object
+from api.relay import sse
 from api.state import AppState, get_state
 from shared import keys
 from shared.cancel import request_cancel
+from shared.errors import ErrorCode
+from shared.events import Done
 from shared.turns import TurnRecord
 
 router = APIRouter()
 State = Annotated[AppState, Depends(get_state)]
+# How long `cancel` waits for the turn to end before answering it as it then stands: a
+# running turn stops within milliseconds; a dead worker's within a lease.
+CANCEL_WAIT_S = 5.0
 
 
 async def _owned_turn(state: AppState, turn_id: str, owner: str) -> TurnRecord:
     record = await state.store.get(turn_id)
     if record is None or record.owner != owner:
-        raise ApiError(404, f"no turn with id '{turn_id}'", param="turn_id", code="turn_not_found")
+        raise ApiError(
+            404, f"no turn with id '{turn_id}'", param="turn_id", code=ErrorCode.TURN_NOT_FOUND
+        )
     return record
 
 
@@ -40,11 +48,21 @@ async def get_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any]:
 
 @router.post("/turns/{turn_id}/cancel")
 async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any]:
-    """Stop the turn from any API process; idempotent, answers the turn as it now stands."""
+    """Stop the turn from any API process; idempotent. Answers the turn once it has ended
+    (or as it stands after `CANCEL_WAIT_S`)."""
     record = await _owned_turn(state, turn_id, owner)
-    if not record.finished:
-        await request_cancel(state.redis, turn_id, ttl_s=state.settings.turn_retention_s)
-    return turn_object(record)
+    if record.finished:
+        return turn_object(record)
+    await request_cancel(state.redis, turn_id, ttl_s=state.settings.turn_retention_s)
+    if record.status == "queued":
+        # No worker has it yet, and there may be none: end it here, unless one took it
+        # meanwhile (then that worker ends it, having heard the cancel).
+        await state.store.end(turn_id, owner, ErrorCode.TURN_CANCELLED, condition="queued")
+    with contextlib.suppress(TimeoutError):
+        async with state.hub.read(turn_id) as reader:
+            while not isinstance((await reader.next(wait_s=CANCEL_WAIT_S))[1].event, Done):
+                pass
+    return turn_object(await state.store.get(turn_id) or record)
 
 
 @router.get("/turns/{turn_id}/events")
@@ -57,48 +75,25 @@ async def turn_events(
 ) -> Response:
     """The turn's SSE from the start, or strictly after `Last-Event-ID` (or `?after=`)."""
     record = await _owned_turn(state, turn_id, owner)
-    cursor = last_event_id or after
-    if not valid_cursor(cursor):
-        raise ApiError(400, f"malformed event id '{cursor}'", param="after", code="invalid_value")
+    try:
+        cursor = parse_cursor(last_event_id or after)
+    except BadCursorError as exc:
+        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
     if not await state.redis.exists(keys.events(turn_id)):
         if record.finished:
             return _compacted_replay(record)
-        raise ApiError(404, f"turn '{turn_id}' has no events", code="turn_not_found")
-    return await stream_response(state, record, after=cursor)
+        raise ApiError(404, f"turn '{turn_id}' has no events", code=ErrorCode.TURN_NOT_FOUND)
+    try:
+        resume = await locate(state.redis, encoder_for(record), turn_id, cursor)
+    except BadCursorError as exc:
+        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
+    return stream_response(state, record, await attach(state, record), resume)
 
 
 def _compacted_replay(record: TurnRecord) -> Response:
-    """After the stream's retention: the stored result as one content frame, finish, [DONE]."""
-    encoder = encoder_for(record)
-    body = encoder.body(record.result or {}, record.conversation_id)
-    frames: list[ServerSentEvent] = []
-    if record.status == "completed":
-        chunk = {
-            "id": body["id"],
-            "object": "chat.completion.chunk" if record.request.kind == "chat" else body["object"],
-            "created": body["created"],
-            "model": body["model"],
-            "bernard": {"type": "replay", "compacted": True},
-        }
-        content = (record.result or {}).get("content", "")
-        finish = body["choices"][0]["finish_reason"]
-        if record.request.kind == "chat":
-            delta = {"role": "assistant", "content": content}
-            choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]
-            final = [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]
-        else:
-            choices = [{"text": content, "index": 0, "logprobs": None, "finish_reason": None}]
-            final = [{"text": "", "index": 0, "logprobs": None, "finish_reason": finish}]
-        frames.append(ServerSentEvent(data=_dumps({**chunk, "choices": choices})))
-        frames.append(ServerSentEvent(data=_dumps({**chunk, "choices": final})))
-    else:
-        error = record.error or {"message": f"the turn {record.status}", "code": record.status}
-        frames.append(ServerSentEvent(data=_dumps({"error": {**error, "param": None}})))
-    frames.append(ServerSentEvent(data="[DONE]"))
+    """After the stream's retention: the stored result as one content frame, the ending
+    (shared/endings.py), [DONE]."""
+    frames = [sse(frame) for frame in encoder_for(record).compacted(record)]
     return EventSourceResponse(
         iter(frames), headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600
     )
-
-
-def _dumps(body: dict[str, Any]) -> str:
-    return orjson.dumps(body).decode()

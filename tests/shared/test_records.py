@@ -1,10 +1,16 @@
-"""The record keeper against the real Redis (database 14), and conversation continuation."""
+"""The record keeper against the real Redis, and conversation continuation.
+
+Each test's keeper belongs to an owner of its own, so its keys are its own; the fixture
+deletes exactly those afterwards.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -23,23 +29,31 @@ from shared.records import (
 )
 from tests.conftest import TEST_REDIS_URL
 
-# A database of its own on the test Redis: these tests flush it.
-REDIS_URL = TEST_REDIS_URL.rsplit("/", 1)[0] + "/14"
+
+@pytest.fixture
+def owner() -> str:
+    return f"test-owner-{uuid.uuid4().hex}"
+
+
+def owned_keys(owner: str) -> str:
+    """The pattern of every key an owner's conversations have."""
+    return f"bernard:{{c:{owner}/*"
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
-async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+async def client(request: pytest.FixtureRequest, owner: str) -> AsyncIterator[Redis]:
     # Both client flavours: the worker's raw-bytes client and a decode_responses one.
-    redis = connect(REDIS_URL, decode_responses=request.param)
-    await redis.flushdb()
+    redis = connect(TEST_REDIS_URL, decode_responses=request.param)
     yield redis
-    await redis.flushdb()
+    written = [key async for key in redis.scan_iter(match=owned_keys(owner))]
+    if written:
+        await redis.delete(*written)
     await redis.aclose()
 
 
 @pytest.fixture
-def keeper(client: Redis) -> RecordKeeper:
-    return RecordKeeper(client)
+def keeper(client: Redis, owner: str) -> RecordKeeper:
+    return RecordKeeper(client, owner)
 
 
 def user(text: str) -> dict[str, Any]:
@@ -64,14 +78,16 @@ TOOL_RESULT = {"role": "tool", "content": "4", "tool_call_id": "c1", "name": "ca
 # --- conversations --------------------------------------------------------------------------
 
 
-async def test_a_created_conversation_has_its_owner_and_no_messages(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+async def test_a_created_conversation_has_its_owner_and_no_messages(
+    keeper: RecordKeeper, owner: str
+) -> None:
+    conversation_id = await keeper.create_conversation()
 
     conversation = await keeper.get_conversation(conversation_id)
 
     assert conversation is not None
     assert conversation.id == conversation_id
-    assert conversation.owner == "alice"
+    assert conversation.owner == owner
     assert conversation.message_count == 0
     assert conversation.created_at == conversation.updated_at > 0
 
@@ -80,30 +96,70 @@ async def test_an_unknown_conversation_is_none(keeper: RecordKeeper) -> None:
     assert await keeper.get_conversation("conv_missing") is None
 
 
-async def test_a_chosen_conversation_id_can_be_taken_only_once(keeper: RecordKeeper) -> None:
-    assert await keeper.create_conversation("alice", conversation_id="mine") == "mine"
-
+async def test_a_chosen_conversation_id_can_be_taken_only_once_per_owner(
+    keeper: RecordKeeper, client: Redis, owner: str
+) -> None:
+    assert await keeper.create_conversation("mine") == "mine"
     with pytest.raises(ConversationExistsError):
-        await keeper.create_conversation("bob", conversation_id="mine")
-    conversation = await keeper.get_conversation("mine")
-    assert conversation is not None and conversation.owner == "alice"
+        await keeper.create_conversation("mine")
+
+    # Another owner's "mine" is another conversation: neither sees the other's.
+    other = RecordKeeper(client, f"{owner}-other")
+    try:
+        assert await other.create_conversation("mine") == "mine"
+        await keeper.append_messages("mine", [user("first owner's")])
+        assert await other.messages("mine") == []
+        assert (await keeper.get_conversation("mine")).owner == owner  # type: ignore[union-attr]
+    finally:
+        await other.as_recorder().delete_conversation("mine")
 
 
-async def test_conversation_keys_share_one_hash_slot(keeper: RecordKeeper, client: Redis) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+async def test_conversation_keys_share_one_hash_slot_and_expire(
+    keeper: RecordKeeper, client: Redis, owner: str
+) -> None:
+    conversation_id = await keeper.create_conversation()
     await keeper.append_messages(conversation_id, [user("hi")])
     await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
 
-    stored = sorted(_text(k) for k in await client.keys("*"))
+    stored = sorted(_text(k) for k in await client.keys(owned_keys(owner)))
 
     assert stored == sorted(
         [
-            keys.conversation(conversation_id),
-            keys.conversation_messages(conversation_id),
-            keys.conversation_calls(conversation_id),
+            keys.conversation(owner, conversation_id),
+            keys.conversation_messages(owner, conversation_id),
+            keys.conversation_calls(owner, conversation_id),
         ]
     )
-    assert all(f"{{c:{conversation_id}}}" in key for key in stored)
+    assert all(f"{{c:{owner}/{conversation_id}}}" in key for key in stored)
+    for key in stored:
+        assert 0 < await client.ttl(key) <= keeper.retention_s
+
+
+async def test_using_a_conversation_renews_its_retention(client: Redis, owner: str) -> None:
+    keeper = RecordKeeper(client, owner, retention_s=100)
+    conversation_id = await keeper.create_conversation()
+    meta = keys.conversation(owner, conversation_id)
+    await client.expire(meta, 5)
+
+    await keeper.append_messages(conversation_id, [user("still here")])
+
+    assert await client.ttl(meta) > 5
+    assert await client.ttl(keys.conversation_messages(owner, conversation_id)) > 5
+
+
+async def test_deleting_a_conversation_removes_every_key(
+    keeper: RecordKeeper, client: Redis, owner: str
+) -> None:
+    conversation_id = await keeper.create_conversation()
+    await keeper.append_messages(conversation_id, [user("hi")])
+    await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
+
+    assert await keeper.delete_conversation(conversation_id)
+
+    assert await client.keys(owned_keys(owner)) == []
+    assert not await keeper.delete_conversation(conversation_id)
+    with pytest.raises(ConversationNotFoundError):
+        await keeper.append_messages(conversation_id, [user("again")])
 
 
 # --- messages -------------------------------------------------------------------------------
@@ -112,12 +168,20 @@ async def test_conversation_keys_share_one_hash_slot(keeper: RecordKeeper, clien
 async def test_each_appended_message_is_stored_exactly_once_in_order(
     keeper: RecordKeeper,
 ) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
 
-    assert await keeper.append_messages(conversation_id, [SYSTEM, user("2+2?")]) == 2
-    assert await keeper.append_messages(conversation_id, [ROUTER_STEP, TOOL_RESULT]) == 4
-    assert await keeper.append_messages(conversation_id, [assistant("4")]) == 5
-    assert await keeper.append_messages(conversation_id, []) == 5
+    def ids(rows: list[dict[str, Any]]) -> list[str]:
+        return [row["id"] for row in rows]
+
+    first = await keeper.append_messages(conversation_id, [SYSTEM, user("2+2?")], turn_id="t1")
+    assert ids(first) == ["msg_1", "msg_2"]
+    assert first[1] == {**user("2+2?"), "id": "msg_2", "turn_id": "t1", "created_at": ANY}
+    assert ids(await keeper.append_messages(conversation_id, [ROUTER_STEP, TOOL_RESULT])) == [
+        "msg_3",
+        "msg_4",
+    ]
+    assert ids(await keeper.append_messages(conversation_id, [assistant("4")])) == ["msg_5"]
+    assert await keeper.append_messages(conversation_id, []) == []
 
     assert await keeper.messages(conversation_id) == [
         SYSTEM,
@@ -133,7 +197,7 @@ async def test_each_appended_message_is_stored_exactly_once_in_order(
 
 
 async def test_messages_are_stored_in_openai_shape_only(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     await keeper.append_messages(
         conversation_id,
         [
@@ -165,18 +229,18 @@ async def test_messages_are_stored_in_openai_shape_only(keeper: RecordKeeper) ->
 
 
 async def test_appending_to_an_unknown_conversation_fails_and_writes_nothing(
-    keeper: RecordKeeper, client: Redis
+    keeper: RecordKeeper, client: Redis, owner: str
 ) -> None:
     with pytest.raises(ConversationNotFoundError):
         await keeper.append_messages("conv_missing", [user("hi")])
     with pytest.raises(ConversationNotFoundError):
         await keeper.llm_call_started("conv_missing", "turn_1", "router", "m")
 
-    assert await client.keys("*") == []
+    assert await client.keys(owned_keys(owner)) == []
 
 
 async def test_a_message_without_a_role_is_refused(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
 
     with pytest.raises(ValueError, match="without a role"):
         await keeper.append_messages(conversation_id, [user("ok"), {"content": "no role"}])
@@ -201,7 +265,7 @@ async def test_a_message_without_a_role_is_refused(keeper: RecordKeeper) -> None
 async def test_messages_filter_by_role_then_keep_the_latest(
     keeper: RecordKeeper, roles: Any, limit: int | None, expected: list[str]
 ) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     await keeper.append_messages(
         conversation_id,
         [
@@ -228,12 +292,10 @@ async def test_an_unknown_conversation_has_no_messages_or_calls(keeper: RecordKe
 
 
 async def test_llm_calls_are_recorded_with_latency_and_tokens(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     usage = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
 
-    call_id = await keeper.llm_call_started(
-        conversation_id, "turn_1", "router", "gpt-4o-mini", messages=[SYSTEM, user("hi")]
-    )
+    call_id = await keeper.llm_call_started(conversation_id, "turn_1", "router", "gpt-4o-mini")
     await keeper.llm_call_completed(conversation_id, call_id, latency_ms=250.5, usage=usage)
 
     [call] = await keeper.calls(conversation_id)
@@ -246,12 +308,12 @@ async def test_llm_calls_are_recorded_with_latency_and_tokens(keeper: RecordKeep
     assert call["latency_ms"] == 250.5
     assert call["usage"] == usage
     assert call["error"] is None
-    assert call["messages"] == [SYSTEM, user("hi")]
+    assert "messages" not in call, "the prompt is the conversation's, stored once"
     assert call["completed_at"] >= call["started_at"] > 0
 
 
 async def test_a_failed_or_unfinished_llm_call_says_so(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     failed = await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
     await keeper.llm_call_completed(conversation_id, failed, latency_ms=5, error="timeout")
     running = await keeper.llm_call_started(conversation_id, "turn_1", "response", "m")
@@ -268,7 +330,7 @@ async def test_a_failed_or_unfinished_llm_call_says_so(keeper: RecordKeeper) -> 
 
 
 async def test_tool_calls_store_their_whole_output(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     huge = "x" * 200_000 + "END"
 
     call_id = await keeper.tool_call_started(
@@ -288,7 +350,7 @@ async def test_tool_calls_store_their_whole_output(keeper: RecordKeeper) -> None
 async def test_calls_of_a_turn_come_back_in_start_order_and_filter_by_kind(
     keeper: RecordKeeper,
 ) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     router = await keeper.llm_call_started(conversation_id, "t", "router", "m")
     tool = await keeper.tool_call_started(
         conversation_id, "t", tool_call_id="c1", name="calculator", arguments="{}"
@@ -328,7 +390,7 @@ async def test_the_archivist_cannot_write_and_the_recorder_cannot_read(
     assert not hasattr(recorder, "messages")
     assert not hasattr(recorder, "get_conversation")
 
-    conversation_id = await recorder.create_conversation("alice")
+    conversation_id = await recorder.create_conversation()
     await recorder.append_messages(conversation_id, [user("hi")])
     assert await archivist.messages(conversation_id) == [user("hi")]
 
@@ -439,7 +501,7 @@ def test_new_messages_are_normalised_to_openai_shape() -> None:
 async def test_a_conversation_continued_turn_after_turn_stores_each_message_once(
     keeper: RecordKeeper,
 ) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
 
     # Turn 1: the client sends its system prompt and a question; the worker adds the rest.
     first = await keeper.append_new_messages(conversation_id, [SYSTEM, user("2+2?")])
@@ -454,10 +516,11 @@ async def test_a_conversation_continued_turn_after_turn_stores_each_message_once
         conversation_id, [SYSTEM, user("2+2?"), assistant("4"), user("and 3+3?")]
     )
 
-    assert first.new == [SYSTEM, user("2+2?")]
-    assert second.new == [user("and 3+3?")]
-    assert second.history == [*HISTORY, user("and 3+3?")]
-    assert retry.new == [user("and 3+3?")]
+    assert plain(first.new) == [SYSTEM, user("2+2?")]
+    assert plain(second.new) == [user("and 3+3?")]
+    assert [row["id"] for row in second.new] == ["msg_6"], "rows are numbered in order"
+    assert plain(second.history) == [*HISTORY, user("and 3+3?")]
+    assert plain(retry.new) == [user("and 3+3?")]
     assert await keeper.messages(conversation_id) == [
         *HISTORY,
         user("and 3+3?"),
@@ -467,7 +530,7 @@ async def test_a_conversation_continued_turn_after_turn_stores_each_message_once
 
 
 async def test_concurrent_continuations_append_the_new_turn_once(keeper: RecordKeeper) -> None:
-    conversation_id = await keeper.create_conversation("alice")
+    conversation_id = await keeper.create_conversation()
     await keeper.append_messages(conversation_id, [user("u1"), assistant("a1")])
     request = [user("u1"), assistant("a1"), user("u2")]
 
@@ -476,13 +539,18 @@ async def test_concurrent_continuations_append_the_new_turn_once(keeper: RecordK
     )
 
     assert sorted(len(r.new) for r in results) == [0] * 7 + [1]
-    assert all(r.history == request for r in results)
+    assert all(plain(r.history) == request for r in results)
     assert await keeper.messages(conversation_id) == [user("u1"), assistant("a1"), user("u2")]
 
 
 async def test_continuing_an_unknown_conversation_fails(keeper: RecordKeeper) -> None:
     with pytest.raises(ConversationNotFoundError):
         await keeper.append_new_messages("conv_missing", [user("hi")])
+
+
+def plain(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored rows as the messages they hold (without id, turn and time)."""
+    return [to_openai_message(row) for row in rows]
 
 
 def _text(value: bytes | str) -> str:

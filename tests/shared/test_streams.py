@@ -1,16 +1,23 @@
-"""The worker's stream writer: one write in flight per process, every turn's order kept."""
+"""The worker's stream writer: one write in flight per process, every turn's order kept, and
+nothing lands after a turn's end or in a stream that is gone."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as redis_asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from launcher.redis_server import free_port
 from shared import keys
-from shared.events import Delta, Start, ToolCall
-from shared.streams import StreamBatcher, parse_entries
+from shared.errors import ErrorCode
+from shared.events import Delta, Done, LlmCallComplete, LlmPrompt, Start, ToolCall, encode
+from shared.streams import StreamBatcher, TurnOverError, entry_key, parse_entries
+from shared.turns import SEALED_ID, STREAM_FIELD, TurnStore
 
 
 async def entries(redis: redis_asyncio.Redis, turn_id: str) -> list[object]:
@@ -18,64 +25,225 @@ async def entries(redis: redis_asyncio.Redis, turn_id: str) -> list[object]:
 
 
 @pytest.fixture
-def turn_ids(redis: redis_asyncio.Redis) -> list[str]:
-    return [uuid.uuid4().hex for _ in range(3)]
+async def turn_ids(redis: redis_asyncio.Redis) -> AsyncIterator[list[str]]:
+    """Three running turns whose streams the API opened, deleted afterwards."""
+    ids = [uuid.uuid4().hex for _ in range(3)]
+    for turn_id in ids:
+        await redis.hset(keys.turn(turn_id), mapping={"id": turn_id, "status": "running"})
+        await redis.xadd(keys.events(turn_id), {STREAM_FIELD: encode(Start())})
+    yield ids
+    await redis.delete(*(key(t) for t in ids for key in (keys.turn, keys.events, keys.lease)))
+
+
+def batcher_of(redis: redis_asyncio.Redis) -> StreamBatcher:
+    return StreamBatcher(redis, maxlen=1000)
+
+
+async def written(redis: redis_asyncio.Redis, turn_id: str) -> list[object]:
+    """The entries after the API's `start`."""
+    return (await entries(redis, turn_id))[1:]
 
 
 async def test_each_turn_keeps_its_order_and_its_queued_deltas_join(
     redis: redis_asyncio.Redis, turn_ids: list[str]
 ) -> None:
-    batcher = StreamBatcher(redis, maxlen=1000)
+    batcher = batcher_of(redis)
     writers = [batcher.writer(t) for t in turn_ids]
-    try:
-        for writer in writers:
-            batcher.add(writer.key, Start())  # the first round starts with these
-        for k, writer in enumerate(writers):
-            # Queued before the round goes out: one entry per turn, joined.
-            for piece in ("a", "b", "c"):
-                batcher.add(writer.key, Delta(text=f"{k}{piece}"))
-            batcher.add(writer.key, ToolCall(id="c1", name="t", arguments="{}", index=0))
-        for writer in writers:
-            await writer.flush()
-        for k, turn_id in enumerate(turn_ids):
-            assert await entries(redis, turn_id) == [
-                Start(),
-                Delta(text=f"{k}a{k}b{k}c"),
-                ToolCall(id="c1", name="t", arguments="{}", index=0),
-            ]
-    finally:
-        await redis.delete(*(keys.events(t) for t in turn_ids))
+    for writer in writers:
+        batcher.add(writer.key, ToolCall(id="c0", name="t", arguments="{}", index=0))
+    for k, writer in enumerate(writers):
+        # Queued before the round goes out: one entry per turn, joined.
+        for piece in ("a", "b", "c"):
+            batcher.add(writer.key, Delta(text=f"{k}{piece}"))
+        batcher.add(writer.key, ToolCall(id="c1", name="t", arguments="{}", index=0))
+    for writer in writers:
+        await writer.flush()
+    for k, turn_id in enumerate(turn_ids):
+        assert await written(redis, turn_id) == [
+            ToolCall(id="c0", name="t", arguments="{}", index=0),
+            Delta(text=f"{k}a{k}b{k}c"),
+            ToolCall(id="c1", name="t", arguments="{}", index=0),
+        ]
 
 
 async def test_a_failed_write_surfaces_at_its_own_turn_only(
     redis: redis_asyncio.Redis, turn_ids: list[str]
 ) -> None:
     broken, healthy = turn_ids[0], turn_ids[1]
+    await redis.delete(keys.events(broken))
     await redis.set(keys.events(broken), "not a stream")
-    batcher = StreamBatcher(redis, maxlen=1000)
-    try:
-        bad, good = batcher.writer(broken), batcher.writer(healthy)
-        await bad.write(Delta(text="x"))
-        await good.write(Delta(text="y"))
-        with pytest.raises(ResponseError):
-            await bad.flush()
-        await good.flush()
-        assert await entries(redis, healthy) == [Delta(text="y")]
-    finally:
-        await redis.delete(keys.events(broken), keys.events(healthy))
+    batcher = batcher_of(redis)
+    bad, good = batcher.writer(broken), batcher.writer(healthy)
+    await bad.write(Delta(text="x"))
+    await good.write(Delta(text="y"))
+    with pytest.raises(ResponseError):
+        await bad.flush()
+    await good.flush()
+    assert await written(redis, healthy) == [Delta(text="y")]
 
 
 async def test_a_discarded_turn_writes_nothing_more(
     redis: redis_asyncio.Redis, turn_ids: list[str]
 ) -> None:
-    batcher = StreamBatcher(redis, maxlen=1000)
+    batcher = batcher_of(redis)
     first, second = batcher.writer(turn_ids[0]), batcher.writer(turn_ids[1])
+    batcher.add(first.key, Delta(text="in flight"))
+    batcher.add(second.key, Delta(text="queued"))
+    second.discard()
+    await first.flush()
+    await second.flush()
+    assert await written(redis, turn_ids[1]) == []
+
+
+@pytest.mark.parametrize("code", [ErrorCode.WORKER_LOST, ErrorCode.TURN_CANCELLED])
+async def test_a_turn_ended_elsewhere_takes_no_more_writes(
+    redis: redis_asyncio.Redis, turn_ids: list[str], code: ErrorCode
+) -> None:
+    ended, running = turn_ids[0], turn_ids[1]
+    await redis.hset(keys.turn(ended), "owner", "someone")
+    assert await TurnStore(redis, retention_s=60, stream_maxlen=100).end(ended, "someone", code)
+    batcher = batcher_of(redis)
+    late, live = batcher.writer(ended), batcher.writer(running)
+    await late.write(Delta(text="after the end"))
+    await live.write(Delta(text="on time"))
+    with pytest.raises(TurnOverError):
+        await late.flush()
+    await live.flush()
+    stored = await entries(redis, ended)
+    assert isinstance(stored[-1], Done) and Delta(text="after the end") not in stored
+    assert await written(redis, running) == [Delta(text="on time")]
+
+
+async def test_a_stream_that_is_gone_is_not_recreated(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    """Its record went with it (a Redis restart without persistence): a stream written now
+    could never be read, and would never expire."""
+    await redis.delete(keys.events(turn_ids[0]))
+    writer = batcher_of(redis).writer(turn_ids[0])
+    await writer.write(Delta(text="into nothing"))
+    with pytest.raises(TurnOverError):
+        await writer.flush()
+    assert await redis.exists(keys.events(turn_ids[0])) == 0
+
+
+async def test_a_stream_is_capped_near_its_maxlen(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    batcher = StreamBatcher(redis, maxlen=50)
+    writer = batcher.writer(turn_ids[0])
+    for n in range(500):
+        await writer.write(ToolCall(id=f"c{n}", name="t", arguments="{}", index=n))
+        await writer.flush()  # one entry per round: nothing joins
+    # `MAXLEN ~` trims whole stream nodes (100 entries each by default), never below 50.
+    assert 50 <= await redis.xlen(keys.events(turn_ids[0])) <= 50 + 100
+
+
+@pytest.mark.parametrize(
+    ("entry_id", "key"),
+    [
+        ("1700000000000-3", (1700000000000, 3)),
+        ("0-0", (0, 0)),
+        ("5", (5, 0)),
+        (SEALED_ID, (2**64 - 1, 2**64 - 1)),
+    ],
+)
+def test_an_entry_id_sorts_as_its_two_numbers(entry_id: str, key: tuple[int, int]) -> None:
+    assert entry_key(entry_id) == key
+
+
+def test_entry_ids_order_by_time_then_sequence_not_as_text() -> None:
+    ids = ["10-0", "9-10", "9-9", "9-0", "100-1"]
+    assert sorted(ids, key=entry_key) == ["9-0", "9-9", "9-10", "10-0", "100-1"]
+
+
+async def test_a_write_error_is_raised_once_by_its_turns_next_write(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    broken, healthy = turn_ids[0], turn_ids[1]
+    await redis.delete(keys.events(broken))
+    await redis.set(keys.events(broken), "not a stream")
+    batcher = batcher_of(redis)
+    writer = batcher.writer(broken)
+    batcher.add(broken, ToolCall(id="c0", name="t", arguments="{}", index=0))
+    batcher.add(healthy, Delta(text="same round"))
+    await batcher.flush(healthy)  # the round is over: the broken turn's write failed
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        await writer.write(ToolCall(id="c1", name="t", arguments="{}", index=0))
+    await redis.delete(keys.events(broken))
+    await redis.xadd(keys.events(broken), {STREAM_FIELD: encode(Start())})
+    await writer.write(Delta(text="mended"))
+    await writer.flush()  # raised once: the mended stream takes writes again
+    assert await written(redis, broken) == [Delta(text="mended")]
+
+
+async def test_a_discarded_turn_forgets_its_write_error(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    broken = turn_ids[0]
+    await redis.delete(keys.events(broken))
+    batcher = batcher_of(redis)
+    writer = batcher.writer(broken)
+    await writer.write(Delta(text="into nothing"))
+    with pytest.raises(TurnOverError):
+        await writer.flush()
+    await writer.write(Delta(text="again"))
+    await asyncio.sleep(0.05)
+    writer.discard()
+    await writer.flush()  # nothing is raised: the turn is over and known to be
+
+
+async def test_a_lost_connection_fails_every_turn_of_the_round() -> None:
+    unreachable = redis_asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    batcher = batcher_of(unreachable)
     try:
-        batcher.add(first.key, Start())  # in flight
-        batcher.add(second.key, Delta(text="queued"))
-        second.discard()
-        await first.flush()
-        await second.flush()
-        assert await redis.exists(keys.events(turn_ids[1])) == 0
+        first, second = batcher.writer("t1"), batcher.writer("t2")
+        batcher.add(first.key, Delta(text="a"))
+        batcher.add(second.key, Delta(text="b"))
+        for writer in (first, second):
+            with pytest.raises(RedisConnectionError):
+                await writer.flush()
     finally:
-        await redis.delete(*(keys.events(t) for t in turn_ids))
+        await unreachable.aclose()
+
+
+async def test_queued_deltas_join_only_when_adjacent(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    batcher = batcher_of(redis)
+    key = turn_ids[0]
+    call = ToolCall(id="c", name="t", arguments="{}", index=0)
+    for event in (Delta(text="a"), Delta(text="b"), call, Delta(text="c"), Delta(text="d")):
+        batcher.add(key, event)
+    assert batcher.backlog(key) == 3
+    await batcher.flush(key)
+    assert batcher.backlog(key) == 0
+    assert await written(redis, key) == [Delta(text="ab"), call, Delta(text="cd")]
+
+
+async def test_a_model_call_event_goes_out_once_the_producer_next_waits(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    batcher = batcher_of(redis)
+    writer = batcher.writer(turn_ids[0])
+    prompt = LlmPrompt(stage="respond", model="m", messages=[])
+    await writer.write(prompt)
+    assert batcher.backlog(writer.key) == 1, "still queued: the producer has not waited"
+    await writer.write(Delta(text="a"))
+    assert batcher.backlog(writer.key) == 0, "the round started before the producer went on"
+    await writer.flush()
+    assert await written(redis, turn_ids[0]) == [prompt, Delta(text="a")]
+
+
+async def test_a_producer_that_never_waits_is_held_back_past_1000_queued_events(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    batcher = batcher_of(redis)
+    writer = batcher.writer(turn_ids[0])
+    done = LlmCallComplete(stage="respond", model="m", latency_ms=1)
+    for _ in range(1000):
+        await writer.write(done)  # model-call events do not yield: they pile up
+    assert batcher.backlog(writer.key) == 1000
+    await writer.write(done)  # one too many: this write waits until all are in Redis
+    assert batcher.backlog(writer.key) == 0
+    assert await redis.xlen(keys.events(turn_ids[0])) == 1 + 1001

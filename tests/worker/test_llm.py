@@ -1,25 +1,100 @@
-"""Building the worker's models from the settings."""
+"""The worker's models: one upstream HTTP client, sized to the worker and owned by it."""
 
 from __future__ import annotations
 
-import logging
+import asyncio
+from contextlib import aclosing
 
-import pytest
+from langchain_core.messages import HumanMessage
 
 from tests.conftest import make_settings
-from tests.upstream import ScriptedUpstream
-from worker.llm import LLM_CONNECTIONS, build_llms
+from tests.upstream import Reply, ScriptedUpstream
+from worker.llm import LlmResult, build_models
 
 
-def test_a_concurrency_above_the_llm_connection_pool_is_warned_about(
-    upstream: ScriptedUpstream, caplog: pytest.LogCaptureFixture
+async def test_the_upstream_pool_holds_as_many_streams_as_the_worker_runs_turns(
+    upstream: ScriptedUpstream,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="bernard.worker"):
-        build_llms(make_settings(upstream, worker_concurrency=LLM_CONNECTIONS))
-        assert not caplog.records
-        build_llms(make_settings(upstream, worker_concurrency=LLM_CONNECTIONS + 1))
-    assert [r.getMessage() for r in caplog.records] == [
-        f"BERNARD_WORKER_CONCURRENCY={LLM_CONNECTIONS + 1} is above the {LLM_CONNECTIONS} "
-        "upstream connections the LLM client pools: turns beyond that many wait, silently, "
-        "for a connection"
+    gates = [upstream.script(Reply.text(["a", "b"], block_after_first=True)) for _ in range(3)]
+    models = build_models(make_settings(upstream, worker_concurrency=2))
+
+    async def answer() -> None:
+        async with aclosing(models.responder.stream([HumanMessage("hi")])) as stream:
+            async for _ in stream:
+                pass
+
+    try:
+        tasks = [asyncio.create_task(answer()) for _ in range(3)]
+        await upstream.wait_requests(2)
+        await asyncio.sleep(0.3)
+        assert len(upstream.requests) == 2, "a third stream needs a connection the pool has not"
+        for gate in gates:
+            gate.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert len(upstream.requests) == 3
+    finally:
+        await models.aclose()
+
+
+async def test_closing_the_models_closes_their_client(upstream: ScriptedUpstream) -> None:
+    models = build_models(make_settings(upstream))
+    (client,) = models.http_clients  # both roles on one provider share one client
+    assert models.router.model.http_async_client is client  # type: ignore[attr-defined]
+    assert models.responder.model.http_async_client is client  # type: ignore[attr-defined]
+    await models.aclose()
+    assert client.is_closed
+
+
+async def test_each_provider_gets_a_client_of_its_own(upstream: ScriptedUpstream) -> None:
+    settings = make_settings(
+        upstream,
+        anthropic_base_url=upstream.anthropic_base_url,
+        anthropic_api_key="test-key",
+        response_provider="anthropic",
+    )
+    models = build_models(settings)
+    assert len(models.http_clients) == 2
+    await models.aclose()
+    assert all(client.is_closed for client in models.http_clients)
+
+
+async def test_a_cut_answer_reports_the_length_finish(upstream: ScriptedUpstream) -> None:
+    upstream.script(Reply.text(["one", " two", " three", " four"]))
+    models = build_models(make_settings(upstream))
+    try:
+        items = [
+            item
+            async for item in models.responder.stream([HumanMessage("count")], {"max_tokens": 2})
+        ]
+    finally:
+        await models.aclose()
+    assert items[:-1] == ["one", " two"]
+    result = items[-1]
+    assert isinstance(result, LlmResult) and result.finish_reason == "length"
+    assert upstream.requests[0]["max_completion_tokens"] == 2
+
+
+async def test_a_tool_list_is_bound_once_and_sent_on_every_call(upstream: ScriptedUpstream) -> None:
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{k}", "parameters": {"type": "object"}}}
+        for k in range(10)
     ]
+    for text in "abc":
+        upstream.script(Reply.text([text]))
+    models = build_models(make_settings(upstream))
+    router = models.router
+    try:
+        first = router.bind(tools[:2])
+        assert router.bind(tools[:2]) is first  # the same list: the cached binding
+        assert router.bind(list(tools[:2])) is first  # the same tools in another list
+        assert router.bind(tools[1:3]) is not first
+        assert router.bind([]) is router.model
+        for k in range(10):  # more lists than the cache holds: the oldest go
+            router.bind(tools[k : k + 1])
+        assert router.bind(tools[:2]) is not first
+        for _ in range(3):
+            await router.complete([HumanMessage("hi")], tools[:2])
+    finally:
+        await models.aclose()
+    sent = [[t["function"]["name"] for t in r["tools"]] for r in upstream.requests]
+    assert sent == [["tool_0", "tool_1"]] * 3

@@ -32,7 +32,7 @@ from tests.upstream import Reply, ScriptedUpstream, tool_names
 from worker.context import TurnContext
 from worker.harness.router import RESPOND_TOOL_NAME, ROUTER_PROMPT, router_harness
 from worker.harness.tool_call import cut_for_stream
-from worker.llm import LlmError, build_llms
+from worker.llm import LlmError, build_models
 from worker.tools import default_tools, get_reporter
 
 
@@ -40,17 +40,18 @@ def make_ctx(
     upstream: ScriptedUpstream,
     tools: Sequence[BaseTool] | None = None,
     question: str = "What is 6 * 7?",
+    trace: bool = True,
     **overrides: Any,
 ) -> TurnContext:
     settings = make_settings(upstream, **overrides)
-    router, responder = build_llms(settings)
-    request = TurnRequest(messages=[{"role": "user", "content": question}])
+    models = build_models(settings)
+    request = TurnRequest(messages=[{"role": "user", "content": question}], trace=trace)
     return TurnContext.for_request(
         "turn-router-test",
         request,
         settings,
-        router,
-        responder,
+        models.router,
+        models.responder,
         tools=default_tools() if tools is None else tools,
     )
 
@@ -65,6 +66,13 @@ def kinds(events: Sequence[Event]) -> list[str]:
 
 def only(events: Sequence[Event], kind: type[Event]) -> list[Any]:
     return [event for event in events if isinstance(event, kind)]
+
+
+async def test_prompts_are_traced_only_when_the_client_asked(upstream: ScriptedUpstream) -> None:
+    untraced = await run(make_ctx(upstream, trace=False))
+    traced = await run(make_ctx(upstream, trace=True))
+    assert [p.messages for p in only(untraced, LlmPrompt)] == [[]]
+    assert [len(p.messages) for p in only(traced, LlmPrompt)] == [2]
 
 
 async def test_a_tool_call_runs_and_its_result_goes_back_to_the_router(
@@ -103,7 +111,7 @@ async def test_a_tool_call_runs_and_its_result_goes_back_to_the_router(
     assert all(c.stage == "router" and c.usage for c in only(events, LlmCallComplete))
 
     first, second = upstream.router_requests
-    assert tool_names(first) == ["calculator", "get_time", RESPOND_TOOL_NAME]
+    assert tool_names(first) == [*(t.name for t in default_tools()), RESPOND_TOOL_NAME]
     respond = next(t for t in first["tools"] if t["function"]["name"] == RESPOND_TOOL_NAME)
     assert "ready for the final answer" in respond["function"]["description"]
     # The second call sees the first's tool call and its result.
@@ -176,7 +184,8 @@ async def test_an_unknown_tool_answers_an_error_and_the_loop_goes_on(
     events = await run(ctx)
     (result,) = only(events, ToolResult)
     assert result.content.startswith("Error: unknown tool 'teleport'")
-    assert "calculator, get_time" in result.content
+    known = ", ".join(sorted(t.name for t in default_tools()))
+    assert f"Available tools: {known}." in result.content
     assert not only(events, Error)  # the model's mistake, not a failure of Bernard's
     fed_back = upstream.router_requests[1]["messages"][-1]
     assert fed_back["role"] == "tool" and fed_back["content"] == result.content

@@ -182,6 +182,25 @@ async def test_calculator_reports_an_error_phase_when_it_rejects_the_expression(
     ]
 
 
+@pytest.mark.parametrize("length", [MAX_EXPRESSION_CHARS + 1, 1_000_000])
+async def test_an_over_long_expression_is_not_copied_into_progress(length: int) -> None:
+    events: list[ToolProgress] = []
+    reporter = ProgressReporter(events.append, tool_call_id="c8", tool="calculator")
+    expression = ("1+" * length)[:length]
+
+    message = await calculator.ainvoke(
+        {"name": "calculator", "args": {"expression": expression}, "id": "c8", "type": "tool_call"},
+        config=progress_config(reporter),
+    )
+
+    assert message.status == "error"
+    assert [(e.phase, e.message) for e in events] == [
+        ("error", f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    ]
+    assert all(len(e.message) < 100 for e in events)
+    assert len(message.content) < 100
+
+
 async def test_reporter_methods_produce_tool_progress_events() -> None:
     events: list[ToolProgress] = []
     reporter = ProgressReporter(events.append, tool_call_id="c5", tool="search")
@@ -266,7 +285,11 @@ MOMENT = datetime(2024, 7, 1, 12, 30, 5, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("timezone", "expected"),
     [
-        ("UTC", "2024-07-01T12:30:05+00:00 (Monday, UTC, UTC)"),
+        ("UTC", "2024-07-01T12:30:05+00:00 (Monday, UTC)"),
+        ("utc", "2024-07-01T12:30:05+00:00 (Monday, UTC)"),
+        ("GMT", "2024-07-01T12:30:05+00:00 (Monday, UTC)"),
+        ("Etc/UTC", "2024-07-01T12:30:05+00:00 (Monday, Etc/UTC, UTC)"),
+        ("EST", "2024-07-01T07:30:05-05:00 (Monday, EST)"),
         ("Europe/Paris", "2024-07-01T14:30:05+02:00 (Monday, Europe/Paris, CEST)"),
         ("europe/paris", "2024-07-01T14:30:05+02:00 (Monday, Europe/Paris, CEST)"),
         ("Asia/Tokyo", "2024-07-01T21:30:05+09:00 (Monday, Asia/Tokyo, JST)"),
@@ -291,7 +314,8 @@ async def test_get_time_tool_defaults_to_utc_now() -> None:
     text = await get_time.ainvoke({})
 
     stamp = datetime.fromisoformat(text.split(" ")[0])
-    assert text.endswith("UTC, UTC)")
+    assert text.endswith(", UTC)")
+    assert "UTC, UTC" not in text
     assert before <= stamp <= datetime.now(UTC)
 
 
@@ -309,8 +333,17 @@ async def test_get_time_tool_returns_a_clear_error_for_a_bad_timezone() -> None:
     assert "unknown time zone 'Nowhere/City'" in message.content
 
 
-def test_default_tools_are_the_calculator_and_the_clock() -> None:
+def test_default_tools_need_no_other_service() -> None:
     tools = default_tools()
 
-    assert [t.name for t in tools] == ["calculator", "get_time"]
+    assert [t.name for t in tools] == [
+        "calculator",
+        "get_time",
+        "save_note",
+        "list_notes",
+        "delete_note",
+        "set_timer",
+        "list_timers",
+        "cancel_timer",
+    ]
     assert default_tools() is not tools

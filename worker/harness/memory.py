@@ -1,18 +1,171 @@
-"""The memory harness: a stage between router and response, empty for now.
+"""Memory: what of a conversation the turn's prompts hold, within the model's context.
 
-It exists so the turn has its final shape; a later change fills it (summaries, recall)
-without touching the runner.
+The records keep every message (shared/records.py); a prompt holds, within
+`BERNARD_CONTEXT_MAX_TOKENS` less the share kept for the answer:
+
+- the system prompt (the client's, pinned even when its conversation grew long),
+- the user's notes (shared/notes.py) as long-term memory, within `BERNARD_NOTES_MAX_TOKENS`,
+- the running summary of the older messages, when there is one,
+- as many of the latest messages as fit, whole, and never a tool result without the
+  assistant message that called it (nor that message without its results).
+
+Reading is linear in what it reads and stops once the budget is spent: the latest rows the
+runner already read, then older ones a chunk at a time. When the messages left outside the
+prompt and not yet in the summary reach `BERNARD_SUMMARY_THRESHOLD_MESSAGES`, the turn asks
+for a summary job (worker/summaries.py), which runs off the turn's path: no turn waits for it.
+
+The stage runs first and yields a `memory` trace event saying what it chose.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
-from shared.events import Event
+import orjson
+from langchain_core.messages import SystemMessage, convert_to_messages
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from shared.events import Event, Memory
+from shared.notes import NoteStore
+from shared.records import Message, row_position, to_openai_message
 from worker.context import TurnContext
+from worker.tokens import Encode, counter_for, message_tokens
+
+# Older rows read at a time once the ones at hand are all in the prompt.
+_CHUNK = 64
+SUMMARY_HEADING = "Summary of the earlier conversation (older messages are not shown):"
+NOTES_HEADING = "What the user asked you to remember (their notes):"
+
+
+def select(
+    rows: Sequence[Mapping[str, Any]], budget: int, count: Encode, *, used: int = 0
+) -> tuple[list[Mapping[str, Any]], int, bool]:
+    """The latest whole units of `rows` (a message, or an assistant tool-call message with
+    its results) that fit `budget` tokens beyond `used`; the tokens then used; whether every
+    row fitted. The newest unit is kept even alone over budget: a prompt needs the question.
+    """
+    kept: list[Mapping[str, Any]] = []
+    end = len(rows)
+    while end > 0:
+        start = end - 1
+        while start > 0 and rows[start].get("role") == "tool":
+            start -= 1
+        unit = rows[start:end]
+        size = sum(message_tokens(m, count) for m in unit)
+        if (kept or used) and used + size > budget:
+            return _whole(kept), used, False
+        kept[:0] = unit
+        used += size
+        end = start
+    return _whole(kept), used, True
+
+
+def _whole(kept: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Without the tool results at its start whose call fell outside it."""
+    start = 0
+    while start < len(kept) and kept[start].get("role") == "tool":
+        start += 1
+    return kept[start:]
+
+
+def render_notes(texts: Sequence[str], limit: int, count: Encode) -> str | None:
+    """The notes as one message, newest kept first when they do not all fit."""
+    lines: list[str] = []
+    used = count(NOTES_HEADING)
+    for text in reversed(texts):
+        line = f"- {text}"
+        cost = count(line) + 1
+        if used + cost > limit:
+            break
+        lines.insert(0, line)
+        used += cost
+    return "\n".join([NOTES_HEADING, *lines]) if lines else None
 
 
 async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
-    """Yield nothing: no memory stage yet."""
-    return
-    yield  # an async generator with no items
+    """Fill `ctx.history` and `ctx.memory` within the budget; yield what was chosen."""
+    from worker.harness.router import ROUTER_PROMPT  # the router imports the context too
+
+    settings = ctx.settings
+    count = counter_for(ctx.responder.name)
+    memory: list[str] = []
+    summary = None
+    if ctx.archivist is not None and ctx.conversation_id is not None:
+        summary = await ctx.archivist.summary(ctx.conversation_id)
+    if ctx.runtime is not None:
+        store = NoteStore(
+            ctx.runtime.redis, ctx.runtime.owner, retention_s=settings.conversation_retention_s
+        )
+        notes = render_notes(
+            [note.text for note in await store.all()], settings.notes_max_tokens, count
+        )
+        if notes is not None:
+            memory.append(notes)
+    if summary is not None:
+        memory.append(f"{SUMMARY_HEADING}\n{summary['text']}")
+
+    rows: list[Mapping[str, Any]] = list(ctx.stored) if ctx.stored is not None else []
+    if ctx.stored is None:
+        rows = [to_openai_message(m) for m in ctx.request.messages]
+    system = _pinned_system(rows)
+    fixed = (
+        max(count(ROUTER_PROMPT), count(settings.system_prompt))
+        + sum(count(text) for text in memory)
+        + sum(count(orjson.dumps(convert_to_openai_tool(t)).decode()) for t in ctx.tools)
+    )
+    budget = settings.context_max_tokens - settings.context_answer_tokens - fixed
+    kept, used, complete = select(rows, budget, count)
+    first = _position(kept[0]) if kept else None
+    # Everything at hand fitted: older messages may fit too, read a chunk at a time.
+    while complete and first is not None and first > 1 and ctx.archivist is not None:
+        assert ctx.conversation_id is not None
+        older = await ctx.archivist.older(ctx.conversation_id, first, _CHUNK)
+        kept, used, complete = select([*older, *kept], budget, count)
+        if not older or _position(kept[0]) == first:
+            break
+        first = _position(kept[0])
+    if system is None and first is not None and first > 1 and ctx.archivist is not None:
+        assert ctx.conversation_id is not None
+        opening = await ctx.archivist.older(ctx.conversation_id, 2, 1)
+        system = _pinned_system(opening)
+    if system is not None and system not in kept:
+        kept.insert(0, system)
+
+    ctx.history = list(convert_to_messages([_plain(m) for m in kept]))
+    ctx.memory = [SystemMessage(text) for text in memory]
+    covers = int(summary["covers_to"]) if summary is not None else 0
+    outside = (first or 1) - 1 - covers  # messages neither in the prompt nor the summary
+    if ctx.conversation_id is not None and outside >= settings.summary_threshold_messages:
+        ctx.summary_until = first
+    yield Memory(
+        kept=len(kept),
+        stored=(_position(rows[-1]) or len(rows)) if rows else 0,
+        summary_covers=covers if summary is not None else None,
+        notes=len(memory) - (summary is not None),
+        tokens=used + fixed,
+        budget=budget,
+    )
+
+
+def _pinned_system(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The client's own system prompt, when the rows open with one."""
+    if rows and rows[0].get("role") in ("system", "developer") and _position(rows[0]) in (None, 1):
+        return rows[0]
+    return None
+
+
+def _position(row: Mapping[str, Any]) -> int | None:
+    try:
+        return row_position(str(row.get("id", "")))
+    except ValueError:
+        return None
+
+
+def _plain(row: Mapping[str, Any]) -> Message:
+    """A stored row as the model reads it (LangChain wants text where a call has none)."""
+    message = to_openai_message(row)
+    message["content"] = message.get("content") or ""
+    if message["role"] == "developer":
+        message["role"] = "system"
+    return message

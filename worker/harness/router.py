@@ -8,6 +8,11 @@ record keeper). The loop ends when the model calls `respond` or calls no tool, o
 `max_router_steps` model calls (then a non-fatal `error` event, and the turn goes on to the
 response with what it has).
 
+A call of a tool that changes the world (worker/tools/confirmation.py) does not run: the
+router yields `awaiting_confirmation` for it (after running the step's other calls), keeps
+the proposal on the context and stops; the turn ends there, and the user's decision
+continues the conversation as a new turn (worker/harness/resume.py).
+
 `respond` is the router's way of saying "I have what I need": it is kept on the context
 (`router_messages`, `responded`) and never streamed, and it is left out of the messages the
 response model sees, since an assistant tool call without a tool answer is an invalid prompt.
@@ -15,26 +20,38 @@ response model sees, since an assistant tool call without a tool answer is an in
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from langchain_core.messages import AIMessage, SystemMessage, convert_to_openai_messages
+from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.messages.tool import tool_call
 from langchain_core.tools import BaseTool
 
-from shared.events import Error, Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
-from worker.context import TurnContext
+from shared.errors import ErrorCode
+from shared.events import (
+    AwaitingConfirmation,
+    Error,
+    Event,
+    LlmCallComplete,
+    LlmPrompt,
+    ToolCall,
+    ToolResult,
+)
+from worker.context import Proposal, TurnContext
 from worker.harness.tool_call import (
     PlannedCall,
     ToolOutcome,
     arguments_text,
     cut_for_stream,
     execute,
+    problem_with,
 )
+from worker.tools.confirmation import parameters, requires_confirmation, summary
 
-__all__ = ["RESPOND_TOOL", "RESPOND_TOOL_NAME", "ROUTER_PROMPT", "router_harness"]
+__all__ = ["RESPOND_TOOL", "RESPOND_TOOL_NAME", "ROUTER_PROMPT", "router_harness", "run_call"]
 
 RESPOND_TOOL_NAME = "respond"
 RESPOND_TOOL: dict[str, Any] = {
@@ -60,8 +77,8 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
     bound: list[BaseTool | dict[str, Any]] = [*ctx.tools, RESPOND_TOOL]
     model = ctx.router.name
     for _ in range(ctx.settings.max_router_steps):
-        messages = [SystemMessage(ROUTER_PROMPT), *ctx.history, *ctx.tool_messages]
-        yield LlmPrompt(stage="router", model=model, messages=convert_to_openai_messages(messages))
+        messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history, *ctx.tool_messages]
+        yield LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
         result = await ctx.router.complete(messages, bound)
         ctx.add_usage(result.usage)
         yield LlmCallComplete(
@@ -73,10 +90,20 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
         if planned:
             calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in planned]
             ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
+            waiting = [call for call in planned if _waits(ctx, call, tools)]
             for call in planned:
-                async with aclosing(_run(ctx, call, tools)) as events:
-                    async for event in events:
-                        yield event
+                if call not in waiting:
+                    async with aclosing(run_call(ctx, call, tools)) as events:
+                        async for event in events:
+                            yield event
+            if waiting:
+                # Tools that change the world run only once the user decides: the turn
+                # pauses here, its read tools done, and a decision resumes it as a new turn.
+                for call in waiting:
+                    proposal = _propose(ctx, call, tools[call.name])
+                    ctx.pending.append(proposal)
+                    yield AwaitingConfirmation(**proposal.public())
+                return
         if responded or not planned:
             return
     yield Error(
@@ -84,11 +111,33 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
             f"the router reached its limit of {ctx.settings.max_router_steps} model calls; "
             "answering with the tool results so far"
         ),
-        code="router_step_limit",
+        code=ErrorCode.ROUTER_STEP_LIMIT,
     )
 
 
-async def _run(
+def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -> bool:
+    """Whether `call` waits for the user: a valid call of a tool that asks for confirmation
+    (an invalid one runs at once, to an error the model can act on)."""
+    tool = tools.get(call.name)
+    return (
+        tool is not None
+        and problem_with(call, tools) is None
+        and requires_confirmation(tool, ctx.settings)
+    )
+
+
+def _propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool) -> Proposal:
+    return Proposal(
+        confirmation_id=f"conf_{uuid.uuid4().hex}",
+        turn_id=ctx.turn_id,
+        tool_call={"id": call.id, "name": call.name, "arguments": call.arguments},
+        summary=summary(tool, call.args),
+        expires_at=time.time() + ctx.settings.confirmation_ttl_s,
+        parameters=parameters(tool),
+    )
+
+
+async def run_call(
     ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]
 ) -> AsyncGenerator[Event, None]:
     """One call: `tool_call`, its progress live, `tool_result` (and `error` if it failed)."""
@@ -98,7 +147,8 @@ async def _run(
     ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
     yield ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
     outcome: ToolOutcome | None = None
-    async with aclosing(execute(call, tools, timeout_s=ctx.settings.tool_timeout_s)) as items:
+    running = execute(call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime)
+    async with aclosing(running) as items:
         async for item in items:
             if isinstance(item, ToolOutcome):
                 outcome = item
@@ -109,7 +159,12 @@ async def _run(
     ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": outcome.content})
     streamed, truncated = cut_for_stream(outcome.content, ctx.settings.stream_tool_output_max_chars)
     yield ToolResult(
-        tool_call_id=call.id, name=call.name, content=streamed, truncated=truncated, index=index
+        tool_call_id=call.id,
+        name=call.name,
+        content=streamed,
+        truncated=truncated,
+        index=index,
+        is_error=outcome.status == "error",
     )
     if outcome.failure is not None:
         yield outcome.failure

@@ -23,10 +23,12 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ValidationError
 
+from shared.errors import ErrorCode
 from shared.events import Error, ToolProgress
 from worker.tools.progress import ProgressReporter, progress_config
+from worker.tools.runtime import ToolRuntime, runtime_config
 
-__all__ = ["PlannedCall", "ToolOutcome", "cut_for_stream", "execute"]
+__all__ = ["PlannedCall", "ToolOutcome", "cut_for_stream", "execute", "problem_with"]
 
 logger = logging.getLogger("bernard.worker.tools")
 
@@ -69,27 +71,42 @@ def cut_for_stream(content: str, limit: int) -> tuple[str, bool]:
     return f"{content[:limit]}…[truncated {len(content) - limit} chars]", True
 
 
-async def execute(
-    call: PlannedCall, tools: Mapping[str, BaseTool], *, timeout_s: float
-) -> AsyncGenerator[ToolProgress | ToolOutcome, None]:
-    """Run `call`; yield its progress as it happens, then exactly one `ToolOutcome`."""
+def problem_with(call: PlannedCall, tools: Mapping[str, BaseTool]) -> str | None:
+    """Why `call` cannot run as the model asked (unknown tool, arguments that are not JSON
+    or fail the tool's schema), or None when it can."""
     tool = tools.get(call.name)
     if tool is None:
         known = ", ".join(sorted(tools)) or "none"
-        yield _error(call, f"unknown tool '{call.name}'. Available tools: {known}.")
-        return
+        return f"unknown tool '{call.name}'. Available tools: {known}."
     if call.parse_error is not None:
-        yield _error(call, f"invalid arguments for tool '{call.name}': {call.parse_error}")
-        return
+        return f"invalid arguments for tool '{call.name}': {call.parse_error}"
     problem = _schema_problem(tool, call.args)
     if problem is not None:
-        yield _error(call, f"invalid arguments for tool '{call.name}': {problem}")
+        return f"invalid arguments for tool '{call.name}': {problem}"
+    return None
+
+
+async def execute(
+    call: PlannedCall,
+    tools: Mapping[str, BaseTool],
+    *,
+    timeout_s: float,
+    runtime: ToolRuntime | None = None,
+) -> AsyncGenerator[ToolProgress | ToolOutcome, None]:
+    """Run `call`; yield its progress as it happens, then exactly one `ToolOutcome`.
+
+    `runtime` reaches the tool through its config (worker/tools/runtime.py)."""
+    problem = problem_with(call, tools)
+    if problem is not None:
+        yield _error(call, problem)
         return
+    tool = tools[call.name]
 
     queue: asyncio.Queue[ToolProgress | None] = asyncio.Queue()
     reporter = ProgressReporter(queue.put_nowait, tool_call_id=call.id, tool=call.name)
     tool_input = {"name": call.name, "args": call.args, "id": call.id, "type": "tool_call"}
-    task = asyncio.create_task(tool.ainvoke(tool_input, config=progress_config(reporter)))
+    config = runtime_config(runtime, progress_config(reporter))
+    task = asyncio.create_task(tool.ainvoke(tool_input, config=config))
     # The end of the task goes through the same queue as `None`, behind every progress event
     # the tool reported before returning, so nothing it reported is lost or reordered.
     task.add_done_callback(lambda _: queue.put_nowait(None))
@@ -114,13 +131,13 @@ async def execute(
 
     if task.cancelled():
         message = f"the tool '{call.name}' did not finish within {timeout_s:g}s and was stopped"
-        yield _error(call, message, failure=Error(message=message, code="tool_timeout"))
+        yield _error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_TIMEOUT))
         return
     exc = task.exception()
     if exc is not None:
         logger.warning("tool %s failed: %r", call.name, exc)
         message = f"the tool '{call.name}' failed: {exc}"
-        yield _error(call, message, failure=Error(message=message, code="tool_error"))
+        yield _error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_ERROR))
         return
     result = task.result()
     if isinstance(result, ToolMessage):

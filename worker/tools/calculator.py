@@ -57,10 +57,7 @@ class CalculatorError(ValueError):
 
 def evaluate(expression: str) -> Number:
     """The value of an arithmetic `expression`; raises `CalculatorError` with a clear reason."""
-    if not expression.strip():
-        raise CalculatorError("empty expression")
-    if len(expression) > MAX_EXPRESSION_CHARS:
-        raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    _check_size(expression)
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError) as exc:
@@ -80,6 +77,14 @@ def evaluate(expression: str) -> Number:
     return value
 
 
+def _check_size(expression: str) -> None:
+    """Raise `CalculatorError` for an empty expression or one longer than allowed."""
+    if not expression.strip():
+        raise CalculatorError("empty expression")
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+
+
 def format_number(value: Number) -> str:
     """A number as the model should read it: ints exact, floats without binary noise."""
     if isinstance(value, int):
@@ -96,8 +101,11 @@ def calculator(expression: str, config: RunnableConfig) -> str:
     for example "(2 + 3) * 4 ** 2 / 7". No variables or functions.
     """
     reporter = get_reporter(config)
-    reporter.step(f"Evaluating {expression}")
     try:
+        # Checked before the expression goes into a progress message: a model can send a
+        # megabyte of it, and every progress message is streamed to the client.
+        _check_size(expression)
+        reporter.step(f"Evaluating {expression}")
         result = format_number(evaluate(expression))
     except CalculatorError as exc:
         reporter.error(str(exc))

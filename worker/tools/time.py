@@ -38,11 +38,18 @@ def resolve_timezone(name: str) -> tzinfo:
 
 
 def current_time(timezone: str = "UTC", *, now: datetime | None = None) -> str:
-    """The time `now` (default: this instant) in `timezone`, as one line for a model."""
+    """The time `now` (default: this instant) in `timezone`, as one line for a model.
+
+    For example "2024-01-01T01:00:00+01:00 (Monday, Europe/Paris, CET)": the weekday, the
+    zone's name and its abbreviation, which is left out when it is the name ("UTC").
+    """
     zone = resolve_timezone(timezone)
     moment = (now or datetime.now(UTC)).astimezone(zone)
-    label = getattr(zone, "key", "UTC")
-    return f"{moment.isoformat(timespec='seconds')} ({moment:%A}, {label}, {moment.tzname()})"
+    labels = [f"{moment:%A}", getattr(zone, "key", "UTC")]
+    abbreviation = moment.tzname()
+    if abbreviation and abbreviation not in labels:
+        labels.append(abbreviation)
+    return f"{moment.isoformat(timespec='seconds')} ({', '.join(labels)})"
 
 
 @tool
@@ -69,4 +76,6 @@ def _canonical_names() -> dict[str, str]:
 
 
 def _unknown(name: str) -> str:
-    return f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'"
+    # The name comes from a model and may be huge: quote only as much as a zone could be.
+    shown = name if len(name) <= _MAX_NAME_CHARS else f"{name[:_MAX_NAME_CHARS]}…"
+    return f"unknown time zone {shown!r}; use an IANA name such as 'Europe/Paris' or 'UTC'"

@@ -1,0 +1,108 @@
+"""Frame ids as cursors: what a client sends back to resume a stream, checked strictly.
+
+An entry that encodes to one frame has the entry id as its SSE `id` (`1700000000000-3`); an
+entry that encodes to several (the final `done`: finish, usage, `[DONE]`) numbers them
+`<entry id>:<k>`. A client resumes with the last id it got (`Last-Event-ID` or `?after=`).
+
+`parse_cursor` accepts exactly what this server hands out: ASCII digits, each part of the
+entry id within Redis's 64-bit range. `locate` then checks the cursor against the turn's
+stream before any response starts (a frame index the entry does not have, or an id past
+the stream's last entry, was never handed out) and says what the client still needs from
+the entry it names. Either raises `BadCursorError`, which the route answers with a 400.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from api.encoding import DONE, Encoder, Frame
+from shared import keys
+from shared.events import Done
+from shared.streams import Entry, entry_key, parse_entries
+from shared.turns import SEALED_ID
+
+U64_MAX = 2**64 - 1
+# `[0-9]`, not `\d`: `\d` also matches other scripts' digits ("٣-٣"), which Redis refuses.
+_CURSOR = re.compile(r"([0-9]{1,20})-([0-9]{1,20})(?::([0-9]{1,9}))?")
+
+
+class BadCursorError(ValueError):
+    """The cursor is not a frame id this server handed out for this turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A parsed frame id: the entry and, inside a multi-frame entry, the frame index."""
+
+    entry_id: str
+    frame: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return entry_key(self.entry_id)
+
+
+def parse_cursor(text: str | None) -> Cursor | None:
+    """`"1700-0:1"` → Cursor("1700-0", 1); `"1700-0"` → Cursor("1700-0"); None or "" → None
+    (from the start). Raises `BadCursorError` for anything else."""
+    if not text:
+        return None
+    match = _CURSOR.fullmatch(text)
+    if match is None:
+        raise BadCursorError(f"malformed event id {text!r}: expected <ms>-<seq> or <ms>-<seq>:<k>")
+    ms, seq, frame = int(match[1]), int(match[2]), match[3]
+    if ms > U64_MAX or seq > U64_MAX:
+        raise BadCursorError(f"event id {text!r} is out of range")
+    return Cursor(f"{ms}-{seq}", int(frame) if frame is not None else None)
+
+
+@dataclass(slots=True)
+class Resume:
+    """Where a stream resumes: strictly after the entry `after`, once `head` is sent.
+
+    `head` holds the frames (SSE id, data) still owed from the entry the cursor named;
+    `finished` says nothing comes after them: the turn's `done` is at or before the cursor.
+    """
+
+    after: str = "0-0"
+    head: list[tuple[str | None, Frame]] = field(default_factory=list)
+    finished: bool = False
+
+
+async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | None) -> Resume:
+    """Check `cursor` against the turn's stream; raises `BadCursorError` if it was never
+    handed out. One round trip."""
+    if cursor is None:
+        return Resume()
+    stream = keys.events(turn_id)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.xrange(stream, min=cursor.entry_id, max=cursor.entry_id)
+        pipe.xrevrange(stream, count=2)
+        at_raw, last_raw = await pipe.execute()
+    ends = [entry_id for entry_id, _ in parse_entries(last_raw)]
+    if ends and ends[0] == SEALED_ID:
+        # A finished turn: its `done` has the largest id there is. Past the entry before
+        # it, only the `done` itself was ever handed out.
+        ends = ends[1:] if cursor.entry_id != SEALED_ID else []
+    if ends and cursor.key > entry_key(ends[0]):
+        raise BadCursorError(f"event id '{cursor.entry_id}' is beyond the end of the stream")
+    resume = Resume(after=cursor.entry_id)
+    at: list[Entry] = parse_entries(at_raw)
+    if not at:
+        # Trimmed from the stream (MAXLEN) or never written: go on after it.
+        return resume
+    entry_id, stamped = at[0]
+    frames = encoder.frames(stamped.event)
+    if cursor.frame is not None:
+        if len(frames) < 2 or cursor.frame >= len(frames):
+            raise BadCursorError(f"event '{entry_id}' has no frame {cursor.frame}")
+        resume.head = [(f"{entry_id}:{k}", f) for k, f in enumerate(frames) if k > cursor.frame]
+    if isinstance(stamped.event, Done):
+        resume.finished = True
+        if not resume.head:
+            # Nothing is left to send, but the client still needs to hear that it ended.
+            resume.head = [(None, DONE)]
+    return resume

@@ -1,0 +1,77 @@
+"""`GET /v1/events`: the user's own event stream, for clients that stay connected (a voice
+satellite, the playground): `timer_fired` when a timer rings (shared/timers.py).
+
+Named SSE events, each with its stream entry id; a client that reconnects with
+`Last-Event-ID` (or `?after=`) gets what it missed, as far back as the stream keeps (its
+latest 1,000 events). Without a cursor the stream starts with the next event. It counts as
+one of the user's open streams (`BERNARD_MAX_STREAMS_PER_USER`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Annotated
+
+import anyio
+import orjson
+from fastapi import APIRouter, Depends, Header, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from api.attachments import RENEW_S, TooManyStreamsError
+from api.auth import Owner
+from api.cursors import BadCursorError, parse_cursor
+from api.errors import invalid
+from api.pipeline import SSE_HEADERS, too_many_streams
+from api.state import AppState, get_state
+from shared import keys
+from shared.streams import parse_entries
+
+router = APIRouter()
+State = Annotated[AppState, Depends(get_state)]
+
+
+@router.get("/events")
+async def user_events(
+    owner: Owner,
+    state: State,
+    after: str | None = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    try:
+        cursor = parse_cursor(last_event_id or after)
+    except BadCursorError as exc:
+        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
+    stream_id = keys.user_stream_id(owner)
+    if cursor is not None:
+        start = cursor.entry_id
+    else:  # from the next event: after the latest there is
+        latest = parse_entries(await state.redis.xrevrange(keys.events(stream_id), count=1))
+        start = latest[0][0] if latest else "0-0"
+    try:
+        attachment = await state.streams.open(owner)
+    except TooManyStreamsError:
+        raise too_many_streams(state) from None
+
+    async def frames() -> AsyncIterator[ServerSentEvent]:
+        renewed = time.monotonic()
+        try:
+            async with state.hub.read(stream_id, start) as reader:
+                while True:
+                    if time.monotonic() - renewed > RENEW_S:
+                        renewed = time.monotonic()
+                        await state.streams.renew(owner, attachment)
+                    try:
+                        entry_id, stamped = await reader.next(wait_s=state.settings.keepalive_s)
+                    except TimeoutError:
+                        yield ServerSentEvent(comment="ping")
+                        continue
+                    event = stamped.event
+                    data = orjson.dumps(asdict(event)).decode()
+                    yield ServerSentEvent(data=data, event=event.type, id=entry_id)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await state.streams.close(owner, attachment, cancel_when_alone=False)
+
+    return EventSourceResponse(frames(), headers=SSE_HEADERS, ping=3600)

@@ -1,0 +1,305 @@
+"""Cost per token (issue 12): CPU per streamed token in each process, a burst against the
+same load sent straight to the upstream, and where the CPU goes (py-spy)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from bench.flames import Profile, summarize
+from bench.measurements import capacity_step
+from bench.report import Section, Table, Verdict, ms, num
+from bench.runner import Bench, Meter, Turn, check_all, drive, echo_directives, is_delta, wait_idle
+from bench.stats import Summary, ratio
+
+# Targets of issue 12.
+WORKER_US_PER_TOKEN = 100
+WORKER_TOKENS_PER_S = 10_000
+API_US_PER_FRAME = 40
+API_FRAMES_PER_S = 25_000
+BURST_WALL_RATIO = 1.5
+BURST_FIRST_TOKEN_RATIO = 3.0
+
+
+class Run:
+    """One load through 1 API + 1 worker: the turns, the wall time and each process's CPU."""
+
+    def __init__(self, turns: list[Turn], seconds: float, meter: Meter, tokens: int) -> None:
+        self.turns = turns
+        self.seconds = seconds
+        self.meter = meter
+        self.tokens = tokens
+        self.frames = sum(1 for t in turns for f in t.call.frames if is_delta(f.data))
+
+    def cpu(self, bench: Bench, role: str) -> float:
+        name = {
+            "worker": bench.cluster.workers[0].name,
+            "api": bench.cluster.apis[0].name,
+            "redis": "redis",
+        }[role]
+        return self.meter.cpu.get(name, math.nan)
+
+
+async def _load(
+    bench: Bench, streams: int, tokens: int, profile_dir: Path | None = None
+) -> tuple[Run, dict[str, list[tuple[str, int]]]]:
+    directives = echo_directives("cost", streams, tokens)
+    task = bench.ui.task(f"cost: {streams} × {tokens} tokens", len(directives))
+    profiles: dict[str, Profile] = {}
+    if profile_dir is not None:
+        for role, service in (("worker", bench.cluster.workers[0]), ("api", bench.cluster.apis[0])):
+            profile = Profile.start(service.pid, profile_dir / f"{role}.txt")
+            if profile is not None:
+                profiles[role] = profile
+    meter = await Meter(bench).start()
+    started = time.monotonic()
+    turns = await drive(
+        [bench.api],
+        directives,
+        system="pipeline",
+        concurrency=streams,
+        on_done=lambda _t: bench.ui.advance(task),
+    )
+    seconds = time.monotonic() - started
+    await meter.stop()
+    stacks = {role: profile.stop() for role, profile in profiles.items()}
+    bench.ui.done(task)
+    await wait_idle(bench)
+    return Run(turns, seconds, meter, streams * tokens), stacks
+
+
+async def cost_per_token(bench: Bench) -> Section:
+    sizes = bench.sizes
+    runs = ", ".join(f"{s:,} × {short} and × {long}" for s, short, long in sizes.cost_runs)
+    section = Section(
+        "cost",
+        "8. Cost per token (issue 12)",
+        intro=f"""
+**CPU per token.** Turns through 1 API + 1 worker, the upstream sending as fast as it can,
+all of a row's turns at once: {runs} tokens. Each row is run at two answer lengths: the
+difference between them is what one more token costs (**marginal**), free of what a turn
+costs whatever its length (router call, records, claims: **per turn**); **all-in** divides
+the long run's CPU by its tokens. Frames for the API are the content frames the client
+received (adjacent tokens written together are one frame). CPU is each process's user +
+system time from /proc over the run.
+
+**Burst.** {sizes.burst_streams} clients start {sizes.burst_tokens}-token answers at once,
+the upstream sending a token every {sizes.burst_delay_ms:g} ms; then the same load sent by
+the same client straight to the upstream.
+
+**Relay fan-out.** {sizes.cost_fanout_streams:,} clients attached to turns whose tokens a
+synthetic worker (`python -m bench.writer`) writes as fast as it can: what one API process
+relays, with every stream checked.
+""",
+    )
+    table = Table(
+        [
+            "streams",
+            "tokens/turn",
+            "worker µs/token marginal",
+            "worker all-in",
+            "worker ms/turn",
+            "API µs/frame marginal",
+            "API all-in",
+            "Redis µs/token marginal",
+            "tokens/s",
+            "exact",
+        ],
+        title="CPU per token, 1 API + 1 worker",
+    )
+    flames: dict[str, list[tuple[str, int]]] = {}
+    worker_at_100 = api_at_100 = math.nan
+    worker_rate = math.nan
+    for streams, short_tokens, long_tokens in sizes.cost_runs:
+        short, _ = await _load(bench, streams, short_tokens)
+        profile_dir = bench.workdir if streams == sizes.cost_profiled_streams else None
+        long, profiled = await _load(bench, streams, long_tokens, profile_dir)
+        flames.update(profiled)
+        cells = []
+        for role, per in (("worker", "token"), ("api", "frame"), ("redis", "token")):
+            unit_long = long.tokens if per == "token" else long.frames
+            unit_short = short.tokens if per == "token" else short.frames
+            marginal = (long.cpu(bench, role) - short.cpu(bench, role)) / max(
+                unit_long - unit_short, 1
+            )
+            all_in = long.cpu(bench, role) / max(unit_long, 1)
+            cells.append((marginal * 1e6, all_in * 1e6))
+        (worker_marginal, worker_all_in), (api_marginal, api_all_in), (redis_marginal, _) = cells
+        per_turn = (short.cpu(bench, "worker") - worker_marginal / 1e6 * short.tokens) / streams
+        exact, _ = check_all([*short.turns, *long.turns])
+        table.add(
+            num(streams),
+            f"{short_tokens} / {long_tokens}",
+            num(worker_marginal),
+            num(worker_all_in),
+            ms(per_turn * 1e3),
+            num(api_marginal),
+            num(api_all_in),
+            num(redis_marginal),
+            num(long.tokens / long.seconds),
+            f"{exact}/{len(short.turns) + len(long.turns)}",
+        )
+        if exact != len(short.turns) + len(long.turns):
+            bench.failures.append(f"cost: {streams} streams lost exactness")
+        if streams == sizes.cost_profiled_streams:
+            worker_at_100, api_at_100 = worker_all_in, api_all_in
+            worker_rate = long.tokens / long.seconds
+    section.tables.append(table)
+
+    fanout = await _fanout(bench, section)
+    burst = await _burst(bench, section)
+
+    for role, samples in flames.items():
+        packages, functions = summarize(samples)
+        if packages:
+            section.notes.append(
+                f"Where the {role}'s CPU went in the {sizes.cost_profiled_streams}-stream long "
+                f"run (py-spy, {sum(c for _, c in samples):,} samples; self time): by package "
+                f"{', '.join(packages)}; busiest functions {', '.join(functions)}."
+            )
+    if not flames:
+        section.notes.append("_py-spy is not installed here: no profile of where the CPU went._")
+
+    streams = sizes.cost_profiled_streams
+    per_core = 1e6 / worker_at_100 if worker_at_100 else math.nan
+    section.verdicts += [
+        Verdict(
+            f"worker ≤ {WORKER_US_PER_TOKEN} µs CPU per token (all-in) at {streams} turns",
+            f"{num(worker_at_100)} µs",
+            worker_at_100 <= WORKER_US_PER_TOKEN,
+        ),
+        Verdict(
+            f"one worker core ≥ {WORKER_TOKENS_PER_S:,} tokens/s (1 / CPU per token; "
+            f"measured rate on the shared box {num(worker_rate)}/s)",
+            f"{num(per_core)}/s",
+            per_core >= WORKER_TOKENS_PER_S,
+        ),
+        Verdict(
+            f"API ≤ {API_US_PER_FRAME} µs CPU per relayed frame (all-in) at {streams} turns",
+            f"{num(api_at_100)} µs",
+            api_at_100 <= API_US_PER_FRAME,
+        ),
+        Verdict(
+            f"one API process relays ≥ {API_FRAMES_PER_S:,} frames/s to "
+            f"{sizes.cost_fanout_streams:,} streams, exact",
+            f"{num(fanout)}/s",
+            fanout >= API_FRAMES_PER_S,
+        ),
+        Verdict(
+            f"burst: wall time ≤ {BURST_WALL_RATIO}× straight to the upstream",
+            f"{burst[0]:.2f}×",
+            burst[0] <= BURST_WALL_RATIO,
+        ),
+        Verdict(
+            f"burst: first token p50 ≤ {BURST_FIRST_TOKEN_RATIO:g}× straight to the upstream",
+            f"{burst[1]:.2f}×",
+            burst[1] <= BURST_FIRST_TOKEN_RATIO,
+        ),
+    ]
+    return section
+
+
+async def _fanout(bench: Bench, section: Section) -> float:
+    """Frames per second one API process relays to many streams, and its CPU per frame."""
+    streams = bench.sizes.cost_fanout_streams
+    task = bench.ui.task(f"cost: relay to {streams:,} streams", 1)
+    turns, written, meter = await capacity_step(bench, streams, 0, bench.sizes.cost_fanout_tokens)
+    bench.ui.done(task)
+    frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
+    first = min(f.wall for f in frames)
+    last = max(f.wall for f in frames)
+    delivered = len(frames) / (last - first) if last > first else math.nan
+    exact, _ = check_all(turns)
+    api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
+    table = Table(
+        ["streams", "entries written/s", "frames delivered/s", "API µs/frame", "exact"],
+        title="Relay fan-out, 1 API process, writer unthrottled",
+    )
+    table.add(
+        num(streams),
+        num(written["entries"] / max(written["ended"] - written["started"], 1e-9)),
+        num(delivered),
+        num(api_cpu / len(frames) * 1e6 if frames else math.nan),
+        f"{exact}/{len(turns)}",
+    )
+    section.tables.append(table)
+    if exact != len(turns):
+        bench.failures.append("cost: relay fan-out lost exactness")
+        return 0.0
+    return delivered
+
+
+async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
+    """Bernard vs straight to the upstream: wall-time ratio, first-token p50 ratio."""
+    sizes = bench.sizes
+    assert bench.cluster.upstream is not None
+    table = Table(
+        ["path", "turns", "wall s", "first token p50 ms", "p99 ms", "tokens/s", "exact"],
+        title=(
+            f"Burst: {sizes.burst_streams} answers of {sizes.burst_tokens} tokens started at "
+            f"once, a token every {sizes.burst_delay_ms:g} ms"
+        ),
+    )
+    results: dict[str, tuple[float, Summary]] = {}
+    for label, endpoint, system in (
+        ("straight to the upstream", bench.cluster.upstream.endpoint, "upstream"),
+        ("Bernard (1 API + 1 worker)", bench.api, "pipeline"),
+    ):
+        directives = echo_directives(
+            "burst", sizes.burst_streams, sizes.burst_tokens, sizes.burst_delay_ms
+        )
+        task = bench.ui.task(f"cost: burst, {label}", len(directives))
+        started = time.monotonic()
+        turns = await drive(
+            [endpoint],
+            directives,
+            system=system,
+            concurrency=len(directives),
+            on_done=lambda _t, task=task: bench.ui.advance(task),  # type: ignore[misc]
+        )
+        seconds = time.monotonic() - started
+        bench.ui.done(task)
+        first = Summary.of(t.first_token_ms for t in turns)
+        exact = _exact_count(turns) if system == "pipeline" else _complete_count(turns)
+        table.add(
+            label,
+            len(turns),
+            f"{seconds:.2f}",
+            ms(first.median, 0),
+            ms(first.p99, 0),
+            num(len(turns) * sizes.burst_tokens / seconds),
+            f"{exact}/{len(turns)}",
+        )
+        results[system] = (seconds, first)
+        await wait_idle(bench)
+    section.tables.append(table)
+    wall = ratio(results["pipeline"][0], results["upstream"][0])
+    first_token = ratio(results["pipeline"][1].median, results["upstream"][1].median)
+    return wall, first_token
+
+
+def _exact_count(turns: Sequence[Turn]) -> int:
+    return check_all(turns)[0]
+
+
+def _text(data: bytes) -> str:
+    """The content of an upstream chunk ("" for the role, finish and usage chunks)."""
+    if not data.startswith(b"{"):
+        return ""
+    choices = orjson.loads(data).get("choices") or []
+    return str((choices[0].get("delta") or {}).get("content") or "") if choices else ""
+
+
+def _complete_count(turns: Sequence[Turn]) -> int:
+    """Straight from the upstream: streams that ended with `[DONE]` after every token."""
+    done = 0
+    for turn in turns:
+        frames = turn.call.frames
+        content = sum(1 for f in frames if _text(f.data))
+        if frames and frames[-1].data == b"[DONE]" and content == turn.directive.tokens:
+            done += 1
+    return done

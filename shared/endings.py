@@ -1,0 +1,126 @@
+"""How a turn ends, as every client sees it: one table, used by every path.
+
+A turn ends once, with a `done` entry in its stream (shared/turns.py, `TurnStore.finish`).
+Unless it completed, that `Done` carries the error the client sees, built here from
+`ENDINGS`; the turn record stores the same error. Every way a client can learn the
+ending reads one of those two and renders it with the same code:
+
+- the live stream and a resumed one (api/encoding.py: the error frame),
+- the replay after the stream's retention (api/encoding.py, `compacted`),
+- the non-stream answer (api/pipeline.py: the HTTP status and envelope from `http_status`),
+- the polled turn object (api/pipeline.py, `turn_object`: the record's `error`).
+
+So a cancelled turn says `turn_cancelled` with type `cancelled` whichever way it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shared.errors import ErrorCode
+from shared.events import Done, TurnStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """One way a turn can end short of completing."""
+
+    status: TurnStatus
+    type: str  # the envelope's `type`
+    message: str  # what the client reads unless the ending names a more specific reason
+    http_status: int  # of a non-stream request whose turn ended this way
+    # Whether trying again later may work: such answers carry `Retry-After`.
+    retry: bool = False
+
+
+ENDINGS: dict[ErrorCode, Ending] = {
+    ErrorCode.TURN_CANCELLED: Ending("cancelled", "cancelled", "the turn was cancelled", 409),
+    ErrorCode.UPSTREAM_ERROR: Ending(
+        "failed", "server_error", "the upstream model failed", 502, retry=True
+    ),
+    ErrorCode.UPSTREAM_TIMEOUT: Ending(
+        "failed", "server_error", "the upstream model timed out", 504, retry=True
+    ),
+    ErrorCode.TURN_TIMEOUT: Ending(
+        "failed", "server_error", "the turn took too long and was stopped", 504
+    ),
+    ErrorCode.WORKER_LOST: Ending(
+        "failed", "server_error", "the worker running this turn stopped responding", 503, True
+    ),
+    ErrorCode.WORKER_SHUTDOWN: Ending(
+        "failed", "server_error", "the worker shut down during the turn", 503, retry=True
+    ),
+    ErrorCode.TURN_LOST: Ending(
+        "failed",
+        "server_error",
+        "the turn was lost: Redis no longer holds it (restarted without persistence?)",
+        503,
+        retry=True,
+    ),
+    ErrorCode.INVALID_TURN: Ending(
+        "failed", "invalid_request_error", "the request could not be run as a turn", 400
+    ),
+    ErrorCode.STREAM_UNREADABLE: Ending(
+        "failed", "server_error", "the turn's stream could not be read", 503, retry=True
+    ),
+    ErrorCode.INTERNAL_ERROR: Ending(
+        "failed", "server_error", "the turn failed inside Bernard", 500
+    ),
+}
+
+
+def ended(code: ErrorCode, message: str | None = None) -> Done:
+    """The terminal event of a turn that ended with `code` (`message` overrides the table's)."""
+    ending = ENDINGS[code]
+    error = {"message": message or ending.message, "type": ending.type, "code": str(code)}
+    return Done(status=ending.status, error=error)
+
+
+def completed(finish_reason: str | None, usage: dict[str, int] | None) -> Done:
+    """The terminal event of a turn that completed."""
+    return Done(status="completed", finish_reason=finish_reason or "stop", usage=usage)
+
+
+def error_of(status: str, error: dict[str, Any] | None) -> dict[str, str] | None:
+    """The error a client sees for a turn that ended with `status` and stored `error`.
+
+    None for a turn that completed (or has not ended). An ending recorded without its error
+    (a `cancelled` without one, as older records have) gets the table's.
+    """
+    if status not in ("failed", "cancelled"):
+        return None
+    code = ErrorCode.TURN_CANCELLED if status == "cancelled" else ErrorCode.INTERNAL_ERROR
+    default = ended(code).error
+    assert default is not None
+    error = error or {}
+    return {
+        "message": str(error.get("message") or default["message"]),
+        "type": str(error.get("type") or default["type"]),
+        "code": str(error.get("code") or default["code"]),
+    }
+
+
+def http_status(code: str) -> int:
+    """The HTTP status of a non-stream answer whose turn ended with `code`."""
+    ending = _ending(code)
+    return ending.http_status if ending is not None else 500
+
+
+def retryable(code: str) -> bool:
+    """Whether a turn that ended with `code` may work if tried again later."""
+    ending = _ending(code)
+    return ending is not None and ending.retry
+
+
+def as_code(code: str) -> ErrorCode:
+    """`code` as an `ErrorCode`; one this version does not know (a record written by
+    another version) reads as `internal_error`."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.INTERNAL_ERROR
+
+
+def _ending(code: str) -> Ending | None:
+    return ENDINGS.get(as_code(code))

@@ -1,0 +1,186 @@
+"""Per-user timers, and the per-user event stream they report on.
+
+A timer is a record (`keys.timers(owner)`: timer id → `{id, label, due_at, conversation_id,
+state}`) and an arq job deferred to its due time on the queue the workers already run, so
+it survives a worker restart: whichever worker is up when it is due runs `fire`. Firing is
+once: the record moves `pending` → `fired` in one script, and a cancelled timer (state
+`cancelled`) never fires. A fired timer says so in the conversation it was set from (an
+assistant message) and on the owner's event stream (`GET /v1/events`, `keys.user_events`),
+which a voice satellite or a UI keeps open.
+
+Both keys live as long as conversations do after their last use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from arq.connections import ArqRedis
+
+from shared import keys
+from shared.events import TimerFired, encode
+from shared.records import ConversationNotFoundError, RecordKeeper
+from shared.turns import STREAM_FIELD
+
+FIRE_TIMER = "fire_timer"
+MAX_TIMERS = 50
+MAX_DURATION_S = 7 * 86_400
+# What the owner's event stream keeps: the latest entries, for clients that reconnect.
+_EVENTS_MAXLEN = 1000
+
+_PART = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)?\b",
+    re.IGNORECASE,
+)
+_UNIT_S = {"d": 86_400, "h": 3600, "m": 60, "s": 1}
+
+
+class TimerError(ValueError):
+    """A timer cannot be set (bad duration, too many timers)."""
+
+
+@dataclass(slots=True)
+class Timer:
+    id: str
+    label: str
+    due_at: float
+    conversation_id: str | None
+    state: str = "pending"  # pending, fired or cancelled
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90", "90s", "5 minutes", "1h 30m", "2.5 min", "1 hour and 20 seconds".
+
+    Raises `TimerError` for text with no duration, or one over seven days."""
+    total = 0.0
+    found = False
+    for number, unit in _PART.findall(text[:200]):
+        found = True
+        total += float(number) * _UNIT_S[(unit or "s")[0].lower()]
+    if not found or total <= 0:
+        raise TimerError(f"no duration in {text[:60]!r}: say e.g. '5 minutes' or '90s'")
+    if total > MAX_DURATION_S:
+        raise TimerError("a timer may run at most 7 days")
+    return total
+
+
+class TimerStore:
+    """One user's timers."""
+
+    def __init__(self, redis: ArqRedis, owner: str, *, retention_s: int, queue_name: str) -> None:
+        self.redis = redis
+        self.owner = owner
+        self.key = keys.timers(owner)
+        self.retention_s = retention_s
+        self.queue_name = queue_name
+
+    async def set(self, seconds: float, label: str, conversation_id: str | None) -> Timer:
+        """Record the timer and queue the job that fires it."""
+        if await self.redis.hlen(self.key) >= MAX_TIMERS:  # type: ignore[misc]
+            pending = [t for t in await self.all() if t.state == "pending"]
+            if len(pending) >= MAX_TIMERS:
+                raise TimerError(f"you already have {MAX_TIMERS} timers running")
+        timer = Timer(
+            id=f"timer_{uuid.uuid4().hex[:10]}",
+            label=label.strip()[:100] or "timer",
+            due_at=time.time() + seconds,
+            conversation_id=conversation_id,
+        )
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.key, mapping={timer.id: orjson.dumps(timer)})
+            pipe.expire(self.key, max(self.retention_s, int(seconds) + 3600))
+            await pipe.execute()
+        await self.redis.enqueue_job(
+            FIRE_TIMER,
+            self.owner,
+            timer.id,
+            _job_id=f"timer:{timer.id}",
+            _queue_name=self.queue_name,
+            _defer_until=datetime.fromtimestamp(timer.due_at, UTC),
+        )
+        return timer
+
+    async def all(self) -> list[Timer]:
+        raw = await self.redis.hvals(self.key)  # type: ignore[misc]
+        return sorted((Timer(**orjson.loads(v)) for v in raw), key=lambda t: t.due_at)
+
+    async def cancel(self, timer_id: str) -> Timer | None:
+        """Cancel a pending timer; the timer as it now stands, None if there is none."""
+        moved, timer = await self.move(timer_id, "cancelled")
+        if moved:
+            # Its job may still run when due (it was already taken): it finds it cancelled.
+            await self.redis.zrem(self.queue_name, f"timer:{timer_id}")
+        return timer
+
+    async def move(self, timer_id: str, state: str) -> tuple[bool, Timer | None]:
+        """`pending` → `state`, once: whether this call moved it, and the timer as it now
+        stands (None if there is no such timer)."""
+        reply = await self.redis.eval(_MOVE, 1, self.key, timer_id, state)  # type: ignore[misc]
+        if not reply:
+            return False, None
+        return bool(int(reply[0])), Timer(**orjson.loads(reply[1]))
+
+
+# KEYS: timers. ARGV: timer id, new state. Moves a pending timer to the new state. Returns
+# {1 moved now or 0 not pending, the timer as it stands}, nil when there is no such timer.
+_MOVE = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return false end
+local timer = cjson.decode(raw)
+if timer['state'] ~= 'pending' then return {0, raw} end
+timer['state'] = ARGV[2]
+local updated = cjson.encode(timer)
+redis.call('HSET', KEYS[1], ARGV[1], updated)
+return {1, updated}
+"""
+
+
+async def fire_timer(
+    redis: ArqRedis, owner: str, timer_id: str, *, retention_s: int, queue_name: str
+) -> str:
+    """The job a timer's due time runs: fire it once, unless it was cancelled. Returns the
+    timer's state after ("fired", "cancelled") or "missing"."""
+    store = TimerStore(redis, owner, retention_s=retention_s, queue_name=queue_name)
+    moved, timer = await store.move(timer_id, "fired")
+    if timer is None:
+        return "missing"
+    if not moved:  # cancelled, or fired by an earlier run of this job
+        return timer.state
+    if timer.conversation_id is not None:
+        keeper = RecordKeeper(redis, owner, retention_s=retention_s)
+        message = {"role": "assistant", "content": f"⏰ Your timer “{timer.label}” is done."}
+        # A deleted conversation is not recreated: the event stream still tells the user.
+        with contextlib.suppress(ConversationNotFoundError):
+            await keeper.append_messages(timer.conversation_id, [message])
+    await publish(
+        redis,
+        owner,
+        TimerFired(
+            timer_id=timer.id,
+            label=timer.label,
+            conversation_id=timer.conversation_id,
+            due_at=timer.due_at,
+        ),
+        retention_s=retention_s,
+    )
+    return "fired"
+
+
+async def publish(redis: ArqRedis, owner: str, event: Any, *, retention_s: int) -> None:
+    """Append an event to the owner's event stream (`GET /v1/events`)."""
+    stream = keys.events(keys.user_stream_id(owner))
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.xadd(stream, {STREAM_FIELD: encode(event)}, maxlen=_EVENTS_MAXLEN, approximate=True)
+        pipe.expire(stream, retention_s)
+        await pipe.execute()
+
+
+def public(timer: Timer) -> dict[str, Any]:
+    return asdict(timer)

@@ -1,0 +1,53 @@
+"""api/sse.py writes frames exactly as sse-starlette's `ServerSentEvent.encode` does."""
+
+from __future__ import annotations
+
+import pytest
+from sse_starlette import ServerSentEvent
+
+from api.sse import encode, encoded
+
+FRAMES = [
+    ServerSentEvent(data='{"choices":[{"delta":{"content":"hi"}}]}', id="1700000000000-0"),
+    ServerSentEvent(data="[DONE]"),
+    ServerSentEvent(data="[DONE]", id="1-2:1"),
+    ServerSentEvent(data='{"text":"a"}', event="text_delta", id="5-0"),
+    ServerSentEvent(data="", id="1-0"),
+    ServerSentEvent(data='{"content":"é😀 ünïcode"}'),
+    ServerSentEvent(comment="ping"),
+    ServerSentEvent(data="two\nlines"),
+    ServerSentEvent(data="cr\rand\r\ncrlf"),
+    ServerSentEvent(data="x", id="bad\nid"),
+    ServerSentEvent(data="x", event="multi\nline"),
+    ServerSentEvent(data="x", retry=3000),
+    ServerSentEvent(data=42),
+    ServerSentEvent(event="named only"),
+    ServerSentEvent(),
+    ServerSentEvent(data="x", sep="\n"),
+]
+
+
+@pytest.mark.parametrize("frame", FRAMES, ids=lambda f: repr(f.encode())[:40])
+def test_one_frame_is_the_librarys_bytes(frame: ServerSentEvent) -> None:
+    assert encode([frame]) == frame.encode()
+
+
+def test_a_batch_is_its_frames_one_after_another() -> None:
+    assert encode(FRAMES) == b"".join(frame.encode() for frame in FRAMES)
+    assert encode([]) == b""
+
+
+async def test_closing_the_chunks_closes_the_batches_at_once() -> None:
+    closed = []
+
+    async def batches():  # type: ignore[no-untyped-def]
+        try:
+            yield [ServerSentEvent(data="a")]
+            yield [ServerSentEvent(data="b"), ServerSentEvent(data="c")]
+        finally:
+            closed.append(True)
+
+    chunks = encoded(batches())
+    assert await anext(chunks) == b"data: a\r\n\r\n"
+    await chunks.aclose()
+    assert closed == [True]

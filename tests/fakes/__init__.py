@@ -1,0 +1,1 @@
+"""Fake external services for tests, served over real HTTP on loopback."""

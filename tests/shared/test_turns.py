@@ -1,0 +1,521 @@
+"""Turn records and their moves: admitted, created, claimed, renewed, ended once, reaped.
+
+Each test drives `TurnStore` against the session's Redis with turn ids, owners and queue
+names of its own, and deletes every key it wrote.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+import redis.asyncio as redis_asyncio
+from arq.constants import job_key_prefix
+
+from shared import keys
+from shared.endings import completed, ended
+from shared.errors import ErrorCode
+from shared.events import Delta, Done, Error, Start, ToolCall
+from shared.streams import parse_entries
+from shared.turns import (
+    CANCEL_REQUESTED,
+    RENEWED,
+    SAMPLING_OPTIONS,
+    SEALED_ID,
+    TURN_OVER,
+    TooManyTurnsError,
+    TurnRecord,
+    TurnRequest,
+    TurnStore,
+)
+
+RETENTION_S = 300
+MAXLEN = 1000
+
+
+@dataclass
+class Scratch:
+    """What a test wrote: turn ids, owners and queues, deleted afterwards."""
+
+    redis: redis_asyncio.Redis
+    turns: list[str] = field(default_factory=list)
+    owners: list[str] = field(default_factory=list)
+    queues: list[str] = field(default_factory=list)
+
+    def turn_id(self) -> str:
+        turn_id = uuid.uuid4().hex
+        self.turns.append(turn_id)
+        return turn_id
+
+    def owner(self) -> str:
+        owner = f"owner-{uuid.uuid4().hex}"
+        self.owners.append(owner)
+        return owner
+
+    def queue(self) -> str:
+        queue = f"bernard:test:{uuid.uuid4().hex}"
+        self.queues.append(queue)
+        return queue
+
+    async def clean(self) -> None:
+        doomed = [
+            key(t)
+            for t in self.turns
+            for key in (keys.turn, keys.events, keys.lease, keys.cancel, keys.attached)
+        ]
+        doomed += [job_key_prefix + t for t in self.turns]
+        doomed += [keys.active_turns(o) for o in self.owners]
+        doomed += [k for q in self.queues for k in (q, keys.wake(q))]
+        if doomed:
+            await self.redis.delete(*doomed)
+        if self.turns:
+            await self.redis.zrem(keys.RUNNING_TURNS, *self.turns)
+
+
+@pytest.fixture
+async def scratch(redis: redis_asyncio.Redis) -> AsyncIterator[Scratch]:
+    written = Scratch(redis)
+    yield written
+    await written.clean()
+
+
+@pytest.fixture
+def store(redis: redis_asyncio.Redis) -> TurnStore:
+    return TurnStore(redis, retention_s=RETENTION_S, stream_maxlen=MAXLEN)
+
+
+def record_of(
+    turn_id: str, owner: str, *, conversation_id: str | None = None, **options: object
+) -> TurnRecord:
+    request = TurnRequest(messages=[{"role": "user", "content": "hello"}], **options)  # type: ignore[arg-type]
+    return TurnRecord(
+        id=turn_id,
+        owner=owner,
+        request=request,
+        model="bernard-v1",
+        conversation_id=conversation_id,
+    )
+
+
+async def stream_of(redis: redis_asyncio.Redis, turn_id: str) -> list[tuple[str, object]]:
+    return [(i, s.event) for i, s in parse_entries(await redis.xrange(keys.events(turn_id)))]
+
+
+async def created(
+    store: TurnStore, scratch: Scratch, *, owner: str | None = None, **options: object
+) -> TurnRecord:
+    record = record_of(scratch.turn_id(), owner or scratch.owner(), **options)
+    await store.create(record, ttl_s=3600, queue_name=None)
+    return record
+
+
+async def claimed(store: TurnStore, scratch: Scratch, **options: object) -> TurnRecord:
+    record = await created(store, scratch, **options)
+    claim = await store.claim(record.id, "worker-1", lease_ttl_s=30)
+    assert claim.outcome == "claimed"
+    return record
+
+
+# -- the request and the record ----------------------------------------------------------
+
+
+def test_a_request_passes_on_only_the_sampling_options_the_client_set() -> None:
+    assert TurnRequest(messages=[]).sampling() == {}
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_tokens", 0),
+        ("temperature", 0.0),
+        ("top_p", 0.5),
+        ("stop", []),
+        ("seed", 0),
+        ("presence_penalty", -1.5),
+        ("frequency_penalty", 0.0),
+        ("user", ""),
+    ],
+)
+def test_a_sampling_option_set_to_a_falsy_value_is_still_passed_on(
+    option: str, value: object
+) -> None:
+    assert TurnRequest(messages=[], **{option: value}).sampling() == {option: value}  # type: ignore[arg-type]
+
+
+def test_every_sampling_option_is_passed_on_together() -> None:
+    values = {name: f"v-{name}" for name in SAMPLING_OPTIONS}
+    assert TurnRequest(messages=[], **values).sampling() == values  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("status", "finished"),
+    [
+        ("queued", False),
+        ("running", False),
+        ("completed", True),
+        ("failed", True),
+        ("cancelled", True),
+    ],
+)
+def test_a_record_is_finished_once_its_status_is_terminal(status: str, finished: bool) -> None:
+    record = record_of("t", "o")
+    record.status = status  # type: ignore[assignment]
+    assert record.finished is finished
+
+
+def test_the_stored_hash_keeps_the_messages_apart_from_the_options() -> None:
+    record = record_of("t1", "alice", temperature=0.2, trace=True)
+    record.created_at = 1700000000.25
+    fields = record.to_redis()
+    assert fields["id"] == "t1" and fields["owner"] == "alice"
+    assert fields["model"] == "bernard-v1" and fields["status"] == "queued"
+    assert float(fields["created_at"]) == 1700000000.25
+    assert orjson.loads(fields["messages"]) == [{"role": "user", "content": "hello"}]
+    request = orjson.loads(fields["request"])
+    assert request["messages"] == [] and request["temperature"] == 0.2 and request["trace"]
+    assert "conversation_id" not in fields
+    assert record_of("t1", "alice", conversation_id="den").to_redis()["conversation_id"] == "den"
+
+
+async def test_a_record_reads_back_as_it_was_stored(
+    redis: redis_asyncio.Redis, scratch: Scratch
+) -> None:
+    record = record_of(
+        scratch.turn_id(),
+        "alice",
+        conversation_id="den",
+        kind="completion",
+        stream=False,
+        include_usage=True,
+        tool_events="delta",
+        trace=True,
+        on_disconnect="continue",
+        background=True,
+        max_tokens=7,
+        stop=["\n"],
+        user="u",
+    )
+    record.created_at = 1700000000.123456
+    await redis.hset(keys.turn(record.id), mapping=record.to_redis())
+    assert TurnRecord.from_redis(await redis.hgetall(keys.turn(record.id))) == record
+
+
+async def test_a_finished_record_reads_back_its_times_error_and_result_without_the_prompt(
+    redis: redis_asyncio.Redis, scratch: Scratch
+) -> None:
+    record = record_of(scratch.turn_id(), "alice")
+    fields = {k: v for k, v in record.to_redis().items() if k != "messages"}
+    error = {"message": "m", "type": "server_error", "code": "worker_lost"}
+    result = {"finish_reason": "stop", "content": "hi"}
+    fields |= {
+        "status": "failed",
+        "started_at": "1700000001.5",
+        "finished_at": "1700000002.5",
+        "error": orjson.dumps(error),
+        "result": orjson.dumps(result),
+    }
+    await redis.hset(keys.turn(record.id), mapping=fields)
+    read = TurnRecord.from_redis(await redis.hgetall(keys.turn(record.id)))
+    assert read.request.messages == [] and read.conversation_id is None
+    assert (read.status, read.started_at, read.finished_at) == (
+        "failed",
+        1700000001.5,
+        1700000002.5,
+    )
+    assert (read.error, read.result) == (error, result)
+
+
+# -- admission ---------------------------------------------------------------------------
+
+
+async def test_an_owner_is_admitted_up_to_the_limit_and_no_further(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    alice, bob = scratch.owner(), scratch.owner()
+    for n in range(3):
+        await store.admit(alice, f"t{n}", limit=3, ttl_s=60)
+    with pytest.raises(TooManyTurnsError):
+        await store.admit(alice, "t3", limit=3, ttl_s=60)
+    await store.admit(bob, "t0", limit=3, ttl_s=60)  # another owner has slots of their own
+    await store.release(alice, "t1")
+    await store.admit(alice, "t3", limit=3, ttl_s=60)
+    assert await redis.zrange(keys.active_turns(alice), 0, -1) == [b"t0", b"t2", b"t3"]
+
+
+async def test_an_admitted_turn_counts_until_its_deadline_and_the_set_expires(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    owner = scratch.owner()
+    before = time.time()
+    await store.admit(owner, "t0", limit=1, ttl_s=120)
+    deadline = await redis.zscore(keys.active_turns(owner), "t0")
+    assert before + 120 <= deadline <= time.time() + 120
+    assert 110 <= await redis.ttl(keys.active_turns(owner)) <= 120
+    # An entry past its deadline no longer counts.
+    await redis.zadd(keys.active_turns(owner), {"t0": time.time() - 1})
+    await store.admit(owner, "t1", limit=1, ttl_s=120)
+
+
+# -- creation ----------------------------------------------------------------------------
+
+
+async def test_creating_stores_the_record_opens_the_stream_and_queues_the_job(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = record_of(scratch.turn_id(), scratch.owner())
+    queue = scratch.queue()
+    await store.create(record, ttl_s=600, queue_name=queue)
+    assert await store.get(record.id) == record
+    assert [type(e) for _, e in await stream_of(redis, record.id)] == [Start]
+    for key in (keys.turn(record.id), keys.events(record.id)):
+        assert 590 <= await redis.ttl(key) <= 600
+    assert await redis.zscore(queue, record.id) is not None
+    assert await redis.lrange(keys.wake(queue), 0, -1) == [record.id.encode()]
+    assert await redis.exists(job_key_prefix + record.id) == 1
+    assert await redis.exists(keys.attached(record.id)) == 0
+
+
+async def test_a_turn_created_without_a_queue_has_no_job(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await created(store, scratch)
+    assert await redis.exists(job_key_prefix + record.id) == 0
+
+
+async def test_a_stream_attached_at_creation_counts_until_its_expiry(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = record_of(scratch.turn_id(), scratch.owner())
+    expiry = time.time() + 100
+    await store.create(
+        record, ttl_s=600, queue_name=None, attachment="a1", attachment_expiry=expiry
+    )
+    assert await redis.zrange(keys.attached(record.id), 0, -1, withscores=True) == [
+        (b"a1", pytest.approx(expiry))
+    ]
+    assert 99 <= await redis.ttl(keys.attached(record.id)) <= 101
+
+
+async def test_an_attachment_already_lapsed_still_expires_within_a_second(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = record_of(scratch.turn_id(), scratch.owner())
+    await store.create(
+        record, ttl_s=600, queue_name=None, attachment="a1", attachment_expiry=time.time() - 50
+    )
+    assert 0 < await redis.pttl(keys.attached(record.id)) <= 1000
+
+
+async def test_a_turn_that_does_not_exist_reads_as_none(store: TurnStore) -> None:
+    assert await store.get(uuid.uuid4().hex) is None
+
+
+# -- claiming ----------------------------------------------------------------------------
+
+
+async def test_claiming_moves_a_queued_turn_to_running_under_a_lease(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await created(store, scratch)
+    before = time.time()
+    claim = await store.claim(record.id, "worker-1", lease_ttl_s=7.5)
+    after = time.time()
+    assert claim.outcome == "claimed" and not claim.cancel_requested
+    assert claim.record is not None
+    assert claim.record.status == "running"
+    assert claim.record.request == record.request  # the prompt comes with the claim
+    assert before <= (claim.record.started_at or 0) <= after
+    assert await redis.get(keys.lease(record.id)) == b"worker-1"
+    assert 7000 < await redis.pttl(keys.lease(record.id)) <= 7500
+    deadline = await redis.zscore(keys.RUNNING_TURNS, record.id)
+    assert before + 7.5 <= deadline <= after + 7.5
+
+
+async def test_a_claim_hears_of_a_cancel_asked_before_it(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await created(store, scratch)
+    await redis.set(keys.cancel(record.id), b"1")
+    claim = await store.claim(record.id, "worker-1", lease_ttl_s=30)
+    assert claim.outcome == "claimed" and claim.cancel_requested is True
+
+
+async def test_a_turn_is_claimed_once_and_a_missing_one_never(
+    store: TurnStore, scratch: Scratch
+) -> None:
+    record = await claimed(store, scratch)
+    again = await store.claim(record.id, "worker-2", lease_ttl_s=30)
+    assert (again.outcome, again.record) == ("running", None)
+    missing = await store.claim(scratch.turn_id(), "worker-2", lease_ttl_s=30)
+    assert (missing.outcome, missing.record) == ("missing", None)
+
+
+# -- ending ------------------------------------------------------------------------------
+
+
+async def test_finishing_appends_the_events_then_a_sealing_done_and_starts_retention(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await claimed(store, scratch)
+    await store.admit(record.owner, record.id, limit=5, ttl_s=60)
+    done = completed("stop", {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
+    before = time.time()
+    assert await store.finish(
+        record.id,
+        record.owner,
+        done,
+        before=[Delta(text="hi"), ToolCall(id="c", name="t", arguments="{}", index=0)],
+        result={"content": "hi"},
+    )
+    stream = await stream_of(redis, record.id)
+    assert [e for _, e in stream[1:]] == [
+        Delta(text="hi"),
+        ToolCall(id="c", name="t", arguments="{}", index=0),
+        done,
+    ]
+    assert stream[-1][0] == SEALED_ID
+    finished = await store.get(record.id)
+    assert finished is not None
+    assert finished.status == "completed" and finished.result == {"content": "hi"}
+    assert finished.error is None and finished.request.messages == []
+    assert before <= (finished.finished_at or 0) <= time.time()
+    for key in (keys.turn(record.id), keys.events(record.id)):
+        assert RETENTION_S - 5 <= await redis.ttl(key) <= RETENTION_S
+    assert await redis.exists(keys.lease(record.id)) == 0
+    assert await redis.zscore(keys.RUNNING_TURNS, record.id) is None
+    assert await redis.zscore(keys.active_turns(record.owner), record.id) is None
+
+
+async def test_a_stream_ending_is_trimmed_to_the_stores_maxlen(
+    redis: redis_asyncio.Redis, scratch: Scratch
+) -> None:
+    store = TurnStore(redis, retention_s=RETENTION_S, stream_maxlen=10)
+    record = await claimed(store, scratch)
+    before = [ToolCall(id=f"c{n}", name="t", arguments="{}", index=n) for n in range(300)]
+    await store.finish(record.id, record.owner, completed(None, None), before=before)
+    # `MAXLEN ~` trims whole nodes (100 entries by default), never below the cap.
+    assert 10 <= await redis.xlen(keys.events(record.id)) <= 10 + 100
+
+
+async def test_a_turn_ends_once(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await claimed(store, scratch)
+    assert await store.end(record.id, record.owner, ErrorCode.TURN_CANCELLED) is True
+    assert await store.end(record.id, record.owner, ErrorCode.WORKER_LOST) is False
+    assert await store.finish(record.id, record.owner, completed("stop", None)) is False
+    stream = await stream_of(redis, record.id)
+    assert [type(e) for _, e in stream].count(Done) == 1
+    assert (await store.get(record.id)).status == "cancelled"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("code", [ErrorCode.WORKER_LOST, ErrorCode.UPSTREAM_ERROR])
+async def test_a_failed_turn_says_why_in_an_error_event_before_its_done(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch, code: ErrorCode
+) -> None:
+    record = await claimed(store, scratch)
+    assert await store.end(record.id, record.owner, code, "it broke")
+    *_, (_, error), (_, done) = await stream_of(redis, record.id)
+    assert error == Error(message="it broke", code=code)
+    assert done == ended(code, "it broke")
+    finished = await store.get(record.id)
+    assert finished is not None and finished.status == "failed"
+    assert finished.error == {"message": "it broke", "type": "server_error", "code": str(code)}
+
+
+async def test_a_cancelled_turn_ends_with_its_done_alone(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await claimed(store, scratch)
+    assert await store.end(record.id, record.owner, ErrorCode.TURN_CANCELLED)
+    assert [type(e) for _, e in await stream_of(redis, record.id)] == [Start, Done]
+
+
+async def test_a_turn_whose_worker_holds_its_lease_is_not_ended_as_lapsed(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await claimed(store, scratch)
+    ended_now = await store.end(record.id, record.owner, ErrorCode.WORKER_LOST, condition="lapsed")
+    assert ended_now is False
+    assert (await store.get(record.id)).status == "running"  # type: ignore[union-attr]
+    assert await redis.zscore(keys.RUNNING_TURNS, record.id) is not None, "still reaped later"
+
+
+async def test_a_turn_a_worker_took_is_not_ended_as_queued(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    record = await claimed(store, scratch)
+    assert not await store.end(
+        record.id, record.owner, ErrorCode.TURN_CANCELLED, condition="queued"
+    )
+    assert (await store.get(record.id)).status == "running"  # type: ignore[union-attr]
+    queued = await created(store, scratch)
+    assert await store.end(queued.id, queued.owner, ErrorCode.TURN_CANCELLED, condition="queued")
+
+
+# -- leases ------------------------------------------------------------------------------
+
+
+async def test_renewing_says_for_each_turn_whether_it_goes_on(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    going, asked, over = [await claimed(store, scratch) for _ in range(3)]
+    gone = scratch.turn_id()
+    await redis.set(keys.cancel(asked.id), b"1")
+    await store.end(over.id, over.owner, ErrorCode.WORKER_LOST)
+    states = await store.renew([going.id, asked.id, over.id, gone], "worker-9", lease_ttl_s=12)
+    assert states == {
+        going.id: RENEWED,
+        asked.id: CANCEL_REQUESTED,
+        over.id: TURN_OVER,
+        gone: TURN_OVER,
+    }
+    assert await redis.get(keys.lease(going.id)) == b"worker-9"
+    assert 11_000 < await redis.pttl(keys.lease(going.id)) <= 12_000
+
+
+async def test_only_running_turns_whose_lease_lapsed_are_reaped(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    lapsed, held, skipped, future = [await claimed(store, scratch) for _ in range(4)]
+    await redis.delete(keys.lease(lapsed.id), keys.lease(skipped.id))
+    # Due long ago, so they come before any other test's leftovers.
+    await redis.zadd(keys.RUNNING_TURNS, {lapsed.id: 1, held.id: 2, skipped.id: 3})
+    reaped = await store.reap_lapsed(skip={skipped.id})
+    assert lapsed.id in reaped
+    assert not {held.id, skipped.id, future.id} & set(reaped)
+    failed = await store.get(lapsed.id)
+    assert failed is not None and failed.status == "failed"
+    assert failed.error is not None and failed.error["code"] == "worker_lost"
+    for alive in (held, skipped, future):
+        assert (await store.get(alive.id)).status == "running"  # type: ignore[union-attr]
+    assert await redis.zscore(keys.RUNNING_TURNS, lapsed.id) is None
+    assert await redis.zscore(keys.RUNNING_TURNS, held.id) == 2, "left for a later sweep"
+    assert await redis.zscore(keys.active_turns(lapsed.owner), lapsed.id) is None
+
+
+async def test_reaping_takes_at_most_limit_turns_a_sweep(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    turns = [await claimed(store, scratch) for _ in range(3)]
+    for n, record in enumerate(turns):
+        await redis.delete(keys.lease(record.id))
+        await redis.zadd(keys.RUNNING_TURNS, {record.id: n + 1})
+    first = await store.reap_lapsed(limit=2)
+    assert first[:2] == [turns[0].id, turns[1].id]
+    assert await redis.zscore(keys.RUNNING_TURNS, turns[2].id) == 3
+
+
+async def test_a_lapsed_turn_whose_record_is_gone_is_dropped_not_reported(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    gone = scratch.turn_id()
+    await redis.xadd(keys.events(gone), {"e": b"{}"})
+    await redis.zadd(keys.RUNNING_TURNS, {gone: 1})
+    assert gone not in await store.reap_lapsed()
+    assert await redis.zscore(keys.RUNNING_TURNS, gone) is None
+    assert await redis.exists(keys.events(gone)) == 0

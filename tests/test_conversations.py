@@ -1,0 +1,579 @@
+"""The conversations API and confirmations, through real HTTP, Redis, worker and upstream.
+
+Every route is owner-scoped (another user's conversation is the same 404 as a missing one,
+401 without a key). Posting a message runs a turn on the stored history and answers JSON or,
+with `Accept: text/event-stream`, named events. A tool that changes the world (here the
+notes tools) pauses the turn until the user approves or rejects it; the decision resumes the
+conversation as a new turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import EventSource
+
+from shared import keys
+from shared.notes import NoteStore
+from tests.conftest import Stack, make_settings, run_stack
+from tests.processes import ProcessGroup, private_redis
+from tests.sse import collect
+from tests.upstream import Reply, ScriptedUpstream
+
+ALICE = {"Authorization": "Bearer key-alice"}
+BOB = {"Authorization": "Bearer key-bob"}
+
+
+def keys_for_two() -> str:
+    """`BERNARD_API_KEYS` for a test's own alice and bob: users no other test has, so the
+    conversations and notes a test finds are its own."""
+    run = uuid.uuid4().hex[:8]
+    return f"key-alice:alice-{run},key-bob:bob-{run}"
+
+
+def alice(stack: Stack) -> str:
+    return stack.settings.api_key_users()["key-alice"]
+
+
+SSE = {"Accept": "text/event-stream"}
+NOTE = ("save_note", {"text": "the door code is 1234"})
+
+
+@pytest.fixture
+async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    async with run_stack(make_settings(upstream, api_keys=keys_for_two())) as stack:
+        yield stack
+
+
+async def conversation(stack: Stack, conversation_id: str = "kitchen") -> str:
+    created = await stack.client.post(
+        "/v1/conversations", json={"id": conversation_id}, headers=ALICE
+    )
+    assert created.status_code == 201, created.text
+    return conversation_id
+
+
+async def post(
+    stack: Stack, conversation_id: str, content: str, *, stream: bool = False
+) -> httpx.Response | list[tuple[str, Any]]:
+    url = f"/v1/conversations/{conversation_id}/messages"
+    if not stream:
+        return await stack.client.post(url, json={"content": content}, headers=ALICE)
+    return await named(stack, "POST", url, json={"content": content})
+
+
+async def named(stack: Stack, method: str, url: str, **kwargs: Any) -> list[tuple[str, Any]]:
+    """The (event, data) pairs of a named-event stream."""
+    async with stack.client.stream(method, url, headers={**ALICE, **SSE}, **kwargs) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache"
+        assert response.headers["x-accel-buffering"] == "no"
+        return [
+            (sse.event, json.loads(sse.data)) async for sse in EventSource(response).aiter_sse()
+        ]
+
+
+def kinds(events: list[tuple[str, Any]]) -> list[str]:
+    """Event names, a run of text deltas counted once."""
+    out: list[str] = []
+    for name, _ in events:
+        if not (out and out[-1] == name == "text_delta"):
+            out.append(name)
+    return out
+
+
+def text(events: list[tuple[str, Any]]) -> str:
+    return "".join(data["text"] for name, data in events if name == "text_delta")
+
+
+async def resume(
+    stack: Stack, conversation_id: str, body: dict[str, Any], *, stream: bool = False
+) -> httpx.Response | list[tuple[str, Any]]:
+    url = f"/v1/conversations/{conversation_id}/resume"
+    if stream:
+        return await named(stack, "POST", url, json=body)
+    return await stack.client.post(url, json=body, headers=ALICE)
+
+
+async def notes_of(stack: Stack) -> list[str]:
+    store = NoteStore(stack.redis, alice(stack), retention_s=60)
+    return [note.text for note in await store.all()]
+
+
+# -- conversations -----------------------------------------------------------------------------
+
+
+async def test_a_conversation_is_created_read_listed_and_deleted(users: Stack) -> None:
+    created = await users.client.post(
+        "/v1/conversations", json={"id": "kitchen", "metadata": {"room": "kitchen"}}, headers=ALICE
+    )
+    assert created.status_code == 201
+    assert created.json() | {"created_at": 0, "updated_at": 0} == {
+        "id": "kitchen",
+        "object": "conversation",
+        "created_at": 0,
+        "updated_at": 0,
+        "status": "idle",
+        "metadata": {"room": "kitchen"},
+        "message_count": 0,
+        "pending_confirmation": None,
+    }
+    fresh = (await users.client.post("/v1/conversations", headers=ALICE)).json()
+    assert fresh["id"].startswith("conv_")
+    taken = await users.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
+    assert (taken.status_code, taken.json()["error"]["code"]) == (409, "conversation_exists")
+
+    read = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    assert read["metadata"] == {"room": "kitchen"} and read["status"] == "idle"
+    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()
+    assert [c["id"] for c in listed["data"]] == [fresh["id"], "kitchen"], "newest first"
+
+    deleted = await users.client.delete("/v1/conversations/kitchen", headers=ALICE)
+    assert deleted.json()["deleted"] is True
+    gone = await users.client.get("/v1/conversations/kitchen", headers=ALICE)
+    assert gone.status_code == 404
+    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()
+    assert [c["id"] for c in listed["data"]] == [fresh["id"]]
+
+
+async def test_conversations_page_newest_used_first(users: Stack) -> None:
+    for n in range(5):
+        await conversation(users, f"c{n}")
+    await post(users, "c1", "bring me back up")
+    first = (await users.client.get("/v1/conversations?limit=2", headers=ALICE)).json()
+    rest = (
+        await users.client.get(
+            f"/v1/conversations?limit=10&after={first['last_id']}", headers=ALICE
+        )
+    ).json()
+    assert [c["id"] for c in first["data"]] == ["c1", "c4"] and first["has_more"]
+    assert [c["id"] for c in rest["data"]] == ["c3", "c2", "c0"] and not rest["has_more"]
+
+
+async def test_messages_page_oldest_first_with_their_rows(users: Stack) -> None:
+    await conversation(users)
+    for n in range(3):
+        await post(users, "kitchen", f"question {n}")
+    page = (
+        await users.client.get("/v1/conversations/kitchen/messages?limit=4", headers=ALICE)
+    ).json()
+    rest = (
+        await users.client.get(
+            f"/v1/conversations/kitchen/messages?after={page['last_id']}", headers=ALICE
+        )
+    ).json()
+    rows = page["data"] + rest["data"]
+    assert [r["id"] for r in rows] == [f"msg_{n}" for n in range(1, 7)]
+    assert [r["role"] for r in rows] == ["user", "assistant"] * 3
+    assert set(rows[0]) >= {"id", "role", "content", "turn_id", "created_at"}
+    assert page["has_more"] and not rest["has_more"]
+    bad = await users.client.get("/v1/conversations/kitchen/messages?after=nope", headers=ALICE)
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "after")
+
+
+ROUTES = [
+    ("GET", "/v1/conversations/{id}", None),
+    ("GET", "/v1/conversations/{id}/messages", None),
+    ("POST", "/v1/conversations/{id}/messages", {"content": "hi"}),
+    ("POST", "/v1/conversations/{id}/resume", {"confirmation_id": "x", "decision": "approve"}),
+    ("DELETE", "/v1/conversations/{id}", None),
+]
+
+
+@pytest.mark.parametrize(("method", "route", "payload"), ROUTES)
+async def test_every_route_is_the_owners_alone(
+    users: Stack, method: str, route: str, payload: dict[str, Any] | None
+) -> None:
+    await conversation(users, "alices")
+    url = route.format(id="alices")
+    kwargs = {"json": payload} if payload is not None else {}
+    theirs = await users.client.request(method, url, headers=BOB, **kwargs)
+    missing = await users.client.request(method, route.format(id="no-such"), headers=BOB, **kwargs)
+    keyless = await users.client.request(method, url, **kwargs)
+    assert theirs.status_code == missing.status_code == 404
+    assert theirs.json()["error"]["code"] == missing.json()["error"]["code"]
+    assert keyless.status_code == 401
+    listed = await users.client.get("/v1/conversations", headers=BOB)
+    assert listed.json()["data"] == []
+    assert (await users.client.get("/v1/conversations")).status_code == 401
+    assert (await users.client.post("/v1/conversations")).status_code == 401
+
+
+# -- turns on a conversation -------------------------------------------------------------------
+
+
+async def test_json_and_sse_give_the_same_rows(users: Stack, upstream: ScriptedUpstream) -> None:
+    upstream.script(Reply.text(["Hello", " there"]))
+    upstream.script(Reply.text(["Hello", " there"]))
+    await conversation(users, "json")
+    await conversation(users, "sse")
+    answered = await post(users, "json", "hi")
+    assert isinstance(answered, httpx.Response) and answered.status_code == 200
+    body = answered.json()
+    events = await post(users, "sse", "hi", stream=True)
+    assert isinstance(events, list)
+
+    streamed_rows = [data for name, data in events if name == "message"]
+
+    def shape(rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+        return [(r["role"], r["content"]) for r in rows]
+
+    assert body["status"] == "completed" and body["pending_confirmation"] is None
+    assert (
+        shape(body["messages"])
+        == shape(streamed_rows)
+        == [
+            ("user", "hi"),
+            ("assistant", "Hello there"),
+        ]
+    )
+    assert kinds(events) == ["message", "text_delta", "message", "done"]
+    assert events[-1][1]["status"] == "completed" and events[-1][1]["turn_id"]
+    assert text(events) == "Hello there"
+
+
+async def test_a_read_tool_round_streams_call_progress_and_result(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script(Reply.text("It is 42."))
+    await conversation(users)
+    events = await post(users, "kitchen", "6*7?", stream=True)
+    assert isinstance(events, list)
+    assert kinds(events) == [
+        "message",  # the question
+        "tool_call",
+        "tool_progress",
+        "tool_progress",
+        "tool_result",
+        "text_delta",
+        "message",  # the router's tool call
+        "message",  # its result
+        "message",  # the answer
+        "done",
+    ]
+    call = next(data for name, data in events if name == "tool_call")
+    result = next(data for name, data in events if name == "tool_result")
+    assert call["name"] == "calculator" and json.loads(call["arguments"]) == {"expression": "6 * 7"}
+    assert result == {
+        "tool_call_id": call["id"],
+        "name": "calculator",
+        "output": "42",
+        "is_error": False,
+    }
+
+
+async def test_a_busy_conversation_refuses_a_second_turn(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    gate = upstream.script(Reply.text(["slow", " answer"], block_after_first=True))
+    await conversation(users)
+    first = asyncio.create_task(post(users, "kitchen", "first"))
+    await gate.wait_blocked()
+    running = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    second = await post(users, "kitchen", "second")
+    assert isinstance(second, httpx.Response)
+    assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
+    gate.release()
+    assert (await first).status_code == 200  # type: ignore[union-attr]
+    idle = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    assert (running["status"], idle["status"]) == ("running", "idle")
+    assert (await post(users, "kitchen", "third")).status_code == 200  # type: ignore[union-attr]
+
+
+# -- confirmations ---------------------------------------------------------------------------------
+
+
+async def pause(stack: Stack, upstream: ScriptedUpstream, conversation_id: str = "kitchen") -> str:
+    """A turn that proposes saving a note and waits; its confirmation id."""
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    answered = await post(stack, conversation_id, "remember the door code")
+    assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
+    body = answered.json()
+    assert body["status"] == "awaiting_confirmation"
+    return str(body["pending_confirmation"]["confirmation_id"])
+
+
+async def test_a_write_tool_waits_and_runs_only_once_approved(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await conversation(users)
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    events = await post(users, "kitchen", "remember the door code", stream=True)
+    assert isinstance(events, list)
+    assert kinds(events) == ["message", "awaiting_confirmation", "message", "done"]
+    proposal = next(data for name, data in events if name == "awaiting_confirmation")
+    assert proposal["summary"] == "Remember “the door code is 1234”"
+    assert proposal["tool_call"]["name"] == "save_note"
+    assert proposal["expires_at"] > time.time() + 3000
+    assert events[-1][1]["status"] == "awaiting_confirmation"
+    assert await notes_of(users) == [], "nothing ran"
+    waiting = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    assert waiting["status"] == "awaiting_confirmation"
+    assert waiting["pending_confirmation"]["confirmation_id"] == proposal["confirmation_id"]
+    busy = await post(users, "kitchen", "something else")
+    assert busy.json()["error"]["code"] == "conversation_busy"  # type: ignore[union-attr]
+
+    upstream.script(Reply.text("Saved it."))
+    approved = await resume(
+        users,
+        "kitchen",
+        {"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+        stream=True,
+    )
+    assert isinstance(approved, list)
+    assert kinds(approved) == [
+        "tool_call",
+        "tool_progress",
+        "tool_result",
+        "text_delta",
+        "message",
+        "message",
+        "done",
+    ]
+    assert await notes_of(users) == ["the door code is 1234"]
+    assert approved[-1][1]["status"] == "completed"
+    # The model saw its call answered before it answered.
+    tool_message = upstream.router_requests[-1]["messages"][-1]
+    assert tool_message["role"] == "tool" and "Saved" in tool_message["content"]
+    again = await resume(
+        users, "kitchen", {"confirmation_id": proposal["confirmation_id"], "decision": "reject"}
+    )
+    assert isinstance(again, httpx.Response)
+    assert (again.status_code, again.json()["error"]["code"]) == (
+        409,
+        "confirmation_already_decided",
+    )
+
+
+async def test_a_rejected_write_never_runs_and_the_model_hears_why(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await conversation(users)
+    confirmation = await pause(users, upstream)
+    upstream.script(Reply.text("Fine, I won't."))
+    rejected = await resume(
+        users, "kitchen", {"confirmation_id": confirmation, "decision": "reject"}
+    )
+    assert isinstance(rejected, httpx.Response) and rejected.status_code == 200
+    body = rejected.json()
+    assert body["status"] == "completed"
+    assert [(r["role"], r["content"]) for r in body["messages"]] == [
+        ("tool", "The user declined: save_note was not run."),
+        ("assistant", "Fine, I won't."),
+    ]
+    assert await notes_of(users) == []
+    told = upstream.router_requests[-1]["messages"][-1]
+    assert (told["role"], told["content"]) == ("tool", "The user declined: save_note was not run.")
+
+
+async def test_edited_arguments_run_when_they_fit_the_tools_schema(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await conversation(users)
+    confirmation = await pause(users, upstream)
+    wrong = await resume(
+        users,
+        "kitchen",
+        {"confirmation_id": confirmation, "decision": "approve", "arguments": {"text": 5}},
+    )
+    assert isinstance(wrong, httpx.Response)
+    assert (wrong.status_code, wrong.json()["error"]["param"]) == (400, "arguments.text")
+    assert await notes_of(users) == [], "a refused edit decides nothing"
+    edited = await resume(
+        users,
+        "kitchen",
+        {
+            "confirmation_id": confirmation,
+            "decision": "approve",
+            "arguments": {"text": "the door code is 4321"},
+        },
+    )
+    assert isinstance(edited, httpx.Response) and edited.status_code == 200, edited.text
+    assert await notes_of(users) == ["the door code is 4321"]
+
+
+async def test_an_expired_proposal_cannot_be_decided_and_is_recorded_as_not_run(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings = make_settings(upstream, api_keys=keys_for_two(), confirmation_ttl_s=1)
+    async with run_stack(settings) as stack:
+        await conversation(stack)
+        confirmation = await pause(stack, upstream)
+        await asyncio.sleep(1.2)
+        idle = (await stack.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+        late = await resume(
+            stack, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
+        )
+        assert isinstance(late, httpx.Response)
+        assert (late.status_code, late.json()["error"]["code"]) == (409, "confirmation_expired")
+        upstream.script(Reply.text("ok"))
+        moved_on = await post(stack, "kitchen", "never mind")
+        assert isinstance(moved_on, httpx.Response) and moved_on.status_code == 200
+        rows = moved_on.json()["messages"]
+        assert idle["status"] == "idle"
+        assert (rows[0]["role"], rows[0]["content"]) == (
+            "tool",
+            "Not run: the user did not confirm this in time.",
+        )
+        assert await notes_of(stack) == []
+
+
+async def test_an_unknown_confirmation_is_404(users: Stack) -> None:
+    await conversation(users)
+    missing = await resume(
+        users, "kitchen", {"confirmation_id": "conf_nope", "decision": "approve"}
+    )
+    assert isinstance(missing, httpx.Response)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (
+        404,
+        "confirmation_not_found",
+    )
+
+
+async def test_every_write_of_a_step_waits_and_the_reads_run(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(
+        Reply.tool_calls(
+            [
+                ("calculator", {"expression": "2 + 2"}),
+                ("save_note", {"text": "first"}),
+                ("save_note", {"text": "second"}),
+            ]
+        )
+    )
+    await conversation(users)
+    events = await post(users, "kitchen", "do three things", stream=True)
+    assert isinstance(events, list)
+    proposals = [data for name, data in events if name == "awaiting_confirmation"]
+    results = [data for name, data in events if name == "tool_result"]
+    assert [r["output"] for r in results] == ["4"], "the read ran at once"
+    assert [p["summary"] for p in proposals] == ["Remember “first”", "Remember “second”"]
+
+    one = await resume(
+        users,
+        "kitchen",
+        {"confirmation_id": proposals[0]["confirmation_id"], "decision": "approve"},
+    )
+    assert isinstance(one, httpx.Response)
+    assert one.json()["status"] == "awaiting_confirmation"
+    assert one.json()["pending_confirmation"]["confirmation_id"] == proposals[1]["confirmation_id"]
+    assert await notes_of(users) == [], "nothing runs until every call is decided"
+    upstream.script(Reply.text("Done."))
+    two = await resume(
+        users, "kitchen", {"confirmation_id": proposals[1]["confirmation_id"], "decision": "reject"}
+    )
+    assert isinstance(two, httpx.Response) and two.json()["status"] == "completed"
+    assert await notes_of(users) == ["first"]
+
+
+async def test_paused_turns_hold_no_worker(upstream: ScriptedUpstream) -> None:
+    settings = make_settings(upstream, api_keys=keys_for_two(), worker_concurrency=2)
+    async with run_stack(settings) as stack:
+        for n in range(5):  # more pauses than the worker runs turns at once
+            await conversation(stack, f"room-{n}")
+            await pause(stack, upstream, f"room-{n}")
+        upstream.script(Reply.text("still here"))
+        fresh = await stack.client.post(
+            "/v1/chat/completions",
+            json={"model": "bernard-v1", "messages": [{"role": "user", "content": "hello"}]},
+            headers=ALICE,
+        )
+        assert fresh.status_code == 200
+        assert fresh.json()["choices"][0]["message"]["content"] == "still here"
+
+
+async def test_a_chat_completion_pauses_too_and_resumes_through_its_conversation(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    frames = await collect(
+        users.client,
+        "POST",
+        "/v1/chat/completions",
+        json={
+            "model": "bernard-v1",
+            "stream": True,
+            "messages": [{"role": "user", "content": "remember the door code"}],
+        },
+        headers=ALICE,
+    )
+    pauses = [
+        f.bernard for f in frames if f.bernard and f.bernard["type"] == "awaiting_confirmation"
+    ]
+    finish = [c["finish_reason"] for f in frames if not f.done for c in f.json.get("choices", [])]
+    assert len(pauses) == 1 and finish[-1] == "stop"
+    turn_id = frames[0].json["id"].removeprefix("chatcmpl-")
+    turn = (await users.client.get(f"/v1/turns/{turn_id}", headers=ALICE)).json()
+    assert turn["status"] == "awaiting_confirmation"
+    conversation_id = turn["conversation_id"]
+    upstream.script(Reply.text("Saved."))
+    resumed = await resume(
+        users,
+        conversation_id,
+        {"confirmation_id": pauses[0]["confirmation_id"], "decision": "approve"},
+    )
+    assert isinstance(resumed, httpx.Response) and resumed.status_code == 200
+    assert await notes_of(users) == ["the door code is 1234"]
+
+
+async def test_a_turn_streams_again_from_its_events_in_its_own_encoding(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["one", " two"]))
+    await conversation(users)
+    answered = await post(users, "kitchen", "count")
+    assert isinstance(answered, httpx.Response)
+    turn_id = answered.json()["turn_id"]
+    replayed = await named(users, "GET", f"/v1/turns/{turn_id}/events")
+    assert kinds(replayed) == ["message", "text_delta", "message", "done"]
+    assert text(replayed) == "one two"
+    await users.redis.delete(keys.events(turn_id))
+    compacted = await named(users, "GET", f"/v1/turns/{turn_id}/events")
+    assert [name for name, _ in compacted] == ["done"]
+    assert compacted[0][1]["status"] == "completed"
+
+
+async def test_a_decision_resumes_on_another_api_process_and_worker(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    async with private_redis(tmp_path / "redis") as server:
+        settings = make_settings(upstream, redis_url=server.url, api_keys=keys_for_two())
+        async with ProcessGroup(tmp_path / "logs") as procs:
+            first_worker = await procs.worker(settings, name="first-worker")
+            first_api = await procs.api(settings, name="first-api")
+            async with httpx.AsyncClient(base_url=first_api.base_url or "", timeout=30) as one:
+                await one.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
+                upstream.script_router(Reply.tool_calls([NOTE]))
+                paused = await one.post(
+                    "/v1/conversations/hall/messages",
+                    json={"content": "remember the door code"},
+                    headers=ALICE,
+                )
+            confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
+            first_worker.kill()
+            first_api.kill()
+            await procs.worker(settings, name="second-worker")
+            second_api = await procs.api(settings, name="second-api")
+            upstream.script(Reply.text("Saved."))
+            async with httpx.AsyncClient(base_url=second_api.base_url or "", timeout=30) as two:
+                resumed = await two.post(
+                    "/v1/conversations/hall/resume",
+                    json={"confirmation_id": confirmation, "decision": "approve"},
+                    headers=ALICE,
+                )
+        assert resumed.status_code == 200, resumed.text
+        body = resumed.json()
+        assert body["status"] == "completed"
+        assert [r["role"] for r in body["messages"]] == ["tool", "assistant"]
+        assert body["messages"][0]["content"] == "Saved: the door code is 1234"

@@ -1,0 +1,192 @@
+"""Timers: set from a turn, fired by whichever worker is up when they are due, into the
+conversation and onto the user's event stream (`GET /v1/events`); once, and never when
+cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import EventSource
+
+from shared import keys
+from shared.connection import connect
+from shared.events import TimerFired
+from shared.records import Archivist
+from shared.timers import TimerError, TimerStore, parse_duration, publish
+from tests.conftest import make_settings, run_stack
+from tests.processes import ProcessGroup, private_redis
+from tests.upstream import Reply, ScriptedUpstream
+from worker.tools.runtime import ToolRuntime, runtime_config
+from worker.tools.timers import list_timers
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 90),
+        ("90s", 90),
+        ("5 minutes", 300),
+        ("5 min", 300),
+        ("1h 30m", 5400),
+        ("1 hour and 20 seconds", 3620),
+        ("2.5 min", 150),
+        ("in 2 hrs", 7200),
+    ],
+)
+def test_durations_are_read_as_people_say_them(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "", "0 s", "8 days", "200 hours"])
+def test_durations_without_a_time_or_over_a_week_are_refused(text: str) -> None:
+    with pytest.raises(TimerError):
+        parse_duration(text)
+
+
+def owner() -> str:
+    return f"timer-user-{uuid.uuid4().hex[:8]}"
+
+
+async def events_of(
+    base_url: str, headers: dict[str, str], count: int, timeout_s: float, **params: str
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """The first `count` (id, event, data) of `GET /v1/events`."""
+    got: list[tuple[str, str, dict[str, Any]]] = []
+    async with (
+        httpx.AsyncClient(base_url=base_url, timeout=30) as client,
+        client.stream("GET", "/v1/events", headers=headers, params=params) as response,
+    ):
+        assert response.status_code == 200, await response.aread()
+        async with asyncio.timeout(timeout_s):
+            async for sse in EventSource(response).aiter_sse():
+                got.append((sse.id, sse.event, json.loads(sse.data)))
+                if len(got) == count:
+                    break
+    return got
+
+
+async def test_the_event_stream_resumes_after_the_last_event_id(upstream: ScriptedUpstream) -> None:
+    user = owner()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}")
+    headers = {"Authorization": "Bearer key-u"}
+    async with run_stack(settings, worker=False) as stack:
+        redis = connect(settings.redis_url)
+        try:
+            for label in ("first", "second"):
+                fired = TimerFired(timer_id=label, label=label, conversation_id=None, due_at=0)
+                await publish(redis, user, fired, retention_s=60)
+            entries = await redis.xrange(keys.events(keys.user_stream_id(user)))
+            first_id = entries[0][0].decode()
+            after_first = await events_of(stack.base_url, headers, 1, 5, after=first_id)
+            assert [(e, d["label"]) for _, e, d in after_first] == [("timer_fired", "second")]
+            waiting = asyncio.create_task(events_of(stack.base_url, headers, 1, 5))
+            await asyncio.sleep(0.3)  # connected: from the next event on
+            fired = TimerFired(timer_id="third", label="third", conversation_id=None, due_at=0)
+            await publish(redis, user, fired, retention_s=60)
+            assert [d["label"] for _, _, d in await waiting] == ["third"]
+            other = await stack.client.get("/v1/events", params={"after": "٣-٣"}, headers=headers)
+            assert other.status_code == 400
+            assert (await stack.client.get("/v1/events")).status_code == 401
+        finally:
+            await redis.aclose()
+
+
+async def test_a_timer_set_in_a_turn_rings_in_its_conversation_and_on_the_event_stream(
+    upstream: ScriptedUpstream,
+) -> None:
+    user = owner()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}")
+    headers = {"Authorization": "Bearer key-u"}
+    upstream.script_router(Reply.tool_calls([("set_timer", {"duration": "1s", "label": "tea"})]))
+    upstream.script(Reply.text("Timer set."))
+    async with run_stack(settings) as stack:
+        listening = asyncio.create_task(events_of(stack.base_url, headers, 1, 10))
+        await asyncio.sleep(0.3)
+        answer = await stack.client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "bernard-v1",
+                "conversation_id": "kitchen",
+                "messages": [{"role": "user", "content": "tea timer, one second"}],
+            },
+            headers=headers,
+        )
+        assert answer.status_code == 200, answer.text
+        outputs = answer.json()["bernard"]["tool_outputs"]
+        assert outputs[0]["content"].startswith("Timer “tea” set for 1 s")
+        [(_, event, data)] = await listening
+        assert (event, data["label"], data["conversation_id"]) == ("timer_fired", "tea", "kitchen")
+        rows = await Archivist(stack.redis, user).messages("kitchen")
+        assert rows[-1] == {"role": "assistant", "content": "⏰ Your timer “tea” is done."}
+
+
+async def test_a_cancelled_timer_never_rings(upstream: ScriptedUpstream) -> None:
+    user = owner()
+    settings = make_settings(upstream)
+    async with run_stack(settings) as stack:
+        store = TimerStore(
+            connect(settings.redis_url), user, retention_s=60, queue_name=settings.queue_name
+        )
+        try:
+            timer = await store.set(0.5, "eggs", None)
+            cancelled = await store.cancel(timer.id)
+            assert cancelled is not None and cancelled.state == "cancelled"
+            await asyncio.sleep(2.0)  # well past due, with a worker polling the queue
+            assert [t.state for t in await store.all()] == ["cancelled"]
+            stream = keys.events(keys.user_stream_id(user))
+            assert await stack.redis.exists(stream) == 0, "nothing was published"
+        finally:
+            await store.redis.aclose()
+
+
+async def test_timers_are_listed_with_the_time_left(upstream: ScriptedUpstream) -> None:
+    user = owner()
+    settings = make_settings(upstream)
+    redis = connect(settings.redis_url)
+    try:
+        store = TimerStore(redis, user, retention_s=60, queue_name=settings.queue_name)
+        await store.set(125, "laundry", None)
+        runtime = ToolRuntime(owner=user, redis=redis, settings=settings)
+        listed = await list_timers.ainvoke({}, config=runtime_config(runtime, {}))
+        assert listed.startswith("- “laundry” (timer_") and listed.endswith("2 min 5 s left")
+        await redis.zrem(settings.queue_name, *(f"timer:{t.id}" for t in await store.all()))
+    finally:
+        await redis.aclose()
+
+
+async def test_a_timer_rings_once_after_its_worker_restarted(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    user = owner()
+    async with private_redis(tmp_path / "redis") as server:
+        settings = make_settings(upstream, redis_url=server.url, api_keys=f"key-u:{user}")
+        headers = {"Authorization": "Bearer key-u"}
+        async with ProcessGroup(tmp_path / "logs") as procs:
+            first = await procs.worker(settings, name="first-worker")
+            api = await procs.api(settings)
+            redis = connect(server.url)
+            try:
+                store = TimerStore(redis, user, retention_s=60, queue_name=settings.queue_name)
+                await redis.hset(
+                    keys.conversation(user, "hall"),
+                    mapping={"id": "hall", "owner": user, "created_at": 0, "updated_at": 0},
+                )
+                await store.set(2.0, "bread", "hall")
+                first.kill()  # the worker that was up when it was set is gone
+                listening = asyncio.create_task(events_of(api.base_url or "", headers, 1, 15))
+                await procs.worker(settings, name="second-worker")
+                [(_, event, data)] = await listening
+                assert (event, data["label"]) == ("timer_fired", "bread")
+                await asyncio.sleep(1.5)  # time for a second ring, were there one
+                stream = await redis.xrange(keys.events(keys.user_stream_id(user)))
+                rows = await Archivist(redis, user).messages("hall")
+            finally:
+                await redis.aclose()
+    assert len(stream) == 1
+    assert [r["content"] for r in rows] == ["⏰ Your timer “bread” is done."]

@@ -1,0 +1,140 @@
+"""Anthropic's Messages API as a model provider: the real client (langchain-anthropic over the
+anthropic SDK) against the scripted server's Anthropic wire format, alone and through the
+whole pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from shared.settings import Settings
+from tests.conftest import make_settings, run_stack
+from tests.sse import collect, text_of
+from tests.upstream import Reply, ScriptedUpstream
+from worker.harness.router import RESPOND_TOOL
+from worker.llm import LlmResult, build_models
+from worker.tools import calculator, default_tools
+
+
+def anthropic_settings(upstream: ScriptedUpstream, **overrides: Any) -> Settings:
+    return make_settings(
+        upstream,
+        anthropic_base_url=upstream.anthropic_base_url,
+        anthropic_api_key="test-key",
+        router_provider="anthropic",
+        response_provider="anthropic",
+        router_model="claude-router",
+        response_model="claude-answer",
+        **overrides,
+    )
+
+
+async def stream_all(settings: Settings, **kwargs: Any) -> list[Any]:
+    models = build_models(settings)
+    try:
+        async with aclosing(models.responder.stream([HumanMessage("hi")], **kwargs)) as items:
+            return [item async for item in items]
+    finally:
+        await models.aclose()
+
+
+async def test_text_streams_delta_by_delta_with_usage_and_stop_reason(
+    upstream: ScriptedUpstream,
+) -> None:
+    upstream.script(Reply.text(["Hel", "lo", " there"], usage=(11, 3)))
+    items = await stream_all(anthropic_settings(upstream))
+    assert items[:-1] == ["Hel", "lo", " there"]
+    result = items[-1]
+    assert isinstance(result, LlmResult)
+    assert result.message.content == "Hello there"
+    assert result.usage == {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
+    assert result.finish_reason == "stop"
+    sent = upstream.requests[0]
+    assert sent["model"] == "claude-answer" and sent["stream"] is True
+    assert sent["messages"] == [{"role": "user", "content": "hi"}]
+
+
+async def test_max_tokens_cuts_the_answer_and_reports_length(upstream: ScriptedUpstream) -> None:
+    upstream.script(Reply.text(["one", " two", " three"]))
+    options = {"max_tokens": 2, "temperature": 0.3, "stop": ["END"], "seed": 7, "user": "u-1"}
+    items = await stream_all(anthropic_settings(upstream), params=options)
+    assert items[:-1] == ["one", " two"]
+    assert items[-1].finish_reason == "length"
+    sent = upstream.requests[0]
+    assert (sent["max_tokens"], sent["temperature"], sent["stop_sequences"]) == (2, 0.3, ["END"])
+    assert sent["metadata"] == {"user_id": "u-1"}
+    assert "seed" not in sent, "an option Anthropic does not take is not sent"
+
+
+async def test_a_tool_call_split_over_many_deltas_arrives_whole(upstream: ScriptedUpstream) -> None:
+    arguments = {"expression": "(12 + 30) * 1000 / 7", "note": "a long enough input"}
+    upstream.script(Reply.tool_calls([("calculator", arguments)], arg_chunks=12))
+    items = await stream_all(anthropic_settings(upstream), tools=[calculator])
+    calls = [item for item in items if isinstance(item, dict)]
+    assert [(c["name"], c["args"]) for c in calls] == [("calculator", arguments)]
+    result = items[-1]
+    assert result.finish_reason == "tool_calls"
+    assert result.message.tool_calls == calls
+    deltas = upstream.exchanges[0].chunks_sent
+    assert deltas == 12, "the server really sent the input in pieces"
+    assert upstream.requests[0]["tools"][0]["name"] == "calculator"
+
+
+async def test_cancelling_the_stream_closes_the_upstream_connection(
+    upstream: ScriptedUpstream,
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    settings = anthropic_settings(upstream)
+    models = build_models(settings)
+
+    async def consume() -> None:
+        async with aclosing(models.responder.stream([HumanMessage("go")])) as items:
+            async for _ in items:
+                pass
+
+    task = asyncio.create_task(consume())
+    try:
+        await upstream.wait_requests(1)
+        await asyncio.sleep(0.1)
+        task.cancel()
+        exchange = await upstream.wait_disconnect(timeout_s=5)
+        assert exchange.disconnected_at is not None and exchange.completed_at is None
+    finally:
+        await models.aclose()
+
+
+async def test_a_turn_runs_on_anthropic_models_through_the_whole_pipeline(
+    upstream: ScriptedUpstream,
+) -> None:
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script(Reply.text(["It", " is", " 42."]))
+    async with run_stack(anthropic_settings(upstream)) as stack:
+        frames = await collect(
+            stack.client,
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": "bernard-v1",
+                "stream": True,
+                "messages": [{"role": "user", "content": "What is 6 * 7?"}],
+            },
+        )
+    assert text_of(frames) == "It is 42."
+    results = [f.bernard for f in frames if f.bernard and f.bernard["type"] == "tool_result"]
+    assert [r["content"] for r in results] == ["42"]
+    first_router, second_router = upstream.router_requests
+    assert [t["name"] for t in first_router["tools"]] == [
+        *(tool.name for tool in default_tools()),
+        RESPOND_TOOL["function"]["name"],
+    ]
+    # The router's second call carries its tool call and the result, in Anthropic's shape.
+    tool_use = second_router["messages"][-2]["content"][-1]
+    tool_result = second_router["messages"][-1]["content"][0]
+    assert (tool_use["type"], tool_use["name"]) == ("tool_use", "calculator")
+    assert (tool_result["type"], tool_result["tool_use_id"]) == ("tool_result", tool_use["id"])
+    assert json.dumps(tool_result).count("42") >= 1
+    assert upstream.requests[-1]["model"] == "claude-answer"

@@ -1,0 +1,176 @@
+"""The direct calls (worker/openai_fast.py) give what `ChatOpenAI` gives, against the same
+scripted upstream: text, tool calls, usage, finish reasons, errors, aborts."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from tests.conftest import make_settings
+from tests.upstream import Reply, ScriptedUpstream
+from worker.llm import Llm, LlmError, LlmResult, build_models
+from worker.tools import calculator
+
+
+async def run(llm: Llm, **kwargs: Any) -> list[Any]:
+    async with aclosing(llm.stream([HumanMessage("hi")], **kwargs)) as items:
+        return [item async for item in items]
+
+
+def both(upstream: ScriptedUpstream) -> tuple[Llm, Llm, Any]:
+    models = build_models(make_settings(upstream))
+    fast = models.responder
+    assert fast.direct
+    slow = Llm(fast.model, fast.name, fast.options, direct=False)
+    return fast, slow, models
+
+
+def outcome(items: list[Any]) -> tuple[list[str], str, dict[str, int] | None, str | None]:
+    *texts, result = items
+    assert isinstance(result, LlmResult)
+    return texts, str(result.message.content), result.usage, result.finish_reason
+
+
+@pytest.mark.parametrize(
+    ("reply", "params"),
+    [
+        (lambda: Reply.text(["Hel", "lo", " world"], usage=(7, 3)), {}),
+        (lambda: Reply.text(["é", "😀", " ünïcode"]), {}),
+        (lambda: Reply.text([]), {}),
+        (lambda: Reply.text(["one", " two", " three", " four"]), {"max_tokens": 2}),
+        (lambda: Reply.text(["a", "b"], chunk_delay=0.01), {"temperature": 0.5, "stop": ["x"]}),
+    ],
+    ids=["text", "unicode", "empty", "cut by max_tokens", "options"],
+)
+async def test_both_paths_give_the_same_answer(
+    upstream: ScriptedUpstream, reply: Any, params: dict[str, Any]
+) -> None:
+    fast, slow, models = both(upstream)
+    try:
+        upstream.script(reply())
+        fast_items = await run(fast, params=params)
+        upstream.script(reply())
+        slow_items = await run(slow, params=params)
+    finally:
+        await models.aclose()
+    assert outcome(fast_items) == outcome(slow_items)
+    first, second = upstream.requests[-2:]
+    assert first == second, "the same request goes upstream"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        lambda: Reply.error(500, "boom"),
+        lambda: Reply.error(400, "bad request", error_type="invalid_request_error"),
+        lambda: Reply.text(["a", "b", "c"], fail_after=1),
+    ],
+    ids=["500", "400", "dropped mid-stream"],
+)
+async def test_both_paths_fail_the_same_way(upstream: ScriptedUpstream, reply: Any) -> None:
+    fast, slow, models = both(upstream)
+    errors = []
+    try:
+        for llm in (fast, slow):
+            upstream.script(reply())
+            with pytest.raises(LlmError) as caught:
+                await run(llm)
+            errors.append((caught.value.code, caught.value.message.split(":")[0]))
+    finally:
+        await models.aclose()
+    assert errors[0] == errors[1]
+
+
+async def test_cancelling_the_fast_path_closes_the_upstream(upstream: ScriptedUpstream) -> None:
+    fast, _, models = both(upstream)
+    upstream.script(Reply.slow(interval=0.01))
+    task = asyncio.create_task(run(fast))
+    try:
+        await upstream.wait_requests(1)
+        await asyncio.sleep(0.1)
+        task.cancel()
+        exchange = await upstream.wait_disconnect(timeout_s=5)
+        assert exchange.completed_at is None
+    finally:
+        await models.aclose()
+
+
+async def test_with_tools_bound_the_langchain_path_parses_the_calls(
+    upstream: ScriptedUpstream,
+) -> None:
+    fast, _, models = both(upstream)
+    upstream.script(Reply.tool_calls([("calculator", {"expression": "1+1"})], arg_chunks=5))
+    try:
+        items = await run(fast, tools=[calculator])
+    finally:
+        await models.aclose()
+    calls = [item for item in items if isinstance(item, dict)]
+    assert [(c["name"], c["args"]) for c in calls] == [("calculator", {"expression": "1+1"})]
+
+
+def answer(result: LlmResult) -> tuple[Any, ...]:
+    """What the router reads of an answer (the upstream numbers the ids it makes up)."""
+    message = result.message
+    calls = [(c["name"], c["args"], c["id"].startswith("call_")) for c in message.tool_calls]
+    return str(message.content), calls, result.usage, result.finish_reason
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        lambda: Reply.text(["A whole", " answer"], usage=(11, 2)),
+        lambda: Reply.tool_calls(
+            [("calculator", {"expression": "2*21"}), ("get_time", {"zone": "Europe/Zürich"})],
+            content="Let me check.",
+            ids=["call_a", "call_b"],
+        ),
+        lambda: Reply.tool_calls([("respond", {})], ids=["call_r"]),
+        lambda: Reply.text(["one", " two", " three"]),
+    ],
+    ids=["text", "two tool calls and text", "respond", "plain"],
+)
+async def test_both_paths_complete_the_same(upstream: ScriptedUpstream, reply: Any) -> None:
+    fast, slow, models = both(upstream)
+    respond = {"type": "function", "function": {"name": "respond", "parameters": {}}}
+    tools = [calculator, respond]  # a router call: the upstream answers it from its own script
+    try:
+        upstream.script_router(reply())
+        fast_result = await fast.complete([HumanMessage("hi")], tools)
+        upstream.script_router(reply())
+        slow_result = await slow.complete([HumanMessage("hi")], tools)
+    finally:
+        await models.aclose()
+    assert answer(fast_result) == answer(slow_result)
+    assert fast_result.finish_reason is not None
+    first, second = upstream.router_requests[-2:]
+    assert first == second, "the same request goes upstream"
+    assert [t["function"]["name"] for t in first["tools"]] == ["calculator", "respond"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        lambda: Reply.error(500, "boom"),
+        lambda: Reply.error(400, "bad request", error_type="invalid_request_error"),
+        lambda: Reply.error(401, "no key", error_type="authentication_error"),
+    ],
+    ids=["500", "400", "401"],
+)
+async def test_both_paths_fail_a_whole_answer_the_same_way(
+    upstream: ScriptedUpstream, reply: Any
+) -> None:
+    fast, slow, models = both(upstream)
+    errors = []
+    try:
+        for llm in (fast, slow):
+            upstream.script(reply())
+            with pytest.raises(LlmError) as caught:
+                await llm.complete([HumanMessage("hi")], [calculator])
+            errors.append((caught.value.code, caught.value.message))
+    finally:
+        await models.aclose()
+    assert errors[0] == errors[1]

@@ -1,0 +1,130 @@
+"""A turn's two OpenAI-compatible calls, made on the SDK's own client without the SDK's
+per-call and per-chunk work.
+
+What this keeps from LangChain and the SDK: the request payload `ChatOpenAI` builds (the
+messages, the bound tools, the call options), the answer as `ChatOpenAI` parses it (tool
+calls, usage, finish reason: `_create_chat_result`), and the SDK client itself with its
+base URL, key, retries and timeouts (`client.post`, the SDK's documented way to call a path
+it has no method for). What it leaves out, measured on this box (docs/benchmarks.md, cost
+per token):
+
+- the SDK's request transform, which walks the whole payload against its typed
+  parameters and changes nothing in a plain JSON one: 0.9 ms for a short answer's request,
+  2.1 ms for a router request with ten tools, and growing with the conversation;
+- per streamed chunk, the SDK's pydantic model and LangChain's message chunk, added up as
+  they come: about 430 µs of worker CPU per token, against about 40 µs here, where each
+  `data:` line is decoded once with orjson.
+
+Every other call, and every other provider, goes through LangChain (worker/llm.py).
+tests/worker/test_openai_fast.py runs both paths against the scripted upstream and
+requires the same results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any
+
+import httpx2
+import orjson
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_openai import ChatOpenAI
+
+# The header with which the SDK hands back a response before reading its body (what its
+# `with_streaming_response` sets).
+_STREAM_BODY = {"X-Stainless-Raw-Response": "stream"}
+
+
+class UpstreamStreamError(Exception):
+    """The upstream's answer broke off, or was not what the API sends."""
+
+
+async def _post(model: ChatOpenAI, payload: dict[str, Any], *, stream: bool) -> httpx2.Response:
+    """POST the payload to `/chat/completions` through the model's SDK client; errors are
+    the SDK's (`openai.APIStatusError`, `openai.APIConnectionError`...)."""
+    options: Any = {"headers": _STREAM_BODY} if stream else {}
+    response: httpx2.Response = await model.root_async_client.post(
+        "/chat/completions", cast_to=httpx2.Response, body=payload, options=options
+    )
+    return response
+
+
+async def openai_complete(
+    model: ChatOpenAI, messages: Sequence[BaseMessage], bound: Mapping[str, Any]
+) -> AIMessage:
+    """One whole answer; `bound` is what `bind_tools` bound (the tools, the tool choice)."""
+    payload = model._get_request_payload(list(messages), **bound)
+    response = await _post(model, payload, stream=False)
+    try:
+        body = orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamStreamError(f"an answer that is not JSON: {response.text[:100]!r}") from exc
+    try:
+        result = model._create_chat_result(body)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise UpstreamStreamError(f"an answer that cannot be read: {exc}") from exc
+    generation = result.generations[0]
+    message = generation.message
+    assert isinstance(message, AIMessage)
+    # As `BaseChatModel` does: the finish reason and the rest of the generation's info
+    # become the message's metadata.
+    message.response_metadata = {
+        **(generation.generation_info or {}),
+        **message.response_metadata,
+    }
+    return message
+
+
+async def openai_tokens(
+    model: ChatOpenAI, messages: Sequence[BaseMessage], params: Mapping[str, Any]
+) -> AsyncGenerator[str | tuple[AIMessage, str | None, float], None]:
+    """Yield each text delta, then `(message, finish reason, latency ms)` once the upstream
+    ends the stream (the message carries the whole text and the usage)."""
+    started = time.perf_counter()
+    payload = model._get_request_payload(list(messages), **params)
+    payload["stream"] = True
+    payload["stream_options"] = {"include_usage": True}
+    parts: list[str] = []
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    response = await _post(model, payload, stream=True)
+    try:
+        lines = response.aiter_lines()
+        while True:
+            try:
+                line = await anext(lines)
+            except StopAsyncIteration:
+                break
+            except Exception as exc:  # the body broke off or was not what the API sends
+                raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise UpstreamStreamError(f"a chunk that is not JSON: {data[:100]!r}") from exc
+            if chunk.get("error"):
+                raise UpstreamStreamError(str(chunk["error"].get("message", chunk["error"])))
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices") or ():
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    parts.append(text)
+                    yield text
+                if choice.get("finish_reason"):
+                    finish_reason = choice["finish_reason"]
+    finally:
+        await response.aclose()
+    message = AIMessage(content="".join(parts))
+    if usage is not None:
+        message.usage_metadata = {
+            "input_tokens": usage.get("prompt_tokens", 0),
+            "output_tokens": usage.get("completion_tokens", 0),
+            "total_tokens": usage.get("total_tokens", 0),
+        }
+    yield message, finish_reason, (time.perf_counter() - started) * 1000

@@ -1,0 +1,84 @@
+"""Calling another service's JSON API from a tool, with every failure a message the model
+can read (a `ToolException`), never an exception that ends the turn.
+
+The client is the worker's (worker/tools/runtime.py): pooled, each step time-limited. A
+reply is read up to `MAX_BODY_BYTES`: a tool's input to the model is small, and a service
+that sends more is refused rather than buffered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+import orjson
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import ToolException
+
+from worker.tools.runtime import get_runtime
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+
+
+async def request_json(
+    config: RunnableConfig,
+    method: str,
+    url: str,
+    *,
+    service: str,
+    params: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+    refused: str = "",
+    missing_ok: bool = False,
+    reason_of: Callable[[Any], str | None] | None = None,
+) -> Any:
+    """The JSON body of the reply; None for a 404 when `missing_ok`.
+
+    `refused` is added to the message of a 401/403 (what the operator should check);
+    `reason_of` picks the service's own explanation out of an error reply's body.
+    """
+    runtime = get_runtime(config)
+    try:
+        async with runtime.client().stream(
+            method, url, params=params, json=json, headers=headers
+        ) as response:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
+    except httpx.TimeoutException as exc:
+        limit = runtime.settings.tool_http_timeout_s
+        raise ToolException(f"Error: {service} did not answer within {limit:g}s") from exc
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ToolException(f"Error: could not reach {service}: {reason}") from exc
+    status = response.status_code
+    if status == 404 and missing_ok:
+        return None
+    if status in (401, 403):
+        raise ToolException(f"Error: {service} refused the request (HTTP {status}){refused}")
+    if response.is_error:
+        reason = ""
+        if reason_of is not None:
+            try:
+                reason = reason_of(orjson.loads(body)) or ""
+            except (ValueError, TypeError, KeyError):
+                reason = ""
+        raise ToolException(
+            f"Error: {service} failed (HTTP {status}){f': {reason}' if reason else ''}"
+        )
+    try:
+        return orjson.loads(body)
+    except ValueError as exc:
+        raise ToolException(f"Error: {service} sent a response that is not valid JSON") from exc
+
+
+def trim(text: str, limit: int) -> str:
+    """`text` with its whitespace folded, cut at a word boundary to `limit` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "…"

@@ -1,0 +1,91 @@
+"""The `web_search` tool: a web search through a SearXNG instance's JSON API.
+
+SearXNG (https://docs.searxng.org/dev/search_api.html) answers `GET {url}/search?q=...&format=json`
+with `{"query", "results": [{"title", "url", "content", ...}], ...}`. The instance must allow
+the JSON format (`search.formats` in its settings.yml); one that does not answers 403.
+
+Configured by `BERNARD_SEARXNG_URL`; the request goes through the worker's shared HTTP client
+(worker/tools/runtime.py), limited by `BERNARD_TOOL_HTTP_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import ToolException, tool
+
+from worker.tools.http import request_json, trim
+from worker.tools.progress import get_reporter
+from worker.tools.runtime import get_runtime
+
+__all__ = ["MAX_RESULTS", "SNIPPET_CHARS", "web_search"]
+
+MAX_RESULTS = 10
+SNIPPET_CHARS = 300
+MAX_QUERY_CHARS = 500
+SERVICE = "the search service (SearXNG)"
+
+
+@tool
+async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -> str:
+    """Search the web and return the top results: title, URL and a short snippet each.
+
+    Use it for current events, facts that change, or anything not known for sure.
+    `max_results` is how many results to return (1-10, default 5).
+    """
+    reporter = get_reporter(config)
+    query = " ".join(query.split())
+    limit = max(1, min(max_results, MAX_RESULTS))
+    try:
+        if not query:
+            raise ToolException("Error: the search query is empty")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ToolException(f"Error: the search query is longer than {MAX_QUERY_CHARS} chars")
+        base = get_runtime(config).settings.searxng_url
+        if not base:
+            raise ToolException("Error: web search is not configured (BERNARD_SEARXNG_URL)")
+        reporter.step(f"Searching the web for {_quoted(query)}")
+        data = await request_json(
+            config,
+            "GET",
+            f"{base.rstrip('/')}/search",
+            service=SERVICE,
+            params={"q": query, "format": "json"},
+            refused="; the instance may require a login or not allow the JSON format",
+        )
+        results = _results(data)
+    except ToolException as exc:
+        reporter.error(str(exc).removeprefix("Error: "))
+        raise
+    reporter.step(f"Retrieved {len(results)} result{'' if len(results) == 1 else 's'}")
+    reporter.complete("Formatting results")
+    if not results:
+        return f"No results for {_quoted(query, limit=MAX_QUERY_CHARS)}."
+    lines = [f"Web results for {_quoted(query, limit=MAX_QUERY_CHARS)}:"]
+    for number, result in enumerate(results[:limit], start=1):
+        lines.append(f"{number}. {trim(result['title'] or result['url'], 200)}")
+        lines.append(f"   {result['url']}")
+        if result["content"]:
+            lines.append(f"   {trim(result['content'], SNIPPET_CHARS)}")
+    return "\n".join(lines)
+
+
+# The model reads the error text as the tool's result and can answer without the search.
+web_search.handle_tool_error = True
+
+
+def _results(data: Any) -> list[dict[str, str]]:
+    """The results with a URL, as {title, url, content}; a tool error for any other shape."""
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        raise ToolException(f"Error: {SERVICE} sent an unexpected response (no result list)")
+    found = []
+    for item in results:
+        if isinstance(item, dict) and isinstance(item.get("url"), str) and item["url"]:
+            found.append({key: str(item.get(key) or "") for key in ("title", "url", "content")})
+    return found
+
+
+def _quoted(text: str, limit: int = 80) -> str:
+    return f"“{trim(text, limit)}”"
