@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from rich.markup import escape
 
 from launcher.redis_server import (
     RedisUnavailable,
+    free_port,
     ping_error,
     port_is_free,
     redact,
@@ -39,6 +41,34 @@ def worker_argv(python: str) -> list[str]:
 def api_argv(python: str, host: str, port: int) -> list[str]:
     """The Procfile's `api` command, run by `python`."""
     return [python, "-m", "uvicorn", "api.main:app", "--host", host, "--port", str(port)]
+
+
+def demo_home_argv(python: str, port: int) -> list[str]:
+    """The demo home (launcher/demo_home.py) on 127.0.0.1:`port`, run by `python`."""
+    return [python, "-m", "launcher.demo_home", "--port", str(port)]
+
+
+@dataclass(frozen=True)
+class DemoHome:
+    """The pretend Home Assistant a first run talks to: where it listens, what it accepts."""
+
+    port: int
+    token: str
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """What the demo home and the worker read: the same URL and token."""
+        return {"BERNARD_HA_URL": self.url, "BERNARD_HA_TOKEN": self.token}
+
+
+def demo_home_for(settings: Settings) -> DemoHome | None:
+    """The demo home to start: only on the offline demo model with no Home Assistant set."""
+    if not settings.demo_mode or settings.ha_url:
+        return None
+    return DemoHome(port=free_port(), token=secrets.token_urlsafe(24))
 
 
 def connect_host(host: str) -> str:
@@ -130,7 +160,8 @@ def choose_redis(configured: str | None, state_dir: Path) -> RunRedis:
 
 
 def serve(console: Console) -> int:
-    """Run Redis (the embedded one unless REDIS_URL is set), the worker and the API.
+    """Run Redis (the embedded one unless REDIS_URL is set), the demo home (on the demo
+    model without BERNARD_HA_URL), the worker and the API.
 
     Runs until Ctrl-C or a child dies, then stops them all, Redis last.
     """
@@ -150,6 +181,16 @@ def serve(console: Console) -> int:
             supervisor.adopt("redis", redis.process)  # first in, so stopped last
         env["REDIS_URL"] = redis.url
         console.print(redis.description, markup=False)
+
+        home = demo_home_for(settings)
+        if home is not None:  # before the worker, so it stops after it
+            env.update(home.env())
+            supervisor.spawn("demo-home", demo_home_argv(sys.executable, home.port), env)
+            console.print(
+                f"Home Assistant: a demo home at {home.url} (three lights, a fan, a "
+                "thermostat); try “Turn on the kitchen light”, which waits for your approval",
+                markup=False,
+            )
 
         supervisor.spawn("worker", worker_argv(sys.executable), env)
         supervisor.spawn("api", api_argv(sys.executable, host, port), env)

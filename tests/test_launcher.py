@@ -11,16 +11,21 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import ClassVar
 
+import httpx
 import pytest
 import redis
 from rich.console import Console
+from starlette.testclient import TestClient
 
 from launcher import cli
+from launcher.demo_home import create_app
 from launcher.redis_server import (
     RedisUnavailable,
     find_redis_binary,
@@ -36,6 +41,7 @@ from launcher.redis_server import (
 )
 from launcher.supervisor import Supervisor, stop_process
 from shared.settings import Settings
+from tests.conftest import TEST_REDIS_URL
 
 ROOT = Path(__file__).resolve().parent.parent
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -484,3 +490,227 @@ def test_http_ok() -> None:
         server.shutdown()
         server.server_close()
     assert not cli.http_ok(f"http://127.0.0.1:{free_port()}/healthz")
+
+
+# The demo home
+
+
+@pytest.mark.parametrize(
+    ("values", "started"),
+    [
+        ({}, True),
+        ({"ha_url": ""}, True),
+        ({"ha_url": "http://homeassistant.local:8123"}, False),
+        ({"openai_api_key": "sk-x"}, False),
+        ({"openai_base_url": "http://llm.local/v1"}, False),
+    ],
+)
+def test_the_demo_home_runs_only_for_the_demo_model_without_home_assistant(
+    values: dict[str, str], started: bool
+) -> None:
+    no_llm: dict[str, str | None] = dict.fromkeys(
+        ("openai_base_url", "openai_api_key", "anthropic_base_url", "anthropic_api_key", "ha_url")
+    )
+    home = cli.demo_home_for(Settings(_env_file=None, **{**no_llm, **values}))
+    assert (home is not None) == started
+    if home is not None:
+        assert home.url == f"http://127.0.0.1:{home.port}"
+        assert home.env() == {"BERNARD_HA_URL": home.url, "BERNARD_HA_TOKEN": home.token}
+        assert len(home.token) >= 32
+        other = cli.demo_home_for(Settings(_env_file=None, **{**no_llm, **values}))
+        assert other is not None and other.token != home.token, "a new token each run"
+
+
+STATE_KEYS = {
+    "entity_id",
+    "state",
+    "attributes",
+    "last_changed",
+    "last_reported",
+    "last_updated",
+    "context",
+}
+
+
+def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes() -> None:
+    auth = {"Authorization": "Bearer demo"}
+    with TestClient(create_app("demo")) as ha:
+        assert ha.get("/api/states").status_code == 401
+        assert ha.get("/api/", headers={"Authorization": "Bearer other"}).status_code == 401
+        assert ha.get("/api/", headers=auth).json() == {"message": "API running."}
+        states = ha.get("/api/states", headers=auth).json()
+        assert {s["entity_id"] for s in states} == {
+            "light.kitchen",
+            "light.living_room",
+            "light.bedroom",
+            "switch.fan",
+            "climate.hall",
+        }
+        assert all(set(s) == STATE_KEYS for s in states)
+        missing = ha.get("/api/states/light.attic", headers=auth)
+        assert (missing.status_code, missing.json()) == (404, {"message": "Entity not found."})
+
+        def template(text: str) -> httpx.Response:
+            return ha.post("/api/template", json={"template": text}, headers=auth)
+
+        assert template('{{ area_entities("Bedroom") | tojson }}').text == (
+            '["light.bedroom", "switch.fan"]'
+        )
+        assert template('{{ area_entities("living_room") | tojson }}').json() == [
+            "light.living_room"
+        ]
+        assert template('{{ area_entities("attic") | tojson }}').json() == []
+        assert template("{{ states('sun.sun') }}").status_code == 400
+
+        def service(domain: str, name: str, **data: object) -> httpx.Response:
+            return ha.post(f"/api/services/{domain}/{name}", json=data, headers=auth)
+
+        before = ha.get("/api/states/light.kitchen", headers=auth).json()
+        (changed,) = service(
+            "light", "turn_on", entity_id="light.kitchen", brightness_pct=40
+        ).json()
+        assert (changed["state"], changed["attributes"]["brightness"]) == ("on", 102)
+        assert changed["last_changed"] > before["last_changed"]
+        assert ha.get("/api/states/light.kitchen", headers=auth).json() == changed
+        again = service("light", "turn_on", entity_id="light.kitchen", brightness_pct=40)
+        assert again.json() == [], "nothing changed"
+        (off,) = service("light", "toggle", entity_id="light.kitchen").json()
+        assert (off["state"], off["attributes"]["brightness"]) == ("off", None)
+        (fan,) = service("switch", "turn_on", entity_id="switch.fan").json()
+        assert fan["state"] == "on"
+        (hall,) = service(
+            "climate", "set_temperature", entity_id="climate.hall", temperature=21
+        ).json()
+        assert hall["attributes"]["temperature"] == 21
+        too_hot = service("climate", "set_temperature", entity_id="climate.hall", temperature=50)
+        assert (too_hot.status_code, too_hot.json()) == (
+            400,
+            {"message": "Provided temperature 50 is not valid. Accepted range is 7 to 35."},
+        )
+        unknown = service("light", "explode", entity_id="light.kitchen")
+        assert (unknown.status_code, unknown.text) == (400, "400: Bad Request")
+        assert service("lock", "unlock", entity_id="lock.front_door").status_code == 400
+
+
+class RecordingSupervisor(Supervisor):
+    """Starts only the demo home for real; records what every child would get."""
+
+    made: ClassVar[list[RecordingSupervisor]] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spawned: dict[str, tuple[list[str], dict[str, str]]] = {}
+        self.answers: dict[str, object] = {}
+        RecordingSupervisor.made.append(self)
+
+    def spawn(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.spawned[name] = (list(argv), dict(env or {}))
+        if name == "demo-home":
+            super().spawn(name, argv, env, cwd)
+
+    def watch(
+        self,
+        console: Console,
+        ready: Callable[[], bool],
+        on_ready: Callable[[], None],
+        ready_timeout_s: float = 90.0,
+        poll_s: float = 0.2,
+    ) -> int:
+        if "demo-home" in self.spawned:
+            # Reached with what the worker was given, while the launcher runs.
+            env = self.spawned["worker"][1]
+            auth = {"Authorization": f"Bearer {env['BERNARD_HA_TOKEN']}"}
+            with httpx.Client(base_url=env["BERNARD_HA_URL"], headers=auth) as ha:
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        ha.get("/api/")
+                        break
+                    except httpx.TransportError:
+                        assert time.monotonic() < deadline, "the demo home never answered"
+                        time.sleep(0.1)
+                self.answers["states"] = ha.get("/api/states").json()
+                ha.post(
+                    "/api/services/light/turn_on", json={"entity_id": "light.bedroom"}
+                ).raise_for_status()
+                self.answers["bedroom"] = ha.get("/api/states/light.bedroom").json()
+        return 0
+
+
+@pytest.fixture
+def launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., RecordingSupervisor]]:
+    """`cli.serve` with a recording supervisor, the test session's Redis and no .env."""
+    monkeypatch.chdir(tmp_path)
+    for name in (
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "BERNARD_HA_URL",
+        "BERNARD_HA_TOKEN",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", TEST_REDIS_URL)
+    monkeypatch.setenv("HOST", "127.0.0.1")
+    monkeypatch.setenv("PORT", str(free_port()))
+    monkeypatch.setattr(cli, "Supervisor", RecordingSupervisor)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def run(**env: str) -> RecordingSupervisor:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        RecordingSupervisor.made.clear()
+        assert cli.serve(quiet()) == 0
+        (supervisor,) = RecordingSupervisor.made
+        return supervisor
+
+    try:
+        yield run
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_on_the_demo_model_the_launcher_runs_a_demo_home_and_the_worker_uses_it(
+    launch: Callable[..., RecordingSupervisor],
+) -> None:
+    supervisor = launch()
+    assert list(supervisor.spawned) == ["demo-home", "worker", "api"]  # stopped after the worker
+    argv, home_env = supervisor.spawned["demo-home"]
+    assert argv[1:4] == ["-m", "launcher.demo_home", "--port"]
+    worker_env = supervisor.spawned["worker"][1]
+    assert worker_env["BERNARD_HA_URL"] == f"http://127.0.0.1:{argv[4]}"
+    assert worker_env["BERNARD_HA_TOKEN"] == home_env["BERNARD_HA_TOKEN"]
+    assert supervisor.spawned["api"][1]["BERNARD_HA_URL"] == worker_env["BERNARD_HA_URL"]
+    states = supervisor.answers["states"]
+    assert isinstance(states, list) and {"light.kitchen", "climate.hall"} <= {
+        s["entity_id"] for s in states
+    }
+    bedroom = supervisor.answers["bedroom"]
+    assert isinstance(bedroom, dict) and bedroom["state"] == "on"
+    assert supervisor.children["demo-home"].poll() is not None, "stopped with the launcher"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"BERNARD_HA_URL": "http://homeassistant.local:8123", "BERNARD_HA_TOKEN": "mine"},
+        {"OPENAI_API_KEY": "sk-test"},
+    ],
+)
+def test_with_home_assistant_or_a_real_model_no_demo_home_runs(
+    env: dict[str, str], launch: Callable[..., RecordingSupervisor]
+) -> None:
+    supervisor = launch(**env)
+    assert list(supervisor.spawned) == ["worker", "api"]
+    worker_env = supervisor.spawned["worker"][1]
+    assert worker_env.get("BERNARD_HA_URL") == env.get("BERNARD_HA_URL")
+    assert worker_env.get("BERNARD_HA_TOKEN") == env.get("BERNARD_HA_TOKEN")

@@ -1,4 +1,5 @@
-"""The web tools (`web_search`, `wikipedia`, `weather`) against fake services on loopback.
+"""The web tools (`web_search`, `wikipedia`, `weather`) and Home Assistant's read tools
+(`ha_list_entities`, `ha_get_state`) against fake services on loopback.
 
 Each tool talks real HTTP to a fake of its service (tests/fakes/), whose answers come from
 fixtures in the real APIs' documented shapes. A tool is called directly through the
@@ -9,7 +10,7 @@ whole pipeline: API, worker, scripted models, a streaming chat completion.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -20,12 +21,14 @@ from launcher.redis_server import free_port
 from shared.events import ToolProgress
 from shared.settings import Settings
 from tests.conftest import make_settings, run_stack
+from tests.fakes.home_assistant import FakeHomeAssistant
 from tests.fakes.mediawiki import FakeMediaWiki
 from tests.fakes.open_meteo import FakeOpenMeteo
 from tests.fakes.searxng import FakeSearxng, FakeService, Seen
 from tests.sse import Frame, collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
 from worker.harness.tool_call import PlannedCall, ToolOutcome, arguments_text, execute
+from worker.tools.home_assistant import ha_get_state, ha_list_entities
 from worker.tools.runtime import ToolRuntime, http_client
 from worker.tools.search import web_search
 from worker.tools.weather import weather
@@ -91,6 +94,28 @@ WIKI_STEPS = [
     ("step", "Reading “Ada Lovelace”"),
     ("complete", "Read “Ada Lovelace”"),
 ]
+HA_LIGHTS = """\
+Home Assistant light entities: 2
+- light.kitchen “Kitchen Light”: off
+- light.living_room “Living Room Lights”: on, brightness 71 %"""
+
+HA_LIVING_ROOM = """\
+light.living_room “Living Room Lights” is on, brightness 71 %.
+Last changed: 2024-06-01T18:40:02.551870+00:00
+Attributes:
+- supported_color_modes: ["brightness"]
+- color_mode: brightness
+- brightness: 180
+- supported_features: 32"""
+
+HA_LIST_STEPS = [
+    ("step", "Asking Home Assistant for its light entities"),
+    ("complete", "Found 2 entities"),
+]
+HA_STATE_STEPS = [
+    ("step", "Reading the state of light.living_room"),
+    ("complete", "light.living_room is on"),
+]
 WEATHER_STEPS = [
     ("step", "Locating “Berlin”"),
     ("step", "Fetching the forecast for Berlin, Germany"),
@@ -109,6 +134,7 @@ class Case:
     output: str
     steps: list[tuple[str, str]]
     service: str
+    extra: dict[str, Any] = field(default_factory=dict)  # other settings the service needs
 
 
 CASES = {
@@ -139,13 +165,34 @@ CASES = {
         WEATHER_STEPS,
         "the weather service (Open-Meteo)",
     ),
+    "ha_list_entities": Case(
+        ha_list_entities,
+        FakeHomeAssistant,
+        ("ha_url",),
+        {"domain": "light"},
+        HA_LIGHTS,
+        HA_LIST_STEPS,
+        "Home Assistant",
+        {"ha_token": FakeHomeAssistant.token},
+    ),
+    "ha_get_state": Case(
+        ha_get_state,
+        FakeHomeAssistant,
+        ("ha_url",),
+        {"entity_id": "light.living_room"},
+        HA_LIVING_ROOM,
+        HA_STATE_STEPS,
+        "Home Assistant",
+        {"ha_token": FakeHomeAssistant.token},
+    ),
 }
 
 
 def settings_for(
     case: Case, base_url: str, upstream: ScriptedUpstream | None = None, **overrides: Any
 ) -> Settings:
-    return make_settings(upstream, **dict.fromkeys(case.urls, base_url), **overrides)
+    values = {**dict.fromkeys(case.urls, base_url), **case.extra, **overrides}
+    return make_settings(upstream, **values)
 
 
 async def call(
@@ -256,6 +303,9 @@ async def test_a_tool_whose_service_is_not_configured_says_so(
         ("wikipedia", {"query": "x" * 301}),
         ("weather", {"location": " \n"}),
         ("weather", {"location": "x" * 201}),
+        ("ha_get_state", {"entity_id": " "}),
+        ("ha_get_state", {"entity_id": "light." + "x" * 300}),
+        ("ha_list_entities", {"area": "x" * 101}),
     ],
 )
 async def test_an_empty_or_huge_query_is_refused_before_any_request(

@@ -12,6 +12,7 @@ from langchain_core.tools import BaseTool
 
 from shared.settings import Settings
 from worker.tools.calculator import calculator
+from worker.tools.home_assistant import home_assistant_tools
 from worker.tools.notes import delete_note, list_notes, save_note
 from worker.tools.progress import ProgressReporter, get_reporter, progress_config
 from worker.tools.search import web_search
@@ -29,6 +30,7 @@ __all__ = [
     "enabled_tools",
     "get_reporter",
     "get_time",
+    "home_assistant_tools",
     "list_notes",
     "list_timers",
     "progress_config",
@@ -63,4 +65,6 @@ def enabled_tools(settings: Settings) -> list[BaseTool]:
         tools.append(wikipedia)
     if settings.open_meteo_url and settings.open_meteo_geocoding_url:
         tools.append(weather)
+    if settings.ha_url and settings.ha_token:
+        tools += home_assistant_tools(settings)
     return tools

@@ -1,0 +1,695 @@
+"""The Home Assistant tools against a fake Home Assistant on loopback (tests/fakes/
+home_assistant.py), and the demo home `./run` starts (launcher/demo_home.py).
+
+The read tools' success, failures, pipeline turns on both wire modes and live progress run
+with the other web tools in tests/worker/test_web_tools.py (its `CASES`); here: what is
+particular to Home Assistant (areas, a missing entity, the token, what the model reads), and
+the write, `ha_call_service`, which waits for the user's decision and never reaches a domain
+outside `BERNARD_HA_DOMAINS`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis_asyncio
+from httpx_sse import EventSource
+from langchain_core.tools import BaseTool
+
+from launcher.demo_home import create_app
+from shared.settings import Settings
+from tests.conftest import Stack, make_settings, run_stack
+from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
+from tests.fakes.searxng import Seen
+from tests.serving import serve
+from tests.upstream import Reply, ScriptedUpstream
+from tests.worker.test_web_tools import call
+from worker.tools import enabled_tools
+from worker.tools.catalog import catalog
+from worker.tools.home_assistant import (
+    MAX_LISTED,
+    call_service_tool,
+    describe_call,
+    ha_get_state,
+    ha_list_entities,
+    home_assistant_tools,
+)
+
+KITCHEN_ON = {
+    "domain": "light",
+    "service": "turn_on",
+    "entity_id": "light.kitchen",
+    "data": {"brightness_pct": 40},
+}
+KITCHEN_DONE = (
+    "Done: Turn on light.kitchen at 40 % brightness.\nlight.kitchen is now on, brightness 40 %."
+)
+REFUSED = (
+    "Error: Home Assistant refused the request (HTTP {status}); check BERNARD_HA_TOKEN "
+    "(a long-lived access token from a Home Assistant profile)"
+)
+
+
+def ha_settings(
+    fake: FakeHomeAssistant, upstream: ScriptedUpstream | None = None, **overrides: Any
+) -> Settings:
+    values = {"ha_url": fake.base_url, "ha_token": FakeHomeAssistant.token, **overrides}
+    return make_settings(upstream, **values)
+
+
+def service_tool(settings: Settings) -> BaseTool:
+    (tool,) = [t for t in home_assistant_tools(settings) if t.name == "ha_call_service"]
+    return tool
+
+
+@pytest.fixture
+async def home() -> AsyncIterator[FakeHomeAssistant]:
+    async with FakeHomeAssistant() as fake:
+        yield fake
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+async def test_listing_reads_every_state_with_the_token_and_shows_them_sorted(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    outcome, progress = await call(ha_list_entities, {}, ha_settings(home), redis)
+    assert (outcome.status, outcome.content) == (
+        "success",
+        """\
+Home Assistant entities: 7
+- climate.hall “Hall Thermostat”: heat, 19.5° now, set to 20°
+- light.kitchen “Kitchen Light”: off
+- light.living_room “Living Room Lights”: on, brightness 71 %
+- lock.front_door “Front Door”: locked
+- sensor.outdoor_temperature “Outdoor Temperature”: 12.4 °C
+- sun.sun “Sun”: above_horizon
+- switch.coffee_maker “Coffee Maker”: off""",
+    )
+    assert progress == [
+        ("step", "Asking Home Assistant for its entities"),
+        ("complete", "Found 7 entities"),
+    ]
+    assert home.requests == [Seen("/api/states", {})]  # the fake answers 401 without the token
+
+
+async def test_an_area_is_resolved_with_home_assistants_area_entities_template(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    outcome, progress = await call(
+        ha_list_entities, {"area": " kitchen "}, ha_settings(home), redis
+    )
+    assert outcome.content == (
+        "Home Assistant entities in the area “kitchen”: 2\n"
+        "- light.kitchen “Kitchen Light”: off\n"
+        "- switch.coffee_maker “Coffee Maker”: off"
+    )
+    assert home.templates == ['{{ area_entities("kitchen") | tojson }}']
+    assert progress[0] == ("step", "Finding the entities in “kitchen”")
+    light, _ = await call(
+        ha_list_entities, {"area": "kitchen", "domain": "light"}, ha_settings(home), redis
+    )
+    assert light.content.splitlines()[1:] == ["- light.kitchen “Kitchen Light”: off"]
+
+
+async def test_an_area_home_assistant_does_not_know_falls_back_to_the_entities_names(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    outcome, _ = await call(ha_list_entities, {"area": "Living Room"}, ha_settings(home), redis)
+    assert outcome.content == (
+        "Home Assistant entities whose name mentions “Living Room” (Home Assistant has no "
+        "entities in such an area): 1\n"
+        "- light.living_room “Living Room Lights”: on, brightness 71 %"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "answer"),
+    [
+        ({}, "Home Assistant has no entities."),
+        ({"domain": "Light"}, "Home Assistant has no light entities."),
+        ({"domain": "cover"}, "Home Assistant has no cover entities."),
+        (
+            {"area": "garage"},
+            "Home Assistant has no entities whose name mentions “garage” (Home Assistant has "
+            "no entities in such an area).",
+        ),
+    ],
+)
+async def test_listing_with_nothing_to_show_says_so(
+    args: dict[str, str], answer: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    if args.get("domain") != "cover":
+        home.mode = "empty"
+    outcome, progress = await call(ha_list_entities, args, ha_settings(home), redis)
+    assert (outcome.status, outcome.content) == ("success", answer)
+    assert progress[-1] == ("complete", "Found 0 entities")
+
+
+async def test_a_long_list_is_cut_for_the_model_with_a_hint_to_narrow_it(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = [{"entity_id": f"sensor.s{n:03}", "state": str(n), "attributes": {}} for n in range(100)]
+    monkeypatch.setattr(home, "_all", lambda mode: many)
+    outcome, _ = await call(ha_list_entities, {}, ha_settings(home), redis)
+    lines = outcome.content.splitlines()
+    assert lines[0] == "Home Assistant entities: 100"
+    assert len(lines) == 1 + MAX_LISTED + 1
+    assert lines[-1] == f"… and {100 - MAX_LISTED} more; ask again with a domain or an area"
+
+
+async def test_reading_a_state_normalises_the_id_and_shows_the_attributes(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    outcome, progress = await call(
+        ha_get_state, {"entity_id": " Climate.Hall "}, ha_settings(home), redis
+    )
+    assert outcome.content.splitlines()[:3] == [
+        "climate.hall “Hall Thermostat” is heat, 19.5° now, set to 20°.",
+        "Last changed: 2024-06-01T05:00:00.000000+00:00",
+        "Attributes:",
+    ]
+    assert '- hvac_modes: ["off", "heat"]' in outcome.content
+    assert "friendly_name" not in outcome.content
+    assert [r.path for r in home.requests] == ["/api/states/climate.hall"]
+    assert progress == [
+        ("step", "Reading the state of climate.hall"),
+        ("complete", "climate.hall is heat"),
+    ]
+
+
+async def test_a_long_attribute_is_cut_for_the_model(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = {"entity_id": "sensor.big", "state": "1", "attributes": {"blob": "word " * 500}}
+    monkeypatch.setattr(home, "_all", lambda mode: [state])
+    outcome, _ = await call(ha_get_state, {"entity_id": "sensor.big"}, ha_settings(home), redis)
+    blob = next(line for line in outcome.content.splitlines() if line.startswith("- blob: "))
+    assert len(blob.removeprefix("- blob: ")) <= 200 and blob.endswith("…")
+
+
+@pytest.mark.parametrize("mode", ["ok", "empty"])
+async def test_a_missing_entity_is_an_error_that_says_how_to_find_the_ids(
+    mode: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    home.mode = mode
+    outcome, _ = await call(ha_get_state, {"entity_id": "light.attic"}, ha_settings(home), redis)
+    assert (outcome.status, outcome.content) == (
+        "error",
+        "Error: Home Assistant has no entity light.attic; call ha_list_entities for the ids",
+    )
+
+
+@pytest.mark.parametrize(
+    "entity_id", ["kitchen light", "light.", "light/kitchen", "../api/config", "light.a/../b", "x"]
+)
+async def test_what_is_not_an_entity_id_is_refused_before_any_request(
+    entity_id: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    outcome, _ = await call(ha_get_state, {"entity_id": entity_id}, ha_settings(home), redis)
+    assert outcome.status == "error" and "is not one" in outcome.content
+    assert home.requests == []
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        ({"area": 'kitchen") }}{{ states("lock.front_door'}, "is not an area name"),
+        ({"area": "{{ 7 * 7 }}"}, "is not an area name"),
+        ({"area": "back\\slash"}, "is not an area name"),
+        ({"domain": "light.kitchen"}, "is not a domain name"),
+    ],
+)
+async def test_what_could_break_out_of_the_template_is_refused_before_any_request(
+    args: dict[str, str], problem: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    outcome, _ = await call(ha_list_entities, args, ha_settings(home), redis)
+    assert outcome.status == "error" and problem in outcome.content
+    assert home.requests == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        (ha_list_entities, {}),
+        (ha_get_state, {"entity_id": "light.kitchen"}),
+        (None, KITCHEN_ON),
+    ],
+)
+async def test_a_token_home_assistant_refuses_says_to_check_the_token(
+    tool: BaseTool | None, args: dict[str, Any], home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home, ha_token="expired")
+    outcome, _ = await call(tool or service_tool(settings), args, settings, redis)
+    assert (outcome.status, outcome.content) == ("error", REFUSED.format(status=401))
+    home.mode = "forbidden"
+    settings = ha_settings(home)
+    outcome, _ = await call(tool or service_tool(settings), args, settings, redis)
+    assert (outcome.status, outcome.content) == ("error", REFUSED.format(status=403))
+
+
+async def test_an_area_needs_an_administrators_token_and_the_error_says_so(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    home.mode, home.only = "unauthorized", "/api/template"  # as for a non-admin user's token
+    outcome, _ = await call(ha_list_entities, {"area": "kitchen"}, ha_settings(home), redis)
+    assert outcome.content == (
+        "Error: Home Assistant refused the request (HTTP 401); listing by area renders a "
+        "template, which Home Assistant allows only with an administrator's token: check "
+        "BERNARD_HA_TOKEN, or list by domain instead"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "offered"),
+    [
+        ({}, []),
+        ({"ha_url": "http://ha.local:8123"}, []),
+        ({"ha_token": "t"}, []),
+        (
+            {"ha_url": "http://ha.local:8123", "ha_token": "t"},
+            ["ha_list_entities", "ha_get_state", "ha_call_service"],
+        ),
+        (
+            {"ha_url": "http://ha.local:8123", "ha_token": "t", "ha_domains": " , "},
+            ["ha_list_entities", "ha_get_state"],
+        ),
+    ],
+)
+def test_the_tools_are_offered_only_when_home_assistant_is_configured(
+    overrides: dict[str, str], offered: list[str]
+) -> None:
+    names = [t.name for t in enabled_tools(make_settings(**overrides))]
+    assert [n for n in names if n.startswith("ha_")] == offered
+
+
+# -- calling a service: the tool ---------------------------------------------------------------
+
+
+def test_the_service_tool_lists_only_the_allowed_domains_and_waits_for_confirmation() -> None:
+    settings = make_settings(
+        ha_url="http://ha.local", ha_token="t", ha_domains="switch, light,light"
+    )
+    (listed,) = [
+        t for t in catalog(enabled_tools(settings), settings) if t["name"] == "ha_call_service"
+    ]
+    assert listed["requires_confirmation"] is True
+    assert listed["parameters"]["properties"]["domain"]["enum"] == ["light", "switch"]
+    assert listed["parameters"]["required"] == ["domain", "service", "entity_id"]
+    with pytest.raises(ValueError, match="at least one domain"):
+        call_service_tool([])
+
+
+async def test_a_service_call_sends_the_entity_and_its_data_and_reports_the_new_state(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home)
+    outcome, progress = await call(service_tool(settings), KITCHEN_ON, settings, redis)
+    assert (outcome.status, outcome.content) == (
+        "success",
+        KITCHEN_DONE,
+    )
+    assert home.service_calls == [
+        ServiceCall("light", "turn_on", {"entity_id": "light.kitchen", "brightness_pct": 40})
+    ]
+    assert progress == [
+        ("step", "Calling light.turn_on for light.kitchen"),
+        ("complete", "Home Assistant ran light.turn_on"),
+    ]
+
+
+async def test_a_call_that_changes_nothing_says_so(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home)
+    args = {"domain": "switch", "service": "turn_off", "entity_id": "switch.coffee_maker"}
+    outcome, _ = await call(service_tool(settings), args, settings, redis)
+    assert outcome.content == (
+        "Done: Turn off switch.coffee_maker.\n"
+        "Home Assistant reported no change of switch.coffee_maker's state."
+    )
+
+
+async def test_a_call_home_assistant_rejects_tells_the_model_what_to_check(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    home.mode = "bad_request"  # an unknown service, or data the service refuses
+    settings = ha_settings(home)
+    args = {"domain": "light", "service": "turn_onn", "entity_id": "light.kitchen"}
+    outcome, progress = await call(service_tool(settings), args, settings, redis)
+    assert (outcome.status, outcome.content) == (
+        "error",
+        "Error: Home Assistant failed (HTTP 400): light.turn_onn may not exist, or its data is "
+        "not valid for light.kitchen; check the entity with ha_get_state",
+    )
+    assert progress[-1] == ("error", outcome.content.removeprefix("Error: "))
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            {"domain": "lock", "service": "unlock", "entity_id": "lock.front_door"},
+            "Error: Bernard may not call lock services; the domains it may call are light "
+            "(BERNARD_HA_DOMAINS)",
+        ),
+        (
+            {"domain": "light", "service": "turn_on", "entity_id": "lock.front_door"},
+            "Error: lock.front_door is not a light entity; call light services on light.* entities",
+        ),
+        (
+            {**KITCHEN_ON, "data": {"area_id": "kitchen"}},
+            "Error: data may not hold area_id: a call acts on its one entity_id",
+        ),
+        (
+            {**KITCHEN_ON, "data": {"entity_id": "light.hall", "device_id": "x"}},
+            "Error: data may not hold entity_id, device_id: a call acts on its one entity_id",
+        ),
+        (
+            {**KITCHEN_ON, "data": {"effect": "x" * 3000}},
+            "Error: data is longer than 2000 characters",
+        ),
+        (
+            {**KITCHEN_ON, "service": "turn on"},
+            "Error: the service 'turn on' is not a service name",
+        ),
+    ],
+)
+async def test_a_call_bernard_may_not_make_never_reaches_home_assistant(
+    args: dict[str, Any], error: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    # The tool is built for more domains than the settings allow: it checks them itself.
+    settings = ha_settings(home, ha_domains="light")
+    outcome, progress = await call(call_service_tool(["light", "lock"]), args, settings, redis)
+    assert (outcome.status, outcome.content) == ("error", error)
+    assert [phase for phase, _ in progress] == ["error"]
+    assert home.requests == [] and home.service_calls == []
+
+
+# -- calling a service: what the user confirms -------------------------------------------------
+
+
+def service(domain: str, name: str, entity: str, **data: Any) -> dict[str, Any]:
+    return {"domain": domain, "service": name, "entity_id": entity, "data": data or None}
+
+
+@pytest.mark.parametrize(
+    ("args", "summary"),
+    [
+        (KITCHEN_ON, "Turn on light.kitchen at 40 % brightness"),
+        (service("light", "turn_on", "light.kitchen"), "Turn on light.kitchen"),
+        (
+            service("light", "turn_on", "light.hall", brightness=255),
+            "Turn on light.hall at 100 % brightness",
+        ),
+        (
+            service("light", "turn_on", "light.hall", color_name="red", transition=2),
+            "Turn on light.hall in red over 2 s",
+        ),
+        (
+            service("light", "turn_on", "light.hall", color_temp_kelvin=2700, flash="short"),
+            'Turn on light.hall at 2700 K with flash="short"',
+        ),
+        (service("light", "turn_off", "light.living_room"), "Turn off light.living_room"),
+        (service("switch", "toggle", "switch.fan"), "Toggle switch.fan"),
+        (
+            service("climate", "set_temperature", "climate.living_room", temperature=21),
+            "Set climate.living_room to 21°",
+        ),
+        (
+            service(
+                "climate", "set_temperature", "climate.hall", temperature=20.5, hvac_mode="heat"
+            ),
+            "Set climate.hall to 20.5° in heat mode",
+        ),
+        (
+            service(
+                "climate",
+                "set_temperature",
+                "climate.hall",
+                target_temp_low=19,
+                target_temp_high=23,
+            ),
+            "Keep climate.hall between 19° and 23°",
+        ),
+        (
+            service("climate", "set_hvac_mode", "climate.hall", hvac_mode="off"),
+            "Switch climate.hall to off mode",
+        ),
+        (
+            service("cover", "set_cover_position", "cover.garage", position=50),
+            "Open cover.garage to 50 %",
+        ),
+        (service("cover", "close_cover", "cover.garage"), "Close cover.garage"),
+        (
+            service("media_player", "volume_set", "media_player.tv", volume_level=0.3),
+            "Set the volume of media_player.tv to 30 %",
+        ),
+        (service("media_player", "media_pause", "media_player.tv"), "Pause media_player.tv"),
+        (service("scene", "turn_on", "scene.movie_night"), "Activate scene.movie_night"),
+        (service("script", "turn_on", "script.good_night"), "Run script.good_night"),
+        (
+            service("vacuum", "start", "vacuum.downstairs", fan_speed="max", repeats=2),
+            'Call vacuum.start on vacuum.downstairs with fan_speed="max", repeats=2',
+        ),
+    ],
+)
+def test_the_summary_says_in_plain_words_what_will_change(
+    args: dict[str, Any], summary: str
+) -> None:
+    assert describe_call(args) == summary
+
+
+@pytest.mark.parametrize(
+    ("domain", "name", "data"),
+    [
+        ("light", "turn_on", {"brightness_pct": 40, "rgb_color": [255, 0, 0], "effect": "loop"}),
+        ("climate", "set_temperature", {"temperature": 21, "preset_mode": "eco"}),
+        ("climate", "set_temperature", {"hvac_mode": "heat", "target_temp_high": 24}),
+        ("cover", "set_cover_position", {"position": 30, "tilt_position": 80}),
+        ("media_player", "volume_set", {"volume_level": "loud", "is_volume_muted": True}),
+    ],
+)
+def test_the_summary_hides_no_option_of_the_call(
+    domain: str, name: str, data: dict[str, Any]
+) -> None:
+    summary = describe_call(service(domain, name, f"{domain}.x", **data))
+    for key, value in data.items():
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        assert (f"{value:g}" if number else json.dumps(value)) in summary or (
+            isinstance(value, str) and value in summary
+        ), key
+
+
+# -- calling a service: through the pipeline, confirmed by the user -----------------------------
+
+ALICE = {"Authorization": "Bearer key-alice"}
+SSE = {"Accept": "text/event-stream"}
+
+
+def alices_settings(
+    fake: FakeHomeAssistant, upstream: ScriptedUpstream | None, **more: Any
+) -> Settings:
+    return ha_settings(fake, upstream, api_keys=f"key-alice:alice-{uuid.uuid4().hex[:8]}", **more)
+
+
+async def start(stack: Stack, conversation_id: str = "kitchen") -> None:
+    created = await stack.client.post(
+        "/v1/conversations", json={"id": conversation_id}, headers=ALICE
+    )
+    assert created.status_code == 201, created.text
+
+
+async def named(stack: Stack, url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The (event, data) pairs of a conversation's named-event stream."""
+    async with stack.client.stream("POST", url, json=body, headers={**ALICE, **SSE}) as response:
+        assert response.status_code == 200, await response.aread()
+        return [(s.event, json.loads(s.data)) async for s in EventSource(response).aiter_sse()]
+
+
+def of(events: list[tuple[str, Any]], name: str) -> list[Any]:
+    return [data for event, data in events if event == name]
+
+
+async def test_a_service_call_waits_for_approval_and_then_runs_once(
+    home: FakeHomeAssistant, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
+    async with run_stack(alices_settings(home, upstream)) as stack:
+        await start(stack)
+        asked = await named(
+            stack, "/v1/conversations/kitchen/messages", {"content": "kitchen light at 40%"}
+        )
+        (proposal,) = of(asked, "awaiting_confirmation")
+        assert proposal["summary"] == "Turn on light.kitchen at 40 % brightness"
+        assert json.loads(proposal["tool_call"]["arguments"]) == KITCHEN_ON
+        assert of(asked, "done")[0]["status"] == "awaiting_confirmation"
+        assert home.service_calls == [], "nothing reaches Home Assistant before the decision"
+
+        upstream.script(Reply.text("The kitchen light is on."))
+        home.hold()
+        async with stack.client.stream(
+            "POST",
+            "/v1/conversations/kitchen/resume",
+            json={"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+            headers={**ALICE, **SSE},
+        ) as response:
+            events = EventSource(response).aiter_sse()
+            seen: list[tuple[str, Any]] = []
+            while not of(seen, "tool_progress"):
+                sse = await anext(events)
+                seen.append((sse.event, json.loads(sse.data)))
+            # The step reaches the client while Home Assistant holds its answer.
+            await home.wait_held()
+            assert (
+                of(seen, "tool_progress")[0]["message"] == "Calling light.turn_on for light.kitchen"
+            )
+            assert not of(seen, "tool_result")
+            home.release()
+            seen += [(sse.event, json.loads(sse.data)) async for sse in events]
+
+    (result,) = of(seen, "tool_result")
+    assert (result["is_error"], result["output"]) == (
+        False,
+        KITCHEN_DONE,
+    )
+    assert of(seen, "done")[0]["status"] == "completed"
+    assert home.service_calls == [
+        ServiceCall("light", "turn_on", {"entity_id": "light.kitchen", "brightness_pct": 40})
+    ]
+
+
+async def test_a_rejected_service_call_never_reaches_home_assistant(
+    home: FakeHomeAssistant, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
+    async with run_stack(alices_settings(home, upstream)) as stack:
+        await start(stack)
+        asked = await stack.client.post(
+            "/v1/conversations/kitchen/messages", json={"content": "light"}, headers=ALICE
+        )
+        confirmation = asked.json()["pending_confirmation"]["confirmation_id"]
+        upstream.script(Reply.text("Fine, it stays off."))
+        rejected = await stack.client.post(
+            "/v1/conversations/kitchen/resume",
+            json={"confirmation_id": confirmation, "decision": "reject"},
+            headers=ALICE,
+        )
+    assert rejected.json()["status"] == "completed"
+    assert rejected.json()["messages"][0]["content"] == (
+        "The user declined: ha_call_service was not run."
+    )
+    assert home.requests == [] and home.service_calls == []
+
+
+@pytest.mark.parametrize(
+    ("allowed", "args"),
+    [
+        (None, {"domain": "lock", "service": "unlock", "entity_id": "lock.front_door"}),
+        ("light", {"domain": "switch", "service": "turn_on", "entity_id": "switch.coffee_maker"}),
+    ],
+)
+async def test_a_domain_outside_the_allow_list_is_never_proposed_nor_called(
+    allowed: str | None,
+    args: dict[str, Any],
+    home: FakeHomeAssistant,
+    upstream: ScriptedUpstream,
+) -> None:
+    upstream.script_router(Reply.tool_calls([("ha_call_service", args)]))
+    upstream.script(Reply.text("I may not do that."))
+    more = {"ha_domains": allowed} if allowed else {}
+    async with run_stack(alices_settings(home, upstream, **more)) as stack:
+        await start(stack)
+        events = await named(stack, "/v1/conversations/kitchen/messages", {"content": "do it"})
+    assert not of(events, "awaiting_confirmation")
+    (result,) = of(events, "tool_result")
+    assert result["is_error"] is True
+    assert result["output"].startswith(
+        "Error: invalid arguments for tool 'ha_call_service': domain"
+    )
+    assert of(events, "done")[0]["status"] == "completed"
+    assert home.requests == [] and home.service_calls == []
+
+
+async def test_an_approval_cannot_move_the_call_to_another_domain(
+    home: FakeHomeAssistant, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
+    async with run_stack(alices_settings(home, upstream)) as stack:
+        await start(stack)
+        asked = await stack.client.post(
+            "/v1/conversations/kitchen/messages", json={"content": "light"}, headers=ALICE
+        )
+        confirmation = asked.json()["pending_confirmation"]["confirmation_id"]
+        edited = await stack.client.post(
+            "/v1/conversations/kitchen/resume",
+            json={
+                "confirmation_id": confirmation,
+                "decision": "approve",
+                "arguments": {
+                    "domain": "lock",
+                    "service": "unlock",
+                    "entity_id": "lock.front_door",
+                },
+            },
+            headers=ALICE,
+        )
+    assert (edited.status_code, edited.json()["error"]["param"]) == (400, "arguments.domain")
+    assert home.service_calls == []
+
+
+# -- the demo home, driven by the offline demo model -------------------------------------------
+
+
+async def test_the_demo_model_turns_on_the_demo_homes_kitchen_light_once_approved() -> None:
+    token = "demo-token"
+    async with serve(create_app(token)) as port:
+        base = f"http://127.0.0.1:{port}"
+        settings = make_settings(
+            None,  # no upstream: the offline demo model
+            openai_base_url=None,
+            openai_api_key=None,
+            api_keys=f"key-alice:alice-{uuid.uuid4().hex[:8]}",
+            ha_url=base,
+            ha_token=token,
+        )
+        assert settings.demo_mode
+        async with (
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}) as ha,
+            run_stack(settings) as stack,  # the tools the settings enable
+        ):
+            await start(stack)
+            asked = await named(
+                stack,
+                "/v1/conversations/kitchen/messages",
+                {"content": "Turn on the kitchen light"},
+            )
+            (proposal,) = of(asked, "awaiting_confirmation")
+            assert proposal["summary"] == "Turn on light.kitchen"
+            assert (await ha.get("/api/states/light.kitchen")).json()["state"] == "off"
+
+            approved = await named(
+                stack,
+                "/v1/conversations/kitchen/resume",
+                {"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+            )
+            light = (await ha.get("/api/states/light.kitchen")).json()
+
+    progress = [p["message"] for p in of(approved, "tool_progress")]
+    assert progress == [
+        "Calling light.turn_on for light.kitchen",
+        "Home Assistant ran light.turn_on",
+    ]
+    (result,) = of(approved, "tool_result")
+    assert result["output"] == (
+        "Done: Turn on light.kitchen.\nlight.kitchen is now on, brightness 100 %."
+    )
+    assert (light["state"], light["attributes"]["brightness"]) == ("on", 255)
+    answer = "".join(data["text"] for data in of(approved, "text_delta"))
+    assert "light.kitchen is now on" in answer
