@@ -163,12 +163,6 @@ def parse_entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry
     return [(entry_id.decode(), decode(fields[STREAM_FIELD.encode()])) for entry_id, fields in raw]
 
 
-async def read_entry(redis: Redis, turn_id: str, entry_id: str) -> list[Entry]:
-    """The entry `entry_id` of the turn's stream: one entry, or none if it is gone."""
-    raw = await redis.xrange(keys.events(turn_id), min=entry_id, max=entry_id)
-    return parse_entries(raw)
-
-
 def entry_key(entry_id: str) -> tuple[int, int]:
     """Sortable form of a stream entry id ("1700000000000-3" → (1700000000000, 3))."""
     ms, _, seq = entry_id.partition("-")
