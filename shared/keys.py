@@ -19,6 +19,9 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
   conversations do, renewed on use; index entries of expired conversations are dropped
   as the index is read.
+  `turns` (the index of the owner's turns, `GET /v1/turns`) is renewed at each turn's
+  creation to the longest a turn can live (a week unfinished plus the turn retention),
+  keeps the newest `TURN_INDEX_MAX` entries, and drops those of expired turns as it is read.
 - the hub's wake streams: an hour, renewed while the API process lives. `TOOLS` (what the
   workers offer): a day from the last worker's start.
 - no TTL, one per deployment and small: `RUNNING_TURNS` and `WORKERS` (entries removed by
@@ -109,6 +112,15 @@ def user_stream_id(owner: str) -> str:
 def conversations(owner: str) -> str:
     """Sorted set of the owner's conversation ids (score: when each was last used)."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:conversations"
+
+
+# The most entries an owner's turn index keeps (the newest); older turns still resolve by id.
+TURN_INDEX_MAX = 10_000
+
+
+def turns(owner: str) -> str:
+    """Sorted set of the owner's turn ids (score: when each was created)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:turns"
 
 
 def _conversation(owner: str, conversation_id: str) -> str:

@@ -238,6 +238,22 @@ class Claim:
     cancel_requested: bool = False
 
 
+# What `TurnStore.recent` reads of each turn: everything but the prompt (`messages`).
+_LISTED_FIELDS = (
+    "id",
+    "owner",
+    "model",
+    "status",
+    "created_at",
+    "request",
+    "conversation_id",
+    "started_at",
+    "finished_at",
+    "error",
+    "result",
+)
+
+
 class TooManyTurnsError(Exception):
     """The owner already has as many queued and running turns as they may."""
 
@@ -283,11 +299,16 @@ class TurnStore:
 
         `attachment` counts a client as watching the turn from the start
         (api/attachments.py), until `attachment_expiry` (epoch seconds). `ttl_s` bounds a
-        turn that no worker ever finishes; finishing resets it to retention.
+        turn that no worker ever finishes; finishing resets it to retention. The turn also
+        enters its owner's index (`recent`), which outlives every turn it lists.
         """
+        index = keys.turns(record.owner)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.turn(record.id), mapping=record.to_redis())
             pipe.expire(keys.turn(record.id), ttl_s)
+            pipe.zadd(index, {record.id: record.created_at})
+            pipe.zremrangebyrank(index, 0, -keys.TURN_INDEX_MAX - 1)
+            pipe.expire(index, ttl_s + self.retention_s)
             pipe.xadd(keys.events(record.id), {STREAM_FIELD: encode(Start())})
             pipe.expire(keys.events(record.id), ttl_s)
             if attachment is not None:
@@ -301,6 +322,45 @@ class TurnStore:
     async def get(self, turn_id: str) -> TurnRecord | None:
         raw = await self.redis.hgetall(keys.turn(turn_id))  # type: ignore[misc]
         return TurnRecord.from_redis(raw) if raw else None
+
+    async def recent(
+        self, owner: str, *, after: str | None = None, limit: int = 20
+    ) -> tuple[list[TurnRecord], bool]:
+        """The owner's turns, newest first, from just after the one with id `after`; at most
+        `limit`, and whether more follow. A listed turn comes without its prompt. Entries of
+        turns that expired are dropped from the index on the way."""
+        index = keys.turns(owner)
+        start = 0
+        if after is not None:
+            rank = await self.redis.zrevrank(index, after)
+            if rank is None:
+                return [], False
+            start = rank + 1
+        found: list[TurnRecord] = []
+        gone: list[str] = []
+        while len(found) <= limit:
+            raw = await self.redis.zrevrange(index, start, start + limit)
+            if not raw:
+                break
+            start += len(raw)
+            turn_ids = [item.decode() for item in raw]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for turn_id in turn_ids:
+                    pipe.hmget(keys.turn(turn_id), list(_LISTED_FIELDS))
+                replies = await pipe.execute()
+            for turn_id, values in zip(turn_ids, replies, strict=True):
+                fields = {
+                    name.encode(): value
+                    for name, value in zip(_LISTED_FIELDS, values, strict=True)
+                    if value is not None
+                }
+                if b"request" not in fields:
+                    gone.append(turn_id)
+                elif fields[b"owner"].decode() == owner:
+                    found.append(TurnRecord.from_redis(fields))
+        if gone:
+            await self.redis.zrem(index, *gone)
+        return found[:limit], len(found) > limit
 
     async def claim(self, turn_id: str, worker_id: str, lease_ttl_s: float) -> Claim:
         """Move `queued` → `running` under a lease (and onto the reapers' list)."""

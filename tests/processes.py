@@ -349,10 +349,16 @@ class ProcessGroup:
         return await self.worker_ready(process, settings, timeout_s)
 
     async def api(
-        self, settings: Settings, *, name: str = "api", timeout_s: float = 30.0
+        self,
+        settings: Settings,
+        *,
+        name: str = "api",
+        timeout_s: float = 30.0,
+        port: int | None = None,
     ) -> Process:
-        """`uvicorn api.main:app` on a free port, returned once its /healthz answers."""
-        port = free_port()
+        """`uvicorn api.main:app` on `port` (a free one by default), returned once its
+        /healthz answers."""
+        port = port or free_port()
         argv = [str(BIN / "uvicorn"), "api.main:app", "--host", "127.0.0.1", "--port", str(port)]
         process = self._spawn(name, [*argv, "--log-level", "warning"], settings)
         base_url = f"http://127.0.0.1:{port}"

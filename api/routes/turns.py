@@ -1,4 +1,5 @@
-"""`/v1/turns/{id}`: a turn's status, its events from any point, and stopping it.
+"""`/v1/turns`: the owner's turns; `/v1/turns/{id}`: a turn's status, its events from any
+point, and stopping it.
 
 Every route answers 404 for a turn that belongs to somebody else, so turn ids cannot be
 probed across users.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 from sse_starlette import EventSourceResponse
 
 from api.auth import Owner
@@ -39,6 +40,25 @@ async def _owned_turn(state: AppState, turn_id: str, owner: str) -> TurnRecord:
             404, f"no turn with id '{turn_id}'", param="turn_id", code=ErrorCode.TURN_NOT_FOUND
         )
     return record
+
+
+@router.get("/turns")
+async def list_turns(
+    owner: Owner,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    after: Annotated[str | None, Query(max_length=256)] = None,
+) -> dict[str, Any]:
+    """The owner's turns, newest first; page with `after` (a turn id)."""
+    found, more = await state.store.recent(owner, after=after, limit=limit)
+    data = [turn_object(record) for record in found]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": more,
+    }
 
 
 @router.get("/turns/{turn_id}")

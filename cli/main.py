@@ -1,0 +1,210 @@
+"""The `bernard` command ([project.scripts] in pyproject.toml): chat with Bernard, look at
+turns and conversations, run it (`serve`) and check a deployment (`doctor`).
+
+Every command that talks to the API takes `--url` (or `BERNARD_URL`) and `--key` (or
+`BERNARD_API_KEY`, sent as a bearer token when the API has `BERNARD_API_KEYS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from cli import chat as chat_session
+from cli import conversations as conversation_views
+from cli import doctor as doctor_checks
+from cli import turns as turn_views
+from cli.client import DEFAULT_URL, Api, ApiError
+from shared.settings import Settings
+
+app = typer.Typer(
+    help="Bernard from the terminal: chat, turns, conversations, serve, doctor.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+turns_app = typer.Typer(help="Your turns: list, show, tail, cancel.", no_args_is_help=True)
+conversations_app = typer.Typer(
+    help="Your conversations: list, show, delete.", no_args_is_help=True
+)
+app.add_typer(turns_app, name="turns")
+app.add_typer(conversations_app, name="conversations")
+
+Url = Annotated[
+    str, typer.Option("--url", envvar="BERNARD_URL", help="The API's base URL.", show_default=True)
+]
+Key = Annotated[
+    str | None,
+    typer.Option(
+        "--key", envvar="BERNARD_API_KEY", help="API key (BERNARD_API_KEYS).", show_default=False
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead.")]
+Limit = Annotated[int, typer.Option("--limit", min=1, max=100, help="How many to list.")]
+After = Annotated[str | None, typer.Option("--after", help="List those after this id.")]
+
+T = TypeVar("T")
+
+
+def console() -> Console:
+    return Console(highlight=False)
+
+
+def call(url: str, key: str | None, action: Callable[[Api, Console], T]) -> T:
+    """Run `action` against the API; an API error is printed and exits 1."""
+    api = Api(url, key)
+    out = console()
+    try:
+        return action(api, out)
+    except ApiError as exc:
+        out.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        api.close()
+
+
+def print_json(body: Any) -> None:
+    typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
+
+
+@app.command()
+def chat(
+    conversation: Annotated[
+        str | None,
+        typer.Option(
+            "--conversation", "-c", help="Continue this conversation (created if you have none)."
+        ),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Chat with Bernard: answers stream as Markdown, tool calls that change things ask first."""
+    code = call(url, key, lambda api, out: chat_session.chat(api, out, conversation))
+    raise typer.Exit(code)
+
+
+@turns_app.command("list")
+def turns_list(
+    limit: Limit = 20,
+    after: After = None,
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Your turns, newest first."""
+    if as_json:
+        print_json(call(url, key, lambda api, _: api.get("/v1/turns", limit=limit, after=after)))
+        return
+    call(url, key, lambda api, out: turn_views.list_turns(api, out, limit, after))
+
+
+@turns_app.command("show")
+def turns_show(
+    turn_id: str, as_json: AsJson = False, url: Url = DEFAULT_URL, key: Key = None
+) -> None:
+    """A turn: its status, times, error or answer."""
+    if as_json:
+        print_json(call(url, key, lambda api, _: api.get(f"/v1/turns/{turn_id}")))
+        return
+    call(url, key, lambda api, out: turn_views.show_turn(api, out, turn_id))
+
+
+@turns_app.command("tail")
+def turns_tail(turn_id: str, url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Follow a turn's events from its start until it ends (reconnecting if need be)."""
+    raise typer.Exit(call(url, key, lambda api, out: turn_views.tail_turn(api, out, turn_id)))
+
+
+@turns_app.command("cancel")
+def turns_cancel(turn_id: str, url: Url = DEFAULT_URL, key: Key = None) -> None:
+    """Stop a queued or running turn."""
+    call(url, key, lambda api, out: turn_views.cancel_turn(api, out, turn_id))
+
+
+@conversations_app.command("list")
+def conversations_list(
+    limit: Limit = 20,
+    after: After = None,
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Your conversations, last used first."""
+    if as_json:
+        print_json(
+            call(url, key, lambda api, _: api.get("/v1/conversations", limit=limit, after=after))
+        )
+        return
+    call(url, key, lambda api, out: conversation_views.list_conversations(api, out, limit, after))
+
+
+@conversations_app.command("show")
+def conversations_show(
+    conversation_id: str,
+    messages: Annotated[
+        int, typer.Option("--messages", "-n", min=0, help="How many of the latest messages.")
+    ] = 50,
+    as_json: AsJson = False,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """A conversation: its status and latest messages."""
+    if as_json:
+        print_json(call(url, key, lambda api, _: api.get(f"/v1/conversations/{conversation_id}")))
+        return
+    call(
+        url,
+        key,
+        lambda api, out: conversation_views.show_conversation(api, out, conversation_id, messages),
+    )
+
+
+@conversations_app.command("delete")
+def conversations_delete(
+    conversation_id: str,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask first.")] = False,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+) -> None:
+    """Delete a conversation and everything recorded in it."""
+    if not yes and not typer.confirm(
+        f"Delete conversation {conversation_id} and everything recorded in it?"
+    ):
+        typer.echo("Nothing deleted.")
+        raise typer.Exit(1)
+    call(
+        url, key, lambda api, out: conversation_views.delete_conversation(api, out, conversation_id)
+    )
+
+
+@app.command()
+def serve() -> None:
+    """Run Bernard here (Redis unless REDIS_URL is set, a worker, the API), as ./run does."""
+    from launcher.cli import main as launch
+
+    raise typer.Exit(launch([]))
+
+
+@app.command()
+def doctor(
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-url",
+            help="The Redis to check (default: REDIS_URL, else the one ./run started here).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Check Redis, workers, the API, the LLM and the tools (exit 1 when any check fails)."""
+    settings = Settings()
+    target = redis_url or doctor_checks.default_redis_url(settings)
+    code = call(url, key, lambda api, out: doctor_checks.doctor(out, api, settings, target))
+    raise typer.Exit(code)
