@@ -13,16 +13,28 @@ command talks to may run in the test's own loop. `close()` kills this server onl
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import re
 import shlex
 import shutil
+import subprocess
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 _CONFIG = "set -g history-limit 50000\nset -g status off\n"
 _EXITED = re.compile(r"\[exited (\d+)\]")
+
+
+# The tmux servers still running, killed at interpreter exit should a test's cleanup not run.
+_LIVE: set[str] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for socket in list(_LIVE):
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
 
 
 def has_tmux() -> bool:
@@ -56,8 +68,10 @@ class Terminal:
             raise RuntimeError(f"tmux {' '.join(args)}: {err.decode().strip()}")
         return out.decode()
 
-    async def start(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
-        """Run `argv` with exactly `env` (the tmux server starts with it)."""
+    async def start(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
+    ) -> None:
+        """Run `argv` with exactly `env` (the tmux server starts with it), in `cwd`."""
         self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text(_CONFIG)
         # The shell outlives a Ctrl-C meant for the command (a trap, unlike an ignored
@@ -68,6 +82,8 @@ class Terminal:
             "-d",
             "-s",
             "main",
+            "-c",
+            str(cwd or Path.cwd()),
             "-x",
             str(self.width),
             "-y",
@@ -78,6 +94,7 @@ class Terminal:
             env=env,
         )
         self.started = True
+        _LIVE.add(self.socket)
 
     async def type(self, text: str, *, enter: bool = True) -> None:
         """Type `text` literally, then Enter."""
@@ -122,5 +139,6 @@ class Terminal:
     async def close(self) -> None:
         if self.started:
             self.started = False
+            _LIVE.discard(self.socket)
             with contextlib.suppress(RuntimeError):  # already gone
                 await self._tmux("kill-server")

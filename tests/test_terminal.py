@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+import httpx
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
@@ -254,6 +255,27 @@ async def test_ctrl_c_mid_answer_asks_whether_to_cancel_the_turn_then_leaves(
         assert f"bernard turns tail {turn_id}" in left
     else:
         assert f"Turn {turn_id} is cancelled." in left
+
+
+# -- serve ---------------------------------------------------------------------------------------
+
+
+async def test_serve_runs_bernard_until_ctrl_c(tmp_path: Path) -> None:
+    settings = make_settings(None)
+    port = free_port()
+    env = cli_env(settings, f"http://127.0.0.1:{port}", "")
+    env.update(HOST="127.0.0.1", PORT=str(port))
+    async with terminal(tmp_path) as term, httpx.AsyncClient(timeout=5) as client:
+        await term.start(bernard("serve"), env, cwd=tmp_path)
+        ready = await term.wait_for("Bernard is ready", timeout_s=90)
+        answered = await client.get(f"http://127.0.0.1:{port}/healthz")
+        await term.press("C-c")
+        code = await term.exit_code(timeout_s=60)
+
+    assert f"Bernard is ready at http://127.0.0.1:{port}" in ready
+    assert "offline demo model" in ready
+    assert answered.status_code == 200
+    assert code == 0
 
 
 # -- turns ----------------------------------------------------------------------------------------
