@@ -189,6 +189,34 @@ async def test_chat_runs_edited_arguments_and_asks_again_when_they_are_not_json(
     assert saved == ["the door code is 4321"]
 
 
+async def test_chat_in_a_conversation_that_waits_asks_at_once_and_a_no_runs_nothing(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = make_settings(upstream, api_keys=two_users())
+    async with run_stack(settings) as stack, terminal(tmp_path) as term:
+        await stack.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
+        upstream.script_router(Reply.tool_calls([NOTE]))
+        paused = await stack.client.post(
+            "/v1/conversations/hall/messages",
+            json={"content": "remember the door code"},
+            headers=ALICE,
+        )
+        assert paused.json()["status"] == "awaiting_confirmation"
+        await term.start(
+            bernard("chat", "-c", "hall"), cli_env(settings, stack.base_url, "key-alice")
+        )
+        asking = await term.wait_for("Approve?")
+        upstream.script(Reply.text("Fine, I won't."))
+        await term.type("n")
+        done = await term.wait_for(PROMPT)
+        saved = await notes_of(stack)
+
+    assert "Remember “the door code is 1234”" in asking
+    assert "Fine, I won't." in done
+    assert "The user declined" in done, "the declined call's result"
+    assert saved == []
+
+
 async def test_chat_resumes_after_the_api_restarts_mid_answer_and_shows_every_token_once(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
