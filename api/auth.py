@@ -46,7 +46,9 @@ async def current_user(request: Request, state: Annotated[AppState, Depends(get_
     `async` although it never awaits: FastAPI runs a plain `def` dependency in a worker
     thread, a thread hop on every request for nothing.
     """
-    return authenticate(request, state.settings)
+    user = authenticate(request, state.settings)
+    request.state.user = user  # for the request's log line (api/access_log.py)
+    return user
 
 
 Owner = Annotated[str, Depends(current_user)]

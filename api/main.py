@@ -19,16 +19,18 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, metrics
+from api.access_log import AccessLog
 from api.attachments import Streams
 from api.errors import ApiError, error_response
 from api.hub import StreamHub
-from api.routes import chat, conversations, events, health, models, playground, tools, turns
+from api.routes import chat, conversations, events, health, models, tools, turns
 from api.state import AppState
 from shared.connection import connect
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
+from shared.traces import configure_tracing, flush_tracing
 from shared.turns import TurnStore
 
 logger = logging.getLogger("bernard.api")
@@ -94,10 +96,13 @@ class BodyLimit:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app for `settings` (read from the environment when not given)."""
     settings = settings or get_settings()
+    # Here rather than at startup: uvicorn imports the app before its first line, which
+    # then has the format of every other.
+    configure_logging(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        configure_logging()
+        traced = configure_tracing(settings, "bernard-api")
         redis = connect(settings.redis_url, retries=_REQUEST_RETRIES)
         hub = StreamHub(connect(settings.redis_url))
         store = TurnStore(
@@ -127,6 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await hub.stop()
             await hub.redis.aclose()
             await redis.aclose()
+            if traced:
+                flush_tracing()
 
     app = FastAPI(
         title="Bernard",
@@ -140,7 +147,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)
-    app.include_router(playground.router)  # the web page at `/` and `/playground`
     app.add_middleware(
         CORSMiddleware,
         allow_origins=["*"],
@@ -150,6 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         expose_headers=["X-Bernard-Turn-Id", "X-Bernard-Conversation-Id"],
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AccessLog)  # outermost: a refused body is logged too
     return app
 
 
@@ -159,7 +166,11 @@ async def _reap_forever(store: TurnStore, interval_s: float) -> None:
         await asyncio.sleep(interval_s)
         try:
             for turn_id in await store.reap_lapsed():
-                logger.warning("turn %s failed: its worker was lost", turn_id)
+                logger.warning(
+                    "turn %s failed: its worker was lost",
+                    turn_id,
+                    extra={"turn_id": turn_id, "status": "failed", "error": "worker_lost"},
+                )
         except (RedisError, OSError) as exc:
             logger.debug("reaper could not reach Redis: %s", exc)
 

@@ -13,6 +13,7 @@ answer is 429 `rate_limit_exceeded` with `Retry-After`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,12 +33,14 @@ from api.relay import relay
 from api.responses import JSONResponse
 from api.sse import encoded
 from api.state import AppState
-from shared import keys
+from shared import keys, traces
 from shared.endings import as_code, ended, http_status
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
 from shared.settings import MODEL_ID
 from shared.turns import TooManyTurnsError, TurnRecord, TurnRequest
+
+logger = logging.getLogger("bernard.api")
 
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 UNFINISHED_TTL_S = 7 * 86_400
@@ -103,6 +106,8 @@ async def start_turn(
             model=MODEL_ID,
             conversation_id=await conversation(turn_id) if conversation is not None else None,
             created_at=time.time(),
+            # The worker continues the request's trace (tracing on; else None).
+            traceparent=traces.current_traceparent(),
         )
         await state.store.create(
             record,
@@ -119,6 +124,17 @@ async def start_turn(
         raise
     mode = "background" if request.background else "stream" if request.stream else "wait"
     TURNS_CREATED.labels(request.kind, mode).inc()
+    logger.info(
+        "turn created",
+        extra={
+            "turn_id": turn_id,
+            "conversation_id": record.conversation_id,
+            "user": owner,
+            "kind": request.kind,
+            "mode": mode,
+            "resume": request.resume is not None,
+        },
+    )
     if request.background:
         return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
     if attachment is not None:

@@ -1,21 +1,195 @@
-"""Logging for Bernard's own `bernard.*` loggers.
+"""Logging for Bernard: text for a terminal, one JSON object a line for everything else.
 
-arq and uvicorn configure only their own loggers, so without this Bernard's info lines
-(which model the worker runs, for one) would never show.
+`BERNARD_LOG_FORMAT` picks `text` or `json`; unset, stderr being a terminal picks text and
+anything else (a container, a service manager, a pipe) picks JSON. Bernard logs with the
+standard library and puts a line's fields in `extra=`:
+
+    logger.info("turn ended", extra={"turn_id": ..., "status": "completed", "duration_ms": 812.4})
+
+A JSON line holds `ts`, `level`, `logger`, `message` and every extra field; a text line
+appends them as `key=value`. Lines logged while a worker runs a turn also get the turn's
+`turn_id`, `conversation_id` and `user` (`TURN_FIELDS`, set once per turn by
+worker/supervisor.py), whichever library logged them. With JSON on, arq's and uvicorn's
+loggers write through the same handler, so a collector reads one shape; uvicorn's access
+log is off in both formats, since the API's own line per request (api/access_log.py) says
+more (duration, user, turn).
+
+Why the standard library and not structlog: uvicorn, arq, httpx and LangChain all log
+through it, and one formatter gives all of their lines the same shape; structlog would be a
+second pipeline to keep in step with it, for no field that `extra=` cannot carry. The JSON
+is orjson's, which also renders what `json` cannot (a datetime, an enum) without a fallback.
+
+What never reaches a line: request bodies, headers (so no `Authorization`), and, unless
+`BERNARD_LOG_PROMPTS=1`, prompts, message content, tool arguments and outputs, and error
+messages (which may quote what the client sent); the call sites check
+`Settings.log_prompts`. Behind them the formatter replaces every secret the settings hold
+(upstream API keys, the Home Assistant token, `BERNARD_API_KEYS` keys, a Redis password,
+OTLP exporter header values) wherever it appears, with `BERNARD_LOG_PROMPTS` on as well.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from shared.settings import Settings, get_settings
+
+__all__ = [
+    "TURN_FIELDS",
+    "JsonFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "log_format",
+    "log_handler",
+    "secrets_of",
+]
+
+# The fields of the turn the current task runs (a worker's turn task sets it once).
+TURN_FIELDS: ContextVar[Mapping[str, Any] | None] = ContextVar("bernard_turn", default=None)
+
+# Attributes every LogRecord has: whatever else a record holds came in through `extra=`.
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",  # uvicorn's coloured copy of the message
+}
+# Shorter secrets are not looked for: replacing every "abc" would garble lines and hide
+# nothing worth hiding.
+_MIN_SECRET_CHARS = 6
+REDACTED = "[redacted]"
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """Give the `bernard` logger a stderr handler unless something configured it already."""
+def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """Every secret the settings (and the OTLP exporter's headers) hold, longest first."""
+    values: list[str | None] = [
+        settings.openai_api_key,
+        settings.anthropic_api_key,
+        settings.ha_token,
+        urlsplit(settings.redis_url).password,
+        *settings.api_key_users(),
+    ]
+    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        for pair in environ.get(name, "").split(","):
+            values.append(pair.partition("=")[2].strip())
+    found = {value for value in values if value and len(value) >= _MIN_SECRET_CHARS}
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _redact(line: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret in line:
+            line = line.replace(secret, REDACTED)
+    return line
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The record's `extra=` fields, and its turn's when it has none of its own."""
+    fields = {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES}
+    turn = TURN_FIELDS.get()
+    if turn:
+        for name, value in turn.items():
+            fields.setdefault(name, value)
+    return fields
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ts, level, logger, message, the record's fields, exc."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self.secrets = tuple(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in _fields(record).items():
+            line.setdefault(name, value)
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exc"] = record.exc_text
+        text = orjson.dumps(line, default=str).decode()
+        return _redact(text, self.secrets)
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message key=value ...`, for a person at a terminal."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.secrets = tuple(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = _fields(record)
+        if fields:
+            pairs = " ".join(f"{name}={_text_value(value)}" for name, value in fields.items())
+            head, newline, rest = text.partition("\n")  # after the message, before a traceback
+            text = f"{head} {pairs}{newline}{rest}"
+        return _redact(text, self.secrets)
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, str) and value and not any(c.isspace() or c in "\"'=" for c in value):
+        return value
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return orjson.dumps(value, default=str).decode()
+
+
+def log_format(settings: Settings, stream: IO[str] | None = None) -> str:
+    """`json` or `text`: as set, else text when `stream` (stderr) is a terminal."""
+    if settings.log_format is not None:
+        return settings.log_format
+    stream = stream if stream is not None else sys.stderr
+    try:
+        return "text" if stream.isatty() else "json"
+    except (AttributeError, ValueError):  # a closed or stand-in stream
+        return "json"
+
+
+def log_handler(settings: Settings, stream: IO[str] | None = None) -> logging.Handler:
+    """A handler writing to `stream` (stderr) in the format the settings ask for."""
+    handler = logging.StreamHandler(stream)  # None: stderr
+    secrets = secrets_of(settings)
+    if log_format(settings, stream) == "json":
+        handler.setFormatter(JsonFormatter(secrets))
+    else:
+        handler.setFormatter(TextFormatter(secrets))
+    return handler
+
+
+def configure_logging(settings: Settings | None = None, level: int = logging.INFO) -> None:
+    """Give the `bernard` logger a stderr handler unless something configured it already;
+    with JSON on, arq's and uvicorn's loggers write through it too."""
     logger = logging.getLogger("bernard")
     if logger.handlers:
         return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    settings = settings or get_settings()
+    handler = log_handler(settings)
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+    # The API's request line (api/access_log.py) replaces uvicorn's access line.
+    access = logging.getLogger("uvicorn.access")
+    access.handlers.clear()
+    access.propagate = False
+    if isinstance(handler.formatter, JsonFormatter):
+        # uvicorn and arq set up their own loggers before Bernard's code runs: replaced here.
+        for name in ("uvicorn", "arq"):
+            other = logging.getLogger(name)
+            other.handlers = [handler]
+            other.propagate = False

@@ -96,6 +96,14 @@ class Settings(BaseSettings):
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
 
+    # Logs and traces (shared/logs.py, shared/traces.py). Format unset: text on a terminal,
+    # JSON otherwise. Prompts, message content and tool arguments are logged only when asked.
+    log_format: Literal["json", "text"] | None = Field(None, alias="BERNARD_LOG_FORMAT")
+    log_prompts: bool = Field(False, alias="BERNARD_LOG_PROMPTS")
+    # Set: spans go to this OTLP/HTTP collector (the OpenTelemetry SDK reads its other
+    # OTEL_* variables itself). Unset: no tracing is set up at all.
+    otel_exporter_otlp_endpoint: str | None = None
+
     disconnect_grace_s: float = Field(5.0, alias="BERNARD_DISCONNECT_GRACE_S")
     lease_ttl_s: float = Field(5.0, alias="BERNARD_LEASE_TTL_S")
     lease_renew_s: float = Field(1.0, alias="BERNARD_LEASE_RENEW_S")

@@ -89,6 +89,9 @@ class TurnRecord:
     finished_at: float | None = None
     error: dict[str, str] | None = None
     result: dict[str, Any] | None = None
+    # The W3C trace context of the request that created the turn (tracing on): the worker
+    # continues that trace (shared/traces.py).
+    traceparent: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -108,6 +111,8 @@ class TurnRecord:
         }
         if self.conversation_id:
             fields["conversation_id"] = self.conversation_id
+        if self.traceparent:
+            fields["traceparent"] = self.traceparent
         return fields
 
     @classmethod
@@ -137,6 +142,7 @@ class TurnRecord:
             finished_at=number("finished_at"),
             error=json_field("error"),
             result=json_field("result"),
+            traceparent=data["traceparent"].decode() if "traceparent" in data else None,
         )
 
 

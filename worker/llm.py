@@ -36,10 +36,19 @@ _BOUND_CACHE = 8
 class LlmError(Exception):
     """An upstream model call failed; `code` is what the client sees in the error frame."""
 
-    def __init__(self, message: str, code: ErrorCode = ErrorCode.UPSTREAM_ERROR) -> None:
+    def __init__(
+        self,
+        message: str,
+        code: ErrorCode = ErrorCode.UPSTREAM_ERROR,
+        *,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        # The upstream's HTTP status, when it answered one (logged: the message may quote
+        # the prompt, the status never does).
+        self.status = status
 
 
 @dataclass(slots=True)
@@ -78,7 +87,10 @@ except ImportError:  # pragma: no cover - langchain-anthropic is a dependency
 def _translate(exc: Exception) -> LlmError:
     status = getattr(exc, "status_code", None)
     if status is not None:
-        return LlmError(f"upstream model returned HTTP {status}: {getattr(exc, 'message', exc)}")
+        return LlmError(
+            f"upstream model returned HTTP {status}: {getattr(exc, 'message', exc)}",
+            status=status,
+        )
     if "Timeout" in type(exc).__name__:
         return LlmError("upstream model timed out", code=ErrorCode.UPSTREAM_TIMEOUT)
     return LlmError(f"upstream model call failed: {exc}")

@@ -29,6 +29,7 @@ from shared.records import SUMMARIZE
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
 from shared.timers import FIRE_TIMER, fire_timer
+from shared.traces import configure_tracing, flush_tracing
 from worker.llm import Models, build_models
 from worker.queue import WakeWorker
 from worker.summaries import summarize
@@ -41,8 +42,9 @@ logger = logging.getLogger("bernard.worker")
 
 
 async def startup(ctx: dict[str, Any]) -> None:
-    configure_logging()
     settings: Settings = ctx.get("settings") or get_settings()
+    configure_logging(settings)
+    traced = configure_tracing(settings, "bernard-worker")
     redis = connect(settings.redis_url)
     models = build_models(settings)
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -60,7 +62,12 @@ async def startup(ctx: dict[str, Any]) -> None:
     await supervisor.start()
     await publish_tools(redis, supervisor.tools, settings)
     ctx.update(
-        settings=settings, bernard_redis=redis, supervisor=supervisor, models=models, http=http
+        settings=settings,
+        bernard_redis=redis,
+        supervisor=supervisor,
+        models=models,
+        http=http,
+        traced=traced,
     )
     # Modules, LangChain's and pydantic's machinery, the clients: all live as long as the
     # process. Frozen, they are no longer scanned by the collector's full passes, which
@@ -90,6 +97,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["bernard_redis"].aclose()
         await ctx["models"].aclose()
         await ctx["http"].aclose()
+        if ctx.get("traced"):
+            flush_tracing()
 
 
 async def run_turn(ctx: dict[str, Any], turn_id: str) -> str:

@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
+from typing import Any
 
 import httpx
 from langchain_core.tools import BaseTool
@@ -30,9 +31,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.endings import completed, ended
+from shared.endings import ENDINGS, completed, ended
 from shared.errors import ErrorCode
-from shared.events import Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
+from shared.events import Done, Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
+from shared.logs import TURN_FIELDS
 from shared.records import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
@@ -40,6 +42,7 @@ from shared.turns import TurnRecord, TurnStore
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
+from worker.telemetry import TurnTelemetry
 from worker.tools import enabled_tools
 from worker.tools.runtime import ToolRuntime
 
@@ -111,12 +114,18 @@ class TurnSupervisor:
         claim = await self.store.claim(turn_id, self.worker_id, self.settings.lease_ttl_s)
         if claim.record is None:
             # A re-delivered job (after a crash or shutdown) must never run a turn twice.
-            logger.info("turn %s not run: it is %s", turn_id, claim.outcome)
+            logger.info(
+                "turn %s not run: it is %s",
+                turn_id,
+                claim.outcome,
+                extra={"turn_id": turn_id, "status": claim.outcome},
+            )
             return claim.outcome
+        telemetry = TurnTelemetry.claimed(claim.record, self.settings, self.worker_id)
         if claim.cancel_requested:
-            await self.store.end(turn_id, claim.record.owner, ErrorCode.TURN_CANCELLED)
+            await self._end(telemetry, claim.record, ErrorCode.TURN_CANCELLED)
             return "cancelled"
-        task = asyncio.create_task(self._execute(claim.record))
+        task = asyncio.create_task(self._execute(claim.record, telemetry))
         self._running[turn_id] = task
         self.leases.add(turn_id)
         try:
@@ -131,6 +140,7 @@ class TurnSupervisor:
             self._running.pop(turn_id, None)
             self.leases.discard(turn_id)
             self._stop_reason.pop(turn_id, None)
+            telemetry.close()
 
     def cancel_local(self, turn_id: str, reason: str = "cancelled") -> None:
         """Abort the turn if it runs here; the in-flight LLM call is cancelled at once."""
@@ -139,19 +149,22 @@ class TurnSupervisor:
             self._stop_reason[turn_id] = reason
             task.cancel()
 
-    async def _execute(self, record: TurnRecord) -> str:
+    async def _execute(self, record: TurnRecord, telemetry: TurnTelemetry) -> str:
         turn_id, owner = record.id, record.owner
+        # This task runs the turn alone: every line logged in it carries the turn's fields.
+        TURN_FIELDS.set(telemetry.fields)
         writer = self.streams.writer(turn_id)
         ctx: TurnContext | None = None
         try:
             # Inside the `try`: a request the API let through that still cannot be made
             # into a turn ends the turn `invalid_turn`, never as a lost worker.
             try:
-                ctx = self._context(record)
+                ctx = self._context(record, telemetry)
             except (ValueError, TypeError, KeyError) as exc:
-                logger.warning("turn %s has a request it cannot run: %s", turn_id, exc)
+                # The exception's text quotes the request: the `turn ended` line holds it
+                # only with BERNARD_LOG_PROMPTS=1.
                 message = f"the request could not be run as a turn: {exc}"[:_MESSAGE_CHARS]
-                await self.store.end(turn_id, owner, ErrorCode.INVALID_TURN, message)
+                await self._end(telemetry, record, ErrorCode.INVALID_TURN, message)
                 return "failed"
             records = RecordKeeper(
                 self.redis, owner, retention_s=self.settings.conversation_retention_s
@@ -166,42 +179,65 @@ class TurnSupervisor:
         except TurnOverError:
             # Its stream refused a write: another process ended the turn (a reaper took
             # this worker for dead) or its record is gone.
-            await self._abandon(writer, owner)
+            await self._abandon(writer, owner, telemetry)
             return "lost"
         except asyncio.CancelledError:
             reason = self._stop_reason.get(turn_id)
             if reason == "lost":
-                await self._abandon(writer, owner)
+                await self._abandon(writer, owner, telemetry)
                 return "lost"
             await _flush_quietly(writer)
             if reason == "cancelled":
                 done = ended(ErrorCode.TURN_CANCELLED)
                 done.usage = ctx.usage if ctx is not None else None
-                await self.store.finish(turn_id, owner, done)
+                await self._finish(telemetry, record, done)
                 return "cancelled"
-            await self.store.end(turn_id, owner, ErrorCode.WORKER_SHUTDOWN)
+            await self._end(telemetry, record, ErrorCode.WORKER_SHUTDOWN)
             raise
         except TimeoutError:
             await _flush_quietly(writer)
-            await self.store.end(turn_id, owner, ErrorCode.TURN_TIMEOUT)
+            await self._end(telemetry, record, ErrorCode.TURN_TIMEOUT)
             return "failed"
         except LlmError as exc:
             await _flush_quietly(writer)
-            await self.store.end(turn_id, owner, exc.code, exc.message)
+            await self._end(telemetry, record, exc.code, exc.message)
             return "failed"
         except Exception:
             logger.exception("turn %s failed", turn_id)
             await _flush_quietly(writer)
-            await self.store.end(turn_id, owner, ErrorCode.INTERNAL_ERROR)
+            await self._end(telemetry, record, ErrorCode.INTERNAL_ERROR)
             return "failed"
         assert ctx is not None
         done = completed(ctx.finish_reason, ctx.usage)
         if ctx.paused:
             done.status = "awaiting_confirmation"
-        await self.store.finish(turn_id, owner, done, result=ctx.result())
+        await self._finish(telemetry, record, done, result=ctx.result())
         return done.status
 
-    async def _abandon(self, writer: StreamWriter, owner: str) -> None:
+    async def _end(
+        self,
+        telemetry: TurnTelemetry,
+        record: TurnRecord,
+        code: ErrorCode,
+        message: str | None = None,
+    ) -> None:
+        """End the turn short of completing (`TurnStore.end`), and log how."""
+        await self.store.end(record.id, record.owner, code, message)
+        telemetry.ended(ENDINGS[code].status, code, message)
+
+    async def _finish(
+        self,
+        telemetry: TurnTelemetry,
+        record: TurnRecord,
+        done: Done,
+        result: dict[str, Any] | None = None,
+    ) -> None:
+        """End the turn with `done` (`TurnStore.finish`), and log how."""
+        await self.store.finish(record.id, record.owner, done, result=result)
+        error = done.error or {}
+        telemetry.ended(done.status, error.get("code"), error.get("message"))
+
+    async def _abandon(self, writer: StreamWriter, owner: str, telemetry: TurnTelemetry) -> None:
         """Stop a turn that is over for this worker: another process ended it, its record
         is gone, or its lease lapsed (so it is taken for dead). Ending it `worker_lost` does
         what a reaper would: nothing if it already ended, drop the orphaned stream if its
@@ -209,8 +245,9 @@ class TurnSupervisor:
         writer.discard()
         await _flush_quietly(writer)  # a write already in flight lands first
         await self.store.end(writer.key, owner, ErrorCode.WORKER_LOST)
+        telemetry.ended("lost", ErrorCode.WORKER_LOST)
 
-    def _context(self, record: TurnRecord) -> TurnContext:
+    def _context(self, record: TurnRecord, telemetry: TurnTelemetry) -> TurnContext:
         ctx = TurnContext.for_request(
             record.id,
             record.request,
@@ -230,6 +267,8 @@ class TurnSupervisor:
             http=self.http,
             conversation_id=record.conversation_id,
         )
+        ctx.telemetry = telemetry
+        telemetry.usage = ctx.usage
         return ctx
 
     # -- background loops ----------------------------------------------------------------
@@ -253,7 +292,11 @@ class TurnSupervisor:
             self.leases.beat()
             try:
                 for turn_id in await self.store.reap_lapsed(skip=self._running):
-                    logger.warning("turn %s failed: its worker was lost", turn_id)
+                    logger.warning(
+                        "turn %s failed: its worker was lost",
+                        turn_id,
+                        extra={"turn_id": turn_id, "status": "failed", "error": "worker_lost"},
+                    )
             except (RedisError, OSError) as exc:
                 logger.warning("reaping failed (%s); retrying", exc)
 

@@ -21,14 +21,21 @@ async def response_harness(ctx: TurnContext) -> AsyncIterator[Event]:
     messages = [*ctx.system(), *ctx.memory, *ctx.history, *ctx.tool_messages]
     model = ctx.responder.name
     yield LlmPrompt(stage="response", model=model, messages=ctx.traced(messages))
-    async for item in ctx.responder.stream(messages, ctx.request.sampling()):
-        if isinstance(item, LlmResult):
-            ctx.add_usage(item.usage)
-            if item.finish_reason:
-                ctx.finish_reason = item.finish_reason
-            yield LlmCallComplete(
-                stage="response", model=model, latency_ms=item.latency_ms, usage=item.usage
-            )
-        elif isinstance(item, str):  # no tools are bound: no tool calls come
-            ctx.content.append(item)
-            yield Delta(text=item)
+    # Logged once the call ends (worker/telemetry.py), never per token.
+    call_log = ctx.telemetry.model_call("response", model, messages)
+    try:
+        async for item in ctx.responder.stream(messages, ctx.request.sampling()):
+            if isinstance(item, LlmResult):
+                ctx.add_usage(item.usage)
+                if item.finish_reason:
+                    ctx.finish_reason = item.finish_reason
+                call_log.done(item)
+                yield LlmCallComplete(
+                    stage="response", model=model, latency_ms=item.latency_ms, usage=item.usage
+                )
+            elif isinstance(item, str):  # no tools are bound: no tool calls come
+                ctx.content.append(item)
+                yield Delta(text=item)
+    except BaseException as exc:  # a failed call, or the turn stopped mid-answer
+        call_log.failed(exc)
+        raise

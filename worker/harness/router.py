@@ -79,7 +79,13 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
     for _ in range(ctx.settings.max_router_steps):
         messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history, *ctx.tool_messages]
         yield LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
-        result = await ctx.router.complete(messages, bound)
+        call_log = ctx.telemetry.model_call("router", model, messages)
+        try:
+            result = await ctx.router.complete(messages, bound)
+        except BaseException as exc:
+            call_log.failed(exc)
+            raise
+        call_log.done(result)
         ctx.add_usage(result.usage)
         yield LlmCallComplete(
             stage="router", model=model, latency_ms=result.latency_ms, usage=result.usage
@@ -102,6 +108,7 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
                 for call in waiting:
                     proposal = _propose(ctx, call, tools[call.name])
                     ctx.pending.append(proposal)
+                    ctx.telemetry.paused(proposal)
                     yield AwaitingConfirmation(**proposal.public())
                 return
         if responded or not planned:
@@ -147,14 +154,20 @@ async def run_call(
     ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
     yield ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
     outcome: ToolOutcome | None = None
+    run_log = ctx.telemetry.tool_call(call)
     running = execute(call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime)
-    async with aclosing(running) as items:
-        async for item in items:
-            if isinstance(item, ToolOutcome):
-                outcome = item
-            else:
-                yield item
+    try:
+        async with aclosing(running) as items:
+            async for item in items:
+                if isinstance(item, ToolOutcome):
+                    outcome = item
+                else:
+                    yield item
+    except BaseException as exc:  # the turn was stopped while the tool ran
+        run_log.failed(exc)
+        raise
     assert outcome is not None, "execute() always ends with an outcome"
+    run_log.done(outcome)
     ctx.tool_messages.append(outcome.message)
     ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": outcome.content})
     streamed, truncated = cut_for_stream(outcome.content, ctx.settings.stream_tool_output_max_chars)

@@ -135,7 +135,14 @@ async def execute(
         return
     exc = task.exception()
     if exc is not None:
-        logger.warning("tool %s failed: %r", call.name, exc)
+        # The type only: the exception's message may quote the arguments (the `tool call`
+        # line holds it with BERNARD_LOG_PROMPTS=1, worker/telemetry.py).
+        logger.warning(
+            "tool %s failed: %s",
+            call.name,
+            type(exc).__name__,
+            extra={"tool": call.name, "tool_call_id": call.id, "exception": type(exc).__name__},
+        )
         message = f"the tool '{call.name}' failed: {exc}"
         yield _error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_ERROR))
         return
