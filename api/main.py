@@ -23,7 +23,7 @@ from api.access_log import AccessLog
 from api.attachments import Streams
 from api.errors import ApiError, error_response
 from api.hub import StreamHub
-from api.routes import chat, conversations, events, health, models, tools, turns
+from api.routes import chat, conversations, events, health, models, playground, tools, turns
 from api.state import AppState
 from shared.connection import connect
 from shared.errors import ErrorCode
@@ -147,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)
+    app.include_router(playground.router)  # the web page at `/` and `/playground`
     app.add_middleware(
         CORSMiddleware,
         allow_origins=["*"],

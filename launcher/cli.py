@@ -112,6 +112,7 @@ def model_line(settings: Settings) -> str:
 
 def print_banner(console: Console, base_url: str, settings: Settings) -> None:
     console.print(f"\n[bold green]Bernard is ready[/] at [bold]{base_url}[/]")
+    console.print(f"Open the playground in a browser: {base_url}/", markup=False)
     console.print(model_line(settings), markup=False)
     console.print("Try a streaming chat completion:\n")
     console.print(

@@ -290,6 +290,44 @@ async def test_a_busy_conversation_refuses_a_second_turn(
     assert (await post(users, "kitchen", "third")).status_code == 200  # type: ignore[union-attr]
 
 
+async def test_a_message_or_a_decision_asking_for_a_trace_streams_one(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await conversation(users)
+    upstream.script(Reply.text("Plain."))
+    plain = await named(users, "POST", "/v1/conversations/kitchen/messages", json={"content": "a"})
+    assert "trace" not in kinds(plain)
+
+    upstream.script(Reply.text("Traced.", usage=(12, 3)))
+    body = {"content": "b", "trace": True}
+    traced = await named(users, "POST", "/v1/conversations/kitchen/messages", json=body)
+    traces = [data for name, data in traced if name == "trace"]
+    assert [(t["type"], t.get("stage")) for t in traces] == [
+        ("memory", None),
+        ("llm_prompt", "router"),
+        ("llm_call_complete", "router"),
+        ("llm_prompt", "response"),
+        ("llm_call_complete", "response"),
+    ]
+    assert traces[3]["messages"][-1] == {"role": "user", "content": "b"}
+    assert traces[4]["usage"]["prompt_tokens"] == 12 and traces[4]["latency_ms"] >= 0
+
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    paused = await post(users, "kitchen", "remember the door code")
+    confirmation = paused.json()["pending_confirmation"]["confirmation_id"]  # type: ignore[union-attr]
+    upstream.script(Reply.text("Saved."))
+    decided = await resume(
+        users,
+        "kitchen",
+        {"confirmation_id": confirmation, "decision": "approve", "trace": True},
+        stream=True,
+    )
+    assert isinstance(decided, list)
+    assert ("llm_prompt", "response") in [
+        (data["type"], data.get("stage")) for name, data in decided if name == "trace"
+    ]
+
+
 # -- confirmations ---------------------------------------------------------------------------------
 
 

@@ -60,6 +60,8 @@ class NewMessage(_Body):
 
     content: str = Field(min_length=1)
     metadata: dict[str, str] | None = Field(None, max_length=_METADATA_PAIRS)
+    # Stream the prompts sent to each model, each call's latency and usage (`trace` events).
+    trace: bool = False
 
 
 class ResumeRequest(_Body):
@@ -68,6 +70,7 @@ class ResumeRequest(_Body):
     confirmation_id: str = Field(min_length=1, max_length=256)
     decision: Literal["approve", "reject"]
     arguments: dict[str, Any] | None = None
+    trace: bool = False  # as `NewMessage.trace`, for the turn the decision starts
 
 
 def _keeper(state: AppState, owner: str) -> RecordKeeper:
@@ -202,6 +205,7 @@ async def post_message(
         kind="conversation",
         messages=[{"role": "user", "content": body.content}],
         stream=stream,
+        trace=body.trace,
         on_disconnect="continue",
     )
     return await _run(state, owner, conversation_id, request)
@@ -269,6 +273,7 @@ async def resume(
         kind="conversation",
         messages=[],
         stream=stream,
+        trace=body.trace,
         on_disconnect="continue",
         resume={
             "turn_id": proposal["turn_id"],
