@@ -1,10 +1,59 @@
 """Every Redis key and channel name Bernard uses, in one place, and how each one ends.
 
-A turn's keys share the hash tag `{<turn_id>}` (a conversation's, `{c:<owner>/<id>}`), so
-the scripts that move a turn touch one slot's keys. Bernard still needs one Redis primary,
-not a Cluster, as arq does: the turn's creating transaction also queues arq's job, the
-claim script also adds the turn to `RUNNING_TURNS`, and the finish script also releases
-the owner's `active_turns` entry, one round trip each instead of two.
+Two roles, which may be two deployments (`BERNARD_QUEUE_REDIS_URL`, `REDIS_URL`; both default
+to one server, and then nothing below costs a round trip more than one Redis did):
+
+- **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
+  `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`),
+  `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`, `CANCEL_CHANNEL`, and the per-user
+  counters `active_turns` and `open_streams`. Small (entries per live turn, worker and
+  user, not per token), touched a few times per turn, and each must be one consistent view:
+  a user's limits hold across every API process, the reapers share one running set, and
+  arq's own scripts span its keys. arq has no Cluster support, so this role is one primary:
+  a plain Redis or one behind Sentinel (`redis+sentinel://`), never a Cluster.
+- **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
+  `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
+  per user `{<owner>}`: `notes`, `timers` (the payloads: their jobs are on the queue),
+  `conversations`, `turns`; the user's event stream `{user:<owner>}`; the hub's wake
+  streams. A plain Redis, Sentinel, or a Cluster (`redis+cluster://`): every script and
+  transaction here touches one hash tag, so one slot; only pipelines (which a Cluster
+  client splits per node) mix tags. In a Cluster the stream hub cannot `XREAD` streams of
+  different slots together, so there it waits on sharded pub/sub instead of wake streams
+  (api/cluster_hub.py): the stream's writer `SPUBLISH`es `stream_wake(id)`, a channel in
+  the stream's own slot, after its appends.
+
+No script or transaction spans the two roles. What spanned them is split in two halves,
+each idempotent, run in the order that leaves a crash between them to a path that already
+ends turns (shared/turns.py). With one server for both roles, halves that do not wait
+on each other's answer share one pipeline, so they still cost one round trip:
+
+- create: admit on the queue (`active_turns`); then the data half (record, stream with its
+  `start`, attachment: one script; the owner's `turns` index beside it); then the queue
+  half (arq's job and the wake-up). If the queue half fails the API ends the turn
+  `turn_lost` at once. If the process dies between the halves, the turn stays `queued` with
+  no job on the queue; whoever next looks at it finds it stranded (`queued` past a grace,
+  and arq holds neither its job nor its in-progress key) and ends it `turn_lost`: the
+  relay of a client waiting on it (after each quiet keepalive), and the admission of its
+  owner at the limit. A turn nobody looks at again expires with its TTL.
+- claim: the queue half first (`RUNNING_TURNS` with a lease-long deadline), then the data
+  half (`queued` -> `running` under a lease). A worker dying between them leaves a
+  running-set entry whose turn has no lease: a reaper ends it `worker_lost`. A claim
+  refused because the turn has ended or is gone takes its entry back out.
+- finish: the data half ends the turn (once: seals the stream, drops the lease); then the
+  queue half releases it (`RUNNING_TURNS`, the owner's `active_turns` entry) and, only for
+  the call that ended it, counts the ending (`METRICS`). A crash between them leaves the
+  running-set entry: a reaper finds it, its finish returns "already ended", and the release
+  runs then (the count of that one ending is lost). A turn ended while still queued has no
+  running-set entry; its `active_turns` entry goes at the admission check of its owner.
+- reaping: the lapsed candidates come from `RUNNING_TURNS` (queue), the owners and the
+  ending from the data role; each ending is the finish above.
+- cancel: the cancel key (data: the durable fact, read at each lease renewal) before the
+  message on `CANCEL_CHANNEL` (queue: the fast path).
+- open stream: the count (`open_streams`, queue) and the turn's `attached` entry (data) are
+  sent together; a refused stream takes its `attached` entry back.
+
+A failover (Sentinel, or a Cluster shard) can lose the writes its primary had not yet
+replicated; docs/scaling.md says what that means for a turn and how its client is told.
 
 Every key either expires or has an owner that deletes it (tests/test_abuse.py walks them):
 
