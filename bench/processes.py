@@ -25,8 +25,8 @@ import orjson
 from redis.asyncio import Redis
 
 from bench.client import Endpoint, request
+from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, start_redis
-from launcher.supervisor import stop_process
 from shared import keys
 
 ROOT = Path(__file__).resolve().parent.parent

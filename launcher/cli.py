@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from launcher.children import Supervisor
 from launcher.redis_server import (
     RedisUnavailable,
     free_port,
@@ -23,7 +24,6 @@ from launcher.redis_server import (
     redact,
     start_embedded_redis,
 )
-from launcher.supervisor import Supervisor
 from shared.settings import MODEL_ID, Settings
 
 # Under the repository root (`./run` runs from there); gitignored.

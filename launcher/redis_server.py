@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from launcher.supervisor import stop_process
+from launcher.children import stop_process
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")

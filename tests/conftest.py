@@ -30,8 +30,8 @@ import redis.asyncio as redis_asyncio
 from langchain_core.tools import BaseTool
 
 from api.main import create_app
+from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, local_url, start_redis
-from launcher.supervisor import stop_process
 from shared.settings import Settings
 from tests.serving import serve
 from tests.upstream import ScriptedUpstream

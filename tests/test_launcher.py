@@ -25,6 +25,7 @@ from rich.console import Console
 from starlette.testclient import TestClient
 
 from launcher import cli
+from launcher.children import Supervisor, stop_process
 from launcher.demo_home import create_app
 from launcher.redis_server import (
     RedisUnavailable,
@@ -39,7 +40,6 @@ from launcher.redis_server import (
     start_embedded_redis,
     start_redis,
 )
-from launcher.supervisor import Supervisor, stop_process
 from shared.settings import Settings
 from tests.conftest import TEST_REDIS_URL
 

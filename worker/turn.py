@@ -27,12 +27,12 @@ from worker.harness.router import router_harness
 from worker.recording import TurnRecording
 from worker.sequencer import Sequencer
 
-__all__ = ["Harness", "stages", "turn_events"]
+__all__ = ["Harness", "harnesses", "turn_events"]
 
 Harness = Callable[[TurnContext], AsyncIterator[Event]]
 
 
-def stages(ctx: TurnContext) -> list[Harness]:
+def harnesses(ctx: TurnContext) -> list[Harness]:
     """The harnesses this turn runs, in order."""
     if ctx.request.kind == "completion":
         return [response_harness]
@@ -52,8 +52,8 @@ async def turn_events(ctx: TurnContext, recorder: Recorder | None = None) -> Asy
     sequencer: Sequencer[Event] = Sequencer()
     # Harness generators start only when the sequencer reaches them, so chaining them all
     # now still runs each stage after the previous one has finished.
-    for stage in stages(ctx):
-        sequencer.chain(stage(ctx))
+    for harness in harnesses(ctx):
+        sequencer.chain(harness(ctx))
     sequencer.chain(None)
 
     try:
