@@ -1,9 +1,10 @@
 """The LLM layer: one small interface over a LangChain chat model.
 
-`complete` returns one message with its tool calls; `stream` yields text as it arrives and
-then one `LlmResult`. Aborting is cancelling: cancelling the task that iterates `stream`
-closes the upstream HTTP connection. Upstream failures become `LlmError`, here and only
-here, so the rest of the worker sees one exception type.
+`complete` returns one message with its tool calls; `stream` gives text as it arrives, with
+the call's `LlmResult` beside it once the text is out (worker/streamed.py). Aborting is
+cancelling: cancelling the task that iterates `stream` closes the upstream HTTP connection.
+Upstream failures become `LlmError`, here and only here, so the rest of the worker sees one
+exception type.
 
 `build_models` gives the worker its router and response models on one upstream HTTP
 client that the worker owns: sized to its concurrency, and closed with it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +28,7 @@ from langchain_core.tools import BaseTool
 from shared.errors import ErrorCode
 from shared.settings import Settings
 from worker.openai_fast import UpstreamStreamError, openai_complete, openai_tokens
+from worker.streamed import Streamed
 
 logger = logging.getLogger("bernard.worker")
 # Tool lists a model keeps bound at once (`Llm.bind`).
@@ -195,23 +197,30 @@ class Llm:
             finish_reason=_finish_reason(message),
         )
 
-    async def stream(
+    def stream(
         self,
         messages: Sequence[BaseMessage],
         params: Mapping[str, Any] | None = None,
         tools: Sequence[BaseTool | dict[str, Any]] = (),
-    ) -> AsyncIterator[str | ToolCall | LlmResult]:
-        """Yield each text delta as it arrives, each tool call once it is whole, then one
-        `LlmResult` (the whole message, its tool calls, finish reason and usage).
+    ) -> Streamed[str | ToolCall, LlmResult]:
+        """Each text delta as it arrives and each tool call once it is whole; beside them,
+        once they are out, the `LlmResult` (the whole message, its tool calls, finish reason
+        and usage).
 
         `params` are call options (`max_tokens`, `stop`, `temperature`, ...:
         `TurnRequest.sampling()`), passed as this provider takes them (`call_options`).
         """
         if self.direct and not tools:
-            async with aclosing(self._direct_stream(messages, params)) as direct:
-                async for item in direct:
-                    yield item
-            return
+            return Streamed(lambda ended: self._direct_stream(messages, params, ended))
+        return Streamed(lambda ended: self._langchain_stream(messages, params, tools, ended))
+
+    async def _langchain_stream(
+        self,
+        messages: Sequence[BaseMessage],
+        params: Mapping[str, Any] | None,
+        tools: Sequence[BaseTool | dict[str, Any]],
+        ended: Callable[[LlmResult], None],
+    ) -> AsyncGenerator[str | ToolCall, None]:
         runnable = self.bind(tools)
         started = time.perf_counter()
         total: AIMessageChunk | None = None
@@ -240,34 +249,34 @@ class Llm:
         for call in message.tool_calls:
             yield call
         latency_ms = (time.perf_counter() - started) * 1000
-        yield LlmResult(
-            message=message,
-            usage=_usage(message),
-            latency_ms=latency_ms,
-            finish_reason=finish_reason,
-        )
+        ended(_result(message, finish_reason, latency_ms))
 
     async def _direct_stream(
-        self, messages: Sequence[BaseMessage], params: Mapping[str, Any] | None
-    ) -> AsyncGenerator[str | ToolCall | LlmResult, None]:
+        self,
+        messages: Sequence[BaseMessage],
+        params: Mapping[str, Any] | None,
+        ended: Callable[[LlmResult], None],
+    ) -> AsyncGenerator[str, None]:
+        def end(message: AIMessage, finish_reason: str | None, latency_ms: float) -> None:
+            ended(_result(message, finish_reason, latency_ms))
+
         try:
-            tokens = openai_tokens(cast(Any, self.model), messages, self.call_options(params))
-            async with aclosing(tokens) as items:
-                async for item in items:
-                    if isinstance(item, str):
-                        yield item
-                        continue
-                    message, finish_reason, latency_ms = item
-                    yield LlmResult(
-                        message=message,
-                        usage=_usage(message),
-                        latency_ms=latency_ms,
-                        finish_reason=finish_reason,
-                    )
+            tokens = openai_tokens(
+                cast(Any, self.model), messages, self.call_options(params), ended=end
+            )
+            async with aclosing(tokens) as texts:
+                async for text in texts:
+                    yield text
         except _SDK_ERRORS as exc:
             raise _translate(exc) from exc
         except UpstreamStreamError as exc:
             raise LlmError(f"upstream model call failed: {exc}") from exc
+
+
+def _result(message: AIMessage, finish_reason: str | None, latency_ms: float) -> LlmResult:
+    return LlmResult(
+        message=message, usage=_usage(message), latency_ms=latency_ms, finish_reason=finish_reason
+    )
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ requires the same results.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx2
@@ -77,10 +77,14 @@ async def openai_complete(
 
 
 async def openai_tokens(
-    model: ChatOpenAI, messages: Sequence[BaseMessage], params: Mapping[str, Any]
-) -> AsyncGenerator[str | tuple[AIMessage, str | None, float], None]:
-    """Yield each text delta, then `(message, finish reason, latency ms)` once the upstream
-    ends the stream (the message carries the whole text and the usage)."""
+    model: ChatOpenAI,
+    messages: Sequence[BaseMessage],
+    params: Mapping[str, Any],
+    *,
+    ended: Callable[[AIMessage, str | None, float], None],
+) -> AsyncGenerator[str, None]:
+    """Yield each text delta; once the upstream ends the stream, call `ended(message, finish
+    reason, latency ms)` (the message carries the whole text and the usage)."""
     started = time.perf_counter()
     payload = model._get_request_payload(list(messages), **params)
     payload["stream"] = True
@@ -127,4 +131,4 @@ async def openai_tokens(
             "output_tokens": usage.get("completion_tokens", 0),
             "total_tokens": usage.get("total_tokens", 0),
         }
-    yield message, finish_reason, (time.perf_counter() - started) * 1000
+    ended(message, finish_reason, (time.perf_counter() - started) * 1000)

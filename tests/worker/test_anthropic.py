@@ -33,11 +33,13 @@ def anthropic_settings(upstream: ScriptedUpstream, **overrides: Any) -> Settings
     )
 
 
-async def stream_all(settings: Settings, **kwargs: Any) -> list[Any]:
+async def stream_all(settings: Settings, **kwargs: Any) -> tuple[list[Any], LlmResult]:
+    """The streamed items of one response call, and the result beside them."""
     models = build_models(settings)
     try:
-        async with aclosing(models.responder.stream([HumanMessage("hi")], **kwargs)) as items:
-            return [item async for item in items]
+        async with aclosing(models.responder.stream([HumanMessage("hi")], **kwargs)) as stream:
+            items = [item async for item in stream]
+        return items, stream.result
     finally:
         await models.aclose()
 
@@ -46,10 +48,8 @@ async def test_text_streams_delta_by_delta_with_usage_and_stop_reason(
     upstream: ScriptedUpstream,
 ) -> None:
     upstream.script(Reply.text(["Hel", "lo", " there"], usage=(11, 3)))
-    items = await stream_all(anthropic_settings(upstream))
-    assert items[:-1] == ["Hel", "lo", " there"]
-    result = items[-1]
-    assert isinstance(result, LlmResult)
+    items, result = await stream_all(anthropic_settings(upstream))
+    assert items == ["Hel", "lo", " there"]
     assert result.message.content == "Hello there"
     assert result.usage == {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
     assert result.finish_reason == "stop"
@@ -61,9 +61,9 @@ async def test_text_streams_delta_by_delta_with_usage_and_stop_reason(
 async def test_max_tokens_cuts_the_answer_and_reports_length(upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text(["one", " two", " three"]))
     options = {"max_tokens": 2, "temperature": 0.3, "stop": ["END"], "seed": 7, "user": "u-1"}
-    items = await stream_all(anthropic_settings(upstream), params=options)
-    assert items[:-1] == ["one", " two"]
-    assert items[-1].finish_reason == "length"
+    items, result = await stream_all(anthropic_settings(upstream), params=options)
+    assert items == ["one", " two"]
+    assert result.finish_reason == "length"
     sent = upstream.requests[0]
     assert (sent["max_tokens"], sent["temperature"], sent["stop_sequences"]) == (2, 0.3, ["END"])
     assert sent["metadata"] == {"user_id": "u-1"}
@@ -73,10 +73,9 @@ async def test_max_tokens_cuts_the_answer_and_reports_length(upstream: ScriptedU
 async def test_a_tool_call_split_over_many_deltas_arrives_whole(upstream: ScriptedUpstream) -> None:
     arguments = {"expression": "(12 + 30) * 1000 / 7", "note": "a long enough input"}
     upstream.script(Reply.tool_calls([("calculator", arguments)], arg_chunks=12))
-    items = await stream_all(anthropic_settings(upstream), tools=[calculator])
+    items, result = await stream_all(anthropic_settings(upstream), tools=[calculator])
     calls = [item for item in items if isinstance(item, dict)]
     assert [(c["name"], c["args"]) for c in calls] == [("calculator", arguments)]
-    result = items[-1]
     assert result.finish_reason == "tool_calls"
     assert result.message.tool_calls == calls
     deltas = upstream.exchanges[0].chunks_sent

@@ -9,7 +9,7 @@ from langchain_core.messages import HumanMessage
 
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream
-from worker.llm import LlmResult, build_models
+from worker.llm import build_models
 
 
 async def test_the_upstream_pool_holds_as_many_streams_as_the_worker_runs_turns(
@@ -62,15 +62,12 @@ async def test_a_cut_answer_reports_the_length_finish(upstream: ScriptedUpstream
     upstream.script(Reply.text(["one", " two", " three", " four"]))
     models = build_models(make_settings(upstream))
     try:
-        items = [
-            item
-            async for item in models.responder.stream([HumanMessage("count")], {"max_tokens": 2})
-        ]
+        stream = models.responder.stream([HumanMessage("count")], {"max_tokens": 2})
+        items = [item async for item in stream]
     finally:
         await models.aclose()
-    assert items[:-1] == ["one", " two"]
-    result = items[-1]
-    assert isinstance(result, LlmResult) and result.finish_reason == "length"
+    assert items == ["one", " two"]
+    assert stream.result.finish_reason == "length"
     assert upstream.requests[0]["max_completion_tokens"] == 2
 
 

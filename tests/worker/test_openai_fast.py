@@ -16,9 +16,11 @@ from worker.llm import Llm, LlmError, LlmResult, build_models
 from worker.tools import calculator
 
 
-async def run(llm: Llm, **kwargs: Any) -> list[Any]:
-    async with aclosing(llm.stream([HumanMessage("hi")], **kwargs)) as items:
-        return [item async for item in items]
+async def run(llm: Llm, **kwargs: Any) -> tuple[list[Any], LlmResult]:
+    """The streamed items of one call, and the result beside them."""
+    async with aclosing(llm.stream([HumanMessage("hi")], **kwargs)) as stream:
+        items = [item async for item in stream]
+    return items, stream.result
 
 
 def both(upstream: ScriptedUpstream) -> tuple[Llm, Llm, Any]:
@@ -29,8 +31,10 @@ def both(upstream: ScriptedUpstream) -> tuple[Llm, Llm, Any]:
     return fast, slow, models
 
 
-def outcome(items: list[Any]) -> tuple[list[str], str, dict[str, int] | None, str | None]:
-    *texts, result = items
+def outcome(
+    streamed: tuple[list[Any], LlmResult],
+) -> tuple[list[str], str, dict[str, int] | None, str | None]:
+    texts, result = streamed
     assert isinstance(result, LlmResult)
     return texts, str(result.message.content), result.usage, result.finish_reason
 
@@ -105,7 +109,7 @@ async def test_with_tools_bound_the_langchain_path_parses_the_calls(
     fast, _, models = both(upstream)
     upstream.script(Reply.tool_calls([("calculator", {"expression": "1+1"})], arg_chunks=5))
     try:
-        items = await run(fast, tools=[calculator])
+        items, _ = await run(fast, tools=[calculator])
     finally:
         await models.aclose()
     calls = [item for item in items if isinstance(item, dict)]

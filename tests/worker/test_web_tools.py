@@ -202,14 +202,10 @@ async def call(
     planned = PlannedCall(id="call_1", name=tool.name, args=args, arguments=arguments_text(args))
     async with http_client(settings) as http:
         runtime = ToolRuntime(owner="t", redis=redis, settings=settings, http=http)
-        items = [
-            item
-            async for item in execute(planned, {tool.name: tool}, timeout_s=10, runtime=runtime)
-        ]
-    *progress, outcome = items
-    assert isinstance(outcome, ToolOutcome)
+        running = execute(planned, {tool.name: tool}, timeout_s=10, runtime=runtime)
+        progress = [item async for item in running]
     assert all(isinstance(p, ToolProgress) for p in progress)
-    return outcome, [(p.phase, p.message) for p in progress if isinstance(p, ToolProgress)]
+    return running.result, [(p.phase, p.message) for p in progress]
 
 
 @pytest.fixture

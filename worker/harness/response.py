@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from shared.events import Delta, Event, LlmCallComplete, LlmPrompt
 from worker.context import TurnContext
-from worker.llm import LlmResult
 
 
 async def response_harness(ctx: TurnContext) -> AsyncIterator[Event]:
@@ -23,19 +23,21 @@ async def response_harness(ctx: TurnContext) -> AsyncIterator[Event]:
     yield LlmPrompt(stage="response", model=model, messages=ctx.traced(messages))
     # Logged once the call ends (worker/telemetry.py), never per token.
     call_log = ctx.telemetry.model_call("response", model, messages)
+    answer = ctx.responder.stream(messages, ctx.request.sampling())
     try:
-        async for item in ctx.responder.stream(messages, ctx.request.sampling()):
-            if isinstance(item, LlmResult):
-                ctx.add_usage(item.usage)
-                if item.finish_reason:
-                    ctx.finish_reason = item.finish_reason
-                call_log.done(item)
-                yield LlmCallComplete(
-                    stage="response", model=model, latency_ms=item.latency_ms, usage=item.usage
-                )
-            elif isinstance(item, str):  # no tools are bound: no tool calls come
-                ctx.content.append(item)
-                yield Delta(text=item)
+        async with aclosing(answer):
+            async for text in answer:
+                if isinstance(text, str):  # no tools are bound: no tool call comes
+                    ctx.content.append(text)
+                    yield Delta(text=text)
     except BaseException as exc:  # a failed call, or the turn stopped mid-answer
         call_log.failed(exc)
         raise
+    result = answer.result
+    ctx.add_usage(result.usage)
+    if result.finish_reason:
+        ctx.finish_reason = result.finish_reason
+    call_log.done(result)
+    yield LlmCallComplete(
+        stage="response", model=model, latency_ms=result.latency_ms, usage=result.usage
+    )

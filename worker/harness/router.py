@@ -43,7 +43,6 @@ from shared.events import (
 from worker.context import Proposal, TurnContext
 from worker.harness.tool_call import (
     PlannedCall,
-    ToolOutcome,
     arguments_text,
     cut_for_stream,
     execute,
@@ -153,20 +152,16 @@ async def run_call(
     index = len(ctx.tool_calls)
     ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
     yield ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
-    outcome: ToolOutcome | None = None
     run_log = ctx.telemetry.tool_call(call)
     running = execute(call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime)
     try:
-        async with aclosing(running) as items:
-            async for item in items:
-                if isinstance(item, ToolOutcome):
-                    outcome = item
-                else:
-                    yield item
+        async with aclosing(running):
+            async for progress in running:
+                yield progress
     except BaseException as exc:  # the turn was stopped while the tool ran
         run_log.failed(exc)
         raise
-    assert outcome is not None, "execute() always ends with an outcome"
+    outcome = running.result
     run_log.done(outcome)
     ctx.tool_messages.append(outcome.message)
     ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": outcome.content})

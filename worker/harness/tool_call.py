@@ -1,11 +1,11 @@
 """Running one tool call for the router: validated, time-limited, its progress streamed live.
 
-`execute` is an async generator: it yields each `ToolProgress` the tool reports *while the
-tool is still running* (the tool runs in its own task; its reporter feeds a queue that this
-generator drains), then one `ToolOutcome`. Every way a call can go wrong (an unknown tool,
-arguments that fail the tool's schema, a tool that raises, a tool that overruns its time)
-ends in an outcome whose message is a clear error the model can read and act on; nothing
-here raises into the turn.
+`execute` streams each `ToolProgress` the tool reports *while the tool is still running* (the
+tool runs in its own task; its reporter feeds a queue that the stream drains), with the call's
+one `ToolOutcome` beside it once the tool is done (worker/streamed.py). Every way a call can
+go wrong (an unknown tool, arguments that fail the tool's schema, a tool that raises, a tool
+that overruns its time) ends in an outcome whose message is a clear error the model can read
+and act on; nothing here raises into the turn.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.errors import ErrorCode
 from shared.events import Error, ToolProgress
+from worker.streamed import Streamed
 from worker.tools.progress import ProgressReporter, progress_config
 from worker.tools.runtime import ToolRuntime, runtime_config
 
@@ -86,19 +87,30 @@ def problem_with(call: PlannedCall, tools: Mapping[str, BaseTool]) -> str | None
     return None
 
 
-async def execute(
+def execute(
     call: PlannedCall,
     tools: Mapping[str, BaseTool],
     *,
     timeout_s: float,
     runtime: ToolRuntime | None = None,
-) -> AsyncGenerator[ToolProgress | ToolOutcome, None]:
-    """Run `call`; yield its progress as it happens, then exactly one `ToolOutcome`.
+) -> Streamed[ToolProgress, ToolOutcome]:
+    """Run `call`: its progress as it happens, and beside it, once the progress is out, its
+    one `ToolOutcome` (worker/streamed.py).
 
     `runtime` reaches the tool through its config (worker/tools/runtime.py)."""
+    return Streamed(lambda ended: _run(call, tools, timeout_s, runtime, ended))
+
+
+async def _run(
+    call: PlannedCall,
+    tools: Mapping[str, BaseTool],
+    timeout_s: float,
+    runtime: ToolRuntime | None,
+    ended: Callable[[ToolOutcome], None],
+) -> AsyncGenerator[ToolProgress, None]:
     problem = problem_with(call, tools)
     if problem is not None:
-        yield _error(call, problem)
+        ended(_error(call, problem))
         return
     tool = tools[call.name]
 
@@ -131,7 +143,7 @@ async def execute(
 
     if task.cancelled():
         message = f"the tool '{call.name}' did not finish within {timeout_s:g}s and was stopped"
-        yield _error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_TIMEOUT))
+        ended(_error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_TIMEOUT)))
         return
     exc = task.exception()
     if exc is not None:
@@ -144,17 +156,17 @@ async def execute(
             extra={"tool": call.name, "tool_call_id": call.id, "exception": type(exc).__name__},
         )
         message = f"the tool '{call.name}' failed: {exc}"
-        yield _error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_ERROR))
+        ended(_error(call, message, failure=Error(message=message, code=ErrorCode.TOOL_ERROR)))
         return
     result = task.result()
     if isinstance(result, ToolMessage):
         result.content = as_text(result.content)
         result.name = result.name or call.name
-        yield ToolOutcome(message=result)
+        ended(ToolOutcome(message=result))
     else:
         # A tool with `response_format="content_and_artifact"` or a custom runnable.
         content = as_text(result)
-        yield ToolOutcome(ToolMessage(content=content, tool_call_id=call.id, name=call.name))
+        ended(ToolOutcome(ToolMessage(content=content, tool_call_id=call.id, name=call.name)))
 
 
 def as_text(content: Any) -> str:
