@@ -1,20 +1,138 @@
-"""Redis clients that ride out a Redis restart instead of dying on the first error."""
+"""Redis clients that ride out a Redis restart or a failover instead of dying on the first
+error, for either role (shared/keys.py) and any of the three ways Redis is deployed:
+
+- `redis://`, `rediss://`, `unix://`: one server, as redis-py reads the URL.
+- `redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]`: the primary
+  that the Sentinels at those addresses name for `service` (port 26379 when left out);
+  `?sentinel_password=...` when the Sentinels want one of their own. `rediss+sentinel://`
+  speaks TLS to the primary.
+- `redis+cluster://[[user]:password@]host:port[,host:port...]`: a Redis Cluster reached
+  through any of those nodes (port 6379 when left out); the data role only (`connect_data`).
+  `rediss+cluster://` speaks TLS.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from arq.connections import ArqRedis
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedSSLConnection
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
-# About 30 s of retries with backoff capped at 1 s: long enough for a Redis restart.
+from shared.settings import is_cluster_url
+
+# About 30 s of retries with backoff capped at 1 s: long enough for a Redis restart, or for
+# Sentinels to notice a dead primary and promote its replica.
 _RETRIES = 40
+# A Cluster client retries a failed node briefly, then asks the cluster where the slot went
+# (each round re-reads the topology), for about as long: a shard's failover takes the
+# cluster's node timeout and an election.
+_NODE_RETRIES = 3
+_CLUSTER_ROUNDS = 20
+_SENTINEL_PORT = 26379
+_REDIS_PORT = 6379
+
+Kind = Literal["single", "sentinel", "cluster"]
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAddress:
+    """Where a role's Redis is, as its URL says (`parse_url`)."""
+
+    kind: Kind
+    url: str
+    hosts: tuple[tuple[str, int], ...] = ()
+    service: str | None = None
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl: bool = False
+    sentinel_password: str | None = None
+
+
+def parse_url(url: str) -> RedisAddress:
+    """Read a Redis URL of any of the forms above; `ValueError` for one it cannot use."""
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise ValueError(f"not a Redis URL: {_redacted(url)!r}")
+    if scheme not in ("redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"):
+        return RedisAddress("single", url)
+    kind: Kind = "cluster" if is_cluster_url(url) else "sentinel"
+    parts = urlsplit(url)
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    hosts = tuple(
+        _host_port(item, _SENTINEL_PORT if kind == "sentinel" else _REDIS_PORT, url)
+        for item in hostlist.split(",")
+    )
+    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
+    unknown = set(query) - {"sentinel_password"}
+    if unknown or (kind == "cluster" and query):
+        raise ValueError(f"unknown option(s) {sorted(query)} in {_redacted(url)!r}")
+    path = [piece for piece in parts.path.split("/") if piece]
+    service, db = None, 0
+    if kind == "sentinel":
+        if not path or len(path) > 2:
+            raise ValueError(
+                f"name the Sentinel service: redis+sentinel://host:port/service "
+                f"(got {_redacted(url)!r})"
+            )
+        service = unquote(path[0])
+        db = _database(path[1], url) if len(path) == 2 else 0
+    elif path and path != ["0"]:
+        raise ValueError(f"a Redis Cluster has only database 0 (got {_redacted(url)!r})")
+    return RedisAddress(
+        kind,
+        url,
+        hosts=hosts,
+        service=service,
+        db=db,
+        username=username,
+        password=password,
+        ssl=scheme.startswith("rediss"),
+        sentinel_password=query.get("sentinel_password"),
+    )
+
+
+def _host_port(item: str, default_port: int, url: str) -> tuple[str, int]:
+    host, colon, port = item.strip().rpartition(":")
+    if not colon:
+        host, port = port, ""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or (port and not port.isdigit()):
+        raise ValueError(f"bad host:port {item!r} in {_redacted(url)!r}")
+    return host, int(port) if port else default_port
+
+
+def _database(text: str, url: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"bad database {text!r} in {_redacted(url)!r}")
+    return int(text)
+
+
+def _redacted(url: str) -> str:
+    """`url` without its password (anything between the first `:` and `@` of the netloc)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, tail = rest.partition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{tail}"
 
 
 def _retry(retries: int = _RETRIES) -> Retry:
@@ -50,10 +168,36 @@ def _unfit(connection: AbstractConnection) -> bool:
     return bool(reader.at_eof() or getattr(reader, "_buffer", b""))
 
 
+class PromptSentinelPool(SentinelConnectionPool, PromptPool):
+    """The primary the Sentinels name, through a `PromptPool` (blocking, prompt checks).
+
+    It also counts failovers: each time the Sentinels name a primary other than the one its
+    connections last reached (`failovers`, read by worker/supervisor.py).
+    """
+
+    def __init__(self, service_name: str, sentinel_manager: Sentinel, **kwargs: Any) -> None:
+        super().__init__(service_name, sentinel_manager, **kwargs)
+        self.failovers = 0
+
+    async def get_master_address(self) -> Any:
+        before = self.master_address
+        address = await super().get_master_address()
+        if before is not None and address != before:
+            self.failovers += 1
+        return address
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:  # closing the client: the Sentinels' connections go too
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.aclose()
+
+
 def connect(
     url: str, *, retries: int = _RETRIES, max_connections: int = 512, **kwargs: object
 ) -> ArqRedis:
-    """A client for `url` that retries connection errors with backoff.
+    """A client for `url` (one server, or a primary behind Sentinels) that retries
+    connection errors with backoff; `ValueError` for a Cluster URL (see `connect_data`).
 
     It is arq's `ArqRedis` (a redis-py client that can also enqueue jobs), so one client
     serves both, the arq worker's own included. The API passes few `retries`: a request
@@ -63,25 +207,105 @@ def connect(
     its lock while it checks a connection, so under load every command of the process
     queued behind the previous one (redis/redis-py#3692); this one checks outside the lock,
     without waiting for the loop, and waits for a free connection rather than failing past
-    the limit.
+    the limit. Behind Sentinels it is a `PromptSentinelPool`: a connection lost to a dead
+    primary reconnects to the one the Sentinels promote.
     """
-    pool = PromptPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=30,
-        retry=_retry(retries),
-        retry_on_error=[ConnectionError, TimeoutError, OSError],
-        health_check_interval=30,
+    address = parse_url(url)
+    if address.kind == "cluster":
+        raise ValueError(
+            "arq (the queue role) cannot use a Redis Cluster: BERNARD_QUEUE_REDIS_URL must "
+            "name one primary (redis:// or redis+sentinel://)"
+        )
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "timeout": 30,
+        "retry": _retry(retries),
+        "retry_on_error": [ConnectionError, TimeoutError, OSError],
+        "health_check_interval": 30,
         **kwargs,
-    )
+    }
+    pool: ConnectionPool
+    if address.kind == "sentinel":
+        pool = _sentinel_pool(address, options)
+    else:
+        pool = PromptPool.from_url(url, **options)
     client = ArqRedis(pool)
     client.auto_close_connection_pool = True  # the client owns its pool: aclose() closes it
     return client
 
 
+def _sentinel_pool(address: RedisAddress, options: dict[str, Any]) -> PromptSentinelPool:
+    assert address.service is not None
+    sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
+    if address.sentinel_password:
+        sentinel_kwargs["password"] = address.sentinel_password
+    if address.ssl:
+        sentinel_kwargs["ssl"] = True
+    sentinel = Sentinel(list(address.hosts), sentinel_kwargs=sentinel_kwargs)
+    if address.ssl:
+        options["connection_class"] = SentinelManagedSSLConnection
+    return PromptSentinelPool(
+        address.service,
+        sentinel,
+        is_master=True,
+        db=address.db,
+        username=address.username,
+        password=address.password,
+        **options,
+    )
+
+
+def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 512) -> Redis:
+    """A client for the data role: `connect`'s, or a `RedisCluster` for a Cluster URL.
+
+    A `RedisCluster` is typed as the `Redis` it stands in for: it offers the same commands,
+    and the few places that must treat it differently ask `is_cluster`. Its nodes are
+    reached directly (no pool lock to wait on), so `PromptPool` does not apply.
+    """
+    address = parse_url(url)
+    if address.kind != "cluster":
+        return connect(url, retries=retries, max_connections=max_connections)
+    cluster = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in address.hosts],
+        username=address.username,
+        password=address.password,
+        ssl=address.ssl,
+        retry=_retry(min(retries, _NODE_RETRIES)),
+        retry_on_error=[ConnectionError, TimeoutError, OSError],
+        cluster_error_retry_attempts=_CLUSTER_ROUNDS if retries > _NODE_RETRIES else retries,
+        max_connections=max_connections,
+        health_check_interval=30,
+        socket_connect_timeout=5.0,
+    )
+    return cast(Redis, cluster)
+
+
+def is_cluster(redis: object) -> bool:
+    """Whether `redis` is a Redis Cluster client (see `connect_data`)."""
+    return isinstance(redis, RedisCluster)
+
+
+def failovers(redis: object) -> int:
+    """How many failovers the client has followed so far: behind Sentinels, each new
+    primary its connections reached (`PromptSentinelPool`); 0 for anything else."""
+    pool = getattr(redis, "connection_pool", None)
+    return pool.failovers if isinstance(pool, PromptSentinelPool) else 0
+
+
 def describe(redis: Redis) -> str:
     """Where `redis` connects, for people to read (never the password)."""
-    kwargs = redis.connection_pool.connection_kwargs
+    if is_cluster(redis):
+        nodes = cast(RedisCluster, redis).nodes_manager.startup_nodes.values()
+        return "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
+    pool = redis.connection_pool
+    if isinstance(pool, PromptSentinelPool):
+        hosts = ",".join(
+            f"{s.connection_pool.connection_kwargs['host']}:"
+            f"{s.connection_pool.connection_kwargs['port']}"
+            for s in pool.sentinel_manager.sentinels
+        )
+        return f"redis+sentinel://{hosts}/{pool.service_name}"
+    kwargs = pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
     host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
@@ -97,14 +321,25 @@ async def wait_until_reachable(
     A client from `connect` retries each command for some 30 s without a word; a process
     starting against a Redis that is down should say what it waits for from the start.
     """
+    source = redis.connection_pool
     kwargs = {
-        **redis.connection_pool.connection_kwargs,
+        **source.connection_kwargs,
         "retry": None,
         "retry_on_error": [],
         "socket_connect_timeout": 1.0,
         "socket_timeout": 2.0,
     }
-    pool = ConnectionPool(connection_class=redis.connection_pool.connection_class, **kwargs)
+    pool: ConnectionPool
+    if isinstance(source, SentinelConnectionPool):
+        kwargs.pop("connection_pool", None)  # each Sentinel pool sets its own
+        pool = SentinelConnectionPool(
+            source.service_name,
+            source.sentinel_manager,
+            connection_class=source.connection_class,
+            **kwargs,
+        )
+    else:
+        pool = ConnectionPool(connection_class=source.connection_class, **kwargs)
     probe = Redis(connection_pool=pool)
     waited_since: float | None = None
     reminded = 0.0

@@ -9,10 +9,15 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MODEL_ID = "bernard-v1"
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether `url` names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`)."""
+    return url.split("://", 1)[0].lower() in ("redis+cluster", "rediss+cluster")
 
 
 class Settings(BaseSettings):
@@ -21,6 +26,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # The queue role (shared/keys.py): arq's queue, wake-ups, running set, per-user counters.
+    # Unset: the same Redis as `redis_url`. Never a Cluster (arq cannot use one).
+    queue_redis_url: str | None = Field(None, alias="BERNARD_QUEUE_REDIS_URL")
 
     # Upstream LLMs. With none of these set, the worker runs the offline demo model.
     openai_base_url: str | None = None
@@ -107,6 +115,20 @@ class Settings(BaseSettings):
     disconnect_grace_s: float = Field(5.0, alias="BERNARD_DISCONNECT_GRACE_S")
     lease_ttl_s: float = Field(5.0, alias="BERNARD_LEASE_TTL_S")
     lease_renew_s: float = Field(1.0, alias="BERNARD_LEASE_RENEW_S")
+
+    @model_validator(mode="after")
+    def _queue_is_one_primary(self) -> Settings:
+        if is_cluster_url(self.queue_url):
+            raise ValueError(
+                "the queue role cannot be a Redis Cluster (arq has no Cluster support): set "
+                "BERNARD_QUEUE_REDIS_URL to a plain Redis or a redis+sentinel:// URL"
+            )
+        return self
+
+    @property
+    def queue_url(self) -> str:
+        """Where the queue role lives: `BERNARD_QUEUE_REDIS_URL`, else `REDIS_URL`."""
+        return self.queue_redis_url or self.redis_url
 
     @property
     def demo_mode(self) -> bool:

@@ -140,11 +140,14 @@ class RedisServer:
             self.kill()
             raise
 
+    def argv(self) -> list[str]:
+        """The server's command line (a Sentinel's differs: tests/topologies.py)."""
+        return [*redis_argv(find_redis_binary(), self.port, self.workdir), *self.extra_args]
+
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        argv = [*redis_argv(find_redis_binary(), self.port, self.workdir), *self.extra_args]
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+            self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
         )
         _LIVE.add(proc)
         return proc
