@@ -10,6 +10,10 @@ Opening a stream is refused (`TooManyStreamsError`) once the owner holds
 `BERNARD_MAX_STREAMS_PER_USER`, checked and counted in one script, so the limit holds
 across every API process. A client detaching under the `cancel` policy cancels the turn
 once no attachment is left `BERNARD_DISCONNECT_GRACE_S` later.
+
+The owner's count is on the queue role, the turn's attachments on the data role
+(shared/keys.py): opening sends both at once and takes the attachment back if the count
+refused it.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import time
 import uuid
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from shared import keys
 from shared.cancel import request_cancel
+from shared.scripts import in_pipeline
 from shared.settings import Settings
 
 ATTACHMENT_TTL_S = 3600.0
@@ -31,18 +37,13 @@ STREAM_LEASE_S = 60.0
 RENEW_S = 20.0
 _pending: set[asyncio.Task[None]] = set()
 
-# KEYS: the owner's open streams, the turn's attachments (optional). ARGV: now, limit,
-# attachment id, stream lapse, attachment lapse, TTL s of both sets (at least the lapse
-# of any member). Returns 1 opened, 0 at the limit.
+# KEYS: the owner's open streams. ARGV: now, limit, attachment id, stream lapse, TTL s
+# (at least the lapse of any member). Returns 1 opened, 0 at the limit.
 _OPEN = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-if KEYS[2] then
-  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[3])
-  redis.call('EXPIRE', KEYS[2], ARGV[6])
-end
+redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
 """
 
@@ -52,12 +53,13 @@ class TooManyStreamsError(Exception):
 
 
 class Streams:
-    """Opens, renews and closes the streams of one API process against its Redis."""
+    """Opens, renews and closes the streams of one API process: `redis` is the data role,
+    `queue` the queue role (the same client when one Redis holds both)."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, *, queue: Redis | None = None) -> None:
         self.redis = redis
+        self.queue = queue if queue is not None else redis
         self.settings = settings
-        self._open = redis.register_script(_OPEN)
 
     async def open(self, owner: str, turn_id: str | None = None) -> str:
         """Count a new stream of `owner` (attached to `turn_id` when given); its id.
@@ -67,27 +69,43 @@ class Streams:
         """
         attachment = uuid.uuid4().hex
         now = time.time()
-        stream_keys = [keys.open_streams(owner)]
-        if turn_id is not None:
-            stream_keys.append(keys.attached(turn_id))
-        opened = await self._open(
-            keys=stream_keys,
-            args=[
-                now,
-                self.settings.max_streams_per_user,
-                attachment,
-                now + STREAM_LEASE_S,
-                now + ATTACHMENT_TTL_S,
-                int(ATTACHMENT_TTL_S),
-            ],
-        )
+        count_args = [
+            now,
+            self.settings.max_streams_per_user,
+            attachment,
+            now + STREAM_LEASE_S,
+            int(ATTACHMENT_TTL_S),
+        ]
+        count_keys = [keys.open_streams(owner)]
+        if turn_id is None:
+            async with self.queue.pipeline(transaction=False) as pipe:
+                in_pipeline(pipe, _OPEN, count_keys, count_args)
+                (opened,) = await pipe.execute()
+        elif self.queue is self.redis:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                in_pipeline(pipe, _OPEN, count_keys, count_args)
+                self._attach(pipe, turn_id, attachment, now)
+                opened, *_ = await pipe.execute()
+        else:
+            async with self.queue.pipeline(transaction=False) as counting:
+                in_pipeline(counting, _OPEN, count_keys, count_args)
+                async with self.redis.pipeline(transaction=False) as attaching:
+                    self._attach(attaching, turn_id, attachment, now)
+                    (opened,), _ = await asyncio.gather(counting.execute(), attaching.execute())
         if not int(opened):
+            if turn_id is not None:
+                await self.redis.zrem(keys.attached(turn_id), attachment)
             raise TooManyStreamsError(owner)
         return attachment
 
+    @staticmethod
+    def _attach(pipe: Pipeline, turn_id: str, attachment: str, now: float) -> None:
+        pipe.zadd(keys.attached(turn_id), {attachment: now + ATTACHMENT_TTL_S})
+        pipe.expire(keys.attached(turn_id), int(ATTACHMENT_TTL_S))
+
     async def renew(self, owner: str, attachment: str) -> None:
         """The stream is still open: keep counting it."""
-        await self.redis.zadd(
+        await self.queue.zadd(
             keys.open_streams(owner), {attachment: time.time() + STREAM_LEASE_S}, xx=True
         )
 
@@ -95,11 +113,17 @@ class Streams:
         self, owner: str, attachment: str, turn_id: str | None = None, *, cancel_when_alone: bool
     ) -> None:
         """Forget the stream; under the `cancel` policy, stop the turn if nobody returns."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zrem(keys.open_streams(owner), attachment)
-            if turn_id is not None:
-                pipe.zrem(keys.attached(turn_id), attachment)
-            await pipe.execute()
+        if turn_id is not None and self.queue is not self.redis:
+            await asyncio.gather(
+                self.queue.zrem(keys.open_streams(owner), attachment),
+                self.redis.zrem(keys.attached(turn_id), attachment),
+            )
+        else:  # one client for both, or no turn
+            async with self.queue.pipeline(transaction=False) as pipe:
+                pipe.zrem(keys.open_streams(owner), attachment)
+                if turn_id is not None:
+                    pipe.zrem(keys.attached(turn_id), attachment)
+                await pipe.execute()
         if turn_id is None or not cancel_when_alone:
             return
         if self.settings.disconnect_grace_s <= 0:
@@ -116,4 +140,6 @@ class Streams:
     async def _cancel_if_alone(self, turn_id: str) -> None:
         watching = await self.redis.zcount(keys.attached(turn_id), time.time(), "+inf")
         if not watching:
-            await request_cancel(self.redis, turn_id, ttl_s=self.settings.turn_retention_s)
+            await request_cancel(
+                self.redis, turn_id, ttl_s=self.settings.turn_retention_s, queue=self.queue
+            )

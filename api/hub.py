@@ -28,7 +28,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -97,6 +97,19 @@ class Reader:
         entries = list(self._entries)
         self._entries.clear()
         return entries
+
+
+class Hub(Protocol):
+    """What relays and routes need of a hub: a `StreamHub`, or on a Redis Cluster a
+    `ClusterHub` (api/cluster_hub.py), which cannot read streams of many slots together."""
+
+    def read(
+        self, turn_id: str, after: str = "0-0"
+    ) -> contextlib.AbstractAsyncContextManager[Reader]: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class StreamHub:

@@ -12,7 +12,9 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import cast
 
+from arq.connections import ArqRedis
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from redis.exceptions import RedisError
@@ -21,11 +23,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import errors, metrics
 from api.access_log import AccessLog
 from api.attachments import Streams
+from api.cluster_hub import ClusterHub
 from api.errors import ApiError, error_response
-from api.hub import StreamHub
+from api.hub import Hub, StreamHub
 from api.routes import chat, conversations, events, health, models, playground, tools, turns
 from api.state import AppState
-from shared.connection import connect
+from shared.connection import connect, connect_data, is_cluster
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
 from shared.redis_checks import warn_if_evicting
@@ -103,23 +106,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         traced = configure_tracing(settings, "bernard-api")
-        redis = connect(settings.redis_url, retries=_REQUEST_RETRIES)
-        hub = StreamHub(connect(settings.redis_url))
+        # The data role, and the queue role: one client when one Redis holds both.
+        redis = connect_data(settings.redis_url, retries=_REQUEST_RETRIES)
+        queue = (
+            cast(ArqRedis, redis)
+            if settings.queue_url == settings.redis_url
+            else connect(settings.queue_url, retries=_REQUEST_RETRIES)
+        )
+        hub_redis = connect_data(settings.redis_url)
+        hub: Hub = ClusterHub(hub_redis) if is_cluster(hub_redis) else StreamHub(hub_redis)
         store = TurnStore(
-            redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
+            redis,
+            retention_s=settings.turn_retention_s,
+            stream_maxlen=settings.stream_maxlen,
+            queue=queue,
         )
         app.state.bernard = AppState(
             settings=settings,
             redis=redis,
             store=store,
             hub=hub,
-            streams=Streams(redis, settings),
+            streams=Streams(redis, settings, queue=queue),
+            queue=queue,
         )
         await hub.start()
         reaper = asyncio.create_task(_reap_forever(store, settings.lease_renew_s))
         _warn_if_open(settings)
         try:
             await warn_if_evicting(redis, logger)
+            if queue is not redis:
+                await warn_if_evicting(queue, logger)
         except OSError:
             logger.warning("Redis is not reachable at start; requests get 503 until it is")
         # What exists now lives as long as the process: keep it out of the collector's full
@@ -130,7 +146,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             reaper.cancel()
             await hub.stop()
-            await hub.redis.aclose()
+            await hub_redis.aclose()
+            if queue is not redis:
+                await queue.aclose()
             await redis.aclose()
             if traced:
                 flush_tracing()

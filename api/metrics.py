@@ -58,7 +58,7 @@ REGISTRY.register(TURN_ENDINGS)
 @router.get("/metrics", include_in_schema=False)
 async def metrics(state: Annotated[AppState, Depends(get_state)]) -> Response:
     try:
-        raw = await state.redis.hgetall(keys.METRICS)  # type: ignore[misc]
+        raw = await state.queue.hgetall(keys.METRICS)  # type: ignore[misc]
     except (RedisError, OSError):
         raw = None  # Redis is down: serve this process's own metrics and the last counts
     if raw is not None:

@@ -33,7 +33,7 @@ from api.relay import relay
 from api.responses import JSONResponse
 from api.sse import encoded
 from api.state import AppState
-from shared import keys, traces
+from shared import traces
 from shared.endings import as_code, ended, http_status
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
@@ -238,9 +238,13 @@ async def wait_for_rows(state: AppState, record: TurnRecord) -> Response:
 
 
 async def turn_exists(state: AppState, turn_id: str) -> bool:
-    """Whether the turn's record is still in Redis; True while Redis cannot tell."""
+    """Whether the turn's record is still in Redis; True while Redis cannot tell.
+
+    Asked after a quiet while, so it also ends a turn that never can end on its own (no
+    worker holds it, or no job will ever run it: `TurnStore.check`); its `done` follows.
+    """
     try:
-        return bool(await state.redis.exists(keys.turn(turn_id)))
+        return await state.store.check(turn_id) is not None
     except (RedisError, OSError):
         return True
 

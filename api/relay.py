@@ -17,7 +17,7 @@ from sse_starlette import ServerSentEvent
 from api.attachments import RENEW_S
 from api.cursors import Resume
 from api.encoding import Encoder, Frame, Named
-from api.hub import StreamHub, StreamReadError
+from api.hub import Hub, StreamReadError
 from api.metrics import FRAMES_RELAYED, STREAMS_OPEN
 from shared.endings import ended
 from shared.errors import ErrorCode
@@ -56,7 +56,7 @@ def entry_events(encoder: Encoder, entry: Entry) -> list[ServerSentEvent]:
 
 
 async def relay(
-    hub: StreamHub,
+    hub: Hub,
     encoder: Encoder,
     turn_id: str,
     *,

@@ -6,23 +6,26 @@ from dataclasses import dataclass
 
 from arq.connections import ArqRedis
 from fastapi import Request
+from redis.asyncio import Redis
 
 from api.attachments import Streams
-from api.hub import StreamHub
+from api.hub import Hub
 from shared.settings import Settings
 from shared.turns import TurnStore
 
 
 @dataclass
 class AppState:
-    """The settings, the Redis client, the turn store, the stream hub and the open streams
-    of this process."""
+    """The settings, the Redis clients (`redis` the data role, `queue` the queue role:
+    shared/keys.py; one client when one Redis holds both), the turn store, the stream hub
+    and the open streams of this process."""
 
     settings: Settings
-    redis: ArqRedis
+    redis: Redis
     store: TurnStore
-    hub: StreamHub
+    hub: Hub
     streams: Streams
+    queue: ArqRedis
 
 
 async def get_state(request: Request) -> AppState:

@@ -67,6 +67,14 @@ ENDINGS: dict[ErrorCode, Ending] = {
     ErrorCode.INTERNAL_ERROR: Ending(
         "failed", "server_error", "the turn failed inside Bernard", 500
     ),
+    ErrorCode.STORE_FAILOVER: Ending(
+        "failed",
+        "server_error",
+        "Redis failed over to a replica while the turn ran: the turn was stopped, and its "
+        "stream may lack part of what was sent",
+        503,
+        retry=True,
+    ),
 }
 
 

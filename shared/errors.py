@@ -40,6 +40,7 @@ class ErrorCode(StrEnum):
     TURN_LOST = "turn_lost"
     INVALID_TURN = "invalid_turn"
     STREAM_UNREADABLE = "stream_unreadable"
+    STORE_FAILOVER = "store_failover"
 
     # Problems inside a turn that goes on (an `error` event, never terminal).
     TOOL_ERROR = "tool_error"

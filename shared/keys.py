@@ -121,6 +121,12 @@ def wake(queue_name: str) -> str:
     return f"{queue_name}:wake"
 
 
+def stream_wake(stream_id: str) -> str:
+    """Sharded pub/sub channel in the slot of `events(stream_id)`: its writers `SPUBLISH`
+    to it after appending, where the data role is a Cluster (api/cluster_hub.py)."""
+    return f"{PREFIX}:{{{stream_id}}}:wake"
+
+
 def hub_wake(hub_id: str) -> str:
     """Stream an API process's reader waits on beside its turns, to learn of new readers."""
     return f"{PREFIX}:hub:{hub_id}"

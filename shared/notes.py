@@ -15,6 +15,7 @@ import orjson
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.scripts import atomic
 
 MAX_NOTES = 200
 MAX_NOTE_CHARS = 2000
@@ -50,7 +51,7 @@ class NoteStore:
         if await self.redis.hlen(self.key) >= MAX_NOTES:  # type: ignore[misc]
             raise NotesFullError(f"you already have {MAX_NOTES} notes; forget some first")
         note = Note(id=f"note_{uuid.uuid4().hex[:12]}", text=text, created_at=time.time())
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with atomic(self.redis) as pipe:
             pipe.hset(self.key, mapping={note.id: orjson.dumps(note)})
             pipe.expire(self.key, self.retention_s)
             await pipe.execute()

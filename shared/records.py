@@ -37,6 +37,7 @@ from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.scripts import atomic, in_pipeline
 
 __all__ = [
     "Archivist",
@@ -307,12 +308,19 @@ def _overlap(history: Sequence[object], sent: Sequence[object]) -> int:
 class _Store:
     """A Redis client, the owner whose conversations it reaches, and the scripts it runs."""
 
-    def __init__(self, redis: Redis, owner: str, *, retention_s: int = DEFAULT_RETENTION_S) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        owner: str,
+        *,
+        retention_s: int = DEFAULT_RETENTION_S,
+        queue: Redis | None = None,
+    ) -> None:
         self._redis = redis
+        # The queue role (shared/keys.py), for the summary job; the same client by default.
+        self._queue = queue if queue is not None else redis
         self.owner = owner
         self.retention_s = retention_s
-        self._append = redis.register_script(_APPEND)
-        self._create = redis.register_script(_CREATE)
         self._swap_active = redis.register_script(_SWAP_ACTIVE)
         self._save_summary = redis.register_script(_SAVE_SUMMARY)
         self._decide = redis.register_script(_DECIDE)
@@ -493,9 +501,11 @@ class Recorder(_Store):
         now = time.time()
         index = keys.conversations(self.owner)
         async with self._redis.pipeline(transaction=False) as pipe:
-            await self._create(
-                keys=[self._keys(new_id)[0]],
-                args=[
+            in_pipeline(
+                pipe,
+                _CREATE,
+                [self._keys(new_id)[0]],
+                [
                     new_id,
                     self.owner,
                     repr(now),
@@ -503,7 +513,6 @@ class Recorder(_Store):
                     orjson.dumps(metadata or {}),
                     active_turn or "",
                 ],
-                client=pipe,
             )
             pipe.zadd(index, {new_id: now}, nx=True)
             pipe.expire(index, self.retention_s)
@@ -634,7 +643,7 @@ class Recorder(_Store):
     async def request_summary(self, conversation_id: str, until: int, queue_name: str) -> bool:
         """Queue the job that folds the messages before position `until` into the summary
         (worker/summaries.py); False when one is already queued for this conversation."""
-        job = await self._redis.enqueue_job(  # type: ignore[attr-defined]
+        job = await self._queue.enqueue_job(  # type: ignore[attr-defined]
             SUMMARIZE,
             self.owner,
             conversation_id,
@@ -679,7 +688,7 @@ class Recorder(_Store):
         meta_key, _, _ = self._keys(conversation_id)
         key = keys.conversation_proposals(self.owner, conversation_id)
         stored = {p["confirmation_id"]: orjson.dumps({**p, "state": "pending"}) for p in proposals}
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with atomic(self._redis) as pipe:
             pipe.exists(meta_key)
             pipe.hset(key, mapping=stored)
             pipe.expire(key, self.retention_s)
@@ -791,15 +800,16 @@ class Recorder(_Store):
             script_keys.append(calls_key)
         now = time.time()
         async with self._redis.pipeline(transaction=False) as pipe:
-            await self._append(
-                keys=script_keys,
-                args=[
+            in_pipeline(
+                pipe,
+                _APPEND,
+                script_keys,
+                [
                     "" if expected_length is None else expected_length,
                     repr(now),
                     self.retention_s,
                     *items,
                 ],
-                client=pipe,
             )
             if list_key == messages_key:  # the conversation was used: it moves up the list
                 index = keys.conversations(self.owner)
@@ -821,11 +831,11 @@ class RecordKeeper(Archivist, Recorder):
 
     def as_archivist(self) -> Archivist:
         """A read-only view on the same Redis client and owner."""
-        return Archivist(self._redis, self.owner, retention_s=self.retention_s)
+        return Archivist(self._redis, self.owner, retention_s=self.retention_s, queue=self._queue)
 
     def as_recorder(self) -> Recorder:
         """A write-only view on the same Redis client and owner."""
-        return Recorder(self._redis, self.owner, retention_s=self.retention_s)
+        return Recorder(self._redis, self.owner, retention_s=self.retention_s, queue=self._queue)
 
 
 def open_calls(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

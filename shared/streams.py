@@ -14,6 +14,12 @@ every append, and an append never creates a stream that is gone (`NOMKSTREAM`: t
 record went with it). A worker that was stopped long enough for a reaper to end its turn
 (SIGSTOP, a frozen VM) learns so from its next write (`TurnOverError`), and nothing lands
 after the turn's `done`.
+
+On a Redis Cluster each turn's appends in a round are followed by an `SPUBLISH` on the
+stream's wake channel (`keys.stream_wake`, in the stream's own slot, so on the same node
+and after the appends): that is what the API's readers wait on there (api/cluster_hub.py).
+A Cluster pipeline sends each node its share at once, so a round costs one round trip
+whatever the number of shards.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from shared import keys
+from shared.connection import is_cluster
 from shared.events import Delta, Event, LlmCallComplete, LlmPrompt, Stamped, decode, encode
 from shared.turns import STREAM_FIELD
 
@@ -43,6 +50,7 @@ class StreamBatcher:
     def __init__(self, redis: Redis, *, maxlen: int) -> None:
         self.redis = redis
         self.maxlen = maxlen
+        self._wake = is_cluster(redis)
         # Turn id → events not sent yet, in order.
         self._pending: dict[str, list[Event]] = {}
         # Turns in the write in flight, and the errors writes raised, by turn.
@@ -101,7 +109,8 @@ class StreamBatcher:
             self._task = None
 
     async def _write(self, batch: dict[str, list[Event]]) -> None:
-        sent: list[str] = []
+        # The turn each reply is of; None for a wake-up's.
+        sent: list[str | None] = []
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id, events in batch.items():
                 for event in events:
@@ -113,18 +122,23 @@ class StreamBatcher:
                         nomkstream=True,
                     )
                     sent.append(turn_id)
+                if self._wake:
+                    pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
+                    sent.append(None)
             try:
                 replies = await pipe.execute(raise_on_error=False)
             except Exception as exc:  # the whole round failed (connection lost): every turn in it
                 for turn_id in batch:
                     self._errors.setdefault(turn_id, exc)
                 return
-        for turn_id, reply in zip(sent, replies, strict=True):
+        for of, reply in zip(sent, replies, strict=True):
+            if of is None:
+                continue  # a wake-up that failed: the readers' sweep finds the entries anyway
             if reply is None or (isinstance(reply, ResponseError) and _sealed(reply)):
                 # No stream (its record is gone) or a sealed one (the turn has ended).
-                self._errors.setdefault(turn_id, TurnOverError(turn_id))
+                self._errors.setdefault(of, TurnOverError(of))
             elif isinstance(reply, Exception):
-                self._errors.setdefault(turn_id, reply)
+                self._errors.setdefault(of, reply)
 
 
 def _sealed(error: ResponseError) -> bool:

@@ -8,7 +8,9 @@ once: the record moves `pending` → `fired` in one script, and a cancelled time
 assistant message) and on the owner's event stream (`GET /v1/events`, `keys.user_events`),
 which a voice satellite or a UI keeps open.
 
-Both keys live as long as conversations do after their last use.
+Both keys live as long as conversations do after their last use. They are on the data
+role; the timers' jobs on the queue role (shared/keys.py), which `queue` names when the
+two are apart.
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from arq.connections import ArqRedis
+from redis.asyncio import Redis
 
 from shared import keys
+from shared.connection import is_cluster
 from shared.events import TimerFired, encode
 from shared.records import ConversationNotFoundError, RecordKeeper
+from shared.scripts import atomic
 from shared.turns import STREAM_FIELD
 
 FIRE_TIMER = "fire_timer"
@@ -74,8 +79,17 @@ def parse_duration(text: str) -> float:
 class TimerStore:
     """One user's timers."""
 
-    def __init__(self, redis: ArqRedis, owner: str, *, retention_s: int, queue_name: str) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        owner: str,
+        *,
+        retention_s: int,
+        queue_name: str,
+        queue: ArqRedis | None = None,
+    ) -> None:
         self.redis = redis
+        self.queue: ArqRedis = queue if queue is not None else cast(ArqRedis, redis)
         self.owner = owner
         self.key = keys.timers(owner)
         self.retention_s = retention_s
@@ -93,11 +107,11 @@ class TimerStore:
             due_at=time.time() + seconds,
             conversation_id=conversation_id,
         )
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with atomic(self.redis) as pipe:
             pipe.hset(self.key, mapping={timer.id: orjson.dumps(timer)})
             pipe.expire(self.key, max(self.retention_s, int(seconds) + 3600))
             await pipe.execute()
-        await self.redis.enqueue_job(
+        await self.queue.enqueue_job(
             FIRE_TIMER,
             self.owner,
             timer.id,
@@ -116,7 +130,7 @@ class TimerStore:
         moved, timer = await self.move(timer_id, "cancelled")
         if moved:
             # Its job may still run when due (it was already taken): it finds it cancelled.
-            await self.redis.zrem(self.queue_name, f"timer:{timer_id}")
+            await self.queue.zrem(self.queue_name, f"timer:{timer_id}")
         return timer
 
     async def move(self, timer_id: str, state: str) -> tuple[bool, Timer | None]:
@@ -143,11 +157,17 @@ return {1, updated}
 
 
 async def fire_timer(
-    redis: ArqRedis, owner: str, timer_id: str, *, retention_s: int, queue_name: str
+    redis: Redis,
+    owner: str,
+    timer_id: str,
+    *,
+    retention_s: int,
+    queue_name: str,
+    queue: ArqRedis | None = None,
 ) -> str:
     """The job a timer's due time runs: fire it once, unless it was cancelled. Returns the
     timer's state after ("fired", "cancelled") or "missing"."""
-    store = TimerStore(redis, owner, retention_s=retention_s, queue_name=queue_name)
+    store = TimerStore(redis, owner, retention_s=retention_s, queue_name=queue_name, queue=queue)
     moved, timer = await store.move(timer_id, "fired")
     if timer is None:
         return "missing"
@@ -173,12 +193,15 @@ async def fire_timer(
     return "fired"
 
 
-async def publish(redis: ArqRedis, owner: str, event: Any, *, retention_s: int) -> None:
+async def publish(redis: Redis, owner: str, event: Any, *, retention_s: int) -> None:
     """Append an event to the owner's event stream (`GET /v1/events`)."""
-    stream = keys.events(keys.user_stream_id(owner))
+    stream_id = keys.user_stream_id(owner)
+    stream = keys.events(stream_id)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.xadd(stream, {STREAM_FIELD: encode(event)}, maxlen=_EVENTS_MAXLEN, approximate=True)
         pipe.expire(stream, retention_s)
+        if is_cluster(redis):  # its readers wait on its wake channel (api/cluster_hub.py)
+            pipe.execute_command("SPUBLISH", keys.stream_wake(stream_id), "")
         await pipe.execute()
 
 

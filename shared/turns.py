@@ -4,23 +4,32 @@ A turn is `queued` when the API creates it, `running` once a worker claims it, a
 `completed`, `failed` or `cancelled`. Claiming and finishing are Lua scripts over the
 turn's own keys (one hash slot), so a worker, the lease reaper and a cancel can race and
 still exactly one of them ends the turn, with exactly one `done` entry in its stream.
+
+The record and its stream live on the data role; arq's job, the running set and the
+owner's count of active turns on the queue role (shared/keys.py says why, and how each
+move splits into a data half and a queue half that a crash between them cannot strand).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Container, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import orjson
+from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from shared import keys
-from shared.endings import ended
+from shared.connection import is_cluster
+from shared.endings import ENDINGS, ended
 from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Error, Event, Start, TurnStatus, encode
 from shared.queue import enqueue
+from shared.scripts import in_pipeline
 
 # How the turn's events reach clients: OpenAI chat chunks, legacy text completions, or
 # the conversation endpoints' named events (api/encoding.py).
@@ -146,16 +155,31 @@ class TurnRecord:
         )
 
 
-# KEYS: turn, lease, cancel, running turns. ARGV: turn id, worker id, now, lease ms, lease
-# deadline. Moves `queued` → `running` under a lease and returns {"claimed", whether a
-# cancel is already asked for, the record's fields}; else {the status found or "missing"}.
-# One round trip for everything a worker needs before the turn's first model call.
+# KEYS: turn, events, attached. ARGV: ttl s, the `start` entry, attachment id ('' for
+# none), attachment lapse (epoch s), attachment ttl s, then the record's fields and values.
+# The data half of creating a turn: its record and its stream, both expiring, and the
+# client watching it from the start.
+_CREATE = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+if ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+end
+return 1
+"""
+
+# KEYS: turn, lease, cancel. ARGV: worker id, now, lease ms. Moves `queued` → `running`
+# under a lease and returns {"claimed", whether a cancel is already asked for, the record's
+# fields}; else {the status found or "missing"}. One round trip (beside the running set's
+# entry) for everything a worker needs before the turn's first model call.
 _CLAIM = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' then return {status or 'missing'} end
-redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[3])
-redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
-redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
 """
 
@@ -177,20 +201,20 @@ return 1
 # and it costs no command beyond the XADD itself (shared/streams.py).
 SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 
-# KEYS: turn, events, lease, cancel, attached, the owner's active turns, metrics.
+# KEYS: turn, events, lease, cancel, attached.
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, condition,
 # turn id, sealed id, payload... Appends the payloads (the last is `done`, under the sealed
 # id) and drops the request's messages (the prompt: the conversation keeps them) only if
 # the turn has not ended yet and the condition holds: '' always, 'lapsed' only
 # if no worker holds the lease, 'queued' only if no worker took the turn yet. Returns 1
-# ended, 0 already ended or missing, 2 the condition failed.
+# ended, 0 already ended or missing, 2 the condition failed. The data half of ending a turn
+# (`TurnStore.finish` releases it on the queue).
 _FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   -- The record is gone (a Redis restart lost it): drop what the worker wrote since, which
   -- nothing can read without the record and which would never expire.
   redis.call('DEL', KEYS[2])
-  redis.call('ZREM', KEYS[6], ARGV[8])
   return 0
 end
 if status ~= 'queued' and status ~= 'running' then return 0 end
@@ -210,11 +234,6 @@ redis.call('EXPIRE', KEYS[2], ARGV[5])
 redis.call('DEL', KEYS[3])
 redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('DEL', KEYS[5])
-redis.call('ZREM', KEYS[6], ARGV[8])
-redis.call('HINCRBY', KEYS[7], ARGV[1], 1)
-if ARGV[3] ~= '' then
-  redis.call('HINCRBY', KEYS[7], ARGV[1] .. ':' .. cjson.decode(ARGV[3])['code'], 1)
-end
 return 1
 """
 
@@ -260,36 +279,75 @@ _LISTED_FIELDS = (
 )
 
 
+# A turn still `queued` this long after its creation, with no job on the queue, is one no
+# worker will ever run (`TurnStore.check`). Well above the moment between the halves of
+# `create`.
+STRANDED_AFTER_S = 30.0
+
+
 class TooManyTurnsError(Exception):
     """The owner already has as many queued and running turns as they may."""
 
 
 class TurnStore:
-    """Creates, reads and moves turn records; the one place that writes a turn's status."""
+    """Creates, reads and moves turn records; the one place that writes a turn's status.
 
-    def __init__(self, redis: Redis, *, retention_s: int, stream_maxlen: int) -> None:
+    `redis` is the data role, `queue` the queue role (the same client when one Redis holds
+    both: then halves that need not wait on each other go in one pipeline).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        retention_s: int,
+        stream_maxlen: int,
+        queue: Redis | None = None,
+    ) -> None:
         self.redis = redis
+        self.queue = queue if queue is not None else redis
         self.retention_s = retention_s
         self.stream_maxlen = stream_maxlen
-        self._claim = redis.register_script(_CLAIM)
-        self._admit = redis.register_script(_ADMIT)
+        self._one_client = self.queue is self.redis
+        self._cluster = is_cluster(redis)
+        self._admit = self.queue.register_script(_ADMIT)
         self._finish = redis.register_script(_FINISH)
-        self._renew = redis.register_script(_RENEW)
 
     async def admit(self, owner: str, turn_id: str, *, limit: int, ttl_s: int) -> None:
         """Count `turn_id` among the owner's queued and running turns, or raise
         `TooManyTurnsError` when they already have `limit`. The entry leaves when the turn
-        ends (`finish`), on `release`, or after `ttl_s` should neither happen."""
+        ends (`finish`), on `release`, or after `ttl_s` should neither happen. At the limit,
+        the entries of turns that have ended (or that no worker will ever run: `check`)
+        without being released are dropped first: one a crash between the halves of a
+        `finish` left behind."""
         now = time.time()
-        admitted = await self._admit(
-            keys=[keys.active_turns(owner)], args=[now, limit, turn_id, now + ttl_s, ttl_s]
-        )
+        args: list[str | float] = [now, limit, turn_id, now + ttl_s, ttl_s]
+        admitted = await self._admit(keys=[keys.active_turns(owner)], args=args)
+        if not int(admitted) and await self._release_ended(owner, ttl_s=ttl_s):
+            admitted = await self._admit(keys=[keys.active_turns(owner)], args=args)
         if not int(admitted):
             raise TooManyTurnsError(owner)
 
+    async def _release_ended(self, owner: str, *, ttl_s: int) -> bool:
+        """Drop the owner's active entries whose turn has ended or is gone; whether any
+        went. Only entries admitted over `STRANDED_AFTER_S` ago are looked at: a younger
+        one may be a turn whose creation is under way (admitted, not stored yet). An
+        entry's score is its admission plus `ttl_s`."""
+        active = await self.queue.zrangebyscore(
+            keys.active_turns(owner), "-inf", time.time() + ttl_s - STRANDED_AFTER_S
+        )
+        ended_ids = []
+        for turn_id in (raw.decode() for raw in active):
+            status = await self.check(turn_id)
+            if status is None or status in TERMINAL_STATUSES:
+                ended_ids.append(turn_id)
+        if ended_ids:
+            await self.queue.zrem(keys.active_turns(owner), *ended_ids)
+        return bool(ended_ids)
+
     async def release(self, owner: str, turn_id: str) -> None:
         """Undo `admit` for a turn that was never created."""
-        await self.redis.zrem(keys.active_turns(owner), turn_id)
+        await self.queue.zrem(keys.active_turns(owner), turn_id)
 
     async def create(
         self,
@@ -300,34 +358,84 @@ class TurnStore:
         attachment: str | None = None,
         attachment_expiry: float = 0.0,
     ) -> None:
-        """Store the record, open its stream with a `start` entry and enqueue its job on
-        `queue_name` (None: no job), in one transaction.
+        """Store the record and open its stream with a `start` entry (one script), then
+        enqueue its job on `queue_name` (None: no job).
 
         `attachment` counts a client as watching the turn from the start
         (api/attachments.py), until `attachment_expiry` (epoch seconds). `ttl_s` bounds a
         turn that no worker ever finishes; finishing resets it to retention. The turn also
-        enters its owner's index (`recent`), which outlives every turn it lists.
+        enters its owner's index (`recent`), which outlives every turn it lists. Should the
+        enqueue fail, the turn is ended `turn_lost` before the error goes on.
         """
+        fields = [item for pair in record.to_redis().items() for item in pair]
+        lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
         index = keys.turns(record.owner)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.turn(record.id), mapping=record.to_redis())
-            pipe.expire(keys.turn(record.id), ttl_s)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            in_pipeline(
+                pipe,
+                _CREATE,
+                [keys.turn(record.id), keys.events(record.id), keys.attached(record.id)],
+                [
+                    ttl_s,
+                    encode(Start()),
+                    attachment or "",
+                    attachment_expiry,
+                    lapse_s,
+                    *fields,
+                ],
+            )
             pipe.zadd(index, {record.id: record.created_at})
             pipe.zremrangebyrank(index, 0, -keys.TURN_INDEX_MAX - 1)
             pipe.expire(index, ttl_s + self.retention_s)
-            pipe.xadd(keys.events(record.id), {STREAM_FIELD: encode(Start())})
-            pipe.expire(keys.events(record.id), ttl_s)
-            if attachment is not None:
-                pipe.zadd(keys.attached(record.id), {attachment: attachment_expiry})
-                lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
-                pipe.expire(keys.attached(record.id), lapse_s)
-            if queue_name is not None:
+            if queue_name is not None and self._one_client:
                 enqueue(pipe, queue_name, record.id)
             await pipe.execute()
+        if queue_name is None or self._one_client:
+            return
+        try:
+            async with self.queue.pipeline(transaction=False) as pipe:
+                enqueue(pipe, queue_name, record.id)
+                await pipe.execute()
+        except BaseException:
+            with contextlib.suppress(RedisError, OSError):
+                await self.end(record.id, record.owner, ErrorCode.TURN_LOST, condition="queued")
+            raise
 
     async def get(self, turn_id: str) -> TurnRecord | None:
         raw = await self.redis.hgetall(keys.turn(turn_id))  # type: ignore[misc]
         return TurnRecord.from_redis(raw) if raw else None
+
+    async def check(self, turn_id: str) -> str | None:
+        """The turn's status, None once it is gone; first ends a turn that never can end
+        on its own.
+
+        Those are a turn `running` with no worker's lease (`worker_lost`, as a reaper
+        would) and one still `queued` past `STRANDED_AFTER_S` with no job on the queue
+        (`turn_lost`: its creation stopped between its halves, or a failover of the queue
+        lost the job). Called by whoever waits on a quiet turn, so no turn waits forever on
+        a worker that cannot come.
+        """
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.turn(turn_id), ["status", "owner", "created_at"])
+            pipe.exists(keys.lease(turn_id))
+            (raw_status, raw_owner, created_at), leased = await pipe.execute()
+        if raw_status is None:
+            return None
+        status, owner = raw_status.decode(), raw_owner.decode() if raw_owner else ""
+        code: ErrorCode | None = None
+        condition: FinishCondition = ""
+        if status == "running" and not leased:
+            code, condition = ErrorCode.WORKER_LOST, "lapsed"
+        elif status == "queued" and float(created_at or 0) < time.time() - STRANDED_AFTER_S:
+            async with self.queue.pipeline(transaction=False) as pipe:
+                pipe.exists(job_key_prefix + turn_id)
+                pipe.exists(in_progress_key_prefix + turn_id)
+                job, taken = await pipe.execute()
+            if not job and not taken:
+                code, condition = ErrorCode.TURN_LOST, "queued"
+        if code is not None and await self.end(turn_id, owner, code, condition=condition):
+            return ENDINGS[code].status
+        return status
 
     async def recent(
         self, owner: str, *, after: str | None = None, limit: int = 20
@@ -369,19 +477,25 @@ class TurnStore:
         return found[:limit], len(found) > limit
 
     async def claim(self, turn_id: str, worker_id: str, lease_ttl_s: float) -> Claim:
-        """Move `queued` → `running` under a lease (and onto the reapers' list)."""
+        """Move `queued` → `running` under a lease, once the turn is on the reapers' list."""
         now = time.time()
-        reply = await self._claim(
-            keys=[
-                keys.turn(turn_id),
-                keys.lease(turn_id),
-                keys.cancel(turn_id),
-                keys.RUNNING_TURNS,
-            ],
-            args=[turn_id, worker_id, repr(now), int(lease_ttl_s * 1000), now + lease_ttl_s],
-        )
+        claim_keys = [keys.turn(turn_id), keys.lease(turn_id), keys.cancel(turn_id)]
+        claim_args = [worker_id, repr(now), int(lease_ttl_s * 1000)]
+        running = {turn_id: now + lease_ttl_s}
+        if self._one_client:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zadd(keys.RUNNING_TURNS, running)
+                in_pipeline(pipe, _CLAIM, claim_keys, claim_args)
+                _, reply = await pipe.execute()
+        else:
+            await self.queue.zadd(keys.RUNNING_TURNS, running)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                in_pipeline(pipe, _CLAIM, claim_keys, claim_args)
+                (reply,) = await pipe.execute()
         outcome = reply[0].decode()
         if outcome != "claimed":
+            if outcome != "running":  # ended or gone: nothing will renew or reap the entry
+                await self.queue.zrem(keys.RUNNING_TURNS, turn_id)
             return Claim(outcome)
         fields = reply[2]
         record = TurnRecord.from_redis(dict(zip(fields[::2], fields[1::2], strict=True)))
@@ -400,34 +514,47 @@ class TurnStore:
         """End the turn: append `before` then `done`, set status, start retention. Once only.
 
         `condition` "lapsed" leaves alone a turn whose worker still renews its lease;
-        "queued" one that a worker has taken.
+        "queued" one that a worker has taken. Then, unless the condition failed, release
+        it on the queue (the running set, the owner's active turns) and, if this call ended
+        it, count how it ended.
         """
         payloads = [encode(event) for event in [*before, done]]
-        ended_now = await self._finish(
-            keys=[
-                keys.turn(turn_id),
-                keys.events(turn_id),
-                keys.lease(turn_id),
-                keys.cancel(turn_id),
-                keys.attached(turn_id),
-                keys.active_turns(owner),
-                keys.METRICS,
-            ],
-            args=[
-                done.status,
-                repr(time.time()),
-                orjson.dumps(done.error) if done.error else "",
-                orjson.dumps(result) if result is not None else "",
-                self.retention_s,
-                self.stream_maxlen,
-                condition,
-                turn_id,
-                SEALED_ID,
-                *payloads,
-            ],
-        )
+        finish_keys = [
+            keys.turn(turn_id),
+            keys.events(turn_id),
+            keys.lease(turn_id),
+            keys.cancel(turn_id),
+            keys.attached(turn_id),
+        ]
+        finish_args = [
+            done.status,
+            repr(time.time()),
+            orjson.dumps(done.error) if done.error else "",
+            orjson.dumps(result) if result is not None else "",
+            self.retention_s,
+            self.stream_maxlen,
+            condition,
+            turn_id,
+            SEALED_ID,
+            *payloads,
+        ]
+        if self._cluster:
+            # The stream's readers wait on its wake channel (api/cluster_hub.py).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                in_pipeline(pipe, _FINISH, finish_keys, finish_args)
+                pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
+                ended_now, _ = await pipe.execute()
+        else:
+            ended_now = await self._finish(keys=finish_keys, args=finish_args)
         if ended_now != 2:
-            await self.redis.zrem(keys.RUNNING_TURNS, turn_id)
+            async with self.queue.pipeline(transaction=False) as pipe:
+                pipe.zrem(keys.RUNNING_TURNS, turn_id)
+                pipe.zrem(keys.active_turns(owner), turn_id)
+                if ended_now == 1:
+                    pipe.hincrby(keys.METRICS, done.status, 1)
+                    if done.error:
+                        pipe.hincrby(keys.METRICS, f"{done.status}:{done.error['code']}", 1)
+                await pipe.execute()
         return bool(ended_now == 1)
 
     async def end(
@@ -455,12 +582,15 @@ class TurnStore:
     ) -> dict[str, int]:
         """Renew the leases of `turn_ids` in one round trip; each maps to RENEWED,
         CANCEL_REQUESTED or TURN_OVER."""
+        if not turn_ids:
+            return {}
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
-                await self._renew(
-                    keys=[keys.lease(turn_id), keys.cancel(turn_id), keys.turn(turn_id)],
-                    args=[worker_id, int(lease_ttl_s * 1000)],
-                    client=pipe,
+                in_pipeline(
+                    pipe,
+                    _RENEW,
+                    [keys.lease(turn_id), keys.cancel(turn_id), keys.turn(turn_id)],
+                    [worker_id, int(lease_ttl_s * 1000)],
                 )
             replies = await pipe.execute()
         return dict(zip(turn_ids, (int(r) for r in replies), strict=True))
@@ -471,7 +601,7 @@ class TurnStore:
         Any process may call this: the turn ends once, whoever gets there first, and a
         turn whose worker renewed its lease meanwhile is left alone.
         """
-        due = await self.redis.zrangebyscore(
+        due = await self.queue.zrangebyscore(
             keys.RUNNING_TURNS, "-inf", time.time(), start=0, num=limit
         )
         candidates = [raw.decode() for raw in due if raw.decode() not in skip]

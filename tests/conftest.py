@@ -32,6 +32,7 @@ from langchain_core.tools import BaseTool
 from api.main import create_app
 from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, local_url, start_redis
+from shared.connection import connect_data
 from shared.settings import Settings
 from tests.serving import serve
 from tests.upstream import ScriptedUpstream
@@ -145,7 +146,7 @@ async def run_stack(
         client = await stack.enter_async_context(
             httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0))
         )
-        redis = redis_asyncio.Redis.from_url(settings.redis_url)
+        redis = connect_data(settings.redis_url)  # a Cluster's too (tests/topologies.py)
         stack.push_async_callback(redis.aclose)
         yield Stack(settings=settings, base_url=base_url, client=client, redis=redis)
 

@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 
 from launcher.redis_server import RedisUnavailable, find_redis_binary, free_port, redis_argv
 from shared import keys
+from shared.connection import connect
 from shared.settings import Settings
 from worker.main import WorkerSettings
 
@@ -323,7 +324,7 @@ class ProcessGroup:
         self, process: Process, settings: Settings, timeout_s: float = 30.0
     ) -> Process:
         """Wait until the worker has started and registered itself in Redis."""
-        client = redis_asyncio.Redis.from_url(settings.redis_url)
+        client = connect(settings.queue_url, retries=0)  # workers register on the queue role
         marker = f":{process.pid}:"
 
         async def registered() -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.connection import connect
+from shared.connection import connect, connect_data
 from shared.settings import Settings
 from shared.turns import CANCEL_REQUESTED, TURN_OVER, TurnStore
 
@@ -83,11 +83,19 @@ class LeaseKeeper:
         asyncio.run(self._renew_forever())
 
     async def _renew_forever(self) -> None:
-        redis = connect(self.settings.redis_url)
+        # Clients of this thread's own loop: the data role, and the queue role (one client
+        # when one Redis holds both).
+        redis = connect_data(self.settings.redis_url)
+        queue = (
+            redis
+            if self.settings.queue_url == self.settings.redis_url
+            else connect(self.settings.queue_url)
+        )
         store = TurnStore(
             redis,
             retention_s=self.settings.turn_retention_s,
             stream_maxlen=self.settings.stream_maxlen,
+            queue=queue,
         )
         try:
             while not self._stopping.is_set():
@@ -100,6 +108,8 @@ class LeaseKeeper:
                 except (RedisError, OSError) as exc:
                     logger.warning("lease renewal failed (%s); retrying", exc)
         finally:
+            if queue is not redis:
+                await queue.aclose()
             await redis.aclose()
 
     async def _renew(self, store: TurnStore) -> None:
@@ -107,7 +117,7 @@ class LeaseKeeper:
             turns = list(self._turns)
         states = await store.renew(turns, self.worker_id, self.settings.lease_ttl_s)
         now = time.time()
-        async with store.redis.pipeline(transaction=False) as pipe:
+        async with store.queue.pipeline(transaction=False) as pipe:
             if turns:
                 expiry = now + self.settings.lease_ttl_s
                 pipe.zadd(keys.RUNNING_TURNS, dict.fromkeys(turns, expiry))

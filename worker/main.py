@@ -15,14 +15,15 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from arq import func
+from arq.connections import ArqRedis
 from arq.worker import Worker
 from langchain_core.tools import BaseTool
 
-from shared.connection import connect
+from shared.connection import connect, connect_data
 from shared.logs import configure_logging
 from shared.queue import RUN_TURN
 from shared.records import SUMMARIZE
@@ -45,7 +46,12 @@ async def startup(ctx: dict[str, Any]) -> None:
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings)
     traced = configure_tracing(settings, "bernard-worker")
-    redis = connect(settings.redis_url)
+    redis = connect_data(settings.redis_url)
+    # The queue role: arq's own client, or the data client when one Redis holds both (so
+    # the two halves of a claim share a pipeline: shared/keys.py).
+    queue: ArqRedis = (
+        cast(ArqRedis, redis) if settings.queue_url == settings.redis_url else ctx["redis"]
+    )
     models = build_models(settings)
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     supervisor = TurnSupervisor(
@@ -58,12 +64,14 @@ async def startup(ctx: dict[str, Any]) -> None:
         # None: the tools the settings enable. Set by `create_worker(tools=...)` (tests).
         tools=ctx.get("tools"),
         http=(http := http_client(settings, ctx.get("tool_transport"))),
+        queue=queue,
     )
     await supervisor.start()
-    await publish_tools(redis, supervisor.tools, settings)
+    await publish_tools(queue, supervisor.tools, settings)
     ctx.update(
         settings=settings,
         bernard_redis=redis,
+        bernard_queue=queue,
         supervisor=supervisor,
         models=models,
         http=http,
@@ -89,6 +97,8 @@ async def startup(ctx: dict[str, Any]) -> None:
             settings.openai_base_url or "api.openai.com",
         )
     await warn_if_evicting(redis, logger)
+    if queue is not redis:
+        await warn_if_evicting(queue, logger)
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
@@ -116,6 +126,7 @@ async def fire(ctx: dict[str, Any], owner: str, timer_id: str) -> str:
         timer_id,
         retention_s=settings.conversation_retention_s,
         queue_name=settings.queue_name,
+        queue=ctx["bernard_queue"],
     )
 
 
@@ -143,7 +154,7 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         "on_shutdown": shutdown,
         "queue_name": settings.queue_name,
         # arq's own client would use redis-py's default pool (see shared.connection).
-        "redis_pool": connect(settings.redis_url),
+        "redis_pool": connect(settings.queue_url),
         "max_jobs": settings.worker_concurrency,
         # Above the cluster's concurrency, or new turns starve behind running ones.
         "queue_read_limit": max(settings.worker_concurrency * 4, 1000),

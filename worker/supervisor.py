@@ -14,6 +14,12 @@ cancels the job (a worker shutting down), the turn ends `failed` with `worker_sh
 
 Every way a turn ends is one of shared/endings.py's; nothing that goes wrong inside a turn,
 the request it was given included, escapes as anything but a terminal `done`.
+
+When the data role fails over (its Sentinels name another primary: shared/connection.py,
+`failovers`), the writes the old primary had not replicated are gone, so the streams of
+the turns running here may lack some of what their clients already received. Those turns
+end `failed` with `store_failover` rather than carry on as if nothing had happened
+(docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
+from shared.connection import failovers
 from shared.endings import ENDINGS, completed, ended
 from shared.errors import ErrorCode
 from shared.events import Done, Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
@@ -68,8 +75,11 @@ class TurnSupervisor:
         worker_id: str,
         tools: Sequence[BaseTool] | None = None,
         http: httpx.AsyncClient | None = None,
+        queue: Redis | None = None,
     ) -> None:
         self.redis = redis
+        # The queue role (shared/keys.py); the same client when one Redis holds both.
+        self.queue = queue if queue is not None else redis
         self.settings = settings
         self.router = router
         self.responder = responder
@@ -80,8 +90,12 @@ class TurnSupervisor:
         self.http = http
         self.streams = StreamBatcher(redis, maxlen=settings.stream_maxlen)
         self.store = TurnStore(
-            redis, retention_s=settings.turn_retention_s, stream_maxlen=settings.stream_maxlen
+            redis,
+            retention_s=settings.turn_retention_s,
+            stream_maxlen=settings.stream_maxlen,
+            queue=self.queue,
         )
+        self._failovers = failovers(redis)
         self._running: dict[str, asyncio.Task[str]] = {}
         # Why a local turn was told to stop: "cancelled" (asked to) or "lost" (record gone).
         self._stop_reason: dict[str, str] = {}
@@ -105,7 +119,7 @@ class TurnSupervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(RedisError):
-            await self.redis.zrem(keys.WORKERS, self.worker_id)
+            await self.queue.zrem(keys.WORKERS, self.worker_id)
 
     # -- running one turn ----------------------------------------------------------------
 
@@ -143,7 +157,8 @@ class TurnSupervisor:
             telemetry.close()
 
     def cancel_local(self, turn_id: str, reason: str = "cancelled") -> None:
-        """Abort the turn if it runs here; the in-flight LLM call is cancelled at once."""
+        """Abort the turn if it runs here; the in-flight LLM call is cancelled at once.
+        `reason`: "cancelled" (asked to), "lost" (over for this worker), "failover"."""
         task = self._running.get(turn_id)
         if task is not None and turn_id not in self._stop_reason:
             self._stop_reason[turn_id] = reason
@@ -167,7 +182,10 @@ class TurnSupervisor:
                 await self._end(telemetry, record, ErrorCode.INVALID_TURN, message)
                 return "failed"
             records = RecordKeeper(
-                self.redis, owner, retention_s=self.settings.conversation_retention_s
+                self.redis,
+                owner,
+                retention_s=self.settings.conversation_retention_s,
+                queue=self.queue,
             )
             async with asyncio.timeout(self.settings.turn_timeout_s):
                 turn = self.turn_events(ctx, records.as_recorder())
@@ -192,6 +210,9 @@ class TurnSupervisor:
                 done.usage = ctx.usage if ctx is not None else None
                 await self._finish(telemetry, record, done)
                 return "cancelled"
+            if reason == "failover":
+                await self._end(telemetry, record, ErrorCode.STORE_FAILOVER)
+                return "failed"
             await self._end(telemetry, record, ErrorCode.WORKER_SHUTDOWN)
             raise
         except TimeoutError:
@@ -263,6 +284,7 @@ class TurnSupervisor:
         ctx.runtime = ToolRuntime(
             owner=record.owner,
             redis=self.redis,
+            queue=self.queue,
             settings=self.settings,
             http=self.http,
             conversation_id=record.conversation_id,
@@ -276,7 +298,7 @@ class TurnSupervisor:
     async def _listen_for_cancels(self) -> None:
         while True:
             try:
-                async with self.redis.pubsub() as pubsub:
+                async with self.queue.pubsub() as pubsub:
                     await pubsub.subscribe(keys.CANCEL_CHANNEL)
                     async for message in pubsub.listen():
                         if message["type"] == "message":
@@ -286,10 +308,20 @@ class TurnSupervisor:
                 await asyncio.sleep(0.5)
 
     async def _beat_and_reap(self) -> None:
-        """Tell the lease thread this loop is alive; end turns whose worker died."""
+        """Tell the lease thread this loop is alive; end the turns running here if the data
+        role failed over; end turns whose worker died."""
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
             self.leases.beat()
+            seen = failovers(self.redis)
+            if seen != self._failovers:
+                self._failovers = seen
+                logger.warning(
+                    "Redis failed over to a new primary; ending the %d turns running here",
+                    len(self._running),
+                )
+                for turn_id in list(self._running):
+                    self.cancel_local(turn_id, "failover")
             try:
                 for turn_id in await self.store.reap_lapsed(skip=self._running):
                     logger.warning(

@@ -25,7 +25,7 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz")
 async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
     try:
-        workers = await state.redis.zcount(keys.WORKERS, time.time() - _WORKER_FRESH_S, "+inf")
+        workers = await state.queue.zcount(keys.WORKERS, time.time() - _WORKER_FRESH_S, "+inf")
     except (RedisError, OSError):
         return JSONResponse({"status": "unavailable", "redis": False}, status_code=503)
     body = {"status": "ok" if workers else "unavailable", "redis": True, "workers": workers}

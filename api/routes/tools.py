@@ -18,6 +18,6 @@ router = APIRouter()
 
 @router.get("/tools")
 async def list_tools(owner: Owner, state: Annotated[AppState, Depends(get_state)]) -> Any:
-    raw = await state.redis.get(keys.TOOLS)
+    raw = await state.queue.get(keys.TOOLS)
     data: list[dict[str, Any]] = orjson.loads(raw) if raw else []
     return {"object": "list", "data": data}

@@ -73,7 +73,9 @@ async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any
     record = await _owned_turn(state, turn_id, owner)
     if record.finished:
         return turn_object(record)
-    await request_cancel(state.redis, turn_id, ttl_s=state.settings.turn_retention_s)
+    await request_cancel(
+        state.redis, turn_id, ttl_s=state.settings.turn_retention_s, queue=state.queue
+    )
     if record.status == "queued":
         # No worker has it yet, and there may be none: end it here, unless one took it
         # meanwhile (then that worker ends it, having heard the cancel).

@@ -35,6 +35,8 @@ class ToolRuntime:
     http: httpx.AsyncClient | None = None
     # The conversation the turn belongs to (a timer set in it reports back there).
     conversation_id: str | None = None
+    # The queue role (shared/keys.py), where timers' jobs go; None: the same as `redis`.
+    queue: Redis | None = None
 
     def client(self) -> httpx.AsyncClient:
         """The worker's HTTP client; a tool error when the turn runs without one."""

@@ -23,10 +23,11 @@ __all__ = ["cancel_timer", "list_timers", "set_timer"]
 def _store(runtime: ToolRuntime) -> TimerStore:
     settings = runtime.settings
     return TimerStore(
-        runtime.redis,  # type: ignore[arg-type]  # the worker's client is arq's ArqRedis
+        runtime.redis,
         runtime.owner,
         retention_s=settings.conversation_retention_s,
         queue_name=settings.queue_name,
+        queue=runtime.queue,  # type: ignore[arg-type]  # the worker's queue client is arq's
     )
 
 

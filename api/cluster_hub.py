@@ -1,0 +1,341 @@
+"""The stream hub for a data role that is a Redis Cluster: readers woken by sharded pub/sub.
+
+api/hub.py reads each lane's streams with one `XREAD BLOCK` over all of them; a Cluster
+refuses that as soon as two of them hash to different slots, and a turn's streams hash
+anywhere. One blocking read per stream is what the hub exists to avoid. So here nothing
+blocks on the streams themselves: every writer of a stream `SPUBLISH`es to the stream's
+wake channel (`keys.stream_wake`, in the stream's own slot, so on the same node, after the
+append: shared/streams.py, shared/turns.py, shared/timers.py), and the hub holds one
+subscriber connection per primary, `SSUBSCRIBE`d to the wake channels of the streams its
+readers watch on that node. A wake-up marks the stream; one task reads every marked stream
+from the oldest cursor any of its readers holds, in one Cluster pipeline (one round trip
+per node, all nodes at once), and hands the entries to the readers (`Reader.offer`, as
+api/hub.py does). Streams marked while a read is in flight go together in the next one.
+
+Wake-ups only say "read now"; the streams stay the truth. A reader's first read happens
+once its channel's subscription is confirmed, so no entry falls between the two. A
+wake-up can still go missing (a subscriber connection lost, a slot moving to another node,
+which Redis 7 tells the subscriber with an `sunsubscribe`): the hub then subscribes again
+where the slot now lives and reads those streams at once, and every `sweep_s` it reads
+every watched stream anyway, so a lost wake-up delays entries by at most that, and never
+drops one.
+
+What it costs, per entry: the writer's `SPUBLISH` beside its `XADD` (same pipeline, no
+extra round trip), and one `XREAD` per woken stream per read, instead of an `XREAD` over
+a whole lane (docs/scaling.md has the measured figures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import RedisError, ResponseError
+
+from api.hub import Reader, StreamReadError
+from shared import keys
+from shared.streams import entry_key, parse_entries
+
+logger = logging.getLogger("bernard.api")
+
+# Every this often every watched stream is read, woken or not.
+SWEEP_S = 2.0
+_READ_COUNT = 1000
+# How long a new reader waits for its subscription before its first read.
+_SUBSCRIBE_WAIT_S = 2.0
+
+
+class ClusterHub:
+    """Fans entries of many streams out to their readers; wakes on sharded pub/sub."""
+
+    def __init__(self, redis: Redis, *, sweep_s: float = SWEEP_S) -> None:
+        self.redis = redis
+        self.cluster = cast(RedisCluster, redis)
+        self.sweep_s = sweep_s
+        self._readers: dict[str, set[Reader]] = {}
+        self._marked: set[str] = set()
+        self._woken = asyncio.Event()
+        # The subscriber of each primary (by node name), and where each stream's is.
+        self._watches: dict[str, _NodeWatch] = {}
+        self._watch_of: dict[str, _NodeWatch] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reader_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._reader_task = asyncio.create_task(self._read_forever())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._reader_task, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._reader_task = None
+        for watch in list(self._watches.values()):
+            await watch.stop()
+        self._watches.clear()
+
+    @contextlib.asynccontextmanager
+    async def read(self, turn_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
+        """Watch `turn_id`'s stream from strictly after `after` while the block runs."""
+        if self._reader_task is None:
+            raise RuntimeError("the stream hub is not running")
+        reader = Reader(turn_id, after)
+        readers = self._readers.setdefault(turn_id, set())
+        first = not readers
+        readers.add(reader)
+        try:
+            if first:
+                await self._subscribe(turn_id)
+            self.mark(turn_id)
+            yield reader
+        finally:
+            left = self._readers.get(turn_id)
+            if left is not None:
+                left.discard(reader)
+                if not left:
+                    del self._readers[turn_id]
+                    watch = self._watch_of.pop(turn_id, None)
+                    if watch is not None:
+                        watch.unsubscribe(keys.stream_wake(turn_id))
+
+    def mark(self, turn_id: str) -> None:
+        """Read `turn_id`'s stream in the next read."""
+        if turn_id in self._readers:
+            self._marked.add(turn_id)
+            self._woken.set()
+
+    # -- subscriptions -----------------------------------------------------------------
+
+    async def _subscribe(self, turn_id: str) -> None:
+        """Subscribe to the stream's wake channel where its slot lives; wait until Redis
+        confirms (or `_SUBSCRIBE_WAIT_S`: the sweep covers a subscription that is late)."""
+        channel = keys.stream_wake(turn_id)
+        try:
+            await self.cluster.initialize()  # nothing once it knows the cluster
+            node = self.cluster.get_node_from_key(channel)
+        except (RedisError, OSError) as exc:
+            logger.warning("stream hub cannot locate %s (%s); relying on the sweep", channel, exc)
+            self._later(self._rehome([turn_id]))
+            return
+        if node is None:
+            self._later(self._rehome([turn_id]))
+            return
+        watch = self._watches.get(node.name)
+        if watch is None:
+            watch = self._watches[node.name] = _NodeWatch(self, node)
+        self._watch_of[turn_id] = watch
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
+                await watch.subscribe(channel)
+
+    def moved(self, channels: list[str]) -> None:
+        """Those channels' slots are no longer where they were subscribed: find them again."""
+        turn_ids = []
+        for channel in channels:
+            turn_id = _stream_of(channel)
+            if self._watch_of.pop(turn_id, None) is not None or turn_id in self._readers:
+                turn_ids.append(turn_id)
+        if turn_ids:
+            self._later(self._rehome(turn_ids))
+
+    async def _rehome(self, turn_ids: list[str], attempt: int = 0) -> None:
+        """Subscribe those streams where their slots live now, then read them at once."""
+        await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+        missing = []
+        for turn_id in turn_ids:
+            if turn_id not in self._readers or turn_id in self._watch_of:
+                continue
+            try:
+                # A keyed command through the Cluster client: a MOVED answer or a lost node
+                # makes it learn where the slot lives now.
+                await self.cluster.exists(keys.events(turn_id))
+            except (RedisError, OSError):
+                missing.append(turn_id)
+                continue
+            await self._subscribe(turn_id)
+            self.mark(turn_id)
+        if missing:
+            self._later(self._rehome(missing, attempt + 1))
+
+    def _later(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def _read_forever(self) -> None:
+        failures = 0
+        while True:
+            try:
+                async with asyncio.timeout(self.sweep_s):
+                    await self._woken.wait()
+            except TimeoutError:
+                self._marked.update(self._readers)  # the sweep
+            self._woken.clear()
+            batch = [turn_id for turn_id in self._marked if turn_id in self._readers]
+            self._marked.clear()
+            if not batch:
+                continue
+            try:
+                await self._read(batch)
+                failures = 0
+            except (RedisError, OSError) as exc:
+                failures += 1
+                logger.warning("stream hub lost Redis (%s); retrying", exc)
+                self._marked.update(batch)
+                await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+                self._woken.set()
+
+    async def _read(self, batch: list[str]) -> None:
+        """Read each stream of `batch` from its readers' oldest cursor; hand entries out."""
+        cursors = {
+            turn_id: min((r.cursor for r in self._readers[turn_id]), key=entry_key)
+            for turn_id in batch
+        }
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for turn_id in batch:
+                key = keys.events(turn_id)
+                # Sent to the node that holds the stream: redis-py would otherwise ask a
+                # node where XREAD's keys are (`COMMAND GETKEYS`), one round trip per read.
+                pipe.execute_command(
+                    "XREAD",
+                    "COUNT",
+                    _READ_COUNT,
+                    "STREAMS",
+                    key,
+                    cursors[turn_id],
+                    target_nodes=self.cluster.get_node_from_key(key),
+                )
+            replies = await pipe.execute(raise_on_error=False)
+        for turn_id, reply in zip(batch, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                logger.warning(
+                    "stream of turn %s cannot be read (%s); ending its readers", turn_id, reply
+                )
+                for reader in self._readers.get(turn_id, set()):
+                    reader.fail(StreamReadError(str(reply)))
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            for _, raw_entries in reply or []:
+                entries = parse_entries(raw_entries)
+                for reader in list(self._readers.get(turn_id, ())):
+                    reader.offer(cursors[turn_id], entries)
+                if len(entries) >= _READ_COUNT:
+                    self.mark(turn_id)  # more than one read's worth
+
+
+class _NodeWatch:
+    """One subscriber connection to one primary, and the wake channels subscribed on it."""
+
+    def __init__(self, hub: ClusterHub, node: ClusterNode) -> None:
+        self.hub = hub
+        self.node = node
+        self.channels: set[str] = set()
+        # Unsubscribes sent and not yet answered, per channel: their `sunsubscribe` is ours,
+        # any other one says the slot has left this node.
+        self._dropping: defaultdict[str, int] = defaultdict(int)
+        self._confirmed: dict[str, asyncio.Event] = {}
+        self._connection: AbstractConnection | None = None
+        self._task = asyncio.create_task(self._run())
+
+    async def subscribe(self, channel: str) -> None:
+        self.channels.add(channel)
+        confirmed = self._confirmed.setdefault(channel, asyncio.Event())
+        if self._connection is not None:
+            await self._send("SSUBSCRIBE", channel)
+        await confirmed.wait()
+
+    def unsubscribe(self, channel: str) -> None:
+        self.channels.discard(channel)
+        self._confirmed.pop(channel, None)
+        if self._connection is not None:
+            self._dropping[channel] += 1
+            self.hub._later(self._send("SUNSUBSCRIBE", channel))
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _send(self, *args: str) -> None:
+        connection = self._connection
+        if connection is None:
+            return  # the next connection subscribes what is wanted then
+        with contextlib.suppress(RedisError, OSError):
+            await connection.send_packed_command(connection.pack_command(*args), False)
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            kwargs = {
+                **self.node.connection_kwargs,
+                "socket_timeout": None,  # it waits for pushes as long as they take
+                "socket_keepalive": True,
+                "health_check_interval": 0,
+                "retry": None,
+                "retry_on_error": [],
+            }
+            connection = self.node.connection_class(**kwargs)
+            try:
+                await connection.connect()
+                self._connection = connection
+                self._dropping.clear()
+                if self.channels:
+                    await self._send("SSUBSCRIBE", *self.channels)
+                for channel in self.channels:
+                    self.hub.mark(_stream_of(channel))  # wake-ups may have been missed
+                failures = 0
+                while True:
+                    self._handle(await connection.read_response())
+            except ResponseError as exc:
+                # A subscribe this node refuses (MOVED: the slot is elsewhere now).
+                logger.info("stream hub resubscribing off %s (%s)", self.node.name, exc)
+                self.hub.moved(list(self.channels))
+                self.channels.clear()
+            except (RedisError, OSError) as exc:
+                failures += 1
+                logger.warning("stream hub lost node %s (%s); retrying", self.node.name, exc)
+                if failures > 1:  # gone for good, or failed over: find where its slots went
+                    self.hub.moved(list(self.channels))
+                    self.channels.clear()
+            finally:
+                self._connection = None
+                await connection.disconnect()
+            if failures > 1 and not self.channels:
+                # Nothing left to watch on a node that does not answer: let it go. A later
+                # reader of one of its slots starts a new watch, should it come back.
+                if self.hub._watches.get(self.node.name) is self:
+                    del self.hub._watches[self.node.name]
+                return
+            await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+
+    def _handle(self, reply: Any) -> None:
+        kind, channel = reply[0], reply[1].decode()
+        if kind == b"smessage":
+            self.hub.mark(_stream_of(channel))
+        elif kind == b"ssubscribe":
+            confirmed = self._confirmed.get(channel)
+            if confirmed is not None:
+                confirmed.set()
+        elif kind == b"sunsubscribe":
+            if self._dropping.get(channel, 0) > 0:
+                self._dropping[channel] -= 1
+            elif channel in self.channels:  # the slot moved to another node
+                self.channels.discard(channel)
+                self._confirmed.pop(channel, None)
+                self.hub.moved([channel])
+
+
+def _stream_of(channel: str) -> str:
+    return channel.split("{", 1)[1].split("}", 1)[0]
