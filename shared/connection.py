@@ -23,10 +23,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from arq.connections import ArqRedis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedSSLConnection
-from redis.backoff import ExponentialBackoff
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 from shared.settings import is_cluster_url
@@ -168,6 +168,27 @@ def _unfit(connection: AbstractConnection) -> bool:
     return bool(reader.at_eof() or getattr(reader, "_buffer", b""))
 
 
+class PromptSentinelConnection(SentinelManagedConnection):
+    """A connection to the primary the Sentinels name, that asks them again at each try.
+
+    redis-py's connects to the address they gave through `Connection.connect`, which runs
+    the whole retry policy (half a minute, for a restart) against that one address before
+    the Sentinels are asked again: after a failover every connection kept knocking on the
+    dead primary for as long. Here each try is one attempt at the address named now.
+    """
+
+    async def connect_to(self, address: Any) -> None:
+        retry, self.retry = self.retry, Retry(NoBackoff(), 0)
+        try:
+            await super().connect_to(address)
+        finally:
+            self.retry = retry
+
+
+class PromptSentinelSSLConnection(PromptSentinelConnection, SSLConnection):
+    pass
+
+
 class PromptSentinelPool(SentinelConnectionPool, PromptPool):
     """The primary the Sentinels name, through a `PromptPool` (blocking, prompt checks).
 
@@ -242,8 +263,9 @@ def _sentinel_pool(address: RedisAddress, options: dict[str, Any]) -> PromptSent
     if address.ssl:
         sentinel_kwargs["ssl"] = True
     sentinel = Sentinel(list(address.hosts), sentinel_kwargs=sentinel_kwargs)
-    if address.ssl:
-        options["connection_class"] = SentinelManagedSSLConnection
+    options["connection_class"] = (
+        PromptSentinelSSLConnection if address.ssl else PromptSentinelConnection
+    )
     return PromptSentinelPool(
         address.service,
         sentinel,
@@ -273,6 +295,10 @@ def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 51
         retry=_retry(min(retries, _NODE_RETRIES)),
         retry_on_error=[ConnectionError, TimeoutError, OSError],
         cluster_error_retry_attempts=_CLUSTER_ROUNDS if retries > _NODE_RETRIES else retries,
+        # A MOVED answer (a slot that moved) updates that slot alone, never the whole client:
+        # redis-py 5 resets every node's connections every 5th MOVED by default, and a
+        # pipeline in flight meanwhile fails on the missing default node.
+        reinitialize_steps=0,
         max_connections=max_connections,
         health_check_interval=30,
         socket_connect_timeout=5.0,

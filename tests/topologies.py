@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
+import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,7 +28,7 @@ import redis.asyncio as redis_asyncio
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from launcher.redis_server import find_redis_binary, free_port, port_is_free
+from launcher.redis_server import RedisUnavailable, find_redis_binary, free_port, port_is_free
 from tests.processes import RedisServer, wait_for
 
 SERVICE = "bernard"
@@ -34,6 +36,22 @@ SERVICE = "bernard"
 # failover test asks for a shorter one.
 CLUSTER_NODE_TIMEOUT_MS = 5000
 SENTINEL_DOWN_AFTER_MS = 5000
+
+
+def topologies_missing() -> str | None:
+    """Why topologies cannot run here (None when they can): they need `redis-cli` to join a
+    Cluster and Redis 7 (sharded pub/sub, which the Cluster's stream hub waits on)."""
+    if shutil.which("redis-cli") is None:
+        return "no redis-cli to build a Cluster with (apt install redis-tools)"
+    try:
+        binary = find_redis_binary()
+    except RedisUnavailable:
+        return "no redis-server"
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"v=(\d+)\.", version)
+    if found is None or int(found[1]) < 7:
+        return f"Redis 7 or later needed (found {version.strip()!r})"
+    return None
 
 
 def client_of(server: RedisServer) -> redis_asyncio.Redis:
@@ -275,23 +293,39 @@ class SentinelTopology:
             server.kill()
 
 
-@pytest.fixture
-async def redis_cluster(tmp_path: Path) -> AsyncIterator[RedisClusterTopology]:
-    """A started three-primary, three-replica Cluster, stopped after the test."""
-    topology = RedisClusterTopology(tmp_path / "cluster")
+@contextlib.asynccontextmanager
+async def started_cluster(workdir: Path) -> AsyncIterator[RedisClusterTopology]:
+    """A started three-primary, three-replica Cluster, always stopped on exit."""
+    topology = RedisClusterTopology(workdir)
     try:
         await topology.start()
         yield topology
     finally:
         topology.stop()
+
+
+@contextlib.asynccontextmanager
+async def started_sentinel(
+    workdir: Path, down_after_ms: int = SENTINEL_DOWN_AFTER_MS
+) -> AsyncIterator[SentinelTopology]:
+    """A started primary, replica and three Sentinels, always stopped on exit."""
+    topology = SentinelTopology(workdir, down_after_ms)
+    try:
+        await topology.start()
+        yield topology
+    finally:
+        topology.stop()
+
+
+@pytest.fixture
+async def redis_cluster(tmp_path: Path) -> AsyncIterator[RedisClusterTopology]:
+    """A started three-primary, three-replica Cluster, stopped after the test."""
+    async with started_cluster(tmp_path / "cluster") as topology:
+        yield topology
 
 
 @pytest.fixture
 async def redis_sentinel(tmp_path: Path) -> AsyncIterator[SentinelTopology]:
     """A started primary, replica and three Sentinels, stopped after the test."""
-    topology = SentinelTopology(tmp_path / "sentinel")
-    try:
-        await topology.start()
+    async with started_sentinel(tmp_path / "sentinel") as topology:
         yield topology
-    finally:
-        topology.stop()

@@ -1,0 +1,156 @@
+"""The stream hub on a Redis Cluster (api/cluster_hub.py): readers woken by each stream's
+writers through sharded pub/sub, wherever its slot lives, even as it moves.
+
+Each hub here sweeps (reads every stream unwoken) only once a minute, so an entry that
+arrives within seconds came through its wake-up. Real Cluster (tests/topologies.py):
+these carry the `topology` marker, and each test runs a Cluster of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from api.cluster_hub import ClusterHub
+from api.hub import Reader
+from shared import keys
+from shared.connection import connect_data
+from shared.endings import completed
+from shared.events import Delta, Done, Start, TimerFired
+from shared.streams import StreamBatcher
+from shared.timers import publish
+from shared.turns import TurnRecord, TurnRequest, TurnStore
+from tests.topologies import RedisClusterTopology, started_cluster, topologies_missing
+
+pytestmark = [
+    pytest.mark.topology,
+    pytest.mark.skipif(topologies_missing() is not None, reason=str(topologies_missing())),
+]
+
+# Far above the few seconds every read below may take: only a wake-up delivers in time.
+SWEEP_S = 60.0
+WAIT_S = 5.0
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[RedisClusterTopology]:
+    async with started_cluster(tmp_path / "cluster") as topology:
+        yield topology
+
+
+@pytest.fixture
+async def redis(cluster: RedisClusterTopology) -> AsyncIterator[Redis]:
+    client = connect_data(cluster.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def hub(redis: Redis) -> AsyncIterator[ClusterHub]:
+    running = ClusterHub(connect_data_like(redis), sweep_s=SWEEP_S)
+    await running.start()
+    yield running
+    await running.stop()
+    await running.redis.aclose()
+
+
+def connect_data_like(redis: Redis) -> Redis:
+    """A second client of the same Cluster, as the API gives its hub one of its own."""
+    nodes = redis.nodes_manager.startup_nodes.values()  # type: ignore[attr-defined]
+    return connect_data("redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes))
+
+
+async def stored_turn(redis: Redis) -> TurnRecord:
+    record = TurnRecord(
+        id=uuid.uuid4().hex,
+        owner="someone",
+        request=TurnRequest(messages=[{"role": "user", "content": "hi"}]),
+        model="bernard-v1",
+    )
+    await TurnStore(redis, retention_s=60, stream_maxlen=100).create(
+        record, ttl_s=60, queue_name=None
+    )
+    return record
+
+
+async def texts(reader: Reader, count: int) -> list[str]:
+    got = []
+    while len(got) < count:
+        _, stamped = await reader.next(wait_s=WAIT_S)
+        if isinstance(stamped.event, Delta):
+            got.append(stamped.event.text)
+    return got
+
+
+async def test_a_reader_gets_each_batch_the_worker_writes_as_it_lands(
+    redis: Redis, hub: ClusterHub
+) -> None:
+    records = [await stored_turn(redis) for _ in range(6)]  # slots on every node
+    batcher = StreamBatcher(redis, maxlen=100)
+    async with contextlib.AsyncExitStack() as stack:
+        readers = [await stack.enter_async_context(hub.read(r.id)) for r in records]
+        for reader in readers:
+            assert isinstance((await reader.next(wait_s=WAIT_S))[1].event, Start)
+        for k in range(3):
+            for record in records:
+                writer = batcher.writer(record.id)
+                await writer.write(Delta(text=f"{record.id}:{k}"))
+                await writer.flush()
+            for record, reader in zip(records, readers, strict=True):
+                assert await texts(reader, 1) == [f"{record.id}:{k}"]
+
+
+async def test_the_done_that_ends_a_turn_wakes_its_readers(redis: Redis, hub: ClusterHub) -> None:
+    record = await stored_turn(redis)
+    async with hub.read(record.id) as reader:
+        await reader.next(wait_s=WAIT_S)  # start
+        await TurnStore(redis, retention_s=60, stream_maxlen=100).finish(
+            record.id, record.owner, completed("stop", None)
+        )
+        _, stamped = await reader.next(wait_s=WAIT_S)
+        assert isinstance(stamped.event, Done) and stamped.event.status == "completed"
+
+
+async def test_a_users_event_stream_wakes_its_readers(redis: Redis, hub: ClusterHub) -> None:
+    owner = f"user-{uuid.uuid4().hex[:8]}"
+    async with hub.read(keys.user_stream_id(owner)) as reader:
+        await asyncio.sleep(0.2)
+        fired = TimerFired(timer_id="t", label="tea", conversation_id=None, due_at=0)
+        await publish(redis, owner, fired, retention_s=60)
+        _, stamped = await reader.next(wait_s=WAIT_S)
+        assert isinstance(stamped.event, TimerFired) and stamped.event.label == "tea"
+
+
+async def test_a_reader_keeps_being_woken_after_its_streams_slot_moves(
+    cluster: RedisClusterTopology, redis: Redis, hub: ClusterHub
+) -> None:
+    record = await stored_turn(redis)
+    batcher = StreamBatcher(redis, maxlen=100)
+    writer = batcher.writer(record.id)
+    async with hub.read(record.id) as reader:
+        await reader.next(wait_s=WAIT_S)
+        home = await cluster.primary_of(keys.events(record.id))
+        away = next(n for n in await cluster.primaries() if n is not home)
+        for step, node in enumerate([away, home]):
+            await cluster.migrate_slot(keys.events(record.id), node)
+            await writer.write(Delta(text=f"after move {step}"))
+            await writer.flush()
+            assert await texts(reader, 1) == [f"after move {step}"]
+
+
+async def test_entries_written_before_a_reader_came_are_read_at_once(
+    redis: Redis, hub: ClusterHub
+) -> None:
+    record = await stored_turn(redis)
+    writer = StreamBatcher(redis, maxlen=100).writer(record.id)
+    for k in range(3):
+        await writer.write(Delta(text=f"early {k}"))
+        await writer.flush()  # one entry each (deltas that wait together are joined)
+    async with hub.read(record.id) as reader:
+        assert await texts(reader, 3) == [f"early {k}" for k in range(3)]

@@ -1,0 +1,358 @@
+"""Bernard beyond one Redis (issue 14), on real topologies on loopback (tests/topologies.py).
+
+Two deployments run the key cases of the pipeline and lifecycle suites (a stream, resume,
+cancel, a background turn, the user's event stream, a worker's death):
+
+- `cluster`: the data role on a Redis Cluster (3 primaries, 3 replicas), the queue role
+  on a plain Redis of its own, as arq needs one primary;
+- `sentinel`: both roles on the primary that three Sentinels name.
+
+Then what only those topologies can do to a turn: a primary SIGKILLed mid-turn and
+replaced by its replica (Sentinel), the slot of a streaming turn moved to another node
+(Cluster), and the exactness check at 100 streams on the Cluster.
+
+These start real servers for every test: they carry the `topology` marker, which the
+default run leaves out; `./run test-topologies` runs them (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shared import keys
+from shared.connection import connect_data, failovers
+from shared.events import TimerFired
+from shared.settings import Settings
+from shared.timers import publish
+from tests.conftest import Stack, make_settings, run_stack
+from tests.processes import ProcessGroup, private_redis, wait_for
+from tests.sse import Frame, collect, frames, text_of
+from tests.test_exactness import STREAMS
+from tests.test_exactness import check as check_exact
+from tests.test_timers import events_of
+from tests.topologies import (
+    RedisClusterTopology,
+    SentinelTopology,
+    redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
+    started_cluster,
+    started_sentinel,
+    topologies_missing,
+)
+from tests.upstream import Reply, ScriptedUpstream, echo_responder, echo_tokens, last_user_text
+
+pytestmark = [
+    pytest.mark.topology,
+    pytest.mark.skipif(topologies_missing() is not None, reason=str(topologies_missing())),
+]
+
+CHAT = "/v1/chat/completions"
+SHORT_LEASE = {"lease_ttl_s": 2.0, "lease_renew_s": 0.5}
+
+
+@dataclass
+class Deployment:
+    """Where each role lives, and the topology behind them."""
+
+    name: str
+    data_url: str
+    queue_url: str
+    topology: RedisClusterTopology | SentinelTopology
+
+    def settings(self, upstream: ScriptedUpstream, **overrides: Any) -> Settings:
+        return make_settings(
+            upstream, redis_url=self.data_url, queue_redis_url=self.queue_url, **overrides
+        )
+
+
+@pytest.fixture(params=["cluster", "sentinel"])
+async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Deployment]:
+    if request.param == "cluster":
+        async with (
+            started_cluster(tmp_path / "cluster") as cluster,
+            private_redis(tmp_path / "queue") as queue,
+        ):
+            yield Deployment("cluster", cluster.url, queue.url, cluster)
+    else:
+        async with started_sentinel(tmp_path / "sentinel") as sentinel:
+            yield Deployment("sentinel", sentinel.url, sentinel.url, sentinel)
+
+
+def body(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def wire(collected: list[Frame]) -> list[tuple[str, str]]:
+    return [(frame.id, frame.data) for frame in collected if not is_keepalive(frame)]
+
+
+def is_keepalive(frame: Frame) -> bool:
+    return bool(frame.bernard and frame.bernard.get("type") == "keepalive")
+
+
+def error_code(collected: list[Frame]) -> str | None:
+    for frame in collected:
+        if not frame.done and "error" in frame.json:
+            return str(frame.json["error"]["code"])
+    return None
+
+
+async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
+    headers = {"Last-Event-ID": after} if after else {}
+    return await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
+
+
+async def status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 20) -> dict:
+    async def reached() -> bool:
+        return (await stack.client.get(f"/v1/turns/{turn_id}")).json()["status"] in wanted
+
+    await wait_for(reached, timeout_s)
+    return dict((await stack.client.get(f"/v1/turns/{turn_id}")).json())
+
+
+def requests_for(upstream: ScriptedUpstream, content: str) -> int:
+    return sum(last_user_text(request) == content for request in upstream.requests)
+
+
+# -- the key cases, on both deployments --------------------------------------------------
+
+
+async def test_a_streamed_turn_arrives_whole_in_order_and_replays_the_same(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    upstream.responder = echo_responder(60, chunk_delay=0.002)
+    async with run_stack(deployment.settings(upstream)) as stack:
+        prompt = f"a stream on {deployment.name}"
+        async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:
+            turn_id = sse.headers["x-bernard-turn-id"]
+            live = [frame async for frame in frames(sse)]
+        check_exact(live, echo_tokens(prompt, 60))
+        assert wire(await replay(stack, turn_id)) == wire(live)
+        assert (await status(stack, turn_id, {"completed"}))["status"] == "completed"
+
+
+async def test_resuming_after_every_frame_gives_exactly_the_rest(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text([f"t{i} " for i in range(8)], usage=(3, 8)))
+    async with run_stack(deployment.settings(upstream)) as stack:
+        response = await stack.client.post(CHAT, json=body("resume me", stream=True))
+        turn_id = response.headers["x-bernard-turn-id"]
+        full = await replay(stack, turn_id)
+        assert full[-1].done and text_of(full) == "".join(f"t{i} " for i in range(8))
+        for k, frame in enumerate(full[:-1]):
+            rest = await replay(stack, turn_id, after=frame.id)
+            assert wire(full[: k + 1] + rest) == wire(full), f"resume after frame {k}"
+
+
+async def test_cancelling_a_background_turn_stops_it_and_closes_the_upstream(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    async with run_stack(deployment.settings(upstream)) as stack:
+        turn = (await stack.client.post(CHAT, json=body("cancel me", background=True))).json()
+        await upstream.wait_requests(1)
+        cancelled = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        assert (await upstream.wait_disconnect(timeout_s=10)).ended
+        events = await replay(stack, turn["id"])
+        assert events[-2].json["error"]["code"] == "turn_cancelled" and events[-1].done
+
+
+async def test_a_background_turn_runs_with_nobody_attached(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["in", " the", " background"], chunk_delay=0.01))
+    async with run_stack(deployment.settings(upstream)) as stack:
+        response = await stack.client.post(CHAT, json=body("later", background=True, stream=True))
+        assert response.status_code == 202
+        done = await status(stack, response.json()["id"], {"completed"})
+        assert done["result"]["choices"][0]["message"]["content"] == "in the background"
+        events = await replay(stack, done["id"])
+        assert text_of(events) == "in the background" and events[-1].done
+
+
+async def test_the_users_event_stream_delivers_what_is_published_to_it(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    user = f"user-{uuid.uuid4().hex[:8]}"
+    settings = deployment.settings(upstream, api_keys=f"key-u:{user}")
+    headers = {"Authorization": "Bearer key-u"}
+    async with run_stack(settings, worker=False) as stack:
+        waiting = asyncio.create_task(events_of(stack.base_url, headers, 1, 20))
+        await asyncio.sleep(0.5)  # connected: it gets the next event on
+        fired = TimerFired(timer_id="t", label="tea", conversation_id=None, due_at=0)
+        await publish(stack.redis, user, fired, retention_s=60)
+        assert [(event, data["label"]) for _, event, data in await waiting] == [
+            ("timer_fired", "tea")
+        ]
+
+
+async def test_a_sigkilled_worker_ends_its_turn_worker_lost_and_it_never_runs_again(
+    deployment: Deployment, upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = deployment.settings(upstream, **SHORT_LEASE)
+    prompt = f"a worker dies on {deployment.name}"
+    gate = upstream.script(Reply.text(["first", " second"], block_after_first=True))
+    async with ProcessGroup(tmp_path / "logs") as procs:
+        doomed = await procs.worker(settings, name="doomed-worker")
+        async with run_stack(settings, worker=False) as stack:
+            async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:
+                turn_id = sse.headers["x-bernard-turn-id"]
+                stream = frames(sse)
+                seen = [await anext(stream)]
+                await gate.wait_blocked()
+                doomed.send(signal.SIGKILL)
+                async with asyncio.timeout(20):
+                    seen += [frame async for frame in stream]
+            assert seen[-1].done and error_code(seen) == "worker_lost"
+            fresh = await procs.worker(settings, name="fresh-worker")
+            after = await collect(stack.client, "POST", CHAT, json=body("next", stream=True))
+            assert after[-1].done and error_code(after) is None
+            assert f"run_turn('{turn_id}')" not in fresh.output()
+            assert requests_for(upstream, prompt) == 1, "the turn ran again"
+
+
+# -- a Sentinel failover -------------------------------------------------------------------
+
+
+@pytest.fixture
+async def quick_sentinel(tmp_path: Path) -> AsyncIterator[SentinelTopology]:
+    """Sentinels that call a silent primary down after 1.5 s."""
+    async with started_sentinel(tmp_path / "sentinel", down_after_ms=1500) as topology:
+        yield topology
+
+
+async def test_a_primary_killed_mid_turn_fails_over_and_the_client_is_told_never_left_hanging(
+    quick_sentinel: SentinelTopology, upstream: ScriptedUpstream
+) -> None:
+    url = quick_sentinel.url
+    # Leases that outlast the failover: what ends the turn is its worker seeing the new
+    # primary, not a reaper taking a worker that could not renew for a while for dead.
+    settings = make_settings(upstream, redis_url=url, queue_redis_url=url, lease_ttl_s=20.0)
+    prompt = "a turn whose Redis dies"
+    upstream.script(Reply.slow(interval=0.02, token=" word"))
+    async with run_stack(settings) as stack:
+        async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:
+            turn_id = sse.headers["x-bernard-turn-id"]
+            stream = frames(sse)
+            live: list[Frame] = []
+            async with asyncio.timeout(20):
+                while text_of(live).count("word") < 20:
+                    live.append(await anext(stream))
+            await asyncio.sleep(0.5)  # let the replica catch up with the turn's claim
+            quick_sentinel.primary.kill()  # SIGKILL
+            killed_at = time.monotonic()
+            await quick_sentinel.wait_failover(timeout_s=30)
+            promoted_after = time.monotonic() - killed_at
+            async with asyncio.timeout(60):  # never a hang
+                live += [frame async for frame in stream]
+        told_after = time.monotonic() - killed_at
+        print(
+            f"\nprimary SIGKILL -> replica promoted {promoted_after:.1f} s, "
+            f"[DONE] {told_after:.1f} s"
+        )
+
+        assert live[-1].done
+        # The worker saw its primary change and stopped the turn, saying why.
+        code = error_code(live)
+        assert code == "store_failover", code
+        assert requests_for(upstream, prompt) == 1, "the turn ran again"
+        turn = await status(stack, turn_id, {"failed"})
+        assert turn["error"]["code"] == code
+        # A client resuming now gets what the new primary holds, ending the same way.
+        replayed = await replay(stack, turn_id)
+        assert replayed[-1].done and error_code(replayed) == code
+
+        # New turns work on the promoted replica.
+        upstream.script(Reply.text(["after", " failover"]))
+        after = await collect(stack.client, "POST", CHAT, json=body("next", stream=True))
+        assert after[-1].done and error_code(after) is None
+        assert text_of(after) == "after failover"
+
+
+async def test_a_failover_is_counted_by_the_client_that_follows_it(
+    quick_sentinel: SentinelTopology,
+) -> None:
+    client = connect_data(quick_sentinel.url)
+    try:
+        await client.set("bernard:test:failover", "1")
+        assert failovers(client) == 0
+        quick_sentinel.primary.kill()
+        await quick_sentinel.wait_failover(timeout_s=30)
+        await client.get("bernard:test:failover")  # reconnects to the promoted replica
+        assert failovers(client) == 1
+    finally:
+        await client.aclose()
+
+
+# -- a Cluster: slots move, and a hundred streams ------------------------------------------
+
+
+async def test_a_turns_slot_moving_to_another_node_mid_stream_leaves_the_stream_exact(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+) -> None:
+    tokens = 150
+    upstream.responder = echo_responder(tokens, chunk_delay=0.01)
+    prompt = "a stream whose slot moves"
+    async with private_redis(tmp_path / "queue") as queue:
+        settings = make_settings(upstream, redis_url=redis_cluster.url, queue_redis_url=queue.url)
+        async with run_stack(settings) as stack:
+            async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:
+                turn_id = sse.headers["x-bernard-turn-id"]
+                stream = frames(sse)
+                live = [await anext(stream), await anext(stream)]
+                key = keys.events(turn_id)
+                home = await redis_cluster.primary_of(key)
+                away = next(n for n in await redis_cluster.primaries() if n is not home)
+                moved = await redis_cluster.migrate_slot(key, away)
+                live.append(await anext(stream))
+                moved_back = await redis_cluster.migrate_slot(key, home)
+                async with asyncio.timeout(60):
+                    live += [frame async for frame in stream]
+            assert moved >= 2 and moved_back >= 2, "the turn's keys moved with the slot"
+            check_exact(live, echo_tokens(prompt, tokens))
+            assert wire(await replay(stack, turn_id)) == wire(live)
+            assert (await status(stack, turn_id, {"completed"}))["status"] == "completed"
+
+
+async def test_100_concurrent_streams_are_exact_token_by_token_on_a_cluster(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+) -> None:
+    upstream.responder = echo_responder(200)
+    async with private_redis(tmp_path / "queue") as queue:
+        settings = make_settings(
+            upstream,
+            redis_url=redis_cluster.url,
+            queue_redis_url=queue.url,
+            max_active_turns_per_user=STREAMS,
+            max_streams_per_user=STREAMS,
+        )
+        limits = httpx.Limits(max_connections=STREAMS + 10, max_keepalive_connections=0)
+        async with ProcessGroup(tmp_path / "logs") as procs:
+            await procs.worker(settings)
+            api = await procs.api(settings)
+            client = httpx.AsyncClient(
+                base_url=api.base_url or "", timeout=httpx.Timeout(90.0), limits=limits
+            )
+            async with client:
+                results = await asyncio.gather(*(one_stream(client, i) for i in range(STREAMS)))
+    for i, got in enumerate(results):
+        check_exact(got, echo_tokens(f"stream {i} on a cluster", 200))
+
+
+async def one_stream(client: httpx.AsyncClient, i: int) -> list[Frame]:
+    return await collect(client, "POST", CHAT, json=body(f"stream {i} on a cluster", stream=True))
