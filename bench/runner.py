@@ -121,7 +121,7 @@ class Sizes:
             burst_streams=200,
             burst_tokens=100,
             burst_delay_ms=10,
-            history_lengths=(2, 2000),
+            history_lengths=(2, 300, 2000),
             history_turns=40,
             history_tokens=20,
         )
@@ -160,7 +160,7 @@ class Sizes:
             burst_streams=50,
             burst_tokens=50,
             burst_delay_ms=10,
-            history_lengths=(2, 200),
+            history_lengths=(2, 100, 200),
             history_turns=8,
             history_tokens=10,
         )

@@ -16,7 +16,7 @@ from launcher.redis_server import free_port
 from shared import keys
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, LlmCallComplete, LlmPrompt, Start, ToolCall, encode
-from shared.streams import StreamBatcher, TurnOverError, entry_key, parse_entries
+from shared.streams import _BUSY_ROUND, StreamBatcher, TurnOverError, entry_key, parse_entries
 from shared.turns import SEALED_ID, STREAM_FIELD, TurnStore
 
 
@@ -247,3 +247,27 @@ async def test_a_producer_that_never_waits_is_held_back_past_1000_queued_events(
     await writer.write(done)  # one too many: this write waits until all are in Redis
     assert batcher.backlog(writer.key) == 0
     assert await redis.xlen(keys.events(turn_ids[0])) == 1 + 1001
+
+
+async def test_after_a_busy_round_a_turns_next_deltas_wait_a_moment_and_join(
+    redis: redis_asyncio.Redis,
+) -> None:
+    """A round of many turns (a worker that keeps up with its upstreams sends one token per
+    turn per round) is followed by a short pause, so the tokens arriving meanwhile go out
+    as one entry per turn instead of one round, and one XADD, per token."""
+    busy = [uuid.uuid4().hex for _ in range(_BUSY_ROUND)]
+    for turn_id in busy:
+        await redis.xadd(keys.events(turn_id), {STREAM_FIELD: encode(Start())})
+    try:
+        batcher = batcher_of(redis)
+        for turn_id in busy:
+            batcher.add(turn_id, Delta(text="a"))
+        first = busy[0]
+        await batcher.flush(first)  # the busy round is in Redis; its pause has begun
+        for piece in ("b", "c", "d"):
+            batcher.add(first, Delta(text=piece))
+            await asyncio.sleep(0)  # a loop iteration: without the pause, a round each
+        await batcher.flush(first)
+        assert await written(redis, first) == [Delta(text="a"), Delta(text="bcd")]
+    finally:
+        await redis.delete(*(keys.events(t) for t in busy))
