@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bench import measurements
+from bench import measurements, topology
 from bench.cost import cost_per_token
 from bench.history import history_length
 from bench.processes import ROOT, Cluster
@@ -115,6 +115,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"what the worker processes run (arq target; default {DEFAULT_WORKER})",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="instead: exactness and relay capacity on one Redis, then on a 3-primary Redis "
+        "Cluster, with each Redis server's CPU per token (bench/topology.py; a full run "
+        "writes docs/scaling.md)",
+    )
     return parser.parse_args(argv)
 
 
@@ -222,6 +229,8 @@ harness code: the difference is the pipeline.
 
 
 async def run(args: argparse.Namespace) -> int:
+    if args.cluster:
+        return await topology.run(args)
     names = selected(args)
     patched = (args.api_app, args.worker_settings) != (DEFAULT_API, DEFAULT_WORKER)
     sizes = Sizes.quick() if args.quick else Sizes.full()

@@ -28,11 +28,19 @@ from bench.client import Endpoint, request
 from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, start_redis
 from shared import keys
+from shared.connection import connect, connect_data
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE_NAME = "bernard:bench:queue"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time process `pid` used so far, from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 @dataclass(eq=False)
@@ -63,9 +71,7 @@ class Service:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time used so far, from /proc."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        return cpu_seconds(self.pid)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         stop_process(self.proc, signal.SIGTERM, timeout_s)
@@ -120,8 +126,17 @@ class Cluster:
         return cluster
 
     def redis(self) -> Redis:
-        """A new client for the run's Redis (the caller closes it)."""
-        return Redis.from_url(self.redis_url)
+        """A new client for the run's Redis, the data role's (the caller closes it)."""
+        return connect_data(self.redis_url)
+
+    @property
+    def queue_url(self) -> str:
+        """Where the queue role is: `BERNARD_QUEUE_REDIS_URL` when the run sets one."""
+        return self.settings_env.get("BERNARD_QUEUE_REDIS_URL", self.redis_url)
+
+    def queue(self) -> Redis:
+        """A new client for the queue role (the caller closes it)."""
+        return connect(self.queue_url)
 
     @property
     def dedicated_redis(self) -> bool:
@@ -207,7 +222,7 @@ class Cluster:
     async def wait_worker_registered(self, service: Service, timeout_s: float = 60) -> None:
         """Wait until the worker's supervisor has renewed its entry in `bernard:workers`."""
         pattern = re.compile(rf":{service.pid}:")
-        redis = self.redis()
+        redis = self.queue()
         try:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
@@ -244,14 +259,14 @@ class Cluster:
         for service in self.workers:
             service.kill()
         self.workers.clear()
-        redis = self.redis()
+        redis, queue = self.redis(), self.queue()
         removed = 0
         try:
-            for raw in await redis.zrange(QUEUE_NAME, 0, -1):
+            for raw in await queue.zrange(QUEUE_NAME, 0, -1):
                 job_id = raw.decode()
                 status = await redis.hget(keys.turn(job_id), "status")  # type: ignore[misc]
                 if status in (b"completed", b"failed", b"cancelled"):
-                    async with redis.pipeline(transaction=True) as pipe:
+                    async with queue.pipeline(transaction=True) as pipe:
                         pipe.zrem(QUEUE_NAME, job_id)
                         pipe.delete(
                             f"arq:in-progress:{job_id}", f"arq:job:{job_id}", f"arq:retry:{job_id}"
@@ -260,6 +275,7 @@ class Cluster:
                     removed += 1
         finally:
             await redis.aclose()
+            await queue.aclose()
         for _ in range(count):
             await self.start_worker()
         return removed

@@ -3,6 +3,7 @@
 It appends text deltas to existing turns' streams at a fixed offered rate, one stream
 entry per token exactly as the worker's `StreamWriter` encodes them (`shared.events.encode`,
 which stamps `at`), then ends every turn with the same `TurnStore.finish` the worker uses.
+On a Redis Cluster it also publishes each stream's wake-up, as the worker does there.
 With no LLM client in the loop, the API process is the only thing relaying, so the rate it
 sustains is its own.
 
@@ -17,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from shared import keys
+from shared.connection import connect_data, is_cluster
 from shared.events import Delta, Done, encode
 from shared.turns import STREAM_FIELD, TurnStore
 from tests.upstream import echo_tokens
@@ -35,28 +37,34 @@ def synthetic_tokens(turn_id: str, count: int) -> list[str]:
 
 async def write(spec: dict[str, Any]) -> dict[str, Any]:
     """Append the deltas round by round (one token to every turn per round), then finish."""
-    redis = Redis.from_url(spec["redis_url"])
+    redis = connect_data(spec["redis_url"])
     turn_ids: list[str] = spec["turn_ids"]
     tokens = {turn_id: synthetic_tokens(turn_id, spec["tokens"]) for turn_id in turn_ids}
     rate: float = spec["rate"]
     maxlen: int = spec["maxlen"]
     interval = len(turn_ids) / rate if rate > 0 else 0.0
     store = TurnStore(redis, retention_s=spec["retention_s"], stream_maxlen=maxlen)
+    shards = await _shards(redis, turn_ids)
     entries = 0
     started = time.time()
     due = time.monotonic()
+
+    async def append(client: Redis, ids: list[str], index: int, wake: bool) -> None:
+        async with client.pipeline(transaction=False) as pipe:
+            for turn_id in ids:
+                payload = encode(Delta(text=tokens[turn_id][index]))
+                pipe.xadd(
+                    keys.events(turn_id), {STREAM_FIELD: payload}, maxlen=maxlen, approximate=True
+                )
+                if wake:
+                    pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
+            await pipe.execute()
+
     try:
         for index in range(spec["tokens"]):
-            async with redis.pipeline(transaction=False) as pipe:
-                for turn_id in turn_ids:
-                    payload = encode(Delta(text=tokens[turn_id][index]))
-                    pipe.xadd(
-                        keys.events(turn_id),
-                        {STREAM_FIELD: payload},
-                        maxlen=maxlen,
-                        approximate=True,
-                    )
-                await pipe.execute()
+            await asyncio.gather(
+                *(append(client, ids, index, client is not redis) for client, ids in shards)
+            )
             entries += len(turn_ids)
             if interval:
                 due += interval
@@ -65,12 +73,32 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
                     await asyncio.sleep(delay)
         ended = time.time()
         for turn_id in turn_ids:
-            owner = await redis.hget(keys.turn(turn_id), "owner")
+            owner = await redis.hget(keys.turn(turn_id), "owner")  # type: ignore[misc]
             done = Done(status="completed", finish_reason="stop")
             await store.finish(turn_id, (owner or b"").decode(), done)
     finally:
+        for client, _ in shards:
+            if client is not redis:
+                await client.aclose()
         await redis.aclose()
     return {"started": started, "ended": ended, "entries": entries}
+
+
+async def _shards(redis: Redis, turn_ids: list[str]) -> list[tuple[Redis, list[str]]]:
+    """Where to send each turn's appends: `redis` for one server; on a Cluster a plain client
+    per primary with the turns whose streams it holds, so the writer pays no Cluster client
+    work per command (nothing moves slots during a run). These also publish each stream's
+    wake-up, as the worker's writes do there (shared/streams.py)."""
+    if not is_cluster(redis):
+        return [(redis, turn_ids)]
+    cluster = cast(RedisCluster, redis)
+    await cluster.initialize()
+    by_node: dict[tuple[str, int], list[str]] = {}
+    for turn_id in turn_ids:
+        node = cluster.get_node_from_key(keys.events(turn_id))
+        assert node is not None
+        by_node.setdefault((node.host, int(node.port)), []).append(turn_id)
+    return [(Redis(host=host, port=port), ids) for (host, port), ids in by_node.items()]
 
 
 def main() -> None:

@@ -282,7 +282,10 @@ def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 51
 
     A `RedisCluster` is typed as the `Redis` it stands in for: it offers the same commands,
     and the few places that must treat it differently ask `is_cluster`. Its nodes are
-    reached directly (no pool lock to wait on), so `PromptPool` does not apply.
+    reached directly (no pool lock to wait on), so `PromptPool` does not apply, and
+    `max_connections` neither: a Cluster node past its limit fails the command at once
+    rather than wait for a free connection (1,000 requests at once failed so), so each node
+    gets as many connections as the process has commands in flight to it.
     """
     address = parse_url(url)
     if address.kind != "cluster":
@@ -299,7 +302,6 @@ def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 51
         # redis-py 5 resets every node's connections every 5th MOVED by default, and a
         # pipeline in flight meanwhile fails on the missing default node.
         reinitialize_steps=0,
-        max_connections=max_connections,
         health_check_interval=30,
         socket_connect_timeout=5.0,
     )
