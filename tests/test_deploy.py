@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from shared.connection import parse_url
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,3 +203,52 @@ def test_k8s_redis_note_asks_for_aof_and_noeviction() -> None:
     note = (DEPLOY / "k8s" / "redis.md").read_text()
     assert "appendonly yes" in note
     assert "noeviction" in note
+
+
+# Beyond one Redis (docs/scaling.md)
+
+
+def test_compose_sentinel_runs_bernard_on_the_primary_its_sentinels_name() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.sentinel.yaml").read_text())
+    services = compose["services"]
+    sentinels = {name for name in services if name.startswith("sentinel")}
+    assert len(sentinels) == 3
+    for name in ("redis-primary", "redis-replica"):
+        command = " ".join(services[name]["command"])
+        assert "--appendonly yes" in command and "--maxmemory-policy noeviction" in command
+    conf = services["sentinel1"]["command"][-1]
+    monitored = re.search(r"sentinel monitor (\S+) redis-primary 6379 2", conf)
+    assert monitored is not None
+    for name, service in services.items():
+        if name.startswith(("redis", "sentinel")):
+            continue
+        env = service["environment"]
+        assert set(env) <= allowed_env(), name
+        address = parse_url(env["REDIS_URL"])
+        assert address.kind == "sentinel" and address.service == monitored[1]
+        assert {host for host, _ in address.hosts} == sentinels
+        assert "BERNARD_QUEUE_REDIS_URL" not in env  # both roles on that primary
+    assert command_of(services["worker"]["command"]) == procfile()["worker"].split()
+
+
+def test_k8s_cluster_overlay_puts_the_data_on_a_cluster_and_the_queue_behind_sentinel() -> None:
+    overlay = DEPLOY / "k8s" / "cluster"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == [".."]
+    patched = [
+        doc
+        for patch in kustomization["patches"]
+        for doc in yaml.safe_load_all((overlay / patch["path"]).read_text())
+        if doc
+    ]
+    (config,) = [doc for doc in patched if doc["kind"] == "ConfigMap"]
+    assert config["metadata"]["name"] in k8s_kind("ConfigMap")
+    assert set(config["data"]) <= allowed_env()
+    assert parse_url(config["data"]["REDIS_URL"]).kind == "cluster"
+    assert parse_url(config["data"]["BERNARD_QUEUE_REDIS_URL"]).kind == "sentinel"
+    Settings(
+        redis_url=config["data"]["REDIS_URL"],
+        queue_redis_url=config["data"]["BERNARD_QUEUE_REDIS_URL"],
+    )  # a Cluster for the queue would be refused
+    scaled = {doc["metadata"]["name"] for doc in patched if doc["kind"] == "Deployment"}
+    assert scaled == set(k8s_kind("Deployment"))
