@@ -37,7 +37,14 @@ from typing import Any, cast
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from api.hub import Reader, StreamReadError
 from shared import keys
@@ -50,6 +57,8 @@ SWEEP_S = 2.0
 _READ_COUNT = 1000
 # How long a new reader waits for its subscription before its first read.
 _SUBSCRIBE_WAIT_S = 2.0
+# Answers that say "not now" rather than "never": the read is tried again.
+_PASSING = (AskError, ClusterDownError, MovedError, TryAgainError)
 
 
 class ClusterHub:
@@ -217,7 +226,13 @@ class ClusterHub:
                     target_nodes=self.cluster.get_node_from_key(key),
                 )
             replies = await pipe.execute(raise_on_error=False)
+        retry = False
         for turn_id, reply in zip(batch, replies, strict=True):
+            if isinstance(reply, _PASSING):
+                # The slot is moving or its shard failing over: read it again shortly.
+                self._marked.add(turn_id)
+                retry = True
+                continue
             if isinstance(reply, ResponseError):
                 logger.warning(
                     "stream of turn %s cannot be read (%s); ending its readers", turn_id, reply
@@ -233,6 +248,9 @@ class ClusterHub:
                     reader.offer(cursors[turn_id], entries)
                 if len(entries) >= _READ_COUNT:
                     self.mark(turn_id)  # more than one read's worth
+        if retry:
+            await asyncio.sleep(0.05)
+            self._woken.set()
 
 
 class _NodeWatch:
