@@ -35,7 +35,6 @@ from worker.llm import Models, build_models
 from worker.queue import WakeWorker
 from worker.summaries import summarize
 from worker.supervisor import TurnSupervisor
-from worker.tools.catalog import publish_tools
 from worker.tools.runtime import http_client
 from worker.turn import turn_events
 
@@ -66,8 +65,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         http=(http := http_client(settings, ctx.get("tool_transport"))),
         queue=queue,
     )
-    await supervisor.start()
-    await publish_tools(queue, supervisor.tools, settings)
+    await supervisor.start()  # publishes the tools it offers (worker/tools/catalog.py)
     ctx.update(
         settings=settings,
         bernard_redis=redis,

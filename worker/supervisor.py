@@ -5,7 +5,8 @@ lease on it (renewed from a thread of its own, `worker.leases`), and aborts it t
 a cancel arrives (published on a channel, with the cancel key checked at every lease
 renewal as a fallback). Once a second it also looks for turns whose worker stopped
 renewing (a SIGKILL, a lost machine) and ends them `failed` with `worker_lost`, so an
-attached client always gets a terminal frame.
+attached client always gets a terminal frame. It publishes the tools the worker offers
+(`GET /v1/tools`) as it starts and every `REPUBLISH_S` after (worker/tools/catalog.py).
 
 Cancellation, once: a stop request cancels the task running the turn. The cancelled task
 catches `CancelledError`, writes `done` with status `cancelled` and returns normally, so arq
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any
@@ -50,7 +52,7 @@ from worker.context import TurnContext
 from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
 from worker.telemetry import TurnTelemetry
-from worker.tools import enabled_tools
+from worker.tools import catalog, enabled_tools
 from worker.tools.runtime import ToolRuntime
 
 logger = logging.getLogger("bernard.worker")
@@ -100,8 +102,10 @@ class TurnSupervisor:
         # Why a local turn was told to stop: "cancelled" (asked to) or "lost" (record gone).
         self._stop_reason: dict[str, str] = {}
         self._background: list[asyncio.Task[None]] = []
+        self._tools_published = 0.0  # `time.monotonic()` of the last publish
 
     async def start(self) -> None:
+        await self._publish_tools()
         self.leases = LeaseKeeper(
             self.settings, self.worker_id, self.cancel_local, asyncio.get_running_loop()
         )
@@ -307,12 +311,21 @@ class TurnSupervisor:
                 logger.warning("cancel listener lost Redis (%s); retrying", exc)
                 await asyncio.sleep(0.5)
 
+    async def _publish_tools(self) -> None:
+        await catalog.publish_tools(self.queue, self.tools, self.settings)
+        self._tools_published = time.monotonic()
+
     async def _beat_and_reap(self) -> None:
         """Tell the lease thread this loop is alive; end the turns running here if the data
-        role failed over; end turns whose worker died."""
+        role failed over; end turns whose worker died; publish the tools again when due."""
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
             self.leases.beat()
+            if time.monotonic() - self._tools_published >= catalog.REPUBLISH_S:
+                try:
+                    await self._publish_tools()
+                except (RedisError, OSError) as exc:
+                    logger.warning("publishing the tools failed (%s); retrying", exc)
             seen = failovers(self.redis)
             if seen != self._failovers:
                 self._failovers = seen

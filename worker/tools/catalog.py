@@ -2,9 +2,10 @@
 
 The API does not import the worker's tools; each worker, as it starts, writes the tools it
 offers (name, description, argument schema, whether a call waits for confirmation) to
-`keys.TOOLS`, and the API serves what is there. Workers of one deployment share one
-configuration, so the last one to start speaks for all; the entry expires a day after the
-last start.
+`keys.TOOLS`, and again every `REPUBLISH_S` while it runs (worker/supervisor.py), and the
+API serves what is there. Workers of one deployment share one configuration, so the last
+one to publish speaks for all; the entry expires a day after the last publish, so a day
+after the last worker stopped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from shared.settings import Settings
 from worker.tools.confirmation import parameters, requires_confirmation
 
 _TTL_S = 86_400
+# How often a running worker publishes its tools again: well within `_TTL_S`, so the entry
+# outlives any one worker's uptime and comes back after Redis lost it.
+REPUBLISH_S = 3600.0
 
 
 def catalog(tools: Sequence[BaseTool], settings: Settings) -> list[dict[str, Any]]:
