@@ -27,14 +27,14 @@ from sse_starlette import EventSourceResponse
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume
 from api.encoding import encoder_for, terminal_error, usage_body
-from api.errors import ApiError
+from api.errors import RETRY_AFTER_S, ApiError
 from api.metrics import TURNS_CREATED
 from api.relay import relay
 from api.responses import JSONResponse
 from api.sse import encoded
 from api.state import AppState
 from shared import traces
-from shared.endings import as_code, ended, http_status
+from shared.endings import as_code, ended, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
 from shared.settings import MODEL_ID
@@ -199,15 +199,19 @@ async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event]
 
 
 def raise_if_failed(record: TurnRecord, done: Done) -> None:
-    """The error envelope of a turn that did not complete, with its status code."""
+    """The error envelope of a turn that did not complete, with its status code; an ending
+    that may work if tried again (a failed upstream, say) says when (`Retry-After`)."""
     error = terminal_error(done)
     if error is not None:
+        headers = turn_headers(record)  # the client can still look the turn up
+        if retryable(error["code"]):
+            headers["retry-after"] = str(RETRY_AFTER_S)
         raise ApiError(
             http_status(error["code"]),
             error["message"],
             code=as_code(error["code"]),
             type=error["type"],
-            headers=turn_headers(record),  # the client can still look the turn up
+            headers=headers,
         )
 
 

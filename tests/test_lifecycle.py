@@ -394,6 +394,7 @@ async def test_a_non_stream_answer_ends_with_the_same_error_and_its_status(
     response = await stack.client.post(CHAT, json=body())
     polled = (await stack.client.get(f"/v1/turns/{response.headers['x-bernard-turn-id']}")).json()
     assert response.status_code == 502
+    assert response.headers["retry-after"] == "1", "an upstream failure may pass: retry later"
     error = response.json()["error"]
     assert {k: v for k, v in error.items() if k != "param"} == polled["error"]
     assert error["code"] == "upstream_error"
