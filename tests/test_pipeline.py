@@ -7,13 +7,16 @@ the worker's `ChatOpenAI` talks to the scripted upstream over real HTTP.
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 
 import pytest
+import redis.asyncio as redis_asyncio
 
 import worker.tools.catalog
 from shared import keys
 from shared.streams import entry_key
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
 from tests.sse import collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -193,6 +196,21 @@ async def test_readyz_is_unavailable_without_workers(upstream: ScriptedUpstream)
     async with run_stack(make_settings(upstream), worker=False) as stack:
         await stack.redis.delete(keys.WORKERS)
         assert (await stack.client.get("/readyz")).status_code == 503
+
+
+async def test_readyz_is_unavailable_while_the_data_redis_apart_does_not_answer(
+    redis: redis_asyncio.Redis,
+) -> None:
+    # The queue role answers and a worker reported in; the data role (turns, streams) does not.
+    settings = make_settings(queue_redis_url=TEST_REDIS_URL, redis_url="redis://127.0.0.1:1/0")
+    worker_id = f"test-worker-{uuid.uuid4().hex}"
+    await redis.zadd(keys.WORKERS, {worker_id: time.time()})
+    try:
+        async with run_stack(settings, worker=False) as stack:
+            ready = await stack.client.get("/readyz")
+    finally:
+        await redis.zrem(keys.WORKERS, worker_id)
+    assert (ready.status_code, ready.json()["redis"]) == (503, False)
 
 
 async def test_redis_unreachable_is_a_503_with_a_clear_message() -> None:

@@ -1,4 +1,5 @@
-"""Probes: `/healthz` (the process answers) and `/readyz` (Redis answers, a worker is alive)."""
+"""Probes: `/healthz` (the process answers) and `/readyz` (Redis answers, both roles when
+they are apart, and a worker is alive)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz")
 async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
     try:
+        if state.redis is not state.queue:  # the data role (shared/keys.py) is a Redis apart
+            await state.redis.ping()
         workers = await state.queue.zcount(keys.WORKERS, time.time() - _WORKER_FRESH_S, "+inf")
     except (RedisError, OSError):
         return JSONResponse({"status": "unavailable", "redis": False}, status_code=503)
