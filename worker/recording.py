@@ -22,11 +22,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine
 from dataclasses import asdict
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from redis.exceptions import RedisError
 
 from shared.events import Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
@@ -35,11 +35,10 @@ from shared.records import (
     Message,
     Recorder,
     new_call_id,
-    to_openai_message,
 )
 from worker.context import TurnContext
 
-__all__ = ["EXPIRED_CALL", "TurnRecording", "as_history"]
+__all__ = ["EXPIRED_CALL", "TurnRecording"]
 
 logger = logging.getLogger("bernard.worker")
 
@@ -279,16 +278,6 @@ class OrderedWrites:
         # Writes queued behind a failed one never run; close them so none is left unawaited.
         while self._queue:
             self._queue.popleft().close()
-
-
-def as_history(stored: Sequence[Mapping[str, Any]]) -> list[BaseMessage]:
-    """Stored conversation rows as LangChain messages, oldest first."""
-    # Only the OpenAI fields (a row also has its id, turn and time); a stored assistant
-    # message may have `content: null` (tool calls only), and LangChain wants text.
-    cleaned: list[dict[str, Any]] = [
-        {**(openai := to_openai_message(m)), "content": openai.get("content") or ""} for m in stored
-    ]
-    return list(convert_to_messages(cleaned))
 
 
 def _tool_message(messages: list[BaseMessage], tool_call_id: str) -> ToolMessage | None:
