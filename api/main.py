@@ -188,7 +188,7 @@ async def _reap_forever(store: TurnStore, interval_s: float) -> None:
                 logger.warning(
                     "turn %s failed: its worker was lost",
                     turn_id,
-                    extra={"turn_id": turn_id, "status": "failed", "error": "worker_lost"},
+                    extra={"turn_id": turn_id, "status": "failed", "error": ErrorCode.WORKER_LOST},
                 )
         except (RedisError, OSError) as exc:
             logger.debug("reaper could not reach Redis: %s", exc)

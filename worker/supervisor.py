@@ -340,7 +340,11 @@ class TurnSupervisor:
                     logger.warning(
                         "turn %s failed: its worker was lost",
                         turn_id,
-                        extra={"turn_id": turn_id, "status": "failed", "error": "worker_lost"},
+                        extra={
+                            "turn_id": turn_id,
+                            "status": "failed",
+                            "error": ErrorCode.WORKER_LOST,
+                        },
                     )
             except (RedisError, OSError) as exc:
                 logger.warning("reaping failed (%s); retrying", exc)
