@@ -41,6 +41,7 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     MovedError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     TryAgainError,
@@ -57,6 +58,8 @@ SWEEP_S = 2.0
 _READ_COUNT = 1000
 # How long a new reader waits for its subscription before its first read.
 _SUBSCRIBE_WAIT_S = 2.0
+# What a lost node or an unknown slot raise: the hub retries.
+_UNREACHABLE = (RedisError, RedisClusterException, OSError)
 # Answers that say "not now" rather than "never": the read is tried again.
 _PASSING = (AskError, ClusterDownError, MovedError, TryAgainError)
 
@@ -131,7 +134,7 @@ class ClusterHub:
         try:
             await self.cluster.initialize()  # nothing once it knows the cluster
             node = self.cluster.get_node_from_key(channel)
-        except (RedisError, OSError) as exc:
+        except _UNREACHABLE as exc:
             logger.warning("stream hub cannot locate %s (%s); relying on the sweep", channel, exc)
             self._later(self._rehome([turn_id]))
             return
@@ -167,7 +170,7 @@ class ClusterHub:
                 # A keyed command through the Cluster client: a MOVED answer or a lost node
                 # makes it learn where the slot lives now.
                 await self.cluster.exists(keys.events(turn_id))
-            except (RedisError, OSError):
+            except _UNREACHABLE:
                 missing.append(turn_id)
                 continue
             await self._subscribe(turn_id)
@@ -198,7 +201,7 @@ class ClusterHub:
             try:
                 await self._read(batch)
                 failures = 0
-            except (RedisError, OSError) as exc:
+            except _UNREACHABLE as exc:
                 failures += 1
                 logger.warning("stream hub lost Redis (%s); retrying", exc)
                 self._marked.update(batch)
@@ -207,6 +210,7 @@ class ClusterHub:
 
     async def _read(self, batch: list[str]) -> None:
         """Read each stream of `batch` from its readers' oldest cursor; hand entries out."""
+        await self.cluster.initialize()  # nothing once it knows the cluster
         cursors = {
             turn_id: min((r.cursor for r in self._readers[turn_id]), key=entry_key)
             for turn_id in batch
@@ -321,7 +325,7 @@ class _NodeWatch:
                 logger.info("stream hub resubscribing off %s (%s)", self.node.name, exc)
                 self.hub.moved(list(self.channels))
                 self.channels.clear()
-            except (RedisError, OSError) as exc:
+            except _UNREACHABLE as exc:
                 failures += 1
                 logger.warning("stream hub lost node %s (%s); retrying", self.node.name, exc)
                 if failures > 1:  # gone for good, or failed over: find where its slots went

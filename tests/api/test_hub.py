@@ -11,9 +11,11 @@ import pytest
 import redis.asyncio as redis_asyncio
 from redis.exceptions import ResponseError
 
+from api.cluster_hub import ClusterHub
 from api.hub import Reader, StreamHub, StreamReadError, _Lane
 from launcher.redis_server import free_port
 from shared import keys
+from shared.connection import connect_data
 from shared.events import Delta, Stamped, encode
 from shared.streams import Entry
 from shared.turns import STREAM_FIELD
@@ -297,6 +299,20 @@ async def test_a_lane_that_loses_redis_while_probing_a_refused_read_fails_nobody
         assert lane.readers == {"t": {reader}}
         with pytest.raises(TimeoutError):
             await reader.next(wait_s=0.01)
+    finally:
+        await hub.stop()
+        await unreachable.aclose()
+
+
+async def test_a_cluster_hub_whose_cluster_cannot_be_reached_waits_and_does_not_die() -> None:
+    unreachable = connect_data(f"redis+cluster://127.0.0.1:{free_port()}", retries=0)
+    hub = ClusterHub(unreachable, sweep_s=0.1)
+    await hub.start()
+    try:
+        async with hub.read(uuid.uuid4().hex) as reader:
+            with pytest.raises(TimeoutError):
+                await reader.next(wait_s=0.5)  # several sweeps failed meanwhile
+            assert hub._reader_task is not None and not hub._reader_task.done()
     finally:
         await hub.stop()
         await unreachable.aclose()
