@@ -17,6 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from redis.exceptions import ClusterDownError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -143,6 +144,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)
+    # A Cluster without a primary for a slot (a shard failing over), or none reachable.
+    @app.exception_handler(ClusterDownError)
+    @app.exception_handler(RedisClusterException)
     async def _redis_down(request: Request, exc: Exception) -> JSONResponse:
         logger.warning("Redis unreachable: %s", exc)
         return error_response(

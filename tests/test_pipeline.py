@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 import worker.tools.catalog
+from launcher.redis_server import free_port
 from shared import keys
 from shared.streams import entry_key
 from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
@@ -220,6 +221,17 @@ async def test_redis_unreachable_is_a_503_with_a_clear_message() -> None:
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "redis_unavailable"
     assert response.headers["retry-after"] == "1"
+
+
+async def test_a_redis_cluster_that_cannot_be_reached_is_a_503_too() -> None:
+    # The queue role answers; the data role, a Cluster, has no node that does.
+    settings = make_settings(
+        queue_redis_url=TEST_REDIS_URL, redis_url=f"redis+cluster://127.0.0.1:{free_port()}"
+    )
+    async with run_stack(settings, worker=False) as stack:
+        response = await stack.client.post(CHAT, json=body())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "redis_unavailable"
 
 
 @pytest.mark.parametrize("accept", ["application/json", "*/*"])
