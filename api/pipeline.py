@@ -28,6 +28,7 @@ from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume
 from api.encoding import encoder_for, terminal_error, usage_body
 from api.errors import RETRY_AFTER_S, ApiError
+from api.hub import StreamReadError
 from api.metrics import TURNS_CREATED
 from api.relay import relay
 from api.responses import JSONResponse
@@ -183,7 +184,8 @@ def stream_response(
 
 
 async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event], Done]:
-    """Every event of the turn's stream and its `done` (`turn_lost` if it vanished)."""
+    """Every event of the turn's stream and its `done` (`turn_lost` if it vanished,
+    `stream_unreadable` if Redis refuses to read it, as a relay ends: api/relay.py)."""
     events: list[Event] = []
     async with state.hub.read(record.id) as reader:
         while True:
@@ -193,6 +195,8 @@ async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event]
                 if await turn_exists(state, record.id):
                     continue
                 return events, ended(ErrorCode.TURN_LOST)  # no `done` will ever come
+            except StreamReadError:
+                return events, ended(ErrorCode.STREAM_UNREADABLE)
             if isinstance(stamped.event, Done):
                 return events, stamped.event
             events.append(stamped.event)

@@ -398,3 +398,48 @@ async def test_a_non_stream_answer_ends_with_the_same_error_and_its_status(
     error = response.json()["error"]
     assert {k: v for k, v in error.items() if k != "param"} == polled["error"]
     assert error["code"] == "upstream_error"
+
+
+async def test_a_non_stream_answer_whose_stream_cannot_be_read_is_503_stream_unreadable(
+    upstream: ScriptedUpstream,
+) -> None:
+    owner = f"user-{time.time_ns()}"
+    settings = make_settings(upstream, api_keys=f"key-{owner}:{owner}")
+    headers = {"Authorization": f"Bearer key-{owner}"}
+    async with run_stack(settings, worker=False) as stack:
+        waiting = asyncio.create_task(stack.client.post(CHAT, json=body(), headers=headers))
+        async with asyncio.timeout(10):
+            while True:
+                created = await stack.redis.zrange(keys.turns(owner), 0, -1)
+                if created:
+                    break
+                await asyncio.sleep(0.02)
+        turn_id = created[0].decode()
+        # Redis now refuses to read it as a stream, as a relay's reader would be refused.
+        await stack.redis.delete(keys.events(turn_id))
+        await stack.redis.set(keys.events(turn_id), "not a stream", ex=60)
+        try:
+            async with asyncio.timeout(20):
+                response = await waiting
+        finally:
+            await stack.redis.delete(keys.events(turn_id), keys.turn(turn_id))
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "stream_unreadable"
+    assert response.headers["x-bernard-turn-id"] == turn_id
+
+
+async def test_cancel_answers_the_turn_as_it_stands_when_its_stream_cannot_be_read(
+    upstream: ScriptedUpstream,
+) -> None:
+    async with run_stack(make_settings(upstream), worker=False) as stack:
+        turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+        # As a worker's claim leaves it (no worker here will end it), its stream unreadable.
+        await stack.redis.hset(keys.turn(turn["id"]), "status", "running")
+        await stack.redis.delete(keys.events(turn["id"]))
+        await stack.redis.set(keys.events(turn["id"]), "not a stream", ex=60)
+        try:
+            async with asyncio.timeout(20):
+                cancelled = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
+        finally:
+            await stack.redis.delete(keys.events(turn["id"]), keys.turn(turn["id"]))
+    assert (cancelled.status_code, cancelled.json()["status"]) == (200, "running")

@@ -17,6 +17,7 @@ from api.auth import Owner
 from api.cursors import BadCursorError, locate, parse_cursor
 from api.encoding import encoder_for
 from api.errors import ApiError, invalid
+from api.hub import StreamReadError
 from api.pipeline import SSE_HEADERS, attach, stream_response, turn_headers, turn_object
 from api.relay import sse
 from api.state import AppState, get_state
@@ -69,7 +70,7 @@ async def get_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any]:
 @router.post("/turns/{turn_id}/cancel")
 async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any]:
     """Stop the turn from any API process; idempotent. Answers the turn once it has ended
-    (or as it stands after `CANCEL_WAIT_S`)."""
+    (or as it stands after `CANCEL_WAIT_S`, or once its stream cannot be read)."""
     record = await _owned_turn(state, turn_id, owner)
     if record.finished:
         return turn_object(record)
@@ -80,7 +81,7 @@ async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any
         # No worker has it yet, and there may be none: end it here, unless one took it
         # meanwhile (then that worker ends it, having heard the cancel).
         await state.store.end(turn_id, owner, ErrorCode.TURN_CANCELLED, condition="queued")
-    with contextlib.suppress(TimeoutError):
+    with contextlib.suppress(TimeoutError, StreamReadError):
         async with state.hub.read(turn_id) as reader:
             while not isinstance((await reader.next(wait_s=CANCEL_WAIT_S))[1].event, Done):
                 pass
