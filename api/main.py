@@ -17,7 +17,6 @@ from typing import cast
 from arq.connections import ArqRedis
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, metrics
@@ -28,7 +27,7 @@ from api.errors import ApiError, error_response
 from api.hub import Hub, StreamHub
 from api.routes import chat, conversations, events, health, models, playground, tools, turns
 from api.state import AppState
-from shared.connection import connect, connect_data, is_cluster
+from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
 from shared.redis_checks import warn_if_evicting
@@ -190,7 +189,7 @@ async def _reap_forever(store: TurnStore, interval_s: float) -> None:
                     turn_id,
                     extra={"turn_id": turn_id, "status": "failed", "error": ErrorCode.WORKER_LOST},
                 )
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             logger.debug("reaper could not reach Redis: %s", exc)
 
 

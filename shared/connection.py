@@ -27,7 +27,7 @@ from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import ConnectionError, RedisError, TimeoutError
+from redis.exceptions import ConnectionError, RedisClusterException, RedisError, TimeoutError
 
 from shared.settings import is_cluster_url
 
@@ -43,6 +43,11 @@ _SENTINEL_PORT = 26379
 _REDIS_PORT = 6379
 
 Kind = Literal["single", "sentinel", "cluster"]
+
+# What a Redis call can raise when Redis is down or unreachable. A Cluster client raises
+# its own `RedisClusterException` (no `RedisError`) when no node answers or a slot has no
+# primary (a shard failing over); loops that must outlive an outage catch all three.
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,8 +230,10 @@ async def test_a_redis_cluster_that_cannot_be_reached_is_a_503_too() -> None:
     )
     async with run_stack(settings, worker=False) as stack:
         response = await stack.client.post(CHAT, json=body())
+        ready = await stack.client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "redis_unavailable"
+    assert ready.status_code == 503 and ready.json()["redis"] is False
 
 
 @pytest.mark.parametrize("accept", ["application/json", "*/*"])

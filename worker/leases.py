@@ -19,10 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 from shared import keys
-from shared.connection import connect, connect_data
+from shared.connection import REDIS_ERRORS, connect, connect_data
 from shared.settings import Settings
 from shared.turns import CANCEL_REQUESTED, TURN_OVER, TurnStore
 
@@ -105,7 +103,7 @@ class LeaseKeeper:
                     continue
                 try:
                     await self._renew(store)
-                except (RedisError, OSError) as exc:
+                except REDIS_ERRORS as exc:
                     logger.warning("lease renewal failed (%s); retrying", exc)
         finally:
             if queue is not redis:

@@ -39,7 +39,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.connection import failovers
+from shared.connection import REDIS_ERRORS, failovers
 from shared.endings import ENDINGS, completed, ended
 from shared.errors import ErrorCode
 from shared.events import Done, Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
@@ -346,7 +346,7 @@ class TurnSupervisor:
                             "error": ErrorCode.WORKER_LOST,
                         },
                     )
-            except (RedisError, OSError) as exc:
+            except REDIS_ERRORS as exc:
                 logger.warning("reaping failed (%s); retrying", exc)
 
 
@@ -364,5 +364,5 @@ def _visible(event: Event, record: TurnRecord) -> bool:
 async def _flush_quietly(writer: StreamWriter) -> None:
     """Push out what the turn yielded before it ended; a Redis failure, or a turn already
     ended elsewhere, must not mask why."""
-    with contextlib.suppress(RedisError, OSError, TurnOverError):
+    with contextlib.suppress(*REDIS_ERRORS, TurnOverError):
         await writer.flush()

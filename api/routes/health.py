@@ -7,11 +7,11 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from redis.exceptions import RedisError
 
 from api.responses import JSONResponse
 from api.state import AppState, get_state
 from shared import keys
+from shared.connection import REDIS_ERRORS
 
 router = APIRouter()
 # A worker renews its entry every lease renewal (1 s by default); 15 s of silence is dead.
@@ -29,7 +29,7 @@ async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
         if state.redis is not state.queue:  # the data role (shared/keys.py) is a Redis apart
             await state.redis.ping()
         workers = await state.queue.zcount(keys.WORKERS, time.time() - _WORKER_FRESH_S, "+inf")
-    except (RedisError, OSError):
+    except REDIS_ERRORS:
         return JSONResponse({"status": "unavailable", "redis": False}, status_code=503)
     body = {"status": "ok" if workers else "unavailable", "redis": True, "workers": workers}
     return JSONResponse(body, status_code=200 if workers else 503)
