@@ -35,6 +35,7 @@ from api.responses import JSONResponse
 from api.sse import encoded
 from api.state import AppState
 from shared import traces
+from shared.connection import REDIS_ERRORS
 from shared.endings import as_code, ended, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
@@ -253,7 +254,7 @@ async def turn_exists(state: AppState, turn_id: str) -> bool:
     """
     try:
         return await state.store.check(turn_id) is not None
-    except (RedisError, OSError):
+    except REDIS_ERRORS:
         return True
 
 
