@@ -8,6 +8,7 @@ process can encode any entry on its own: that is what makes resume exact.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal
@@ -213,12 +214,34 @@ class Stamped:
     at: float = field(default_factory=time.time)
 
 
+# A str holds a lone surrogate only when something decoded one (a whole pair is one character).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def encode(event: Event, at: float | None = None) -> bytes:
-    """The stream entry's payload: orjson of the event's fields plus `type` and `at`."""
+    """The stream entry's payload: orjson of the event's fields plus `type` and `at`.
+
+    A lone surrogate (`"\\ud800"`, which a model's broken output can carry through a JSON
+    parser that allows it) is not UTF-8 and orjson refuses it: it is written as U+FFFD, so
+    the event, and its turn, go on.
+    """
     body = asdict(event)
     body["type"] = event.type
     body["at"] = time.time() if at is None else at
-    return orjson.dumps(body)
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return orjson.dumps(_without_surrogates(body))
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_surrogates(v) for v in value]
+    return value
 
 
 def decode(payload: bytes | str) -> Stamped:

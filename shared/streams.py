@@ -109,6 +109,9 @@ class StreamBatcher:
                 self._in_flight = set(batch)
                 try:
                     await self._write(batch)
+                except Exception as exc:  # not any one turn's fault: every turn of the round
+                    for turn_id in batch:
+                        self._errors.setdefault(turn_id, exc)
                 finally:
                     self._in_flight = set()
                     self._round_done.set()
@@ -123,10 +126,15 @@ class StreamBatcher:
         sent: list[str | None] = []
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id, events in batch.items():
-                for event in events:
+                try:
+                    payloads = [encode(event) for event in events]
+                except Exception as exc:  # this turn's events cannot be written: its alone
+                    self._errors.setdefault(turn_id, exc)
+                    continue
+                for payload in payloads:
                     pipe.xadd(
                         keys.events(turn_id),
-                        {STREAM_FIELD: encode(event)},
+                        {STREAM_FIELD: payload},
                         maxlen=self.maxlen,
                         approximate=True,
                         nomkstream=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as redis_asyncio
@@ -15,7 +16,16 @@ from redis.exceptions import ResponseError
 from launcher.redis_server import free_port
 from shared import keys
 from shared.errors import ErrorCode
-from shared.events import Delta, Done, LlmCallComplete, LlmPrompt, Start, ToolCall, encode
+from shared.events import (
+    Delta,
+    Done,
+    Error,
+    LlmCallComplete,
+    LlmPrompt,
+    Start,
+    ToolCall,
+    encode,
+)
 from shared.streams import _BUSY_ROUND, StreamBatcher, TurnOverError, entry_key, parse_entries
 from shared.turns import SEALED_ID, STREAM_FIELD, TurnStore
 
@@ -271,3 +281,18 @@ async def test_after_a_busy_round_a_turns_next_deltas_wait_a_moment_and_join(
         assert await written(redis, first) == [Delta(text="a"), Delta(text="bcd")]
     finally:
         await redis.delete(*(keys.events(t) for t in busy))
+
+
+async def test_an_event_that_cannot_be_written_fails_its_own_turn_and_no_other(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    broken, healthy = turn_ids[0], turn_ids[1]
+    batcher = batcher_of(redis)
+    batcher.add(healthy, Delta(text="fine"))
+    # A field no JSON can hold, in the same round as the healthy turn's delta.
+    batcher.add(broken, Error(message="x", code=cast(Any, {"not", "json"})))
+    with pytest.raises(TypeError):
+        await batcher.flush(broken)
+    await batcher.flush(healthy)
+    assert await written(redis, healthy) == [Delta(text="fine")]
+    assert await written(redis, broken) == []
