@@ -130,6 +130,20 @@ return 1
 # is 'missing', 'approved', 'rejected' or 'expired' when it cannot be decided (already
 # decided, or lapsed), else {'decided', pending left of its turn, json of that turn's
 # decided proposals}.
+# KEYS: proposals. ARGV: confirmation id. Takes back a decision that nothing acted on (the
+# turn that was to carry it out could not start): the proposal is `pending` again, with its
+# own arguments. Returns 1, or 0 when it was not decided.
+_UNDECIDE = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local proposal = cjson.decode(raw)
+if proposal['state'] ~= 'approved' and proposal['state'] ~= 'rejected' then return 0 end
+proposal['state'] = 'pending'
+proposal['arguments'] = nil
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(proposal))
+return 1
+"""
+
 _DECIDE = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return {'missing'} end
@@ -324,6 +338,7 @@ class _Store:
         self._swap_active = redis.register_script(_SWAP_ACTIVE)
         self._save_summary = redis.register_script(_SAVE_SUMMARY)
         self._decide = redis.register_script(_DECIDE)
+        self._undecide = redis.register_script(_UNDECIDE)
 
     def _keys(self, conversation_id: str) -> tuple[str, str, str]:
         """The conversation's metadata, messages and calls keys."""
@@ -557,6 +572,15 @@ class Recorder(_Store):
             return Decision(outcome)
         decided = sorted(orjson.loads(reply[2]), key=lambda p: float(p["expires_at"]))
         return Decision(outcome, pending=int(reply[1]), decided=decided)
+
+    async def undecide(self, conversation_id: str, confirmation_id: str) -> bool:
+        """Take back the decision on `confirmation_id` (see `_UNDECIDE`); False if it was not
+        decided."""
+        reply = await self._undecide(
+            keys=[keys.conversation_proposals(self.owner, conversation_id)],
+            args=[confirmation_id],
+        )
+        return bool(int(reply))
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         """Remove the conversation and everything recorded in it; False if there was none."""

@@ -615,3 +615,38 @@ async def test_a_decision_resumes_on_another_api_process_and_worker(
         assert body["status"] == "completed"
         assert [r["role"] for r in body["messages"]] == ["tool", "assistant"]
         assert body["messages"][0]["content"] == "Saved: the door code is 1234"
+
+
+async def test_a_decision_whose_turn_cannot_start_can_be_made_again(
+    upstream: ScriptedUpstream,
+) -> None:
+    """At the user's limit of running turns the decision's turn is refused (429): the
+    decision is taken back, not left `approved` with nothing behind it."""
+    settings = make_settings(upstream, api_keys=keys_for_two(), max_active_turns_per_user=1)
+    async with run_stack(settings) as users:
+        await conversation(users)
+        confirmation = await pause(users, upstream)
+        gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
+        body = {
+            "model": "bernard-v1",
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        }
+        async with users.client.stream(
+            "POST", "/v1/chat/completions", json=body, headers=ALICE
+        ) as busy:
+            await gate.wait_blocked()
+            decision = {"confirmation_id": confirmation, "decision": "approve"}
+            refused = await resume(users, "kitchen", decision)
+            assert isinstance(refused, httpx.Response)
+            assert refused.status_code == 429, refused.text
+            waiting = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+            assert waiting["status"] == "awaiting_confirmation"
+            gate.release()
+            await busy.aread()
+        upstream.script(Reply.text("Saved."))
+        again = await resume(users, "kitchen", decision)
+        assert isinstance(again, httpx.Response)
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "completed"
+        assert await notes_of(users) == ["the door code is 1234"]

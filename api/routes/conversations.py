@@ -288,7 +288,13 @@ async def resume(
             ],
         },
     )
-    return await _run(state, owner, conversation_id, request, resuming=True)
+    try:
+        return await _run(state, owner, conversation_id, request, resuming=True)
+    except ApiError:
+        # The turn that was to carry the decision out did not start (a 429 at the user's
+        # limits, a 409): the decision stands undone, so the user can make it again.
+        await keeper.undecide(conversation_id, body.confirmation_id)
+        raise
 
 
 async def _run(
