@@ -1275,7 +1275,7 @@ async def worker_death(bench: Bench) -> Section:
 A turn streams slowly; once the client holds a content frame, the worker process holding
 the turn's lease (its id names the pid) gets SIGKILL. The figure is the kill to the
 client's `[DONE]` after the `worker_lost` error frame. The lease TTL is 5 s, renewed every
-1 s; lapsed leases are reaped by every worker (`TurnSupervisor._renew_and_reap`) and by
+1 s; lapsed leases are reaped by every worker (`TurnSupervisor._beat_and_reap`) and by
 every API process (`api.main._reap_forever`), each once per `BERNARD_LEASE_RENEW_S`, so
 with the only worker dead the API is the one that ends the turn.
 """,

@@ -72,7 +72,7 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   creation to the longest a turn can live (a week unfinished plus the turn retention),
   keeps the newest `TURN_INDEX_MAX` entries, and drops those of expired turns as it is read.
 - the hub's wake streams: an hour, renewed while the API process lives. `TOOLS` (what the
-  workers offer): a day from the last worker's start.
+  workers offer): a day from the last time a worker published it (each does hourly).
 - no TTL, one per deployment and small: `RUNNING_TURNS` and `WORKERS` (entries removed by
   the processes that reap and by the workers that stop, stale ones trimmed), `METRICS` (a
   counter per ending), and arq's queue with its wake list (`wake`: at most 100 entries).

@@ -455,9 +455,13 @@ class Archivist(_Store):
 
     async def summary(self, conversation_id: str) -> Message | None:
         """The running summary of the conversation's older messages: `{text, covers_to}`
-        (the position of the last message it covers), or None before the first."""
+        (the position of the last message it covers), or None before the first.
+
+        Every turn of the conversation reads it (worker/harness/memory.py), so reading it
+        renews its retention, as appending renews the messages': a summary lives as long as
+        the conversation is used, however long ago it was written."""
         key = keys.conversation_summary(self.owner, conversation_id)
-        raw = await self._redis.get(key)
+        raw = await self._redis.getex(key, ex=self.retention_s)
         return orjson.loads(raw) if raw else None
 
     async def rows(

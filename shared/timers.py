@@ -5,8 +5,9 @@ state}`) and an arq job deferred to its due time on the queue the workers alread
 it survives a worker restart: whichever worker is up when it is due runs `fire`. Firing is
 once: the record moves `pending` → `fired` in one script, and a cancelled timer (state
 `cancelled`) never fires. A fired timer says so in the conversation it was set from (an
-assistant message) and on the owner's event stream (`GET /v1/events`, `keys.user_events`),
-which a voice satellite or a UI keeps open.
+assistant message) and on the owner's event stream (`GET /v1/events`, whose key is
+`keys.events(keys.user_stream_id(owner))`), which a voice satellite or a UI keeps open.
+Rung and cancelled timers stay listed until a new timer needs their room (`MAX_TIMERS`).
 
 Both keys live as long as conversations do after their last use. They are on the data
 role; the timers' jobs on the queue role (shared/keys.py), which `queue` names when the
@@ -98,9 +99,12 @@ class TimerStore:
     async def set(self, seconds: float, label: str, conversation_id: str | None) -> Timer:
         """Record the timer and queue the job that fires it."""
         if await self.redis.hlen(self.key) >= MAX_TIMERS:  # type: ignore[misc]
-            pending = [t for t in await self.all() if t.state == "pending"]
-            if len(pending) >= MAX_TIMERS:
+            timers = await self.all()
+            if sum(t.state == "pending" for t in timers) >= MAX_TIMERS:
                 raise TimerError(f"you already have {MAX_TIMERS} timers running")
+            # Rung and cancelled timers are kept to be listed until room is needed.
+            done = [t.id for t in timers if t.state != "pending"]
+            await self.redis.hdel(self.key, *done)  # type: ignore[misc]
         timer = Timer(
             id=f"timer_{uuid.uuid4().hex[:10]}",
             label=label.strip()[:100] or "timer",

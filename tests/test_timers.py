@@ -18,8 +18,8 @@ from shared import keys
 from shared.connection import connect
 from shared.events import TimerFired
 from shared.records import Archivist
-from shared.timers import TimerError, TimerStore, parse_duration, publish
-from tests.conftest import make_settings, run_stack
+from shared.timers import MAX_TIMERS, TimerError, TimerStore, parse_duration, publish
+from tests.conftest import TEST_REDIS_URL, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis
 from tests.upstream import Reply, ScriptedUpstream
 from worker.tools.runtime import ToolRuntime, runtime_config
@@ -190,3 +190,28 @@ async def test_a_timer_rings_once_after_its_worker_restarted(
                 await redis.aclose()
     assert len(stream) == 1
     assert [r["content"] for r in rows] == ["⏰ Your timer “bread” is done."]
+
+
+async def test_rung_and_cancelled_timers_make_room_and_running_ones_are_the_limit() -> None:
+    """A user who keeps setting timers holds at most `MAX_TIMERS` records: the ones that rang
+    or were cancelled are dropped when a new one needs the room; running ones never are."""
+    user, queue = owner(), f"bernard:test:{uuid.uuid4().hex[:8]}"
+    redis = connect(TEST_REDIS_URL)
+    store = TimerStore(redis, user, retention_s=60, queue_name=queue)
+    made: list[str] = []
+    try:
+        first = [await store.set(600, f"t{k}", None) for k in range(MAX_TIMERS)]
+        made += [t.id for t in first]
+        with pytest.raises(TimerError, match="timers running"):
+            await store.set(600, "one too many", None)
+        for timer in first[:3]:
+            await store.cancel(timer.id)
+        newest = await store.set(600, "room again", None)
+        made.append(newest.id)
+        held = await store.all()
+        assert len(held) == MAX_TIMERS - 2
+        assert newest.id in {t.id for t in held}
+        assert all(t.state == "pending" for t in held)
+    finally:
+        await redis.delete(keys.timers(user), queue, *(f"arq:job:timer:{i}" for i in made))
+        await redis.aclose()

@@ -555,3 +555,14 @@ def plain(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+async def test_reading_the_summary_renews_it_as_appending_renews_the_messages(
+    keeper: RecordKeeper, client: Redis, owner: str
+) -> None:
+    conversation_id = await keeper.create_conversation()
+    await keeper.save_summary(conversation_id, "they talked about lights", covers_to=4)
+    key = keys.conversation_summary(owner, conversation_id)
+    await client.expire(key, 5)  # as if written a retention ago, in a conversation in use
+    assert (await keeper.summary(conversation_id) or {})["text"] == "they talked about lights"
+    assert await client.ttl(key) > keeper.retention_s - 60
