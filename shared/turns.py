@@ -13,6 +13,7 @@ move splits into a data half and a queue half that a crash between them cannot s
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Container, Sequence
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,7 @@ from typing import Any, Literal
 import orjson
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
 from shared.connection import is_cluster
@@ -30,6 +31,8 @@ from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Error, Event, Start, TurnStatus, encode
 from shared.queue import enqueue
 from shared.scripts import in_pipeline
+
+logger = logging.getLogger("bernard.turns")
 
 # How the turn's events reach clients: OpenAI chat chunks, legacy text completions, or
 # the conversation endpoints' named events (api/encoding.py).
@@ -615,6 +618,16 @@ class TurnStore:
         for turn_id, owner in zip(candidates, owners, strict=True):
             # No record: the finish script only drops what is left of it.
             name = owner.decode() if isinstance(owner, bytes) else (owner or "")
-            if await self.end(turn_id, name, ErrorCode.WORKER_LOST, condition="lapsed"):
+            try:
+                ended_now = await self.end(turn_id, name, ErrorCode.WORKER_LOST, condition="lapsed")
+            except ResponseError as exc:
+                # Its keys are not what a turn's are (a stream clobbered by another write): no
+                # script can end it. Left on the running set, it would come first in every
+                # sweep and stop every process's reaping here, so it leaves; its record
+                # expires with its TTL.
+                logger.error("turn %s cannot be ended (%s); no longer reaping it", turn_id, exc)
+                await self.queue.zrem(keys.RUNNING_TURNS, turn_id)
+                continue
+            if ended_now:
                 lost.append(turn_id)
         return lost

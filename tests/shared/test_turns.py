@@ -519,3 +519,16 @@ async def test_a_lapsed_turn_whose_record_is_gone_is_dropped_not_reported(
     assert gone not in await store.reap_lapsed()
     assert await redis.zscore(keys.RUNNING_TURNS, gone) is None
     assert await redis.exists(keys.events(gone)) == 0
+
+
+async def test_a_turn_no_script_can_end_does_not_stop_the_sweep(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    broken, lapsed = [await claimed(store, scratch) for _ in range(2)]
+    await redis.delete(keys.lease(broken.id), keys.lease(lapsed.id), keys.events(broken.id))
+    await redis.set(keys.events(broken.id), "clobbered")  # the finish script's XADD fails
+    await redis.zadd(keys.RUNNING_TURNS, {broken.id: 1, lapsed.id: 2})
+    reaped = await store.reap_lapsed()
+    assert lapsed.id in reaped and broken.id not in reaped
+    assert await redis.zscore(keys.RUNNING_TURNS, broken.id) is None, "not tried every sweep"
+    assert (await store.get(lapsed.id)).status == "failed"  # type: ignore[union-attr]
