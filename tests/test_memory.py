@@ -8,16 +8,26 @@ import asyncio
 import uuid
 from typing import Any
 
+import orjson
 import pytest
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.notes import NoteStore
 from shared.records import RecordKeeper
 from tests.conftest import make_settings, run_stack
 from tests.processes import wait_for
 from tests.upstream import Body, Reply, ScriptedUpstream
-from worker.harness.memory import NOTES_HEADING, SUMMARY_HEADING, render_notes, select
+from worker.harness import memory
+from worker.harness.memory import (
+    NOTES_HEADING,
+    SUMMARY_HEADING,
+    render_notes,
+    schema_tokens,
+    select,
+)
 from worker.summaries import SUMMARY_PROMPT
 from worker.tokens import MESSAGE_OVERHEAD, estimate, message_tokens
+from worker.tools import calculator, get_time
 
 
 def user(text: str) -> dict[str, Any]:
@@ -211,3 +221,20 @@ async def test_the_summary_job_runs_once_per_threshold_crossing_and_a_failure_ke
         await asyncio.sleep(0.3)
         kept = await keeper.summary(conversation_id)
     assert kept is not None and kept["text"] == "They talked." and kept["covers_to"] == covered
+
+
+def test_a_tools_schema_is_counted_once_per_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    converted: list[str] = []
+
+    def converting(tool: Any) -> dict[str, Any]:
+        converted.append(tool.name)
+        return convert_to_openai_tool(tool)
+
+    monkeypatch.setattr(memory, "convert_to_openai_tool", converting)
+    first = [schema_tokens(tool, estimate) for tool in (calculator, get_time)]
+    again = [schema_tokens(tool, estimate) for tool in (calculator, get_time)]
+    assert first == again
+    assert first[0] == estimate(orjson.dumps(convert_to_openai_tool(calculator)).decode())
+    assert converted.count("calculator") <= 1 and converted.count("get_time") <= 1
+    other = schema_tokens(calculator, lambda text: 2 * estimate(text))
+    assert other == 2 * first[0], "another counter counts again"

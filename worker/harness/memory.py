@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from langchain_core.messages import SystemMessage, convert_to_messages
+from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.events import Event, Memory
@@ -36,6 +37,25 @@ from worker.tokens import Encode, counter_for, message_tokens
 _CHUNK = 64
 SUMMARY_HEADING = "Summary of the earlier conversation (older messages are not shown):"
 NOTES_HEADING = "What the user asked you to remember (their notes):"
+
+
+# Each tool's schema in tokens, by (tool, counter), the tool kept with it so that no id in a
+# key is reused while it is cached: a worker offers the same few tools on every turn, and
+# converting ten schemas cost 0.24 ms of every turn's first token.
+_SCHEMA_TOKENS: dict[tuple[int, int], tuple[BaseTool, int]] = {}
+_SCHEMA_CACHE = 256
+
+
+def schema_tokens(tool: BaseTool, count: Encode) -> int:
+    """Tokens of `tool`'s schema as the model receives it."""
+    key = (id(tool), id(count))
+    cached = _SCHEMA_TOKENS.get(key)
+    if cached is None:
+        if len(_SCHEMA_TOKENS) >= _SCHEMA_CACHE:
+            _SCHEMA_TOKENS.clear()
+        cached = (tool, count(orjson.dumps(convert_to_openai_tool(tool)).decode()))
+        _SCHEMA_TOKENS[key] = cached
+    return cached[1]
 
 
 def select(
@@ -112,7 +132,7 @@ async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
     fixed = (
         max(count(ROUTER_PROMPT), count(settings.system_prompt))
         + sum(count(text) for text in memory)
-        + sum(count(orjson.dumps(convert_to_openai_tool(t)).decode()) for t in ctx.tools)
+        + sum(schema_tokens(tool, count) for tool in ctx.tools)
     )
     budget = settings.context_max_tokens - settings.context_answer_tokens - fixed
     kept, used, complete = select(rows, budget, count)
