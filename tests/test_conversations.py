@@ -24,7 +24,7 @@ from httpx_sse import EventSource
 from shared import keys
 from shared.notes import NoteStore
 from tests.conftest import Stack, make_settings, run_stack
-from tests.processes import ProcessGroup, private_redis
+from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -650,3 +650,61 @@ async def test_a_decision_whose_turn_cannot_start_can_be_made_again(
         assert again.status_code == 200, again.text
         assert again.json()["status"] == "completed"
         assert await notes_of(users) == ["the door code is 1234"]
+
+
+async def test_a_waiting_conversation_shows_the_proposal_and_refuses_new_messages_on_any_route(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    """While a tool call waits, the conversation shows the whole proposal, and a new message,
+    whether posted to it or sent as a chat completion continuing it, is a 409 that says to
+    decide first."""
+    await conversation(users)
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    events = await post(users, "kitchen", "remember the door code", stream=True)
+    assert isinstance(events, list)
+    proposal = next(data for name, data in events if name == "awaiting_confirmation")
+    shown = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    assert shown["pending_confirmation"] == proposal
+    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
+    assert [c["pending_confirmation"] for c in listed if c["id"] == "kitchen"] == [proposal]
+
+    posted = await post(users, "kitchen", "and another thing")
+    chat = await users.client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "bernard-v1",
+            "conversation_id": "kitchen",
+            "messages": [{"role": "user", "content": "and another thing"}],
+        },
+        headers=ALICE,
+    )
+    for refused in (posted, chat):
+        assert isinstance(refused, httpx.Response)
+        error = refused.json()["error"]
+        assert (refused.status_code, error["code"], error["param"]) == (
+            409,
+            "conversation_busy",
+            "conversation_id",
+        )
+        assert "awaiting confirmation" in error["message"] and "resume" in error["message"]
+
+
+async def test_a_conversation_whose_turn_no_worker_took_yet_is_running(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings = make_settings(upstream, api_keys=keys_for_two())
+    async with run_stack(settings, worker=False) as users:
+        await conversation(users)
+        queued = asyncio.create_task(post(users, "kitchen", "hello?"))
+        meta = keys.conversation(alice(users), "kitchen")
+        try:
+            await wait_for(lambda: users.redis.hget(meta, "active_turn"), timeout_s=10)
+            shown = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+            assert shown["status"] == "running"
+            second = await post(users, "kitchen", "anyone?")
+            assert isinstance(second, httpx.Response)
+            error = second.json()["error"]
+            assert (second.status_code, error["code"]) == (409, "conversation_busy")
+            assert "a turn is running on it" in error["message"]
+        finally:
+            queued.cancel()
