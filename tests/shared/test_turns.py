@@ -26,6 +26,7 @@ from shared.turns import (
     RENEWED,
     SAMPLING_OPTIONS,
     SEALED_ID,
+    STRANDED_AFTER_S,
     TURN_OVER,
     TooManyTurnsError,
     TurnRecord,
@@ -532,3 +533,58 @@ async def test_a_turn_no_script_can_end_does_not_stop_the_sweep(
     assert lapsed.id in reaped and broken.id not in reaped
     assert await redis.zscore(keys.RUNNING_TURNS, broken.id) is None, "not tried every sweep"
     assert (await store.get(lapsed.id)).status == "failed"  # type: ignore[union-attr]
+
+
+async def test_at_the_limit_only_entries_of_ended_turns_make_room(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    owner = scratch.owner()
+    first, second = [await claimed(store, scratch, owner=owner) for _ in range(2)]
+    long_ago = time.time() + 60 - STRANDED_AFTER_S - 5  # admitted long enough ago to look at
+    for record in (first, second):
+        await store.admit(owner, record.id, limit=2, ttl_s=60)
+        await redis.zadd(keys.active_turns(owner), {record.id: long_ago})
+    with pytest.raises(TooManyTurnsError):
+        await store.admit(owner, "third", limit=2, ttl_s=60)  # both still run: no room
+    assert await redis.zcard(keys.active_turns(owner)) == 2
+    await store.end(first.id, owner, ErrorCode.TURN_CANCELLED)
+    await redis.zadd(keys.active_turns(owner), {first.id: long_ago})  # as if never released
+    await store.admit(owner, "third", limit=2, ttl_s=60)
+    held = {raw.decode() for raw in await redis.zrange(keys.active_turns(owner), 0, -1)}
+    assert held == {second.id, "third"}
+
+
+async def test_a_stranded_turn_ended_by_a_check_leaves_its_owners_count(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """Queued past the grace with no job on the queue: `check` ends it `turn_lost`, and the
+    owner's slot goes with it."""
+    owner = scratch.owner()
+    record = await created(store, scratch, owner=owner)
+    await store.admit(owner, record.id, limit=5, ttl_s=60)
+    stamp = repr(time.time() - STRANDED_AFTER_S - 5)
+    await redis.hset(keys.turn(record.id), "created_at", stamp)
+    assert await store.check(record.id) == "failed"
+    ended_turn = await store.get(record.id)
+    assert ended_turn is not None and ended_turn.error is not None
+    assert ended_turn.error["code"] == "turn_lost"
+    assert await redis.zscore(keys.active_turns(owner), record.id) is None
+
+
+async def test_an_owners_turns_page_newest_first_and_say_when_more_follow(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    owner = scratch.owner()
+    records = [await created(store, scratch, owner=owner) for _ in range(4)]
+    newest_first = [r.id for r in reversed(records)]
+    try:
+        page, more = await store.recent(owner, limit=4)
+        assert ([r.id for r in page], more) == (newest_first, False), "exactly the limit"
+        await redis.delete(keys.turn(newest_first[1]))  # expired: dropped from the index
+        page, more = await store.recent(owner, limit=2)
+        assert ([r.id for r in page], more) == ([newest_first[0], newest_first[2]], True)
+        page, more = await store.recent(owner, after=newest_first[2], limit=2)
+        assert ([r.id for r in page], more) == ([newest_first[3]], False)
+        assert await store.recent(owner, after="never-listed", limit=2) == ([], False)
+    finally:
+        await redis.delete(keys.turns(owner))
