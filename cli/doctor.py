@@ -2,8 +2,9 @@
 
 Each check ends `ok`, `warn` (Bernard runs, but something will hurt) or `fail` (something
 Bernard needs is missing), with the fix. It checks what the processes share: Redis
-(reachable, its version, its eviction policy, AOF), the workers (reporting in, as
-`GET /readyz` counts them: shared/keys.py `WORKERS`), the API, the LLM endpoint (one
+(reachable, its version, its eviction policy, AOF; any URL shared/connection.py reads, each
+primary of a Cluster), the workers (reporting in on the queue role's Redis, as `GET /readyz`
+counts them: shared/keys.py `WORKERS`), the API, the LLM endpoint (one
 one-token call per model), and the tools (`GET /v1/tools`, and each configured service
 answering). The LLM and the services are read from this process's settings (the
 environment and `.env`, as `./run` reads them).
@@ -11,25 +12,29 @@ environment and `.env`, as `./run` reads them).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
-import redis
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from cli.client import Api, ApiError
-from launcher.redis_server import redact
+from launcher.redis_server import error_text, redact
 from shared import keys
+from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster
 from shared.settings import Settings
 
 Status = Literal["ok", "warn", "fail"]
+T = TypeVar("T")
 # A worker renews its entry in `keys.WORKERS` every lease renewal; `/readyz` takes 15 s of
 # silence for dead (api/routes/health.py), and so does this.
 WORKER_FRESH_S = 15
@@ -128,37 +133,128 @@ def default_redis_url(settings: Settings) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
-def redis_checks(url: str) -> list[Check]:
-    """Reachability, then (when it answers) version, eviction, AOF and workers."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=TIMEOUT_S, socket_timeout=TIMEOUT_S)
+_RANK: dict[Status, int] = {"ok": 0, "warn": 1, "fail": 2}
+# A URL the client cannot use, or a Redis that does not answer (`_on_redis`).
+_UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *REDIS_ERRORS)
+_REDIS_FIX = (
+    "start Redis, or point REDIS_URL (or --redis-url) at the one Bernard uses; "
+    "with REDIS_URL unset, ./run starts its own"
+)
+
+
+def redis_checks(url: str, queue_url: str | None = None) -> list[Check]:
+    """Reachability, then (when it answers) version, eviction and AOF of the Redis at `url`
+    (each primary of a Cluster), and the workers reporting on the queue role's Redis,
+    `queue_url` (`BERNARD_QUEUE_REDIS_URL`; `url` when None): shared/keys.py `WORKERS`.
+
+    `url` is any form shared/connection.py reads. This runs its own short event loop.
+    """
+    return asyncio.run(_redis_checks(url, queue_url or url))
+
+
+async def _redis_checks(url: str, queue_url: str) -> list[Check]:
     try:
+        servers = await _on_redis(url, _server_facts, data=True)
+    except _UNREACHABLE as exc:
+        return [Check("Redis", "fail", _unreachable(exc, url), _REDIS_FIX)]
+
+    def worst(check: Callable[[_Facts], Check]) -> Check:
+        return _worst([(facts.node, check(facts)) for facts in servers])
+
+    checks = [
+        Check("Redis", "ok", f"{redact(url)} answers"),
+        worst(lambda facts: redis_version_check(str(facts.info.get("redis_version", "?")))),
+        worst(lambda facts: eviction_check(facts.policy, int(facts.info.get("maxmemory") or 0))),
+        worst(lambda facts: aof_check(bool(int(facts.info.get("aof_enabled") or 0)))),
+    ]
+    try:
+        workers = await _on_redis(
+            queue_url,
+            lambda client: client.zcount(keys.WORKERS, time.time() - WORKER_FRESH_S, "+inf"),
+            data=False,
+        )
+    except _UNREACHABLE as exc:
+        checks.append(
+            Check(
+                "Workers",
+                "fail",
+                f"cannot count them on the queue role's Redis: {_unreachable(exc, queue_url)}",
+                "start it, or point BERNARD_QUEUE_REDIS_URL at the Redis the workers use",
+            )
+        )
+    else:
+        checks.append(workers_check(int(workers)))
+    return checks
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the checks read from one server: INFO and its eviction policy (None when
+    CONFIG is disabled). `node` names it among a Cluster's ("" for a lone server)."""
+
+    node: str
+    info: dict[str, Any]
+    policy: str | None
+
+
+async def _server_facts(client: Redis) -> list[_Facts]:
+    await client.ping()
+    if not is_cluster(client):
+        info = cast(dict[str, Any], await client.info())
         try:
-            client.ping()
-            info = cast(dict[str, Any], client.info())
-        except (redis.RedisError, OSError) as exc:
-            return [
-                Check(
-                    "Redis",
-                    "fail",
-                    f"no Redis answers at {redact(url)}: {exc}",
-                    "start Redis, or point REDIS_URL (or --redis-url) at the one Bernard uses; "
-                    "with REDIS_URL unset, ./run starts its own",
-                )
-            ]
-        checks = [Check("Redis", "ok", f"{redact(url)} answers")]
-        checks.append(redis_version_check(str(info.get("redis_version", "?"))))
-        try:
-            config = cast(dict[str, Any], client.config_get("maxmemory-policy"))
+            config = cast(dict[str, Any], await client.config_get("maxmemory-policy"))
             policy: str | None = str(config.get("maxmemory-policy", ""))
-        except redis.RedisError:
+        except RedisError:
             policy = None
-        checks.append(eviction_check(policy, int(info.get("maxmemory", 0) or 0)))
-        checks.append(aof_check(bool(int(info.get("aof_enabled", 0) or 0))))
-        workers = cast(int, client.zcount(keys.WORKERS, time.time() - WORKER_FRESH_S, "+inf"))
-        checks.append(workers_check(workers))
-        return checks
+        return [_Facts("", info, policy)]
+    # Each primary keeps its own configuration. (A replica is checked once it is promoted:
+    # the client knows the primaries alone.)
+    cluster = cast(RedisCluster, client)
+    infos = cast(dict[str, Any], await cluster.info(target_nodes=RedisCluster.PRIMARIES))
+    try:
+        configs = cast(
+            dict[str, Any],
+            await cluster.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES),
+        )
+    except RedisError:
+        configs = {}
+    return [
+        _Facts(
+            node,
+            info,
+            str(configs[node].get("maxmemory-policy", "")) if node in configs else None,
+        )
+        for node, info in sorted(infos.items())
+    ]
+
+
+def _worst(found: list[tuple[str, Check]]) -> Check:
+    """One check for every server: the worst of theirs, naming a Cluster primary that differs."""
+    node, worst = max(found, key=lambda pair: _RANK[pair[1].status])
+    if len(found) == 1:
+        return worst
+    if all(check == worst for _, check in found):
+        return replace(worst, detail=f"{worst.detail} (every primary)")
+    return replace(worst, detail=f"{worst.detail} (primary {node})")
+
+
+async def _on_redis(url: str, use: Callable[[Redis], Awaitable[T]], *, data: bool) -> T:
+    """`use` a client of `url` (the data role's `connect_data`, else `connect`), within
+    `TIMEOUT_S` and without retries; `ValueError` for a URL it cannot use."""
+    client = connect_data(url, retries=0) if data else connect(url, retries=0)
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            return await use(client)
     finally:
-        client.close()
+        await client.aclose()
+
+
+def _unreachable(exc: Exception, url: str) -> str:
+    if isinstance(exc, ValueError):
+        return f"cannot use {redact(url)}: {error_text(exc, url)}"
+    if isinstance(exc, TimeoutError) and not str(exc):  # the deadline of `_on_redis`
+        return f"no Redis answers at {redact(url)} within {TIMEOUT_S:g} s"
+    return f"no Redis answers at {redact(url)}: {error_text(exc, url)}"
 
 
 def api_checks(api: Api) -> tuple[list[Check], list[str] | None]:
@@ -318,7 +414,7 @@ def run_checks(
             done.append(check)
             report(check)
 
-    add(redis_checks(redis_url))
+    add(redis_checks(redis_url, settings.queue_redis_url))
     api_found, _ = api_checks(api)
     add(api_found)
     add(llm_checks(settings))

@@ -13,6 +13,8 @@ Production runs Redis with AOF, see deploy/.
 
 from __future__ import annotations
 
+import asyncio
+import re
 import shutil
 import socket
 import subprocess
@@ -20,11 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 
 from launcher.children import stop_process
+from shared.connection import REDIS_ERRORS, connect_data, parse_url
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
@@ -68,20 +71,45 @@ def find_redis_binary() -> str:
 def ping_error(url: str, timeout_s: float = 0.5) -> str | None:
     """None when a Redis at `url` answers PING within `timeout_s`, else why not.
 
-    The reason never shows the URL's password.
+    `url` is any form shared/connection.py reads: one server (asked here, without an
+    event loop, so this also serves callers inside one), a primary behind Sentinels or a
+    Cluster (asked through `connect_data`, in a short `asyncio.run`). The reason never
+    shows the URL's passwords.
     """
+    try:
+        kind = parse_url(url).kind
+    except ValueError as exc:
+        return error_text(exc, url)
+    if kind != "single":
+        return asyncio.run(_async_ping_error(url, timeout_s))
     try:
         client = redis.Redis.from_url(
             url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
         )
     except ValueError as exc:
-        return _hide_password(str(exc) or type(exc).__name__, url)
+        return error_text(exc, url)
     try:
         return None if client.ping() else "PING failed"
     except (redis.RedisError, OSError) as exc:
-        return _hide_password(str(exc) or type(exc).__name__, url)
+        return error_text(exc, url)
     finally:
         client.close()
+
+
+async def _async_ping_error(url: str, timeout_s: float) -> str | None:
+    try:
+        client = connect_data(url, retries=0)
+    except ValueError as exc:
+        return error_text(exc, url)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return None if await client.ping() else "PING failed"
+    except TimeoutError:  # the deadline above (a Redis one is a RedisError)
+        return f"no answer within {timeout_s:g} s"
+    except REDIS_ERRORS as exc:
+        return error_text(exc, url)
+    finally:
+        await client.aclose()
 
 
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
@@ -117,21 +145,47 @@ def local_url(port: int, like: str = DEFAULT_URL) -> str:
     return f"redis://127.0.0.1:{port}/{path if path.isdigit() else 0}"
 
 
-def _hide_password(text: str, url: str) -> str:
+def _secrets(url: str) -> list[str]:
+    """The passwords in `url`: the server's, and the Sentinels' own (`?sentinel_password=`)."""
     try:
-        password = urlsplit(url).password
+        parts = urlsplit(url)
+        password = parts.password
     except ValueError:
-        return text
-    return text.replace(password, "***") if password else text
+        return []
+    found = [password] if password else []
+    found += [value for value in parse_qs(parts.query).get("sentinel_password", []) if value]
+    return found
+
+
+def error_text(exc: BaseException, url: str) -> str:
+    """What went wrong reaching `url`, for people to read: without its passwords, and with
+    the clients redis-py names in a Sentinel error (`<redis.asyncio.client.Redis(...)>`)
+    written as the `host:port` they tried."""
+    text = _CLIENT_REPR.sub(r"\1:\2", str(exc) or type(exc).__name__)
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+# redis-py's repr of a client, as in "No master found for 'service' : <repr> - <error>, ..."
+_CLIENT_REPR = re.compile(
+    r"<redis\.[\w.]+\.Redis\(<[^<>]*<[^<>]*\(host=([^,]+),port=(\d+)[^<>]*>\)>\)>"
+)
 
 
 def redact(url: str) -> str:
-    """`url` with its password hidden, for printing."""
-    parts = urlsplit(url)
-    if not parts.password:
+    """`url` with its passwords hidden (the Sentinels' own too), for printing."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    if password:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1))
+    if "sentinel_password=" in parts.query:
+        query = re.sub(r"(^|&)sentinel_password=[^&]*", r"\1sentinel_password=***", parts.query)
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
 
 
 def redis_argv(

@@ -123,6 +123,11 @@ def test_local_url_keeps_only_the_database() -> None:
         ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
         ("rediss://user:s3cret@host/1", "rediss://user:***@host/1"),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        (
+            "redis+sentinel://:s3cret@h1:26379,h2/svc?sentinel_password=t0p",
+            "redis+sentinel://:***@h1:26379,h2/svc?sentinel_password=***",
+        ),
+        ("redis+cluster://u:s3cret@h1:7000,h2:7001", "redis+cluster://u:***@h1:7000,h2:7001"),
     ],
 )
 def test_redact_hides_the_password(url: str, shown: str) -> None:
@@ -158,6 +163,34 @@ def test_ping_error_says_why_without_the_password() -> None:
     assert reason
     assert "s3cret" not in reason
     assert ping_error("http://:s3cret@nowhere/0") is not None
+
+
+def dead_sentinel_and_cluster_urls() -> list[tuple[str, str]]:
+    """(URL, what the reason says) for Sentinel and Cluster URLs nothing can use: nobody
+    listens, or the URL itself is wrong. Each URL carries the password `s3cret`."""
+    dead = [free_port(), free_port()]
+    hosts = ",".join(f"127.0.0.1:{port}" for port in dead)
+    return [
+        (f"redis+sentinel://:s3cret@{hosts}/bernard", "No master found for 'bernard'"),
+        (
+            f"redis+sentinel://:s3cret@127.0.0.1:{dead[0]}/bernard?sentinel_password=s3cret",
+            f"127.0.0.1:{dead[0]} - ",
+        ),
+        (f"redis+cluster://:s3cret@{hosts}", "Redis Cluster cannot be connected"),
+        (f"redis+sentinel://:s3cret@{hosts}", "name the Sentinel service"),
+        (f"redis+cluster://:s3cret@{hosts}/2", "a Redis Cluster has only database 0"),
+    ]
+
+
+@pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls())
+def test_ping_error_on_a_sentinel_or_cluster_url_says_why_without_the_password(
+    url: str, says: str
+) -> None:
+    reason = ping_error(url, timeout_s=2.0)
+    assert reason is not None
+    assert says in reason
+    assert "s3cret" not in reason
+    assert "<redis." not in reason  # the clients redis-py names are written host:port
 
 
 # Real Redis servers
@@ -322,6 +355,20 @@ def test_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
     assert "s3cret" not in out
     assert no_processes == []
     assert not (tmp_path / ".bernard").exists()
+
+
+@pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls())
+def test_set_sentinel_or_cluster_redis_url_that_does_not_answer_is_refused_and_starts_nothing(
+    url: str, says: str, tmp_path: Path, no_processes: list[object]
+) -> None:
+    with pytest.raises(RedisUnavailable) as refused:
+        cli.choose_redis(url, tmp_path / "state")
+    message = str(refused.value)
+    assert message.startswith(f"no Redis answers at {redact(url)} (REDIS_URL); ")
+    assert says in message
+    assert "s3cret" not in message
+    assert no_processes == []
+    assert not (tmp_path / "state").exists()
 
 
 def test_set_redis_url_that_answers_is_used_and_no_redis_is_started(
