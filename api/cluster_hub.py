@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 from redis.asyncio import Redis, RedisCluster
@@ -268,34 +268,46 @@ class _NodeWatch:
         # any other one says the slot has left this node.
         self._dropping: defaultdict[str, int] = defaultdict(int)
         self._confirmed: dict[str, asyncio.Event] = {}
-        self._connection: AbstractConnection | None = None
+        # `SSUBSCRIBE`s and `SUNSUBSCRIBE`s in the order they were asked for, sent by one
+        # task: a reader leaving a stream and another coming to it in the same event-loop
+        # tick must reach Redis as unsubscribe, then subscribe (sent apart, the subscribe
+        # could go first and the channel end up unsubscribed while listed as watched).
+        self._commands: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._task = asyncio.create_task(self._run())
 
     async def subscribe(self, channel: str) -> None:
         self.channels.add(channel)
         confirmed = self._confirmed.setdefault(channel, asyncio.Event())
-        if self._connection is not None:
-            await self._send("SSUBSCRIBE", channel)
+        self._commands.put_nowait(("SSUBSCRIBE", channel))
         await confirmed.wait()
 
     def unsubscribe(self, channel: str) -> None:
         self.channels.discard(channel)
         self._confirmed.pop(channel, None)
-        if self._connection is not None:
-            self._dropping[channel] += 1
-            self.hub._later(self._send("SUNSUBSCRIBE", channel))
+        self._commands.put_nowait(("SUNSUBSCRIBE", channel))
 
     async def stop(self) -> None:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
 
-    async def _send(self, *args: str) -> None:
-        connection = self._connection
-        if connection is None:
-            return  # the next connection subscribes what is wanted then
+    @staticmethod
+    async def _send(connection: AbstractConnection, commands: Sequence[tuple[str, ...]]) -> None:
+        # A failed write is the read loop's to notice: it reconnects and subscribes again.
         with contextlib.suppress(RedisError, OSError):
-            await connection.send_packed_command(connection.pack_command(*args), False)
+            await connection.send_packed_command(connection.pack_commands(commands), False)
+
+    async def _send_commands(self, connection: AbstractConnection) -> None:
+        """Send the queued commands on `connection`, in order, those queued together in one
+        write."""
+        while True:
+            batch = [await self._commands.get()]
+            while not self._commands.empty():
+                batch.append(self._commands.get_nowait())
+            for command, channel in batch:
+                if command == "SUNSUBSCRIBE":
+                    self._dropping[channel] += 1
+            await self._send(connection, batch)
 
     async def _run(self) -> None:
         failures = 0
@@ -309,12 +321,19 @@ class _NodeWatch:
                 "retry_on_error": [],
             }
             connection = self.node.connection_class(**kwargs)
+            sender: asyncio.Task[None] | None = None
             try:
                 await connection.connect()
-                self._connection = connection
+                # A new connection is subscribed to what is watched now: what was queued
+                # for the last one (or while there was none) is moot.
                 self._dropping.clear()
+                while not self._commands.empty():
+                    self._commands.get_nowait()
+                # One command a channel: a Cluster refuses an `SSUBSCRIBE` naming channels
+                # of two slots (CROSSSLOT), and a node's channels hash to many.
                 if self.channels:
-                    await self._send("SSUBSCRIBE", *self.channels)
+                    await self._send(connection, [("SSUBSCRIBE", c) for c in self.channels])
+                sender = asyncio.create_task(self._send_commands(connection))
                 for channel in self.channels:
                     self.hub.mark(_stream_of(channel))  # wake-ups may have been missed
                 failures = 0
@@ -332,7 +351,10 @@ class _NodeWatch:
                     self.hub.moved(list(self.channels))
                     self.channels.clear()
             finally:
-                self._connection = None
+                if sender is not None:
+                    sender.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await sender
                 await connection.disconnect()
             if failures > 1 and not self.channels:
                 # Nothing left to watch on a node that does not answer: let it go. A later

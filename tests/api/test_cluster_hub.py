@@ -154,3 +154,52 @@ async def test_entries_written_before_a_reader_came_are_read_at_once(
         await writer.flush()  # one entry each (deltas that wait together are joined)
     async with hub.read(record.id) as reader:
         assert await texts(reader, 3) == [f"early {k}" for k in range(3)]
+
+
+async def test_a_reader_that_comes_as_the_last_one_leaves_is_still_woken(
+    redis: Redis, hub: ClusterHub
+) -> None:
+    record = await stored_turn(redis)
+    writer = StreamBatcher(redis, maxlen=100).writer(record.id)
+    leaving = hub.read(record.id)
+    first = await leaving.__aenter__()
+    await first.next(wait_s=WAIT_S)  # the start: its wake channel is subscribed
+    # The last reader leaves and the next one comes with no await in between: the
+    # unsubscribe and the subscribe of the same channel must reach Redis in that order.
+    await leaving.__aexit__(None, None, None)
+    async with hub.read(record.id) as reader:
+        await reader.next(wait_s=WAIT_S)
+        await asyncio.sleep(0.2)  # whatever the hub sent for the leaving reader is done
+        await writer.write(Delta(text="after the handover"))
+        await writer.flush()
+        assert await texts(reader, 1) == ["after the handover"]
+
+
+async def test_readers_whose_subscriber_connection_drops_are_subscribed_again_in_place(
+    cluster: RedisClusterTopology,
+    redis: Redis,
+    hub: ClusterHub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = await stored_turn(redis)
+    node = await cluster.primary_of(keys.events(first.id))
+    second = await stored_turn(redis)
+    while await cluster.primary_of(keys.events(second.id)) is not node:
+        second = await stored_turn(redis)
+    taken_for_moved: list[str] = []
+    moved = hub.moved
+    monkeypatch.setattr(hub, "moved", lambda cs: (taken_for_moved.extend(cs), moved(cs)))
+    batcher = StreamBatcher(redis, maxlen=100)
+    async with hub.read(first.id) as one, hub.read(second.id) as other:
+        for reader in (one, other):
+            await reader.next(wait_s=WAIT_S)
+        async with node.client() as client:  # two wake channels of two slots on it
+            assert await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
+        await asyncio.sleep(0.5)  # the hub has connected again
+        for record in (first, second):
+            writer = batcher.writer(record.id)
+            await writer.write(Delta(text=f"{record.id} after the drop"))
+            await writer.flush()
+        assert await texts(one, 1) == [f"{first.id} after the drop"]
+        assert await texts(other, 1) == [f"{second.id} after the drop"]
+    assert taken_for_moved == []  # not resubscribed the slow way, stream by stream
