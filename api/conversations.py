@@ -91,13 +91,16 @@ async def status_of(
 def conversation_object(
     conversation: Conversation, status: Status, pending: list[Message]
 ) -> dict[str, Any]:
-    """The `conversation` resource."""
+    """The `conversation` resource. `turn_id` is the running turn's (null unless
+    `running`), so a client that did not start it can follow it (`GET
+    /v1/turns/{id}/events`)."""
     return {
         "id": conversation.id,
         "object": "conversation",
         "created_at": conversation.created_at,
         "updated_at": conversation.updated_at,
         "status": status,
+        "turn_id": conversation.active_turn if status == "running" else None,
         "metadata": conversation.metadata,
         "message_count": conversation.message_count,
         "pending_confirmation": public_proposal(pending[0]) if pending else None,

@@ -123,6 +123,7 @@ async def test_a_conversation_is_created_read_listed_and_deleted(users: Stack) -
         "created_at": 0,
         "updated_at": 0,
         "status": "idle",
+        "turn_id": None,
         "metadata": {"room": "kitchen"},
         "message_count": 0,
         "pending_confirmation": None,
@@ -284,9 +285,14 @@ async def test_a_busy_conversation_refuses_a_second_turn(
     assert isinstance(second, httpx.Response)
     assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
     gate.release()
-    assert (await first).status_code == 200  # type: ignore[union-attr]
+    done = await first
+    assert isinstance(done, httpx.Response) and done.status_code == 200
     idle = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
     assert (running["status"], idle["status"]) == ("running", "idle")
+    # The running turn is named, so a client that did not start it can follow it.
+    assert (running["turn_id"], idle["turn_id"]) == (done.json()["turn_id"], None)
+    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
+    assert [c["turn_id"] for c in listed] == [None]
     assert (await post(users, "kitchen", "third")).status_code == 200  # type: ignore[union-attr]
 
 

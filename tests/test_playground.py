@@ -111,8 +111,11 @@ class Pages:
     browser: Browser
     opened: list[Playground] = field(default_factory=list)
 
-    async def open(self, stack: Stack, *, key: str | None = KEY) -> Playground:
-        """A fresh page of the stack's playground, with `key` already stored."""
+    async def open(
+        self, stack: Stack, *, key: str | None = KEY, conversation: str = ""
+    ) -> Playground:
+        """A fresh page of the stack's playground, with `key` already stored, on
+        `conversation` if one is named (the URL's fragment)."""
         context = await self.browser.new_context(viewport={"width": 1000, "height": 640})
         if key is not None:
             await context.add_init_script(f"localStorage.setItem('bernard.apiKey', {key!r})")
@@ -129,7 +132,7 @@ class Pages:
             return playground
         # Started: its own event stream (timers) is open.
         async with page.expect_response(lambda r: r.url.endswith("/v1/events")):
-            await page.goto(stack.base_url + "/")
+            await page.goto(stack.base_url + "/" + (f"#{conversation}" if conversation else ""))
         return playground
 
     async def close(self) -> None:
@@ -270,6 +273,48 @@ async def test_reloading_mid_answer_reattaches_and_ends_with_the_uninterrupted_t
     turn_streams = [r for r in reattached if f"/v1/turns/{saved['turnId']}/events" in r.url]
     assert turn_streams, "the page reattached to the running turn"
     assert turn_streams[0].headers.get("last-event-id"), "from where it was"
+    assert await page.evaluate("sessionStorage.getItem('bernard.live')") is None
+
+
+async def test_a_conversation_opened_while_a_turn_started_elsewhere_runs_follows_it_to_its_end(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    created = await stack.client.post(
+        "/v1/conversations", json={"metadata": {"title": "from the CLI"}}, headers=headers
+    )
+    conversation = created.json()["id"]
+    gate = upstream.script(Reply.text(ANSWER, block_after=4))
+
+    async def elsewhere() -> list[str]:
+        """A streaming turn another client started, read to its end."""
+        async with stack.client.stream(
+            "POST",
+            f"/v1/conversations/{conversation}/messages",
+            json={"content": "Tell me about otters"},
+            headers={**headers, "Accept": "text/event-stream"},
+        ) as response:
+            assert response.status_code == 200
+            return [line async for line in response.aiter_lines() if line.startswith("event:")]
+
+    other_client = asyncio.create_task(elsewhere())
+    await gate.wait_blocked()
+    shown = (await stack.client.get(f"/v1/conversations/{conversation}", headers=headers)).json()
+    assert shown["status"] == "running" and shown["turn_id"]
+
+    playground = await pages.open(stack, conversation=conversation)
+    page = playground.page
+    await expect(page.locator(".bubble.user")).to_have_text(["Tell me about otters"])
+    await expect(playground.answer).to_have_text("Otters hold hands while")
+    await expect(page.locator("#cancel")).to_be_visible()  # the page holds it as its live turn
+    assert not upstream.exchanges[-1].ended, "the upstream still holds the rest"
+    gate.release()
+    await expect(playground.answer.locator("strong")).to_have_text("hold hands")
+    await expect(playground.answer.locator("li")).to_have_text(["sea otters", "river otters"])
+    await expect(playground.answer).to_contain_text("That is all.")
+    await playground.idle()
+    await expect(page.locator(".bubble")).to_have_count(2)
+    assert "event: done" in await other_client
     assert await page.evaluate("sessionStorage.getItem('bernard.live')") is None
 
 

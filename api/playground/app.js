@@ -8,7 +8,8 @@
 // cards, trace lines, errors) built from its events. It is saved in sessionStorage with the
 // id of the last event it holds after every event, both in one write, so a reload redraws
 // it and reattaches with `GET /v1/turns/{id}/events` and `Last-Event-ID`: nothing is lost
-// or repeated. Model output is rendered as Markdown and sanitized with DOMPurify before it
+// or repeated. A conversation opened while a turn started elsewhere runs on it (its
+// `turn_id`) is followed the same way, from that turn's first event. Model output is rendered as Markdown and sanitized with DOMPurify before it
 // reaches the page; tool arguments and results are only ever set as text.
 "use strict";
 
@@ -536,7 +537,9 @@ async function allRows(id) {
   }
 }
 
-// Show a conversation: its stored rows, then the live turn (if it is this one's).
+// Show a conversation: its stored rows, then the live turn (if it is this one's). A turn
+// running on it that this page did not start (another tab, the CLI, a voice satellite)
+// becomes the live turn: its events are replayed from the start, and followed to its end.
 async function openConversation(id) {
   if (live && live.conversationId !== id) return notice("An answer is still coming: wait for it, or cancel it.");
   let conversation, rows;
@@ -549,20 +552,31 @@ async function openConversation(id) {
   setCurrent(id);
   nodes = new Map();
   ui.log.replaceChildren();
+  const joined = conversation.status === "running" && conversation.turn_id && !live;
+  if (joined) {
+    // Its events do not hold the user's message: that comes from its stored rows.
+    const asked = rows.filter((row) => row.turn_id === conversation.turn_id && row.role === "user");
+    live = { conversationId: id, turnId: conversation.turn_id, lastEventId: null, segments: [] };
+    asked.forEach((row) => live.segments.push({ kind: "user", text: rowText(row) }));
+    saveLive();
+    setBusy(true);
+  }
   drawRows(rows.filter((row) => !live || row.turn_id !== live.turnId));
   if (conversation.pending_confirmation && !live) {
     drawSegment({ kind: "confirm", ...conversation.pending_confirmation, state: "pending" });
-  } else if (conversation.status === "running" && !live) {
-    drawSegment({ kind: "status", text: "A turn is running on this conversation elsewhere." });
   }
   if (live) live.segments.forEach(drawSegment);
+  if (joined) await reattach();
+}
+
+function rowText(row) {
+  return typeof row.content === "string" ? row.content : (row.content || []).map((part) => part.text || "").join("");
 }
 
 function drawRows(rows) {
   const tools = new Map();
   for (const row of rows) {
-    const text = typeof row.content === "string" ? row.content
-      : (row.content || []).map((part) => part.text || "").join("");
+    const text = rowText(row);
     if (row.role === "user") drawSegment({ kind: "user", text });
     else if (row.role === "assistant") {
       if (text) drawSegment({ kind: "text", text });
