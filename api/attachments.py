@@ -27,7 +27,7 @@ from redis.asyncio.client import Pipeline
 
 from shared import keys
 from shared.cancel import request_cancel
-from shared.scripts import in_pipeline
+from shared.scripts import TAKE_SLOT, in_pipeline
 from shared.settings import Settings
 
 ATTACHMENT_TTL_S = 3600.0
@@ -36,16 +36,6 @@ ATTACHMENT_TTL_S = 3600.0
 STREAM_LEASE_S = 60.0
 RENEW_S = 20.0
 _pending: set[asyncio.Task[None]] = set()
-
-# KEYS: the owner's open streams. ARGV: now, limit, attachment id, stream lapse, TTL s
-# (at least the lapse of any member). Returns 1 opened, 0 at the limit.
-_OPEN = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return 1
-"""
 
 
 class TooManyStreamsError(Exception):
@@ -79,16 +69,16 @@ class Streams:
         count_keys = [keys.open_streams(owner)]
         if turn_id is None:
             async with self.queue.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, _OPEN, count_keys, count_args)
+                in_pipeline(pipe, TAKE_SLOT, count_keys, count_args)
                 (opened,) = await pipe.execute()
         elif self.queue is self.redis:
             async with self.redis.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, _OPEN, count_keys, count_args)
+                in_pipeline(pipe, TAKE_SLOT, count_keys, count_args)
                 self._attach(pipe, turn_id, attachment, now)
                 opened, *_ = await pipe.execute()
         else:
             async with self.queue.pipeline(transaction=False) as counting:
-                in_pipeline(counting, _OPEN, count_keys, count_args)
+                in_pipeline(counting, TAKE_SLOT, count_keys, count_args)
                 async with self.redis.pipeline(transaction=False) as attaching:
                     self._attach(attaching, turn_id, attachment, now)
                     (opened,), _ = await asyncio.gather(counting.execute(), attaching.execute())

@@ -30,7 +30,7 @@ from shared.endings import ENDINGS, ended
 from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Error, Event, Start, TurnStatus, encode
 from shared.queue import enqueue
-from shared.scripts import in_pipeline
+from shared.scripts import TAKE_SLOT, in_pipeline
 
 logger = logging.getLogger("bernard.turns")
 
@@ -186,18 +186,6 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
 return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: the owner's active turns. ARGV: now, limit, turn id, deadline, ttl s.
-# Counts the owner's turns that are queued or running (each leaves the set when it ends,
-# see _FINISH, or at its deadline should that never happen) and admits one more below the
-# limit. Returns 1 admitted, 0 at the limit.
-_ADMIT = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-return 1
-"""
-
 # The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
 # is in, Redis refuses every later `XADD *` to the stream ("exhausted the last possible
 # ID"): a worker that was taken for dead and wakes up cannot append after the turn's end,
@@ -313,7 +301,9 @@ class TurnStore:
         self.stream_maxlen = stream_maxlen
         self._one_client = self.queue is self.redis
         self._cluster = is_cluster(redis)
-        self._admit = self.queue.register_script(_ADMIT)
+        # The owner's active turns: queued or running, each leaving the set when it ends
+        # (`_FINISH`), or at its deadline should that never happen.
+        self._admit = self.queue.register_script(TAKE_SLOT)
         self._finish = redis.register_script(_FINISH)
 
     async def admit(self, owner: str, turn_id: str, *, limit: int, ttl_s: int) -> None:

@@ -31,6 +31,7 @@ from api.conversations import (
 )
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
+from api.pages import list_page
 from api.pipeline import SSE_HEADERS, start_turn
 from api.responses import JSONResponse
 from api.state import AppState, get_state
@@ -143,7 +144,7 @@ async def list_conversations(
     for conversation in found:
         status, pending = await status_of(keeper, state.store, conversation)
         data.append(conversation_object(conversation, status, pending))
-    return _page(data, more)
+    return list_page(data, more)
 
 
 @router.get("/conversations/{conversation_id}")
@@ -169,7 +170,7 @@ async def list_messages(
         except ValueError:
             raise invalid(f"'{after}' is not a message id (msg_<n>)", "after") from None
     rows, more = await _keeper(state, owner).rows(conversation_id, after=after, limit=limit)
-    return _page(rows, more)
+    return list_page(rows, more)
 
 
 @router.delete("/conversations/{conversation_id}")
@@ -339,14 +340,3 @@ def _still_waiting(pending: dict[str, Any] | None, stream: bool) -> Response:
     events = [ServerSentEvent(data=orjson.dumps(pending).decode(), event="awaiting_confirmation")]
     events.append(ServerSentEvent(data=orjson.dumps(done).decode(), event="done"))
     return EventSourceResponse(iter(events), headers=SSE_HEADERS, ping=3600)
-
-
-def _page(data: list[dict[str, Any]], more: bool) -> dict[str, Any]:
-    """OpenAI's list object."""
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": more,
-    }

@@ -18,6 +18,7 @@ from api.cursors import BadCursorError, locate, parse_cursor
 from api.encoding import encoder_for
 from api.errors import ApiError, invalid
 from api.hub import StreamReadError
+from api.pages import list_page
 from api.pipeline import SSE_HEADERS, attach, stream_response, turn_headers, turn_object
 from api.relay import sse
 from api.state import AppState, get_state
@@ -52,14 +53,7 @@ async def list_turns(
 ) -> dict[str, Any]:
     """The owner's turns, newest first; page with `after` (a turn id)."""
     found, more = await state.store.recent(owner, after=after, limit=limit)
-    data = [turn_object(record) for record in found]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": more,
-    }
+    return list_page([turn_object(record) for record in found], more)
 
 
 @router.get("/turns/{turn_id}")
