@@ -124,8 +124,10 @@ class Reply:
     """One scripted answer; build it with `text`, `tool_calls`, `error` or `slow`.
 
     `block_after=k` streams k pieces (tokens or tool-call fragments) and then holds the stream
-    until `release()`; `fail_after=k` drops the connection after k pieces. A reply is also its
-    own gate: the object `script` returns is the one to `release()`.
+    until `release()`; `fail_after=k` drops the connection after k pieces; `end_after=k`
+    ends an OpenAI stream cleanly after k pieces, with no finish, usage or
+    `[DONE]`: a body cut at an event boundary. A reply is also its own gate: the object
+    `script` returns is the one to `release()`.
     """
 
     tokens: list[str] = field(default_factory=list)
@@ -137,6 +139,7 @@ class Reply:
     error_body: Body | None = None
     block_after: int | None = None
     fail_after: int | None = None
+    end_after: int | None = None
     forever: bool = False
     usage: tuple[int, int] | None = None
     _gate: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -151,6 +154,7 @@ class Reply:
         block_after: int | None = None,
         block_after_first: bool = False,
         fail_after: int | None = None,
+        end_after: int | None = None,
         usage: tuple[int, int] | None = None,
     ) -> Reply:
         """A text answer; a string is split with `split_tokens`, a sequence is used as is."""
@@ -160,6 +164,7 @@ class Reply:
             chunk_delay=chunk_delay,
             block_after=1 if block_after_first else block_after,
             fail_after=fail_after,
+            end_after=end_after,
             usage=usage,
         )
 
@@ -609,6 +614,8 @@ class ScriptedUpstream:
                 await self._hold(ex)
             if ex.chunks_sent == reply.fail_after:
                 self._fail(ex)
+            if ex.chunks_sent == reply.end_after:
+                break
             if reply.forever and self._closing:
                 break
             yield event(delta)
@@ -621,6 +628,10 @@ class ScriptedUpstream:
             await self._hold(ex)
         if reply.fail_after is not None:
             self._fail(ex)
+        if reply.end_after is not None:
+            ex.completed_at = time.monotonic()
+            self._notify()
+            return
         yield event({}, finish)
         if include_usage:
             yield event(None, usage=self._usage(ex, ex.chunks_sent))

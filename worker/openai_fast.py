@@ -99,6 +99,11 @@ async def openai_tokens(
             try:
                 line = await anext(lines)
             except StopAsyncIteration:
+                # A body that ends cleanly without `[DONE]` is taken as the whole answer (no
+                # finish reason unless one came): the `openai` SDK's stream does the same
+                # (openai/_streaming.py: it stops at the end of the events, and `[DONE]` only
+                # stops it early), and this path must end as `ChatOpenAI` does
+                # (tests/worker/test_openai_fast.py, "ended without [DONE]").
                 break
             except Exception as exc:  # the body broke off or was not what the API sends
                 raise UpstreamStreamError(str(exc) or type(exc).__name__) from exc

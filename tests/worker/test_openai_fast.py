@@ -47,8 +47,11 @@ def outcome(
         (lambda: Reply.text([]), {}),
         (lambda: Reply.text(["one", " two", " three", " four"]), {"max_tokens": 2}),
         (lambda: Reply.text(["a", "b"], chunk_delay=0.01), {"temperature": 0.5, "stop": ["x"]}),
+        # The body ends cleanly without `[DONE]` (nor a finish or usage): the SDK takes what
+        # came as the answer, with no finish reason, and so does the fast path.
+        (lambda: Reply.text(["Hel", "lo", " world"], end_after=2), {}),
     ],
-    ids=["text", "unicode", "empty", "cut by max_tokens", "options"],
+    ids=["text", "unicode", "empty", "cut by max_tokens", "options", "ended without [DONE]"],
 )
 async def test_both_paths_give_the_same_answer(
     upstream: ScriptedUpstream, reply: Any, params: dict[str, Any]
