@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from api.encoding import DONE, Encoder, Frame
+from api.encoding import Encoder, Frame
 from shared import keys
 from shared.events import Done
 from shared.streams import Entry, entry_key, parse_entries
@@ -102,7 +102,7 @@ async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | 
         resume.head = [(f"{entry_id}:{k}", f) for k, f in enumerate(frames) if k > cursor.frame]
     if isinstance(stamped.event, Done):
         resume.finished = True
-        if not resume.head:
+        if not resume.head and encoder.END is not None:
             # Nothing is left to send, but the client still needs to hear that it ended.
-            resume.head = [(None, DONE)]
+            resume.head = [(None, encoder.END)]
     return resume

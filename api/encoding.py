@@ -79,6 +79,9 @@ def _json(body: dict[str, Any]) -> Frame:
 class ChatEncoder:
     """Frames of `chat.completion.chunk` for one turn."""
 
+    # The frame that tells a client resuming after the last one that the stream is over.
+    END: Frame | None = DONE
+
     def __init__(self, record: TurnRecord) -> None:
         self.record = record
         self.request = record.request
@@ -187,6 +190,8 @@ class ChatEncoder:
 class CompletionEncoder:
     """Frames of legacy `text_completion` objects for one turn."""
 
+    END: Frame | None = DONE
+
     def __init__(self, record: TurnRecord) -> None:
         self.record = record
         self.head = {
@@ -247,6 +252,9 @@ class ConversationEncoder:
     """Named SSE events for the conversation endpoints: `text_delta`, `tool_call`,
     `tool_progress`, `tool_result`, `awaiting_confirmation`, `message` (a row was stored),
     `error`, `trace` (when asked for) and, last, `done`."""
+
+    # A client that has the `done` event has heard the end; `[DONE]` is not of this encoding.
+    END: Frame | None = None
 
     def __init__(self, record: TurnRecord) -> None:
         self.record = record

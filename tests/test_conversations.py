@@ -714,3 +714,50 @@ async def test_a_conversation_whose_turn_no_worker_took_yet_is_running(
             assert "a turn is running on it" in error["message"]
         finally:
             queued.cancel()
+
+
+async def test_named_events_carry_their_stream_ids_and_resume_from_any_of_them(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["one", " two", " three"]))
+    await conversation(users)
+    url = "/v1/conversations/kitchen/messages"
+    async with users.client.stream(
+        "POST", url, json={"content": "count"}, headers={**ALICE, **SSE}
+    ) as response:
+        turn_id = response.headers["x-bernard-turn-id"]
+        events = [sse async for sse in EventSource(response).aiter_sse()]
+    ids = [sse.id for sse in events]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+    for k in range(len(events)):
+        async with users.client.stream(
+            "GET",
+            f"/v1/turns/{turn_id}/events",
+            headers={**ALICE, **SSE, "Last-Event-ID": ids[k]},
+        ) as rest:
+            resumed = [(sse.id, sse.event, sse.data) async for sse in EventSource(rest).aiter_sse()]
+        assert resumed == [(sse.id, sse.event, sse.data) for sse in events[k + 1 :]]
+
+
+async def test_a_conversation_a_chat_completion_starts_is_busy_while_its_turn_runs(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
+
+    def chat(stream: bool) -> dict[str, Any]:
+        message = {"role": "user", "content": "hi"}
+        return {
+            "model": "bernard-v1",
+            "conversation_id": "hall",
+            "stream": stream,
+            "messages": [message],
+        }
+
+    async with users.client.stream(
+        "POST", "/v1/chat/completions", json=chat(True), headers=ALICE
+    ) as first:
+        await gate.wait_blocked()
+        second = await users.client.post("/v1/chat/completions", json=chat(False), headers=ALICE)
+        assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
+        gate.release()
+        await first.aread()
