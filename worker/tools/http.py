@@ -82,3 +82,8 @@ def trim(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "…"
+
+
+def quoted(text: str, limit: int = 80) -> str:
+    """`text` trimmed (`trim`) inside curly quotes, as a progress step or result names it."""
+    return f"“{trim(text, limit)}”"

@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException, tool
 
-from worker.tools.http import request_json, trim
+from worker.tools.http import quoted, request_json, trim
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 
@@ -45,7 +45,7 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
         base = get_runtime(config).settings.searxng_url
         if not base:
             raise ToolException("Error: web search is not configured (BERNARD_SEARXNG_URL)")
-        reporter.step(f"Searching the web for {_quoted(query)}")
+        reporter.step(f"Searching the web for {quoted(query)}")
         data = await request_json(
             config,
             "GET",
@@ -61,8 +61,8 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
     reporter.step(f"Retrieved {len(results)} result{'' if len(results) == 1 else 's'}")
     reporter.complete("Formatting results")
     if not results:
-        return f"No results for {_quoted(query, limit=MAX_QUERY_CHARS)}."
-    lines = [f"Web results for {_quoted(query, limit=MAX_QUERY_CHARS)}:"]
+        return f"No results for {quoted(query, limit=MAX_QUERY_CHARS)}."
+    lines = [f"Web results for {quoted(query, limit=MAX_QUERY_CHARS)}:"]
     for number, result in enumerate(results[:limit], start=1):
         lines.append(f"{number}. {trim(result['title'] or result['url'], 200)}")
         lines.append(f"   {result['url']}")
@@ -85,7 +85,3 @@ def _results(data: Any) -> list[dict[str, str]]:
         if isinstance(item, dict) and isinstance(item.get("url"), str) and item["url"]:
             found.append({key: str(item.get(key) or "") for key in ("title", "url", "content")})
     return found
-
-
-def _quoted(text: str, limit: int = 80) -> str:
-    return f"“{trim(text, limit)}”"

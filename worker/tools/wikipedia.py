@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException, tool
 
-from worker.tools.http import request_json, trim
+from worker.tools.http import quoted, request_json, trim
 from worker.tools.progress import ProgressReporter, get_reporter
 from worker.tools.runtime import get_runtime
 
@@ -84,7 +84,7 @@ async def _look_up(
         raise ToolException("Error: Wikipedia is not configured (BERNARD_WIKIPEDIA_URL)")
     base = wiki_base(configured, lang)
 
-    reporter.step(f"Searching Wikipedia for {_quoted(query)}")
+    reporter.step(f"Searching Wikipedia for {quoted(query)}")
     params = {
         "action": "query",
         "list": "search",
@@ -97,7 +97,7 @@ async def _look_up(
     )
     ambiguous: list[str] = []
     for position, title in enumerate(titles):
-        reporter.step(f"Reading {_quoted(title)}")
+        reporter.step(f"Reading {quoted(title)}")
         path = quote(title.replace(" ", "_"), safe="")
         summary = await request_json(
             config,
@@ -113,23 +113,23 @@ async def _look_up(
         if summary.get("type") == "disambiguation":
             ambiguous.append(title)
             continue
-        reporter.complete(f"Read {_quoted(title)}")
+        reporter.complete(f"Read {quoted(title)}")
         text = _render(summary, title, base)
         if ambiguous:
             others = ", ".join(titles[position + 1 :]) or "none"
-            text += f"\nNote: {_quoted(ambiguous[0])} is a disambiguation page."
+            text += f"\nNote: {quoted(ambiguous[0])} is a disambiguation page."
             text += f" Other matches: {others}."
         return text
 
     reporter.complete("No article to read")
     if ambiguous:
         return (
-            f"{_quoted(query)} is ambiguous: Wikipedia lists several topics under "
+            f"{quoted(query)} is ambiguous: Wikipedia lists several topics under "
             f"{', '.join(ambiguous)}. Ask the user which one they mean, or call wikipedia "
             "again with a more specific query (add what kind of thing it is)."
         )
-    hint = f" Did you mean {_quoted(suggestion)}?" if suggestion else ""
-    return f"Wikipedia has no article matching {_quoted(query)}.{hint}"
+    hint = f" Did you mean {quoted(suggestion)}?" if suggestion else ""
+    return f"Wikipedia has no article matching {quoted(query)}.{hint}"
 
 
 def _search_hits(data: Any) -> tuple[list[str], str | None]:
@@ -155,7 +155,3 @@ def _render(summary: dict[str, Any], title: str, base: str) -> str:
     page = urls.get("desktop", {}).get("page") if isinstance(urls, dict) else None
     url = page if isinstance(page, str) else f"{base}/wiki/{quote(title.replace(' ', '_'))}"
     return f"{name}\n\n{extract or '(The article has no summary.)'}\n\nURL: {url}"
-
-
-def _quoted(text: str, limit: int = 80) -> str:
-    return f"“{trim(text, limit)}”"
