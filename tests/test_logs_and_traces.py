@@ -636,3 +636,11 @@ async def test_an_otlp_endpoint_gets_every_processs_spans_over_otlp_http(
         if attribute.key == "service.name"
     }
     assert services == {"bernard-test"}
+
+
+def test_the_queue_role_and_sentinel_passwords_are_secrets_too() -> None:
+    settings = Settings(
+        redis_url="redis+sentinel://:data-pass-1@s1:26379,s2:26379/bernard?sentinel_password=sent-pass-2",
+        queue_redis_url="redis://:queue-pass-3@127.0.0.1:6380/0",
+    )
+    assert {"data-pass-1", "sent-pass-2", "queue-pass-3"} <= set(secrets_of(settings, {}))
