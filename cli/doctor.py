@@ -28,9 +28,9 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.client import Api, ApiError
-from launcher.redis_server import error_text, redact
+from launcher.redis_server import error_text
 from shared import keys
-from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster
+from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, redact
 from shared.settings import Settings
 
 Status = Literal["ok", "warn", "fail"]

@@ -21,9 +21,9 @@ from launcher.redis_server import (
     free_port,
     ping_error,
     port_is_free,
-    redact,
     start_embedded_redis,
 )
+from shared.connection import redact
 from shared.settings import MODEL_ID, Settings
 
 # Under the repository root (`./run` runs from there); gitignored.

@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 
 from launcher.children import stop_process
-from shared.connection import REDIS_ERRORS, connect_data, parse_url
+from shared.connection import REDIS_ERRORS, connect_data, parse_url, url_secrets
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
@@ -145,24 +145,12 @@ def local_url(port: int, like: str = DEFAULT_URL) -> str:
     return f"redis://127.0.0.1:{port}/{path if path.isdigit() else 0}"
 
 
-def _secrets(url: str) -> list[str]:
-    """The passwords in `url`: the server's, and the Sentinels' own (`?sentinel_password=`)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return []
-    found = [password] if password else []
-    found += [value for value in parse_qs(parts.query).get("sentinel_password", []) if value]
-    return found
-
-
 def error_text(exc: BaseException, url: str) -> str:
     """What went wrong reaching `url`, for people to read: without its passwords, and with
     the clients redis-py names in a Sentinel error (`<redis.asyncio.client.Redis(...)>`)
     written as the `host:port` they tried."""
     text = _CLIENT_REPR.sub(r"\1:\2", str(exc) or type(exc).__name__)
-    for secret in _secrets(url):
+    for secret in url_secrets(url):
         text = text.replace(secret, "***")
     return text
 
@@ -171,21 +159,6 @@ def error_text(exc: BaseException, url: str) -> str:
 _CLIENT_REPR = re.compile(
     r"<redis\.[\w.]+\.Redis\(<[^<>]*<[^<>]*\(host=([^,]+),port=(\d+)[^<>]*>\)>\)>"
 )
-
-
-def redact(url: str) -> str:
-    """`url` with its passwords hidden (the Sentinels' own too), for printing."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url
-    if password:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1))
-    if "sentinel_password=" in parts.query:
-        query = re.sub(r"(^|&)sentinel_password=[^&]*", r"\1sentinel_password=***", parts.query)
-        parts = parts._replace(query=query)
-    return urlunsplit(parts)
 
 
 def redis_argv(

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from arq.connections import ArqRedis
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
@@ -70,7 +71,7 @@ def parse_url(url: str) -> RedisAddress:
     scheme, sep, _ = url.partition("://")
     scheme = scheme.lower()
     if not sep:
-        raise ValueError(f"not a Redis URL: {_redacted(url)!r}")
+        raise ValueError(f"not a Redis URL: {redact(url)!r}")
     if scheme not in ("redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"):
         return RedisAddress("single", url)
     kind: Kind = "cluster" if is_cluster_url(url) else "sentinel"
@@ -88,19 +89,19 @@ def parse_url(url: str) -> RedisAddress:
     query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
     unknown = set(query) - {"sentinel_password"}
     if unknown or (kind == "cluster" and query):
-        raise ValueError(f"unknown option(s) {sorted(query)} in {_redacted(url)!r}")
+        raise ValueError(f"unknown option(s) {sorted(query)} in {redact(url)!r}")
     path = [piece for piece in parts.path.split("/") if piece]
     service, db = None, 0
     if kind == "sentinel":
         if not path or len(path) > 2:
             raise ValueError(
                 f"name the Sentinel service: redis+sentinel://host:port/service "
-                f"(got {_redacted(url)!r})"
+                f"(got {redact(url)!r})"
             )
         service = unquote(path[0])
         db = _database(path[1], url) if len(path) == 2 else 0
     elif path and path != ["0"]:
-        raise ValueError(f"a Redis Cluster has only database 0 (got {_redacted(url)!r})")
+        raise ValueError(f"a Redis Cluster has only database 0 (got {redact(url)!r})")
     return RedisAddress(
         kind,
         url,
@@ -121,23 +122,47 @@ def _host_port(item: str, default_port: int, url: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host or (port and not port.isdigit()):
-        raise ValueError(f"bad host:port {item!r} in {_redacted(url)!r}")
+        raise ValueError(f"bad host:port {item!r} in {redact(url)!r}")
     return host, int(port) if port else default_port
 
 
 def _database(text: str, url: str) -> int:
     if not text.isdigit():
-        raise ValueError(f"bad database {text!r} in {_redacted(url)!r}")
+        raise ValueError(f"bad database {text!r} in {redact(url)!r}")
     return int(text)
 
 
-def _redacted(url: str) -> str:
-    """`url` without its password (anything between the first `:` and `@` of the netloc)."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, tail = rest.partition("@")
-    if not at or ":" not in userinfo:
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{tail}"
+def url_secrets(url: str) -> list[str]:
+    """The passwords in a Redis URL: the server's, and the Sentinels' own
+    (`?sentinel_password=`)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return []
+    found = [password] if password else []
+    found += [value for value in parse_qs(parts.query).get("sentinel_password", []) if value]
+    return found
+
+
+def redact(url: str) -> str:
+    """`url` with its passwords hidden (the Sentinels' own too), for people to read."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        # Not a URL urlsplit reads: hide anything between the netloc's first `:` and `@`.
+        scheme, sep, rest = url.partition("://")
+        userinfo, at, tail = rest.partition("@")
+        if not at or ":" not in userinfo:
+            return url
+        return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{tail}"
+    if password:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1))
+    if "sentinel_password=" in parts.query:
+        query = re.sub(r"(^|&)sentinel_password=[^&]*", r"\1sentinel_password=***", parts.query)
+        parts = parts._replace(query=query)
+    return urlunsplit(parts)
 
 
 def _retry(retries: int = _RETRIES) -> Retry:

@@ -36,11 +36,10 @@ from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import IO, Any
-from urllib.parse import urlsplit
 
 import orjson
 
-from shared.connection import parse_url
+from shared.connection import url_secrets
 from shared.settings import Settings, get_settings
 
 __all__ = [
@@ -75,8 +74,8 @@ def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> t
         settings.openai_api_key,
         settings.anthropic_api_key,
         settings.ha_token,
-        *_url_secrets(settings.redis_url),
-        *_url_secrets(settings.queue_url),
+        *url_secrets(settings.redis_url),
+        *url_secrets(settings.queue_url),
         *settings.api_key_users(),
     ]
     for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
@@ -84,15 +83,6 @@ def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> t
             values.append(pair.partition("=")[2].strip())
     found = {value for value in values if value and len(value) >= _MIN_SECRET_CHARS}
     return tuple(sorted(found, key=len, reverse=True))
-
-
-def _url_secrets(url: str) -> list[str | None]:
-    """A Redis URL's password, and its Sentinels' own (`?sentinel_password=`)."""
-    try:
-        address = parse_url(url)
-    except ValueError:
-        return [urlsplit(url).password]
-    return [urlsplit(url).password, address.password, address.sentinel_password]
 
 
 def _redact(line: str, secrets: Iterable[str]) -> str:

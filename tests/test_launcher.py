@@ -34,12 +34,12 @@ from launcher.redis_server import (
     local_url,
     ping_error,
     port_is_free,
-    redact,
     redis_answers,
     redis_argv,
     start_embedded_redis,
     start_redis,
 )
+from shared.connection import redact
 from shared.settings import Settings
 from tests.conftest import TEST_REDIS_URL
 

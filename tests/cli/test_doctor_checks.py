@@ -23,8 +23,9 @@ from cli.doctor import (
     workers_check,
 )
 from launcher.children import stop_process
-from launcher.redis_server import find_redis_binary, free_port, redact, start_redis
+from launcher.redis_server import find_redis_binary, free_port, start_redis
 from shared import keys
+from shared.connection import redact
 from shared.settings import Settings
 
 

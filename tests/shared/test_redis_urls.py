@@ -77,9 +77,18 @@ def test_urls_bernard_cannot_use_are_refused_saying_why(url: str, says: str) -> 
         parse_url(url)
 
 
-def test_a_refused_url_never_shows_its_password() -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://user:hunter2@s1:26379",
+        "redis+sentinel://s1:26379/bernard?sentinel_password=hunter2&bogus=1",
+        "redis+cluster://user:hunter2@n1:6379/3",
+    ],
+    ids=["server password", "sentinels' password", "cluster"],
+)
+def test_a_refused_url_never_shows_its_passwords(url: str) -> None:
     with pytest.raises(ValueError) as refused:
-        parse_url("redis+sentinel://user:hunter2@s1:26379")
+        parse_url(url)
     assert "hunter2" not in str(refused.value)
 
 
