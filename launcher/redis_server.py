@@ -22,14 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import redis
 
 from launcher.children import stop_process
 from shared.connection import REDIS_ERRORS, connect_data, parse_url, url_secrets
 
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
 # Every write goes to the append-only file, fsynced once a second and on shutdown; no RDB
 # snapshots; a full Redis refuses writes instead of evicting turns and conversations.
@@ -139,10 +137,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def local_url(port: int, like: str = DEFAULT_URL) -> str:
-    """A URL for our own Redis on 127.0.0.1:`port`, keeping the database of `like`."""
-    path = urlsplit(like).path.strip("/")
-    return f"redis://127.0.0.1:{port}/{path if path.isdigit() else 0}"
+def local_url(port: int) -> str:
+    """The URL of our own Redis on 127.0.0.1:`port`."""
+    return f"redis://127.0.0.1:{port}/0"
 
 
 def error_text(exc: BaseException, url: str) -> str:
@@ -161,9 +158,7 @@ _CLIENT_REPR = re.compile(
 )
 
 
-def redis_argv(
-    binary: str, port: int, workdir: Path, *, daemonize: bool = False, persist: bool = False
-) -> list[str]:
+def redis_argv(binary: str, port: int, workdir: Path, *, persist: bool = False) -> list[str]:
     """The command line of a Redis on 127.0.0.1:`port`, its files in `workdir`.
 
     Throwaway (nothing on disk) unless `persist`: then AOF, see PERSISTENT_ARGS.
@@ -172,8 +167,6 @@ def redis_argv(
     storage = PERSISTENT_ARGS if persist else EPHEMERAL_ARGS
     argv = [binary, "--bind", "127.0.0.1", "--port", str(port), *storage]
     argv += ["--dir", str(workdir), "--logfile", str(workdir / f"redis-{port}.log")]
-    if daemonize:
-        argv += ["--daemonize", "yes", "--pidfile", str(workdir / f"redis-{port}.pid")]
     return argv
 
 

@@ -111,10 +111,8 @@ def test_redis_answers_only_for_redis() -> None:
         assert not redis_answers(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
 
 
-def test_local_url_keeps_only_the_database() -> None:
+def test_local_url_names_database_0_on_loopback() -> None:
     assert local_url(6400) == "redis://127.0.0.1:6400/0"
-    assert local_url(6400, like="redis://:pw@redis.example:6379/3") == "redis://127.0.0.1:6400/3"
-    assert local_url(6400, like="redis://localhost") == "redis://127.0.0.1:6400/0"
 
 
 @pytest.mark.parametrize(
@@ -141,10 +139,6 @@ def test_redis_argv_keeps_nothing_on_disk(tmp_path: Path) -> None:
     assert argv[argv.index("--appendonly") + 1] == "no"
     assert argv[argv.index("--dir") + 1] == str(tmp_path.resolve())
     assert "--daemonize" not in argv
-
-    daemon = redis_argv("redis-server", 6400, tmp_path, daemonize=True)
-    assert daemon[daemon.index("--daemonize") + 1] == "yes"
-    assert Path(daemon[daemon.index("--pidfile") + 1]).parent == tmp_path.resolve()
 
 
 def test_redis_argv_persisted_keeps_an_aof_and_never_evicts(tmp_path: Path) -> None:
