@@ -238,3 +238,19 @@ def test_a_tools_schema_is_counted_once_per_counter(monkeypatch: pytest.MonkeyPa
     assert converted.count("calculator") <= 1 and converted.count("get_time") <= 1
     other = schema_tokens(calculator, lambda text: 2 * estimate(text))
     assert other == 2 * first[0], "another counter counts again"
+
+
+def test_selecting_again_with_older_rows_counts_each_row_once() -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return estimate(text)
+
+    rows = [{"role": "user", "content": f"message {n}"} for n in range(6)]
+    sizes: dict[int, int] = {}
+    first, _, complete = select(rows[3:], 10_000, count, sizes=sizes)
+    assert complete and first == rows[3:]
+    again, _, _ = select([*rows[:3], *first], 10_000, count, sizes=sizes)
+    assert again == rows
+    assert sorted(counted) == sorted(f"message {n}" for n in range(6))

@@ -59,26 +59,40 @@ def schema_tokens(tool: BaseTool, count: Encode) -> int:
 
 
 def select(
-    rows: Sequence[Mapping[str, Any]], budget: int, count: Encode, *, used: int = 0
+    rows: Sequence[Mapping[str, Any]],
+    budget: int,
+    count: Encode,
+    *,
+    used: int = 0,
+    sizes: dict[int, int] | None = None,
 ) -> tuple[list[Mapping[str, Any]], int, bool]:
     """The latest whole units of `rows` (a message, or an assistant tool-call message with
     its results) that fit `budget` tokens beyond `used`; the tokens then used; whether every
     row fitted. The newest unit is kept even alone over budget: a prompt needs the question.
+
+    `sizes` remembers each row's tokens by its identity, for a caller that selects again
+    over the same rows with older ones before them: each row is counted once.
     """
-    kept: list[Mapping[str, Any]] = []
+    sizes = {} if sizes is None else sizes
+
+    def tokens(message: Mapping[str, Any]) -> int:
+        size = sizes.get(id(message))
+        if size is None:
+            size = sizes[id(message)] = message_tokens(message, count)
+        return size
+
+    # What is kept is always a suffix of `rows`: `rows[end:]`.
     end = len(rows)
     while end > 0:
         start = end - 1
         while start > 0 and rows[start].get("role") == "tool":
             start -= 1
-        unit = rows[start:end]
-        size = sum(message_tokens(m, count) for m in unit)
-        if (kept or used) and used + size > budget:
-            return _whole(kept), used, False
-        kept[:0] = unit
+        size = sum(tokens(m) for m in rows[start:end])
+        if (end < len(rows) or used) and used + size > budget:
+            return _whole(list(rows[end:])), used, False
         used += size
         end = start
-    return _whole(kept), used, True
+    return _whole(list(rows)), used, True
 
 
 def _whole(kept: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -135,13 +149,15 @@ async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
         + sum(schema_tokens(tool, count) for tool in ctx.tools)
     )
     budget = settings.context_max_tokens - settings.context_answer_tokens - fixed
-    kept, used, complete = select(rows, budget, count)
+    # Each row's tokens, counted once however often the loop below selects again.
+    sizes: dict[int, int] = {}
+    kept, used, complete = select(rows, budget, count, sizes=sizes)
     first = _position(kept[0]) if kept else None
     # Everything at hand fitted: older messages may fit too, read a chunk at a time.
     while complete and first is not None and first > 1 and ctx.archivist is not None:
         assert ctx.conversation_id is not None
         older = await ctx.archivist.older(ctx.conversation_id, first, _CHUNK)
-        kept, used, complete = select([*older, *kept], budget, count)
+        kept, used, complete = select([*older, *kept], budget, count, sizes=sizes)
         if not older or _position(kept[0]) == first:
             break
         first = _position(kept[0])
