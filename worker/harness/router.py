@@ -125,10 +125,12 @@ def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -
     """Whether `call` waits for the user: a valid call of a tool that asks for confirmation
     (an invalid one runs at once, to an error the model can act on)."""
     tool = tools.get(call.name)
+    # The schema check last: a call that does not wait has its arguments checked once, when
+    # it runs (`execute`).
     return (
         tool is not None
-        and problem_with(call, tools) is None
         and requires_confirmation(tool, ctx.settings)
+        and problem_with(call, tools) is None
     )
 
 
