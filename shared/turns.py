@@ -194,7 +194,7 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 
 # KEYS: turn, events, lease, cancel, attached.
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, condition,
-# turn id, sealed id, payload... Appends the payloads (the last is `done`, under the sealed
+# sealed id, payload... Appends the payloads (the last is `done`, under the sealed
 # id) and drops the request's messages (the prompt: the conversation keeps them) only if
 # the turn has not ended yet and the condition holds: '' always, 'lapsed' only
 # if no worker holds the lease, 'queued' only if no worker took the turn yet. Returns 1
@@ -211,9 +211,9 @@ end
 if status ~= 'queued' and status ~= 'running' then return 0 end
 if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
 if ARGV[7] == 'queued' and status ~= 'queued' then return 2 end
-for i = 10, #ARGV do
+for i = 9, #ARGV do
   local id = '*'
-  if i == #ARGV then id = ARGV[9] end
+  if i == #ARGV then id = ARGV[8] end
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], id, 'e', ARGV[i])
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
@@ -527,7 +527,6 @@ class TurnStore:
             self.retention_s,
             self.stream_maxlen,
             condition,
-            turn_id,
             SEALED_ID,
             *payloads,
         ]
