@@ -41,7 +41,6 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     MovedError,
-    RedisClusterException,
     RedisError,
     ResponseError,
     TryAgainError,
@@ -49,6 +48,7 @@ from redis.exceptions import (
 
 from api.hub import Reader, StreamReadError
 from shared import keys
+from shared.connection import REDIS_ERRORS
 from shared.streams import entry_key, parse_entries
 
 logger = logging.getLogger("bernard.api")
@@ -59,7 +59,6 @@ _READ_COUNT = 1000
 # How long a new reader waits for its subscription before its first read.
 _SUBSCRIBE_WAIT_S = 2.0
 # What a lost node or an unknown slot raise: the hub retries.
-_UNREACHABLE = (RedisError, RedisClusterException, OSError)
 # Answers that say "not now" rather than "never": the read is tried again.
 _PASSING = (AskError, ClusterDownError, MovedError, TryAgainError)
 
@@ -134,7 +133,7 @@ class ClusterHub:
         try:
             await self.cluster.initialize()  # nothing once it knows the cluster
             node = self.cluster.get_node_from_key(channel)
-        except _UNREACHABLE as exc:
+        except REDIS_ERRORS as exc:
             logger.warning("stream hub cannot locate %s (%s); relying on the sweep", channel, exc)
             self._later(self._rehome([turn_id]))
             return
@@ -170,7 +169,7 @@ class ClusterHub:
                 # A keyed command through the Cluster client: a MOVED answer or a lost node
                 # makes it learn where the slot lives now.
                 await self.cluster.exists(keys.events(turn_id))
-            except _UNREACHABLE:
+            except REDIS_ERRORS:
                 missing.append(turn_id)
                 continue
             await self._subscribe(turn_id)
@@ -201,7 +200,7 @@ class ClusterHub:
             try:
                 await self._read(batch)
                 failures = 0
-            except _UNREACHABLE as exc:
+            except REDIS_ERRORS as exc:
                 failures += 1
                 logger.warning("stream hub lost Redis (%s); retrying", exc)
                 self._marked.update(batch)
@@ -344,7 +343,7 @@ class _NodeWatch:
                 logger.info("stream hub resubscribing off %s (%s)", self.node.name, exc)
                 self.hub.moved(list(self.channels))
                 self.channels.clear()
-            except _UNREACHABLE as exc:
+            except REDIS_ERRORS as exc:
                 failures += 1
                 logger.warning("stream hub lost node %s (%s); retrying", self.node.name, exc)
                 if failures > 1:  # gone for good, or failed over: find where its slots went

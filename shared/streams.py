@@ -109,7 +109,7 @@ class StreamBatcher:
                 self._in_flight = set(batch)
                 try:
                     await self._write(batch)
-                except Exception as exc:  # not any one turn's fault: every turn of the round
+                except Exception as exc:  # the round failed whole: every turn of it
                     for turn_id in batch:
                         self._errors.setdefault(turn_id, exc)
                 finally:
@@ -143,12 +143,8 @@ class StreamBatcher:
                 if self._wake:
                     pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
                     sent.append(None)
-            try:
-                replies = await pipe.execute(raise_on_error=False)
-            except Exception as exc:  # the whole round failed (connection lost): every turn in it
-                for turn_id in batch:
-                    self._errors.setdefault(turn_id, exc)
-                return
+            # A round that fails whole (the connection lost) fails every turn in it: `_drain`.
+            replies = await pipe.execute(raise_on_error=False)
         for of, reply in zip(sent, replies, strict=True):
             if of is None:
                 continue  # a wake-up that failed: the readers' sweep finds the entries anyway
