@@ -21,7 +21,6 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import Response
-from redis.exceptions import RedisError
 from sse_starlette import EventSourceResponse
 
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
@@ -119,9 +118,11 @@ async def start_turn(
             attachment_expiry=time.time() + ATTACHMENT_TTL_S,
         )
     except BaseException:
-        with contextlib.suppress(RedisError, OSError):
+        # Each undone on its own: a failed release must not keep the stream counted.
+        with contextlib.suppress(*REDIS_ERRORS):
             await state.store.release(owner, turn_id)
-            if attachment is not None:
+        if attachment is not None:
+            with contextlib.suppress(*REDIS_ERRORS):
                 await state.streams.close(owner, attachment, cancel_when_alone=False)
         raise
     mode = "background" if request.background else "stream" if request.stream else "wait"
