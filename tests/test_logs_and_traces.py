@@ -32,9 +32,9 @@ from starlette.routing import Route
 
 from shared import traces
 from shared.logs import JsonFormatter, TextFormatter, log_format, log_handler, secrets_of
-from shared.settings import Settings
+from shared.settings import Settings, get_settings
 from shared.turns import TurnRecord, TurnRequest, TurnStore
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -432,6 +432,47 @@ def test_the_format_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("BERNARD_LOG_PROMPTS", "1")
     settings = Settings()
     assert (settings.log_format, settings.log_prompts) == ("json", True)
+
+
+@contextlib.contextmanager
+def unconfigured_logging() -> Iterator[None]:
+    """Bernard's logger as a fresh process has it (no handler, propagating); it and the
+    loggers `configure_logging` takes over (arq's, uvicorn's) are restored afterwards."""
+    saved = {
+        name: (logger.handlers[:], logger.level, logger.propagate)
+        for name in ("bernard", "arq", "uvicorn", "uvicorn.access")
+        for logger in [logging.getLogger(name)]
+    }
+    bernard = logging.getLogger("bernard")
+    bernard.handlers.clear()
+    bernard.propagate = True
+    try:
+        yield
+    finally:
+        for name, (handlers, level, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+async def test_a_worker_built_with_its_own_settings_logs_in_their_format_not_the_environments(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BERNARD_LOG_FORMAT", "text")
+    get_settings.cache_clear()  # the environment's settings now say text
+    try:
+        with unconfigured_logging():
+            async with run_worker(make_settings(log_format="json")):
+                pass
+    finally:
+        get_settings.cache_clear()  # read again, from the environment as the test leaves it
+    lines = [line for line in capsys.readouterr().err.splitlines() if "Bernard worker" in line]
+    assert lines, "the worker logged no ready line"
+    assert lines[0].startswith("{"), lines[0]
+    ready = json.loads(lines[0])
+    assert ready["logger"] == "bernard.worker"
+    assert ready["message"].startswith("Bernard worker")
 
 
 # -- traces ------------------------------------------------------------------------------------

@@ -60,8 +60,12 @@ class WakeWorker(Worker):
 
     async def main(self) -> None:
         """arq's `main`, once Redis answers: a worker started against a Redis that is down
-        says so at once and waits, rather than retrying in silence and then dying."""
-        configure_logging()
+        says so at once and waits, rather than retrying in silence and then dying.
+
+        Logging is set up here, before that wait's lines, from the worker's own settings
+        when it was built with some (`create_worker` puts them in `ctx`; the `arq` command
+        line's worker has none and reads the environment's)."""
+        configure_logging(self.ctx.get("settings"))
         await wait_until_reachable(self.pool, logging.getLogger("bernard.worker"))
         try:
             await super().main()
