@@ -329,11 +329,13 @@ class TurnStore:
         active = await self.queue.zrangebyscore(
             keys.active_turns(owner), "-inf", time.time() + ttl_s - STRANDED_AFTER_S
         )
-        ended_ids = []
-        for turn_id in (raw.decode() for raw in active):
-            status = await self.check(turn_id)
-            if status is None or status in TERMINAL_STATUSES:
-                ended_ids.append(turn_id)
+        turn_ids = [raw.decode() for raw in active]
+        statuses = await self.check_many(turn_ids) if turn_ids else []
+        ended_ids = [
+            turn_id
+            for turn_id, status in zip(turn_ids, statuses, strict=True)
+            if status is None or status in TERMINAL_STATUSES
+        ]
         if ended_ids:
             await self.queue.zrem(keys.active_turns(owner), *ended_ids)
         return bool(ended_ids)
@@ -408,10 +410,26 @@ class TurnStore:
         lost the job). Called by whoever waits on a quiet turn, so no turn waits forever on
         a worker that cannot come.
         """
+        (status,) = await self.check_many([turn_id])
+        return status
+
+    async def check_many(self, turn_ids: Sequence[str]) -> list[str | None]:
+        """`check` of each turn, in order, with what decides each one's status read in one
+        round trip (only the turns it ends, or may end, take more)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(keys.turn(turn_id), ["status", "owner", "created_at"])
-            pipe.exists(keys.lease(turn_id))
-            (raw_status, raw_owner, created_at), leased = await pipe.execute()
+            for turn_id in turn_ids:
+                pipe.hmget(keys.turn(turn_id), ["status", "owner", "created_at"])
+                pipe.exists(keys.lease(turn_id))
+            replies = await pipe.execute()
+        return [
+            await self._settle(turn_id, stored, bool(leased))
+            for turn_id, stored, leased in zip(turn_ids, replies[::2], replies[1::2], strict=True)
+        ]
+
+    async def _settle(self, turn_id: str, stored: list[bytes | None], leased: bool) -> str | None:
+        """`check`'s decision for one turn, from its stored status, owner and creation time
+        and whether a worker's lease on it exists."""
+        raw_status, raw_owner, created_at = stored
         if raw_status is None:
             return None
         status, owner = raw_status.decode(), raw_owner.decode() if raw_owner else ""

@@ -554,6 +554,34 @@ async def test_at_the_limit_only_entries_of_ended_turns_make_room(
     assert held == {second.id, "third"}
 
 
+async def test_at_the_limit_each_old_entry_is_judged_by_its_own_turn(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """Old entries of running, ended, gone and lapsed turns, interleaved: the entries of the
+    ended and gone ones go, the lapsed turn is ended `worker_lost` and goes too, and the
+    running ones, whatever their place among the others, stay."""
+    owner = scratch.owner()
+    running = [await claimed(store, scratch, owner=owner) for _ in range(2)]
+    finished = [await claimed(store, scratch, owner=owner) for _ in range(2)]
+    for record in finished:
+        await store.end(record.id, owner, ErrorCode.TURN_CANCELLED)
+    lapsed = await claimed(store, scratch, owner=owner)
+    await redis.delete(keys.lease(lapsed.id))  # its worker died
+    gone = scratch.turn_id()
+    admitted = [running[0].id, finished[0].id, gone, running[1].id, lapsed.id, finished[1].id]
+    long_ago = time.time() + 60 - STRANDED_AFTER_S - 10  # admitted long enough ago to look at
+    await redis.zadd(
+        keys.active_turns(owner), {turn_id: long_ago + n for n, turn_id in enumerate(admitted)}
+    )
+    await store.admit(owner, "newcomer", limit=len(admitted), ttl_s=60)
+    held = {raw.decode() for raw in await redis.zrange(keys.active_turns(owner), 0, -1)}
+    assert held == {running[0].id, running[1].id, "newcomer"}
+    assert [(await store.get(r.id)).status for r in running] == ["running", "running"]  # type: ignore[union-attr]
+    ended_lapsed = await store.get(lapsed.id)
+    assert ended_lapsed is not None and ended_lapsed.error is not None
+    assert ended_lapsed.error["code"] == "worker_lost"
+
+
 async def test_a_stranded_turn_ended_by_a_check_leaves_its_owners_count(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
