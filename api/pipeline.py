@@ -21,7 +21,6 @@ from dataclasses import asdict
 from typing import Any
 
 from fastapi import Response
-from sse_starlette import EventSourceResponse
 
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume
@@ -31,7 +30,7 @@ from api.hub import StreamReadError
 from api.metrics import TURNS_CREATED
 from api.relay import relay
 from api.responses import JSONResponse
-from api.sse import encoded
+from api.sse import FrameResponse
 from api.state import AppState
 from shared import traces
 from shared.connection import REDIS_ERRORS
@@ -45,8 +44,6 @@ logger = logging.getLogger("bernard.api")
 
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 UNFINISHED_TTL_S = 7 * 86_400
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
 # given the admitted turn's id.
 Conversation = Callable[[str], Awaitable[str | None]]
@@ -181,8 +178,7 @@ def stream_response(
         alive=lambda: turn_exists(state, record.id),
         renew=lambda: state.streams.renew(record.owner, attachment),
     )
-    headers = {**SSE_HEADERS, **turn_headers(record)}
-    return EventSourceResponse(encoded(events), headers=headers, ping=3600)
+    return FrameResponse(events, headers=turn_headers(record))
 
 
 async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event], Done]:

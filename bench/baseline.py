@@ -2,7 +2,7 @@
 
 `uvicorn bench.baseline:app` serves `POST /v1/chat/completions` like the API does (FastAPI,
 the same request model and validation, the same `ChatEncoder`, the same
-`EventSourceResponse` settings), but runs the turn in the request itself: it builds the
+response, `api.sse.FrameResponse`), but runs the turn in the request itself: it builds the
 `TurnContext` the worker would build, iterates the worker's own `worker.turn.turn_events`
 (whose `ChatOpenAI` calls the same scripted upstream) and encodes each event into SSE
 frames the moment it is yielded. There is no Redis, no arq job, no turn record, no stream
@@ -19,15 +19,15 @@ from __future__ import annotations
 import gc
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from fastapi import FastAPI
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from api.encoding import ChatEncoder
-from api.pipeline import SSE_HEADERS
 from api.schemas import ChatCompletionRequest
+from api.sse import FrameResponse
 from shared.endings import completed
 from shared.events import Event, Start
 from shared.settings import MODEL_ID, Settings, get_settings
@@ -51,7 +51,7 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
         return {"status": "ok"}
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest) -> EventSourceResponse:
+    async def chat(body: ChatCompletionRequest) -> FrameResponse:
         body.check_honourable()
         request = body.to_turn()
         record = TurnRecord(id=uuid.uuid4().hex, owner="local", request=request, model=MODEL_ID)
@@ -61,22 +61,17 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
             frame_id = f"b{time.time():.6f}"
             return [ServerSentEvent(data=f, id=frame_id) for f in encoder.frames(event)]
 
-        async def events() -> AsyncIterator[ServerSentEvent]:
-            for frame in frames(Start()):
-                yield frame
+        async def events() -> AsyncGenerator[list[ServerSentEvent], None]:
+            yield frames(Start())
             ctx = TurnContext.for_request(
                 record.id, request, settings, router, responder, tools=tools
             )
             async with aclosing(turn_events(ctx)) as stream:  # type: ignore[type-var]
                 async for event in stream:
-                    for frame in frames(event):
-                        yield frame
-            done = completed(ctx.finish_reason, ctx.usage)
-            for frame in frames(done):
-                yield frame
+                    yield frames(event)
+            yield frames(completed(ctx.finish_reason, ctx.usage))
 
-        headers = {**SSE_HEADERS, "X-Bernard-Turn-Id": record.id}
-        return EventSourceResponse(events(), headers=headers, ping=3600)
+        return FrameResponse(events(), headers={"X-Bernard-Turn-Id": record.id})
 
     # As the API and the worker do once started: startup objects stay out of full GC passes.
     gc.freeze()

@@ -16,7 +16,7 @@ import jsonschema
 import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from api.auth import Owner
 from api.conversations import (
@@ -32,8 +32,9 @@ from api.conversations import (
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.pages import list_page
-from api.pipeline import SSE_HEADERS, start_turn
+from api.pipeline import start_turn
 from api.responses import JSONResponse
+from api.sse import FrameResponse
 from api.state import AppState, get_state
 from shared.errors import ErrorCode
 from shared.records import ConversationExistsError, RecordKeeper, row_position
@@ -339,4 +340,4 @@ def _still_waiting(pending: dict[str, Any] | None, stream: bool) -> Response:
     done = {"turn_id": None, "status": "awaiting_confirmation", "usage": None}
     events = [ServerSentEvent(data=orjson.dumps(pending).decode(), event="awaiting_confirmation")]
     events.append(ServerSentEvent(data=orjson.dumps(done).decode(), event="done"))
-    return EventSourceResponse(iter(events), headers=SSE_HEADERS, ping=3600)
+    return FrameResponse(events)

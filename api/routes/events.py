@@ -10,20 +10,21 @@ one of the user's open streams (`BERNARD_MAX_STREAMS_PER_USER`).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict
 from typing import Annotated
 
 import anyio
 import orjson
 from fastapi import APIRouter, Depends, Header, Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from api.attachments import RENEW_S, TooManyStreamsError
 from api.auth import Owner
 from api.cursors import BadCursorError, parse_cursor
 from api.errors import invalid
-from api.pipeline import SSE_HEADERS, too_many_streams
+from api.pipeline import too_many_streams
+from api.sse import FrameResponse
 from api.state import AppState, get_state
 from shared import keys
 from shared.streams import parse_entries
@@ -54,7 +55,7 @@ async def user_events(
     except TooManyStreamsError:
         raise too_many_streams(state) from None
 
-    async def frames() -> AsyncIterator[ServerSentEvent]:
+    async def frames() -> AsyncGenerator[list[ServerSentEvent], None]:
         renewed = time.monotonic()
         try:
             async with state.hub.read(stream_id, start) as reader:
@@ -65,13 +66,13 @@ async def user_events(
                     try:
                         entry_id, stamped = await reader.next(wait_s=state.settings.keepalive_s)
                     except TimeoutError:
-                        yield ServerSentEvent(comment="ping")
+                        yield [ServerSentEvent(comment="ping")]
                         continue
                     event = stamped.event
                     data = orjson.dumps(asdict(event)).decode()
-                    yield ServerSentEvent(data=data, event=event.type, id=entry_id)
+                    yield [ServerSentEvent(data=data, event=event.type, id=entry_id)]
         finally:
             with anyio.CancelScope(shield=True):
                 await state.streams.close(owner, attachment, cancel_when_alone=False)
 
-    return EventSourceResponse(frames(), headers=SSE_HEADERS, ping=3600)
+    return FrameResponse(frames())

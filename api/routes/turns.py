@@ -11,7 +11,6 @@ import contextlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Response
-from sse_starlette import EventSourceResponse
 
 from api.auth import Owner
 from api.cursors import BadCursorError, locate, parse_cursor
@@ -19,8 +18,9 @@ from api.encoding import encoder_for
 from api.errors import ApiError, invalid
 from api.hub import StreamReadError
 from api.pages import list_page
-from api.pipeline import SSE_HEADERS, attach, stream_response, turn_headers, turn_object
+from api.pipeline import attach, stream_response, turn_headers, turn_object
 from api.relay import sse
+from api.sse import FrameResponse
 from api.state import AppState, get_state
 from shared import keys
 from shared.cancel import request_cancel
@@ -111,6 +111,4 @@ def _compacted_replay(record: TurnRecord) -> Response:
     """After the stream's retention: the stored result as one content frame, the ending
     (shared/endings.py), [DONE]."""
     frames = [sse(frame) for frame in encoder_for(record).compacted(record)]
-    return EventSourceResponse(
-        iter(frames), headers={**SSE_HEADERS, **turn_headers(record)}, ping=3600
-    )
+    return FrameResponse(frames, headers=turn_headers(record))

@@ -1,11 +1,19 @@
-"""api/sse.py writes frames exactly as sse-starlette's `ServerSentEvent.encode` does."""
+"""api/sse.py writes frames exactly as sse-starlette's `ServerSentEvent.encode` does, and
+its response sends what the library's `EventSourceResponse` sends."""
 
 from __future__ import annotations
 
-import pytest
-from sse_starlette import ServerSentEvent
+from collections.abc import AsyncGenerator
+from typing import Any
 
-from api.sse import encode, encoded
+import httpx
+import pytest
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.sse import SSE_HEADERS, FrameResponse, encode, encoded
 
 FRAMES = [
     ServerSentEvent(data='{"choices":[{"delta":{"content":"hi"}}]}', id="1700000000000-0"),
@@ -51,3 +59,31 @@ async def test_closing_the_chunks_closes_the_batches_at_once() -> None:
     assert await anext(chunks) == b"data: a\r\n\r\n"
     await chunks.aclose()
     assert closed == [True]
+
+
+async def _served(response: Response) -> tuple[int, dict[str, str], bytes]:
+    app = Starlette(routes=[Route("/", lambda _request: response)])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
+        reply = await c.get("/")
+    return reply.status_code, dict(reply.headers), reply.content
+
+
+async def _batches() -> AsyncGenerator[list[ServerSentEvent], None]:
+    yield FRAMES[:3]
+    yield []
+    yield FRAMES[3:]
+
+
+@pytest.mark.parametrize(
+    "frames", [_batches, lambda: list(FRAMES)], ids=["batches as they come", "frames known now"]
+)
+async def test_a_frame_response_is_what_the_librarys_response_sends(frames: Any) -> None:
+    """Status, headers and bytes: FrameResponse only sends them in fewer, cheaper sends."""
+    headers = {"X-Bernard-Turn-Id": "t1"}
+    ours = await _served(FrameResponse(frames(), headers=headers))
+    library = await _served(
+        EventSourceResponse(iter(FRAMES), headers={**SSE_HEADERS, **headers}, ping=3600)
+    )
+    assert ours == library
+    assert ours[1]["x-bernard-turn-id"] == "t1"
+    assert ours[1]["cache-control"] == "no-cache"
