@@ -4,6 +4,7 @@ same load sent straight to the upstream, and where the CPU goes (py-spy)."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,17 @@ import orjson
 from bench.flames import Profile, summarize
 from bench.measurements import capacity_step
 from bench.report import Section, Table, Verdict, ms, num
-from bench.runner import Bench, Meter, Turn, check_all, drive, echo_directives, is_delta, wait_idle
+from bench.runner import (
+    OTHER,
+    Bench,
+    Meter,
+    Turn,
+    check_all,
+    drive,
+    echo_directives,
+    is_delta,
+    wait_idle,
+)
 from bench.stats import Summary, ratio
 
 # Targets of issue 12.
@@ -23,6 +34,7 @@ API_US_PER_FRAME = 40
 API_FRAMES_PER_S = 25_000
 BURST_WALL_RATIO = 1.5
 BURST_FIRST_TOKEN_RATIO = 3.0
+_CORES = os.cpu_count() or 1
 
 
 class Run:
@@ -244,6 +256,23 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
             f"once, a token every {sizes.burst_delay_ms:g} ms"
         ),
     )
+    cpu = Table(
+        [
+            "path",
+            "API",
+            "worker",
+            "Redis",
+            "upstream",
+            "client",
+            "everything else",
+            "total",
+            f"total / {_CORES} cores",
+        ],
+        title=(
+            "CPU seconds during each burst, by process: the last column is the shortest wall "
+            "time this box could give that work"
+        ),
+    )
     results: dict[str, tuple[float, Summary]] = {}
     for label, endpoint, system in (
         ("straight to the upstream", bench.cluster.upstream.endpoint, "upstream"),
@@ -253,6 +282,7 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
             "burst", sizes.burst_streams, sizes.burst_tokens, sizes.burst_delay_ms
         )
         task = bench.ui.task(f"cost: burst, {label}", len(directives))
+        meter = await Meter(bench).start()
         started = time.monotonic()
         turns = await drive(
             [endpoint],
@@ -262,7 +292,9 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
             on_done=lambda _t, task=task: bench.ui.advance(task),  # type: ignore[misc]
         )
         seconds = time.monotonic() - started
+        await meter.stop()
         bench.ui.done(task)
+        cpu.add(label, *_burst_cpu(bench, meter))
         first = Summary.of(t.first_token_ms for t in turns)
         exact = _exact_count(turns) if system == "pipeline" else _complete_count(turns)
         table.add(
@@ -276,10 +308,21 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
         )
         results[system] = (seconds, first)
         await wait_idle(bench)
-    section.tables.append(table)
+    section.tables += [table, cpu]
     wall = ratio(results["pipeline"][0], results["upstream"][0])
     first_token = ratio(results["pipeline"][1].median, results["upstream"][1].median)
     return wall, first_token
+
+
+def _burst_cpu(bench: Bench, meter: Meter) -> list[str]:
+    """The cells of one burst's CPU row (the baseline server idles through it: left out)."""
+    cluster = bench.cluster
+    assert cluster.upstream is not None
+    names = [cluster.apis[0].name, cluster.workers[0].name, "redis", cluster.upstream.name]
+    names += ["client", OTHER]
+    seconds = [meter.cpu.get(name, 0.0) for name in names]
+    total = sum(meter.cpu.values())
+    return [f"{s:.2f}" for s in seconds] + [f"{total:.2f}", f"{total / _CORES:.2f}"]
 
 
 def _exact_count(turns: Sequence[Turn]) -> int:
