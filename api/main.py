@@ -57,16 +57,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = error_response(
-            ApiError(
-                413,
-                f"request body is over {self.max_bytes} bytes (BERNARD_MAX_BODY_BYTES)",
-                code=ErrorCode.BODY_TOO_LARGE,
-            )
-        )
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await too_large(scope, receive, send)
+            await self._too_large(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -79,7 +72,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await too_large(scope, receive, send)
+                await self._too_large(scope, receive, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -93,6 +86,14 @@ class BodyLimit:
             return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        error = ApiError(
+            413,
+            f"request body is over {self.max_bytes} bytes (BERNARD_MAX_BODY_BYTES)",
+            code=ErrorCode.BODY_TOO_LARGE,
+        )
+        await error_response(error)(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
