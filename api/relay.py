@@ -19,9 +19,9 @@ from api.cursors import Resume
 from api.encoding import Encoder, Frame, Named
 from api.hub import Hub, StreamReadError
 from api.metrics import FRAMES_RELAYED, STREAMS_OPEN
-from shared.endings import ended
+from shared.endings import ending_events
 from shared.errors import ErrorCode
-from shared.events import Done, Error
+from shared.events import Done
 from shared.streams import Entry
 
 Detach = Callable[[bool], Awaitable[None]]
@@ -38,12 +38,9 @@ def sse(frame: Frame, frame_id: str | None = None) -> ServerSentEvent:
     return ServerSentEvent(data=frame, id=frame_id)
 
 
-def ending_events(encoder: Encoder, code: ErrorCode) -> list[ServerSentEvent]:
+def ending_frames(encoder: Encoder, code: ErrorCode) -> list[ServerSentEvent]:
     """The closing frames of a stream that cannot go on (`turn_lost`, `stream_unreadable`)."""
-    done = ended(code)
-    assert done.error is not None
-    events = [Error(message=done.error["message"], code=code), done]
-    return [sse(frame) for event in events for frame in encoder.frames(event)]
+    return [sse(frame) for event in ending_events(code) for frame in encoder.frames(event)]
 
 
 def entry_events(encoder: Encoder, entry: Entry) -> list[ServerSentEvent]:
@@ -93,7 +90,7 @@ async def relay(
                     first = await reader.next(wait_s=keepalive_s)
                 except TimeoutError:
                     if alive is not None and not await alive():
-                        yield ending_events(encoder, ErrorCode.TURN_LOST)
+                        yield ending_frames(encoder, ErrorCode.TURN_LOST)
                         finished = True
                         return
                     keepalive = encoder.keepalive()
@@ -104,7 +101,7 @@ async def relay(
                     ]
                     continue
                 except StreamReadError:
-                    yield ending_events(encoder, ErrorCode.STREAM_UNREADABLE)
+                    yield ending_frames(encoder, ErrorCode.STREAM_UNREADABLE)
                     return
                 batch: list[ServerSentEvent] = []
                 for entry in (first, *reader.ready()):

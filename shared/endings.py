@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import ErrorCode
-from shared.events import Done, TurnStatus
+from shared.events import Done, Error, Event, TurnStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,15 @@ def ended(code: ErrorCode, message: str | None = None) -> Done:
     ending = ENDINGS[code]
     error = {"message": message or ending.message, "type": ending.type, "code": str(code)}
     return Done(status=ending.status, error=error)
+
+
+def ending_events(code: ErrorCode, message: str | None = None) -> list[Event]:
+    """What a stream that ends with `code` ends with: its `done`, after a failed turn's
+    `error` event (for clients that show Bernard's events but not the terminal frame)."""
+    done = ended(code, message)
+    if done.status == "failed" and done.error is not None:
+        return [Error(message=done.error["message"], code=code), done]
+    return [done]
 
 
 def completed(finish_reason: str | None, usage: dict[str, int] | None) -> Done:

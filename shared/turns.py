@@ -26,9 +26,9 @@ from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
 from shared.connection import is_cluster
-from shared.endings import ENDINGS, ended
+from shared.endings import ENDINGS, ending_events
 from shared.errors import ErrorCode
-from shared.events import TERMINAL_STATUSES, Done, Error, Event, Start, TurnStatus, encode
+from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, encode
 from shared.queue import enqueue
 from shared.scripts import TAKE_SLOT, in_pipeline
 
@@ -576,15 +576,10 @@ class TurnStore:
         *,
         condition: FinishCondition = "",
     ) -> bool:
-        """End the turn short of completing, as `ENDINGS[code]` says, unless it already ended.
-
-        A failed turn's stream also gets a non-fatal-style `error` event before its `done`,
-        for clients that show Bernard's events but not the terminal frame.
-        """
-        done = ended(code, message)
-        before: list[Event] = []
-        if done.status == "failed" and done.error is not None:
-            before.append(Error(message=done.error["message"], code=code))
+        """End the turn short of completing, as `ENDINGS[code]` says, unless it already ended
+        (its stream gets shared/endings.py's `ending_events`)."""
+        *before, done = ending_events(code, message)
+        assert isinstance(done, Done)
         return await self.finish(turn_id, owner, done, before=before, condition=condition)
 
     async def renew(

@@ -22,7 +22,7 @@ import api.relay
 from api.cursors import Resume
 from api.encoding import DONE, Encoder, encoder_for
 from api.hub import StreamHub
-from api.relay import ending_events, entry_events, relay
+from api.relay import ending_frames, entry_events, relay
 from shared import keys
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
@@ -120,7 +120,7 @@ def test_a_stream_that_cannot_go_on_closes_with_an_error_and_its_done(code: Erro
     done = ended(code)
     assert done.error is not None
     error = Error(message=done.error["message"], code=code)
-    events = ending_events(enc, code)
+    events = ending_frames(enc, code)
     assert [(e.id, e.data) for e in events] == [
         (None, frame) for frame in [*enc.frames(error), *enc.frames(done)]
     ]
@@ -275,7 +275,7 @@ async def test_a_stream_whose_turn_record_vanished_ends_with_turn_lost(
     events = await relayed(hub, enc, turn_id, alive=alive, detach=detach)
     assert frames_of(events) == [
         (None, enc.keepalive()),
-        *frames_of(ending_events(enc, ErrorCode.TURN_LOST)),
+        *frames_of(ending_frames(enc, ErrorCode.TURN_LOST)),
     ]
     assert detach.calls == [True], "no `done` can ever come: nothing left to cancel"
 
@@ -287,7 +287,7 @@ async def test_a_stream_redis_refuses_to_read_ends_with_stream_unreadable(
     enc = encoder()
     detach = Detaches()
     events = await relayed(hub, enc, turn_id, detach=detach)
-    assert frames_of(events) == frames_of(ending_events(enc, ErrorCode.STREAM_UNREADABLE))
+    assert frames_of(events) == frames_of(ending_frames(enc, ErrorCode.STREAM_UNREADABLE))
     assert detach.calls == [False]
 
 
