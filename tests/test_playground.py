@@ -23,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -112,13 +113,16 @@ class Pages:
     opened: list[Playground] = field(default_factory=list)
 
     async def open(
-        self, stack: Stack, *, key: str | None = KEY, conversation: str = ""
+        self, stack: Stack, *, key: str | None = KEY, conversation: str = "", script: str = ""
     ) -> Playground:
         """A fresh page of the stack's playground, with `key` already stored, on
-        `conversation` if one is named (the URL's fragment)."""
+        `conversation` if one is named (the URL's fragment); `script` runs before the
+        page's own, in it and in every reload of it."""
         context = await self.browser.new_context(viewport={"width": 1000, "height": 640})
         if key is not None:
             await context.add_init_script(f"localStorage.setItem('bernard.apiKey', {key!r})")
+        if script:
+            await context.add_init_script(script)
         page = await context.new_page()
         playground = Playground(page, stack)
         page.on(
@@ -274,6 +278,100 @@ async def test_reloading_mid_answer_reattaches_and_ends_with_the_uninterrupted_t
     assert turn_streams, "the page reattached to the running turn"
     assert turn_streams[0].headers.get("last-event-id"), "from where it was"
     assert await page.evaluate("sessionStorage.getItem('bernard.live')") is None
+
+
+# Counts the page's writes of its live turn, and the frames in which its callbacks ran.
+COUNT_SAVES_AND_FRAMES = """
+window.liveSaves = 0;
+window.liveFrames = new Set();
+const setItem = Storage.prototype.setItem;
+Storage.prototype.setItem = function (key, value) {
+  if (key === "bernard.live") window.liveSaves++;
+  return setItem.call(this, key, value);
+};
+const frame = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) =>
+  frame((time) => { window.liveFrames.add(time); callback(time); });
+"""
+# The frame that would save the live turn never comes (as in a tab the browser stopped
+# drawing): drawing goes on.
+NO_FRAME_SAVES = """
+const frame = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) =>
+  callback.name === "saveQueuedLive" ? 0 : frame(callback);
+"""
+
+
+async def test_a_long_answer_is_saved_for_a_reload_at_most_once_a_frame(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """Each save writes the whole turn so far: one per event would grow as the square of
+    the answer's length."""
+    words = " ".join(f"word{n}" for n in range(300))
+    upstream.script(Reply.text(words))
+    playground = await pages.open(stack, script=COUNT_SAVES_AND_FRAMES)
+    await playground.send("talk a while")
+    await expect(playground.answer).to_contain_text("word299")
+    await playground.idle()
+    saves, frames = await playground.page.evaluate("[window.liveSaves, window.liveFrames.size]")
+    # Besides the frames' saves: the turn's start, and its id once the API answers.
+    assert saves <= frames + 2, (saves, frames)
+
+
+async def saved_live(page: Page) -> dict[str, Any]:
+    return json.loads(await page.evaluate("sessionStorage.getItem('bernard.live')"))
+
+
+async def unsaved_mid_answer(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> tuple[Playground, Reply]:
+    """A page whose frames never save, showing an answer the upstream holds (its gate)."""
+    gate = upstream.script(Reply.text(ANSWER, block_after=6))
+    playground = await pages.open(stack, script=NO_FRAME_SAVES)
+    await playground.send("otters")
+    await gate.wait_blocked()
+    await expect(playground.answer).to_contain_text("Otters hold hands while they")
+    saved = await saved_live(playground.page)
+    assert saved["turnId"] and saved["lastEventId"] is None, "no frame saved the events"
+    return playground, gate
+
+
+async def test_a_reload_first_saves_what_the_next_frame_would_have(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    playground, gate = await unsaved_mid_answer(stack, upstream, pages)
+    page = playground.page
+    saved = await saved_live(page)
+    reattached: list[Request] = []
+    page.on("request", lambda r: reattached.append(r) if "/events" in r.url else None)
+    await page.reload()
+    await expect(playground.answer).to_contain_text("Otters hold hands while they")
+    gate.release()
+    await expect(playground.answer).to_contain_text("That is all.")
+    await playground.idle()
+    turn_streams = [r for r in reattached if f"/v1/turns/{saved['turnId']}/events" in r.url]
+    assert turn_streams and turn_streams[0].headers.get("last-event-id"), "saved as it left"
+    assert (await playground.answer.inner_text()).count("Otters") == 1
+
+
+async def test_hiding_the_page_saves_what_the_next_frame_would_have(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """A tab in the background gets no frames, and may be discarded there."""
+    playground, gate = await unsaved_mid_answer(stack, upstream, pages)
+    await playground.page.evaluate(
+        """() => {
+          Object.defineProperty(document, "visibilityState", { value: "hidden" });
+          Object.defineProperty(document, "hidden", { value: true });
+          document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    saved = await saved_live(playground.page)
+    assert saved["lastEventId"]
+    answered = [segment["text"] for segment in saved["segments"] if segment["kind"] == "text"]
+    assert answered and answered[0].startswith("Otters **hold hands** while they")
+    gate.release()
+    await playground.idle()
 
 
 async def test_a_conversation_opened_while_a_turn_started_elsewhere_runs_follows_it_to_its_end(

@@ -6,11 +6,13 @@
 //
 // The turn being answered ("live") is a list of segments (text, tool cards, confirmation
 // cards, trace lines, errors) built from its events. It is saved in sessionStorage with the
-// id of the last event it holds after every event, both in one write, so a reload redraws
-// it and reattaches with `GET /v1/turns/{id}/events` and `Last-Event-ID`: nothing is lost
-// or repeated. A conversation opened while a turn started elsewhere runs on it (its
-// `turn_id`) is followed the same way, from that turn's first event. Model output is rendered as Markdown and sanitized with DOMPurify before it
-// reaches the page; tool arguments and results are only ever set as text.
+// id of the last event it holds, both in one write, at most once a frame while events come
+// and at once when the page is left or hidden, so a reload redraws it and reattaches with
+// `GET /v1/turns/{id}/events` and `Last-Event-ID`: nothing is lost or repeated. A
+// conversation opened while a turn started elsewhere runs on it (its `turn_id`) is followed
+// the same way, from that turn's first event. Model output is rendered as Markdown and
+// sanitized with DOMPurify before it reaches the page; tool arguments and results are only
+// ever set as text.
 "use strict";
 
 const KEY_STORE = "bernard.apiKey"; // localStorage: the bearer key
@@ -296,8 +298,26 @@ function drawStatus(node, segment) {
 
 // -- the live turn ---------------------------------------------------------------------
 
+// A save writes the whole live turn, so one per event would make a long answer cost time
+// quadratic in its length: events queue one save for the next frame (when what they changed
+// is drawn too), and leaving or hiding the page saves what is queued at once (`bind`).
+// Every save pairs the segments with the id of the last event they hold, so one that lags
+// behind the page only means more events replayed on reattaching, none lost or repeated.
+let saveQueued = false;
+
 function saveLive() {
+  saveQueued = false;
   sessionStorage.setItem(LIVE_STORE, JSON.stringify(live));
+}
+
+function saveLiveSoon() {
+  if (!saveQueued) requestAnimationFrame(saveQueuedLive);
+  saveQueued = true;
+}
+
+function saveQueuedLive() {
+  if (saveQueued && live) saveLive();
+  saveQueued = false;
 }
 
 function startLive(conversationId, userText) {
@@ -366,7 +386,7 @@ async function follow(response) {
     if (!live) return true;
     if (frame.id) live.lastEventId = frame.id;
     applyEvent(frame.event, JSON.parse(frame.data));
-    saveLive(); // the segments and the id of the last event they hold, in one write
+    saveLiveSoon();
     if (frame.event === "done") return true;
   }
   return false;
@@ -657,6 +677,12 @@ async function start() {
 }
 
 function bind() {
+  // A reload, a navigation or a closed tab (pagehide), or a tab put in the background, where
+  // frames stop (visibilitychange): the queued save cannot wait for the next frame.
+  addEventListener("pagehide", saveQueuedLive);
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) saveQueuedLive();
+  });
   ui.trace.checked = localStorage.getItem(TRACE_STORE) === "1";
   document.body.classList.toggle("show-trace", ui.trace.checked);
   ui.trace.addEventListener("change", () => {
