@@ -14,11 +14,14 @@ the entry it names. Either raises `BadCursorError`, which the route answers with
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
 from api.encoding import Encoder, Frame
+from api.errors import invalid
 from shared import keys
 from shared.events import Done
 from shared.streams import Entry, entry_key, parse_entries
@@ -43,6 +46,16 @@ class Cursor:
     @property
     def key(self) -> tuple[int, int]:
         return entry_key(self.entry_id)
+
+
+@contextmanager
+def bad_cursor_is_400(last_event_id: str | None) -> Iterator[None]:
+    """A `BadCursorError` inside becomes a 400 naming where the cursor came from: the
+    `Last-Event-ID` header when the request sent one, else the `after` parameter."""
+    try:
+        yield
+    except BadCursorError as exc:
+        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
 
 
 def parse_cursor(text: str | None) -> Cursor | None:

@@ -21,8 +21,7 @@ from sse_starlette import ServerSentEvent
 
 from api.attachments import RENEW_S, TooManyStreamsError
 from api.auth import Owner
-from api.cursors import BadCursorError, parse_cursor
-from api.errors import invalid
+from api.cursors import bad_cursor_is_400, parse_cursor
 from api.pipeline import too_many_streams
 from api.sse import FrameResponse
 from api.state import AppState, get_state
@@ -40,10 +39,8 @@ async def user_events(
     after: str | None = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> Response:
-    try:
+    with bad_cursor_is_400(last_event_id):
         cursor = parse_cursor(last_event_id or after)
-    except BadCursorError as exc:
-        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
     stream_id = keys.user_stream_id(owner)
     if cursor is not None:
         start = cursor.entry_id

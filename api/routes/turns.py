@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Response
 
 from api.auth import Owner
-from api.cursors import BadCursorError, locate, parse_cursor
+from api.cursors import bad_cursor_is_400, locate, parse_cursor
 from api.encoding import encoder_for
-from api.errors import ApiError, invalid
+from api.errors import ApiError
 from api.hub import StreamReadError
 from api.pages import list_page
 from api.pipeline import attach, stream_response, turn_headers, turn_object
@@ -92,18 +92,14 @@ async def turn_events(
 ) -> Response:
     """The turn's SSE from the start, or strictly after `Last-Event-ID` (or `?after=`)."""
     record = await _owned_turn(state, turn_id, owner)
-    try:
+    with bad_cursor_is_400(last_event_id):
         cursor = parse_cursor(last_event_id or after)
-    except BadCursorError as exc:
-        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
     if not await state.redis.exists(keys.events(turn_id)):
         if record.finished:
             return _compacted_replay(record)
         raise ApiError(404, f"turn '{turn_id}' has no events", code=ErrorCode.TURN_NOT_FOUND)
-    try:
+    with bad_cursor_is_400(last_event_id):
         resume = await locate(state.redis, encoder_for(record), turn_id, cursor)
-    except BadCursorError as exc:
-        raise invalid(str(exc), "Last-Event-ID" if last_event_id else "after") from None
     return stream_response(state, record, await attach(state, record), resume)
 
 
