@@ -190,12 +190,7 @@ class Llm:
         except UpstreamStreamError as exc:
             raise LlmError(f"upstream model call failed: {exc}") from exc
         latency_ms = (time.perf_counter() - started) * 1000
-        return LlmResult(
-            message=message,
-            usage=_usage(message),
-            latency_ms=latency_ms,
-            finish_reason=_finish_reason(message),
-        )
+        return _result(message, _finish_reason(message), latency_ms)
 
     def stream(
         self,
