@@ -86,7 +86,7 @@ async def ha_list_entities(
     gives with ha_get_state and ha_call_service.
     """
     reporter = get_reporter(config)
-    try:
+    with reporter.reporting_errors():
         kind = _domain(domain) if domain is not None and domain.strip() else None
         where = _area(area) if area is not None and area.strip() else None
         base, headers = _service(get_runtime(config).settings)
@@ -114,9 +114,6 @@ async def ha_list_entities(
             else:  # no such area: the names may still say where a thing is
                 by_name = True
                 found = [s for s in found if _mentions(s, where)]
-    except ToolException as exc:
-        reporter.error(str(exc).removeprefix("Error: "))
-        raise
     reporter.complete(f"Found {len(found)} entit{'y' if len(found) == 1 else 'ies'}")
     return _render_list(found, kind, where, by_name)
 
@@ -126,7 +123,7 @@ async def ha_get_state(entity_id: str, config: RunnableConfig) -> str:
     """Get the current state and attributes of one Home Assistant entity, such as
     "light.kitchen" or "climate.hall" (ha_list_entities gives the ids)."""
     reporter = get_reporter(config)
-    try:
+    with reporter.reporting_errors():
         entity = _entity_id(entity_id)
         base, headers = _service(get_runtime(config).settings)
         reporter.step(f"Reading the state of {entity}")
@@ -145,9 +142,6 @@ async def ha_get_state(entity_id: str, config: RunnableConfig) -> str:
                 f"Error: Home Assistant has no entity {entity}; call ha_list_entities for the ids"
             )
         (state,) = _states([data])
-    except ToolException as exc:
-        reporter.error(str(exc).removeprefix("Error: "))
-        raise
     reporter.complete(f"{entity} is {state['state']}")
     return _render_state(state)
 
@@ -164,7 +158,7 @@ async def _call_service(
 ) -> str:
     """Call a Home Assistant service on one entity."""
     reporter = get_reporter(config)
-    try:
+    with reporter.reporting_errors():
         settings = get_runtime(config).settings
         allowed = settings.ha_domain_names()
         domain, service = _domain(domain), _service_name(service)
@@ -201,9 +195,6 @@ async def _call_service(
                 ) from exc
             raise
         states = _states(changed)
-    except ToolException as exc:
-        reporter.error(str(exc).removeprefix("Error: "))
-        raise
     reporter.complete(f"Home Assistant ran {domain}.{service}")
     done = {"domain": domain, "service": service, "entity_id": entity, "data": options}
     lines = [f"Done: {describe_call(done)}."]

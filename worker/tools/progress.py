@@ -14,6 +14,10 @@ drops everything when none was passed, so a tool runs the same under a bare `inv
     def lookup(query: str, config: RunnableConfig) -> str:
         get_reporter(config).step(f"Looking up {query!r}")
 
+A tool whose failures are `ToolException`s (the model reads their text as the result) does
+its work inside `with reporter.reporting_errors():`, which also reports each one as the
+tool's `error`.
+
 LangChain runs a sync tool in a thread pool under `ainvoke()`, so reporting is thread-safe:
 from another thread the event is handed to the router's loop with `call_soon_threadsafe`.
 Events from one thread keep their order, and all of them reach the loop before the tool's
@@ -23,11 +27,13 @@ result does (both travel through the same FIFO of loop callbacks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import ToolException
 
 from shared.events import ProgressPhase, ToolProgress
 
@@ -96,6 +102,16 @@ class ProgressReporter:
     def error(self, message: str) -> None:
         """The tool hit a problem; it may still return an error text as its result."""
         self._emit("error", message)
+
+    @contextlib.contextmanager
+    def reporting_errors(self) -> Iterator[None]:
+        """Report a `ToolException` raised inside as the tool's `error` (its message without
+        the "Error: " the model reads it with), then let it go on to become the result."""
+        try:
+            yield
+        except ToolException as exc:
+            self.error(str(exc).removeprefix("Error: "))
+            raise
 
     def _emit(
         self,

@@ -37,7 +37,7 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
     reporter = get_reporter(config)
     query = " ".join(query.split())
     limit = max(1, min(max_results, MAX_RESULTS))
-    try:
+    with reporter.reporting_errors():
         if not query:
             raise ToolException("Error: the search query is empty")
         if len(query) > MAX_QUERY_CHARS:
@@ -55,9 +55,6 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
             refused="; the instance may require a login or not allow the JSON format",
         )
         results = _results(data)
-    except ToolException as exc:
-        reporter.error(str(exc).removeprefix("Error: "))
-        raise
     reporter.step(f"Retrieved {len(results)} result{'' if len(results) == 1 else 's'}")
     reporter.complete("Formatting results")
     if not results:

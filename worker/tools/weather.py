@@ -83,7 +83,7 @@ async def weather(
     """
     reporter = get_reporter(config)
     location = " ".join(location.split())
-    try:
+    with reporter.reporting_errors():
         if not location:
             raise ToolException("Error: the location is empty")
         if len(location) > MAX_LOCATION_CHARS:
@@ -112,9 +112,6 @@ async def weather(
             config, f"{settings.open_meteo_url.rstrip('/')}/v1/forecast", params
         )
         text = _render(place["label"], forecast)
-    except ToolException as exc:
-        reporter.error(str(exc).removeprefix("Error: "))
-        raise
     reporter.complete(f"Forecast for {place['label']}")
     return text
 

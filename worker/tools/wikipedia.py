@@ -45,11 +45,8 @@ async def wikipedia(query: str, config: RunnableConfig, lang: str | None = None)
     2-3 letter language code for another Wikipedia edition, such as "de" or "fr".
     """
     reporter = get_reporter(config)
-    try:
+    with reporter.reporting_errors():
         return await _look_up(" ".join(query.split()), lang, config, reporter)
-    except ToolException as exc:
-        reporter.error(str(exc).removeprefix("Error: "))
-        raise
 
 
 # The model reads the error text as the tool's result and can answer without the article.
