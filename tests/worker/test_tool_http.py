@@ -9,7 +9,7 @@ import pytest
 from langchain_core.tools import ToolException
 
 from tests.conftest import make_settings
-from worker.tools.http import MAX_BODY_BYTES, request_json, trim
+from worker.tools.http import MAX_BODY_BYTES, ServiceError, request_json, trim
 from worker.tools.runtime import ToolRuntime, http_client, runtime_config
 
 
@@ -57,6 +57,29 @@ async def test_failures_are_messages_for_the_model(
 ) -> None:
     with pytest.raises(ToolException, match=message.replace("(", r"\(").replace(")", r"\)")):
         await call(response, **options)
+
+
+@pytest.mark.parametrize(
+    ("response", "options", "status", "reason"),
+    [
+        (httpx.Response(500, text="oops"), {}, 500, ""),
+        (
+            httpx.Response(400, json={"reason": "bad latitude"}),
+            {"reason_of": lambda body: body["reason"]},
+            400,
+            "bad latitude",
+        ),
+        (httpx.Response(400, json={}), {"reason_of": lambda body: body.get("reason")}, 400, ""),
+        (httpx.Response(403), {"refused": "; check the token"}, 403, ""),
+    ],
+)
+async def test_an_error_reply_carries_its_status_and_the_services_reason(
+    response: httpx.Response, options: dict[str, Any], status: int, reason: str
+) -> None:
+    """For a tool to tell one failure from another without reading the model's message."""
+    with pytest.raises(ServiceError) as raised:
+        await call(response, **options)
+    assert (raised.value.status, raised.value.reason) == (status, reason)
 
 
 async def test_json_comes_back_and_a_404_can_mean_nothing() -> None:

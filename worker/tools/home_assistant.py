@@ -38,7 +38,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field, create_model
 
 from shared.settings import Settings
-from worker.tools.http import request_json, trim
+from worker.tools.http import ServiceError, request_json, trim
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 
@@ -187,8 +187,8 @@ async def _call_service(
                 refused=REFUSED,
                 reason_of=_reason,
             )
-        except ToolException as exc:
-            if str(exc).endswith("(HTTP 400)"):  # Home Assistant's plain "400: Bad Request"
+        except ServiceError as exc:
+            if exc.status == 400 and not exc.reason:  # Home Assistant's plain "400: Bad Request"
                 raise ToolException(
                     f"{exc}: {domain}.{service} may not exist, or its data is not valid for "
                     f"{entity}; check the entity with ha_get_state"

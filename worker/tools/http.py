@@ -21,6 +21,16 @@ from worker.tools.runtime import get_runtime
 MAX_BODY_BYTES = 2 * 1024 * 1024
 
 
+class ServiceError(ToolException):
+    """A service's error reply (HTTP 4xx or 5xx) as the model reads it, with its `status` and
+    `reason` (the service's own explanation, "" when it gave none) for a tool to act on."""
+
+    def __init__(self, message: str, *, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
 async def request_json(
     config: RunnableConfig,
     method: str,
@@ -34,7 +44,8 @@ async def request_json(
     missing_ok: bool = False,
     reason_of: Callable[[Any], str | None] | None = None,
 ) -> Any:
-    """The JSON body of the reply; None for a 404 when `missing_ok`.
+    """The JSON body of the reply; None for a 404 when `missing_ok`. An error reply raises
+    `ServiceError`, any other failure a `ToolException`.
 
     `refused` is added to the message of a 401/403 (what the operator should check);
     `reason_of` picks the service's own explanation out of an error reply's body.
@@ -59,7 +70,9 @@ async def request_json(
     if status == 404 and missing_ok:
         return None
     if status in (401, 403):
-        raise ToolException(f"Error: {service} refused the request (HTTP {status}){refused}")
+        raise ServiceError(
+            f"Error: {service} refused the request (HTTP {status}){refused}", status=status
+        )
     if response.is_error:
         reason = ""
         if reason_of is not None:
@@ -67,8 +80,10 @@ async def request_json(
                 reason = reason_of(orjson.loads(body)) or ""
             except (ValueError, TypeError, KeyError):
                 reason = ""
-        raise ToolException(
-            f"Error: {service} failed (HTTP {status}){f': {reason}' if reason else ''}"
+        raise ServiceError(
+            f"Error: {service} failed (HTTP {status}){f': {reason}' if reason else ''}",
+            status=status,
+            reason=reason,
         )
     try:
         return orjson.loads(body)
