@@ -22,22 +22,10 @@ from rich.console import Console
 from bench import measurements, topology
 from bench.cost import cost_per_token
 from bench.history import history_length
-from bench.processes import ROOT, Cluster
+from bench.processes import BENCH_ENV, ROOT, Cluster
 from bench.report import Section, write
 from bench.runner import Bench, Sizes, Ui, drive, echo_directives
 
-# What every child process gets besides REDIS_URL, OPENAI_* and BERNARD_QUEUE_NAME.
-BENCH_ENV = {
-    # One worker must hold the 1,000-stream runs (the default is 500).
-    "BERNARD_WORKER_CONCURRENCY": "2000",
-    # A disconnect cancels at once, so the cancel measurement sees the pipeline's own latency.
-    "BERNARD_DISCONNECT_GRACE_S": "0",
-    # Turns outlive the run by an hour at most, even on a shared Redis.
-    "BERNARD_TURN_RETENTION_S": "3600",
-    # The load generator is one user with up to 1,000 turns and streams at once.
-    "BERNARD_MAX_ACTIVE_TURNS_PER_USER": "100000",
-    "BERNARD_MAX_STREAMS_PER_USER": "100000",
-}
 PACKAGES = (
     "arq",
     "redis",

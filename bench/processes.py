@@ -32,6 +32,19 @@ from shared.connection import connect, connect_data
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE_NAME = "bernard:bench:queue"
+# What every child process of a run gets besides REDIS_URL, OPENAI_* and BERNARD_QUEUE_NAME
+# (`Cluster.create`'s `env`; bench/cli.py and bench/topology.py both start from it).
+BENCH_ENV = {
+    # One worker must hold the 1,000-stream runs (the default is 500).
+    "BERNARD_WORKER_CONCURRENCY": "2000",
+    # A disconnect cancels at once, so the cancel measurement sees the pipeline's own latency.
+    "BERNARD_DISCONNECT_GRACE_S": "0",
+    # Turns outlive the run by an hour at most, even on a shared Redis.
+    "BERNARD_TURN_RETENTION_S": "3600",
+    # The load generator is one user with up to 1,000 turns and streams at once.
+    "BERNARD_MAX_ACTIVE_TURNS_PER_USER": "100000",
+    "BERNARD_MAX_STREAMS_PER_USER": "100000",
+}
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -40,7 +40,7 @@ import redis.asyncio as redis_asyncio
 from rich.console import Console
 
 from bench.client import Call, connect, request_bytes
-from bench.processes import ROOT, Cluster, cpu_seconds
+from bench.processes import BENCH_ENV, ROOT, Cluster, cpu_seconds
 from bench.report import Section, Table, Verdict, ms, num, write
 from bench.runner import Turn, Ui, check_all, drive, echo_directives, is_delta, relay_latencies
 from bench.stats import Summary
@@ -51,15 +51,6 @@ from shared.settings import MODEL_ID
 from shared.turns import TurnRecord, TurnRequest, TurnStore
 from tests.processes import RedisServer
 from tests.topologies import RedisClusterTopology
-
-# One worker must hold the largest run; one user drives every turn.
-ENV = {
-    "BERNARD_WORKER_CONCURRENCY": "2000",
-    "BERNARD_DISCONNECT_GRACE_S": "0",
-    "BERNARD_TURN_RETENTION_S": "3600",
-    "BERNARD_MAX_ACTIVE_TURNS_PER_USER": "100000",
-    "BERNARD_MAX_STREAMS_PER_USER": "100000",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,7 +496,7 @@ async def run(args: argparse.Namespace) -> int:
             async with deploy(workdir) as deployment:
                 deployments.append(deployment)
                 slug = deployment.name.split(",")[0].lower().replace(" ", "-")
-                env = {**ENV, "BERNARD_QUEUE_REDIS_URL": deployment.queue_url}
+                env = {**BENCH_ENV, "BERNARD_QUEUE_REDIS_URL": deployment.queue_url}
                 (workdir / slug).mkdir(exist_ok=True)
                 procs = Cluster.create(workdir / slug, deployment.data_url, env)
                 try:
