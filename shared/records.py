@@ -631,13 +631,17 @@ class Recorder(_Store):
         *,
         window: int | None = None,
         turn_id: str | None = None,
+        answer_open_calls: str | None = None,
     ) -> Continuation:
         """Append what `new_messages()` finds new in `requested`; return it and the history.
 
         With `window`, only the latest `window` stored messages are read and compared (and
         returned as the history): what a turn reads stays bounded however long the
-        conversation grows. Reading the history and appending are optimistic (the append
-        is refused if the list changed since the read), so two requests continuing the same
+        conversation grows. With `answer_open_calls`, each tool call the history ends on
+        without a result (`open_calls`: a paused turn's nobody decided on) first gets a tool
+        message saying it, in the same append: a prompt may not hold a tool call without
+        its result. Reading the history and appending are optimistic (the append is refused
+        if the list changed since the read), so two requests continuing the same
         conversation at once cannot both append the same turn. Two round trips when nobody
         else writes.
         """
@@ -654,7 +658,9 @@ class Recorder(_Store):
             if window == 0:
                 raw = []
             stored = [orjson.loads(item) for item in raw]
-            fresh = _rows(new_messages(stored, requested), length, turn_id)
+            answers = [] if answer_open_calls is None else _answers(stored, answer_open_calls)
+            # Tool messages take no part in telling what is new: the answers change nothing.
+            fresh = _rows([*answers, *new_messages(stored, requested)], length, turn_id)
             if not fresh:
                 return Continuation(new=[], history=stored)
             items = [orjson.dumps(m) for m in fresh]
@@ -680,33 +686,6 @@ class Recorder(_Store):
             _queue_name=queue_name,
         )
         return job is not None
-
-    async def answer_open_calls(
-        self,
-        conversation_id: str,
-        content: str,
-        *,
-        turn_id: str | None = None,
-        window: int | None = None,
-    ) -> list[Message]:
-        """Give each tool call the conversation ends on without a result (`open_calls`) a
-        tool message saying `content`; the rows stored (none when no call is open)."""
-        list_key = self._keys(conversation_id)[1]
-        start = -window if window is not None else 0
-        raw = await self._redis.lrange(list_key, start, -1)  # type: ignore[misc]
-        unanswered = open_calls([orjson.loads(item) for item in raw])
-        if not unanswered:
-            return []
-        answers = [
-            {
-                "role": "tool",
-                "content": content,
-                "tool_call_id": call["id"],
-                "name": call.get("function", {}).get("name"),
-            }
-            for call in unanswered
-        ]
-        return await self.append_messages(conversation_id, answers, turn_id=turn_id)
 
     async def propose(self, conversation_id: str, proposals: Sequence[Mapping[str, Any]]) -> None:
         """Store tool calls waiting for the user's decision, each `pending` until decided
@@ -879,6 +858,19 @@ def open_calls(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         answered = {m.get("tool_call_id") for m in history[index + 1 :]}
         return [call for call in message["tool_calls"] if call.get("id") not in answered]
     return []
+
+
+def _answers(history: Sequence[Mapping[str, Any]], content: str) -> list[Message]:
+    """A tool message saying `content` for each of the history's `open_calls`."""
+    return [
+        {
+            "role": "tool",
+            "content": content,
+            "tool_call_id": call["id"],
+            "name": call.get("function", {}).get("name"),
+        }
+        for call in open_calls(history)
+    ]
 
 
 def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:

@@ -72,27 +72,20 @@ class TurnRecording:
         first ("not run"), unless this turn carries the decisions: a prompt may not hold a
         tool call without its result.
         """
-        settings = self.ctx.settings
-        stored: list[Message] = []
         try:
-            if not self.ctx.request.resume:
-                stored += await self.recorder.answer_open_calls(
-                    self.conversation_id,
-                    EXPIRED_CALL,
-                    turn_id=self.ctx.turn_id,
-                    window=settings.max_messages,
-                )
             continuation = await self.recorder.append_new_messages(
                 self.conversation_id,
                 self.ctx.request.messages,
-                window=settings.max_messages,
+                window=self.ctx.settings.max_messages,
                 turn_id=self.ctx.turn_id,
+                # A turn carrying the decisions answers the calls itself.
+                answer_open_calls=None if self.ctx.request.resume else EXPIRED_CALL,
             )
         except ConversationNotFoundError:
             self._forget()
             return []
         self.ctx.stored = continuation.history  # the memory stage picks the prompt's share
-        return [*stored, *continuation.new]
+        return continuation.new
 
     def observe(self, event: Event) -> None:
         """Queue the record of what `event` stands for (events without one are ignored).

@@ -543,6 +543,33 @@ async def test_concurrent_continuations_append_the_new_turn_once(keeper: RecordK
     assert await keeper.messages(conversation_id) == [user("u1"), assistant("a1"), user("u2")]
 
 
+@pytest.mark.parametrize("answer", ["Not run.", None], ids=["answered", "left open"])
+async def test_a_continuation_can_answer_the_calls_the_history_ends_on_in_the_same_append(
+    keeper: RecordKeeper, answer: str | None
+) -> None:
+    conversation_id = await keeper.create_conversation()
+    paused = {**ROUTER_STEP, "tool_calls": [*ROUTER_STEP["tool_calls"], _call("c2", "save_note")]}
+    await keeper.append_messages(conversation_id, [user("note and add"), paused, TOOL_RESULT])
+    request = [user("note and add"), user("never mind")]
+
+    continuation = await keeper.append_new_messages(
+        conversation_id, request, turn_id="turn_2", answer_open_calls=answer
+    )
+
+    # c1 has its result; c2 was left waiting, and gets the answer before the new message.
+    told = {"role": "tool", "content": answer, "tool_call_id": "c2", "name": "save_note"}
+    new = [told, user("never mind")] if answer is not None else [user("never mind")]
+    assert plain(continuation.new) == new
+    assert [row["id"] for row in continuation.new] == [f"msg_{4 + k}" for k in range(len(new))]
+    assert {row["turn_id"] for row in continuation.new} == {"turn_2"}
+    assert plain(continuation.history) == [user("note and add"), paused, TOOL_RESULT, *new]
+    assert await keeper.messages(conversation_id) == plain(continuation.history)
+
+
+def _call(call_id: str, name: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
 async def test_continuing_an_unknown_conversation_fails(keeper: RecordKeeper) -> None:
     with pytest.raises(ConversationNotFoundError):
         await keeper.append_new_messages("conv_missing", [user("hi")])
