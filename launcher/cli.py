@@ -160,6 +160,22 @@ def choose_redis(configured: str | None, state_dir: Path) -> RunRedis:
     return RunRedis(configured, None, f"Redis: using {redact(configured)} (REDIS_URL)")
 
 
+def check_queue_redis(queue_redis_url: str | None) -> str | None:
+    """The line `./run` prints about BERNARD_QUEUE_REDIS_URL (None when it is not set: the
+    queue lives on REDIS_URL's Redis). Set, it must answer PING, or this raises
+    RedisUnavailable, naming it with its password hidden."""
+    if queue_redis_url is None:
+        return None
+    reason = ping_error(queue_redis_url, timeout_s=SET_REDIS_TIMEOUT_S)
+    if reason is not None:
+        raise RedisUnavailable(
+            f"no Redis answers at {redact(queue_redis_url) or repr(queue_redis_url)} "
+            "(BERNARD_QUEUE_REDIS_URL); start it or unset BERNARD_QUEUE_REDIS_URL to keep "
+            f"the queue on REDIS_URL's Redis ({reason})"
+        )
+    return f"Queue: using {redact(queue_redis_url)} (BERNARD_QUEUE_REDIS_URL)"
+
+
 def serve(console: Console) -> int:
     """Run Redis (the embedded one unless REDIS_URL is set), the demo home (on the demo
     model without BERNARD_HA_URL), the worker and the API.
@@ -177,11 +193,14 @@ def serve(console: Console) -> int:
     supervisor = Supervisor()
     supervisor.handle_signals()
     try:
+        queue = check_queue_redis(settings.queue_redis_url)  # before anything is started
         redis = choose_redis(configured_redis_url(settings), STATE_DIR)
         if redis.process is not None:
             supervisor.adopt("redis", redis.process)  # first in, so stopped last
         env["REDIS_URL"] = redis.url
         console.print(redis.description, markup=False)
+        if queue is not None:
+            console.print(queue, markup=False)
 
         home = demo_home_for(settings)
         if home is not None:  # before the worker, so it stops after it

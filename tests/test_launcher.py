@@ -176,6 +176,44 @@ def dead_sentinel_and_cluster_urls() -> list[tuple[str, str]]:
     ]
 
 
+def test_a_set_queue_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_processes: list[object],
+) -> None:
+    dead = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    monkeypatch.chdir(tmp_path)  # no .env, and the embedded Redis would land in .bernard/
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("BERNARD_QUEUE_REDIS_URL", dead)
+    monkeypatch.setenv("HOST", "127.0.0.1")
+    monkeypatch.setenv("PORT", str(free_port()))
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert cli.main([]) == 1
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+    out = capsys.readouterr().out
+    assert f"error: no Redis answers at {redact(dead)} (BERNARD_QUEUE_REDIS_URL)" in out
+    assert "s3cret" not in out
+    assert no_processes == []
+    assert not (tmp_path / ".bernard").exists()
+
+
+def test_a_set_queue_redis_url_that_answers_is_what_run_says_it_uses(tmp_path: Path) -> None:
+    port = free_port()
+    proc = start_redis(real_redis_binary(), port, tmp_path)
+    try:
+        url = f"redis://127.0.0.1:{port}/3"
+        assert cli.check_queue_redis(url) == f"Queue: using {url} (BERNARD_QUEUE_REDIS_URL)"
+        assert cli.check_queue_redis(None) is None  # the queue is on REDIS_URL's Redis
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls())
 def test_ping_error_on_a_sentinel_or_cluster_url_says_why_without_the_password(
     url: str, says: str
