@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -124,11 +125,18 @@ relays, with every stream checked.
         title="CPU per token, 1 API + 1 worker",
     )
     flames: dict[str, list[tuple[str, int]]] = {}
-    worker_at_100 = api_at_100 = math.nan
-    worker_rate = math.nan
-    for streams, short_tokens, long_tokens in sizes.cost_runs:
+    # Of each run of the profiled row: worker all-in, API all-in, tokens/s.
+    profiled_runs: list[tuple[float, float, float]] = []
+    loads = [
+        (streams, short_tokens, long_tokens, repeat, repeats)
+        for streams, short_tokens, long_tokens in sizes.cost_runs
+        for repeats in [sizes.cost_repeats if streams == sizes.cost_profiled_streams else 1]
+        for repeat in range(repeats)
+    ]
+    for streams, short_tokens, long_tokens, repeat, repeats in loads:
+        profiled_row = streams == sizes.cost_profiled_streams
         short, _ = await _load(bench, streams, short_tokens)
-        profile_dir = bench.workdir if streams == sizes.cost_profiled_streams else None
+        profile_dir = bench.workdir if profiled_row and repeat == 0 else None
         long, profiled = await _load(bench, streams, long_tokens, profile_dir)
         flames.update(profiled)
         cells = []
@@ -144,7 +152,7 @@ relays, with every stream checked.
         per_turn = (short.cpu(bench, "worker") - worker_marginal / 1e6 * short.tokens) / streams
         exact, _ = check_all([*short.turns, *long.turns])
         table.add(
-            num(streams),
+            num(streams) + (f" (run {repeat + 1} of {repeats})" if repeats > 1 else ""),
             f"{short_tokens} / {long_tokens}",
             num(worker_marginal),
             num(worker_all_in),
@@ -157,10 +165,12 @@ relays, with every stream checked.
         )
         if exact != len(short.turns) + len(long.turns):
             bench.failures.append(f"cost: {streams} streams lost exactness")
-        if streams == sizes.cost_profiled_streams:
-            worker_at_100, api_at_100 = worker_all_in, api_all_in
-            worker_rate = long.tokens / long.seconds
+        if profiled_row:
+            profiled_runs.append((worker_all_in, api_all_in, long.tokens / long.seconds))
     section.tables.append(table)
+    worker_at_100, api_at_100, worker_rate = (
+        statistics.median(run[k] for run in profiled_runs) for k in range(3)
+    )
 
     fanout = await _fanout(bench, section)
     burst = await _burst(bench, section)
@@ -178,6 +188,11 @@ relays, with every stream checked.
 
     streams = sizes.cost_profiled_streams
     per_core = 1e6 / worker_at_100 if worker_at_100 else math.nan
+    if sizes.cost_repeats > 1:
+        section.notes.append(
+            f"The {streams}-stream row and the fan-out ran {sizes.cost_repeats} times each; "
+            "their verdicts below take the median of the runs."
+        )
     section.verdicts += [
         Verdict(
             f"worker ≤ {WORKER_US_PER_TOKEN} µs CPU per token (all-in) at {streams} turns",
@@ -216,33 +231,40 @@ relays, with every stream checked.
 
 
 async def _fanout(bench: Bench, section: Section) -> float:
-    """Frames per second one API process relays to many streams, and its CPU per frame."""
+    """Frames per second one API process relays to many streams (the median of
+    `cost_repeats` runs; 0 if any lost exactness), and its CPU per frame."""
     streams = bench.sizes.cost_fanout_streams
-    task = bench.ui.task(f"cost: relay to {streams:,} streams", 1)
-    turns, written, meter = await capacity_step(bench, streams, 0, bench.sizes.cost_fanout_tokens)
-    bench.ui.done(task)
-    frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
-    first = min(f.wall for f in frames)
-    last = max(f.wall for f in frames)
-    delivered = len(frames) / (last - first) if last > first else math.nan
-    exact, _ = check_all(turns)
-    api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
+    repeats = bench.sizes.cost_repeats
     table = Table(
         ["streams", "entries written/s", "frames delivered/s", "API µs/frame", "exact"],
         title="Relay fan-out, 1 API process, writer unthrottled",
     )
-    table.add(
-        num(streams),
-        num(written["entries"] / max(written["ended"] - written["started"], 1e-9)),
-        num(delivered),
-        num(api_cpu / len(frames) * 1e6 if frames else math.nan),
-        f"{exact}/{len(turns)}",
-    )
+    rates = []
+    for repeat in range(repeats):
+        task = bench.ui.task(f"cost: relay to {streams:,} streams", 1)
+        turns, written, meter = await capacity_step(
+            bench, streams, 0, bench.sizes.cost_fanout_tokens
+        )
+        bench.ui.done(task)
+        frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
+        first = min(f.wall for f in frames)
+        last = max(f.wall for f in frames)
+        delivered = len(frames) / (last - first) if last > first else math.nan
+        exact, _ = check_all(turns)
+        api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
+        table.add(
+            num(streams) + (f" (run {repeat + 1} of {repeats})" if repeats > 1 else ""),
+            num(written["entries"] / max(written["ended"] - written["started"], 1e-9)),
+            num(delivered),
+            num(api_cpu / len(frames) * 1e6 if frames else math.nan),
+            f"{exact}/{len(turns)}",
+        )
+        if exact != len(turns):
+            bench.failures.append("cost: relay fan-out lost exactness")
+            delivered = 0.0
+        rates.append(delivered)
     section.tables.append(table)
-    if exact != len(turns):
-        bench.failures.append("cost: relay fan-out lost exactness")
-        return 0.0
-    return delivered
+    return 0.0 if 0.0 in rates else statistics.median(rates)
 
 
 async def _burst(bench: Bench, section: Section) -> tuple[float, float]:

@@ -77,6 +77,9 @@ class Sizes:
     # Cost per token: (streams, short answer, long answer) in tokens; the row py-spy profiles.
     cost_runs: tuple[tuple[int, int, int], ...]
     cost_profiled_streams: int
+    # How often the profiled row and the fan-out run: their verdicts take the median (one
+    # run of either moves by half between runs on a shared two-core box).
+    cost_repeats: int
     cost_fanout_streams: int
     cost_fanout_tokens: int
     burst_streams: int
@@ -116,6 +119,7 @@ class Sizes:
             death_scenarios=2,
             cost_runs=((1, 50, 2000), (100, 20, 200), (1000, 5, 30)),
             cost_profiled_streams=100,
+            cost_repeats=3,
             cost_fanout_streams=1000,
             cost_fanout_tokens=60,
             burst_streams=200,
@@ -155,6 +159,7 @@ class Sizes:
             death_scenarios=1,
             cost_runs=((1, 20, 300), (30, 10, 60)),
             cost_profiled_streams=30,
+            cost_repeats=1,
             cost_fanout_streams=200,
             cost_fanout_tokens=30,
             burst_streams=50,
