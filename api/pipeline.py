@@ -181,9 +181,12 @@ def stream_response(
     return FrameResponse(events, headers=turn_headers(record))
 
 
-async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event], Done]:
-    """Every event of the turn's stream and its `done` (`turn_lost` if it vanished,
-    `stream_unreadable` if Redis refuses to read it, as a relay ends: api/relay.py)."""
+async def read_to_done(
+    state: AppState, record: TurnRecord, keep: tuple[type[Event], ...] = ()
+) -> tuple[list[Event], Done]:
+    """The events of the turn's stream of the types in `keep`, and its `done` (`turn_lost`
+    if it vanished, `stream_unreadable` if Redis refuses to read it, as a relay ends:
+    api/relay.py). Only those are kept, not every token of a long turn."""
     events: list[Event] = []
     async with state.hub.read(record.id) as reader:
         while True:
@@ -197,7 +200,8 @@ async def read_to_done(state: AppState, record: TurnRecord) -> tuple[list[Event]
                 return events, ended(ErrorCode.STREAM_UNREADABLE)
             if isinstance(stamped.event, Done):
                 return events, stamped.event
-            events.append(stamped.event)
+            if isinstance(stamped.event, keep):
+                events.append(stamped.event)
 
 
 def raise_if_failed(record: TurnRecord, done: Done) -> None:
@@ -230,7 +234,7 @@ async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
 async def wait_for_rows(state: AppState, record: TurnRecord) -> Response:
     """A conversation turn's JSON answer: the rows it stored and any tool call it now
     waits on."""
-    events, done = await read_to_done(state, record)
+    events, done = await read_to_done(state, record, keep=(AwaitingConfirmation, MessageStored))
     raise_if_failed(record, done)
     pending = [asdict(e) for e in events if isinstance(e, AwaitingConfirmation)]
     body = {

@@ -9,14 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 import redis.asyncio as redis_asyncio
 
 import worker.tools.catalog
+from api.hub import StreamHub
+from api.pipeline import read_to_done
 from launcher.redis_server import free_port
 from shared import keys
+from shared.events import Delta, Done, MessageStored, encode
 from shared.streams import entry_key
+from shared.turns import STREAM_FIELD
 from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
 from tests.sse import collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
@@ -159,6 +164,26 @@ async def test_a_finished_turns_stream_and_record_expire(
     ttl = await stack.redis.ttl(keys.events(turn_id))
     assert 0 < ttl <= stack.settings.turn_retention_s
     assert 0 < await stack.redis.ttl(keys.turn(turn_id)) <= stack.settings.turn_retention_s
+
+
+async def test_a_non_stream_read_keeps_only_the_events_asked_for(
+    redis: redis_asyncio.Redis,
+) -> None:
+    """A long turn's tokens are not held in memory until its `done` (api/pipeline.py)."""
+    turn_id = uuid.uuid4().hex
+    stored = MessageStored(row={"id": "m1", "role": "assistant", "content": "hi"})
+    for event in (Delta(text="h"), stored, Delta(text="i"), Done(status="completed")):
+        await redis.xadd(keys.events(turn_id), {STREAM_FIELD: encode(event)})
+    hub = StreamHub(redis, block_ms=1000, lanes=1)
+    await hub.start()
+    state = SimpleNamespace(settings=make_settings(), hub=hub)
+    try:
+        events, done = await read_to_done(state, SimpleNamespace(id=turn_id), keep=(MessageStored,))
+    finally:
+        await hub.stop()
+        await redis.delete(keys.events(turn_id))
+    assert events == [stored]
+    assert done.status == "completed"
 
 
 async def test_models_are_listed_under_v1_and_the_api_v1_alias(stack: Stack) -> None:
