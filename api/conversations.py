@@ -32,11 +32,16 @@ Status = Literal["idle", "running", "awaiting_confirmation"]
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
-def check_conversation_id(conversation_id: str, param: str = "conversation_id") -> None:
-    """Raise a 400 naming `param` unless the id is 1-128 letters, digits or `_ . : -`."""
+def is_conversation_id(conversation_id: str) -> bool:
+    """Whether the id is 1-128 letters, digits or `_ . : -`: one a conversation can have."""
     # fullmatch: `$` would also accept the id followed by a newline, which then cannot be
     # sent back in the `X-Bernard-Conversation-Id` header.
-    if not _ID.fullmatch(conversation_id):
+    return _ID.fullmatch(conversation_id) is not None
+
+
+def check_conversation_id(conversation_id: str, param: str = "conversation_id") -> None:
+    """Raise a 400 naming `param` unless the id is one a conversation can have."""
+    if not is_conversation_id(conversation_id):
         raise invalid("conversation_id must be 1-128 letters, digits or _ . : -", param)
 
 
@@ -53,7 +58,7 @@ async def delete_conversation(
     redis: Redis, owner: str, conversation_id: str, *, retention_s: int
 ) -> None:
     """Delete the owner's conversation and everything recorded in it; 404 if they have none."""
-    if not _ID.fullmatch(conversation_id):  # no conversation can have such an id
+    if not is_conversation_id(conversation_id):  # no conversation can have it
         raise conversation_not_found(conversation_id)
     keeper = RecordKeeper(redis, owner, retention_s=retention_s)
     if not await keeper.delete_conversation(conversation_id):

@@ -25,6 +25,7 @@ from api.conversations import (
     conversation_not_found,
     conversation_object,
     delete_conversation,
+    is_conversation_id,
     pending_of,
     public_proposal,
     status_of,
@@ -93,20 +94,12 @@ def _check_metadata(metadata: dict[str, str] | None) -> None:
 
 
 async def _owned(state: AppState, owner: str, conversation_id: str) -> Any:
-    if not _valid_id(conversation_id):
+    if not is_conversation_id(conversation_id):
         raise conversation_not_found(conversation_id)
     conversation = await _keeper(state, owner).get_conversation(conversation_id)
     if conversation is None:
         raise conversation_not_found(conversation_id)
     return conversation
-
-
-def _valid_id(conversation_id: str) -> bool:
-    try:
-        check_conversation_id(conversation_id)
-    except ApiError:
-        return False
-    return True
 
 
 @router.post("/conversations", status_code=201)

@@ -12,6 +12,7 @@ from api.conversations import (
     check_conversation_id,
     conversation_not_found,
     delete_conversation,
+    is_conversation_id,
     open_conversation,
 )
 from api.errors import ApiError
@@ -62,6 +63,7 @@ async def exists(redis: redis_asyncio.Redis, owner: str, conversation_id: str) -
 def test_ids_of_1_to_128_letters_digits_and_underscore_dot_colon_dash_are_accepted(
     conversation_id: str,
 ) -> None:
+    assert is_conversation_id(conversation_id)
     check_conversation_id(conversation_id)
 
 
@@ -81,6 +83,7 @@ def test_ids_of_1_to_128_letters_digits_and_underscore_dot_colon_dash_are_accept
     ],
 )
 def test_any_other_id_is_a_400_naming_the_parameter(conversation_id: str) -> None:
+    assert not is_conversation_id(conversation_id)
     with pytest.raises(ApiError) as raised:
         check_conversation_id(conversation_id)
     error = raised.value
