@@ -12,9 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import cast
 
-from arq.connections import ArqRedis
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,7 +25,7 @@ from api.errors import ApiError, error_response
 from api.hub import Hub, StreamHub
 from api.routes import chat, conversations, events, health, models, playground, tools, turns
 from api.state import AppState
-from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster
+from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, queue_client
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
 from shared.redis_checks import warn_if_evicting
@@ -108,10 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         traced = configure_tracing(settings, "bernard-api")
         # The data role, and the queue role: one client when one Redis holds both.
         redis = connect_data(settings.redis_url, retries=_REQUEST_RETRIES)
-        queue = (
-            cast(ArqRedis, redis)
-            if settings.queue_url == settings.redis_url
-            else connect(settings.queue_url, retries=_REQUEST_RETRIES)
+        queue = queue_client(
+            settings, redis, lambda: connect(settings.queue_url, retries=_REQUEST_RETRIES)
         )
         hub_redis = connect_data(settings.redis_url)
         hub: Hub = ClusterHub(hub_redis) if is_cluster(hub_redis) else StreamHub(hub_redis)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
@@ -30,7 +31,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelMan
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, TimeoutError
 
-from shared.settings import is_cluster_url
+from shared.settings import Settings, is_cluster_url
 
 # About 30 s of retries with backoff capped at 1 s: long enough for a Redis restart, or for
 # Sentinels to notice a dead primary and promote its replica.
@@ -336,6 +337,16 @@ def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 51
         socket_connect_timeout=5.0,
     )
     return cast(Redis, cluster)
+
+
+def queue_client(settings: Settings, data: Redis, own: Callable[[], ArqRedis]) -> ArqRedis:
+    """The queue role's client (shared/keys.py): the data client `data` when one Redis holds
+    both roles (so the two halves of a move share a pipeline), else the one `own` gives
+    (the caller closes it apart from `data`). `data` is then `connect`'s, never a Cluster
+    client: `Settings` refuses a Cluster for the queue role."""
+    if settings.queue_url == settings.redis_url:
+        return cast(ArqRedis, data)
+    return own()
 
 
 def is_cluster(redis: object) -> bool:

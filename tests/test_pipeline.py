@@ -224,6 +224,17 @@ async def test_readyz_is_unavailable_without_workers(upstream: ScriptedUpstream)
         assert (await stack.client.get("/readyz")).status_code == 503
 
 
+async def test_a_turn_runs_with_the_queue_role_on_a_redis_apart(upstream: ScriptedUpstream) -> None:
+    # Two databases stand for two servers: a job enqueued on the data side is never run.
+    server = TEST_REDIS_URL.rsplit("/", 1)[0]
+    settings = make_settings(upstream, redis_url=f"{server}/0", queue_redis_url=f"{server}/1")
+    upstream.script(Reply.text("Apart."))
+    async with run_stack(settings) as stack:
+        response = await stack.chat()
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "Apart."
+
+
 async def test_readyz_is_unavailable_while_the_data_redis_apart_does_not_answer(
     redis: redis_asyncio.Redis,
 ) -> None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from shared import keys
-from shared.connection import REDIS_ERRORS, connect, connect_data
+from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
 from shared.settings import Settings
 from shared.turns import CANCEL_REQUESTED, TURN_OVER, TurnStore
 
@@ -84,11 +84,7 @@ class LeaseKeeper:
         # Clients of this thread's own loop: the data role, and the queue role (one client
         # when one Redis holds both).
         redis = connect_data(self.settings.redis_url)
-        queue = (
-            redis
-            if self.settings.queue_url == self.settings.redis_url
-            else connect(self.settings.queue_url)
-        )
+        queue = queue_client(self.settings, redis, lambda: connect(self.settings.queue_url))
         store = TurnStore(
             redis,
             retention_s=self.settings.turn_retention_s,

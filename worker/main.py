@@ -15,15 +15,14 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import httpx
 from arq import func
-from arq.connections import ArqRedis
 from arq.worker import Worker
 from langchain_core.tools import BaseTool
 
-from shared.connection import connect, connect_data
+from shared.connection import connect, connect_data, queue_client
 from shared.logs import configure_logging
 from shared.queue import RUN_TURN
 from shared.records import SUMMARIZE
@@ -46,11 +45,8 @@ async def startup(ctx: dict[str, Any]) -> None:
     configure_logging(settings)
     traced = configure_tracing(settings, "bernard-worker")
     redis = connect_data(settings.redis_url)
-    # The queue role: arq's own client, or the data client when one Redis holds both (so
-    # the two halves of a claim share a pipeline: shared/keys.py).
-    queue: ArqRedis = (
-        cast(ArqRedis, redis) if settings.queue_url == settings.redis_url else ctx["redis"]
-    )
+    # The queue role: the data client when one Redis holds both, else arq's own client.
+    queue = queue_client(settings, redis, lambda: ctx["redis"])
     models = build_models(settings)
     worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     supervisor = TurnSupervisor(

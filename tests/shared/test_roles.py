@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 import pytest
@@ -20,9 +21,10 @@ from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.exceptions import ConnectionError
 
 from shared import keys
-from shared.connection import connect
+from shared.connection import connect, queue_client
 from shared.endings import completed
 from shared.errors import ErrorCode
+from shared.settings import Settings
 from shared.turns import STRANDED_AFTER_S, TooManyTurnsError, TurnRecord, TurnRequest, TurnStore
 from tests.conftest import TEST_REDIS_URL
 
@@ -96,6 +98,17 @@ async def status_of(roles: Roles, turn_id: str) -> tuple[str, str | None]:
     status, error = await roles.data.hmget(keys.turn(turn_id), ["status", "error"])
     code = None if error is None else orjson.loads(error)["code"]
     return status.decode(), code
+
+
+def test_one_redis_for_both_roles_is_one_client_else_the_queue_role_gets_its_own() -> None:
+    data: Any = object()
+    own: Any = object()
+    alone = Settings(redis_url="redis://data:6379/0")
+    same = Settings(redis_url="redis://data:6379/0", queue_redis_url="redis://data:6379/0")
+    apart = Settings(redis_url="redis://data:6379/0", queue_redis_url="redis://queue:6379/0")
+    assert queue_client(alone, data, lambda: own) is data
+    assert queue_client(same, data, lambda: own) is data
+    assert queue_client(apart, data, lambda: own) is own
 
 
 async def test_each_move_writes_its_data_and_its_queue_keys_apart(roles: Roles) -> None:
