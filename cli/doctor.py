@@ -16,7 +16,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import httpx
@@ -28,7 +27,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.client import Api, ApiError
-from launcher.redis_server import error_text
+from launcher.cli import STATE_DIR, configured_redis_url
+from launcher.redis_server import embedded_redis_url, error_text
 from shared import keys
 from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, redact
 from shared.settings import Settings
@@ -40,8 +40,6 @@ T = TypeVar("T")
 WORKER_FRESH_S = 15
 MIN_REDIS = (6, 2)  # Streams with MINID (deploy/k8s/redis.md)
 RECOMMENDED_REDIS = (7, 0)
-# Where `./run` remembers the port of its own Redis (launcher/cli.py STATE_DIR).
-EMBEDDED_PORT_FILE = Path(".bernard") / "redis.port"
 TIMEOUT_S = 5.0
 LLM_TIMEOUT_S = 30.0
 _STYLES = {"ok": "green", "warn": "yellow", "fail": "red"}
@@ -124,13 +122,10 @@ def workers_check(count: int) -> Check:
 def default_redis_url(settings: Settings) -> str:
     """REDIS_URL when it is set; else the Redis `./run` started here, if it did; else the
     default."""
-    if "redis_url" in settings.model_fields_set:
-        return settings.redis_url
-    try:
-        port = int(EMBEDDED_PORT_FILE.read_text().strip())
-    except (OSError, ValueError):
-        return settings.redis_url
-    return f"redis://127.0.0.1:{port}/0"
+    configured = configured_redis_url(settings)
+    if configured is not None:
+        return configured
+    return embedded_redis_url(STATE_DIR) or settings.redis_url
 
 
 _RANK: dict[Status, int] = {"ok": 0, "warn": 1, "fail": 2}

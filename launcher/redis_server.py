@@ -218,12 +218,23 @@ class EmbeddedRedis:
     process: subprocess.Popen[bytes] | None
 
 
-def _remembered_port(port_file: Path) -> int | None:
+# In the state directory: the port of the embedded Redis, kept for the next run.
+_PORT_FILE = "redis.port"
+
+
+def _remembered_port(state_dir: Path) -> int | None:
     try:
-        port = int(port_file.read_text().strip())
+        port = int((state_dir / _PORT_FILE).read_text().strip())
     except (OSError, ValueError):
         return None
     return port if 0 < port < 65536 else None
+
+
+def embedded_redis_url(state_dir: Path) -> str | None:
+    """The URL of the embedded Redis last started with `state_dir` (`start_embedded_redis`),
+    as its remembered port says; None when none was. It may have stopped since."""
+    port = _remembered_port(state_dir)
+    return None if port is None else local_url(port)
 
 
 def _serves_dir(url: str, data_dir: Path) -> bool:
@@ -250,12 +261,11 @@ def start_embedded_redis(state_dir: Path, timeout_s: float = 10.0) -> EmbeddedRe
     """
     data_dir = state_dir / "redis"
     data_dir.mkdir(parents=True, exist_ok=True)
-    port_file = state_dir / "redis.port"
-    port = _remembered_port(port_file)
+    port = _remembered_port(state_dir)
     if port is not None and _serves_dir(local_url(port), data_dir):
         return EmbeddedRedis(local_url(port), data_dir, None)
     if port is None or not port_is_free(port):
         port = free_port()
     proc = start_redis(find_redis_binary(), port, data_dir, timeout_s, persist=True)
-    port_file.write_text(f"{port}\n")
+    (state_dir / _PORT_FILE).write_text(f"{port}\n")
     return EmbeddedRedis(local_url(port), data_dir, proc)
