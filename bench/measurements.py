@@ -979,25 +979,31 @@ async def _bytes_per_turn(bench: Bench) -> Table:
     return table
 
 
+async def _turn_keys(bench: Bench, turn_id: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The keys one finished turn leaves, by name: its own, and its conversation's (none
+    for a turn outside a conversation)."""
+    own = {"turn hash": keys.turn(turn_id), "event stream": keys.events(turn_id)}
+    conversation, owner = await bench.redis.hmget(keys.turn(turn_id), ["conversation_id", "owner"])  # type: ignore[misc]
+    if not (conversation and owner):
+        return own, {}
+    cid, user = conversation.decode(), owner.decode()
+    return own, {
+        "conversation hash": keys.conversation(user, cid),
+        "conversation messages": keys.conversation_messages(user, cid),
+        "conversation calls": keys.conversation_calls(user, cid),
+    }
+
+
+async def _memory_usage(bench: Bench, key: str) -> int:
+    return int(await bench.redis.memory_usage(key, samples=0) or 0)
+
+
 async def _turn_bytes(bench: Bench, turn_id: str) -> tuple[int, int, int]:
-    """Bytes of the turn's record, its stream, and its conversation's three keys."""
-    redis = bench.redis
-    conversation, owner = await redis.hmget(keys.turn(turn_id), ["conversation_id", "owner"])  # type: ignore[misc]
-    conversation_keys: list[str] = []
-    if conversation and owner:
-        cid, user = conversation.decode(), owner.decode()
-        conversation_keys = [
-            keys.conversation(user, cid),
-            keys.conversation_messages(user, cid),
-            keys.conversation_calls(user, cid),
-        ]
-
-    async def usage(key: str) -> int:
-        return int(await redis.memory_usage(key, samples=0) or 0)
-
-    record = await usage(keys.turn(turn_id))
-    stream = await usage(keys.events(turn_id))
-    stored = sum([await usage(key) for key in conversation_keys])
+    """Bytes of the turn's record, its stream, and its conversation's keys."""
+    own, conversation = await _turn_keys(bench, turn_id)
+    record = await _memory_usage(bench, own["turn hash"])
+    stream = await _memory_usage(bench, own["event stream"])
+    stored = sum([await _memory_usage(bench, key) for key in conversation.values()])
     return record, stream, stored
 
 
@@ -1012,21 +1018,12 @@ async def _turn_memory_breakdown(bench: Bench) -> list[tuple[str, int]]:
     if newest is None:
         return []
     turn_id = newest[1].split("{", 1)[1].split("}", 1)[0]
-    conversation, owner = await redis.hmget(keys.turn(turn_id), ["conversation_id", "owner"])  # type: ignore[misc]
-    names = {
-        "turn hash": keys.turn(turn_id),
-        "event stream": keys.events(turn_id),
-    }
-    if conversation:
-        cid, user = conversation.decode(), owner.decode()
-        names["conversation hash"] = keys.conversation(user, cid)
-        names["conversation messages"] = keys.conversation_messages(user, cid)
-        names["conversation calls"] = keys.conversation_calls(user, cid)
+    own, conversation = await _turn_keys(bench, turn_id)
     out = []
-    for name, key in names.items():
-        size = await redis.memory_usage(key, samples=0)
+    for name, key in {**own, **conversation}.items():
+        size = await _memory_usage(bench, key)
         if size:
-            out.append((name, int(size)))
+            out.append((name, size))
     return out
 
 
