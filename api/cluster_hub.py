@@ -46,10 +46,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from api.hub import Reader, StreamReadError
+from api.hub import Reader, StreamReadError, oldest_cursor
 from shared import keys
 from shared.connection import REDIS_ERRORS
-from shared.streams import entry_key, parse_entries
+from shared.streams import parse_entries
 
 logger = logging.getLogger("bernard.api")
 
@@ -152,7 +152,7 @@ class ClusterHub:
         """Those channels' slots are no longer where they were subscribed: find them again."""
         turn_ids = []
         for channel in channels:
-            turn_id = _stream_of(channel)
+            turn_id = keys.id_of(channel)
             if self._watch_of.pop(turn_id, None) is not None or turn_id in self._readers:
                 turn_ids.append(turn_id)
         if turn_ids:
@@ -210,10 +210,7 @@ class ClusterHub:
     async def _read(self, batch: list[str]) -> None:
         """Read each stream of `batch` from its readers' oldest cursor; hand entries out."""
         await self.cluster.initialize()  # nothing once it knows the cluster
-        cursors = {
-            turn_id: min((r.cursor for r in self._readers[turn_id]), key=entry_key)
-            for turn_id in batch
-        }
+        cursors = {turn_id: oldest_cursor(self._readers[turn_id]) for turn_id in batch}
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in batch:
                 key = keys.events(turn_id)
@@ -334,7 +331,7 @@ class _NodeWatch:
                     await self._send(connection, [("SSUBSCRIBE", c) for c in self.channels])
                 sender = asyncio.create_task(self._send_commands(connection))
                 for channel in self.channels:
-                    self.hub.mark(_stream_of(channel))  # wake-ups may have been missed
+                    self.hub.mark(keys.id_of(channel))  # wake-ups may have been missed
                 failures = 0
                 while True:
                     self._handle(await connection.read_response())
@@ -366,7 +363,7 @@ class _NodeWatch:
     def _handle(self, reply: Any) -> None:
         kind, channel = reply[0], reply[1].decode()
         if kind == b"smessage":
-            self.hub.mark(_stream_of(channel))
+            self.hub.mark(keys.id_of(channel))
         elif kind == b"ssubscribe":
             confirmed = self._confirmed.get(channel)
             if confirmed is not None:
@@ -378,7 +375,3 @@ class _NodeWatch:
                 self.channels.discard(channel)
                 self._confirmed.pop(channel, None)
                 self.hub.moved([channel])
-
-
-def _stream_of(channel: str) -> str:
-    return channel.split("{", 1)[1].split("}", 1)[0]

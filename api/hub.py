@@ -27,7 +27,7 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -97,6 +97,11 @@ class Reader:
         entries = list(self._entries)
         self._entries.clear()
         return entries
+
+
+def oldest_cursor(readers: Iterable[Reader]) -> str:
+    """Where a read of the stream serves every one of `readers`: the oldest cursor."""
+    return min((r.cursor for r in readers), key=entry_key)
 
 
 class Hub(Protocol):
@@ -193,8 +198,7 @@ class _Lane:
     def _streams(self) -> dict[Any, Any]:
         streams: dict[Any, Any] = {self.wake_key: self._wake_cursor}
         for turn_id, readers in self.readers.items():
-            oldest = min((r.cursor for r in readers), key=entry_key)
-            streams[keys.events(turn_id)] = oldest
+            streams[keys.events(turn_id)] = oldest_cursor(readers)
         return streams
 
     async def _run(self) -> None:
@@ -219,7 +223,7 @@ class _Lane:
                 if key == self.wake_key:
                     self._wake_cursor = raw_entries[-1][0].decode()
                     continue
-                turn_id = _turn_of(key)
+                turn_id = keys.id_of(key)
                 entries = parse_entries(raw_entries)
                 for reader in list(self.readers.get(turn_id, ())):
                     reader.offer(streams[key], entries)
@@ -243,7 +247,7 @@ class _Lane:
             await asyncio.sleep(0.05)
             return
         for key in refused:
-            turn_id = _turn_of(key)
+            turn_id = keys.id_of(key)
             logger.warning(
                 "stream of turn %s cannot be read (%s); ending its readers", turn_id, exc
             )
@@ -253,8 +257,3 @@ class _Lane:
 
 def _is_error(reply: object) -> bool:
     return isinstance(reply, Exception)
-
-
-def _turn_of(key: Any) -> str:
-    text = key.decode() if isinstance(key, bytes) else str(key)
-    return text.split("{", 1)[1].split("}", 1)[0]

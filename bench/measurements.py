@@ -1017,7 +1017,7 @@ async def _turn_memory_breakdown(bench: Bench) -> list[tuple[str, int]]:
             newest = (float(created), key.decode())
     if newest is None:
         return []
-    turn_id = newest[1].split("{", 1)[1].split("}", 1)[0]
+    turn_id = keys.id_of(newest[1])
     own, conversation = await _turn_keys(bench, turn_id)
     out = []
     for name, key in {**own, **conversation}.items():

@@ -127,6 +127,12 @@ def stream_wake(stream_id: str) -> str:
     return f"{PREFIX}:{{{stream_id}}}:wake"
 
 
+def id_of(key: str) -> str:
+    """The turn id (or `user_stream_id`) between the braces of a key named for one:
+    `turn`, `events`, `cancel`, `lease`, `attached`, `stream_wake`."""
+    return key.split("{", 1)[1].split("}", 1)[0]
+
+
 def hub_wake(hub_id: str) -> str:
     """Stream an API process's reader waits on beside its turns, to learn of new readers."""
     return f"{PREFIX}:hub:{hub_id}"
