@@ -176,32 +176,6 @@ def dead_sentinel_and_cluster_urls() -> list[tuple[str, str]]:
     ]
 
 
-def test_a_set_queue_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    no_processes: list[object],
-) -> None:
-    dead = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
-    monkeypatch.chdir(tmp_path)  # no .env, and the embedded Redis would land in .bernard/
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setenv("BERNARD_QUEUE_REDIS_URL", dead)
-    monkeypatch.setenv("HOST", "127.0.0.1")
-    monkeypatch.setenv("PORT", str(free_port()))
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        assert cli.main([]) == 1
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
-    out = capsys.readouterr().out
-    assert f"error: no Redis answers at {redact(dead)} (BERNARD_QUEUE_REDIS_URL)" in out
-    assert "s3cret" not in out
-    assert no_processes == []
-    assert not (tmp_path / ".bernard").exists()
-
-
 def test_a_set_queue_redis_url_that_answers_is_what_run_says_it_uses(tmp_path: Path) -> None:
     port = free_port()
     proc = start_redis(real_redis_binary(), port, tmp_path)
@@ -363,7 +337,16 @@ def test_an_embedded_redis_still_running_on_the_same_data_is_used_not_doubled(
     assert "left running" in again.description
 
 
-def test_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
+@pytest.mark.parametrize(
+    ("variable", "advice"),
+    [
+        ("REDIS_URL", "unset REDIS_URL to use the embedded one"),
+        ("BERNARD_QUEUE_REDIS_URL", "unset BERNARD_QUEUE_REDIS_URL to keep the queue on"),
+    ],
+)
+def test_a_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
+    variable: str,
+    advice: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -371,7 +354,8 @@ def test_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
 ) -> None:
     dead = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
     monkeypatch.chdir(tmp_path)  # no .env, and any .bernard/ would land here
-    monkeypatch.setenv("REDIS_URL", dead)
+    monkeypatch.delenv("REDIS_URL", raising=False)  # unset, the embedded one would start
+    monkeypatch.setenv(variable, dead)
     monkeypatch.setenv("HOST", "127.0.0.1")
     monkeypatch.setenv("PORT", str(free_port()))
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -382,8 +366,8 @@ def test_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
             signal.signal(sig, handler)
 
     out = capsys.readouterr().out
-    assert f"error: no Redis answers at {redact(dead)} (REDIS_URL)" in out
-    assert "unset REDIS_URL to use the embedded one" in out
+    assert f"error: no Redis answers at {redact(dead)} ({variable})" in out
+    assert advice in out
     assert "s3cret" not in out
     assert no_processes == []
     assert not (tmp_path / ".bernard").exists()
