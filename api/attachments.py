@@ -67,16 +67,13 @@ class Streams:
             int(ATTACHMENT_TTL_S),
         ]
         count_keys = [keys.open_streams(owner)]
-        if turn_id is None:
+        if turn_id is None or self.queue is self.redis:
             async with self.queue.pipeline(transaction=False) as pipe:
                 in_pipeline(pipe, TAKE_SLOT, count_keys, count_args)
-                (opened,) = await pipe.execute()
-        elif self.queue is self.redis:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, TAKE_SLOT, count_keys, count_args)
-                self._attach(pipe, turn_id, attachment, now)
+                if turn_id is not None:
+                    self._attach(pipe, turn_id, attachment, now)
                 opened, *_ = await pipe.execute()
-        else:
+        else:  # the count on the queue role, the attachment on the data role, sent at once
             async with self.queue.pipeline(transaction=False) as counting:
                 in_pipeline(counting, TAKE_SLOT, count_keys, count_args)
                 async with self.redis.pipeline(transaction=False) as attaching:
