@@ -11,6 +11,7 @@ those and reads the answer from `content` alone (../shared/notes/client-compatib
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -76,21 +77,57 @@ def _json(body: dict[str, Any]) -> Frame:
     return orjson.dumps(body).decode()
 
 
-class ChatEncoder:
-    """Frames of `chat.completion.chunk` for one turn."""
+class _ChunkEncoder(ABC):
+    """What the chat and text-completion encodings share: the chunks' envelope (`head`),
+    the ending and the compacted replay. Each says only how its one choice reads
+    (`_answer`, `_finish`)."""
 
     # The frame that tells a client resuming after the last one that the stream is over.
     END: Frame | None = DONE
 
-    def __init__(self, record: TurnRecord) -> None:
+    def __init__(self, record: TurnRecord, chunk_object: str) -> None:
         self.record = record
         self.request = record.request
         self.head = {
             "id": completion_id(record),
-            "object": "chat.completion.chunk",
+            "object": chunk_object,
             "created": int(record.created_at),
             "model": record.model,
         }
+
+    @abstractmethod
+    def _answer(self, content: str, extra: dict[str, Any]) -> Frame:
+        """The whole answer in one chunk (a compacted replay)."""
+
+    @abstractmethod
+    def _finish(self, finish_reason: str, extra: dict[str, Any] | None) -> Frame:
+        """The chunk that carries the finish reason."""
+
+    def _ending(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
+        error = terminal_error(done)
+        if error is not None:
+            return [_json({"error": {**error, "param": None}}), DONE]
+        frames = [self._finish(done.finish_reason or "stop", extra)]
+        if self.request.include_usage:
+            usage = {**self.head, "choices": [], "usage": usage_body(done.usage), **(extra or {})}
+            frames.append(_json(usage))
+        return [*frames, DONE]
+
+    def compacted(self, record: TurnRecord) -> list[Frame]:
+        """The replay of a finished turn whose stream expired: its answer in one chunk,
+        then its ending, every chunk marked `bernard: COMPACTED`."""
+        marked = {"bernard": COMPACTED}
+        frames = []
+        if record.status == "completed":
+            frames.append(self._answer((record.result or {}).get("content", ""), marked))
+        return [*frames, *self._ending(final_event(record), marked)]
+
+
+class ChatEncoder(_ChunkEncoder):
+    """Frames of `chat.completion.chunk` for one turn."""
+
+    def __init__(self, record: TurnRecord) -> None:
+        super().__init__(record, "chat.completion.chunk")
 
     def _chunk(
         self,
@@ -100,6 +137,12 @@ class ChatEncoder:
     ) -> Frame:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return _json({**self.head, "choices": [choice], **(extra or {})})
+
+    def _answer(self, content: str, extra: dict[str, Any]) -> Frame:
+        return self._chunk({"role": "assistant", "content": content}, None, extra)
+
+    def _finish(self, finish_reason: str, extra: dict[str, Any] | None) -> Frame:
+        return self._chunk({}, finish_reason, extra)
 
     def _extension(self, kind: str, body: dict[str, Any]) -> Frame:
         return _json({**self.head, "choices": [], "bernard": {"type": kind, **body}})
@@ -141,26 +184,6 @@ class ChatEncoder:
                 return self._ending(event)
         return []
 
-    def _ending(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
-        error = terminal_error(done)
-        if error is not None:
-            return [_json({"error": {**error, "param": None}}), DONE]
-        frames = [self._chunk({}, done.finish_reason or "stop", extra)]
-        if self.request.include_usage:
-            usage = {**self.head, "choices": [], "usage": usage_body(done.usage), **(extra or {})}
-            frames.append(_json(usage))
-        return [*frames, DONE]
-
-    def compacted(self, record: TurnRecord) -> list[Frame]:
-        """The replay of a finished turn whose stream expired: its answer in one chunk,
-        then its ending, every chunk marked `bernard: COMPACTED`."""
-        marked = {"bernard": COMPACTED}
-        frames = []
-        if record.status == "completed":
-            content = (record.result or {}).get("content", "")
-            frames.append(self._chunk({"role": "assistant", "content": content}, None, marked))
-        return [*frames, *self._ending(final_event(record), marked)]
-
     def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
         """The non-stream `chat.completion` for a completed turn."""
         message = {"role": "assistant", "content": result.get("content", ""), "refusal": None}
@@ -187,25 +210,23 @@ class ChatEncoder:
         }
 
 
-class CompletionEncoder:
+class CompletionEncoder(_ChunkEncoder):
     """Frames of legacy `text_completion` objects for one turn."""
 
-    END: Frame | None = DONE
-
     def __init__(self, record: TurnRecord) -> None:
-        self.record = record
-        self.head = {
-            "id": completion_id(record),
-            "object": "text_completion",
-            "created": int(record.created_at),
-            "model": record.model,
-        }
+        super().__init__(record, "text_completion")
 
     def _choice(
         self, text: str, finish_reason: str | None = None, extra: dict[str, Any] | None = None
     ) -> Frame:
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
         return _json({**self.head, "choices": [choice], **(extra or {})})
+
+    def _answer(self, content: str, extra: dict[str, Any]) -> Frame:
+        return self._choice(content, None, extra)
+
+    def _finish(self, finish_reason: str, extra: dict[str, Any] | None) -> Frame:
+        return self._choice("", finish_reason, extra)
 
     def keepalive(self) -> None:
         """No keepalive chunk in this envelope: the relay sends a `: ping` comment."""
@@ -218,25 +239,6 @@ class CompletionEncoder:
             case Done():
                 return self._ending(event)
         return []
-
-    def _ending(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
-        error = terminal_error(done)
-        if error is not None:
-            return [_json({"error": {**error, "param": None}}), DONE]
-        frames = [self._choice("", done.finish_reason or "stop", extra)]
-        if self.record.request.include_usage:
-            usage = {**self.head, "choices": [], "usage": usage_body(done.usage), **(extra or {})}
-            frames.append(_json(usage))
-        return [*frames, DONE]
-
-    def compacted(self, record: TurnRecord) -> list[Frame]:
-        """As `ChatEncoder.compacted`, in text completions."""
-        marked = {"bernard": COMPACTED}
-        frames = []
-        if record.status == "completed":
-            content = (record.result or {}).get("content", "")
-            frames.append(self._choice(content, None, marked))
-        return [*frames, *self._ending(final_event(record), marked)]
 
     def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
         choice = {
