@@ -242,24 +242,27 @@ async def _fanout(bench: Bench, section: Section) -> float:
     rates = []
     for repeat in range(repeats):
         task = bench.ui.task(f"cost: relay to {streams:,} streams", 1)
-        turns, written, meter = await capacity_step(
-            bench, streams, 0, bench.sizes.cost_fanout_tokens
+        meter = Meter(bench)
+        step = await capacity_step(
+            bench.redis,
+            bench.api,
+            bench.cluster.redis_url,
+            streams=streams,
+            rate=0,
+            tokens=bench.sizes.cost_fanout_tokens,
+            meter=meter,
         )
         bench.ui.done(task)
-        frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
-        first = min(f.wall for f in frames)
-        last = max(f.wall for f in frames)
-        delivered = len(frames) / (last - first) if last > first else math.nan
-        exact, _ = check_all(turns)
+        delivered = step.delivered
         api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
         table.add(
             num(streams) + (f" (run {repeat + 1} of {repeats})" if repeats > 1 else ""),
-            num(written["entries"] / max(written["ended"] - written["started"], 1e-9)),
+            num(step.written),
             num(delivered),
-            num(api_cpu / len(frames) * 1e6 if frames else math.nan),
-            f"{exact}/{len(turns)}",
+            num(api_cpu / step.frames * 1e6 if step.frames else math.nan),
+            f"{step.exact}/{len(step.turns)}",
         )
-        if exact != len(turns):
+        if step.exact != len(step.turns):
             bench.failures.append("cost: relay fan-out lost exactness")
             delivered = 0.0
         rates.append(delivered)

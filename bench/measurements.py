@@ -17,10 +17,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import orjson
+from redis.asyncio import Redis
 
-from bench.client import Call, HttpError, connect, request, request_bytes
+from bench.client import Call, Endpoint, HttpError, connect, request, request_bytes
+from bench.processes import ROOT
 from bench.report import (
     SUMMARY_HEADERS,
     Section,
@@ -546,9 +549,9 @@ offered rate is the same at 100 and 1,000 streams. All figures in ms.
 # -- 3. throughput and scale -------------------------------------------------------------
 
 
-async def _synthetic_turns(bench: Bench, count: int) -> list[str]:
+async def _synthetic_turns(redis: Redis, count: int) -> list[str]:
     """Turn records and streams created the way the API creates them, with no job enqueued."""
-    store = TurnStore(bench.redis, retention_s=3600, stream_maxlen=10_000)
+    store = TurnStore(redis, retention_s=3600, stream_maxlen=10_000)
     ids = []
     for _ in range(count):
         record = TurnRecord(
@@ -567,6 +570,7 @@ async def _run_writer(spec: dict[str, object]) -> dict[str, float]:
         sys.executable,
         "-m",
         "bench.writer",
+        cwd=ROOT,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -575,11 +579,71 @@ async def _run_writer(spec: dict[str, object]) -> dict[str, float]:
     return result
 
 
+class Metering(Protocol):
+    """What counts a capacity step's cost while the writer runs (bench/runner.py Meter,
+    bench/topology.py's meter of each server)."""
+
+    async def start(self) -> object: ...
+
+    async def stop(self) -> object: ...
+
+
+def capacity_tokens(rate: int, fastest: float, step_s: float, streams: int) -> int:
+    """Tokens per stream for a step of `step_s` seconds at `rate` entries/s (0: as fast as
+    the writer can). The unthrottled step is sized from what the API delivered so far
+    (`fastest` frames/s), to last the same."""
+    nominal = rate or max(fastest * 1.5, 4000)
+    return max(20, int(nominal * step_s / streams))
+
+
+def kept_up(
+    *, offered: float, written: float, delivered: float, p99_ms: float, exact: int, streams: int
+) -> bool:
+    """Whether the API kept up with a step: delivered ≥ 95 % of what was written (of the
+    offered rate, if the writer outran it), p99 latency < 100 ms, every stream exact."""
+    return (
+        delivered >= 0.95 * min(written, offered or written) and p99_ms < 100 and exact == streams
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityStep:
+    """One step of the relay capacity measurement: what was written, what was relayed."""
+
+    turns: list[Turn]
+    offered: int  # entries/s asked of the writer (0: as fast as it can)
+    seconds: float  # the writer's, first entry to last
+    written: float  # entries/s
+    frames: int  # delta frames the clients received
+    delivered: float  # frames/s, first frame to last
+    latency: Summary  # ms, entry written → frame received
+    exact: int  # streams received token for token
+
+    @property
+    def kept_up(self) -> bool:
+        return kept_up(
+            offered=self.offered,
+            written=self.written,
+            delivered=self.delivered,
+            p99_ms=self.latency.p99,
+            exact=self.exact,
+            streams=len(self.turns),
+        )
+
+
 async def capacity_step(
-    bench: Bench, streams: int, rate: int, tokens: int
-) -> tuple[list[Turn], dict[str, float], Meter]:
-    ids = await _synthetic_turns(bench, streams)
-    api = bench.api
+    redis: Redis,
+    api: Endpoint,
+    redis_url: str,
+    *,
+    streams: int,
+    rate: int,
+    tokens: int,
+    meter: Metering,
+) -> CapacityStep:
+    """`streams` clients attached to synthetic turns, then the writer appends `tokens` to
+    each at `rate` entries/s; `meter` runs while it writes."""
+    ids = await _synthetic_turns(redis, streams)
     calls: list[Call] = []
     for turn_id in ids:
         call = await connect(api)
@@ -587,10 +651,10 @@ async def capacity_step(
         calls.append(call)
     # Every client must be attached (it has the `start` frame) before the writer begins.
     await asyncio.wait_for(asyncio.gather(*(c.first_frame for c in calls)), 30)
-    meter = await Meter(bench).start()
+    await meter.start()
     written = await _run_writer(
         {
-            "redis_url": bench.cluster.redis_url,
+            "redis_url": redis_url,
             "turn_ids": ids,
             "tokens": tokens,
             "rate": rate,
@@ -604,7 +668,20 @@ async def capacity_step(
         Turn(Directive(tag=i), c, "pipeline", expected=synthetic_tokens(i, tokens))
         for i, c in zip(ids, calls, strict=True)
     ]
-    return turns, written, meter
+    frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
+    span = max(f.wall for f in frames) - min(f.wall for f in frames) if frames else 0.0
+    seconds = written["ended"] - written["started"]
+    exact, _ = check_all(turns)
+    return CapacityStep(
+        turns=turns,
+        offered=rate,
+        seconds=seconds,
+        written=written["entries"] / max(seconds, 1e-9),
+        frames=len(frames),
+        delivered=len(frames) / span if span > 0 else math.nan,
+        latency=Summary.of((await relay_latencies(redis, turns)).total),
+        exact=exact,
+    )
 
 
 async def throughput(bench: Bench) -> Section:
@@ -646,39 +723,34 @@ Redis; and the same load on the baseline server.
     task = bench.ui.task("throughput: relay capacity", len(sizes.capacity_rates))
     fastest = 0.0
     for rate in sizes.capacity_rates:
-        # The unthrottled step is sized from what the API delivered so far, to last the same.
-        nominal = rate or max(fastest * 1.5, 4000)
-        tokens = max(20, int(nominal * sizes.capacity_step_s / sizes.capacity_streams))
-        turns, written, meter = await capacity_step(bench, sizes.capacity_streams, rate, tokens)
-        frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
-        first = min(f.wall for f in frames)
-        last = max(f.wall for f in frames)
-        delivered = len(frames) / (last - first) if last > first else math.nan
-        write_rate = written["entries"] / max(written["ended"] - written["started"], 1e-9)
-        latency = Summary.of((await relay_latencies(bench.redis, turns)).total)
-        exact, _ = check_all(turns)
-        api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
-        per_frame = api_cpu / len(frames) * 1e6 if frames else math.nan
-        kept_up = (
-            delivered >= 0.95 * min(write_rate, rate or write_rate)
-            and latency.p99 < 100
-            and exact == len(turns)
+        tokens = capacity_tokens(rate, fastest, sizes.capacity_step_s, sizes.capacity_streams)
+        meter = Meter(bench)
+        step = await capacity_step(
+            bench.redis,
+            bench.api,
+            bench.cluster.redis_url,
+            streams=sizes.capacity_streams,
+            rate=rate,
+            tokens=tokens,
+            meter=meter,
         )
-        if kept_up:
-            best = max(best, delivered)
-        if not math.isnan(delivered):
-            fastest = max(fastest, delivered)
+        api_cpu = meter.cpu.get(bench.cluster.apis[0].name, math.nan)
+        per_frame = api_cpu / step.frames * 1e6 if step.frames else math.nan
+        if step.kept_up:
+            best = max(best, step.delivered)
+        if not math.isnan(step.delivered):
+            fastest = max(fastest, step.delivered)
         cap.add(
             num(rate) if rate else "max",
-            num(write_rate),
-            num(delivered),
-            ms(latency.median),
-            ms(latency.p99),
+            num(step.written),
+            num(step.delivered),
+            ms(step.latency.median),
+            ms(step.latency.p99),
             num(per_frame),
-            f"{exact}/{len(turns)}",
-            "yes" if kept_up else "no",
+            f"{step.exact}/{len(step.turns)}",
+            "yes" if step.kept_up else "no",
         )
-        if exact != len(turns):
+        if step.exact != len(step.turns):
             bench.failures.append(f"throughput: relay capacity at {rate}/s lost exactness")
         bench.ui.advance(task)
     bench.ui.done(task)

@@ -24,31 +24,24 @@ Each server is started for the run, keeps nothing on disk and is stopped at the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime as dt
 import math
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 import redis.asyncio as redis_asyncio
 from rich.console import Console
 
-from bench.client import Call, connect, request_bytes
+from bench.measurements import capacity_step, capacity_tokens, kept_up
 from bench.processes import BENCH_ENV, ROOT, Cluster, cpu_seconds
 from bench.report import Section, Table, Verdict, ms, num, write
-from bench.runner import Turn, Ui, check_all, drive, echo_directives, is_delta, relay_latencies
+from bench.runner import Ui, check_all, drive, echo_directives, relay_latencies
 from bench.stats import Summary
-from bench.upstream import Directive
-from bench.writer import synthetic_tokens
 from shared.connection import connect_data
-from shared.settings import MODEL_ID
-from shared.turns import TurnRecord, TurnRequest, TurnStore
 from tests.processes import RedisServer
 from tests.topologies import RedisClusterTopology
 
@@ -222,24 +215,29 @@ async def end_to_end(
     return Result(deployment.name, what, n * tokens, elapsed, exact, n, meter, cpu, extra)
 
 
-async def _synthetic_turns(redis: redis_asyncio.Redis, count: int) -> list[str]:
-    """Turns created the way the API creates them, with no job enqueued."""
-    store = TurnStore(redis, retention_s=3600, stream_maxlen=10_000)
-    ids = []
-    for k in range(count):
-        record = TurnRecord(
-            id=f"cap{int(time.time() * 1000)}x{k}",
-            owner="local",
-            request=TurnRequest(messages=[{"role": "user", "content": "relay"}]),
-            model=MODEL_ID,
-        )
-        await store.create(record, ttl_s=3600, queue_name=None)
-        ids.append(record.id)
-    return ids
+class _StepMeter:
+    """The servers' meter and the API's and worker's CPU seconds, around a capacity step."""
+
+    def __init__(self, procs: Cluster, deployment: Deployment) -> None:
+        self.procs = procs
+        self.servers = NodeMeter(deployment.nodes)
+        self.cpu: dict[str, float] = {}
+
+    async def start(self) -> _StepMeter:
+        await self.servers.start()
+        self.cpu = _process_cpu(self.procs)
+        return self
+
+    async def stop(self) -> _StepMeter:
+        await self.servers.stop()
+        before = self.cpu
+        self.cpu = {k: v - before.get(k, 0.0) for k, v in _process_cpu(self.procs).items()}
+        return self
 
 
 async def capacity(procs: Cluster, deployment: Deployment, sizes: Sizes, ui: Ui) -> list[Result]:
-    """The API's relay capacity: clients of synthetic turns at rising offered rates."""
+    """The API's relay capacity: clients of synthetic turns at rising offered rates
+    (bench/measurements.py capacity_step)."""
     results: list[Result] = []
     redis = connect_data(deployment.data_url)
     api = procs.apis[0]
@@ -247,51 +245,37 @@ async def capacity(procs: Cluster, deployment: Deployment, sizes: Sizes, ui: Ui)
     try:
         task = ui.task(f"{deployment.name}: relay capacity", len(sizes.capacity_rates))
         for rate in sizes.capacity_rates:
-            nominal = rate or max(fastest * 1.5, 4000)
             streams = sizes.capacity_streams
-            tokens = max(20, int(nominal * sizes.capacity_step_s / streams))
-            ids = await _synthetic_turns(redis, streams)
-            calls: list[Call] = []
-            for turn_id in ids:
-                call = await connect(api.endpoint)
-                call.send(request_bytes(api.endpoint, "GET", f"/v1/turns/{turn_id}/events"))
-                calls.append(call)
-            await asyncio.wait_for(asyncio.gather(*(c.first_frame for c in calls)), 30)
-            meter = await NodeMeter(deployment.nodes).start()
-            cpu_before = _process_cpu(procs)
-            written = await _run_writer(deployment.data_url, ids, tokens, rate)
-            await asyncio.wait_for(asyncio.gather(*(c.finished for c in calls)), 120)
-            await meter.stop()
-            cpu = {k: v - cpu_before.get(k, 0.0) for k, v in _process_cpu(procs).items()}
-            turns = [
-                Turn(Directive(tag=i), c, "pipeline", expected=synthetic_tokens(i, tokens))
-                for i, c in zip(ids, calls, strict=True)
-            ]
-            frames = [f for t in turns for f in t.call.frames if is_delta(f.data)]
-            span = max(f.wall for f in frames) - min(f.wall for f in frames) if frames else 0
-            delivered = len(frames) / span if span > 0 else math.nan
-            if not math.isnan(delivered):
-                fastest = max(fastest, delivered)
-            latency = Summary.of((await relay_latencies(redis, turns)).total)
-            exact, _ = check_all(turns)
-            write_rate = written["entries"] / max(written["ended"] - written["started"], 1e-9)
+            tokens = capacity_tokens(rate, fastest, sizes.capacity_step_s, streams)
+            meter = _StepMeter(procs, deployment)
+            step = await capacity_step(
+                redis,
+                api.endpoint,
+                deployment.data_url,
+                streams=streams,
+                rate=rate,
+                tokens=tokens,
+                meter=meter,
+            )
+            if not math.isnan(step.delivered):
+                fastest = max(fastest, step.delivered)
             results.append(
                 Result(
                     deployment.name,
                     f"relay at {num(rate) if rate else 'max'}/s",
                     streams * tokens,
-                    written["ended"] - written["started"],
-                    exact,
+                    step.seconds,
+                    step.exact,
                     streams,
-                    meter,
-                    cpu,
+                    meter.servers,
+                    meter.cpu,
                     {
                         "offered": float(rate),
-                        "written": write_rate,
-                        "delivered": delivered,
-                        "frames": float(len(frames)),
-                        "p50": latency.median,
-                        "p99": latency.p99,
+                        "written": step.written,
+                        "delivered": step.delivered,
+                        "frames": float(step.frames),
+                        "p50": step.latency.median,
+                        "p99": step.latency.p99,
                     },
                 )
             )
@@ -300,28 +284,6 @@ async def capacity(procs: Cluster, deployment: Deployment, sizes: Sizes, ui: Ui)
     finally:
         await redis.aclose()
     return results
-
-
-async def _run_writer(url: str, ids: list[str], tokens: int, rate: int) -> dict[str, float]:
-    spec = {
-        "redis_url": url,
-        "turn_ids": ids,
-        "tokens": tokens,
-        "rate": rate,
-        "maxlen": 10_000,
-        "retention_s": 3600,
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bench.writer",
-        cwd=ROOT,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await proc.communicate(orjson.dumps(spec))
-    result: dict[str, float] = orjson.loads(out)
-    return result
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -444,10 +406,13 @@ rate for about {sizes.capacity_step_s:g} s ("max": as fast as it can).
         else:
             count = result.extra["frames"]
             rate = result.extra["written"]
-            kept_up = (
-                result.extra["delivered"] >= 0.95 * rate
-                and result.extra["p99"] < 100
-                and result.exact == result.streams
+            step_kept_up = kept_up(
+                offered=result.extra["offered"],
+                written=rate,
+                delivered=result.extra["delivered"],
+                p99_ms=result.extra["p99"],
+                exact=result.exact,
+                streams=result.streams,
             )
             relay.add(
                 result.deployment,
@@ -459,7 +424,7 @@ rate for about {sizes.capacity_step_s:g} s ("max": as fast as it can).
                 _per(api_cpu, count),
                 *_role_cells(meter, count),
                 f"{result.exact}/{result.streams}",
-                "yes" if kept_up else "no",
+                "yes" if step_kept_up else "no",
             )
         for role in meter.cpu:
             servers.add(
