@@ -51,5 +51,23 @@ async def collect(client: httpx.AsyncClient, method: str, url: str, **kwargs: An
         return [frame async for frame in frames(response)]
 
 
+def is_keepalive(frame: Frame) -> bool:
+    return bool(frame.bernard and frame.bernard.get("type") == "keepalive")
+
+
+def wire(collected: list[Frame]) -> list[tuple[str, str]]:
+    """The frames as the wire carries them (id and data), keepalives left out: what a
+    resumed stream must repeat exactly."""
+    return [(frame.id, frame.data) for frame in collected if not is_keepalive(frame)]
+
+
+def error_code(collected: list[Frame]) -> str | None:
+    """The `code` of the stream's terminal error frame, None when there is none."""
+    for frame in collected:
+        if not frame.done and "error" in frame.json:
+            return str(frame.json["error"]["code"])
+    return None
+
+
 def text_of(collected: list[Frame]) -> str:
     return "".join(frame.content for frame in collected)

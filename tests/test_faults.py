@@ -30,7 +30,7 @@ from tests.processes import (
     private_redis,
     wait_for,
 )
-from tests.sse import Frame, collect, frames, text_of
+from tests.sse import Frame, collect, error_code, frames, is_keepalive, text_of, wire
 from tests.upstream import Reply, ScriptedUpstream, last_user_text
 
 CHAT = "/v1/chat/completions"
@@ -62,28 +62,12 @@ def requests_for(upstream: ScriptedUpstream, content: str) -> int:
     return sum(last_user_text(request) == content for request in upstream.requests)
 
 
-def is_keepalive(frame: Frame) -> bool:
-    return bool(frame.bernard and frame.bernard.get("type") == "keepalive")
-
-
-def error_code(collected: list[Frame]) -> str | None:
-    """The `code` of the stream's terminal error frame, None when there is none."""
-    for frame in collected:
-        if not frame.done and "error" in frame.json:
-            return str(frame.json["error"]["code"])
-    return None
-
-
 def finished_normally(collected: list[Frame]) -> bool:
     """Whether the stream carries a finish_reason chunk (a completed turn)."""
     return any(
         not frame.done and any(c.get("finish_reason") for c in frame.json.get("choices") or [])
         for frame in collected
     )
-
-
-def wire(collected: list[Frame]) -> list[tuple[str, str]]:
-    return [(frame.id, frame.data) for frame in collected if not is_keepalive(frame)]
 
 
 async def read_to_content(stream: AsyncIterator[Frame], timeout_s: float = 10.0) -> list[Frame]:

@@ -36,7 +36,7 @@ from shared.settings import Settings
 from shared.timers import publish
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.sse import Frame, collect, frames, text_of
+from tests.sse import Frame, collect, error_code, frames, text_of, wire
 from tests.test_exactness import STREAMS
 from tests.test_exactness import check as check_exact
 from tests.test_timers import events_of
@@ -89,21 +89,6 @@ async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
 
 def body(content: str, **extra: Any) -> dict[str, Any]:
     return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
-
-
-def wire(collected: list[Frame]) -> list[tuple[str, str]]:
-    return [(frame.id, frame.data) for frame in collected if not is_keepalive(frame)]
-
-
-def is_keepalive(frame: Frame) -> bool:
-    return bool(frame.bernard and frame.bernard.get("type") == "keepalive")
-
-
-def error_code(collected: list[Frame]) -> str | None:
-    for frame in collected:
-        if not frame.done and "error" in frame.json:
-            return str(frame.json["error"]["code"])
-    return None
 
 
 async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
