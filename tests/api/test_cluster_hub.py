@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -26,7 +25,11 @@ from shared.events import Delta, Done, Start, TimerFired
 from shared.streams import StreamBatcher
 from shared.timers import publish
 from shared.turns import TurnRecord, TurnRequest, TurnStore
-from tests.topologies import RedisClusterTopology, started_cluster, topologies_missing
+from tests.topologies import (
+    RedisClusterTopology,
+    redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
+    topologies_missing,
+)
 
 pytestmark = [
     pytest.mark.topology,
@@ -39,14 +42,8 @@ WAIT_S = 5.0
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[RedisClusterTopology]:
-    async with started_cluster(tmp_path / "cluster") as topology:
-        yield topology
-
-
-@pytest.fixture
-async def redis(cluster: RedisClusterTopology) -> AsyncIterator[Redis]:
-    client = connect_data(cluster.url)
+async def redis(redis_cluster: RedisClusterTopology) -> AsyncIterator[Redis]:  # noqa: F811
+    client = connect_data(redis_cluster.url)
     yield client
     await client.aclose()
 
@@ -128,17 +125,19 @@ async def test_a_users_event_stream_wakes_its_readers(redis: Redis, hub: Cluster
 
 
 async def test_a_reader_keeps_being_woken_after_its_streams_slot_moves(
-    cluster: RedisClusterTopology, redis: Redis, hub: ClusterHub
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis: Redis,
+    hub: ClusterHub,
 ) -> None:
     record = await stored_turn(redis)
     batcher = StreamBatcher(redis, maxlen=100)
     writer = batcher.writer(record.id)
     async with hub.read(record.id) as reader:
         await reader.next(wait_s=WAIT_S)
-        home = await cluster.primary_of(keys.events(record.id))
-        away = next(n for n in await cluster.primaries() if n is not home)
+        home = await redis_cluster.primary_of(keys.events(record.id))
+        away = next(n for n in await redis_cluster.primaries() if n is not home)
         for step, node in enumerate([away, home]):
-            await cluster.migrate_slot(keys.events(record.id), node)
+            await redis_cluster.migrate_slot(keys.events(record.id), node)
             await writer.write(Delta(text=f"after move {step}"))
             await writer.flush()
             assert await texts(reader, 1) == [f"after move {step}"]
@@ -176,15 +175,15 @@ async def test_a_reader_that_comes_as_the_last_one_leaves_is_still_woken(
 
 
 async def test_readers_whose_subscriber_connection_drops_are_subscribed_again_in_place(
-    cluster: RedisClusterTopology,
+    redis_cluster: RedisClusterTopology,  # noqa: F811
     redis: Redis,
     hub: ClusterHub,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     first = await stored_turn(redis)
-    node = await cluster.primary_of(keys.events(first.id))
+    node = await redis_cluster.primary_of(keys.events(first.id))
     second = await stored_turn(redis)
-    while await cluster.primary_of(keys.events(second.id)) is not node:
+    while await redis_cluster.primary_of(keys.events(second.id)) is not node:
         second = await stored_turn(redis)
     taken_for_moved: list[str] = []
     moved = hub.moved
