@@ -77,6 +77,11 @@ def split_tokens(text: str) -> list[str]:
     return tokens
 
 
+def _peer(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else ""
+
+
 def last_user_text(body: Body) -> str:
     """The text of the last `user` message in a request body ("" when there is none)."""
     for message in reversed(body.get("messages") or []):
@@ -266,6 +271,9 @@ class Exchange:
     body: Body
     reply: Reply
     started_at: float
+    # The client's address ("host:port"): the same for calls made over one kept-alive
+    # connection.
+    peer: str = ""
     chunks_sent: int = 0
     first_chunk_at: float | None = None
     completed_at: float | None = None
@@ -518,7 +526,7 @@ class ScriptedUpstream:
         body = await request.json()
         reply = self._next_reply(body)
         log = self.router_exchanges if is_router_request(body) else self.exchanges
-        ex = Exchange(len(log), body, reply, started_at=time.monotonic())
+        ex = Exchange(len(log), body, reply, started_at=time.monotonic(), peer=_peer(request))
         log.append(ex)
         self._notify()
         if reply.error_body is not None:
@@ -645,7 +653,7 @@ class ScriptedUpstream:
         body = await request.json()
         reply = self._next_reply(body)
         log = self.router_exchanges if is_router_request(body) else self.exchanges
-        ex = Exchange(len(log), body, reply, started_at=time.monotonic())
+        ex = Exchange(len(log), body, reply, started_at=time.monotonic(), peer=_peer(request))
         log.append(ex)
         self._notify()
         if reply.error_body is not None:

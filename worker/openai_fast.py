@@ -22,8 +22,10 @@ requires the same results.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx2
@@ -34,6 +36,8 @@ from langchain_openai import ChatOpenAI
 # The header with which the SDK hands back a response before reading its body (what its
 # `with_streaming_response` sets).
 _STREAM_BODY = {"X-Stainless-Raw-Response": "stream"}
+# How long a stream's body may linger after `[DONE]` before its connection is dropped.
+_DRAIN_S = 1.0
 
 
 class UpstreamStreamError(Exception):
@@ -48,6 +52,18 @@ async def _post(model: ChatOpenAI, payload: dict[str, Any], *, stream: bool) -> 
         "/chat/completions", cast_to=httpx2.Response, body=payload, options=options
     )
     return response
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read what follows `[DONE]` (in practice only the body's closing chunk marker): a
+    response closed before its body ends takes its connection with it, and every call would
+    open a new one (a TCP connect, and the upstream's accept, twice a turn). The SDK's own
+    stream reads to the end the same way (openai/_streaming.py). The answer is whole by now,
+    so an upstream that errs or lingers here (`_DRAIN_S`) costs only the connection."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in lines:
+                pass
 
 
 async def openai_complete(
@@ -111,6 +127,7 @@ async def openai_tokens(
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                await _drain(lines)
                 break
             try:
                 chunk = orjson.loads(data)

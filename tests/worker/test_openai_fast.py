@@ -92,6 +92,28 @@ async def test_both_paths_fail_the_same_way(upstream: ScriptedUpstream, reply: A
     assert errors[0] == errors[1]
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["fast path", "ChatOpenAI"])
+async def test_a_finished_stream_hands_its_connection_back(
+    upstream: ScriptedUpstream, direct: bool
+) -> None:
+    """A turn's calls (router, streamed answer, the next turn's router...) go over one
+    kept-alive connection: a stream closed before its body ended would drop it, and each
+    call would pay a new TCP connection, in the worker and in the upstream."""
+    fast, slow, models = both(upstream)
+    llm = fast if direct else slow
+    respond = {"type": "function", "function": {"name": "respond", "parameters": {}}}
+    try:
+        for _ in range(3):
+            await llm.complete([HumanMessage("hi")], [respond])
+            upstream.script(Reply.text(["a", "b"], usage=(1, 2)))
+            await run(llm)
+    finally:
+        await models.aclose()
+    peers = {e.peer for e in [*upstream.router_exchanges, *upstream.exchanges]}
+    assert len(upstream.exchanges) == 3
+    assert len(peers) == 1, peers
+
+
 async def test_cancelling_the_fast_path_closes_the_upstream(upstream: ScriptedUpstream) -> None:
     fast, _, models = both(upstream)
     upstream.script(Reply.slow(interval=0.01))
