@@ -29,6 +29,7 @@ from shared.errors import ErrorCode
 from shared.settings import Settings
 from worker.openai_fast import UpstreamStreamError, openai_complete, openai_tokens
 from worker.streamed import Streamed
+from worker.upstream_sockets import use_asyncio_sockets
 
 logger = logging.getLogger("bernard.worker")
 # Tool lists a model keeps bound at once (`Llm.bind`).
@@ -310,9 +311,10 @@ def build_models(settings: Settings) -> Models:
                 max_connections=settings.worker_concurrency,
                 max_keepalive_connections=settings.worker_concurrency,
             )
-            clients[provider] = sdk.DefaultAsyncHttpxClient(
-                limits=limits, timeout=settings.llm_timeout_s
-            )
+            client = sdk.DefaultAsyncHttpxClient(limits=limits, timeout=settings.llm_timeout_s)
+            # The OpenAI client's connections on plain asyncio sockets
+            # (worker/upstream_sockets.py says what anyio's cost per read and per request).
+            clients[provider] = use_asyncio_sockets(client) if sdk is openai else client
         return clients[provider]
 
     def llm(provider: str, model: str) -> Llm:
