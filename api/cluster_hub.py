@@ -109,6 +109,7 @@ class ClusterHub:
             self.mark(turn_id)
             yield reader
         finally:
+            reader.close()
             left = self._readers.get(turn_id)
             if left is not None:
                 left.discard(reader)

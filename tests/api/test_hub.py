@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from pathlib import Path
 
@@ -115,6 +116,33 @@ async def test_a_reader_with_nothing_new_times_out() -> None:
     reader = Reader("t", "0-0")
     with pytest.raises(TimeoutError):
         await reader.next(wait_s=0.01)
+
+
+@pytest.mark.parametrize(
+    ("waits", "quiet_s"),
+    [
+        # A wait that got its entry leaves its timer set; a later wait is still given its
+        # whole time, measured from its own start.
+        ([0.2, 0.2], 0.2),
+        # A shorter wait after a long one does not wait out the long one's timer.
+        ([5.0, 0.05], 0.05),
+    ],
+    ids=["later wait, same limit", "shorter limit"],
+)
+async def test_a_reader_times_out_after_its_own_waits_limit(
+    waits: list[float], quiet_s: float
+) -> None:
+    reader = Reader("t", "0-0")
+    *earlier, last = waits
+    for k, wait_s in enumerate(earlier):
+        asyncio.get_running_loop().call_later(0.05, reader.offer, "0-0", [entry(f"{k + 1}-0")])
+        await reader.next(wait_s=wait_s)
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await reader.next(wait_s=last)
+    assert quiet_s * 0.9 <= time.monotonic() - started < quiet_s + 0.5
+    reader.close()
 
 
 async def test_a_failed_reader_hands_out_what_it_holds_then_the_error() -> None:
