@@ -41,6 +41,7 @@ from shared.scripts import atomic, in_pipeline
 
 __all__ = [
     "Archivist",
+    "CallEvent",
     "CallKind",
     "Continuation",
     "Conversation",
@@ -50,12 +51,16 @@ __all__ = [
     "Message",
     "RecordKeeper",
     "Recorder",
+    "llm_completed",
+    "llm_started",
     "new_call_id",
     "new_messages",
     "open_calls",
     "row_of",
     "row_position",
     "to_openai_message",
+    "tool_completed",
+    "tool_started",
 ]
 
 Message = dict[str, Any]
@@ -175,11 +180,12 @@ return {'decided', pending, '[' .. table.concat(decided, ',') .. ']'}
 
 @dataclass(slots=True)
 class Continuation:
-    """What continuing a conversation stored: the `new` messages, and the whole `history`
-    (oldest first) they now end."""
+    """What continuing a conversation stored: the `new` messages, the whole `history`
+    (oldest first) they now end, and the number of messages stored (`length`)."""
 
     new: list[Message]
     history: list[Message]
+    length: int
 
 
 class ConversationNotFoundError(LookupError):
@@ -218,6 +224,83 @@ class Decision:
 def new_call_id() -> str:
     """A fresh id for an LLM or tool call record."""
     return f"call_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class CallEvent:
+    """One entry of a conversation's call log: call `call_id` `started` or `completed`,
+    at `at` (epoch seconds), with what `entry` says of it. Built by `llm_started`,
+    `llm_completed`, `tool_started` and `tool_completed`; appended by
+    `Recorder.record_calls`."""
+
+    call_id: str
+    event: Literal["started", "completed"]
+    entry: Message
+    at: float = field(default_factory=time.time)
+
+    def encoded(self) -> bytes:
+        return orjson.dumps(
+            {"call_id": self.call_id, "event": self.event, "at": self.at, **self.entry}
+        )
+
+
+def llm_started(turn_id: str, stage: str, model: str, *, call_id: str | None = None) -> CallEvent:
+    """A model call began. Its `call_id` is `new_call_id()` unless given (a caller that
+    records in the background needs the id before the write). The prompt is not stored:
+    its messages are the conversation's own, stored once."""
+    entry: Message = {"kind": "llm", "turn_id": turn_id, "stage": stage, "model": model}
+    return CallEvent(call_id or new_call_id(), "started", entry)
+
+
+def llm_completed(
+    call_id: str,
+    *,
+    latency_ms: float,
+    usage: Mapping[str, int] | None = None,
+    error: str | None = None,
+) -> CallEvent:
+    """The model call `call_id` ended, with its token `usage` or its `error`."""
+    entry: Message = {
+        "kind": "llm",
+        "status": "failed" if error else "completed",
+        "latency_ms": latency_ms,
+        "usage": dict(usage) if usage is not None else None,
+        "error": error,
+    }
+    return CallEvent(call_id, "completed", entry)
+
+
+def tool_started(
+    turn_id: str, *, tool_call_id: str, name: str, arguments: str, call_id: str | None = None
+) -> CallEvent:
+    """A tool began running. `tool_call_id` is the model's id for the call; `call_id` is
+    ours (`new_call_id()` unless given), unique even when a provider reuses tool call ids
+    across steps."""
+    entry: Message = {
+        "kind": "tool",
+        "turn_id": turn_id,
+        "tool_call_id": tool_call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+    return CallEvent(call_id or new_call_id(), "started", entry)
+
+
+def tool_completed(
+    call_id: str,
+    *,
+    latency_ms: float,
+    content: str,
+    status: Literal["success", "error"] = "success",
+) -> CallEvent:
+    """The tool call `call_id` ended; `content` is stored whole, never cut."""
+    entry: Message = {
+        "kind": "tool",
+        "status": "completed" if status == "success" else "failed",
+        "latency_ms": latency_ms,
+        "content": content,
+    }
+    return CallEvent(call_id, "completed", entry)
 
 
 def to_openai_message(message: MessageLike) -> Message:
@@ -608,8 +691,13 @@ class Recorder(_Store):
         messages: Iterable[MessageLike],
         *,
         turn_id: str | None = None,
+        length: int | None = None,
     ) -> list[Message]:
         """Append `messages` (in one atomic step) and return them as stored rows.
+
+        `length` is how many messages the caller believes are stored (a turn knows it from
+        its own `append_new_messages`): right, it saves reading it first; wrong, the
+        append is refused and the length read as without it.
 
         Raises `ConversationNotFoundError` for an unknown conversation, `ValueError` for a
         message without a role.
@@ -617,11 +705,13 @@ class Recorder(_Store):
         fresh = [to_openai_message(m) for m in messages]
         list_key = self._keys(conversation_id)[1]
         for _ in range(_APPEND_RETRIES):
-            length = int(await self._redis.llen(list_key))  # type: ignore[misc]
+            if length is None:
+                length = int(await self._redis.llen(list_key))  # type: ignore[misc]
             rows = _rows(fresh, length, turn_id)
             items = [orjson.dumps(row) for row in rows]
             if await self._push(conversation_id, list_key, items, expected_length=length) >= 0:
                 return rows
+            length = None  # another writer appended meanwhile: read where the list ends now
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
     async def append_new_messages(
@@ -662,10 +752,11 @@ class Recorder(_Store):
             # Tool messages take no part in telling what is new: the answers change nothing.
             fresh = _rows([*answers, *new_messages(stored, requested)], length, turn_id)
             if not fresh:
-                return Continuation(new=[], history=stored)
+                return Continuation(new=[], history=stored, length=length)
             items = [orjson.dumps(m) for m in fresh]
-            if await self._push(conversation_id, list_key, items, expected_length=length) >= 0:
-                return Continuation(new=fresh, history=[*stored, *fresh])
+            pushed = await self._push(conversation_id, list_key, items, expected_length=length)
+            if pushed >= 0:
+                return Continuation(new=fresh, history=[*stored, *fresh], length=pushed)
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
     async def save_summary(self, conversation_id: str, text: str, covers_to: int) -> None:
@@ -704,6 +795,12 @@ class Recorder(_Store):
             await self._redis.delete(key)
             raise ConversationNotFoundError(conversation_id)
 
+    async def record_calls(self, conversation_id: str, events: Sequence[CallEvent]) -> None:
+        """Append `events` to the conversation's call log, in order, in one step."""
+        if events:
+            items = [event.encoded() for event in events]
+            await self._push(conversation_id, self._keys(conversation_id)[2], items)
+
     async def llm_call_started(
         self,
         conversation_id: str,
@@ -713,15 +810,10 @@ class Recorder(_Store):
         *,
         call_id: str | None = None,
     ) -> str:
-        """Record that a model call began and return its `call_id` (`new_call_id()` unless
-        given: a caller that records in the background needs the id before the write).
-
-        The prompt is not stored: its messages are the conversation's own, stored once.
-        """
-        call_id = call_id or new_call_id()
-        entry: Message = {"kind": "llm", "turn_id": turn_id, "stage": stage, "model": model}
-        await self._call_event(conversation_id, call_id, "started", entry)
-        return call_id
+        """Record that a model call began (`llm_started`) and return its `call_id`."""
+        event = llm_started(turn_id, stage, model, call_id=call_id)
+        await self.record_calls(conversation_id, [event])
+        return event.call_id
 
     async def llm_call_completed(
         self,
@@ -732,15 +824,9 @@ class Recorder(_Store):
         usage: Mapping[str, int] | None = None,
         error: str | None = None,
     ) -> None:
-        """Record that the model call `call_id` ended, with its token `usage` or `error`."""
-        entry: Message = {
-            "kind": "llm",
-            "status": "failed" if error else "completed",
-            "latency_ms": latency_ms,
-            "usage": dict(usage) if usage is not None else None,
-            "error": error,
-        }
-        await self._call_event(conversation_id, call_id, "completed", entry)
+        """Record that the model call `call_id` ended (`llm_completed`)."""
+        event = llm_completed(call_id, latency_ms=latency_ms, usage=usage, error=error)
+        await self.record_calls(conversation_id, [event])
 
     async def tool_call_started(
         self,
@@ -752,21 +838,12 @@ class Recorder(_Store):
         arguments: str,
         call_id: str | None = None,
     ) -> str:
-        """Record that a tool began running and return the record's `call_id`.
-
-        `tool_call_id` is the model's id for the call; `call_id` is ours (`new_call_id()`
-        unless given), unique even when a provider reuses tool call ids across steps.
-        """
-        call_id = call_id or new_call_id()
-        entry: Message = {
-            "kind": "tool",
-            "turn_id": turn_id,
-            "tool_call_id": tool_call_id,
-            "name": name,
-            "arguments": arguments,
-        }
-        await self._call_event(conversation_id, call_id, "started", entry)
-        return call_id
+        """Record that a tool began running (`tool_started`) and return its `call_id`."""
+        event = tool_started(
+            turn_id, tool_call_id=tool_call_id, name=name, arguments=arguments, call_id=call_id
+        )
+        await self.record_calls(conversation_id, [event])
+        return event.call_id
 
     async def tool_call_completed(
         self,
@@ -777,20 +854,9 @@ class Recorder(_Store):
         content: str,
         status: Literal["success", "error"] = "success",
     ) -> None:
-        """Record that the tool call `call_id` ended; `content` is stored whole, never cut."""
-        entry: Message = {
-            "kind": "tool",
-            "status": "completed" if status == "success" else "failed",
-            "latency_ms": latency_ms,
-            "content": content,
-        }
-        await self._call_event(conversation_id, call_id, "completed", entry)
-
-    async def _call_event(
-        self, conversation_id: str, call_id: str, event: str, entry: Message
-    ) -> None:
-        item = orjson.dumps({"call_id": call_id, "event": event, "at": time.time(), **entry})
-        await self._push(conversation_id, self._keys(conversation_id)[2], [item])
+        """Record that the tool call `call_id` ended (`tool_completed`)."""
+        event = tool_completed(call_id, latency_ms=latency_ms, content=content, status=status)
+        await self.record_calls(conversation_id, [event])
 
     async def _push(
         self,

@@ -31,10 +31,14 @@ from redis.exceptions import RedisError
 
 from shared.events import Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
 from shared.records import (
+    CallEvent,
     ConversationNotFoundError,
     Message,
     Recorder,
-    new_call_id,
+    llm_completed,
+    llm_started,
+    tool_completed,
+    tool_started,
 )
 from worker.context import TurnContext
 
@@ -59,9 +63,14 @@ class TurnRecording:
         self._llm_call: tuple[str, float] | None = None
         # Tool calls started and not yet completed, by the model's tool call id.
         self._tool_calls: dict[str, tuple[str, float]] = {}
+        # Call log entries not written yet (`_record`).
+        self._calls: list[CallEvent] = []
         self._writes = OrderedWrites()
         # Set once a write found the conversation gone (deleted): nothing more is written.
         self.deleted = False
+        # How many messages the conversation holds, as of this turn's own append: its
+        # final append need not read it again (`Recorder.append_messages`).
+        self._length: int | None = None
 
     async def begin(self) -> list[Message]:
         """Store the request's new messages and return the rows stored; the latest rows of
@@ -85,6 +94,7 @@ class TurnRecording:
             self._forget()
             return []
         self.ctx.stored = continuation.history  # the memory stage picks the prompt's share
+        self._length = continuation.length
         return continuation.new
 
     def observe(self, event: Event) -> None:
@@ -97,62 +107,42 @@ class TurnRecording:
             case _ if self.deleted:
                 return
             case LlmPrompt():
-                call_id = new_call_id()
-                self._llm_call = (call_id, time.perf_counter())
-                self._writes.add(
-                    self._unless_deleted(
-                        self.recorder.llm_call_started(
-                            self.conversation_id,
-                            ctx.turn_id,
-                            event.stage,
-                            event.model,
-                            call_id=call_id,
-                        )
-                    )
-                )
+                started = llm_started(ctx.turn_id, event.stage, event.model)
+                self._llm_call = (started.call_id, time.perf_counter())
+                self._record(started)
             case LlmCallComplete() if self._llm_call is not None:
                 call_id, _ = self._llm_call
                 self._llm_call = None
-                self._writes.add(
-                    self._unless_deleted(
-                        self.recorder.llm_call_completed(
-                            self.conversation_id,
-                            call_id,
-                            latency_ms=event.latency_ms,
-                            usage=event.usage,
-                        )
-                    )
-                )
+                self._record(llm_completed(call_id, latency_ms=event.latency_ms, usage=event.usage))
             case ToolCall():
-                call_id = new_call_id()
-                self._tool_calls[event.id] = (call_id, time.perf_counter())
-                self._writes.add(
-                    self._unless_deleted(
-                        self.recorder.tool_call_started(
-                            self.conversation_id,
-                            ctx.turn_id,
-                            tool_call_id=event.id,
-                            name=event.name,
-                            arguments=event.arguments,
-                            call_id=call_id,
-                        )
-                    )
+                started = tool_started(
+                    ctx.turn_id, tool_call_id=event.id, name=event.name, arguments=event.arguments
                 )
+                self._tool_calls[event.id] = (started.call_id, time.perf_counter())
+                self._record(started)
             case ToolResult() if event.tool_call_id in self._tool_calls:
-                call_id, started = self._tool_calls.pop(event.tool_call_id)
+                call_id, began = self._tool_calls.pop(event.tool_call_id)
                 # The event's content may be cut for the stream; the record is the whole output.
                 message = _tool_message(ctx.tool_messages, event.tool_call_id)
-                self._writes.add(
-                    self._unless_deleted(
-                        self.recorder.tool_call_completed(
-                            self.conversation_id,
-                            call_id,
-                            latency_ms=(time.perf_counter() - started) * 1000,
-                            content=str(message.content) if message else event.content,
-                            status="error" if message and message.status == "error" else "success",
-                        )
+                self._record(
+                    tool_completed(
+                        call_id,
+                        latency_ms=(time.perf_counter() - began) * 1000,
+                        content=str(message.content) if message else event.content,
+                        status="error" if message and message.status == "error" else "success",
                     )
                 )
+
+    def _record(self, call: CallEvent) -> None:
+        """Queue `call` for the call log. Calls queued while a write is in flight go out
+        together in the next one: a router call's end and the next call's start, say."""
+        self._calls.append(call)
+        self._writes.add(self._unless_deleted(self._write_calls()))
+
+    async def _write_calls(self) -> None:
+        calls, self._calls = self._calls, []
+        if calls:  # else an earlier write of this burst took them
+            await self.recorder.record_calls(self.conversation_id, calls)
 
     async def finish(self) -> list[Message]:
         """The turn completed or paused: wait for its call records, then store its
@@ -166,7 +156,9 @@ class TurnRecording:
         if not ctx.paused:
             messages.append(AIMessage(content="".join(ctx.content)))
         rows = await self._unless_deleted(
-            self.recorder.append_messages(self.conversation_id, messages, turn_id=ctx.turn_id)
+            self.recorder.append_messages(
+                self.conversation_id, messages, turn_id=ctx.turn_id, length=self._length
+            )
         )
         if ctx.paused and not self.deleted:
             proposals = [asdict(proposal) for proposal in ctx.pending]
@@ -212,24 +204,23 @@ class TurnRecording:
             await self._writes.drain()
             if self.deleted:
                 return
+            calls, self._calls = self._calls, []  # any a failed write left behind
             if self._llm_call is not None:
-                call_id, started = self._llm_call
+                call_id, began = self._llm_call
                 self._llm_call = None
-                await self.recorder.llm_call_completed(
-                    self.conversation_id,
-                    call_id,
-                    latency_ms=(time.perf_counter() - started) * 1000,
-                    error=message,
-                )
-            for call_id, started in self._tool_calls.values():
-                await self.recorder.tool_call_completed(
-                    self.conversation_id,
-                    call_id,
-                    latency_ms=(time.perf_counter() - started) * 1000,
-                    content=f"Error: {message}",
-                    status="error",
+                latency_ms = (time.perf_counter() - began) * 1000
+                calls.append(llm_completed(call_id, latency_ms=latency_ms, error=message))
+            for call_id, began in self._tool_calls.values():
+                calls.append(
+                    tool_completed(
+                        call_id,
+                        latency_ms=(time.perf_counter() - began) * 1000,
+                        content=f"Error: {message}",
+                        status="error",
+                    )
                 )
             self._tool_calls.clear()
+            await self.recorder.record_calls(self.conversation_id, calls)
         except (RedisError, OSError, ConversationNotFoundError) as exc:
             # The turn's own error is what matters; a lost record must not replace it.
             logger.warning("could not record the failure of turn %s: %s", self.ctx.turn_id, exc)

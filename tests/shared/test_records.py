@@ -196,6 +196,32 @@ async def test_each_appended_message_is_stored_exactly_once_in_order(
     assert conversation.updated_at >= conversation.created_at
 
 
+@pytest.mark.parametrize(
+    ("believed", "reads"),
+    [(None, 1), (2, 0), (1, 1), (5, 1)],
+    ids=["not given", "right", "behind", "ahead"],
+)
+async def test_an_append_told_the_length_reads_it_only_when_told_wrong(
+    keeper: RecordKeeper, believed: int | None, reads: int
+) -> None:
+    """A turn tells its final append how many messages it stored: right, that saves a
+    read; wrong (another writer appended), the append is refused and made at the end."""
+    conversation_id = await keeper.create_conversation()
+    await keeper.append_messages(conversation_id, [user("one"), assistant("two")])
+    read = keeper._redis.llen
+    lengths_read: list[str] = []
+
+    async def counting_llen(key: str) -> int:
+        lengths_read.append(key)
+        return int(await read(key))  # type: ignore[misc]
+
+    keeper._redis.llen = counting_llen  # type: ignore[method-assign]
+    rows = await keeper.append_messages(conversation_id, [user("three")], length=believed)
+    assert [row["id"] for row in rows] == ["msg_3"]
+    assert await keeper.messages(conversation_id) == [user("one"), assistant("two"), user("three")]
+    assert len(lengths_read) == reads
+
+
 async def test_messages_are_stored_in_openai_shape_only(keeper: RecordKeeper) -> None:
     conversation_id = await keeper.create_conversation()
     await keeper.append_messages(

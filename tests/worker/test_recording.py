@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
+from redis.asyncio import Redis
 
-from worker.recording import OrderedWrites
+from shared.events import LlmCallComplete, LlmPrompt
+from shared.records import CallEvent, RecordKeeper
+from shared.turns import TurnRequest
+from tests.conftest import make_settings
+from worker.context import TurnContext
+from worker.llm import build_models
+from worker.recording import OrderedWrites, TurnRecording
 
 
 async def test_writes_run_in_order_without_holding_up_the_caller() -> None:
@@ -57,3 +66,63 @@ async def test_a_failed_write_surfaces_at_the_next_add() -> None:
     await asyncio.sleep(0.01)
     with pytest.raises(ConnectionError):
         writes.add(write())
+
+
+# -- the call log --------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def keeper(redis: Redis) -> AsyncIterator[RecordKeeper]:
+    owner = f"test-owner-{uuid.uuid4().hex}"
+    yield RecordKeeper(redis, owner)
+    written = [key async for key in redis.scan_iter(match=f"bernard:{{c:{owner}/*")]
+    if written:
+        await redis.delete(*written)
+
+
+async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
+    keeper: RecordKeeper,
+) -> None:
+    """A router call's end and the response call's start are observed back to back, while
+    the router's start is still being written: they take one write, not two, and the log
+    keeps every entry in order."""
+    conversation_id = await keeper.create_conversation()
+    settings = make_settings()
+    models = build_models(settings)
+    request = TurnRequest(messages=[{"role": "user", "content": "hi"}])
+    ctx = TurnContext.for_request(
+        "turn-1",
+        request,
+        settings,
+        models.router,
+        models.responder,
+        conversation_id=conversation_id,
+    )
+    recorder = keeper.as_recorder()
+    writes: list[list[str]] = []
+    record_calls = recorder.record_calls
+
+    async def counted(conversation: str, events: Sequence[CallEvent]) -> None:
+        writes.append([f"{e.entry['kind']} {e.event}" for e in events])
+        await record_calls(conversation, events)
+
+    recorder.record_calls = counted  # type: ignore[method-assign]
+    recording = TurnRecording(recorder, ctx)
+    recording.observe(LlmPrompt(stage="router", model="r", messages=[]))
+    await asyncio.sleep(0)  # the router's start goes out
+    recording.observe(LlmCallComplete(stage="router", model="r", latency_ms=1.0))
+    recording.observe(LlmPrompt(stage="response", model="a", messages=[]))
+    await asyncio.sleep(0.05)
+    recording.observe(LlmCallComplete(stage="response", model="a", latency_ms=2.0))
+    await recording.finish()
+
+    assert writes == [
+        ["llm started"],
+        ["llm completed", "llm started"],
+        ["llm completed"],
+    ]
+    calls = await keeper.calls(conversation_id)
+    assert [(c["stage"], c["status"]) for c in calls] == [
+        ("router", "completed"),
+        ("response", "completed"),
+    ]
