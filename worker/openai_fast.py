@@ -57,8 +57,8 @@ async def _post(model: ChatOpenAI, payload: dict[str, Any], *, stream: bool) -> 
 async def _drain(lines: AsyncIterator[str]) -> None:
     """Read what follows `[DONE]` (in practice only the body's closing chunk marker): a
     response closed before its body ends takes its connection with it, and every call would
-    open a new one (a TCP connect, and the upstream's accept, twice a turn). The SDK's own
-    stream reads to the end the same way (openai/_streaming.py). The answer is whole by now,
+    open a new one (a TCP connect, and the upstream's accept, twice a turn). The openai
+    SDK's own stream reads to the end the same way. The answer is whole by now,
     so an upstream that errs or lingers here (`_DRAIN_S`) costs only the connection."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(_DRAIN_S):
