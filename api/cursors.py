@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from api.encoding import Encoder, Frame
 from api.errors import invalid
 from shared import keys
-from shared.events import Done
+from shared.events import Done, Start
 from shared.streams import Entry, entry_key, parse_entries
 from shared.turns import SEALED_ID
 
@@ -85,6 +85,20 @@ class Resume:
     finished: bool = False
 
 
+def numbered(entry_id: str, frames: list[Frame]) -> list[tuple[str, Frame]]:
+    """The SSE ids of one entry's frames: the entry id for a single frame, `<id>:<k>` for
+    each of several."""
+    if len(frames) == 1:
+        return [(entry_id, frames[0])]
+    return [(f"{entry_id}:{k}", frame) for k, frame in enumerate(frames)]
+
+
+def after_start(encoder: Encoder, start_id: str) -> Resume:
+    """A new turn's stream, whose `start` entry (id `start_id`) its creation just wrote:
+    that entry's frames go out at once, without reading them back from Redis."""
+    return Resume(after=start_id, head=list(numbered(start_id, encoder.frames(Start()))))
+
+
 async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | None) -> Resume:
     """Check `cursor` against the turn's stream; raises `BadCursorError` if it was never
     handed out. One round trip."""
@@ -112,7 +126,7 @@ async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | 
     if cursor.frame is not None:
         if len(frames) < 2 or cursor.frame >= len(frames):
             raise BadCursorError(f"event '{entry_id}' has no frame {cursor.frame}")
-        resume.head = [(f"{entry_id}:{k}", f) for k, f in enumerate(frames) if k > cursor.frame]
+        resume.head = list(numbered(entry_id, frames)[cursor.frame + 1 :])
     if isinstance(stamped.event, Done):
         resume.finished = True
         if not resume.head and encoder.END is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import Response
 
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
-from api.cursors import Resume
+from api.cursors import Resume, after_start
 from api.encoding import encoder_for, terminal_error, usage_body
 from api.errors import RETRY_AFTER_S, ApiError
 from api.hub import StreamReadError
@@ -107,7 +107,7 @@ async def start_turn(
             # The worker continues the request's trace (tracing on; else None).
             traceparent=traces.current_traceparent(),
         )
-        await state.store.create(
+        start_id = await state.store.create(
             record,
             ttl_s=UNFINISHED_TTL_S,
             queue_name=settings.queue_name,
@@ -138,7 +138,9 @@ async def start_turn(
     if request.background:
         return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
     if attachment is not None:
-        return stream_response(state, record, attachment)
+        return stream_response(
+            state, record, attachment, after_start(encoder_for(record), start_id)
+        )
     if request.kind == "conversation":
         return await wait_for_rows(state, record)
     return await wait_for_body(state, record)

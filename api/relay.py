@@ -15,7 +15,7 @@ import anyio
 from sse_starlette import ServerSentEvent
 
 from api.attachments import RENEW_S
-from api.cursors import Resume
+from api.cursors import Resume, numbered
 from api.encoding import Encoder, Frame, Named
 from api.hub import Hub, StreamReadError
 from api.metrics import FRAMES_RELAYED, STREAMS_OPEN
@@ -44,12 +44,12 @@ def ending_frames(encoder: Encoder, code: ErrorCode) -> list[ServerSentEvent]:
 
 
 def entry_events(encoder: Encoder, entry: Entry) -> list[ServerSentEvent]:
-    """The SSE events of one entry: one frame keeps the entry id, several are numbered."""
+    """The SSE events of one entry, with their ids (api/cursors.py `numbered`)."""
     entry_id, stamped = entry
-    frames = encoder.frames(stamped.event)
-    if len(frames) == 1:
-        return [sse(frames[0], entry_id)]
-    return [sse(frame, f"{entry_id}:{k}") for k, frame in enumerate(frames)]
+    return [
+        sse(frame, frame_id)
+        for frame_id, frame in numbered(entry_id, encoder.frames(stamped.event))
+    ]
 
 
 async def relay(

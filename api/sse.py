@@ -28,8 +28,9 @@ from starlette.types import Message, Send
 __all__ = ["SSE_HEADERS", "FrameResponse", "encode", "encoded"]
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-# The streams send their own keepalives (api/relay.py), so the library's pings are off.
-_NO_PING_S = 3600
+# The streams send their own keepalives (api/relay.py), so the library's pings are off:
+# 0 spawns no ping task at all (sse-starlette >= 3.7; before it, 0 pinged without pause).
+_NO_PING = 0
 
 _SEP = ServerSentEvent.DEFAULT_SEPARATOR
 
@@ -83,7 +84,7 @@ class FrameResponse(EventSourceResponse):
         super().__init__(
             encoded(frames) if isinstance(frames, AsyncGenerator) else _once(encode(frames)),
             headers={**SSE_HEADERS, **(headers or {})},
-            ping=_NO_PING_S,
+            ping=_NO_PING,
         )
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:

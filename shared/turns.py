@@ -161,17 +161,17 @@ class TurnRecord:
 # KEYS: turn, events, attached. ARGV: ttl s, the `start` entry, attachment id ('' for
 # none), attachment lapse (epoch s), attachment ttl s, then the record's fields and values.
 # The data half of creating a turn: its record and its stream, both expiring, and the
-# client watching it from the start.
+# client watching it from the start. Returns the `start` entry's id.
 _CREATE = """
 redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 redis.call('EXPIRE', KEYS[1], ARGV[1])
-redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
+local start = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 if ARGV[3] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
   redis.call('EXPIRE', KEYS[3], ARGV[5])
 end
-return 1
+return start
 """
 
 # KEYS: turn, lease, cancel. ARGV: worker id, now, lease ms. Moves `queued` → `running`
@@ -352,9 +352,9 @@ class TurnStore:
         queue_name: str | None,
         attachment: str | None = None,
         attachment_expiry: float = 0.0,
-    ) -> None:
+    ) -> str:
         """Store the record and open its stream with a `start` entry (one script), then
-        enqueue its job on `queue_name` (None: no job).
+        enqueue its job on `queue_name` (None: no job); return the `start` entry's id.
 
         `attachment` counts a client as watching the turn from the start
         (api/attachments.py), until `attachment_expiry` (epoch seconds). `ttl_s` bounds a
@@ -384,9 +384,10 @@ class TurnStore:
             pipe.expire(index, ttl_s + self.retention_s)
             if queue_name is not None and self._one_client:
                 enqueue(pipe, queue_name, record.id)
-            await pipe.execute()
+            start, *_ = await pipe.execute()
+        start_id = start.decode() if isinstance(start, bytes) else str(start)
         if queue_name is None or self._one_client:
-            return
+            return start_id
         try:
             async with self.queue.pipeline(transaction=False) as pipe:
                 enqueue(pipe, queue_name, record.id)
@@ -395,6 +396,7 @@ class TurnStore:
             with contextlib.suppress(RedisError, OSError):
                 await self.end(record.id, record.owner, ErrorCode.TURN_LOST, condition="queued")
             raise
+        return start_id
 
     async def get(self, turn_id: str) -> TurnRecord | None:
         raw = await self.redis.hgetall(keys.turn(turn_id))  # type: ignore[misc]

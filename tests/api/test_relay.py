@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from sse_starlette import ServerSentEvent
 
 import api.relay
-from api.cursors import Resume
+from api.cursors import Resume, after_start
 from api.encoding import DONE, Encoder, encoder_for
 from api.hub import StreamHub
 from api.relay import ending_frames, entry_events, relay
@@ -201,6 +201,23 @@ async def test_a_resume_past_the_done_sends_its_head_and_reads_nothing(
     events = await relayed(idle, encoder(), turn_id, resume=resume, detach=detach)
     assert frames_of(events) == [(None, DONE)]
     assert detach.calls == [True]
+
+
+async def test_a_new_turns_stream_starts_without_reading_its_start_back(
+    redis: redis_asyncio.Redis, hub: StreamHub, turn_id: str
+) -> None:
+    """The creation returned the `start` entry's id: its frames go out at once with that
+    id (the hub holds nothing for the turn yet), and reading begins after it."""
+    enc = encoder()
+    (start,) = await write(redis, turn_id, Start())
+    stream = relay(hub, enc, turn_id, resume=after_start(enc, start), keepalive_s=5)
+    first = await anext(stream)
+    assert frames_of(first) == [(start, enc.frames(Start())[0])]
+    (delta,) = await write(redis, turn_id, Delta(text="a"))
+    assert frames_of(await asyncio.wait_for(anext(stream), 2)) == [
+        (delta, enc.frames(Delta(text="a"))[0])
+    ]
+    await stream.aclose()
 
 
 async def test_a_client_that_leaves_detaches_as_not_finished(

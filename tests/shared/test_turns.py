@@ -269,9 +269,9 @@ async def test_creating_stores_the_record_opens_the_stream_and_queues_the_job(
 ) -> None:
     record = record_of(scratch.turn_id(), scratch.owner())
     queue = scratch.queue()
-    await store.create(record, ttl_s=600, queue_name=queue)
+    start_id = await store.create(record, ttl_s=600, queue_name=queue)
     assert await store.get(record.id) == record
-    assert [type(e) for _, e in await stream_of(redis, record.id)] == [Start]
+    assert [(i, type(e)) for i, e in await stream_of(redis, record.id)] == [(start_id, Start)]
     for key in (keys.turn(record.id), keys.events(record.id)):
         assert 590 <= await redis.ttl(key) <= 600
     assert await redis.zscore(queue, record.id) is not None
