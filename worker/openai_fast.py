@@ -32,6 +32,7 @@ import httpx2
 import orjson
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_openai import ChatOpenAI
+from openai import AsyncOpenAI
 
 # The header with which the SDK hands back a response before reading its body (what its
 # `with_streaming_response` sets).
@@ -44,11 +45,11 @@ class UpstreamStreamError(Exception):
     """The upstream's answer broke off, or was not what the API sends."""
 
 
-async def _post(model: ChatOpenAI, payload: dict[str, Any], *, stream: bool) -> httpx2.Response:
-    """POST the payload to `/chat/completions` through the model's SDK client; errors are
-    the SDK's (`openai.APIStatusError`, `openai.APIConnectionError`...)."""
+async def _post(client: AsyncOpenAI, payload: dict[str, Any], *, stream: bool) -> httpx2.Response:
+    """POST the payload to `/chat/completions` through the SDK client; errors are the SDK's
+    (`openai.APIStatusError`, `openai.APIConnectionError`...)."""
     options: Any = {"headers": _STREAM_BODY} if stream else {}
-    response: httpx2.Response = await model.root_async_client.post(
+    response: httpx2.Response = await client.post(
         "/chat/completions", cast_to=httpx2.Response, body=payload, options=options
     )
     return response
@@ -67,11 +68,16 @@ async def _drain(lines: AsyncIterator[str]) -> None:
 
 
 async def openai_complete(
-    model: ChatOpenAI, messages: Sequence[BaseMessage], bound: Mapping[str, Any]
+    model: ChatOpenAI,
+    messages: Sequence[BaseMessage],
+    bound: Mapping[str, Any],
+    *,
+    client: AsyncOpenAI | None = None,
 ) -> AIMessage:
-    """One whole answer; `bound` is what `bind_tools` bound (the tools, the tool choice)."""
+    """One whole answer; `bound` is what `bind_tools` bound (the tools, the tool choice).
+    Sent on `client`, one of the model's SDK clients (its own when None)."""
     payload = model._get_request_payload(list(messages), **bound)
-    response = await _post(model, payload, stream=False)
+    response = await _post(client or model.root_async_client, payload, stream=False)
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError as exc:
@@ -98,9 +104,11 @@ async def openai_tokens(
     params: Mapping[str, Any],
     *,
     ended: Callable[[AIMessage, str | None, float], None],
+    client: AsyncOpenAI | None = None,
 ) -> AsyncGenerator[str, None]:
     """Yield each text delta; once the upstream ends the stream, call `ended(message, finish
-    reason, latency ms)` (the message carries the whole text and the usage)."""
+    reason, latency ms)` (the message carries the whole text and the usage). Sent on
+    `client`, as `openai_complete`."""
     started = time.perf_counter()
     payload = model._get_request_payload(list(messages), **params)
     payload["stream"] = True
@@ -108,7 +116,7 @@ async def openai_tokens(
     parts: list[str] = []
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
-    response = await _post(model, payload, stream=True)
+    response = await _post(client or model.root_async_client, payload, stream=True)
     try:
         lines = response.aiter_lines()
         while True:

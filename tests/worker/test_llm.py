@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from contextlib import aclosing
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream
-from worker.llm import build_models
+from worker.llm import build_models, pool_shards
 
 
 async def test_the_upstream_pool_holds_as_many_streams_as_the_worker_runs_turns(
@@ -36,26 +38,52 @@ async def test_the_upstream_pool_holds_as_many_streams_as_the_worker_runs_turns(
         await models.aclose()
 
 
-async def test_closing_the_models_closes_their_client(upstream: ScriptedUpstream) -> None:
-    models = build_models(make_settings(upstream))
-    (client,) = models.http_clients  # both roles on one provider share one client
-    assert models.router.model.http_async_client is client  # type: ignore[attr-defined]
-    assert models.responder.model.http_async_client is client  # type: ignore[attr-defined]
+async def test_closing_the_models_closes_their_clients(upstream: ScriptedUpstream) -> None:
+    models = build_models(make_settings(upstream, worker_concurrency=200))
+    clients = models.http_clients  # both roles on one provider share its pools
+    assert len(clients) == pool_shards(200) == 4
+    assert models.router.model.http_async_client is clients[0]  # type: ignore[attr-defined]
+    assert models.responder.model.http_async_client is clients[0]  # type: ignore[attr-defined]
     await models.aclose()
-    assert client.is_closed
+    assert all(client.is_closed for client in clients)
 
 
-async def test_each_provider_gets_a_client_of_its_own(upstream: ScriptedUpstream) -> None:
+async def test_each_provider_gets_clients_of_its_own(upstream: ScriptedUpstream) -> None:
     settings = make_settings(
         upstream,
         anthropic_base_url=upstream.anthropic_base_url,
         anthropic_api_key="test-key",
         response_provider="anthropic",
+        worker_concurrency=200,
     )
     models = build_models(settings)
-    assert len(models.http_clients) == 2
+    # The OpenAI router's pools, and the one Anthropic client (its calls are LangChain's).
+    assert len(models.http_clients) == pool_shards(200) + 1
     await models.aclose()
     assert all(client.is_closed for client in models.http_clients)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "pools"),
+    [(1, 1), (64, 1), (65, 2), (500, 8), (1024, 16), (100_000, 16)],
+)
+def test_a_worker_keeps_a_pool_for_every_64_turns_up_to_16(concurrency: int, pools: int) -> None:
+    assert pool_shards(concurrency) == pools
+
+
+async def test_calls_take_turns_on_the_pools_each_keeping_its_connection(
+    upstream: ScriptedUpstream,
+) -> None:
+    """Twice as many calls as pools: each pool serves two, over one kept-alive connection."""
+    models = build_models(make_settings(upstream, worker_concurrency=192))
+    respond = {"type": "function", "function": {"name": "respond", "parameters": {}}}
+    try:
+        for _ in range(2 * pool_shards(192)):
+            await models.router.complete([HumanMessage("hi")], [respond])
+    finally:
+        await models.aclose()
+    peers = Counter(exchange.peer for exchange in upstream.router_exchanges)
+    assert sorted(peers.values()) == [2, 2, 2]
 
 
 async def test_a_cut_answer_reports_the_length_finish(upstream: ScriptedUpstream) -> None:

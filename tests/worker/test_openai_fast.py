@@ -23,8 +23,8 @@ async def run(llm: Llm, **kwargs: Any) -> tuple[list[Any], LlmResult]:
     return items, stream.result
 
 
-def both(upstream: ScriptedUpstream) -> tuple[Llm, Llm, Any]:
-    models = build_models(make_settings(upstream))
+def both(upstream: ScriptedUpstream, **settings: Any) -> tuple[Llm, Llm, Any]:
+    models = build_models(make_settings(upstream, **settings))
     fast = models.responder
     assert fast.direct
     slow = Llm(fast.model, fast.name, fast.options, direct=False)
@@ -99,7 +99,7 @@ async def test_a_finished_stream_hands_its_connection_back(
     """A turn's calls (router, streamed answer, the next turn's router...) go over one
     kept-alive connection: a stream closed before its body ended would drop it, and each
     call would pay a new TCP connection, in the worker and in the upstream."""
-    fast, slow, models = both(upstream)
+    fast, slow, models = both(upstream, worker_concurrency=64)  # one connection pool
     llm = fast if direct else slow
     respond = {"type": "function", "function": {"name": "respond", "parameters": {}}}
     try:
