@@ -6,10 +6,11 @@ see `StreamWriter.write`). Events that pile up while a
 write is in flight, from any turn, go out together in the next pipeline, and a turn's
 adjacent text deltas among them are joined into one entry. So an idle worker sends each
 token the moment it exists, and a busy one sends fewer, fuller commands in fewer round
-trips: one write in flight per process, not one per turn. A round that carried many turns
-(`_BUSY_ROUND`) is followed by a short pause (`_BUSY_PAUSE_S`) before the next: on a worker
-that keeps up with its upstreams a round is one token per turn, and the pause lets each
-turn's next tokens arrive and join (at 1,000 unpaced streams: 0.99 → 0.41 XADDs per
+trips: one write in flight per process, not one per turn. A producer writing behind a write
+in flight goes on without waiting for the loop (`StreamWriter.write`). A round that carried
+many turns (`_BUSY_ROUND`) is followed by a short pause (`_BUSY_PAUSE_S`) before the next:
+on a worker that keeps up with its upstreams a round is one token per turn, and the pause
+lets each turn's next tokens arrive and join (at 1,000 unpaced streams: 0.99 → 0.41 XADDs per
 token, 1.78 → 1.16 Redis commands per token, relay p99 at 1,000 streams not worse;
 docs/benchmarks.md).
 
@@ -43,6 +44,9 @@ from shared.turns import STREAM_FIELD
 Entry = tuple[str, Stamped]
 # Above this many pending events of one turn, `write` waits for Redis instead of buffering.
 _BACKPRESSURE = 1000
+# A producer writing behind a round in flight lets the loop run at least every this many
+# events (`StreamWriter.write`).
+_YIELD_EVERY = 32
 # A round of at least this many turns means a busy worker: pause this long before the next.
 _BUSY_ROUND = 100
 _BUSY_PAUSE_S = 0.004
@@ -65,6 +69,7 @@ class StreamBatcher:
         self._in_flight: set[str] = set()
         self._errors: dict[str, BaseException] = {}
         self._round_done = asyncio.Event()
+        self._pausing = False
         self._task: asyncio.Task[None] | None = None
 
     def writer(self, turn_id: str) -> StreamWriter:
@@ -83,6 +88,12 @@ class StreamBatcher:
             pending.append(event)
         if self._task is None:
             self._task = asyncio.create_task(self._drain())
+
+    @property
+    def idle(self) -> bool:
+        """Whether no round is in flight (nor a busy round's pause): an event added now
+        goes out in the next round to start, as soon as the loop runs."""
+        return not self._in_flight and not self._pausing
 
     def backlog(self, key: str) -> int:
         """How many events `key` has queued and not sent yet."""
@@ -117,7 +128,11 @@ class StreamBatcher:
                     self._round_done.set()
                     self._round_done = asyncio.Event()
                 if len(batch) >= _BUSY_ROUND:
-                    await asyncio.sleep(_BUSY_PAUSE_S)
+                    self._pausing = True
+                    try:
+                        await asyncio.sleep(_BUSY_PAUSE_S)
+                    finally:
+                        self._pausing = False
         finally:
             self._task = None
 
@@ -165,16 +180,30 @@ class StreamWriter:
     def __init__(self, batcher: StreamBatcher, turn_id: str) -> None:
         self.batcher = batcher
         self.key = turn_id
+        # Events written since the producer last let the loop run (`write`).
+        self._unyielded = 0
 
     async def write(self, event: Event) -> None:
-        """Queue the event, and let its write start before the producer goes on."""
+        """Queue the event. When it starts a round (no write was in flight), let the round
+        start before the producer goes on: an idle worker sends each token the moment it
+        exists. Behind a round in flight, the event waits for that round whatever the
+        producer does, so the producer goes on at once and what it writes meanwhile joins
+        the event; it still lets the loop run every `_YIELD_EVERY` events, so a turn whose
+        upstream sent much at once cannot hold up every other turn of the worker. (Yielding
+        on every event was 18 µs of worker CPU per token at 100 unpaced streams, 50 against
+        32, with five times the entries and frames: docs/benchmarks.md, cost per token.)"""
+        starts = self.batcher.idle
         self.batcher.add(self.key, event)
         if self.batcher.backlog(self.key) > _BACKPRESSURE:
             await self.flush()
-        if not isinstance(event, LlmPrompt | LlmCallComplete):
-            # Model-call events (streamed only to a client that asked for traces) skip this
-            # yield and go out once the producer next waits, typically on the model call
+        if isinstance(event, LlmPrompt | LlmCallComplete):
+            # Model-call events (streamed only to a client that asked for traces) never
+            # yield: they go out once the producer next waits, typically on the model call
             # they announce, which so starts an event-loop iteration sooner.
+            return
+        self._unyielded += 1
+        if starts or self._unyielded >= _YIELD_EVERY:
+            self._unyielded = 0
             await asyncio.sleep(0)
 
     async def flush(self) -> None:

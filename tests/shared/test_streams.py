@@ -245,6 +245,58 @@ async def test_a_model_call_event_goes_out_once_the_producer_next_waits(
     assert await written(redis, turn_ids[0]) == [prompt, Delta(text="a")]
 
 
+class Ticks:
+    """Counts the event loop's turns at other tasks: a producer that yields lets it run."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self.count += 1
+
+
+async def test_behind_a_round_in_flight_the_producer_goes_on_and_its_deltas_join(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    batcher = batcher_of(redis)
+    writer = batcher.writer(turn_ids[0])
+    await writer.write(Delta(text="a"))  # no round in flight: this one starts, at once
+    assert batcher.backlog(writer.key) == 0
+    ticks = Ticks()
+    await asyncio.sleep(0)
+    before = ticks.count
+    for piece in "bcd":
+        await writer.write(Delta(text=piece))
+    assert ticks.count == before, "the producer went on without letting the loop run"
+    assert batcher.backlog(writer.key) == 1, "joined, waiting for the round in flight"
+    await writer.flush()
+    ticks.task.cancel()
+    assert await written(redis, turn_ids[0]) == [Delta(text="a"), Delta(text="bcd")]
+
+
+async def test_a_producer_behind_rounds_still_lets_the_loop_run_every_32_events(
+    redis: redis_asyncio.Redis, turn_ids: list[str]
+) -> None:
+    """However much its upstream sent at once, one turn cannot hold up the worker's others."""
+    batcher = batcher_of(redis)
+    writer = batcher.writer(turn_ids[0])
+    await writer.write(Delta(text="0"))
+    ticks = Ticks()
+    await asyncio.sleep(0)
+    before = ticks.count
+    for k in range(1, 101):
+        await writer.write(Delta(text=str(k)))
+    assert ticks.count - before == 100 // 32
+    await writer.flush()
+    ticks.task.cancel()
+    assert "".join(e.text for e in await written(redis, turn_ids[0])) == "".join(
+        str(k) for k in range(101)
+    )
+
+
 async def test_a_producer_that_never_waits_is_held_back_past_1000_queued_events(
     redis: redis_asyncio.Redis, turn_ids: list[str]
 ) -> None:
