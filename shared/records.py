@@ -801,63 +801,6 @@ class Recorder(_Store):
             items = [event.encoded() for event in events]
             await self._push(conversation_id, self._keys(conversation_id)[2], items)
 
-    async def llm_call_started(
-        self,
-        conversation_id: str,
-        turn_id: str,
-        stage: str,
-        model: str,
-        *,
-        call_id: str | None = None,
-    ) -> str:
-        """Record that a model call began (`llm_started`) and return its `call_id`."""
-        event = llm_started(turn_id, stage, model, call_id=call_id)
-        await self.record_calls(conversation_id, [event])
-        return event.call_id
-
-    async def llm_call_completed(
-        self,
-        conversation_id: str,
-        call_id: str,
-        *,
-        latency_ms: float,
-        usage: Mapping[str, int] | None = None,
-        error: str | None = None,
-    ) -> None:
-        """Record that the model call `call_id` ended (`llm_completed`)."""
-        event = llm_completed(call_id, latency_ms=latency_ms, usage=usage, error=error)
-        await self.record_calls(conversation_id, [event])
-
-    async def tool_call_started(
-        self,
-        conversation_id: str,
-        turn_id: str,
-        *,
-        tool_call_id: str,
-        name: str,
-        arguments: str,
-        call_id: str | None = None,
-    ) -> str:
-        """Record that a tool began running (`tool_started`) and return its `call_id`."""
-        event = tool_started(
-            turn_id, tool_call_id=tool_call_id, name=name, arguments=arguments, call_id=call_id
-        )
-        await self.record_calls(conversation_id, [event])
-        return event.call_id
-
-    async def tool_call_completed(
-        self,
-        conversation_id: str,
-        call_id: str,
-        *,
-        latency_ms: float,
-        content: str,
-        status: Literal["success", "error"] = "success",
-    ) -> None:
-        """Record that the tool call `call_id` ended (`tool_completed`)."""
-        event = tool_completed(call_id, latency_ms=latency_ms, content=content, status=status)
-        await self.record_calls(conversation_id, [event])
-
     async def _push(
         self,
         conversation_id: str,

@@ -24,8 +24,12 @@ from shared.records import (
     ConversationNotFoundError,
     Recorder,
     RecordKeeper,
+    llm_completed,
+    llm_started,
     new_messages,
     to_openai_message,
+    tool_completed,
+    tool_started,
 )
 from tests.conftest import TEST_REDIS_URL
 
@@ -119,7 +123,7 @@ async def test_conversation_keys_share_one_hash_slot_and_expire(
 ) -> None:
     conversation_id = await keeper.create_conversation()
     await keeper.append_messages(conversation_id, [user("hi")])
-    await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
+    await keeper.record_calls(conversation_id, [llm_started("turn_1", "router", "m")])
 
     stored = sorted(_text(k) for k in await client.keys(owned_keys(owner)))
 
@@ -152,7 +156,7 @@ async def test_deleting_a_conversation_removes_every_key(
 ) -> None:
     conversation_id = await keeper.create_conversation()
     await keeper.append_messages(conversation_id, [user("hi")])
-    await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
+    await keeper.record_calls(conversation_id, [llm_started("turn_1", "router", "m")])
 
     assert await keeper.delete_conversation(conversation_id)
 
@@ -260,7 +264,7 @@ async def test_appending_to_an_unknown_conversation_fails_and_writes_nothing(
     with pytest.raises(ConversationNotFoundError):
         await keeper.append_messages("conv_missing", [user("hi")])
     with pytest.raises(ConversationNotFoundError):
-        await keeper.llm_call_started("conv_missing", "turn_1", "router", "m")
+        await keeper.record_calls("conv_missing", [llm_started("turn_1", "router", "m")])
 
     assert await client.keys(owned_keys(owner)) == []
 
@@ -321,8 +325,12 @@ async def test_llm_calls_are_recorded_with_latency_and_tokens(keeper: RecordKeep
     conversation_id = await keeper.create_conversation()
     usage = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
 
-    call_id = await keeper.llm_call_started(conversation_id, "turn_1", "router", "gpt-4o-mini")
-    await keeper.llm_call_completed(conversation_id, call_id, latency_ms=250.5, usage=usage)
+    started = llm_started("turn_1", "router", "gpt-4o-mini")
+    call_id = started.call_id
+    await keeper.record_calls(conversation_id, [started])
+    await keeper.record_calls(
+        conversation_id, [llm_completed(call_id, latency_ms=250.5, usage=usage)]
+    )
 
     [call] = await keeper.calls(conversation_id)
     assert call["call_id"] == call_id
@@ -340,9 +348,16 @@ async def test_llm_calls_are_recorded_with_latency_and_tokens(keeper: RecordKeep
 
 async def test_a_failed_or_unfinished_llm_call_says_so(keeper: RecordKeeper) -> None:
     conversation_id = await keeper.create_conversation()
-    failed = await keeper.llm_call_started(conversation_id, "turn_1", "router", "m")
-    await keeper.llm_call_completed(conversation_id, failed, latency_ms=5, error="timeout")
-    running = await keeper.llm_call_started(conversation_id, "turn_1", "response", "m")
+    failed = llm_started("turn_1", "router", "m").call_id
+    running = llm_started("turn_1", "response", "m").call_id
+    await keeper.record_calls(
+        conversation_id,
+        [
+            llm_started("turn_1", "router", "m", call_id=failed),
+            llm_completed(failed, latency_ms=5, error="timeout"),
+            llm_started("turn_1", "response", "m", call_id=running),
+        ],
+    )
 
     calls = await keeper.calls(conversation_id)
 
@@ -359,10 +374,11 @@ async def test_tool_calls_store_their_whole_output(keeper: RecordKeeper) -> None
     conversation_id = await keeper.create_conversation()
     huge = "x" * 200_000 + "END"
 
-    call_id = await keeper.tool_call_started(
-        conversation_id, "turn_1", tool_call_id="c1", name="search", arguments='{"q": "a"}'
+    started = tool_started("turn_1", tool_call_id="c1", name="search", arguments='{"q": "a"}')
+    await keeper.record_calls(conversation_id, [started])
+    await keeper.record_calls(
+        conversation_id, [tool_completed(started.call_id, latency_ms=42.0, content=huge)]
     )
-    await keeper.tool_call_completed(conversation_id, call_id, latency_ms=42.0, content=huge)
 
     [call] = await keeper.calls(conversation_id, kind="tool")
     assert call["content"] == huge
@@ -377,17 +393,24 @@ async def test_calls_of_a_turn_come_back_in_start_order_and_filter_by_kind(
     keeper: RecordKeeper,
 ) -> None:
     conversation_id = await keeper.create_conversation()
-    router = await keeper.llm_call_started(conversation_id, "t", "router", "m")
-    tool = await keeper.tool_call_started(
-        conversation_id, "t", tool_call_id="c1", name="calculator", arguments="{}"
+    starts = [
+        llm_started("t", "router", "m"),
+        tool_started("t", tool_call_id="c1", name="calculator", arguments="{}"),
+        llm_started("t", "response", "m"),
+    ]
+    router, tool, response = (start.call_id for start in starts)
+    # Started one by one, completed out of order in one write: the start order still
+    # decides the listing.
+    for start in starts:
+        await keeper.record_calls(conversation_id, [start])
+    await keeper.record_calls(
+        conversation_id,
+        [
+            llm_completed(response, latency_ms=3),
+            tool_completed(tool, latency_ms=2, content="Error: boom", status="error"),
+            llm_completed(router, latency_ms=1),
+        ],
     )
-    response = await keeper.llm_call_started(conversation_id, "t", "response", "m")
-    # Completed out of order: the start order still decides the listing.
-    await keeper.llm_call_completed(conversation_id, response, latency_ms=3)
-    await keeper.tool_call_completed(
-        conversation_id, tool, latency_ms=2, content="Error: boom", status="error"
-    )
-    await keeper.llm_call_completed(conversation_id, router, latency_ms=1)
 
     calls = await keeper.calls(conversation_id)
 
@@ -412,7 +435,7 @@ async def test_the_archivist_cannot_write_and_the_recorder_cannot_read(
     assert type(archivist) is Archivist
     assert type(recorder) is Recorder
     assert not hasattr(archivist, "append_messages")
-    assert not hasattr(archivist, "llm_call_started")
+    assert not hasattr(archivist, "record_calls")
     assert not hasattr(recorder, "messages")
     assert not hasattr(recorder, "get_conversation")
 
