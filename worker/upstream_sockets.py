@@ -116,8 +116,10 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
-async def _wait(future: asyncio.Future[None], seconds: float | None) -> None:
-    """Wait for `future`; raise `TimeoutError` after `seconds` (None: no limit). One timer
+async def _wait(
+    future: asyncio.Future[None], seconds: float | None, timed_out: type[Exception]
+) -> None:
+    """Wait for `future`; raise `timed_out` after `seconds` (None: no limit). One timer
     handle, cheaper than a timeout context."""
     if seconds is None:
         await future
@@ -125,6 +127,8 @@ async def _wait(future: asyncio.Future[None], seconds: float | None) -> None:
     timer = asyncio.get_running_loop().call_later(seconds, _expire, future)
     try:
         await future
+    except TimeoutError as exc:
+        raise timed_out(f"no progress with the upstream in {seconds} s") from exc
     finally:
         timer.cancel()
 
@@ -146,9 +150,7 @@ class AsyncioStream(AsyncNetworkStream):
                 return b""
             protocol.waiter = asyncio.get_running_loop().create_future()
             try:
-                await _wait(protocol.waiter, timeout)
-            except TimeoutError as exc:
-                raise httpcore2.ReadTimeout("timed out reading from the upstream") from exc
+                await _wait(protocol.waiter, timeout, httpcore2.ReadTimeout)
             finally:
                 protocol.waiter = None
         return protocol.take(max_bytes)
@@ -166,9 +168,7 @@ class AsyncioStream(AsyncNetworkStream):
         if protocol.paused_writing:
             protocol.drained = asyncio.get_running_loop().create_future()
             try:
-                await _wait(protocol.drained, timeout)
-            except TimeoutError as exc:
-                raise httpcore2.WriteTimeout("timed out writing to the upstream") from exc
+                await _wait(protocol.drained, timeout, httpcore2.WriteTimeout)
             finally:
                 protocol.drained = None
             if protocol.error is not None:
