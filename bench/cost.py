@@ -25,6 +25,7 @@ from bench.runner import (
     echo_directives,
     is_delta,
     wait_idle,
+    wait_quiet,
 )
 from bench.stats import Summary, ratio
 
@@ -331,6 +332,7 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
             "burst", sizes.burst_streams, sizes.burst_tokens, sizes.burst_delay_ms
         )
         task = bench.ui.task(f"cost: burst, {label}", len(directives))
+        await wait_quiet(bench)
         meter = await Meter(bench).start()
         started = time.monotonic()
         turns = await drive(

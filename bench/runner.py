@@ -555,6 +555,23 @@ class Meter:
         return self
 
 
+async def wait_quiet(bench: Bench, timeout_s: float = 15, window_s: float = 0.25) -> None:
+    """Wait until the run's processes have nearly stopped using CPU (under 5 % of a core
+    each over `window_s`): work an earlier measurement left behind (streams being wound
+    down, connections closing) must not fall into the next one."""
+    cluster = bench.cluster
+    services = [s for s in (*cluster.apis, *cluster.workers, cluster.upstream) if s is not None]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [s for s in services if s.alive]
+        before = [s.cpu_seconds() for s in alive]
+        await asyncio.sleep(window_s)
+        after = [s.cpu_seconds() for s in alive]
+        if all(b - a < 0.05 * window_s for a, b in zip(before, after, strict=True)):
+            return
+    bench.ui.log("[yellow]processes still busy after the wait; going on")
+
+
 async def wait_idle(bench: Bench, timeout_s: float = 60) -> None:
     """Wait until no turn is running (the `bernard:running` set is empty)."""
     deadline = time.monotonic() + timeout_s
