@@ -21,7 +21,9 @@ connection's "readable" is whether the loop has already seen its bytes or its en
 and timeouts are httpcore2's own (`ReadError`, `ReadTimeout`, `WriteError`,
 `WriteTimeout`, `ConnectError`, `ConnectTimeout`), so httpx2 and the SDK see what they see
 with anyio's backend (tests/worker/test_upstream_sockets.py runs both against the same
-server). `http_client` builds the SDK's default client on it.
+servers). `use_asyncio_sockets` puts an SDK HTTP client on it; reaching the pool takes
+private attributes of httpx2 and httpcore2, as httpx has no argument for a backend
+(docs/benchmarks.md, "Still wrong or fragile").
 """
 
 from __future__ import annotations
