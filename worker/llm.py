@@ -329,8 +329,8 @@ def build_models(settings: Settings) -> Models:
     #
     # OpenAI calls spread over several such clients (`pool_shards`): at every request, as
     # it enters and as it leaves, httpx's pool looks over every connection it holds, about
-    # 1.7 µs each. One pool for 200 streaming turns made each call cost 857 µs of worker CPU
-    # against 518 alone (docs/benchmarks.md, cost per token).
+    # 1.7 µs each. With 200 streaming turns, a router call cost 1,051 µs of worker CPU on
+    # one pool and 644 on a pool per 64 turns (docs/benchmarks.md, cost per token).
     clients: dict[str, list[Any]] = {}
 
     def clients_for(provider: str) -> list[Any]:
