@@ -244,12 +244,11 @@ class CallEvent:
         )
 
 
-def llm_started(turn_id: str, stage: str, model: str, *, call_id: str | None = None) -> CallEvent:
-    """A model call began. Its `call_id` is `new_call_id()` unless given (a caller that
-    records in the background needs the id before the write). The prompt is not stored:
-    its messages are the conversation's own, stored once."""
+def llm_started(turn_id: str, stage: str, model: str) -> CallEvent:
+    """A model call began, under a fresh `call_id` (`new_call_id()`) its completion names.
+    The prompt is not stored: its messages are the conversation's own, stored once."""
     entry: Message = {"kind": "llm", "turn_id": turn_id, "stage": stage, "model": model}
-    return CallEvent(call_id or new_call_id(), "started", entry)
+    return CallEvent(new_call_id(), "started", entry)
 
 
 def llm_completed(
@@ -270,11 +269,9 @@ def llm_completed(
     return CallEvent(call_id, "completed", entry)
 
 
-def tool_started(
-    turn_id: str, *, tool_call_id: str, name: str, arguments: str, call_id: str | None = None
-) -> CallEvent:
-    """A tool began running. `tool_call_id` is the model's id for the call; `call_id` is
-    ours (`new_call_id()` unless given), unique even when a provider reuses tool call ids
+def tool_started(turn_id: str, *, tool_call_id: str, name: str, arguments: str) -> CallEvent:
+    """A tool began running. `tool_call_id` is the model's id for the call; the event's
+    `call_id` is ours (`new_call_id()`), unique even when a provider reuses tool call ids
     across steps."""
     entry: Message = {
         "kind": "tool",
@@ -283,7 +280,7 @@ def tool_started(
         "name": name,
         "arguments": arguments,
     }
-    return CallEvent(call_id or new_call_id(), "started", entry)
+    return CallEvent(new_call_id(), "started", entry)
 
 
 def tool_completed(

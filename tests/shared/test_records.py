@@ -348,15 +348,12 @@ async def test_llm_calls_are_recorded_with_latency_and_tokens(keeper: RecordKeep
 
 async def test_a_failed_or_unfinished_llm_call_says_so(keeper: RecordKeeper) -> None:
     conversation_id = await keeper.create_conversation()
-    failed = llm_started("turn_1", "router", "m").call_id
-    running = llm_started("turn_1", "response", "m").call_id
+    router = llm_started("turn_1", "router", "m")
+    response = llm_started("turn_1", "response", "m")
+    failed, running = router.call_id, response.call_id
     await keeper.record_calls(
         conversation_id,
-        [
-            llm_started("turn_1", "router", "m", call_id=failed),
-            llm_completed(failed, latency_ms=5, error="timeout"),
-            llm_started("turn_1", "response", "m", call_id=running),
-        ],
+        [router, llm_completed(failed, latency_ms=5, error="timeout"), response],
     )
 
     calls = await keeper.calls(conversation_id)
