@@ -171,9 +171,9 @@ class Llm:
         return cached[1]
 
     def _client(self) -> Any:
-        """The SDK client for the next direct call: each in turn (None: the model's own)."""
+        """The SDK client for the next direct call: each in turn, else the model's own."""
         if not self._clients:
-            return None
+            return cast(Any, self.model).root_async_client
         self._calls += 1
         return self._clients[self._calls % len(self._clients)]
 

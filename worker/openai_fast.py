@@ -72,12 +72,12 @@ async def openai_complete(
     messages: Sequence[BaseMessage],
     bound: Mapping[str, Any],
     *,
-    client: AsyncOpenAI | None = None,
+    client: AsyncOpenAI,
 ) -> AIMessage:
     """One whole answer; `bound` is what `bind_tools` bound (the tools, the tool choice).
-    Sent on `client`, one of the model's SDK clients (its own when None)."""
+    Sent on `client`, an SDK client configured as the model's."""
     payload = model._get_request_payload(list(messages), **bound)
-    response = await _post(client or model.root_async_client, payload, stream=False)
+    response = await _post(client, payload, stream=False)
     try:
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError as exc:
@@ -104,7 +104,7 @@ async def openai_tokens(
     params: Mapping[str, Any],
     *,
     ended: Callable[[AIMessage, str | None, float], None],
-    client: AsyncOpenAI | None = None,
+    client: AsyncOpenAI,
 ) -> AsyncGenerator[str, None]:
     """Yield each text delta; once the upstream ends the stream, call `ended(message, finish
     reason, latency ms)` (the message carries the whole text and the usage). Sent on
@@ -116,7 +116,7 @@ async def openai_tokens(
     parts: list[str] = []
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
-    response = await _post(client or model.root_async_client, payload, stream=True)
+    response = await _post(client, payload, stream=True)
     try:
         lines = response.aiter_lines()
         while True:
