@@ -29,7 +29,6 @@ private attributes of httpx2 and httpcore2, as httpx has no argument for a backe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import ssl
 from collections.abc import Iterable
@@ -83,20 +82,17 @@ class _Buffered(asyncio.Protocol):
         self.eof = True
         self.error = exc
         self._wake()
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
+        _resolve(self.drained)
 
     def pause_writing(self) -> None:
         self.paused_writing = True
 
     def resume_writing(self) -> None:
         self.paused_writing = False
-        if self.drained is not None and not self.drained.done():
-            self.drained.set_result(None)
+        _resolve(self.drained)
 
     def _wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
+        _resolve(self.waiter)
 
     def take(self, max_bytes: int) -> bytes:
         data = b"".join(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
@@ -111,6 +107,12 @@ class _Buffered(asyncio.Protocol):
             self.transport.resume_reading()
             self.paused_reading = False
         return data
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    """Wake whoever waits on `future`, if anyone still does."""
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
@@ -270,9 +272,12 @@ def _stream(
     transport = cast(asyncio.Transport, transport)
     sock: socket.socket | None = transport.get_extra_info("socket")
     if sock is not None:
-        for option in socket_options or ():
-            with contextlib.suppress(OSError):
+        try:
+            for option in socket_options or ():
                 sock.setsockopt(*option)
+        except OSError as exc:  # as anyio's backend: the connection fails, its socket closed
+            transport.close()
+            raise httpcore2.ConnectError(str(exc)) from exc
     return AsyncioStream(transport, protocol)
 
 

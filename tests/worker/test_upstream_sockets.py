@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -270,3 +271,25 @@ async def test_a_read_returns_what_has_arrived_without_waiting() -> None:
         with pytest.raises(httpcore2.ReadTimeout):
             await stream.read(4, timeout=0.05)
         await stream.aclose()
+
+
+async def test_a_socket_option_the_system_refuses_fails_the_connection_alike() -> None:
+    """A bad `socket_options` entry is a failed connection with either backend, not an
+    option silently left out."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(response(b"ok"))
+        await writer.drain()
+
+    refused = [(socket.SOL_SOCKET, 0x7FFF, 1)]  # an option no system has
+    results = []
+    async with RawServer(answer) as server:
+        for backend in BACKENDS:
+            transport = httpx2.AsyncHTTPTransport(socket_options=refused)
+            client = httpx2.AsyncClient(transport=transport)
+            if backend == "asyncio":
+                use_asyncio_sockets(client)
+            async with client:
+                results.append(await outcome(client.get(f"http://127.0.0.1:{server.port}/")))
+    assert results == [("error", httpx2.ConnectError)] * 2
