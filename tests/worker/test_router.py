@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, ToolException, tool
 
 from shared.events import (
     Error,
@@ -34,6 +34,7 @@ from worker.harness.router import RESPOND_TOOL_NAME, ROUTER_PROMPT, router_harne
 from worker.harness.tool_call import cut_for_stream
 from worker.llm import LlmError, build_models
 from worker.tools import default_tools, get_reporter
+from worker.tools.runtime import ToolRuntime, get_runtime
 
 
 def make_ctx(
@@ -369,3 +370,99 @@ async def test_an_upstream_error_raises_out_of_the_harness(upstream: ScriptedUps
     with pytest.raises(LlmError) as caught:
         await run(ctx)
     assert caught.value.code == "upstream_error" and "500" in caught.value.message
+
+
+# -- calls that wait for the user: checked before the user is asked -------------------------
+
+
+def write_tool(check: Any, ran: list[str]) -> BaseTool:
+    """A tool that waits for confirmation, with `check` as its `confirmation_check`."""
+
+    @tool
+    async def paint(color: str) -> str:
+        """Paints the wall."""
+        ran.append(color)
+        return f"painted {color}"
+
+    paint.metadata = {
+        "requires_confirmation": True,
+        "confirmation_summary": lambda args: f"Paint the wall {args['color']}",
+        "confirmation_check": check,
+    }
+    paint.handle_tool_error = True
+    return paint
+
+
+async def test_a_checked_call_is_proposed_with_the_summary_its_check_gives(
+    upstream: ScriptedUpstream,
+) -> None:
+    seen: list[tuple[dict[str, Any], str]] = []
+
+    async def check(args: dict[str, Any], config: RunnableConfig) -> str:
+        seen.append((args, get_runtime(config).owner))  # it reads through the turn's runtime
+        return f"Paint the north wall {args['color']} (two coats)"
+
+    ran: list[str] = []
+    upstream.script_router(Reply.tool_calls([("paint", {"color": "teal"})]))
+    ctx = make_ctx(upstream, tools=[write_tool(check, ran)])
+    ctx.runtime = ToolRuntime(owner="alice", redis=None, settings=ctx.settings)  # type: ignore[arg-type]
+    events = await run(ctx)
+    assert kinds(events)[2:] == ["awaiting_confirmation"]
+    assert events[-1].summary == "Paint the north wall teal (two coats)"  # type: ignore[attr-defined]
+    assert [p.summary for p in ctx.pending] == ["Paint the north wall teal (two coats)"]
+    assert seen == [({"color": "teal"}, "alice")] and ran == []
+
+
+@pytest.mark.parametrize(
+    ("fails", "problem"),
+    [
+        ("refuses", "Error: the wall is wet"),
+        ("raises", "Error: the tool 'paint' failed: no brush"),
+        ("hangs", "Error: checking the call took longer than 0.2s; try again"),
+    ],
+)
+async def test_a_call_its_check_refuses_is_never_proposed_and_the_model_hears_why(
+    fails: str, problem: str, upstream: ScriptedUpstream
+) -> None:
+    async def check(args: dict[str, Any], config: RunnableConfig) -> str:
+        if fails == "refuses":
+            raise ToolException("Error: the wall is wet")
+        if fails == "raises":
+            raise RuntimeError("no brush")
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    ran: list[str] = []
+    upstream.script_router(Reply.tool_calls([("paint", {"color": "teal"})]))
+    ctx = make_ctx(upstream, tools=[write_tool(check, ran)], tool_timeout_s=0.2)
+    events = await run(ctx)
+    assert "awaiting_confirmation" not in kinds(events) and ctx.pending == []
+    (call,) = only(events, ToolCall)
+    (result,) = only(events, ToolResult)
+    assert (call.name, result.tool_call_id, result.is_error) == ("paint", call.id, True)
+    assert result.content == problem
+    assert ran == [], "a refused call never runs"
+    # The router goes on: its next request holds the refusal as the call's result.
+    assert len(upstream.router_requests) == 2
+    tool_messages = [m for m in upstream.router_requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == [problem]
+
+
+async def test_a_refused_call_beside_a_good_one_is_answered_and_the_good_one_proposed(
+    upstream: ScriptedUpstream,
+) -> None:
+    async def check(args: dict[str, Any], config: RunnableConfig) -> str:
+        if args["color"] == "plaid":
+            raise ToolException("Error: plaid is not a paint")
+        return f"Paint the wall {args['color']}"
+
+    ran: list[str] = []
+    upstream.script_router(
+        Reply.tool_calls([("paint", {"color": "plaid"}), ("paint", {"color": "teal"})])
+    )
+    ctx = make_ctx(upstream, tools=[write_tool(check, ran)])
+    events = await run(ctx)
+    assert kinds(events)[2:] == ["tool_call", "tool_result", "awaiting_confirmation"]
+    assert only(events, ToolResult)[0].content == "Error: plaid is not a paint"
+    assert [p.summary for p in ctx.pending] == ["Paint the wall teal"]
+    assert ran == [] and len(upstream.router_requests) == 1

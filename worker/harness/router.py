@@ -9,9 +9,12 @@ record keeper). The loop ends when the model calls `respond` or calls no tool, o
 response with what it has).
 
 A call of a tool that changes the world (worker/tools/confirmation.py) does not run: the
-router yields `awaiting_confirmation` for it (after running the step's other calls), keeps
-the proposal on the context and stops; the turn ends there, and the user's decision
-continues the conversation as a new turn (worker/harness/resume.py).
+router checks what the tool can check before it runs (a call it refuses is answered with
+its error, like any failed call), yields `awaiting_confirmation` for the others (after
+running the step's other calls), keeps the proposals on the context and stops; the turn
+ends there, and the user's decision continues the conversation as a new turn
+(worker/harness/resume.py). When every such call was refused, the router goes on: the
+model reads why.
 
 `respond` is the router's way of saying "I have what I need": it is kept on the context
 (`router_messages`, `responded`) and never streamed, and it is left out of the messages the
@@ -44,11 +47,12 @@ from worker.context import Proposal, TurnContext
 from worker.harness.tool_call import (
     PlannedCall,
     arguments_text,
+    check,
     cut_for_stream,
     execute,
     problem_with,
 )
-from worker.tools.confirmation import parameters, requires_confirmation, summary
+from worker.tools.confirmation import parameters, requires_confirmation
 
 __all__ = ["RESPOND_TOOL", "RESPOND_TOOL_NAME", "ROUTER_PROMPT", "router_harness", "run_call"]
 
@@ -101,11 +105,26 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
                     async with aclosing(run_call(ctx, call, tools)) as events:
                         async for event in events:
                             yield event
-            if waiting:
+            proposals: list[Proposal] = []
+            for call in waiting:
+                # Asked only about a call that can run: what the tool can check before it
+                # runs is checked now, and a call it refuses is answered like any failed call.
+                checked = await check(
+                    call,
+                    tools[call.name],
+                    timeout_s=ctx.settings.tool_timeout_s,
+                    runtime=ctx.runtime,
+                )
+                if checked.summary is None:
+                    async with aclosing(run_call(ctx, call, tools, checked.problem)) as events:
+                        async for event in events:
+                            yield event
+                    continue
+                proposals.append(_propose(ctx, call, tools[call.name], checked.summary))
+            if proposals:
                 # Tools that change the world run only once the user decides: the turn
                 # pauses here, its read tools done, and a decision resumes it as a new turn.
-                for call in waiting:
-                    proposal = _propose(ctx, call, tools[call.name])
+                for proposal in proposals:
                     ctx.pending.append(proposal)
                     ctx.telemetry.paused(proposal)
                     yield AwaitingConfirmation(**proposal.public())
@@ -134,28 +153,34 @@ def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -
     )
 
 
-def _propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool) -> Proposal:
+def _propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool, said: str) -> Proposal:
     return Proposal(
         confirmation_id=f"conf_{uuid.uuid4().hex}",
         turn_id=ctx.turn_id,
         tool_call={"id": call.id, "name": call.name, "arguments": call.arguments},
-        summary=summary(tool, call.args),
+        summary=said,
         expires_at=time.time() + ctx.settings.confirmation_ttl_s,
         parameters=parameters(tool),
     )
 
 
 async def run_call(
-    ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]
+    ctx: TurnContext,
+    call: PlannedCall,
+    tools: Mapping[str, BaseTool],
+    refused: str | None = None,
 ) -> AsyncGenerator[Event, None]:
-    """One call: `tool_call`, its progress live, `tool_result` (and `error` if it failed)."""
+    """One call: `tool_call`, its progress live, `tool_result` (and `error` if it failed);
+    with `refused`, the call ends in that error without running (tool_call.py `execute`)."""
     # The index counts calls across the whole turn, so clients that merge `delta.tool_calls`
     # by index never fold two router steps' calls into one.
     index = len(ctx.tool_calls)
     ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
     yield ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
     run_log = ctx.telemetry.tool_call(call)
-    running = execute(call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime)
+    running = execute(
+        call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime, refused=refused
+    )
     try:
         async with aclosing(running):
             async for progress in running:

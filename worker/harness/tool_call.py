@@ -20,16 +20,25 @@ from typing import Any, Literal
 
 import orjson
 from langchain_core.messages import ToolMessage
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ValidationError
 
 from shared.errors import ErrorCode
 from shared.events import Error, ToolProgress
 from worker.streamed import Streamed
+from worker.tools.confirmation import checked_summary
 from worker.tools.progress import ProgressReporter, progress_config
 from worker.tools.runtime import ToolRuntime, runtime_config
 
-__all__ = ["PlannedCall", "ToolOutcome", "cut_for_stream", "execute", "problem_with"]
+__all__ = [
+    "Checked",
+    "PlannedCall",
+    "ToolOutcome",
+    "check",
+    "cut_for_stream",
+    "execute",
+    "problem_with",
+]
 
 logger = logging.getLogger("bernard.worker.tools")
 
@@ -87,18 +96,53 @@ def problem_with(call: PlannedCall, tools: Mapping[str, BaseTool]) -> str | None
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What checking a call before the user is asked found: the `summary` to ask with, or
+    the `problem` (the model reads it as the call's result) that keeps it from running."""
+
+    summary: str | None = None
+    problem: str | None = None
+
+
+async def check(
+    call: PlannedCall, tool: BaseTool, *, timeout_s: float, runtime: ToolRuntime | None
+) -> Checked:
+    """Run the tool's checks of a call that waits for the user (worker/tools/confirmation.py
+    `checked_summary`), time-limited; nothing here raises into the turn."""
+    config = runtime_config(runtime, {})
+    try:
+        async with asyncio.timeout(timeout_s):
+            return Checked(summary=await checked_summary(tool, call.args, config))
+    except ToolException as exc:
+        return Checked(problem=str(exc).removeprefix("Error: "))
+    except TimeoutError:
+        return Checked(problem=f"checking the call took longer than {timeout_s:g}s; try again")
+    except Exception as exc:
+        logger.warning(
+            "tool %s check failed: %s",
+            call.name,
+            type(exc).__name__,
+            extra={"tool": call.name, "tool_call_id": call.id, "exception": type(exc).__name__},
+        )
+        return Checked(problem=f"the tool '{call.name}' failed: {exc}")
+
+
 def execute(
     call: PlannedCall,
     tools: Mapping[str, BaseTool],
     *,
     timeout_s: float,
     runtime: ToolRuntime | None = None,
+    refused: str | None = None,
 ) -> Streamed[ToolProgress, ToolOutcome]:
     """Run `call`: its progress as it happens, and beside it, once the progress is out, its
     one `ToolOutcome` (worker/streamed.py).
 
-    `runtime` reaches the tool through its config (worker/tools/runtime.py)."""
-    return Streamed(lambda ended: _run(call, tools, timeout_s, runtime, ended))
+    `runtime` reaches the tool through its config (worker/tools/runtime.py). `refused` ends
+    the call at once with that error, the tool never run (a check before the user was asked
+    found it cannot run: `check`)."""
+    return Streamed(lambda ended: _run(call, tools, timeout_s, runtime, refused, ended))
 
 
 async def _run(
@@ -106,9 +150,10 @@ async def _run(
     tools: Mapping[str, BaseTool],
     timeout_s: float,
     runtime: ToolRuntime | None,
+    refused: str | None,
     ended: Callable[[ToolOutcome], None],
 ) -> AsyncGenerator[ToolProgress, None]:
-    problem = problem_with(call, tools)
+    problem = refused or problem_with(call, tools)
     if problem is not None:
         ended(_error(call, problem))
         return

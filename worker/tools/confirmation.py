@@ -6,12 +6,22 @@ A tool that changes the world declares it in its LangChain metadata:
 one plain sentence ("Turn on light.kitchen at 40 % brightness"). Operators override per tool:
 `BERNARD_CONFIRM_TOOLS` (always ask) and `BERNARD_AUTO_APPROVE_TOOLS` (never ask), comma-
 separated tool names.
+
+A tool that can tell before it runs whether a call can run at all (the entity exists, the
+value is in its range, the client is online) also declares `"confirmation_check": check`,
+an async `check(args, config)` that reads (never changes) what it needs through the turn's
+runtime and either raises a `ToolException` saying why the call cannot run or returns the
+summary of exactly what will run. The router runs it before it asks the user
+(`checked_summary`), so nobody is asked to approve a call that is refused afterwards; the
+tool checks again when it runs, since the world may change while the user decides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from shared.settings import Settings
@@ -36,6 +46,18 @@ def summary(tool: BaseTool, args: dict[str, Any]) -> str:
             pass
     shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
     return f"Run {tool.name}({shown})"
+
+
+Check = Callable[[dict[str, Any], RunnableConfig], Awaitable[str]]
+
+
+async def checked_summary(tool: BaseTool, args: dict[str, Any], config: RunnableConfig) -> str:
+    """What the user is asked to approve: the tool's `confirmation_check` (a `ToolException`
+    when the call cannot run), or, for a tool without one, its `summary`."""
+    check = (tool.metadata or {}).get("confirmation_check")
+    if callable(check):
+        return str(await check(args, config))
+    return summary(tool, args)
 
 
 def parameters(tool: BaseTool) -> dict[str, Any]:
