@@ -74,6 +74,7 @@ class FakeService:
         self.requests: list[Seen] = []
         self.base_url = ""
         self._gate: asyncio.Event | None = None
+        self._hold_only: str | None = None
         self._held = asyncio.Event()
         self._closing = asyncio.Event()
         self._stack = contextlib.AsyncExitStack()
@@ -87,9 +88,23 @@ class FakeService:
     def has_fixture(self, name: str) -> bool:
         return (FIXTURES / self.folder / name).is_file()
 
-    def hold(self) -> None:
-        """Requests from now on wait for `release()` before they are answered."""
+    def hold(self, only: str | None = None) -> None:
+        """Requests from now on (those whose path starts with `only`, when given) wait for
+        `release()` before they are answered."""
         self._gate = asyncio.Event()
+        self._hold_only = only
+
+    def holds(self, request: Request) -> bool:
+        """Whether `request` waits for `release()`."""
+        return self._gate is not None and (
+            self._hold_only is None or request.url.path.startswith(self._hold_only)
+        )
+
+    async def held(self, request: Request) -> None:
+        """Wait for `release()` if `request` is held."""
+        if self.holds(request) and self._gate is not None:
+            self._held.set()
+            await self._gate.wait()
 
     async def wait_held(self) -> None:
         """Until a request arrived and is being held."""
@@ -122,9 +137,7 @@ class FakeService:
 
         async def handle(request: Request) -> Response:
             self.requests.append(Seen(request.url.path, dict(request.query_params)))
-            if self._gate is not None:
-                self._held.set()
-                await self._gate.wait()
+            await self.held(request)
             mode = self.mode_for(request)
             if mode == "slow":
                 with contextlib.suppress(TimeoutError):
