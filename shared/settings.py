@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
     ha_token: str | None = Field(None, alias="BERNARD_HA_TOKEN")
     ha_domains: str = Field(
-        "light,switch,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
+        "light,switch,fan,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
     )
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
