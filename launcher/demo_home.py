@@ -5,8 +5,9 @@ waits for the user's confirmation ("Turn on the kitchen light").
 It answers the part of Home Assistant's REST API that Bernard's tools use
 (worker/tools/home_assistant.py), in its shapes (https://developers.home-assistant.io/docs/
 api/rest/): `GET /api/`, `GET /api/states`, `GET /api/states/<entity_id>`, `POST /api/template`
-(only `{{ area_entities("<area>") | tojson }}`) and `POST /api/services/<domain>/<service>`
-for the services of its lights, its fan and its thermostat. Every request needs
+(only the area template the tools send: worker/tools/home_assistant.py `area_template`) and
+`POST /api/services/<domain>/<service>` for the services of its lights, its fan and its
+thermostat. Every request needs
 `Authorization: Bearer <BERNARD_HA_TOKEN>` (the launcher makes one per run and gives the same
 to the worker). State changes last as long as the process: a restart brings the house back
 as it was.
@@ -46,7 +47,10 @@ _LIGHTS = {
     "light.living_room": ("Living Room Lights", 180),
     "light.bedroom": ("Bedroom Lamp", None),
 }
-_AREA_TEMPLATE = re.compile(r'\{\{ area_entities\(("(?:[^"\\]|\\.)*")\) \| tojson \}\}')
+_AREA_TEMPLATE = re.compile(
+    r'\{\{ \{"area": area_name\((?P<a>"(?:[^"\\]|\\.)*")\) or area_name\(area_id\((?P=a)\) or ""\),'
+    r' "entities": area_entities\((?P=a)\)\} \| tojson \}\}'
+)
 _ON_OFF = {"turn_on": "on", "turn_off": "off"}
 
 
@@ -93,13 +97,14 @@ class DemoHome:
             },
         )
 
-    def area_entities(self, area: str) -> list[str]:
-        """The entities of an area named by its id or its name (any case); [] for none."""
+    def area(self, area: str) -> dict[str, Any]:
+        """An area named by its id or its name (any case) as the area template renders it:
+        its name (None when there is no such area) and its entities."""
         wanted = area.strip().casefold()
         for area_id, (name, entities) in AREAS.items():
             if wanted in (area_id, name.casefold()):
-                return list(entities)
-        return []
+                return {"area": name, "entities": list(entities)}
+        return {"area": None, "entities": []}
 
     def call(self, domain: str, service: str, data: dict[str, Any]) -> list[dict[str, Any]]:
         """Run a service; the state objects it changed. `ServiceError` as Home Assistant
@@ -246,7 +251,7 @@ def create_app(token: str, home: DemoHome | None = None) -> Starlette:
                 {"message": "Error rendering template: the demo home renders only area_entities"},
                 status_code=400,
             )
-        return PlainTextResponse(json.dumps(house.area_entities(json.loads(match[1]))))
+        return PlainTextResponse(json.dumps(house.area(json.loads(match["a"]))))
 
     async def service(request: Request) -> Response:
         body = await _json(request)

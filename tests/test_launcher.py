@@ -42,6 +42,7 @@ from launcher.redis_server import (
 from shared.connection import redact
 from shared.settings import Settings
 from tests.conftest import TEST_REDIS_URL
+from worker.tools.home_assistant import area_template
 
 ROOT = Path(__file__).resolve().parent.parent
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -616,13 +617,15 @@ def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes()
         def template(text: str) -> httpx.Response:
             return ha.post("/api/template", json={"template": text}, headers=auth)
 
-        assert template('{{ area_entities("Bedroom") | tojson }}').text == (
-            '["light.bedroom", "switch.fan"]'
+        assert template(area_template("Bedroom")).text == (
+            '{"area": "Bedroom", "entities": ["light.bedroom", "switch.fan"]}'
         )
-        assert template('{{ area_entities("living_room") | tojson }}').json() == [
-            "light.living_room"
-        ]
-        assert template('{{ area_entities("attic") | tojson }}').json() == []
+        assert template(area_template("living_room")).json() == {
+            "area": "Living Room",
+            "entities": ["light.living_room"],
+        }
+        assert template(area_template("attic")).json() == {"area": None, "entities": []}
+        assert template('{{ area_entities("attic") | tojson }}').status_code == 400
         assert template("{{ states('sun.sun') }}").status_code == 400
 
         def service(domain: str, name: str, **data: object) -> httpx.Response:

@@ -1,33 +1,81 @@
-"""A fake Home Assistant: the REST API's states, template and service endpoints.
+"""A fake Home Assistant that answers the REST API as Home Assistant 2025.4 does.
 
 Every request needs `Authorization: Bearer <FakeHomeAssistant.token>`, or it is answered 401
-as Home Assistant answers it. `GET /api/states` answers `states.json` (`states-empty.json` in
-"empty" mode); `GET /api/states/<entity_id>` answers that entity's object from the same list,
-or 404 with `not-found.json`. `POST /api/template` renders only the template the tools send,
-`{{ area_entities("<area>") | tojson }}`: `template-area-<slug of area>.json`, `[]` for an
-area it does not know (as Home Assistant does), 400 with `template-error.json` for any other
-template. `POST /api/services/<domain>/<service>` answers `service-<domain>-<service>.json`,
-or `[]` (nothing changed); every call it receives is kept in `service_calls`, whatever it
-answers. Mode "bad_request" answers a service call 400, as Home Assistant answers an unknown
-service or invalid data. Fixture files hold `{"source": <where the shape comes from>, "body":
-<what is sent>}`. Modes and holding: tests/fakes/searxng.py.
+as Home Assistant answers it. The house is a set of state objects (`states.json`;
+`states-empty.json` in "empty" mode) that service calls change, its services are those of
+`services.json` (Home Assistant's own descriptions of them) and its areas those of
+`areas.json`. Fixture files hold `{"source": <where the shape comes from>, "body": <what is
+sent>}`. Modes and holding: tests/fakes/searxng.py; two more modes here: "drop" (a service
+call runs, then the connection breaks before the answer is complete) and "slow" (a service
+call runs at once, its answer comes after `delay_s`), both as Home Assistant behaves when
+the connection to it breaks or times out: the call is shielded and runs to its end.
+
+What each answer reproduces, read from Home Assistant 2025.4.4's source (the
+`homeassistant` wheel: homeassistant/...):
+
+- 401 "401: Unauthorized" for a missing or bad token (helpers/http.py
+  request_handler_factory raises aiohttp's HTTPUnauthorized) and, the same bytes, for a
+  template rendered with a token that is not an administrator's (components/api/__init__.py
+  APITemplateView is `@require_admin`; its `Unauthorized` becomes the same HTTPUnauthorized).
+- `GET /api/states/<id>`: 404 `{"message": "Entity not found."}` for an unknown entity.
+- `POST /api/template`: the rendered text as text/plain; 400 `{"message": "Error rendering
+  template: ..."}` when it fails. The fake renders only the template the tools send, with
+  area_name/area_id/area_entities as helpers/template.py has them.
+- `GET /api/services`: `services.json`.
+- `POST /api/services/<domain>/<service>` (APIDomainServicesView):
+  - 400 "400: Bad Request" when the service does not exist (`has_service`, before anything
+    runs) and when the data fails the service's schema (`vol.Invalid`: the entity service
+    schemas of helpers/config_validation.py make_entity_service_schema refuse keys they do
+    not know);
+  - 200 `[]` for an entity that does not exist, or is not of the service's domain (the
+    domain's entity component has no such entity: helpers/service.py entity_service_call
+    only logs "Referenced entities ... are missing or not currently available");
+  - 500 "500 Internal Server Error\\n\\nServer got itself in trouble" (aiohttp's answer to
+    an exception the view does not catch) for a `ServiceValidationError` or
+    `ServiceNotSupported`: a temperature outside the thermostat's range
+    (components/climate/__init__.py async_service_temperature_set, "temp_out_of_range"), a
+    mode outside the entity's list (ClimateEntity._valid_mode_or_raise, FanEntity
+    _valid_preset_mode_or_raise), an entity without a feature the service requires
+    (entity_service_call, required_features); the reason goes only to Home Assistant's log;
+  - otherwise 200 with the state objects that changed (the `state_changed` events of the
+    call's context): none when nothing changed.
+  `area_id` in the data targets the area's entities too, as Home Assistant's target fields
+  do. Every call is kept in `service_calls`, whatever it answers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import copy
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.fakes.searxng import FakeService, Seen, slug
+from tests.fakes.searxng import FakeService, Seen
 
-_AREA_TEMPLATE = re.compile(r'\{\{ area_entities\(("(?:[^"\\]|\\.)*")\) \| tojson \}\}')
+# The one template the tools send (worker/tools/home_assistant.py `area_template`), the name
+# a JSON string literal each time.
+_AREA_TEMPLATE = re.compile(
+    r'\{\{ \{"area": area_name\((?P<a>"(?:[^"\\]|\\.)*")\) or area_name\(area_id\((?P=a)\) or ""\),'
+    r' "entities": area_entities\((?P=a)\)\} \| tojson \}\}'
+)
+_TARGETS = ("entity_id", "device_id", "area_id", "floor_id", "label_id")
+BAD_REQUEST = "400: Bad Request"
+SERVER_ERROR = "500 Internal Server Error\n\nServer got itself in trouble"
+_FAILED = {
+    "unauthorized": (401, "401: Unauthorized"),
+    "forbidden": (403, "403: Forbidden"),
+    "error": (500, SERVER_ERROR),
+}
+# The time the fake says a scene was activated at (Home Assistant writes utcnow().isoformat()).
+ACTIVATED_AT = "2024-06-01T19:30:00.000000+00:00"
 
 
 @dataclass(frozen=True)
@@ -39,6 +87,18 @@ class ServiceCall:
     body: Any
 
 
+class Refused(Exception):
+    """Home Assistant refuses the call: `status` 400 (before anything ran) or 500."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class ConnectionDropped(Exception):
+    """Raised in "drop" mode once the answer has started: the server closes the connection."""
+
+
 class FakeHomeAssistant(FakeService):
     folder = "home_assistant"
     token = "fake-ha-token"
@@ -47,6 +107,9 @@ class FakeHomeAssistant(FakeService):
         super().__init__(mode, only=only, delay_s=delay_s)
         self.service_calls: list[ServiceCall] = []
         self.templates: list[str] = []
+        self.house: dict[str, dict[str, Any]] | None = None
+        # False: `GET /api/services` is not there (as on launcher/demo_home.py's pretend home).
+        self.services_listed = True
 
     def fixture(self, name: str) -> Any:
         document = super().fixture(name)
@@ -58,9 +121,10 @@ class FakeHomeAssistant(FakeService):
             Route("/api/states", self.endpoint(self._states)),
             Route("/api/states/{entity_id}", self.endpoint(self._state)),
             Route("/api/template", self.endpoint(self._template), methods=["POST"]),
+            Route("/api/services", self.endpoint(self._services)),
             Route(
                 "/api/services/{domain}/{service}",
-                self.endpoint(self._service),
+                self._authorized(self._service_call),
                 methods=["POST"],
             ),
         ]
@@ -68,33 +132,36 @@ class FakeHomeAssistant(FakeService):
     def endpoint(
         self, reply: Callable[[Request, str], Any]
     ) -> Callable[[Request], Awaitable[Response]]:
-        """The shared handler, behind Home Assistant's bearer token check; a POST's JSON body
-        is read first (so `reply` finds it in `request.state.body`) and a service call kept."""
-        handle = super().endpoint(reply)
+        """The shared handler (modes, holding) behind Home Assistant's bearer token check; a
+        POST's JSON body is read first, so `reply` finds it in `request.state.body`."""
+        return self._authorized(super().endpoint(reply))
 
+    def _authorized(
+        self, handle: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def checked(request: Request) -> Response:
             if request.headers.get("authorization") != f"Bearer {self.token}":
                 self.requests.append(Seen(request.url.path, dict(request.query_params)))
                 return PlainTextResponse("401: Unauthorized", status_code=401)
             if request.method == "POST":
                 request.state.body = json.loads(await request.body() or b"null")
-                if "domain" in request.path_params:
-                    self.service_calls.append(
-                        ServiceCall(
-                            request.path_params["domain"],
-                            request.path_params["service"],
-                            request.state.body,
-                        )
-                    )
             return await handle(request)
 
         return checked
 
+    # -- the house ---------------------------------------------------------------------------
+
+    def states(self, mode: str = "ok") -> dict[str, dict[str, Any]]:
+        """The house's state objects by entity id, as service calls left them."""
+        if mode == "empty":
+            return {}
+        if self.house is None:
+            loaded = self.fixture("states.json")
+            self.house = {s["entity_id"]: s for s in loaded}
+        return self.house
+
     def _all(self, mode: str) -> list[dict[str, Any]]:
-        states: list[dict[str, Any]] = self.fixture(
-            "states-empty.json" if mode == "empty" else "states.json"
-        )
-        return states
+        return list(self.states(mode).values())
 
     def _states(self, request: Request, mode: str) -> Any:
         # Shape: https://developers.home-assistant.io/docs/api/rest (GET /api/states).
@@ -108,6 +175,11 @@ class FakeHomeAssistant(FakeService):
                 return state
         return JSONResponse(self.fixture("not-found.json"), status_code=404)
 
+    def _services(self, request: Request, mode: str) -> Any:
+        if not self.services_listed:
+            return PlainTextResponse("404: Not Found", status_code=404)
+        return self.fixture("services.json")
+
     def _template(self, request: Request, mode: str) -> Any:
         # Shape: the same page, POST /api/template: the rendered text, sent as text/plain.
         template = str((request.state.body or {}).get("template", ""))
@@ -115,14 +187,188 @@ class FakeHomeAssistant(FakeService):
         match = _AREA_TEMPLATE.fullmatch(template)
         if match is None:
             return JSONResponse(self.fixture("template-error.json"), status_code=400)
-        name = f"template-area-{slug(json.loads(match[1]))}.json"
-        ids = self.fixture(name) if self.has_fixture(name) else []
-        return PlainTextResponse(json.dumps(ids))
+        area = self._area(json.loads(match["a"]))
+        rendered = {"area": area and area["name"], "entities": area["entities"] if area else []}
+        # `tojson` writes compact JSON (homeassistant/helpers/json.py json_dumps, orjson).
+        return PlainTextResponse(json.dumps(rendered, separators=(",", ":")))
 
-    def _service(self, request: Request, mode: str) -> Any:
-        # Shape: the same page, POST /api/services/<domain>/<service>: the changed states.
-        if mode == "bad_request":
-            return PlainTextResponse("400: Bad Request", status_code=400)
+    def _area(self, lookup: str) -> dict[str, Any] | None:
+        """The area with this id, or this name with case and spaces folded (as the area
+        registry's async_get_area_by_name and area_name/area_id find it)."""
+        folded = lookup.casefold().replace(" ", "")
+        for area in self.fixture("areas.json"):
+            if lookup == area["area_id"] or folded == area["name"].casefold().replace(" ", ""):
+                return dict(area)
+        return None
+
+    # -- service calls -----------------------------------------------------------------------
+
+    async def _service_call(self, request: Request) -> Response:
         domain, service = request.path_params["domain"], request.path_params["service"]
-        name = f"service-{domain}-{service}.json"
-        return self.fixture(name) if self.has_fixture(name) else []
+        body = request.state.body
+        self.requests.append(Seen(request.url.path, dict(request.query_params)))
+        self.service_calls.append(ServiceCall(domain, service, body))
+        await self.held(request)
+        mode = self.mode_for(request)
+        if mode in _FAILED:
+            status, text = _FAILED[mode]
+            return PlainTextResponse(text, status_code=status)
+        try:
+            changed = self.call(domain, service, body if isinstance(body, dict) else {})
+        except Refused as refused:
+            text = BAD_REQUEST if refused.status == 400 else SERVER_ERROR
+            return PlainTextResponse(text, status_code=refused.status)
+        if mode == "slow":  # the call ran; the answer is late (the view shields the call)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.delay_s)
+        if mode == "drop":  # the call ran; the connection breaks mid-answer
+            return StreamingResponse(_broken(), media_type="application/json")
+        return JSONResponse(changed)
+
+    def call(self, domain: str, service: str, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run a service as Home Assistant runs it; the state objects it changed, or
+        `Refused`."""
+        description = self._description(domain, service)
+        if description is None:
+            raise Refused(400)  # has_service: no such service
+        fields = _field_names(description)
+        if any(key not in fields and key not in _TARGETS for key in data):
+            raise Refused(400)  # vol.Invalid: extra keys not allowed
+        options = {k: v for k, v in data.items() if k not in _TARGETS}
+        house = self.states()
+        changed: list[dict[str, Any]] = []
+        for entity_id in self._targets(data):
+            state = house.get(entity_id)
+            if state is None or not entity_id.startswith(f"{domain}."):
+                continue  # "Referenced entities ... are missing": logged, skipped
+            _required_features(description, state)
+            new = _apply(domain, service, options, state)
+            if new is not None:
+                house[entity_id] = new
+                changed.append(new)
+                changed += self._scene_effects(new)
+        return changed
+
+    def _description(self, domain: str, service: str) -> dict[str, Any] | None:
+        for entry in self.fixture("services.json"):
+            if entry["domain"] == domain:
+                found: dict[str, Any] | None = entry["services"].get(service)
+                return found
+        return None
+
+    def _targets(self, data: dict[str, Any]) -> list[str]:
+        ids = data.get("entity_id") or []
+        targets = [ids] if isinstance(ids, str) else list(ids)
+        areas = data.get("area_id") or []
+        for area_id in [areas] if isinstance(areas, str) else areas:
+            area = self._area(area_id)
+            targets += area["entities"] if area else []
+        return targets
+
+    def _scene_effects(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+        """A scene sets its entities (the fake's movie night dims the living room to 20 %)."""
+        if state["entity_id"] != "scene.movie_night":
+            return []
+        house = self.states()
+        light = copy.deepcopy(house["light.living_room"])
+        light["state"] = "on"
+        light["attributes"]["brightness"] = 51
+        house["light.living_room"] = light
+        return [light]
+
+
+async def _broken() -> AsyncIterator[bytes]:
+    raise ConnectionDropped("the fake drops the connection")
+    yield b""  # pragma: no cover - makes this an async generator
+
+
+def _field_names(description: dict[str, Any]) -> set[str]:
+    """The data keys a service takes: its fields, those of its sections too."""
+    names: set[str] = set()
+    for name, spec in (description.get("fields") or {}).items():
+        if isinstance(spec, dict) and isinstance(spec.get("fields"), dict):
+            names |= set(spec["fields"])
+        else:
+            names.add(name)
+    return names
+
+
+def _required_features(description: dict[str, Any], state: dict[str, Any]) -> None:
+    """`ServiceNotSupported` (a 500) when the entity lacks every feature set the service's
+    target lists (entity_service_call's required_features)."""
+    features = int(state["attributes"].get("supported_features") or 0)
+    for target in (description.get("target") or {}).get("entity") or []:
+        required = target.get("supported_features")
+        if required and not any(features & f == f for f in required):
+            raise Refused(500)
+
+
+def _apply(
+    domain: str, service: str, options: dict[str, Any], state: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The entity's new state object, None when the call leaves it as it was."""
+    new = copy.deepcopy(state)
+    attributes = new["attributes"]
+    value = new["state"]
+    if domain in ("light", "switch", "fan") and service in ("turn_on", "turn_off", "toggle"):
+        on = service == "turn_on" or (service == "toggle" and value == "off")
+        new["state"] = "on" if on else "off"
+        if domain == "light":
+            if "brightness_pct" in options:
+                attributes["brightness"] = round(float(options["brightness_pct"]) * 255 / 100)
+            elif on and attributes.get("brightness") is None:
+                attributes["brightness"] = 255
+            if not on:
+                attributes["brightness"] = None
+            attributes["color_mode"] = attributes.get("color_mode") if on else None
+        if domain == "fan" and "preset_mode" in options:
+            _mode("preset_mode", "preset_modes", options, attributes)
+    elif domain == "fan" and service == "set_preset_mode":
+        _mode("preset_mode", "preset_modes", options, attributes)
+        new["state"] = "on"
+    elif domain == "fan" and service == "set_percentage":
+        attributes["percentage"] = int(options["percentage"])
+        new["state"] = "on" if attributes["percentage"] else "off"
+    elif domain == "climate" and service == "set_temperature":
+        _set_temperature(options, attributes)
+        if "hvac_mode" in options:
+            new["state"] = _mode("hvac_mode", "hvac_modes", options, attributes)
+    elif domain == "climate" and service == "set_hvac_mode":
+        new["state"] = _mode("hvac_mode", "hvac_modes", options, attributes)
+    elif domain == "lock" and service in ("lock", "unlock"):
+        new["state"] = "locked" if service == "lock" else "unlocked"
+    elif domain == "scene" and service == "turn_on":
+        new["state"] = ACTIVATED_AT
+    if new == state:
+        return None
+    new["last_updated"] = new["last_reported"] = ACTIVATED_AT
+    if new["state"] != state["state"]:
+        new["last_changed"] = ACTIVATED_AT
+    return new
+
+
+def _mode(key: str, listed: str, options: dict[str, Any], attributes: dict[str, Any]) -> str:
+    """The mode asked for, or `ServiceValidationError` (a 500) when the entity has no such
+    mode ("not_valid_<kind>_mode")."""
+    mode = str(options[key])
+    if mode not in (attributes.get(listed) or []):
+        raise Refused(500)
+    if key != "hvac_mode":
+        attributes[key] = mode
+    return mode
+
+
+def _set_temperature(options: dict[str, Any], attributes: dict[str, Any]) -> None:
+    """async_service_temperature_set: the features first, then each value against the
+    entity's range ("temp_out_of_range"), both `ServiceValidationError`s (a 500)."""
+    features = int(attributes.get("supported_features") or 0)
+    if "temperature" in options and not features & 1:
+        raise Refused(500)  # missing_target_temperature_entity_feature
+    if "target_temp_low" in options and not features & 2:
+        raise Refused(500)  # missing_target_temperature_range_entity_feature
+    low, high = attributes.get("min_temp", 7), attributes.get("max_temp", 35)
+    for key in ("temperature", "target_temp_low", "target_temp_high"):
+        if key in options:
+            if not low <= float(options[key]) <= high:
+                raise Refused(500)
+            attributes[key] = float(options[key])

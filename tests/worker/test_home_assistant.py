@@ -33,6 +33,7 @@ from worker.tools import enabled_tools
 from worker.tools.catalog import catalog
 from worker.tools.home_assistant import (
     MAX_LISTED,
+    area_template,
     call_service_tool,
     describe_call,
     ha_get_state,
@@ -62,6 +63,10 @@ def ha_settings(
     return make_settings(upstream, **values)
 
 
+def service(domain: str, name: str, entity: str, **data: Any) -> dict[str, Any]:
+    return {"domain": domain, "service": name, "entity_id": entity, "data": data or None}
+
+
 def service_tool(settings: Settings) -> BaseTool:
     (tool,) = [t for t in home_assistant_tools(settings) if t.name == "ha_call_service"]
     return tool
@@ -83,35 +88,48 @@ async def test_listing_reads_every_state_with_the_token_and_shows_them_sorted(
     assert (outcome.status, outcome.content) == (
         "success",
         """\
-Home Assistant entities: 7
+Home Assistant entities: 9
 - climate.hall “Hall Thermostat”: heat, 19.5° now, set to 20°
+- fan.bedroom “Bedroom Fan”: off
 - light.kitchen “Kitchen Light”: off
 - light.living_room “Living Room Lights”: on, brightness 71 %
 - lock.front_door “Front Door”: locked
+- scene.movie_night “Movie Night”: last activated 2024-05-31T20:14:03.511029+00:00
 - sensor.outdoor_temperature “Outdoor Temperature”: 12.4 °C
 - sun.sun “Sun”: above_horizon
 - switch.coffee_maker “Coffee Maker”: off""",
     )
     assert progress == [
         ("step", "Asking Home Assistant for its entities"),
-        ("complete", "Found 7 entities"),
+        ("complete", "Found 9 entities"),
     ]
     assert home.requests == [Seen("/api/states", {})]  # the fake answers 401 without the token
 
 
-async def test_an_area_is_resolved_with_home_assistants_area_entities_template(
+def test_the_area_template_asks_for_the_areas_name_and_its_entities() -> None:
+    assert area_template("Living Room") == (
+        '{{ {"area": area_name("Living Room") or area_name(area_id("Living Room") or ""), '
+        '"entities": area_entities("Living Room")} | tojson }}'
+    )
+
+
+async def test_an_area_is_resolved_by_home_assistant_and_named_as_it_names_it(
     home: FakeHomeAssistant, redis: redis_asyncio.Redis
 ) -> None:
     outcome, progress = await call(
         ha_list_entities, {"area": " kitchen "}, ha_settings(home), redis
     )
     assert outcome.content == (
-        "Home Assistant entities in the area “kitchen”: 2\n"
+        "Home Assistant entities in the area “Kitchen”: 2\n"
         "- light.kitchen “Kitchen Light”: off\n"
         "- switch.coffee_maker “Coffee Maker”: off"
     )
-    assert home.templates == ['{{ area_entities("kitchen") | tojson }}']
-    assert progress[0] == ("step", "Finding the entities in “kitchen”")
+    assert home.templates == [area_template("kitchen")]
+    assert progress == [
+        ("step", "Asking Home Assistant for its entities"),
+        ("step", "Finding the entities in “kitchen”"),
+        ("complete", "Found 2 entities"),
+    ]
     light, _ = await call(
         ha_list_entities, {"area": "kitchen", "domain": "light"}, ha_settings(home), redis
     )
@@ -123,30 +141,44 @@ async def test_an_area_home_assistant_does_not_know_falls_back_to_the_entities_n
 ) -> None:
     outcome, _ = await call(ha_list_entities, {"area": "Living Room"}, ha_settings(home), redis)
     assert outcome.content == (
-        "Home Assistant entities whose name mentions “Living Room” (Home Assistant has no "
-        "entities in such an area): 1\n"
+        "Home Assistant entities whose name mentions “Living Room” (Home Assistant has no area "
+        "“Living Room”): 1\n"
         "- light.living_room “Living Room Lights”: on, brightness 71 %"
     )
 
 
 @pytest.mark.parametrize(
-    ("args", "answer"),
+    ("mode", "args", "answer"),
     [
-        ({}, "Home Assistant has no entities."),
-        ({"domain": "Light"}, "Home Assistant has no light entities."),
-        ({"domain": "cover"}, "Home Assistant has no cover entities."),
+        ("empty", {}, "Home Assistant has no entities."),
+        ("empty", {"domain": "Light"}, "Home Assistant has no light entities."),
+        ("ok", {"domain": "cover"}, "Home Assistant has no cover entities."),
+        ("ok", {"area": "garage"}, "Home Assistant has no entities in the area “Garage”."),
         (
-            {"area": "garage"},
-            "Home Assistant has no entities whose name mentions “garage” (Home Assistant has "
-            "no entities in such an area).",
+            "ok",
+            {"area": "Bedroom", "domain": "light"},
+            "Home Assistant has no light entities in the area “Bedroom”.",
+        ),
+        (
+            "ok",
+            {"area": "attic"},
+            "Home Assistant has no area “attic”, and no entity's name mentions it.",
+        ),
+        (
+            "ok",
+            {"area": "attic", "domain": "light"},
+            "Home Assistant has no area “attic”, and no light entity's name mentions it.",
         ),
     ],
 )
 async def test_listing_with_nothing_to_show_says_so(
-    args: dict[str, str], answer: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+    mode: str,
+    args: dict[str, str],
+    answer: str,
+    home: FakeHomeAssistant,
+    redis: redis_asyncio.Redis,
 ) -> None:
-    if args.get("domain") != "cover":
-        home.mode = "empty"
+    home.mode = mode
     outcome, progress = await call(ha_list_entities, args, ha_settings(home), redis)
     assert (outcome.status, outcome.content) == ("success", answer)
     assert progress[-1] == ("complete", "Found 0 entities")
@@ -261,9 +293,19 @@ async def test_an_area_needs_an_administrators_token_and_the_error_says_so(
     outcome, _ = await call(ha_list_entities, {"area": "kitchen"}, ha_settings(home), redis)
     assert outcome.content == (
         "Error: Home Assistant refused the request (HTTP 401); listing by area renders a "
-        "template, which Home Assistant allows only with an administrator's token: check "
-        "BERNARD_HA_TOKEN, or list by domain instead"
+        "template, which Home Assistant allows only with an administrator's token: use an "
+        "administrator's token in BERNARD_HA_TOKEN, or list by domain instead"
     )
+
+
+async def test_a_bad_token_while_listing_by_area_is_blamed_on_the_token_not_on_admin_rights(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    # Home Assistant answers both with the same "401: Unauthorized": the states go first.
+    settings = ha_settings(home, ha_token="expired")
+    outcome, _ = await call(ha_list_entities, {"area": "kitchen"}, settings, redis)
+    assert (outcome.status, outcome.content) == ("error", REFUSED.format(status=401))
+    assert home.requests == [Seen("/api/states", {})] and home.templates == []
 
 
 @pytest.mark.parametrize(
@@ -318,6 +360,11 @@ async def test_a_service_call_sends_the_entity_and_its_data_and_reports_the_new_
     assert home.service_calls == [
         ServiceCall("light", "turn_on", {"entity_id": "light.kitchen", "brightness_pct": 40})
     ]
+    assert [r.path for r in home.requests] == [
+        "/api/states/light.kitchen",
+        "/api/services",
+        "/api/services/light/turn_on",
+    ]
     assert progress == [
         ("step", "Calling light.turn_on for light.kitchen"),
         ("complete", "Home Assistant ran light.turn_on"),
@@ -339,16 +386,18 @@ async def test_a_call_that_changes_nothing_says_so(
 async def test_a_call_home_assistant_rejects_tells_the_model_what_to_check(
     home: FakeHomeAssistant, redis: redis_asyncio.Redis
 ) -> None:
-    home.mode = "bad_request"  # an unknown service, or data the service refuses
+    # Home Assistant does not describe its services here: its own plain 400 is explained.
+    home.services_listed = False
     settings = ha_settings(home)
     args = {"domain": "light", "service": "turn_onn", "entity_id": "light.kitchen"}
     outcome, progress = await call(service_tool(settings), args, settings, redis)
     assert (outcome.status, outcome.content) == (
         "error",
         "Error: Home Assistant failed (HTTP 400): light.turn_onn may not exist, or its data is "
-        "not valid for light.kitchen; check the entity with ha_get_state",
+        "not valid for light.kitchen; nothing was changed; check the entity with ha_get_state",
     )
     assert progress[-1] == ("error", outcome.content.removeprefix("Error: "))
+    assert [c.service for c in home.service_calls] == ["turn_onn"]
 
 
 @pytest.mark.parametrize(
@@ -392,11 +441,167 @@ async def test_a_call_bernard_may_not_make_never_reaches_home_assistant(
     assert home.requests == [] and home.service_calls == []
 
 
+# -- calling a service: what a real Home Assistant answers, and what the tool makes of it ----
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "answer"),
+    [
+        # An entity it does not have, or of another domain: logged, skipped, `200 []`.
+        ("light/turn_on", {"entity_id": "light.attic"}, 200, "[]"),
+        ("light/turn_on", {"entity_id": "lock.front_door"}, 200, "[]"),
+        # A value or a mode the entity refuses, a feature it lacks: a bare 500.
+        ("climate/set_temperature", {"entity_id": "climate.hall", "temperature": 40}, 500, None),
+        ("climate/set_hvac_mode", {"entity_id": "climate.hall", "hvac_mode": "cool"}, 500, None),
+        ("lock/open", {"entity_id": "lock.front_door"}, 500, None),
+        ("fan/set_preset_mode", {"entity_id": "fan.bedroom", "preset_mode": "turbo"}, 500, None),
+        # No such service, an option the service does not take: a plain 400.
+        ("light/turn_onn", {"entity_id": "light.kitchen"}, 400, "400: Bad Request"),
+        ("light/turn_on", {"entity_id": "light.kitchen", "flash2": "x"}, 400, "400: Bad Request"),
+    ],
+)
+async def test_the_fake_answers_service_calls_as_home_assistant_2025_4_does(
+    path: str, body: dict[str, Any], status: int, answer: str | None, home: FakeHomeAssistant
+) -> None:
+    headers = {"Authorization": f"Bearer {FakeHomeAssistant.token}"}
+    async with httpx.AsyncClient(base_url=home.base_url, headers=headers) as ha:
+        before = (await ha.get("/api/states")).json()
+        reply = await ha.post(f"/api/services/{path}", json=body)
+        after = (await ha.get("/api/states")).json()
+    server_error = "500 Internal Server Error\n\nServer got itself in trouble"
+    assert (reply.status_code, reply.text) == (status, answer or server_error)
+    assert after == before, "nothing changed in the house"
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (
+            service("light", "turn_on", "light.attic"),
+            "Error: Home Assistant has no entity light.attic, so light.turn_on would do "
+            "nothing; call ha_list_entities for the ids",
+        ),
+        (
+            service("climate", "set_temperature", "climate.hall", temperature=40),
+            "Error: climate.hall accepts a temperature from 7° to 30°, not 40°; nothing was "
+            "sent to Home Assistant",
+        ),
+        (
+            service(
+                "climate",
+                "set_temperature",
+                "climate.hall",
+                target_temp_low=18,
+                target_temp_high=22,
+            ),
+            "Error: climate.hall keeps one temperature: set temperature; nothing was sent to "
+            "Home Assistant",
+        ),
+        (
+            service("climate", "set_hvac_mode", "climate.hall", hvac_mode="cool"),
+            'Error: climate.hall has no hvac_mode "cool"; its hvac_modes are off, heat; nothing '
+            "was sent to Home Assistant",
+        ),
+        (
+            service("fan", "set_preset_mode", "fan.bedroom", preset_mode="turbo"),
+            'Error: fan.bedroom has no preset_mode "turbo"; its preset_modes are auto, sleep; '
+            "nothing was sent to Home Assistant",
+        ),
+        (
+            service("lock", "open", "lock.front_door"),
+            "Error: lock.front_door does not support lock.open; nothing was sent to Home Assistant",
+        ),
+        (
+            service("light", "turn_onn", "light.kitchen"),
+            "Error: Home Assistant has no service light.turn_onn; nothing was sent to Home "
+            "Assistant",
+        ),
+        (
+            service("light", "turn_on", "light.kitchen", brightness_pct=150),
+            "Error: brightness_pct must be from 0 to 100, not 150; nothing was sent to Home "
+            "Assistant",
+        ),
+        (
+            service("switch", "turn_on", "switch.coffee_maker", brightness_pct=50),
+            "Error: switch.turn_on takes no brightness_pct; the options it takes are none; "
+            "nothing was sent to Home Assistant",
+        ),
+    ],
+)
+async def test_a_call_home_assistant_would_refuse_without_a_reason_is_refused_before_sending(
+    args: dict[str, Any], error: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home, ha_domains="light,switch,fan,climate,lock")
+    outcome, progress = await call(service_tool(settings), args, settings, redis)
+    assert (outcome.status, outcome.content) == ("error", error)
+    assert [phase for phase, _ in progress] == ["error"]
+    assert home.service_calls == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("slow", "Error: Home Assistant did not answer within 0.3s"),
+        ("drop", "Error: could not reach Home Assistant: "),
+    ],
+)
+async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again(
+    mode: str, error: str, redis: redis_asyncio.Redis
+) -> None:
+    async with FakeHomeAssistant(mode, only="/api/services/light/") as home:
+        settings = ha_settings(home, tool_http_timeout_s=0.3)
+        outcome, progress = await call(service_tool(settings), KITCHEN_ON, settings, redis)
+        light = home.states()["light.kitchen"]
+    assert outcome.status == "error"
+    assert outcome.content.startswith(error), outcome.content
+    assert outcome.content.endswith(
+        "; the call may have run all the same: check with ha_get_state before trying again"
+    )
+    assert progress[-1] == ("error", outcome.content.removeprefix("Error: "))
+    assert len(home.service_calls) == 1, "a call that may have run is never sent again"
+    assert (light["state"], light["attributes"]["brightness"]) == ("on", 102)  # it did run
+
+
+async def test_activating_a_scene_reports_it_and_what_it_changed(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home)
+    args = service("scene", "turn_on", "scene.movie_night")
+    outcome, _ = await call(service_tool(settings), args, settings, redis)
+    assert (outcome.status, outcome.content) == (
+        "success",
+        "Done: Activate scene.movie_night.\n"
+        "scene.movie_night was activated at 2024-06-01T19:30:00.000000+00:00.\n"
+        "Also changed: light.living_room is now on, brightness 20 %.",
+    )
+
+
+async def test_a_fan_can_be_called_with_the_default_domains(
+    home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home)
+    (listed,) = [
+        t for t in catalog(enabled_tools(settings), settings) if t["name"] == "ha_call_service"
+    ]
+    assert listed["parameters"]["properties"]["domain"]["enum"] == [
+        "climate",
+        "cover",
+        "fan",
+        "light",
+        "media_player",
+        "scene",
+        "script",
+        "switch",
+    ]
+    args = service("fan", "set_percentage", "fan.bedroom", percentage=50)
+    outcome, _ = await call(service_tool(settings), args, settings, redis)
+    assert outcome.content == (
+        "Done: Call fan.set_percentage on fan.bedroom with percentage=50.\n"
+        "fan.bedroom is now on, speed 50 %."
+    )
+
+
 # -- calling a service: what the user confirms -------------------------------------------------
-
-
-def service(domain: str, name: str, entity: str, **data: Any) -> dict[str, Any]:
-    return {"domain": domain, "service": name, "entity_id": entity, "data": data or None}
 
 
 @pytest.mark.parametrize(
@@ -533,7 +738,7 @@ async def test_a_service_call_waits_for_approval_and_then_runs_once(
         assert home.service_calls == [], "nothing reaches Home Assistant before the decision"
 
         upstream.script(Reply.text("The kitchen light is on."))
-        home.hold()
+        home.hold("/api/services/light/")
         async with stack.client.stream(
             "POST",
             "/v1/conversations/kitchen/resume",
@@ -585,7 +790,9 @@ async def test_a_rejected_service_call_never_reaches_home_assistant(
     assert rejected.json()["messages"][0]["content"] == (
         "The user declined: ha_call_service was not run."
     )
-    assert home.requests == [] and home.service_calls == []
+    # Before asking, the call was checked (reads only); the decision sent nothing.
+    assert home.requests == [Seen("/api/states/light.kitchen", {}), Seen("/api/services", {})]
+    assert home.service_calls == []
 
 
 @pytest.mark.parametrize(
@@ -641,6 +848,26 @@ async def test_an_approval_cannot_move_the_call_to_another_domain(
             headers=ALICE,
         )
     assert (edited.status_code, edited.json()["error"]["param"]) == (400, "arguments.domain")
+    assert home.service_calls == []
+
+
+async def test_a_call_that_cannot_run_is_never_proposed_and_the_model_hears_why(
+    home: FakeHomeAssistant, upstream: ScriptedUpstream
+) -> None:
+    too_hot = service("climate", "set_temperature", "climate.hall", temperature=40)
+    upstream.script_router(Reply.tool_calls([("ha_call_service", too_hot)]))
+    upstream.script(Reply.text("The hall thermostat only goes up to 30°."))
+    async with run_stack(alices_settings(home, upstream)) as stack:
+        await start(stack)
+        events = await named(stack, "/v1/conversations/kitchen/messages", {"content": "40°!"})
+    assert not of(events, "awaiting_confirmation")
+    (result,) = of(events, "tool_result")
+    assert (result["is_error"], result["output"]) == (
+        True,
+        "Error: climate.hall accepts a temperature from 7° to 30°, not 40°; nothing was sent "
+        "to Home Assistant",
+    )
+    assert of(events, "done")[0]["status"] == "completed"
     assert home.service_calls == []
 
 

@@ -7,20 +7,37 @@ made on the user's profile page in Home Assistant, to `BERNARD_HA_URL`:
 
 - `ha_list_entities(domain?, area?)`: `GET /api/states` answers every entity's state object
   (`entity_id`, `state`, `attributes`, `last_changed`, ...). A state object has no area, so an
-  area is resolved by rendering a template, `POST /api/template` with
-  `{"template": "{{ area_entities(\"kitchen\") | tojson }}"}`: `area_entities` takes an
-  area's name or id and also counts the entities placed there through their device. Home
-  Assistant renders templates only for an administrator's token (another gets 401, which the
-  tool explains). When Home Assistant has no area of that name, the tool lists the entities
-  whose friendly name or id mention it instead, and says so.
+  area is resolved by rendering a template (`area_template`): `POST /api/template` answers
+  the area's name (none when Home Assistant has no such area) and its entities
+  (`area_entities` takes an area's name or id and also counts the entities placed there
+  through their device). Home Assistant renders templates only for an administrator's token
+  and answers 401 otherwise, the same 401 as for a bad token: the states are read first, so
+  a 401 on the template can only be the token's rights. When Home Assistant has no area of
+  that name, the tool lists the entities whose friendly name or id mention it instead, and
+  says so; an area that exists but holds nothing is said to be empty.
 - `ha_get_state(entity_id)`: `GET /api/states/<entity_id>` (404 when there is none).
 - `ha_call_service(domain, service, entity_id, data?)`: `POST /api/services/<domain>/<service>`
   with `{"entity_id": ..., **data}`, answered with the states that changed. It changes the
   house, so it waits for the user's confirmation (worker/tools/confirmation.py) with a summary
   in plain words ("Turn on light.kitchen at 40 % brightness"). Only the domains of
   `BERNARD_HA_DOMAINS` can be called: the tool is built for them (`call_service_tool`), its
-  schema lists them, so a call for another domain fails its schema and is never proposed,
-  and the tool checks the domain again before it sends anything.
+  schema lists them, so a call for another domain fails its schema and is never proposed.
+
+Home Assistant's REST API does not say what it refuses: a service call on an entity that
+does not exist answers `200 []`, and a value the entity refuses (a thermostat set above its
+maximum) or a feature it lacks is a bare HTTP 500, the reason only in Home Assistant's log.
+So everything that can be checked is checked before the user is asked (`check_call`, the
+tool's `confirmation_check`), and again before the call is sent: the domain and the entity
+(it exists, `GET /api/states/<id>`), the service and its options (Home Assistant's own
+description of them, `GET /api/services`: the service exists, takes these keys, and needs
+features the entity has) and the values against the entity's attributes (temperatures within
+`min_temp`..`max_temp`, a mode among the entity's modes). Home Assistant's websocket API does
+return its reasons, but only once the call is made, that is after the user approved it; the
+checks here tell the model before anyone is asked, and what still fails with a 500 is said to
+be logged by Home Assistant. A call whose answer never came (a timeout, a connection that
+broke) may have run: Home Assistant runs a call to its end whatever happens to the
+connection (components/api/__init__.py shields it), so the model is told so, and the call is
+never sent again.
 
 Requests go through the worker's shared HTTP client (worker/tools/runtime.py), each limited by
 `BERNARD_TOOL_HTTP_TIMEOUT_S`.
@@ -31,8 +48,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
+import httpx
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field, create_model
@@ -45,7 +64,9 @@ from worker.tools.runtime import get_runtime
 __all__ = [
     "MAX_ATTRIBUTES",
     "MAX_LISTED",
+    "area_template",
     "call_service_tool",
+    "check_call",
     "describe_call",
     "ha_get_state",
     "ha_list_entities",
@@ -61,8 +82,10 @@ MAX_DATA_CHARS = 2000
 REFUSED = "; check BERNARD_HA_TOKEN (a long-lived access token from a Home Assistant profile)"
 REFUSED_TEMPLATE = (
     "; listing by area renders a template, which Home Assistant allows only with an "
-    "administrator's token: check BERNARD_HA_TOKEN, or list by domain instead"
+    "administrator's token: use an administrator's token in BERNARD_HA_TOKEN, or list by "
+    "domain instead"
 )
+MAY_HAVE_RUN = "; the call may have run all the same: check with ha_get_state before trying again"
 # Home Assistant's own rule for ids (homeassistant/core.py `valid_entity_id`), in short.
 _NAME = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 _ENTITY_ID = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*\.[a-z0-9]+(?:_[a-z0-9]+)*")
@@ -70,6 +93,26 @@ _ENTITY_ID = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*\.[a-z0-9]+(?:_[a-z0-9]+)*")
 _AREA = re.compile(r"[\w' .-]+")
 # Keys that would widen the call beyond the confirmed entity.
 _TARGETS = ("entity_id", "device_id", "area_id", "floor_id", "label_id")
+# Domains whose state is when the entity was last activated, not a condition it is in.
+_ACTIVATED = frozenset({"scene", "button", "input_button"})
+# An option naming a mode, and the attribute listing the entity's modes: Home Assistant
+# refuses a mode outside the list (climate's and fan's `_valid_..._mode_or_raise`).
+_MODES = (
+    ("hvac_mode", "hvac_modes"),
+    ("preset_mode", "preset_modes"),
+    ("fan_mode", "fan_modes"),
+    ("swing_mode", "swing_modes"),
+    ("effect", "effect_list"),
+)
+# Numbers an entity bounds with its own attributes (climate's temperature and humidity).
+_BOUNDS = (
+    ("temperature", "min_temp", "max_temp", "°"),
+    ("target_temp_low", "min_temp", "max_temp", "°"),
+    ("target_temp_high", "min_temp", "max_temp", "°"),
+    ("humidity", "min_humidity", "max_humidity", " %"),
+)
+# The errors of a request that was never sent: nothing can have run.
+_UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -90,10 +133,8 @@ async def ha_list_entities(
         kind = _domain(domain) if domain is not None and domain.strip() else None
         where = _area(area) if area is not None and area.strip() else None
         base, headers = _service(get_runtime(config).settings)
-        in_area: set[str] | None = None
-        if where is not None:
-            reporter.step(f"Finding the entities in “{where}”")
-            in_area = await _area_entities(config, base, headers, where)
+        # The states first: a bad token fails here, so a 401 on the template that follows
+        # can only mean the token is not an administrator's.
         reporter.step(f"Asking Home Assistant for its {f'{kind} ' if kind else ''}entities")
         states = _states(
             await request_json(
@@ -107,15 +148,16 @@ async def ha_list_entities(
             )
         )
         found = [s for s in states if kind is None or s["entity_id"].startswith(f"{kind}.")]
-        by_name = False
-        if where is not None and in_area is not None:
-            if in_area:
-                found = [s for s in found if s["entity_id"] in in_area]
+        place: _Area | None = None
+        if where is not None:
+            reporter.step(f"Finding the entities in “{where}”")
+            place = await _area_entities(config, base, headers, where)
+            if place.name is not None:
+                found = [s for s in found if s["entity_id"] in place.entities]
             else:  # no such area: the names may still say where a thing is
-                by_name = True
                 found = [s for s in found if _mentions(s, where)]
     reporter.complete(f"Found {len(found)} entit{'y' if len(found) == 1 else 'ies'}")
-    return _render_list(found, kind, where, by_name)
+    return _render_list(found, kind, where, place)
 
 
 @tool
@@ -127,26 +169,82 @@ async def ha_get_state(entity_id: str, config: RunnableConfig) -> str:
         entity = _entity_id(entity_id)
         base, headers = _service(get_runtime(config).settings)
         reporter.step(f"Reading the state of {entity}")
-        data = await request_json(
-            config,
-            "GET",
-            f"{base}/api/states/{entity}",
-            service=SERVICE,
-            headers=headers,
-            refused=REFUSED,
-            missing_ok=True,
-            reason_of=_reason,
-        )
-        if data is None:
+        state = await _state_of(config, base, headers, entity)
+        if state is None:
             raise ToolException(
                 f"Error: Home Assistant has no entity {entity}; call ha_list_entities for the ids"
             )
-        (state,) = _states([data])
     reporter.complete(f"{entity} is {state['state']}")
     return _render_state(state)
 
 
 # -- calling a service -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A service call as it will be sent, checked against the house as it is."""
+
+    domain: str
+    service: str
+    entity: str
+    data: dict[str, Any]
+    state: dict[str, Any]
+
+    def args(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "service": self.service,
+            "entity_id": self.entity,
+            "data": self.data,
+        }
+
+
+async def check_call(args: dict[str, Any], config: RunnableConfig) -> str:
+    """The summary of a service call that can run, or a `ToolException` saying why it
+    cannot (the tool's `confirmation_check`: worker/tools/confirmation.py)."""
+    call = await _checked(
+        config,
+        str(args.get("domain", "")),
+        str(args.get("service", "")),
+        str(args.get("entity_id", "")),
+        args.get("data"),
+    )
+    return describe_call(call.args())
+
+
+async def _checked(
+    config: RunnableConfig, domain: str, service: str, entity_id: str, data: Any
+) -> _Call:
+    """The call once everything Home Assistant would refuse without saying why is ruled out;
+    reads the entity's state and the service's description, changes nothing."""
+    settings = get_runtime(config).settings
+    allowed = settings.ha_domain_names()
+    domain, service = _domain(domain), _service_name(service)
+    if domain not in allowed:
+        raise ToolException(
+            f"Error: Bernard may not call {domain} services; the domains it may call are "
+            f"{', '.join(sorted(allowed)) or 'none'} (BERNARD_HA_DOMAINS)"
+        )
+    entity = _entity_id(entity_id)
+    if entity.split(".", 1)[0] != domain:
+        raise ToolException(
+            f"Error: {entity} is not a {domain} entity; call {domain} services on "
+            f"{domain}.* entities"
+        )
+    options = _data(data)
+    base, headers = _service(settings)
+    state = await _state_of(config, base, headers, entity)
+    if state is None:  # Home Assistant would answer `200 []` and do nothing
+        raise ToolException(
+            f"Error: Home Assistant has no entity {entity}, so {domain}.{service} would do "
+            "nothing; call ha_list_entities for the ids"
+        )
+    description = await _description(config, base, headers, domain, service)
+    problem = _refusal(domain, service, entity, options, state, description)
+    if problem is not None:
+        raise ToolException(f"Error: {problem}; nothing was sent to Home Assistant")
+    return _Call(domain, service, entity, options, state)
 
 
 async def _call_service(
@@ -159,53 +257,54 @@ async def _call_service(
     """Call a Home Assistant service on one entity."""
     reporter = get_reporter(config)
     with reporter.reporting_errors():
-        settings = get_runtime(config).settings
-        allowed = settings.ha_domain_names()
-        domain, service = _domain(domain), _service_name(service)
-        if domain not in allowed:
-            raise ToolException(
-                f"Error: Bernard may not call {domain} services; the domains it may call are "
-                f"{', '.join(sorted(allowed)) or 'none'} (BERNARD_HA_DOMAINS)"
-            )
-        entity = _entity_id(entity_id)
-        if entity.split(".", 1)[0] != domain:
-            raise ToolException(
-                f"Error: {entity} is not a {domain} entity; call {domain} services on "
-                f"{domain}.* entities"
-            )
-        options = _data(data)
-        base, headers = _service(settings)
-        reporter.step(f"Calling {domain}.{service} for {entity}")
+        call = await _checked(config, domain, service, entity_id, data)
+        base, headers = _service(get_runtime(config).settings)
+        what = f"{call.domain}.{call.service}"
+        reporter.step(f"Calling {what} for {call.entity}")
         try:
             changed = await request_json(
                 config,
                 "POST",
-                f"{base}/api/services/{domain}/{service}",
+                f"{base}/api/services/{call.domain}/{call.service}",
                 service=SERVICE,
-                json={"entity_id": entity, **options},
+                json={"entity_id": call.entity, **call.data},
                 headers=headers,
                 refused=REFUSED,
                 reason_of=_reason,
             )
         except ServiceError as exc:
-            if exc.status == 400 and not exc.reason:  # Home Assistant's plain "400: Bad Request"
-                raise ToolException(
-                    f"{exc}: {domain}.{service} may not exist, or its data is not valid for "
-                    f"{entity}; check the entity with ha_get_state"
-                ) from exc
-            raise
+            raise ToolException(_service_failure(exc, what, call.entity)) from exc
+        except ToolException as exc:
+            if isinstance(exc.__cause__, _UNSENT):  # never sent: nothing ran
+                raise
+            raise ToolException(f"{exc}{MAY_HAVE_RUN}") from exc
         states = _states(changed)
-    reporter.complete(f"Home Assistant ran {domain}.{service}")
-    done = {"domain": domain, "service": service, "entity_id": entity, "data": options}
-    lines = [f"Done: {describe_call(done)}."]
-    mine = [s for s in states if s["entity_id"] == entity]
+    reporter.complete(f"Home Assistant ran {what}")
+    lines = [f"Done: {describe_call(call.args())}."]
+    mine = [s for s in states if s["entity_id"] == call.entity]
     if mine:
-        lines.append(f"{entity} is now {_brief(mine[0])}.")
+        lines.append(f"{_now(mine[0])}.")
     else:
-        lines.append(f"Home Assistant reported no change of {entity}'s state.")
-    others = [s for s in states if s["entity_id"] != entity][:5]
-    lines += [f"Also changed: {s['entity_id']} is now {_brief(s)}." for s in others]
+        lines.append(f"Home Assistant reported no change of {call.entity}'s state.")
+    others = [s for s in states if s["entity_id"] != call.entity][:5]
+    lines += [f"Also changed: {_now(s)}." for s in others]
     return "\n".join(lines)
+
+
+def _service_failure(exc: ServiceError, what: str, entity: str) -> str:
+    """What the model reads of Home Assistant refusing a call it was sent."""
+    if exc.status == 400 and not exc.reason:  # its plain "400: Bad Request", before running
+        return (
+            f"{exc}: {what} may not exist, or its data is not valid for {entity}; nothing "
+            "was changed; check the entity with ha_get_state"
+        )
+    if exc.status == 500 and not exc.reason:  # a refusal its REST API does not explain
+        return (
+            f"{exc}: Home Assistant refused or could not carry out {what} for {entity} and "
+            "gives the reason only in its log (Settings > System > Logs); check the entity "
+            "with ha_get_state"
+        )
+    return str(exc)
 
 
 def call_service_tool(domains: Iterable[str]) -> BaseTool:
@@ -243,7 +342,11 @@ def call_service_tool(domains: Iterable[str]) -> BaseTool:
             "before it runs."
         ),
         args_schema=schema,
-        metadata={"requires_confirmation": True, "confirmation_summary": describe_call},
+        metadata={
+            "requires_confirmation": True,
+            "confirmation_summary": describe_call,
+            "confirmation_check": check_call,
+        },
     )
     # The model reads the error text as the tool's result and can correct its call.
     call.handle_tool_error = True
@@ -417,25 +520,196 @@ def _data(data: dict[str, Any] | None) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True, slots=True)
+class _Area:
+    """An area as Home Assistant resolved a name: its `name` (None: it has no such area) and
+    the entities in it."""
+
+    name: str | None
+    entities: frozenset[str]
+
+
+def area_template(area: str) -> str:
+    """The template that resolves `area` (a name or an id) to its name and its entities.
+
+    `area_name` answers for an area's id, `area_id` for its name (helpers/template.py in Home
+    Assistant); neither answers for an area Home Assistant does not have, which tells it
+    apart from an area with no entities. `json.dumps` makes the name a quoted string
+    literal, as Jinja reads one; `_area` has already kept out anything but the characters of
+    a name.
+    """
+    name = json.dumps(area)
+    return (
+        f'{{{{ {{"area": area_name({name}) or area_name(area_id({name}) or ""), '
+        f'"entities": area_entities({name})}} | tojson }}}}'
+    )
+
+
 async def _area_entities(
     config: RunnableConfig, base: str, headers: dict[str, str], area: str
-) -> set[str]:
-    # `json.dumps` makes the name a quoted string literal, as Jinja reads one; `_area` has
-    # already kept out anything but the characters of a name.
-    template = f"{{{{ area_entities({json.dumps(area)}) | tojson }}}}"
-    ids = await request_json(
+) -> _Area:
+    rendered = await request_json(
         config,
         "POST",
         f"{base}/api/template",
         service=SERVICE,
-        json={"template": template},
+        json={"template": area_template(area)},
         headers=headers,
         refused=REFUSED_TEMPLATE,
         reason_of=_reason,
     )
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+    name = rendered.get("area") if isinstance(rendered, dict) else None
+    ids = rendered.get("entities") if isinstance(rendered, dict) else None
+    if (
+        not isinstance(ids, list)
+        or not all(isinstance(i, str) for i in ids)
+        or not isinstance(name, str | None)
+    ):
         raise ToolException(f"Error: {SERVICE} sent an unexpected response to a template")
-    return set(ids)
+    return _Area(name, frozenset(ids))
+
+
+async def _state_of(
+    config: RunnableConfig, base: str, headers: dict[str, str], entity: str
+) -> dict[str, Any] | None:
+    """The entity's state object; None when Home Assistant has no such entity."""
+    data = await request_json(
+        config,
+        "GET",
+        f"{base}/api/states/{entity}",
+        service=SERVICE,
+        headers=headers,
+        refused=REFUSED,
+        missing_ok=True,
+        reason_of=_reason,
+    )
+    if data is None:
+        return None
+    (state,) = _states([data])
+    return state
+
+
+async def _description(
+    config: RunnableConfig, base: str, headers: dict[str, str], domain: str, service: str
+) -> dict[str, Any] | None:
+    """Home Assistant's description of the service (its fields and target), `{}` when it has
+    no such service, None when it does not describe its services (an older or a pretend Home
+    Assistant, or one whose descriptions do not fit the size limit): then the service and
+    its options are left to Home Assistant, which refuses them with a plain 400."""
+    try:
+        listed = await request_json(
+            config,
+            "GET",
+            f"{base}/api/services",
+            service=SERVICE,
+            headers=headers,
+            refused=REFUSED,
+            missing_ok=True,
+            reason_of=_reason,
+        )
+    except ServiceError as exc:
+        if exc.status in (401, 403):
+            raise
+        return None
+    except ToolException:
+        return None
+    if not isinstance(listed, list):
+        return None
+    for entry in listed:
+        if isinstance(entry, dict) and entry.get("domain") == domain:
+            services = entry.get("services")
+            found = services.get(service) if isinstance(services, dict) else None
+            return found if isinstance(found, dict) else {}
+    return {}
+
+
+def _refusal(
+    domain: str,
+    service: str,
+    entity: str,
+    data: dict[str, Any],
+    state: dict[str, Any],
+    description: dict[str, Any] | None,
+) -> str | None:
+    """Why Home Assistant would refuse the call, as far as its description of the service and
+    the entity's attributes tell; None when nothing does."""
+    what = f"{domain}.{service}"
+    attributes = state["attributes"]
+    features = attributes.get("supported_features")
+    features = features if isinstance(features, int) else 0
+    if description is not None:
+        if not description:
+            return f"Home Assistant has no service {what}"
+        fields = _fields(description)
+        unknown = [key for key in data if key not in fields]
+        if unknown:
+            known = ", ".join(sorted(fields)) or "none"
+            return f"{what} takes no {', '.join(unknown)}; the options it takes are {known}"
+        for key, value in data.items():
+            problem = _out_of_selector(key, value, fields[key])
+            if problem is not None:
+                return problem
+        required = [
+            f
+            for target in (description.get("target") or {}).get("entity") or []
+            if isinstance(target, dict)
+            for f in [target.get("supported_features")]
+            if isinstance(f, list) and f
+        ]
+        if required and not any(
+            any(isinstance(bits, int) and features & bits == bits for bits in needed)
+            for needed in required
+        ):
+            return f"{entity} does not support {what}"
+    if domain == "climate" and service == "set_temperature":
+        if "temperature" in data and not features & 1:
+            return f"{entity} keeps a temperature range: set target_temp_low and target_temp_high"
+        if {"target_temp_low", "target_temp_high"} & data.keys() and not features & 2:
+            return f"{entity} keeps one temperature: set temperature"
+        low, high = data.get("target_temp_low"), data.get("target_temp_high")
+        if isinstance(low, int | float) and isinstance(high, int | float) and low > high:
+            return f"target_temp_low ({low:g}°) is above target_temp_high ({high:g}°)"
+    for key, listed in _MODES:
+        modes = attributes.get(listed)
+        if key in data and isinstance(modes, list) and data[key] not in modes:
+            shown = ", ".join(str(m) for m in modes) or "none"
+            return f"{entity} has no {key} {_value(data[key])}; its {listed} are {shown}"
+    for key, least, most, unit in _BOUNDS:
+        low, high, value = attributes.get(least), attributes.get(most), data.get(key)
+        if _number(value) and _number(low) and _number(high) and not low <= value <= high:
+            return (
+                f"{entity} accepts a {key} from {low:g}{unit} to {high:g}{unit}, "
+                f"not {value:g}{unit}"
+            )
+    return None
+
+
+def _fields(description: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A service's options by name, those of its sections too (`advanced_fields`)."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, spec in (description.get("fields") or {}).items():
+        if not isinstance(spec, dict):
+            continue
+        if isinstance(spec.get("fields"), dict):  # a section
+            found |= {k: v for k, v in spec["fields"].items() if isinstance(v, dict)}
+        else:
+            found[name] = spec
+    return found
+
+
+def _out_of_selector(key: str, value: Any, spec: dict[str, Any]) -> str | None:
+    """A number outside the bounds the service's own description gives it."""
+    number = (spec.get("selector") or {}).get("number")
+    if not isinstance(number, dict) or not _number(value):
+        return None
+    low, high = number.get("min"), number.get("max")
+    if _number(low) and _number(high) and not low <= value <= high:
+        return f"{key} must be from {low:g} to {high:g}, not {value:g}"
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _states(data: Any) -> list[dict[str, Any]]:
@@ -473,10 +747,25 @@ def _label(state: dict[str, Any]) -> str:
     )
 
 
+def _now(state: dict[str, Any]) -> str:
+    """A changed entity as the call's result says it: what it is now, or, for an entity whose
+    state is the time it was last activated (a scene), that it was."""
+    entity = state["entity_id"]
+    if entity.split(".", 1)[0] in _ACTIVATED:
+        return f"{entity} was activated at {trim(state['state'], 60)}"
+    return f"{entity} is now {_brief(state)}"
+
+
 def _brief(state: dict[str, Any]) -> str:
     """The state with the attributes a person asks about first."""
     value, attributes = state["state"], state["attributes"]
     kind = state["entity_id"].split(".", 1)[0]
+    if kind in _ACTIVATED:
+        return (
+            f"last activated {trim(value, 60)}"
+            if value not in ("unknown", "")
+            else "never activated"
+        )
     parts = [trim(value, 60)]
     unit = attributes.get("unit_of_measurement")
     if isinstance(unit, str) and unit:
@@ -493,6 +782,9 @@ def _brief(state: dict[str, Any]) -> str:
     position = attributes.get("current_position")
     if kind == "cover" and isinstance(position, int | float):
         parts.append(f"{position:g} % open")
+    percentage = attributes.get("percentage")
+    if kind == "fan" and value == "on" and isinstance(percentage, int | float):
+        parts.append(f"speed {percentage:g} %")
     title = attributes.get("media_title")
     if kind == "media_player" and isinstance(title, str) and title:
         parts.append(f"playing “{trim(title, 60)}”")
@@ -500,13 +792,16 @@ def _brief(state: dict[str, Any]) -> str:
 
 
 def _render_list(
-    states: list[dict[str, Any]], kind: str | None, area: str | None, by_name: bool
+    states: list[dict[str, Any]], kind: str | None, asked: str | None, place: _Area | None
 ) -> str:
     what = f"{kind} entities" if kind else "entities"
-    if by_name and area is not None:
-        where = f" whose name mentions “{area}” (Home Assistant has no entities in such an area)"
+    if place is not None and place.name is None:
+        if not states:
+            one = f"{kind} entity" if kind else "entity"
+            return f"Home Assistant has no area “{asked}”, and no {one}'s name mentions it."
+        where = f" whose name mentions “{asked}” (Home Assistant has no area “{asked}”)"
     else:
-        where = f" in the area “{area}”" if area is not None else ""
+        where = f" in the area “{place.name}”" if place is not None else ""
     if not states:
         return f"Home Assistant has no {what}{where}."
     ordered = sorted(states, key=lambda s: s["entity_id"])
