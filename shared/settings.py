@@ -101,6 +101,8 @@ class Settings(BaseSettings):
     ha_domains: str = Field(
         "light,switch,fan,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
     )
+    plex_url: str | None = Field(None, alias="BERNARD_PLEX_URL")
+    plex_token: str | None = Field(None, alias="BERNARD_PLEX_TOKEN")
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
 

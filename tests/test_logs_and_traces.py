@@ -379,6 +379,7 @@ def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
         openai_api_key="sk-openai-123",
         anthropic_api_key="sk-ant-456",
         ha_token="ha-token-789",
+        plex_token="plex-token-012",
         api_keys="bernard-key-1:alice,bernard-key-2:bob,abc:carol",
     )
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=otlp-secret-1,short=ab"}
@@ -387,6 +388,7 @@ def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
         "sk-openai-123",
         "sk-ant-456",
         "ha-token-789",
+        "plex-token-012",
         "bernard-key-1",
         "bernard-key-2",
         "otlp-secret-1",
