@@ -14,7 +14,6 @@ from shared.settings import Settings
 from worker.tools.calculator import calculator
 from worker.tools.home_assistant import home_assistant_tools
 from worker.tools.notes import delete_note, list_notes, save_note
-from worker.tools.plex import plex_tools
 from worker.tools.progress import ProgressReporter, get_reporter, progress_config
 from worker.tools.search import web_search
 from worker.tools.time import get_time
@@ -34,7 +33,6 @@ __all__ = [
     "home_assistant_tools",
     "list_notes",
     "list_timers",
-    "plex_tools",
     "progress_config",
     "save_note",
     "set_timer",
@@ -69,5 +67,9 @@ def enabled_tools(settings: Settings) -> list[BaseTool]:
         tools.append(weather)
     if settings.ha_url and settings.ha_token:
         tools += home_assistant_tools(settings)
-    tools += plex_tools(settings)
+    if settings.plex_url and settings.plex_token:
+        # Imported only when used: plexapi adds 60-200 ms to a worker's start.
+        from worker.tools.plex import plex_tools
+
+        tools += plex_tools(settings)
     return tools
