@@ -24,12 +24,16 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.frames import TurnEvent
+from shared.errors import ErrorCode
 
 # What a panel shows of a tool's arguments and output, and how many of its steps.
 ARGUMENTS_CHARS = 300
 OUTPUT_LINES = 12
 OUTPUT_CHARS = 1200
 STEPS_SHOWN = 4
+
+# A turn somebody stopped (shared/endings.py) is shown as "stopped", not as an error.
+CANCELLED = ErrorCode.TURN_CANCELLED
 
 _FENCE = re.compile(r" {0,3}(```|~~~)")
 
@@ -233,7 +237,14 @@ def render(piece: Piece, *, live: bool = False) -> RenderableType:
             Text(f"{piece.name} {_short(piece.arguments, ARGUMENTS_CHARS)}", style="dim"),
         )
         return Panel(body, title="waits for your decision", border_style="magenta")
-    return Text(f"error ({piece.code}): {piece.message}", style="red")
+    return error_line(piece.code, piece.message)
+
+
+def error_line(code: str, message: str) -> Text:
+    """An error as the terminal says it; the user's own cancel is no error: "stopped"."""
+    if code == CANCELLED:
+        return Text("stopped", style="yellow")
+    return Text(f"error ({code}){': ' if message else ''}{message}", style="red")
 
 
 def render_live(view: TurnView) -> RenderableType:
@@ -269,13 +280,21 @@ def _tool_panel(tool: ToolBlock, live: bool) -> Panel:
 
 
 def ending_line(view: TurnView) -> Text | None:
-    """What to say of a turn that did not complete (None when it did, or it waits)."""
+    """What to say of a turn that did not complete: None when it did, when it waits, or
+    when its stream already told (its error frame, drawn as it came: each error once)."""
     if view.status in (None, "completed", "awaiting_confirmation"):
         return None
     error = view.error or {}
+    code = str(error.get("code") or "")
+    if any(isinstance(block, ErrorBlock) and block.code == code for block in view.blocks):
+        return None
+    if code == CANCELLED:
+        return error_line(code, "")
     message = error.get("message") or ""
-    code = f" ({error['code']})" if error.get("code") else ""
-    return Text(f"turn {view.status}{code}{': ' if message else ''}{message}", style="red")
+    return Text(
+        f"turn {view.status}{f' ({code})' if code else ''}{': ' if message else ''}{message}",
+        style="red",
+    )
 
 
 def _compact(arguments: str) -> str:

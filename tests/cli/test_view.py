@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from cli.frames import TurnEvent
 from cli.view import (
@@ -142,6 +143,50 @@ def test_done_says_how_the_turn_ended() -> None:
     line = ending_line(view)
     assert line is not None and line.plain == "turn failed (upstream_error): no"
     assert ending_line(TurnView(status="completed")) is None
+
+
+UPSTREAM_DOWN = {"code": "upstream_error", "message": "the upstream model failed"}
+CANCEL = {"code": "turn_cancelled", "message": "the turn was cancelled"}
+
+
+@pytest.mark.parametrize(
+    ("events", "said"),
+    [
+        # The stream's error frame says it; the end says nothing more.
+        (
+            [event("error", **UPSTREAM_DOWN), event("done", status="failed", error=UPSTREAM_DOWN)],
+            ["error (upstream_error): the upstream model failed"],
+        ),
+        # A chat completion's stream ends without saying how: the turn object does.
+        (
+            [event("done", status="failed", error=UPSTREAM_DOWN)],
+            ["turn failed (upstream_error): the upstream model failed"],
+        ),
+        # The user's own cancel is no red error.
+        (
+            [event("error", **CANCEL), event("done", status="cancelled", error=CANCEL)],
+            ["stopped"],
+        ),
+        ([event("done", status="cancelled", error=CANCEL)], ["stopped"]),
+    ],
+)
+def test_how_a_turn_ended_is_said_once(events: list[TurnEvent], said: list[str]) -> None:
+    view = TurnView()
+    for item in events:
+        view.apply(item)
+    drawn = [draw(render(piece)).strip() for piece in view.settle()]
+    line = ending_line(view)
+    if line is not None:
+        drawn.append(line.plain)
+    assert drawn == said
+
+
+def test_a_stop_is_not_drawn_as_an_error() -> None:
+    stopped = render(ErrorBlock("turn_cancelled", "the turn was cancelled"))
+    failed = render(ErrorBlock("upstream_error", "no"))
+    assert isinstance(stopped, Text) and isinstance(failed, Text)
+    assert (stopped.plain, str(stopped.style)) == ("stopped", "yellow")
+    assert (failed.plain, str(failed.style)) == ("error (upstream_error): no", "red")
 
 
 def settle_after(view: TurnView, *events: TurnEvent) -> list[Piece]:
