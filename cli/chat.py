@@ -3,9 +3,12 @@
 Each message is posted to `POST /v1/conversations/{id}/messages` with
 `Accept: text/event-stream` and drawn as it streams (cli/live.py). A tool call that waits
 for a decision is asked about (y / n / e to edit its arguments) and the decision sent to
-`POST /v1/conversations/{id}/resume`, which streams the rest of the turn. Ctrl-C during a
-turn asks whether to cancel it (`POST /v1/turns/{id}/cancel`) or leave it running, then
-leaves; Ctrl-C or Ctrl-D at the prompt leaves.
+`POST /v1/conversations/{id}/resume`, which streams the rest of the turn. The keyboard is
+cli/prompt.py's: line editing, history, multi-line input, `/commands`.
+
+Ctrl-C during a turn stops drawing it and asks whether to stop the turn
+(`POST /v1/turns/{id}/cancel`, the default) or leave it running, then comes back to the
+prompt. Ctrl-C at the prompt clears the line; Ctrl-D (or `/exit`) leaves.
 """
 
 from __future__ import annotations
@@ -16,21 +19,39 @@ from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from cli.client import Api, ApiError, TurnStream
 from cli.frames import TurnEvent
 from cli.live import print_ending, watch
-from cli.view import ConfirmationBlock, TurnView, render
+from cli.prompt import LineEditor
+from cli.view import CANCELLED, ConfirmationBlock, TurnView, error_line, render
 
-PROMPT = "[bold cyan]you>[/] "
 DECISION_PROMPT = "Approve? (y)es / (n)o / (e)dit arguments: "
+STOP_PROMPT = "Stop this turn? [Y/n] "
+COMMANDS = {
+    "/help": "the keys and commands",
+    "/new": "start a new conversation",
+    "/exit": "leave (Ctrl-D too)",
+    "/quit": "leave",
+}
 EXIT_WORDS = frozenset({"/exit", "/quit"})
+KEYS = [
+    ("Enter", "send"),
+    ("Alt-Enter, Esc Enter, Ctrl-J", "a new line (a paste keeps its lines)"),
+    ("Up, Down", "earlier messages, from past sessions too"),
+    ("Ctrl-R", "search them"),
+    ("Tab", "complete a /command"),
+    ("Ctrl-C", "clear the line; during an answer, stop it"),
+    ("Ctrl-D", "leave"),
+]
 
 Choice = Literal["approve", "reject", "edit"]
 
 
 class Leave(Exception):
-    """The user is done: Ctrl-C or Ctrl-D (at a prompt, or after Ctrl-C in a turn)."""
+    """The user is done: Ctrl-D or /exit (at a prompt or a question)."""
 
 
 def parse_choice(answer: str) -> Choice | None:
@@ -45,31 +66,67 @@ def parse_choice(answer: str) -> Choice | None:
     return None
 
 
+def parse_stop(answer: str) -> bool | None:
+    """Whether an answer to `STOP_PROMPT` stops the turn (Enter does), or None to ask again."""
+    word = answer.strip().lower()
+    if word in ("", "y", "yes"):
+        return True
+    if word in ("n", "no"):
+        return False
+    return None
+
+
 def parse_arguments(text: str) -> dict[str, Any]:
     """Edited arguments: a JSON object, else ValueError saying what is wrong."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+        raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     if not isinstance(value, dict):
         raise ValueError('the arguments must be a JSON object, like {"text": "..."}')
     return value
 
 
+def editable(arguments: str) -> str:
+    """A tool call's arguments laid out for editing (as they came when not JSON)."""
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False) + "\n"
+    except ValueError:
+        return arguments
+
+
+def help_table() -> Table:
+    table = Table.grid(padding=(0, 2))
+    for key, meaning in [*KEYS, *COMMANDS.items()]:
+        table.add_row(Text(key, style="bold"), meaning)
+    return table
+
+
 class Chat:
     """One terminal's conversation."""
 
-    def __init__(self, api: Api, console: Console, conversation_id: str) -> None:
+    def __init__(
+        self, api: Api, console: Console, conversation_id: str, keyboard: LineEditor
+    ) -> None:
         self.api = api
         self.console = console
         self.conversation_id = conversation_id
+        self.keyboard = keyboard
+        # The arguments last edited, kept across a refused edit so the next one starts there.
+        self._draft: dict[str, str] = {}
 
-    def ask(self, prompt: str) -> str:
-        try:
-            return self.console.input(prompt)
-        except (EOFError, KeyboardInterrupt):
-            self.console.print()
-            raise Leave from None
+    def error(self, exc: ApiError) -> None:
+        self.console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+
+    def ask(self, question: str) -> str:
+        """An answer; Ctrl-D raises `Leave`, Ctrl-C asks again."""
+        while True:
+            try:
+                return self.keyboard.ask(question)
+            except EOFError:
+                raise Leave from None
+            except KeyboardInterrupt:
+                continue
 
     def run(self, pending: dict[str, Any] | None = None) -> None:
         """Prompt, answer, repeat, until the user leaves (`Leave`)."""
@@ -81,21 +138,37 @@ class Chat:
                 self.console.print(render(piece))
             self.decide(view)
         while True:
-            line = self.ask(PROMPT)
-            if not line.strip():
-                continue
-            if line.strip() in EXIT_WORDS:
-                raise Leave
             try:
-                view = self.turn(
-                    "POST",
-                    f"/v1/conversations/{self.conversation_id}/messages",
-                    {"content": line},
-                )
-            except ApiError as exc:
-                self.console.print(f"[red]error:[/] {escape(str(exc))}")
+                line = self.keyboard.message()
+            except KeyboardInterrupt:
+                continue  # the line is dropped, as a shell does
+            except EOFError:
+                raise Leave from None
+            command = line.strip()
+            if not command:
                 continue
-            self.decide(view)
+            if command in EXIT_WORDS:
+                raise Leave
+            if command == "/help":
+                self.console.print(help_table())
+                continue
+            if command == "/new":
+                self.new_conversation()
+                continue
+            answered = self.turn(
+                "POST", f"/v1/conversations/{self.conversation_id}/messages", {"content": line}
+            )
+            if answered is not None:
+                self.decide(answered)
+
+    def new_conversation(self) -> None:
+        try:
+            conversation = self.api.post("/v1/conversations")
+        except ApiError as exc:
+            self.error(exc)
+            return
+        self.conversation_id = str(conversation["id"])
+        self.console.print(f"New conversation [bold]{escape(self.conversation_id)}[/]")
 
     def decide(self, view: TurnView) -> None:
         """While the turn waits for a decision: ask, send it, show what follows."""
@@ -113,65 +186,107 @@ class Chat:
                     f"bernard chat --conversation {self.conversation_id}",
                     highlight=False,
                     markup=False,
+                    soft_wrap=True,
                 )
                 raise
             try:
-                view = self.turn("POST", f"/v1/conversations/{self.conversation_id}/resume", body)
+                resumed = self.turn(
+                    "POST", f"/v1/conversations/{self.conversation_id}/resume", body, refuse=True
+                )
             except ApiError as exc:
-                self.console.print(f"[red]error:[/] {escape(str(exc))}")
+                self.error(exc)
                 if exc.status == 400:
                     continue  # edited arguments the tool refuses: ask again
                 return
             decided.add(proposal.confirmation_id)
+            if resumed is None:
+                return
+            view = resumed
 
     def ask_decision(self, proposal: ConfirmationBlock) -> dict[str, Any]:
+        body: dict[str, Any] = {"confirmation_id": proposal.confirmation_id}
         while True:
             choice = parse_choice(self.ask(DECISION_PROMPT))
             if choice is None:
                 continue
-            body: dict[str, Any] = {"confirmation_id": proposal.confirmation_id}
             if choice != "edit":
                 return {**body, "decision": choice}
-            self.console.print(f"Arguments now: {escape(proposal.arguments)}", highlight=False)
-            try:
-                arguments = parse_arguments(self.ask("New arguments (a JSON object): "))
-            except ValueError as exc:
-                self.console.print(f"[red]{escape(str(exc))}[/]")
-                continue
-            return {**body, "decision": "approve", "arguments": arguments}
+            arguments = self.edit_arguments(proposal)
+            if arguments is not None:
+                return {**body, "decision": "approve", "arguments": arguments}
 
-    def turn(self, method: str, path: str, body: dict[str, Any]) -> TurnView:
-        """Run one request's turn on screen; on Ctrl-C, ask what to do with it and leave."""
+    def edit_arguments(self, proposal: ConfirmationBlock) -> dict[str, Any] | None:
+        """The arguments as the user edited them, or None (said why) to ask again."""
+        draft = self._draft.get(proposal.confirmation_id) or editable(proposal.arguments)
+        self.console.print("Edit the arguments (a JSON object)…", style="dim")
+        edited = self.keyboard.edit(draft)
+        if edited is None:
+            self.console.print("Not edited; the arguments stay as they were.", style="yellow")
+            return None
+        self._draft[proposal.confirmation_id] = edited
+        try:
+            arguments = parse_arguments(edited)
+        except ValueError as exc:
+            self.console.print(f"[red]{escape(str(exc))}[/] (e edits them again)")
+            return None
+        self.console.print(
+            Text(f"{proposal.name} {json.dumps(arguments, ensure_ascii=False)}", style="dim")
+        )
+        return arguments
+
+    def turn(
+        self, method: str, path: str, body: dict[str, Any], *, refuse: bool = False
+    ) -> TurnView | None:
+        """Run one request's turn on screen: its view once it ended, or None when the user
+        stopped following it (Ctrl-C) or the request failed (said). With `refuse`, an
+        error answer is raised instead, for the caller to judge."""
         stream = TurnStream(self.api)
         view = TurnView()
-        if watch(self.console, stream, stream.start(method, path, body), view):
+        try:
+            finished = watch(self.console, stream, stream.start(method, path, body), view)
+        except ApiError as exc:
+            if refuse and view.turn_id is None:
+                raise
+            self.error(exc)
+            return None
+        if finished:
             print_ending(self.console, view)
             self.console.print()
             return view
         self.interrupted(view)
-        raise Leave
+        return None
 
     def interrupted(self, view: TurnView) -> None:
+        """After Ctrl-C in a turn: stop it (the default) or leave it running."""
         turn_id = view.turn_id
-        if turn_id is None or view.done:
+        if turn_id is None:
+            self.console.print("stopped before the turn began", style="yellow")
+            return
+        while True:
+            try:
+                stop = parse_stop(self.keyboard.ask(STOP_PROMPT))
+            except (KeyboardInterrupt, EOFError):
+                stop = True  # a second Ctrl-C means it
+            if stop is not None:
+                break
+        if not stop:
+            self.console.print(
+                f"The turn goes on; follow it with: bernard turns tail {turn_id}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,  # the command stays one line, to copy
+            )
             return
         try:
-            answer = self.console.input(
-                f"\nCancel turn {turn_id}? [bold]y[/] cancels it, anything else leaves it running: "
-            )
-        except (EOFError, KeyboardInterrupt):
-            answer = ""
-        if answer.strip().lower() in ("y", "yes"):
-            try:
-                turn = self.api.post(f"/v1/turns/{turn_id}/cancel")
-            except ApiError as exc:
-                self.console.print(f"[red]error:[/] {escape(str(exc))}")
-                return
-            self.console.print(f"Turn {turn_id} is {turn['status']}.")
+            turn = self.api.post(f"/v1/turns/{turn_id}/cancel")
+        except ApiError as exc:
+            self.error(exc)
+            return
+        error = turn.get("error") or {}
+        if turn["status"] == "cancelled" and error.get("code") == CANCELLED:
+            self.console.print(error_line(CANCELLED, ""))
         else:
-            self.console.print(
-                f"Turn {turn_id} goes on; follow it with: bernard turns tail {turn_id}"
-            )
+            self.console.print(f"The turn had already ended: {turn['status']}.", highlight=False)
 
 
 def open_conversation(api: Api, conversation_id: str | None) -> dict[str, Any]:
@@ -187,17 +302,17 @@ def open_conversation(api: Api, conversation_id: str | None) -> dict[str, Any]:
     return dict(api.post("/v1/conversations", {"id": conversation_id}))
 
 
-def chat(api: Api, console: Console, conversation_id: str | None) -> int:
+def chat(api: Api, console: Console, conversation_id: str | None, keyboard: LineEditor) -> int:
     """`bernard chat`: the exit code."""
     try:
         conversation = open_conversation(api, conversation_id)
     except ApiError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
-    session = Chat(api, console, conversation["id"])
+    session = Chat(api, console, conversation["id"], keyboard)
     console.print(
         f"[bold]Bernard[/] · conversation [bold]{escape(conversation['id'])}[/] · "
-        "Ctrl-D or /exit leaves, Ctrl-C stops a turn",
+        "Enter sends, Alt-Enter a new line, Ctrl-C stops an answer, Ctrl-D leaves, /help",
         highlight=False,
     )
     pending = conversation.get("pending_confirmation")

@@ -10,6 +10,8 @@ shown twice and nothing is missed (README.md, "Turns").
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -118,6 +120,20 @@ class TurnStream:
         self.reconnect_for_s = reconnect_for_s
         self.on_retry = on_retry
         self.on_resumed = on_resumed
+        self.aborted = False
+        self._response: httpx.Response | None = None
+
+    def abort(self) -> None:
+        """Stop reading, from another thread: the read waiting for the next frame ends at
+        once (its socket is shut down: closing it would not wake the read), and the events
+        end there, nothing resumed. The turn itself goes on."""
+        self.aborted = True
+        response = self._response
+        stream = response.extensions.get("network_stream") if response is not None else None
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def start(
         self, method: str, path: str, body: dict[str, Any] | None = None
@@ -144,7 +160,7 @@ class TurnStream:
     def _resume(self, reason: str) -> Iterator[TurnEvent]:
         deadline = time.monotonic() + self.reconnect_for_s
         attempt = 0
-        while True:
+        while not self.aborted:
             attempt += 1
             if self.on_retry is not None:
                 self.on_retry(attempt, reason)
@@ -169,6 +185,7 @@ class TurnStream:
             headers["Last-Event-ID"] = self.last_id
         try:
             with self.api.http.stream(method, path, json=body, headers=headers) as response:
+                self._response = response
                 retry = response.status_code >= 500 or response.status_code == 429
                 if retry and method == "GET":  # an API process or its Redis coming back
                     raise StreamDropped(f"{response.status_code} {response.reason_phrase}")
@@ -180,6 +197,8 @@ class TurnStream:
                     self.on_resumed()
                 parser = SseParser()
                 for line in response.iter_lines():
+                    if self.aborted:
+                        return
                     frame = parser.feed(line)
                     if frame is None:
                         continue
@@ -191,5 +210,10 @@ class TurnStream:
                             self.finished = True
                             return
         except httpx.HTTPError as exc:
+            if self.aborted:
+                return
             raise StreamDropped(str(exc) or type(exc).__name__) from exc
-        raise StreamDropped("the stream ended before the turn did")
+        finally:
+            self._response = None
+        if not self.aborted:
+            raise StreamDropped("the stream ended before the turn did")

@@ -1,15 +1,28 @@
 """A turn's events drawn as they arrive: settled pieces printed once into the scrollback,
-the rest redrawn at the bottom of the terminal (cli/view.py says which is which)."""
+the rest redrawn at the bottom of the terminal (cli/view.py says which is which).
+
+The stream is read on a thread of its own; this thread alone draws. Ctrl-C during a turn
+does not raise through the drawing: it sets a flag (`ctrl_c_sets`), the drawing stops at
+the next event or poll, the redrawn region is erased and what it showed is printed once,
+as it stood, and the stream is aborted (`TurnStream.abort`). What to do with the turn
+itself is the caller's question (cli/chat.py).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import signal
 import sys
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from types import FrameType
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
+from rich.segment import Segment
 from rich.text import Text
 
 from cli.client import TurnStream
@@ -17,6 +30,11 @@ from cli.frames import TurnEvent
 from cli.view import TurnView, ending_line, render, render_live
 
 REFRESH_PER_SECOND = 10
+# How often the drawing looks for a Ctrl-C while no event arrives.
+POLL_S = 0.05
+# Rows the redrawn region leaves free: it never fills the screen, so it never scrolls (a
+# row scrolled away can no longer be erased) and the line above it stays in view.
+FREE_ROWS = 2
 
 
 @contextlib.contextmanager
@@ -43,54 +61,126 @@ def no_echo() -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
+@contextlib.contextmanager
+def ctrl_c_sets(flag: threading.Event) -> Iterator[None]:
+    """Within: Ctrl-C (SIGINT) sets `flag` instead of raising KeyboardInterrupt wherever
+    the main thread happens to be (half-way through writing a redraw, say). Off the main
+    thread, where no handler can be set, Ctrl-C raises as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        flag.set()
+
+    saved = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
+class Tail:
+    """The last rows of a renderable, at most the screen's height less `FREE_ROWS`: the
+    paragraph being written shows its newest lines, and the region never scrolls."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        rows = max(1, options.size.height - FREE_ROWS)
+        lines = console.render_lines(self.renderable, options.update(height=None), pad=False)
+        if len(lines) > rows:
+            lines = [[Segment("…", console.get_style("dim"))], *lines[len(lines) - rows + 1 :]]
+        for line in lines:
+            yield from line
+            yield Segment.line()
+
+
+@dataclass(frozen=True, slots=True)
+class _Notice:
+    """A line about the connection, or None once it is back."""
+
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """The reader is done: the events ran out, or `error` ended them."""
+
+    error: BaseException | None = None
+
+
+_Item = TurnEvent | _Notice | _End
+
+
+def _read(events: Iterator[TurnEvent], inbox: queue.Queue[_Item]) -> None:
+    try:
+        for event in events:
+            inbox.put(event)
+    except BaseException as exc:  # handed to the drawing thread, which raises it
+        inbox.put(_End(exc))
+    else:
+        inbox.put(_End())
+
+
 def watch(
     console: Console, stream: TurnStream, events: Iterator[TurnEvent], view: TurnView
 ) -> bool:
-    """Draw `events` into `view` until the turn's `done`; False if the user pressed Ctrl-C
-    first. Errors of the stream (cli/client.py `ApiError`) propagate."""
-
-    def retrying(attempt: int, reason: str) -> None:
-        view.notice = f"connection lost ({reason}); reconnecting (try {attempt})…"
-        live.update(render_live(view), refresh=True)
-
-    def resumed() -> None:
-        view.notice = None
-        live.update(render_live(view), refresh=True)
-
-    stream.on_retry, stream.on_resumed = retrying, resumed
+    """Draw `events` (of `stream`) into `view` until the turn's `done`; False if the user
+    pressed Ctrl-C first, the stream then aborted. Errors of the stream (cli/client.py
+    `ApiError`) propagate once what was drawn is printed."""
+    inbox: queue.Queue[_Item] = queue.Queue()
+    stream.on_retry = lambda attempt, reason: inbox.put(
+        _Notice(f"connection lost ({reason}); reconnecting (try {attempt})…")
+    )
+    stream.on_resumed = lambda: inbox.put(_Notice(None))
+    reader = threading.Thread(target=_read, args=(events, inbox), name="turn-reader", daemon=True)
+    interrupted = threading.Event()
     # Transient: the redrawn region is erased at the end; everything that stays on screen
-    # was printed by `settle`, once.
+    # was printed by `settle` (or below, as it stood), once.
     live = Live(
         console=console,
         refresh_per_second=REFRESH_PER_SECOND,
         transient=True,
-        vertical_overflow="ellipsis",
+        vertical_overflow="visible",  # `Tail` keeps it within the screen
     )
-    finished = False
-    try:
-        with no_echo(), live:
+    ended: _End | None = None
+    with ctrl_c_sets(interrupted), no_echo(), live:
+        reader.start()
+        while ended is None and not interrupted.is_set():
             try:
-                for event in events:
-                    view.apply(event)
-                    view.turn_id = view.turn_id or stream.turn_id
-                    for piece in view.settle():
-                        live.console.print(render(piece))
-                    live.update(render_live(view))
-                finished = True
-            except KeyboardInterrupt:
-                pass
-            finally:
-                view.notice = None
-                live.update(Text(""), refresh=True)
-    finally:
+                item = inbox.get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            if isinstance(item, _End):
+                ended = item
+            elif isinstance(item, _Notice):
+                view.notice = item.text
+                live.update(Tail(render_live(view)), refresh=True)
+            else:
+                view.apply(item)
+                view.turn_id = view.turn_id or stream.turn_id
+                for piece in view.settle():
+                    live.console.print(render(piece))
+                live.update(Tail(render_live(view)))
+        view.notice = None
+        live.update(Text(""), refresh=True)
+    finished = ended is not None and ended.error is None
+    if not finished:
+        stream.abort()
+    reader.join(timeout=1.0)
+    if not reader.is_alive():
         close = getattr(events, "close", None)
         if close is not None:
             close()  # the connection, when the turn's end was not read
-        # What was still being drawn stays on screen too when the turn did not get to
-        # its end here (Ctrl-C, an error): printed as it stood.
-        view.turn_id = view.turn_id or stream.turn_id
-        for piece in view.settle() if finished else view.live():
-            console.print(render(piece))
+    # What was still being drawn stays on screen too when the turn did not get to its
+    # end here (Ctrl-C, an error): printed as it stood.
+    view.turn_id = view.turn_id or stream.turn_id
+    for piece in view.settle() if finished else view.live():
+        console.print(render(piece))
+    if ended is not None and ended.error is not None:
+        raise ended.error
     return finished
 
 

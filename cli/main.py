@@ -20,6 +20,7 @@ from cli import conversations as conversation_views
 from cli import doctor as doctor_checks
 from cli import turns as turn_views
 from cli.client import DEFAULT_URL, Api, ApiError
+from cli.prompt import LineEditor, file_history, history_path
 from shared.settings import Settings
 
 app = typer.Typer(
@@ -84,7 +85,8 @@ def chat(
     key: Key = None,
 ) -> None:
     """Chat with Bernard: answers stream as Markdown, tool calls that change things ask first."""
-    code = call(url, key, lambda api, out: chat_session.chat(api, out, conversation))
+    keyboard = LineEditor(file_history(history_path(url, key)), chat_session.COMMANDS)
+    code = call(url, key, lambda api, out: chat_session.chat(api, out, conversation, keyboard))
     raise typer.Exit(code)
 
 

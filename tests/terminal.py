@@ -102,6 +102,12 @@ class Terminal:
         if enter:
             await self._tmux("send-keys", "-t", "main", "Enter")
 
+    async def paste(self, text: str) -> None:
+        """Paste `text` as a terminal does: wrapped in bracketed-paste markers when the
+        program asked for them (prompt_toolkit does), so its newlines are not Enter."""
+        await self._tmux("set-buffer", "-b", "paste", text)
+        await self._tmux("paste-buffer", "-p", "-d", "-b", "paste", "-t", "main")
+
     async def press(self, *keys: str) -> None:
         """Press keys by tmux's names: `C-c`, `C-d`, `Enter`."""
         await self._tmux("send-keys", "-t", "main", *keys)

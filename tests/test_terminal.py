@@ -2,8 +2,9 @@
 
 What a test reads is the screen as a person sees it once tmux has applied every redraw:
 the answer streamed as Markdown, a tool's panel with its live progress, the question before
-a tool that changes things, a resume after the API process died mid-answer with every token
-shown once, Ctrl-C, `turns list|tail` and `doctor`.
+a tool that changes things, its arguments edited in `$EDITOR`, a resume after the API
+process died mid-answer with every token shown once, Ctrl-C, the line's editing keys,
+multi-line input and paste, history across sessions, `turns list|tail` and `doctor`.
 """
 
 from __future__ import annotations
@@ -49,17 +50,20 @@ def bernard(*args: str) -> list[str]:
     return [str(BIN / "bernard"), *args]
 
 
-def cli_env(settings: Settings, base_url: str, key: str) -> dict[str, str]:
-    """What the command sees: the deployment's settings, the API's URL and the key."""
+def cli_env(settings: Settings, base_url: str, key: str, home: Path) -> dict[str, str]:
+    """What the command sees: the deployment's settings, the API's URL and the key, and a
+    data directory of the test's own (`home`/data: the chat's history goes there)."""
     env = settings_env(settings)
     env.update(BERNARD_URL=base_url, BERNARD_API_KEY=key, LANG="C.UTF-8", LC_ALL="C.UTF-8")
-    env.pop("TMUX", None)
+    env["XDG_DATA_HOME"] = str(home / "data")
+    for name in ("TMUX", "EDITOR", "VISUAL"):
+        env.pop(name, None)
     return env
 
 
 @contextlib.asynccontextmanager
-async def terminal(tmp_path: Path) -> AsyncIterator[Terminal]:
-    term = Terminal(tmp_path)
+async def terminal(tmp_path: Path, width: int = 160, height: int = 48) -> AsyncIterator[Terminal]:
+    term = Terminal(tmp_path, width=width, height=height)
     try:
         yield term
     except BaseException:
@@ -118,7 +122,7 @@ async def test_chat_draws_a_tools_live_progress_then_its_result_and_the_answer_a
         terminal(tmp_path) as term,
     ):
         await term.start(
-            bernard("chat", "-c", "river"), cli_env(settings, stack.base_url, "key-alice")
+            bernard("chat", "-c", "river"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
         )
         await term.wait_for(PROMPT)
         await term.type("How are the otters?")
@@ -144,7 +148,7 @@ async def test_chat_asks_before_a_tool_that_changes_things_and_runs_it_once_appr
 ) -> None:
     settings = make_settings(upstream, api_keys=two_users())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
-        await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice"))
+        await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice", tmp_path))
         await term.wait_for(PROMPT)
         upstream.script_router(Reply.tool_calls([NOTE]))
         await term.type("remember that the door code is 1234")
@@ -165,27 +169,47 @@ async def test_chat_asks_before_a_tool_that_changes_things_and_runs_it_once_appr
     assert code == 0
 
 
-async def test_chat_runs_edited_arguments_and_asks_again_when_they_are_not_json(
+# An $EDITOR that writes broken JSON the first time it runs and fixes it the second, keeping
+# a copy of what it was given each time.
+EDITOR_SCRIPT = """#!/bin/sh
+n=$(ls "$0".seen.* 2>/dev/null | wc -l)
+cp "$1" "$0.seen.$n"
+if [ "$n" = 0 ]; then
+  printf '{"text": "the door code is 4321",' > "$1"
+else
+  printf '{"text": "the door code is 4321"}' > "$1"
+fi
+"""
+
+
+async def test_e_opens_the_arguments_in_the_editor_and_asks_again_when_they_are_not_json(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
+    editor = tmp_path / "editor"
+    editor.write_text(EDITOR_SCRIPT)
+    editor.chmod(0o755)
     settings = make_settings(upstream, api_keys=two_users())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
-        await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice"))
+        env = cli_env(settings, stack.base_url, "key-alice", tmp_path)
+        env["EDITOR"] = str(editor)
+        await term.start(bernard("chat"), env)
         await term.wait_for(PROMPT)
         upstream.script_router(Reply.tool_calls([NOTE]))
         await term.type("remember that the door code is 1234")
         await term.wait_for("Approve?")
         await term.type("e")
-        await term.wait_for("New arguments")
-        await term.type("{not json")
-        await term.wait_for("not JSON")
+        refused = await term.wait_for("not JSON")
+        assert await notes_of(stack) == [], "nothing runs on arguments that are not JSON"
         await term.type("e")
-        await term.wait_for(lambda screen: screen.count("New arguments") == 2)
         upstream.script(Reply.text("Saved the new one."))
-        await term.type('{"text": "the door code is 4321"}')
         await term.wait_for("Saved the new one.")
         saved = await notes_of(stack)
 
+    assert "(e edits them again)" in refused
+    first = (tmp_path / "editor.seen.0").read_text()
+    second = (tmp_path / "editor.seen.1").read_text()
+    assert first == '{\n  "text": "the door code is 1234"\n}\n', "laid out for editing"
+    assert second == '{"text": "the door code is 4321",', "the refused edit, to fix"
     assert saved == ["the door code is 4321"]
 
 
@@ -203,7 +227,7 @@ async def test_chat_in_a_conversation_that_waits_asks_at_once_and_a_no_runs_noth
         )
         assert paused.json()["status"] == "awaiting_confirmation"
         await term.start(
-            bernard("chat", "-c", "hall"), cli_env(settings, stack.base_url, "key-alice")
+            bernard("chat", "-c", "hall"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
         )
         asking = await term.wait_for("Approve?")
         upstream.script(Reply.text("Fine, I won't."))
@@ -228,7 +252,8 @@ async def test_chat_resumes_after_the_api_restarts_mid_answer_and_shows_every_to
         first = await procs.api(settings, name="first-api", port=port)
         gate = upstream.script(Reply.text(tokens, block_after=15))
         await term.start(
-            bernard("chat", "-c", "hall"), cli_env(settings, first.base_url or "", "key-alice")
+            bernard("chat", "-c", "hall"),
+            cli_env(settings, first.base_url or "", "key-alice", tmp_path),
         )
         await term.wait_for(PROMPT)
         await term.type("count for me")
@@ -244,27 +269,33 @@ async def test_chat_resumes_after_the_api_restarts_mid_answer_and_shows_every_to
     assert re.findall(r"\btok(\d+)\b", screen) == [str(n) for n in range(40)]
 
 
-@pytest.mark.parametrize(("answer", "ends"), [("y", "cancelled"), ("n", "completed")])
-async def test_ctrl_c_mid_answer_asks_whether_to_cancel_the_turn_then_leaves(
+# A paragraph still being written when Ctrl-C comes, longer than the screen is high.
+WORDS = [f"{' ' if n else ''}word{n}" for n in range(120)]
+
+
+@pytest.mark.parametrize(("answer", "ends"), [("", "cancelled"), ("n", "completed")])
+async def test_ctrl_c_mid_answer_stops_the_turn_or_leaves_it_running_and_comes_back_to_the_prompt(
     upstream: ScriptedUpstream, tmp_path: Path, answer: str, ends: str
 ) -> None:
     settings = make_settings(upstream, api_keys=two_users())
-    gate = upstream.script(Reply.text(["slowly", " but", " surely"], block_after=1))
+    gate = upstream.script(Reply.text(WORDS, block_after=100))
     try:
-        async with run_stack(settings) as stack, terminal(tmp_path) as term:
-            await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice"))
+        async with run_stack(settings) as stack, terminal(tmp_path, width=60, height=12) as term:
+            await term.start(
+                bernard("chat", "-c", "slow"),
+                cli_env(settings, stack.base_url, "key-alice", tmp_path),
+            )
             await term.wait_for(PROMPT)
             await term.type("take your time")
             await gate.wait_blocked(timeout_s=20)
-            await term.wait_for("slowly")
+            await term.wait_for("word99")
             await term.press("C-c")
-            asked = await term.wait_for("Cancel turn")
-            match = re.search(r"Cancel turn ([0-9a-f]{32})", asked)
-            assert match is not None
-            turn_id = match[1]
+            asked = await term.wait_for("Stop this turn? [Y/n]")
+            turn_id = (await stack.client.get("/v1/conversations/slow", headers=ALICE)).json()[
+                "turn_id"
+            ]
             await term.type(answer)
-            code = await term.exit_code()
-            left = await term.screen()
+            back = await term.wait_for(lambda screen: screen.count(PROMPT) == 2)
             if answer == "n":
                 assert await turn_status(stack, turn_id, ALICE) == "running"
                 gate.release()
@@ -273,16 +304,104 @@ async def test_ctrl_c_mid_answer_asks_whether_to_cancel_the_turn_then_leaves(
                     break
                 await asyncio.sleep(0.1)
             status = await turn_status(stack, turn_id, ALICE)
+            await term.press("C-d")
+            code = await term.exit_code()
     finally:
         gate.release()
 
-    assert code == 0
-    assert left.count("slowly") == 1, "what was drawn stays once, not twice"
+    # Every word drawn before Ctrl-C is on screen once, in order: none lost to a redraw
+    # that scrolled, none printed twice.
+    assert re.findall(r"\bword(\d+)\b", asked) == [str(n) for n in range(100)]
+    assert re.findall(r"\bword(\d+)\b", back) == [str(n) for n in range(100)]
     assert status == ends
+    assert code == 0, "Ctrl-C never leaves; Ctrl-D does"
     if answer == "n":
-        assert f"bernard turns tail {turn_id}" in left
+        assert f"bernard turns tail {turn_id}" in back
     else:
-        assert f"Turn {turn_id} is cancelled." in left
+        assert re.search(r"^stopped$", back, re.MULTILINE)
+        assert "turn_cancelled" not in back
+
+
+async def conversation_contents(stack: Stack, conversation_id: str) -> list[str]:
+    """The user messages the API stored in the conversation, oldest first."""
+    page = await stack.client.get(f"/v1/conversations/{conversation_id}/messages", headers=ALICE)
+    return [row["content"] for row in page.json()["data"] if row["role"] == "user"]
+
+
+async def test_the_line_edits_like_a_shell_and_sends_several_lines_and_pastes_whole(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = make_settings(upstream, api_keys=two_users())
+    async with run_stack(settings) as stack, terminal(tmp_path) as term:
+        await term.start(
+            bernard("chat", "-c", "keys"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
+        )
+        await term.wait_for(PROMPT)
+        await term.type("hello wrld", enter=False)
+        await term.press("Left", "Left", "Left")
+        await term.type("o", enter=False)
+        await term.press("C-a")
+        await term.type("say: ", enter=False)
+        await term.press("End")
+        await term.type("!")
+        await term.wait_for(lambda screen: screen.count(PROMPT) == 2)
+        await term.type("line one", enter=False)
+        await term.press("M-Enter")
+        await term.type("line two")
+        await term.wait_for(lambda screen: screen.count(PROMPT) == 3)
+        await term.paste("pasted one\npasted two\n")
+        pasted = await term.wait_for("pasted two")
+        assert pasted.count(PROMPT) == 3, "a paste's newlines do not send it"
+        await term.press("BSpace", "Enter")
+        await term.wait_for(lambda screen: screen.count(PROMPT) == 4)
+        await term.type("/he", enter=False)
+        await term.press("Tab")
+        await term.wait_for("you> /help")
+        await term.press("Enter")
+        helped = await term.wait_for("start a new conversation")
+        stored = await conversation_contents(stack, "keys")
+        await term.press("C-d")
+        code = await term.exit_code()
+
+    assert stored == ["say: hello world!", "line one\nline two", "pasted one\npasted two"]
+    assert "Alt-Enter" in helped, "/help, completed from /he, lists the keys"
+    assert code == 0
+
+
+async def test_up_recalls_what_was_sent_in_an_earlier_session(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = make_settings(upstream, api_keys=two_users())
+    async with run_stack(settings) as stack:
+        env = cli_env(settings, stack.base_url, "key-alice", tmp_path)
+        async with terminal(tmp_path) as first:
+            await first.start(bernard("chat", "-c", "memory"), env)
+            await first.wait_for(PROMPT)
+            await first.type("what is the capital of Peru?")
+            await first.wait_for(lambda screen: screen.count(PROMPT) == 2)
+            await first.press("C-d")
+            assert await first.exit_code() == 0
+        async with terminal(tmp_path) as second:
+            await second.start(bernard("chat", "-c", "memory"), env)
+            await second.wait_for(PROMPT)
+            await second.press("Up")
+            recalled = await second.wait_for("you> what is the capital of Peru?")
+            await second.press("Enter")
+            await second.wait_for(lambda screen: screen.count(PROMPT) == 2)
+        bob = cli_env(settings, stack.base_url, "key-bob", tmp_path)
+        async with terminal(tmp_path) as other:
+            await other.start(bernard("chat"), bob)
+            await other.wait_for(PROMPT)
+            await other.press("Up")
+            await asyncio.sleep(0.5)
+            bobs = await other.screen()
+        stored = await conversation_contents(stack, "memory")
+        files = list((tmp_path / "data" / "bernard" / "history").iterdir())
+
+    assert "capital of Peru" in recalled
+    assert stored == ["what is the capital of Peru?", "what is the capital of Peru?"]
+    assert "capital of Peru" not in bobs, "another key has a history of its own"
+    assert len(files) == 2 and all(f.stat().st_mode & 0o077 == 0 for f in files)
 
 
 # -- serve ---------------------------------------------------------------------------------------
@@ -291,7 +410,7 @@ async def test_ctrl_c_mid_answer_asks_whether_to_cancel_the_turn_then_leaves(
 async def test_serve_runs_bernard_until_ctrl_c(tmp_path: Path) -> None:
     settings = make_settings(None)
     port = free_port()
-    env = cli_env(settings, f"http://127.0.0.1:{port}", "")
+    env = cli_env(settings, f"http://127.0.0.1:{port}", "", tmp_path)
     env.update(HOST="127.0.0.1", PORT=str(port))
     async with terminal(tmp_path) as term, httpx.AsyncClient(timeout=5) as client:
         await term.start(bernard("serve"), env, cwd=tmp_path)
@@ -325,7 +444,9 @@ async def test_turns_list_shows_only_the_callers_turns(
                 headers=headers,
             )
             made[who] = response.headers["x-bernard-turn-id"]
-        await term.start(bernard("turns", "list"), cli_env(settings, stack.base_url, "key-alice"))
+        await term.start(
+            bernard("turns", "list"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
+        )
         code = await term.exit_code()
         screen = await term.screen()
 
@@ -353,7 +474,8 @@ async def test_turns_tail_follows_a_running_turn_to_its_end(
             turn_id = started.json()["id"]
             await gate.wait_blocked(timeout_s=20)
             await term.start(
-                bernard("turns", "tail", turn_id), cli_env(settings, stack.base_url, "key-alice")
+                bernard("turns", "tail", turn_id),
+                cli_env(settings, stack.base_url, "key-alice", tmp_path),
             )
             following = await term.wait_for("first")
             assert "[exited" not in following
@@ -377,7 +499,9 @@ async def test_doctor_on_a_healthy_stack_says_ok_for_each_check_and_exits_0(
         settings = make_settings(upstream, api_keys=two_users(), searxng_url=searxng.base_url)
         async with run_stack(settings) as stack, terminal(tmp_path) as term:
             await worker_reported_in(stack)
-            await term.start(bernard("doctor"), cli_env(settings, stack.base_url, "key-alice"))
+            await term.start(
+                bernard("doctor"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
+            )
             code = await term.exit_code(timeout_s=40)
             screen = await term.screen()
 
@@ -400,7 +524,8 @@ async def test_doctor_with_a_dead_redis_fails_with_the_fix_and_exits_1(
     dead = f"redis://127.0.0.1:{free_port()}/0"
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await term.start(
-            bernard("doctor", "--redis-url", dead), cli_env(settings, stack.base_url, "key-alice")
+            bernard("doctor", "--redis-url", dead),
+            cli_env(settings, stack.base_url, "key-alice", tmp_path),
         )
         code = await term.exit_code(timeout_s=40)
         screen = await term.screen()

@@ -4,6 +4,9 @@ from `GET /v1/turns/{id}/events` after the last frame read, each event once."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -132,3 +135,42 @@ def test_reconnecting_gives_up_after_its_time_saying_how_to_follow_the_turn(
     with pytest.raises(ApiError, match="bernard turns tail t1"):
         list(stream.start("POST", "/v1/conversations/c/messages", {"content": "x"}))
     assert retries == [1]
+
+
+def test_abort_ends_a_read_that_waits_for_the_next_frame_at_once_and_resumes_nothing() -> None:
+    """Over a real socket: the server sends one frame and holds the connection open."""
+    held = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-bernard-turn-id: t1\r\n"
+        body = FRAMES[1]
+        conn.sendall(f"{head}content-length: 100000\r\n\r\n".encode() + body)
+        held.wait(10)
+        conn.close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    retries: list[int] = []
+    api = Api(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    stream = TurnStream(api, on_retry=lambda attempt, reason: retries.append(attempt))
+    read: list[str] = []
+    reader = threading.Thread(
+        target=lambda: read.extend(e.kind for e in stream.start("POST", "/v1/x", {})), daemon=True
+    )
+    try:
+        reader.start()
+        deadline = time.monotonic() + 5
+        while not read and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stream.abort()
+        reader.join(timeout=2)
+        assert not reader.is_alive(), "the read still waits"
+    finally:
+        held.set()
+        listener.close()
+        api.close()
+    assert read == ["text_delta"]
+    assert retries == []
