@@ -27,6 +27,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Tool
 from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
 
+from shared.connection import redact
 from shared.errors import ErrorCode
 from shared.settings import Settings
 from worker.openai_fast import UpstreamStreamError, openai_complete, openai_tokens
@@ -102,6 +103,11 @@ def _translate(exc: Exception) -> LlmError:
         )
     if "Timeout" in type(exc).__name__:
         return LlmError("upstream model timed out", code=ErrorCode.UPSTREAM_TIMEOUT)
+    # A connection that failed says where it was going (OPENAI_BASE_URL, ANTHROPIC_BASE_URL),
+    # its password hidden: the SDK's own text is only "Connection error."
+    request = getattr(exc, "request", None)
+    if request is not None and "Connection" in type(exc).__name__:
+        return LlmError(f"cannot reach the upstream model at {redact(str(request.url))}: {exc}")
     return LlmError(f"upstream model call failed: {exc}")
 
 

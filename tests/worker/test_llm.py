@@ -9,9 +9,10 @@ from contextlib import aclosing
 import pytest
 from langchain_core.messages import HumanMessage
 
+from launcher.redis_server import free_port
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream
-from worker.llm import build_models, pool_shards
+from worker.llm import LlmError, build_models, pool_shards
 
 
 async def test_the_upstream_pool_holds_as_many_streams_as_the_worker_runs_turns(
@@ -123,3 +124,28 @@ async def test_a_tool_list_is_bound_once_and_sent_on_every_call(upstream: Script
         await models.aclose()
     sent = [[t["function"]["name"] for t in r["tools"]] for r in upstream.requests]
     assert sent == [["tool_0", "tool_1"]] * 3
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_upstream_that_does_not_answer_is_named_without_its_password(
+    provider: str,
+) -> None:
+    base = f"http://user:s3cret@127.0.0.1:{free_port()}"
+    settings = make_settings(
+        None,
+        openai_base_url=f"{base}/v1",
+        openai_api_key="k",
+        anthropic_base_url=base,
+        anthropic_api_key="k",
+        response_provider=provider,
+    )
+    models = build_models(settings)
+    try:
+        with pytest.raises(LlmError) as raised:
+            await models.responder.complete([HumanMessage("hello")])
+    finally:
+        await models.aclose()
+    path = "/v1/chat/completions" if provider == "openai" else "/v1/messages"
+    where = f"http://user:***@127.0.0.1:{base.rsplit(':', 1)[1]}{path}"
+    assert raised.value.message.startswith(f"cannot reach the upstream model at {where}: ")
+    assert "s3cret" not in raised.value.message
