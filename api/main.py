@@ -23,7 +23,17 @@ from api.attachments import Streams
 from api.cluster_hub import ClusterHub
 from api.errors import ApiError, error_response
 from api.hub import Hub, StreamHub
-from api.routes import chat, conversations, events, health, models, playground, tools, turns
+from api.routes import (
+    chat,
+    conversations,
+    events,
+    health,
+    models,
+    playground,
+    status,
+    tools,
+    turns,
+)
 from api.state import AppState
 from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, queue_client
 from shared.errors import ErrorCode
@@ -157,7 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     errors.install(app)
     for prefix in ("/v1", "/api/v1"):
-        for module in (chat, conversations, events, models, tools, turns):
+        for module in (chat, conversations, events, models, status, tools, turns):
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from arq.connections import ArqRedis
 from fastapi import Request
@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from api.attachments import Streams
 from api.hub import Hub
+from api.status import StatusCache
 from shared.settings import Settings
 from shared.turns import TurnStore
 
@@ -17,8 +18,8 @@ from shared.turns import TurnStore
 @dataclass
 class AppState:
     """The settings, the Redis clients (`redis` the data role, `queue` the queue role:
-    shared/keys.py; one client when one Redis holds both), the turn store, the stream hub
-    and the open streams of this process."""
+    shared/keys.py; one client when one Redis holds both), the turn store, the stream hub,
+    the open streams of this process and its latest status."""
 
     settings: Settings
     redis: Redis
@@ -26,6 +27,8 @@ class AppState:
     hub: Hub
     streams: Streams
     queue: ArqRedis
+    # `GET /v1/status`, built at most once per few seconds (api/status.py).
+    status: StatusCache = field(default_factory=StatusCache)
 
 
 async def get_state(request: Request) -> AppState:

@@ -5,8 +5,8 @@ to one server, and then nothing below costs a round trip more than one Redis did
 
 - **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
   `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`),
-  `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`, `CANCEL_CHANNEL`, and the per-user
-  counters `active_turns` and `open_streams`. Small (entries per live turn, worker and
+  `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`, `DEPLOYMENT`, `CANCEL_CHANNEL`, and the
+  per-user counters `active_turns` and `open_streams`. Small (entries per live turn, worker and
   user, not per token), touched a few times per turn, and each must be one consistent view:
   a user's limits hold across every API process, the reapers share one running set, and
   arq's own scripts span its keys. arq has no Cluster support, so this role is one primary:
@@ -72,7 +72,8 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   creation to the longest a turn can live (a week unfinished plus the turn retention),
   keeps the newest `TURN_INDEX_MAX` entries, and drops those of expired turns as it is read.
 - the hub's wake streams: an hour, renewed while the API process lives. `TOOLS` (what the
-  workers offer): a day from the last time a worker published it (each does hourly).
+  workers offer) and `DEPLOYMENT` (what they run: shared/deployment.py): a day from the
+  last time a worker published them (each does hourly).
 - no TTL, one per deployment and small: `RUNNING_TURNS` and `WORKERS` (entries removed by
   the processes that reap and by the workers that stop, stale ones trimmed), `METRICS` (a
   counter per ending), and arq's queue with its wake list (`wake`: at most 100 entries).
@@ -87,8 +88,12 @@ PREFIX = "bernard"
 CANCEL_CHANNEL = f"{PREFIX}:cancel"
 RUNNING_TURNS = f"{PREFIX}:running"
 WORKERS = f"{PREFIX}:workers"
+# A worker renews its entry in `WORKERS` every lease renewal (1 s by default); one silent
+# this long is taken for dead (`GET /v1/status`, `bernard doctor`).
+WORKER_FRESH_S = 15
 METRICS = f"{PREFIX}:metrics"
 TOOLS = f"{PREFIX}:tools"
+DEPLOYMENT = f"{PREFIX}:deployment"
 
 
 def turn(turn_id: str) -> str:

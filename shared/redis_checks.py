@@ -1,11 +1,16 @@
-"""Start-up checks on the Redis server both processes share."""
+"""Checks on the Redis servers Bernard uses: the start-up warning both processes give, and
+the facts `bernard doctor` and `GET /v1/status` judge."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any, cast
 
-from redis.asyncio import Redis
+from pydantic import BaseModel
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
+
+from shared.connection import is_cluster
 
 
 async def warn_if_evicting(redis: Redis, logger: logging.Logger) -> None:
@@ -22,3 +27,59 @@ async def warn_if_evicting(redis: Redis, logger: logging.Logger) -> None:
             "and records. Use noeviction or a volatile-* policy.",
             policy,
         )
+
+
+class ServerFacts(BaseModel):
+    """What the health checks read from one Redis server (`bernard doctor`, `GET
+    /v1/status`): INFO's version, replication role, maxmemory and AOF, and the eviction
+    policy (None when CONFIG is disabled, as on managed Redis). `node` names it among a
+    Cluster's primaries ("" for a lone server)."""
+
+    node: str
+    version: str
+    role: str
+    maxmemory: int
+    maxmemory_policy: str | None
+    aof_enabled: bool
+
+
+def _facts(node: str, info: dict[str, Any], policy: str | None) -> ServerFacts:
+    return ServerFacts(
+        node=node,
+        version=str(info.get("redis_version", "?")),
+        role=str(info.get("role", "?")),
+        maxmemory=int(info.get("maxmemory") or 0),
+        maxmemory_policy=policy,
+        aof_enabled=bool(int(info.get("aof_enabled") or 0)),
+    )
+
+
+async def server_facts(client: Redis) -> list[ServerFacts]:
+    """The facts of the server behind `client`, or of each primary of a Cluster (a replica
+    is read once it is promoted: the client knows the primaries alone). Redis errors
+    propagate."""
+    if not is_cluster(client):
+        info = cast(dict[str, Any], await client.info())
+        try:
+            config = cast(dict[str, Any], await client.config_get("maxmemory-policy"))
+            policy: str | None = str(config.get("maxmemory-policy", ""))
+        except RedisError:
+            policy = None
+        return [_facts("", info, policy)]
+    cluster = cast(RedisCluster, client)
+    infos = cast(dict[str, Any], await cluster.info(target_nodes=RedisCluster.PRIMARIES))
+    try:
+        configs = cast(
+            dict[str, Any],
+            await cluster.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES),
+        )
+    except RedisError:
+        configs = {}
+    return [
+        _facts(
+            node,
+            info,
+            str(configs[node].get("maxmemory-policy", "")) if node in configs else None,
+        )
+        for node, info in sorted(infos.items())
+    ]

@@ -380,20 +380,20 @@ async def test_the_tools_the_workers_offer_are_listed_with_their_schemas(
     assert not waits["delete_note"], "BERNARD_AUTO_APPROVE_TOOLS makes it run at once"
 
 
-async def test_the_tools_stay_listed_while_a_worker_runs_though_redis_lost_them(
+async def test_the_tools_and_what_the_worker_runs_stay_published_though_redis_lost_them(
     upstream: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The entry expires a day after it was written: a worker that runs longer than that
     # must write it again, as it must after Redis lost it.
     monkeypatch.setattr(worker.tools.catalog, "REPUBLISH_S", 0.0)
     async with run_stack(make_settings(upstream, lease_renew_s=0.1)) as stack:
-        await stack.redis.delete(keys.TOOLS)
+        await stack.redis.delete(keys.TOOLS, keys.DEPLOYMENT)
         async with asyncio.timeout(10):
             while True:
-                if await stack.redis.exists(keys.TOOLS):
+                if await stack.redis.exists(keys.TOOLS, keys.DEPLOYMENT) == 2:
                     break
                 await asyncio.sleep(0.05)
         listed = (await stack.client.get("/v1/tools")).json()
-        ttl = await stack.redis.ttl(keys.TOOLS)
+        ttls = [await stack.redis.ttl(key) for key in (keys.TOOLS, keys.DEPLOYMENT)]
     assert "calculator" in {tool["name"] for tool in listed["data"]}
-    assert ttl > 0
+    assert all(ttl > 0 for ttl in ttls)

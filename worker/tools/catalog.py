@@ -3,13 +3,15 @@
 The API does not import the worker's tools; each worker, as it starts, writes the tools it
 offers (name, description, argument schema, whether a call waits for confirmation) to
 `keys.TOOLS`, and again every `REPUBLISH_S` while it runs (worker/supervisor.py), and the
-API serves what is there. Workers of one deployment share one configuration, so the last
-one to publish speaks for all; the entry expires a day after the last publish, so a day
-after the last worker stopped.
+API serves what is there. Beside them goes what the worker runs (its models, the services
+its tools reach: shared/deployment.py, `keys.DEPLOYMENT`), for `GET /v1/status`. Workers
+of one deployment share one configuration, so the last one to publish speaks for all; the
+entries expire a day after the last publish, so a day after the last worker stopped.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +20,7 @@ from langchain_core.tools import BaseTool
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.deployment import Deployment, models_of, services_of, version
 from shared.settings import Settings
 from worker.tools.confirmation import parameters, requires_confirmation
 
@@ -40,5 +43,19 @@ def catalog(tools: Sequence[BaseTool], settings: Settings) -> list[dict[str, Any
     ]
 
 
+def deployment(settings: Settings) -> Deployment:
+    """What a worker with `settings` runs, for `GET /v1/status` (shared/deployment.py)."""
+    return Deployment(
+        version=version(),
+        models=models_of(settings),
+        services=services_of(settings),
+        published_at=time.time(),
+    )
+
+
 async def publish_tools(redis: Redis, tools: Sequence[BaseTool], settings: Settings) -> None:
-    await redis.set(keys.TOOLS, orjson.dumps(catalog(tools, settings)), ex=_TTL_S)
+    """The tools, and what the worker runs beside them (`keys.DEPLOYMENT`)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(keys.TOOLS, orjson.dumps(catalog(tools, settings)), ex=_TTL_S)
+        pipe.set(keys.DEPLOYMENT, deployment(settings).model_dump_json(), ex=_TTL_S)
+        await pipe.execute()
