@@ -22,77 +22,29 @@ from typing import Any, Literal
 
 import httpx
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from shared import keys
 from shared.connection import REDIS_ERRORS, describe, is_cluster, parse_url
 from shared.deployment import Deployment, ModelFacts, models_of, version
-from shared.redis_checks import ServerFacts, server_facts
+from shared.redis_checks import server_facts
 from shared.settings import Settings
+from shared.status import (
+    ModelStatus,
+    Probe,
+    RedisStatus,
+    ServiceStatus,
+    Status,
+    ToolStatus,
+    WorkersStatus,
+)
 
 STATUS_CACHE_S = 10.0
 PROBE_TIMEOUT_S = 3.0
 # Redis INFO and the worker count, per server: no status waits on a dead one for long.
 REDIS_TIMEOUT_S = 3.0
 _REDIS_FAILURES: tuple[type[Exception], ...] = (*REDIS_ERRORS, TimeoutError)
-
-
-class Probe(BaseModel):
-    """One request to a model's or a service's URL: whether anything answered, its HTTP
-    status, and what to tell a person."""
-
-    reachable: bool
-    status: int | None
-    detail: str
-
-
-class ModelStatus(ModelFacts):
-    probe: Probe | None  # None for the demo model, which runs inside the worker
-
-
-class ServiceStatus(BaseModel):
-    variable: str
-    url: str
-    probe: Probe
-
-
-class ToolStatus(BaseModel):
-    name: str
-    requires_confirmation: bool
-    services: list[ServiceStatus]
-
-
-class RedisStatus(BaseModel):
-    """One Redis deployment and the roles it holds (shared/keys.py): one entry holds both
-    when one Redis serves them."""
-
-    roles: list[Literal["data", "queue"]]
-    kind: Literal["single", "sentinel", "cluster"]
-    url: str  # never with its password
-    servers: list[ServerFacts]
-    error: str | None
-
-
-class WorkersStatus(BaseModel):
-    alive: int | None  # None when the queue role's Redis did not answer
-    fresh_within_s: int
-
-
-class Status(BaseModel):
-    object: Literal["bernard.status"] = "bernard.status"
-    version: str
-    checked_at: float
-    # When a worker last published what it runs (None: none has, so models and tools are
-    # unknown and empty).
-    published_at: float | None
-    workers_version: str | None
-    models: list[ModelStatus]
-    tools: list[ToolStatus]
-    # MCP servers the workers use: none yet (issue 23 adds them).
-    mcp_servers: list[dict[str, Any]]
-    redis: list[RedisStatus]
-    workers: WorkersStatus
 
 
 class StatusCache:
@@ -236,7 +188,7 @@ async def _services(
     urls = sorted({service.url for service in published.services})
     probes = dict(zip(urls, await asyncio.gather(*(probe(http, url) for url in urls)), strict=True))
     return [
-        (s.tool, ServiceStatus(variable=s.variable, url=s.url, probe=probes[s.url]))
+        (s.tool, ServiceStatus(tool=s.tool, variable=s.variable, url=s.url, probe=probes[s.url]))
         for s in published.services
     ]
 

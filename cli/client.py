@@ -64,6 +64,7 @@ class Api:
 
     def __init__(self, base_url: str, key: str | None = None, *, timeout_s: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
+        self.has_key = bool(key)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.http = httpx.Client(
             base_url=self.base_url,

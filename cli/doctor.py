@@ -1,13 +1,14 @@
 """`bernard doctor`: is this deployment healthy, and if not, what to do about it.
 
 Each check ends `ok`, `warn` (Bernard runs, but something will hurt) or `fail` (something
-Bernard needs is missing), with the fix. It checks what the processes share: Redis
-(reachable, its version, its eviction policy, AOF; any URL shared/connection.py reads, each
-primary of a Cluster), the workers (reporting in on the queue role's Redis, as `GET /readyz`
-counts them: shared/keys.py `WORKERS`), the API, the LLM endpoint (one
-one-token call per model), and the tools (`GET /v1/tools`, and each configured service
-answering). The LLM and the services are read from this process's settings (the
-environment and `.env`, as `./run` reads them).
+Bernard needs is missing), with the fix. Doctor asks the server it is pointed at (`--url`,
+`BERNARD_URL`) what only the server knows, through `GET /v1/status` (api/status.py): its
+models and whether they answer, its tools and their services, its Redis (each primary of
+a Cluster: version, eviction policy, AOF) and the workers alive. It checks itself what only
+it can: that the URL answers and the key is accepted. It reads no settings of its own for
+the server's facts, so a second terminal, or one outside the project folder, sees the
+server as it is; `--redis-url` adds a check of a Redis from here (shared/connection.py
+reads any of its forms).
 """
 
 from __future__ import annotations
@@ -16,32 +17,28 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar, cast
+from typing import Literal, TypeVar
 
 import httpx
-from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
+from redis.asyncio import Redis
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from cli.client import Api, ApiError
-from launcher.cli import STATE_DIR, configured_redis_url
-from launcher.redis_server import embedded_redis_url, error_text
+from launcher.redis_server import error_text
 from shared import keys
-from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, redact
-from shared.settings import Settings
+from shared.connection import REDIS_ERRORS, connect, connect_data, redact
+from shared.redis_checks import ServerFacts, server_facts
+from shared.status import ModelStatus
+from shared.status import Status as ServerStatus
 
 Status = Literal["ok", "warn", "fail"]
 T = TypeVar("T")
-# A worker renews its entry in `keys.WORKERS` every lease renewal; `/readyz` takes 15 s of
-# silence for dead (api/routes/health.py), and so does this.
-WORKER_FRESH_S = 15
 MIN_REDIS = (6, 2)  # Streams with MINID (deploy/k8s/redis.md)
 RECOMMENDED_REDIS = (7, 0)
 TIMEOUT_S = 5.0
-LLM_TIMEOUT_S = 30.0
 _STYLES = {"ok": "green", "warn": "yellow", "fail": "red"}
 
 
@@ -119,15 +116,6 @@ def workers_check(count: int) -> Check:
     )
 
 
-def default_redis_url(settings: Settings) -> str:
-    """REDIS_URL when it is set; else the Redis `./run` started here, if it did; else the
-    default."""
-    configured = configured_redis_url(settings)
-    if configured is not None:
-        return configured
-    return embedded_redis_url(STATE_DIR) or settings.redis_url
-
-
 _RANK: dict[Status, int] = {"ok": 0, "warn": 1, "fail": 2}
 # A URL the client cannot use, or a Redis that does not answer (`_on_redis`).
 _UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *REDIS_ERRORS)
@@ -149,23 +137,14 @@ def redis_checks(url: str, queue_url: str | None = None) -> list[Check]:
 
 async def _redis_checks(url: str, queue_url: str) -> list[Check]:
     try:
-        servers = await _on_redis(url, _server_facts, data=True)
+        servers = await _on_redis(url, _ping_and_read, data=True)
     except _UNREACHABLE as exc:
         return [Check("Redis", "fail", _unreachable(exc, url), _REDIS_FIX)]
-
-    def worst(check: Callable[[_Facts], Check]) -> Check:
-        return _worst([(facts.node, check(facts)) for facts in servers])
-
-    checks = [
-        Check("Redis", "ok", f"{redact(url)} answers"),
-        worst(lambda facts: redis_version_check(str(facts.info.get("redis_version", "?")))),
-        worst(lambda facts: eviction_check(facts.policy, int(facts.info.get("maxmemory") or 0))),
-        worst(lambda facts: aof_check(bool(int(facts.info.get("aof_enabled") or 0)))),
-    ]
+    checks = [Check("Redis", "ok", f"{redact(url)} answers"), *facts_checks(servers)]
     try:
         workers = await _on_redis(
             queue_url,
-            lambda client: client.zcount(keys.WORKERS, time.time() - WORKER_FRESH_S, "+inf"),
+            lambda client: client.zcount(keys.WORKERS, time.time() - keys.WORKER_FRESH_S, "+inf"),
             data=False,
         )
     except _UNREACHABLE as exc:
@@ -182,44 +161,23 @@ async def _redis_checks(url: str, queue_url: str) -> list[Check]:
     return checks
 
 
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """What the checks read from one server: INFO and its eviction policy (None when
-    CONFIG is disabled). `node` names it among a Cluster's ("" for a lone server)."""
-
-    node: str
-    info: dict[str, Any]
-    policy: str | None
-
-
-async def _server_facts(client: Redis) -> list[_Facts]:
+async def _ping_and_read(client: Redis) -> list[ServerFacts]:
     await client.ping()
-    if not is_cluster(client):
-        info = cast(dict[str, Any], await client.info())
-        try:
-            config = cast(dict[str, Any], await client.config_get("maxmemory-policy"))
-            policy: str | None = str(config.get("maxmemory-policy", ""))
-        except RedisError:
-            policy = None
-        return [_Facts("", info, policy)]
-    # Each primary keeps its own configuration. (A replica is checked once it is promoted:
-    # the client knows the primaries alone.)
-    cluster = cast(RedisCluster, client)
-    infos = cast(dict[str, Any], await cluster.info(target_nodes=RedisCluster.PRIMARIES))
-    try:
-        configs = cast(
-            dict[str, Any],
-            await cluster.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES),
-        )
-    except RedisError:
-        configs = {}
+    return await server_facts(client)
+
+
+def facts_checks(servers: list[tuple[str, ServerFacts]] | list[ServerFacts]) -> list[Check]:
+    """Version, eviction and AOF of each server (a name and its facts, or facts named by
+    their Cluster node): for each, the worst, naming the server that differs."""
+    named = [item if isinstance(item, tuple) else (item.node, item) for item in servers]
+
+    def worst(check: Callable[[ServerFacts], Check]) -> Check:
+        return _worst([(node, check(facts)) for node, facts in named])
+
     return [
-        _Facts(
-            node,
-            info,
-            str(configs[node].get("maxmemory-policy", "")) if node in configs else None,
-        )
-        for node, info in sorted(infos.items())
+        worst(lambda facts: redis_version_check(facts.version)),
+        worst(lambda facts: eviction_check(facts.maxmemory_policy, facts.maxmemory)),
+        worst(lambda facts: aof_check(facts.aof_enabled)),
     ]
 
 
@@ -252,10 +210,11 @@ def _unreachable(exc: Exception, url: str) -> str:
     return f"no Redis answers at {redact(url)}: {error_text(exc, url)}"
 
 
-def api_checks(api: Api) -> tuple[list[Check], list[str] | None]:
-    """The API answering, and the tools it lists (None when it cannot say)."""
+def api_checks(api: Api) -> tuple[list[Check], ServerStatus | None]:
+    """The URL answering and the key accepted, and the server's status (None when it
+    cannot be read)."""
     try:
-        response = api.http.get("/readyz")
+        api.http.get("/healthz").raise_for_status()
     except httpx.HTTPError as exc:
         return [
             Check(
@@ -265,143 +224,171 @@ def api_checks(api: Api) -> tuple[list[Check], list[str] | None]:
                 "start it (./run, or bernard serve), or pass --url / set BERNARD_URL",
             )
         ], None
-    checks = [
-        Check("API", "ok", f"{api.base_url} answers")
-        if response.status_code == 200
-        else Check(
-            "API",
-            "fail",
-            f"{api.base_url}/readyz answers {response.status_code}: {response.text[:200]}",
-            "the API cannot reach Redis or sees no worker: see the checks above",
-        )
-    ]
+    checks = [Check("API", "ok", f"{api.base_url} answers")]
     try:
-        tools = api.get("/v1/tools")["data"]
+        body = api.get("/v1/status")
     except ApiError as exc:
-        fix = "pass --key or set BERNARD_API_KEY" if exc.status == 401 else ""
-        return [*checks, Check("Tools", "fail", f"GET /v1/tools: {exc}", fix)], None
-    names = [str(tool["name"]) for tool in tools]
-    if not names:
+        if exc.status == 401:
+            fix = "pass --key or set BERNARD_API_KEY to one of the server's BERNARD_API_KEYS"
+            return [*checks, Check("Key", "fail", f"the API refuses it: {exc.message}", fix)], None
+        fix = (
+            "a server older than this command has no /v1/status: update it"
+            if exc.status == 404
+            else ""
+        )
+        return [*checks, Check("Status", "fail", f"GET /v1/status: {exc}", fix)], None
+    checks.append(Check("Key", "ok", "accepted" if api.has_key else "the API needs none"))
+    return checks, ServerStatus.model_validate(body)
+
+
+def status_checks(status: ServerStatus, *, with_redis: bool = True) -> list[Check]:
+    """What the server's status says, judged (`with_redis`: its Redis and workers too)."""
+    checks = [version_check(status)]
+    if with_redis:
+        checks += server_redis_checks(status)
         checks.append(
+            workers_check(status.workers.alive)
+            if status.workers.alive is not None
+            else Check(
+                "Workers",
+                "fail",
+                "the server cannot count them: its queue role's Redis does not answer",
+                "start it, or point BERNARD_QUEUE_REDIS_URL at the Redis the workers use",
+            )
+        )
+    checks += model_checks(status)
+    checks += tool_checks(status)
+    return checks
+
+
+def version_check(status: ServerStatus) -> Check:
+    if status.workers_version is None or status.workers_version == status.version:
+        return Check("Version", "ok", f"Bernard {status.version}")
+    return Check(
+        "Version",
+        "warn",
+        f"the API runs Bernard {status.version}, the workers {status.workers_version}",
+        "run one version everywhere (an upgrade half done?)",
+    )
+
+
+def server_redis_checks(status: ServerStatus) -> list[Check]:
+    """Each Redis the server uses answering it, then version, eviction and AOF: the worst
+    of every server's, naming the one that differs."""
+    checks: list[Check] = []
+    servers: list[tuple[str, ServerFacts]] = []
+    for redis in status.redis:
+        roles = " and ".join(redis.roles)
+        if redis.error is not None:
+            checks.append(
+                Check(
+                    "Redis",
+                    "fail",
+                    f"the server cannot reach its {roles} Redis at {redis.url}: {redis.error}",
+                    "start it, or point REDIS_URL (BERNARD_QUEUE_REDIS_URL for the queue) "
+                    "where the server runs at the Redis Bernard uses",
+                )
+            )
+            continue
+        checks.append(Check("Redis", "ok", f"{redis.url} answers ({redis.kind}; {roles})"))
+        servers += [(facts.node or redis.url, facts) for facts in redis.servers]
+    return [*checks, *facts_checks(servers)] if servers else checks
+
+
+def model_checks(status: ServerStatus) -> list[Check]:
+    """Each of the workers' two models: the demo model, or its upstream answering."""
+    if status.published_at is None:
+        return [
+            Check(
+                "LLM",
+                "fail",
+                "no worker has said which models it runs",
+                "start a worker (it publishes them as it starts)",
+            )
+        ]
+    return [model_check(model) for model in status.models]
+
+
+def model_check(model: ModelStatus) -> Check:
+    name = f"LLM ({model.role})"
+    if model.demo or model.probe is None:
+        return Check(
+            name,
+            "ok",
+            "offline demo model (the workers have no OPENAI_BASE_URL, OPENAI_API_KEY or "
+            "ANTHROPIC_* set)",
+        )
+    where = f"{model.model} at {model.base_url}"
+    variables = (
+        "ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY"
+        if model.provider == "anthropic"
+        else ("OPENAI_BASE_URL / OPENAI_API_KEY")
+    )
+    probe = model.probe
+    if not probe.reachable:
+        return Check(
+            name, "fail", f"{where}: {probe.detail}", f"check {variables} where the workers run"
+        )
+    if probe.status in (401, 403):
+        return Check(
+            name,
+            "fail",
+            f"{where}: the upstream refuses the key ({probe.detail})",
+            f"check {variables} where the workers run",
+        )
+    if probe.status is not None and probe.status >= 400:
+        return Check(
+            name,
+            "warn",
+            f"{where} answers {probe.detail} to GET /models",
+            f"check {variables} and BERNARD_{model.role.upper()}_MODEL where the workers run",
+        )
+    return Check(name, "ok", f"{where} answers")
+
+
+def tool_checks(status: ServerStatus) -> list[Check]:
+    """The tools the workers offer, then each service they reach answering (any HTTP
+    answer: it is there)."""
+    if not status.tools:
+        return [
             Check(
                 "Tools",
                 "fail",
                 "no worker has published its tools",
                 "start a worker (it publishes them as it starts)",
             )
-        )
-    else:
-        checks.append(Check("Tools", "ok", ", ".join(names)))
-    return checks, names
-
-
-def _one_token(settings: Settings, role: str) -> tuple[str, str, dict[str, str], dict[str, object]]:
-    """The URL, headers and body of a one-token call to `role`'s model."""
-    provider = settings.router_provider if role == "router" else settings.response_provider
-    model = settings.router_model if role == "router" else settings.response_model
-    messages = [{"role": "user", "content": "Say OK."}]
-    if provider == "anthropic":
-        base = (settings.anthropic_base_url or "https://api.anthropic.com").rstrip("/")
-        headers = {"anthropic-version": "2023-06-01"}
-        if settings.anthropic_api_key:
-            headers["x-api-key"] = settings.anthropic_api_key
-        body: dict[str, object] = {"model": model, "max_tokens": 1, "messages": messages}
-        return model, f"{base}/v1/messages", headers, body
-    base = (settings.openai_base_url or "https://api.openai.com/v1").rstrip("/")
-    headers = {}
-    if settings.openai_api_key:
-        headers["Authorization"] = f"Bearer {settings.openai_api_key}"
-    body = {"model": model, "max_tokens": 1, "messages": messages}
-    return model, f"{base}/chat/completions", headers, body
-
-
-def llm_checks(settings: Settings) -> list[Check]:
-    """A one-token call to each model the workers use (the offline demo model needs none)."""
-    if settings.demo_mode:
-        return [
-            Check(
-                "LLM",
-                "ok",
-                "offline demo model (no OPENAI_BASE_URL, OPENAI_API_KEY or ANTHROPIC_* set)",
-            )
         ]
-    checks: list[Check] = []
-    asked: set[tuple[str, str]] = set()
-    for role in ("router", "response"):
-        model, url, headers, body = _one_token(settings, role)
-        if (url, model) in asked:
-            continue
-        asked.add((url, model))
-        name = f"LLM ({role})"
-        fix = (
-            "check OPENAI_BASE_URL / OPENAI_API_KEY (or ANTHROPIC_*) and "
-            f"BERNARD_{role.upper()}_MODEL"
-        )
-        started = time.monotonic()
-        try:
-            response = httpx.post(
-                url, json=body, headers=headers, timeout=LLM_TIMEOUT_S, trust_env=True
-            )
-        except httpx.HTTPError as exc:
-            checks.append(Check(name, "fail", f"{model} at {url}: {exc}", fix))
-            continue
-        took_ms = (time.monotonic() - started) * 1000
-        if response.status_code == 200:
-            checks.append(Check(name, "ok", f"{model} answered in {took_ms:.0f} ms"))
-        else:
-            checks.append(
-                Check(
-                    name,
-                    "fail",
-                    f"{model} at {url}: {response.status_code} {response.text[:200]}",
-                    fix,
+    checks = [Check("Tools", "ok", ", ".join(tool.name for tool in status.tools))]
+    seen: set[tuple[str, str]] = set()
+    for tool in status.tools:
+        for service in tool.services:
+            if (service.tool, service.variable) in seen:
+                continue
+            seen.add((service.tool, service.variable))
+            name = f"Tool {service.tool}"
+            if service.probe.reachable:
+                checks.append(Check(name, "ok", f"{service.url} answers ({service.probe.status})"))
+            else:
+                checks.append(
+                    Check(
+                        name,
+                        "warn",
+                        f"{service.url} does not answer the server "
+                        f"({service.probe.detail}): the tool will fail",
+                        f"fix {service.variable}, or set it empty to turn the tool off",
+                    )
                 )
-            )
-    return checks
-
-
-def service_urls(settings: Settings) -> list[tuple[str, str, str]]:
-    """(tool, variable, URL) of each service a tool reaches that is configured."""
-    found = []
-    if settings.searxng_url:
-        found.append(("web_search", "BERNARD_SEARXNG_URL", settings.searxng_url))
-    if settings.wikipedia_url:
-        found.append(("wikipedia", "BERNARD_WIKIPEDIA_URL", settings.wikipedia_url))
-    if settings.open_meteo_url and settings.open_meteo_geocoding_url:
-        found.append(("weather", "BERNARD_OPEN_METEO_URL", settings.open_meteo_url))
-        found.append(
-            ("weather", "BERNARD_OPEN_METEO_GEOCODING_URL", settings.open_meteo_geocoding_url)
-        )
-    if settings.ha_url:
-        found.append(("ha_*", "BERNARD_HA_URL", settings.ha_url))
-    return found
-
-
-def service_checks(settings: Settings) -> list[Check]:
-    """Each configured service answering HTTP at all (any status: it is there)."""
-    checks = []
-    for tool, variable, url in service_urls(settings):
-        name = f"Tool {tool}"
-        try:
-            response = httpx.get(url, timeout=settings.tool_http_timeout_s, trust_env=True)
-        except httpx.HTTPError as exc:
-            checks.append(
-                Check(
-                    name,
-                    "warn",
-                    f"{url} does not answer ({exc or type(exc).__name__}): the tool will fail",
-                    f"fix {variable}, or set it empty to turn the tool off",
-                )
-            )
-            continue
-        checks.append(Check(name, "ok", f"{url} answers ({response.status_code})"))
     return checks
 
 
 def run_checks(
-    api: Api, settings: Settings, redis_url: str, report: Callable[[Check], None]
+    api: Api,
+    redis_url: str | None,
+    queue_url: str | None,
+    report: Callable[[Check], None],
 ) -> list[Check]:
-    """Every check, in order, each `report`ed as soon as it is known."""
+    """Every check, in order, each `report`ed as soon as it is known: the API and the key,
+    then (with `redis_url`) that Redis from here, then what the server's status says."""
     done: list[Check] = []
 
     def add(checks: list[Check]) -> None:
@@ -409,11 +396,12 @@ def run_checks(
             done.append(check)
             report(check)
 
-    add(redis_checks(redis_url, settings.queue_redis_url))
-    api_found, _ = api_checks(api)
-    add(api_found)
-    add(llm_checks(settings))
-    add(service_checks(settings))
+    found, status = api_checks(api)
+    add(found)
+    if redis_url is not None:
+        add(redis_checks(redis_url, queue_url))
+    if status is not None:
+        add(status_checks(status, with_redis=redis_url is None))
     return done
 
 
@@ -432,9 +420,9 @@ def print_check(console: Console, check: Check) -> None:
         console.print(f"{'':24}[dim]fix:[/] {escape(check.fix)}", highlight=False)
 
 
-def doctor(console: Console, api: Api, settings: Settings, redis_url: str) -> int:
+def doctor(console: Console, api: Api, redis_url: str | None, queue_url: str | None) -> int:
     """Print every check; the exit code is 1 when any failed."""
-    checks = run_checks(api, settings, redis_url, lambda check: print_check(console, check))
+    checks = run_checks(api, redis_url, queue_url, lambda check: print_check(console, check))
     failed = [check.name for check in checks if check.status == "fail"]
     warned = [check.name for check in checks if check.status == "warn"]
     if failed:

@@ -200,13 +200,14 @@ def doctor(
         str | None,
         typer.Option(
             "--redis-url",
-            help="The Redis to check (default: REDIS_URL, else the one ./run started here).",
+            help="Also check this Redis from here, instead of the server's word on its own "
+            "(and the workers on BERNARD_QUEUE_REDIS_URL, when set here).",
             show_default=False,
         ),
     ] = None,
 ) -> None:
-    """Check Redis, workers, the API, the LLM and the tools (exit 1 when any check fails)."""
-    settings = Settings()
-    target = redis_url or doctor_checks.default_redis_url(settings)
-    code = call(url, key, lambda api, out: doctor_checks.doctor(out, api, settings, target))
+    """Check the server: the API and the key from here; its Redis, workers, models and tools
+    as it reports them (GET /v1/status). Exit 1 when any check fails."""
+    queue_url = Settings().queue_redis_url if redis_url is not None else None
+    code = call(url, key, lambda api, out: doctor_checks.doctor(out, api, redis_url, queue_url))
     raise typer.Exit(code)

@@ -492,29 +492,60 @@ async def test_turns_tail_follows_a_running_turn_to_its_end(
 # -- doctor ---------------------------------------------------------------------------------------
 
 
-async def test_doctor_on_a_healthy_stack_says_ok_for_each_check_and_exits_0(
+async def test_doctor_in_another_terminal_reports_the_server_as_it_is_and_exits_0(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
+    """Run as a second terminal would: none of the server's settings in the environment,
+    and outside the project folder."""
     async with FakeSearxng() as searxng:
         settings = make_settings(upstream, api_keys=two_users(), searxng_url=searxng.base_url)
         async with run_stack(settings) as stack, terminal(tmp_path) as term:
             await worker_reported_in(stack)
-            await term.start(
-                bernard("doctor"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
-            )
+            env = {
+                name: value
+                for name, value in cli_env(settings, stack.base_url, "key-alice", tmp_path).items()
+                if name in ("BERNARD_URL", "BERNARD_API_KEY")
+                or not name.startswith(("BERNARD_", "OPENAI_", "REDIS_"))
+            }
+            await term.start(bernard("doctor"), env, cwd=tmp_path)
             code = await term.exit_code(timeout_s=40)
             screen = await term.screen()
 
-    for name in ("Redis", "Redis version", "Eviction policy", "Workers", "API", "Tools"):
+    for name in ("API", "Key", "Version", "Redis", "Redis version", "Eviction policy", "Workers"):
         assert re.search(rf"^ok +{name} ", screen, re.MULTILINE), name
-    assert re.search(r"^ok +LLM \(router\) +router-model answered", screen, re.MULTILINE)
-    assert re.search(r"^ok +LLM \(response\) +response-model answered", screen, re.MULTILINE)
+    assert re.search(
+        rf"^ok +Redis +{re.escape(settings.redis_url)} answers \(single; data and queue\)",
+        screen,
+        re.MULTILINE,
+    )
+    model = rf"at {re.escape(upstream.base_url)} answers"
+    assert re.search(rf"^ok +LLM \(router\) +router-model {model}", screen, re.MULTILINE)
+    assert re.search(rf"^ok +LLM \(response\) +response-model {model}", screen, re.MULTILINE)
+    assert "offline demo model" not in screen
+    assert re.search(r"^ok +Tools +calculator, ", screen, re.MULTILINE)
     assert re.search(rf"^ok +Tool web_search +{searxng.base_url} answers", screen, re.MULTILINE)
     # The tests' Redis keeps nothing on disk: a warning, with its fix; no failure.
     assert re.search(r"^warn +Persistence +AOF off", screen, re.MULTILINE)
     assert "fix: CONFIG SET appendonly yes" in screen
     assert "fail" not in screen
     assert code == 0
+
+
+async def test_doctor_with_a_key_the_server_refuses_fails_saying_so(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = make_settings(upstream, api_keys=two_users())
+    async with run_stack(settings) as stack, terminal(tmp_path) as term:
+        await term.start(
+            bernard("doctor"), cli_env(settings, stack.base_url, "key-mallory", tmp_path)
+        )
+        code = await term.exit_code(timeout_s=40)
+        screen = await term.screen()
+
+    assert re.search(r"^ok +API ", screen, re.MULTILINE)
+    assert re.search(r"^fail +Key +the API refuses it: invalid API key", screen, re.MULTILINE)
+    assert "fix: pass --key or set BERNARD_API_KEY" in screen
+    assert code == 1
 
 
 async def test_doctor_with_a_dead_redis_fails_with_the_fix_and_exits_1(

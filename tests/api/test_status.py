@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from api.status import STATUS_CACHE_S, Status, StatusCache, WorkersStatus, reaches
+from api.status import STATUS_CACHE_S, StatusCache, reaches
 from launcher.redis_server import free_port
+from shared.status import Status, WorkersStatus
 from tests.conftest import TEST_REDIS_URL, make_settings, run_api, run_stack, run_worker
 from tests.fakes.searxng import FakeSearxng
 from tests.processes import wait_for

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -14,19 +15,32 @@ from cli.client import Api
 from cli.doctor import (
     Check,
     aof_check,
-    default_redis_url,
     eviction_check,
+    model_check,
+    model_checks,
     redis_checks,
     redis_version_check,
     run_checks,
-    service_urls,
+    server_redis_checks,
+    status_checks,
+    tool_checks,
+    version_check,
     workers_check,
 )
 from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, start_redis
 from shared import keys
 from shared.connection import redact
-from shared.settings import Settings
+from shared.redis_checks import ServerFacts
+from shared.status import (
+    ModelStatus,
+    Probe,
+    RedisStatus,
+    ServiceStatus,
+    ToolStatus,
+    WorkersStatus,
+)
+from shared.status import Status as ServerStatus
 
 
 @pytest.mark.parametrize(
@@ -91,35 +105,6 @@ def test_every_warning_and_failure_says_how_to_fix_it(check: Check) -> None:
     assert check.status != "ok" and check.fix
 
 
-def test_the_redis_checked_is_redis_url_else_the_one_run_started_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    assert default_redis_url(Settings(_env_file=None)) == "redis://127.0.0.1:6379/0"
-    (tmp_path / ".bernard").mkdir()
-    (tmp_path / ".bernard" / "redis.port").write_text("41234\n")
-    assert default_redis_url(Settings(_env_file=None)) == "redis://127.0.0.1:41234/0"
-    monkeypatch.setenv("REDIS_URL", "redis://elsewhere:6379/2")
-    assert default_redis_url(Settings(_env_file=None)) == "redis://elsewhere:6379/2"
-
-
-def test_only_configured_services_are_checked() -> None:
-    off = Settings(_env_file=None, wikipedia_url="", open_meteo_url="", open_meteo_geocoding_url="")
-    assert service_urls(off) == []
-    on = Settings(
-        _env_file=None,
-        searxng_url="http://searx:8080",
-        wikipedia_url="",
-        open_meteo_url="",
-        ha_url="http://ha:8123",
-    )
-    assert [(tool, variable) for tool, variable, _ in service_urls(on)] == [
-        ("web_search", "BERNARD_SEARXNG_URL"),
-        ("ha_*", "BERNARD_HA_URL"),
-    ]
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[int]:
     """The port of a Redis of this test's own (its `WORKERS` is nobody else's)."""
@@ -169,22 +154,12 @@ def test_doctor_reads_the_workers_on_bernard_queue_redis_url(own_redis: int) -> 
     data, queue = f"redis://127.0.0.1:{own_redis}/1", f"redis://127.0.0.1:{own_redis}/0"
     with redis.Redis.from_url(queue) as client:
         client.zadd(keys.WORKERS, {"worker-a": time.time()})
-    offline = Settings(
-        _env_file=None,
-        queue_redis_url=queue,
-        openai_base_url=None,
-        openai_api_key=None,
-        anthropic_base_url=None,
-        anthropic_api_key=None,
-        wikipedia_url="",
-        open_meteo_url="",
-        open_meteo_geocoding_url="",
-    )
     api = Api(f"http://127.0.0.1:{free_port()}")  # nothing answers there: a failed check
     try:
-        checks = {check.name: check for check in run_checks(api, offline, data, lambda _: None)}
+        checks = {check.name: check for check in run_checks(api, data, queue, lambda _: None)}
     finally:
         api.close()
+    assert checks["API"].status == "fail"
     assert (checks["Workers"].status, checks["Workers"].detail) == (
         "ok",
         "1 worker reported in the last 15 s",
@@ -201,3 +176,148 @@ def test_a_queue_role_redis_that_does_not_answer_fails_the_workers_check_alone(
     assert redact(queue) in checks["Workers"].detail
     assert "s3cret" not in checks["Workers"].detail
     assert "BERNARD_QUEUE_REDIS_URL" in checks["Workers"].fix
+
+
+# -- what the server's status says (GET /v1/status) --------------------------------------------
+
+ANSWERS = Probe(reachable=True, status=200, detail="HTTP 200")
+
+
+def model(probe: Probe | None, *, demo: bool = False, provider: str = "openai") -> ModelStatus:
+    return ModelStatus(
+        role="router",
+        provider="demo" if demo else provider,  # type: ignore[arg-type]
+        model="bernard-demo" if demo else "qwen",
+        base_url=None if demo else "http://llm:8080/v1",
+        demo=demo,
+        probe=probe,
+    )
+
+
+@pytest.mark.parametrize(
+    ("found", "status", "detail"),
+    [
+        (model(None, demo=True), "ok", "offline demo model"),
+        (model(ANSWERS), "ok", "qwen at http://llm:8080/v1 answers"),
+        (
+            model(Probe(reachable=True, status=401, detail="HTTP 401")),
+            "fail",
+            "qwen at http://llm:8080/v1: the upstream refuses the key (HTTP 401)",
+        ),
+        (
+            model(Probe(reachable=True, status=404, detail="HTTP 404")),
+            "warn",
+            "qwen at http://llm:8080/v1 answers HTTP 404 to GET /models",
+        ),
+        (
+            model(Probe(reachable=False, status=None, detail="no answer: refused")),
+            "fail",
+            "qwen at http://llm:8080/v1: no answer: refused",
+        ),
+    ],
+)
+def test_a_model_as_the_server_reports_it(found: ModelStatus, status: str, detail: str) -> None:
+    check = model_check(found)
+    assert (check.name, check.status) == ("LLM (router)", status)
+    assert check.detail.startswith(detail)
+    assert check.status == "ok" or "where the workers run" in check.fix
+
+
+def a_status(**values: Any) -> ServerStatus:
+    fields: dict[str, Any] = {
+        "version": "0.1.0",
+        "checked_at": 1.0,
+        "published_at": 1.0,
+        "workers_version": "0.1.0",
+        "models": [],
+        "tools": [],
+        "mcp_servers": [],
+        "redis": [],
+        "workers": WorkersStatus(alive=1, fresh_within_s=15),
+    }
+    return ServerStatus(**{**fields, **values})
+
+
+def server(node: str, version: str = "7.2.4", policy: str | None = "noeviction") -> ServerFacts:
+    return ServerFacts(
+        node=node,
+        version=version,
+        role="master",
+        maxmemory=0,
+        maxmemory_policy=policy,
+        aof_enabled=True,
+    )
+
+
+def lines(checks: list[Check]) -> list[tuple[str, str, str]]:
+    return [(check.status, check.name, check.detail) for check in checks]
+
+
+def test_the_servers_redis_is_judged_as_it_reports_it() -> None:
+    one = RedisStatus(
+        roles=["data", "queue"],
+        kind="cluster",
+        url="redis+cluster://10.0.0.1:7000",
+        servers=[server("10.0.0.1:7000"), server("10.0.0.2:7000", version="6.2.1")],
+        error=None,
+    )
+    assert lines(server_redis_checks(a_status(redis=[one]))) == [
+        ("ok", "Redis", "redis+cluster://10.0.0.1:7000 answers (cluster; data and queue)"),
+        (
+            "warn",
+            "Redis version",
+            "Redis 6.2.1 (primary 10.0.0.2:7000)",
+        ),
+        ("ok", "Eviction policy", "noeviction (every primary)"),
+        ("ok", "Persistence", "AOF on (every primary)"),
+    ]
+    down = RedisStatus(
+        roles=["queue"], kind="single", url="redis://q:6379/0", servers=[], error="refused"
+    )
+    (check,) = server_redis_checks(a_status(redis=[down]))
+    assert (check.status, check.detail) == (
+        "fail",
+        "the server cannot reach its queue Redis at redis://q:6379/0: refused",
+    )
+
+
+def test_the_tools_and_each_service_once() -> None:
+    ha = ServiceStatus(
+        tool="ha_*",
+        variable="BERNARD_HA_URL",
+        url="http://ha:8123",
+        probe=Probe(reachable=False, status=None, detail="no answer: refused"),
+    )
+    search = ServiceStatus(
+        tool="web_search", variable="BERNARD_SEARXNG_URL", url="http://searx", probe=ANSWERS
+    )
+    tools = [
+        ToolStatus(name="web_search", requires_confirmation=False, services=[search]),
+        ToolStatus(name="ha_list", requires_confirmation=False, services=[ha]),
+        ToolStatus(name="ha_call_service", requires_confirmation=True, services=[ha]),
+    ]
+    assert lines(tool_checks(a_status(tools=tools))) == [
+        ("ok", "Tools", "web_search, ha_list, ha_call_service"),
+        ("ok", "Tool web_search", "http://searx answers (200)"),
+        (
+            "warn",
+            "Tool ha_*",
+            "http://ha:8123 does not answer the server (no answer: refused): the tool will fail",
+        ),
+    ]
+    assert lines(tool_checks(a_status(tools=[]))) == [
+        ("fail", "Tools", "no worker has published its tools")
+    ]
+
+
+def test_nothing_published_and_a_version_apart_are_said() -> None:
+    assert lines(model_checks(a_status(published_at=None))) == [
+        ("fail", "LLM", "no worker has said which models it runs")
+    ]
+    assert version_check(a_status(workers_version="0.0.9")).status == "warn"
+    checks = {
+        c.name: c
+        for c in status_checks(a_status(workers=WorkersStatus(alive=None, fresh_within_s=15)))
+    }
+    assert checks["Workers"].status == "fail"
+    assert "Workers" not in {c.name for c in status_checks(a_status(), with_redis=False)}
