@@ -276,6 +276,7 @@ def turn_object(record: TurnRecord) -> dict[str, Any]:
         "finished_at": record.finished_at,
         "conversation_id": record.conversation_id,
         "model": record.model,
+        "preview": record.preview,
         "error": error,
         "result": result,
     }

@@ -13,15 +13,17 @@ from rich.text import Text
 
 from cli.client import Api, TurnStream
 from cli.live import print_ending, watch
-from cli.view import TurnView
+from cli.view import CANCELLED, TurnView
 
 _STATUS_STYLES = {
     "completed": "green",
     "running": "yellow",
     "queued": "yellow",
     "awaiting_confirmation": "magenta",
+    "decided": "green",
+    "expired": "dim",
     "failed": "red",
-    "cancelled": "red",
+    "cancelled": "yellow",
 }
 
 
@@ -36,18 +38,32 @@ def status_text(status: str) -> Text:
     return Text(status, style=_STATUS_STYLES.get(status, ""))
 
 
+def about(turn: dict[str, Any]) -> Text:
+    """What the turn was about: its preview, or what a turn without one did."""
+    if turn.get("preview"):
+        return Text(str(turn["preview"]))
+    return Text("(a decision carried out)" if turn.get("conversation_id") else "", style="dim")
+
+
 def turns_table(turns: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("turn", "status", "created", "conversation", "error"):
-        table.add_column(column, no_wrap=column == "turn", overflow="fold")
+    for column in ("turn", "status", "created", "about", "conversation", "error"):
+        table.add_column(
+            column,
+            no_wrap=column in ("turn", "status", "created"),
+            overflow="ellipsis" if column == "about" else "fold",
+            ratio=2 if column == "about" else None,
+        )
     for turn in turns:
         error = turn.get("error") or {}
+        code = error.get("code") or ""
         table.add_row(
             turn["id"],
             status_text(turn["status"]),
             when(turn.get("created_at")),
+            about(turn),
             turn.get("conversation_id") or "",
-            error.get("code") or "",
+            "" if code == CANCELLED else code,
         )
     return table
 
@@ -68,12 +84,14 @@ def show_turn(api: Api, console: Console, turn_id: str) -> dict[str, Any]:
     facts = Table.grid(padding=(0, 2))
     facts.add_row("turn", turn["id"])
     facts.add_row("status", status_text(turn["status"]))
+    if turn.get("preview"):
+        facts.add_row("about", turn["preview"])
     facts.add_row("conversation", turn.get("conversation_id") or "")
     for name in ("created_at", "started_at", "finished_at"):
         if turn.get(name):
             facts.add_row(name.removesuffix("_at"), when(turn[name]))
     error = turn.get("error")
-    if error:
+    if error and error.get("code") != CANCELLED:
         facts.add_row("error", Text(f"{error.get('code')}: {error.get('message')}", style="red"))
     result = turn.get("result") or {}
     usage = result.get("usage") or {}

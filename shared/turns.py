@@ -86,6 +86,29 @@ SAMPLING_OPTIONS = (
 )
 
 
+# How much of its user message a turn's `preview` keeps.
+PREVIEW_CHARS = 80
+
+
+def preview_of(messages: list[dict[str, Any]]) -> str | None:
+    """What a turn is about: the start of the last user message it was given (the one it
+    answers), on one line, cut to `PREVIEW_CHARS`; None when it was given none (a resume)."""
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: their text
+            content = " ".join(
+                str(part.get("text", "")) for part in content if isinstance(part, dict)
+            )
+        # Only its start is read: a message may be 100,000 characters (on the turn's way in).
+        text = " ".join(str(content or "")[: PREVIEW_CHARS * 4].split())
+        if not text:
+            return None
+        return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+    return None
+
+
 @dataclass(slots=True)
 class TurnRecord:
     """The turn hash, as one object."""
@@ -104,6 +127,8 @@ class TurnRecord:
     # The W3C trace context of the request that created the turn (tracing on): the worker
     # continues that trace (shared/traces.py).
     traceparent: str | None = None
+    # What the turn is about, for lists (`preview_of`); kept when the prompt is dropped.
+    preview: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -125,6 +150,9 @@ class TurnRecord:
             fields["conversation_id"] = self.conversation_id
         if self.traceparent:
             fields["traceparent"] = self.traceparent
+        preview = self.preview or preview_of(self.request.messages)
+        if preview:
+            fields["preview"] = preview
         return fields
 
     @classmethod
@@ -155,6 +183,7 @@ class TurnRecord:
             error=json_field("error"),
             result=json_field("result"),
             traceparent=data["traceparent"].decode() if "traceparent" in data else None,
+            preview=data["preview"].decode() if "preview" in data else None,
         )
 
 
@@ -267,6 +296,7 @@ _LISTED_FIELDS = (
     "finished_at",
     "error",
     "result",
+    "preview",
 )
 
 

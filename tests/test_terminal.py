@@ -428,7 +428,7 @@ async def test_serve_runs_bernard_until_ctrl_c(tmp_path: Path) -> None:
 # -- turns ----------------------------------------------------------------------------------------
 
 
-async def test_turns_list_shows_only_the_callers_turns(
+async def test_turns_list_shows_the_callers_turns_and_what_each_was_about(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     settings = make_settings(upstream, api_keys=two_users())
@@ -453,6 +453,7 @@ async def test_turns_list_shows_only_the_callers_turns(
     assert code == 0
     assert made["alice"] in screen
     assert made["bob"] not in screen
+    assert re.search(rf"{made['alice']} +completed +[-0-9: ]+ +hello from alice", screen)
 
 
 async def test_turns_tail_follows_a_running_turn_to_its_end(

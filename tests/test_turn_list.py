@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from api.routes.turns import waiting_status
 from shared import keys
 from tests.conftest import Stack, make_settings, run_stack
-from tests.upstream import ScriptedUpstream
+from tests.upstream import Reply, ScriptedUpstream
 
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
@@ -89,3 +90,71 @@ async def test_expired_turns_leave_the_index_as_it_is_read_and_the_index_expires
     assert [m.decode() for m in await users.redis.zrange(index, 0, -1)] == [kept]
     ttl = await users.redis.ttl(index)
     assert ttl > users.settings.turn_retention_s
+
+
+async def test_each_turn_says_what_it_was_about(users: Stack) -> None:
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "an earlier question"},
+        {"role": "assistant", "content": "an earlier answer"},
+        {"role": "user", "content": "what is   the\nweather in Lima?"},
+    ]
+    response = await users.client.post(
+        "/v1/chat/completions", json={"model": "bernard-v1", "messages": history}, headers=ALICE
+    )
+    long = await turn(users, ALICE, "word " * 40)
+    asked = response.headers["x-bernard-turn-id"]
+
+    by_id = {t["id"]: t for t in (await listed(users, ALICE))["data"]}
+    one = (await users.client.get(f"/v1/turns/{asked}", headers=ALICE)).json()
+
+    assert by_id[asked]["preview"] == "what is the weather in Lima?" == one["preview"]
+    assert by_id[long]["preview"] == "word " * 15 + "word…"
+    assert len(by_id[long]["preview"]) == 80
+
+
+async def test_a_paused_turn_reads_decided_once_its_tool_call_is_decided(
+    upstream: ScriptedUpstream, users: Stack
+) -> None:
+    await users.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
+    paused = await users.client.post(
+        "/v1/conversations/hall/messages", json={"content": "remember the code"}, headers=ALICE
+    )
+    assert paused.json()["status"] == "awaiting_confirmation"
+    paused_id = paused.json()["turn_id"]
+    before = {t["id"]: t for t in (await listed(users, ALICE))["data"]}
+    proposal = (await users.client.get("/v1/conversations/hall", headers=ALICE)).json()[
+        "pending_confirmation"
+    ]
+    resumed = await users.client.post(
+        "/v1/conversations/hall/resume",
+        json={"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+        headers=ALICE,
+    )
+    resumed_id = resumed.json()["turn_id"]
+    after = {t["id"]: t for t in (await listed(users, ALICE))["data"]}
+    one = (await users.client.get(f"/v1/turns/{paused_id}", headers=ALICE)).json()
+
+    assert before[paused_id]["status"] == "awaiting_confirmation"
+    assert before[paused_id]["preview"] == "remember the code"
+    assert after[paused_id]["status"] == "decided" == one["status"]
+    assert (after[resumed_id]["status"], after[resumed_id]["preview"]) == ("completed", None)
+
+
+@pytest.mark.parametrize(
+    ("states", "status"),
+    [
+        ([("pending", 100.0)], "awaiting_confirmation"),
+        ([("pending", 100.0), ("approved", 100.0)], "awaiting_confirmation"),
+        ([("approved", 100.0), ("rejected", 100.0)], "decided"),
+        ([("pending", 1.0)], "expired"),  # lapsed while pending
+        ([("approved", 100.0), ("expired", 1.0)], "expired"),
+        ([], "expired"),  # its conversation was deleted
+    ],
+)
+def test_what_a_paused_turns_proposals_say_of_it(
+    states: list[tuple[str, float]], status: str
+) -> None:
+    proposals = [{"state": state, "expires_at": expires} for state, expires in states]
+    assert waiting_status(proposals, now=50.0) == status

@@ -8,11 +8,14 @@ probed across users.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 
 from api.auth import Owner
+from api.conversations import pending_of
 from api.cursors import bad_cursor_is_400, locate, parse_cursor
 from api.encoding import encoder_for
 from api.errors import ApiError
@@ -53,12 +56,54 @@ async def list_turns(
 ) -> dict[str, Any]:
     """The owner's turns, newest first; page with `after` (a turn id)."""
     found, more = await state.store.recent(owner, after=after, limit=limit)
-    return list_page([turn_object(record) for record in found], more)
+    return list_page(await _turn_objects(state, owner, found), more)
 
 
 @router.get("/turns/{turn_id}")
 async def get_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any]:
-    return turn_object(await _owned_turn(state, turn_id, owner))
+    (turn,) = await _turn_objects(state, owner, [await _owned_turn(state, turn_id, owner)])
+    return turn
+
+
+async def _turn_objects(
+    state: AppState, owner: str, records: list[TurnRecord]
+) -> list[dict[str, Any]]:
+    """The turn objects, a paused turn's status saying whether it still waits: a turn that
+    ended `awaiting_confirmation` keeps that status in its record for good, while its
+    proposals (shared/records.py) are decided, or lapse, later. One that no longer waits
+    reads `decided` (each of its proposals was approved or rejected: the turns that
+    carried out the decisions are turns of their own) or `expired` (none waits, not all
+    were decided: they lapsed, or the conversation was deleted)."""
+    objects = [turn_object(record) for record in records]
+    paused = sorted(
+        {
+            record.conversation_id
+            for record in records
+            if record.status == "awaiting_confirmation" and record.conversation_id
+        }
+    )
+    if not paused:
+        return objects
+    async with state.redis.pipeline(transaction=False) as pipe:
+        for conversation_id in paused:
+            pipe.hvals(keys.conversation_proposals(owner, conversation_id))
+        replies = await pipe.execute()
+    proposals = [orjson.loads(raw) for values in replies for raw in values]
+    now = time.time()
+    for record, turn in zip(records, objects, strict=True):
+        if record.status == "awaiting_confirmation" and record.conversation_id:
+            own = [p for p in proposals if p.get("turn_id") == record.id]
+            turn["status"] = waiting_status(own, now)
+    return objects
+
+
+def waiting_status(proposals: list[dict[str, Any]], now: float) -> str:
+    """What a paused turn's proposals (those it made) say of it: see `_turn_objects`."""
+    if pending_of(proposals, now):
+        return "awaiting_confirmation"
+    if proposals and all(p.get("state") in ("approved", "rejected") for p in proposals):
+        return "decided"
+    return "expired"
 
 
 @router.post("/turns/{turn_id}/cancel")
