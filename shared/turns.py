@@ -130,6 +130,10 @@ class TurnRecord:
     # What the turn is about, for lists (`preview_of`); kept when the prompt is dropped.
     preview: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.preview is None:
+            self.preview = preview_of(self.request.messages)
+
     @property
     def finished(self) -> bool:
         return self.status in TERMINAL_STATUSES
@@ -150,9 +154,8 @@ class TurnRecord:
             fields["conversation_id"] = self.conversation_id
         if self.traceparent:
             fields["traceparent"] = self.traceparent
-        preview = self.preview or preview_of(self.request.messages)
-        if preview:
-            fields["preview"] = preview
+        if self.preview:
+            fields["preview"] = self.preview
         return fields
 
     @classmethod
