@@ -13,9 +13,9 @@ from fastapi import Depends, Request
 from api.errors import ApiError
 from api.state import AppState, get_state
 from shared.errors import ErrorCode
-from shared.settings import Settings
+from shared.settings import LOCAL_USER, Settings
 
-LOCAL_USER = "local"
+__all__ = ["LOCAL_USER", "Owner", "authenticate", "current_user"]
 
 
 def authenticate(request: Request, settings: Settings) -> str:

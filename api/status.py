@@ -27,7 +27,14 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.connection import REDIS_ERRORS, describe, is_cluster, parse_url
-from shared.deployment import Deployment, ModelFacts, models_of, version
+from shared.deployment import (
+    Deployment,
+    ModelFacts,
+    base_url_of,
+    models_of,
+    models_request,
+    version,
+)
 from shared.redis_checks import server_facts
 from shared.settings import Settings
 from shared.status import (
@@ -140,21 +147,15 @@ async def probe(http: httpx.AsyncClient, url: str, headers: dict[str, str] | Non
 
 
 def _model_request(model: ModelFacts, settings: Settings) -> tuple[str, dict[str, str]]:
-    """The URL listing the upstream's models, and the headers to send: this process's own
-    key when its settings name the same upstream (one deployment's processes share them),
-    else none (an answer still shows the upstream is there)."""
-    ours = {(m.provider, m.base_url) for m in models_of(settings)}
-    same = (model.provider, model.base_url) in ours
-    headers: dict[str, str] = {}
-    if model.provider == "anthropic":
-        base = (settings.anthropic_base_url if same else None) or model.base_url or ""
-        if same and settings.anthropic_api_key:
-            headers = {"x-api-key": settings.anthropic_api_key, "anthropic-version": "2023-06-01"}
-        return f"{base.rstrip('/')}/v1/models", headers
-    base = (settings.openai_base_url if same else None) or model.base_url or ""
-    if same and settings.openai_api_key:
-        headers = {"Authorization": f"Bearer {settings.openai_api_key}"}
-    return f"{base.rstrip('/')}/models", headers
+    """The request listing the upstream's models: with this process's own key when its
+    settings name the same upstream (one deployment's processes share them), else
+    without (an answer still shows the upstream is there)."""
+    same = (model.provider, model.base_url) in {
+        (m.provider, m.base_url) for m in models_of(settings)
+    }
+    if same:  # its own URL: the published one has its password hidden
+        return models_request(model.provider, base_url_of(model.provider, settings), settings)
+    return models_request(model.provider, model.base_url or "")
 
 
 async def _models(

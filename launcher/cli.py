@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 from rich.console import Console
 from rich.markup import escape
 
@@ -23,14 +26,26 @@ from launcher.redis_server import (
     port_is_free,
     start_embedded_redis,
 )
-from shared.connection import redact
-from shared.settings import MODEL_ID, Settings
+from shared import keys
+from shared.connection import REDIS_ERRORS, connect_data, redact
+from shared.deployment import base_url_of, models_request
+from shared.settings import LOCAL_USER, MODEL_ID, Settings
 
 # Under the repository root (`./run` runs from there); gitignored.
 STATE_DIR = Path(".bernard")
 # How long a Redis named by REDIS_URL has to answer PING (a remote one may need a TLS
 # handshake) before `./run` gives up.
 SET_REDIS_TIMEOUT_S = 3.0
+# How long the upstream LLM has to answer `GET /models` before `./run` gives up on it.
+UPSTREAM_TIMEOUT_S = 5.0
+
+
+# What a Redis that cannot say raises (ValueError: a URL the client cannot use).
+_NO_ANSWER: tuple[type[Exception], ...] = (*REDIS_ERRORS, TimeoutError, ValueError)
+
+
+class UpstreamUnavailable(RuntimeError):
+    """The upstream LLM the settings name does not answer, or refuses the key."""
 
 
 def worker_argv(python: str) -> list[str]:
@@ -110,10 +125,107 @@ def model_line(settings: Settings) -> str:
     return f"Model: {upstream} (router {settings.router_model}, response {settings.response_model})"
 
 
-def print_banner(console: Console, base_url: str, settings: Settings) -> None:
+_UPSTREAM_VARIABLES = {
+    "openai": ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
+    "anthropic": ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+}
+
+
+def check_upstream(settings: Settings, timeout_s: float = UPSTREAM_TIMEOUT_S) -> str | None:
+    """The line `./run` prints about the upstream LLM (None on the offline demo model).
+
+    Each upstream the two models use must answer `GET /models` within `timeout_s`: one
+    that does not answer, or refuses the key, raises UpstreamUnavailable naming it
+    (password hidden), as a REDIS_URL that does not answer does, having started nothing:
+    every turn would fail. Any other answer (a server without `/models`) is said, and
+    `./run` goes on.
+    """
+    if settings.demo_mode:
+        return None
+    said: list[str] = []
+    for provider in dict.fromkeys((settings.router_provider, settings.response_provider)):
+        base = base_url_of(provider, settings)
+        url, headers = models_request(provider, base, settings)
+        where, key = _UPSTREAM_VARIABLES[provider]
+        try:
+            response = httpx.get(url, headers=headers, timeout=timeout_s, trust_env=True)
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(
+                f"no model server answers at {redact(base)} ({where}): "
+                f"{str(exc) or type(exc).__name__}; start it or fix {where} (with {where} "
+                f"and {key} unset, Bernard runs its offline demo model)"
+            ) from None
+        if response.status_code in (401, 403):
+            raise UpstreamUnavailable(
+                f"the model server at {redact(base)} ({where}) refuses the key: "
+                f"GET {redact(url)} answers {response.status_code}; check {key}"
+            )
+        if response.status_code >= 400:
+            said.append(
+                f"{redact(base)} answers GET /models with {response.status_code}; "
+                "going on (turns will tell whether it works)"
+            )
+        else:
+            said.append(f"{redact(base)} answers")
+    return f"Upstream: {'; '.join(said)}"
+
+
+def command_line() -> str | None:
+    """What the banner says of the `bernard` command: its full path, unless PATH finds this
+    very one (None when it is not installed beside this Python)."""
+    here = Path(sys.executable).absolute().parent  # not resolved: the venv's own bin
+    command = here / "bernard"
+    if not command.exists():
+        return None
+    found = shutil.which("bernard")
+    if found is not None and Path(found).absolute() == command:
+        return "Command line: bernard chat (bernard doctor checks this server)"
+    return (
+        f"Command line: {command} chat (add {here} to PATH to type just bernard; "
+        "bernard doctor checks this server)"
+    )
+
+
+def local_conversations_note(settings: Settings, redis_url: str) -> str | None:
+    """With BERNARD_API_KEYS set and no key for the user `local`: a note that the
+    conversations made while the API was open (they are `local`'s) are out of every
+    key's reach, when Redis holds some (None otherwise, or when Redis cannot say)."""
+    users = settings.api_key_users()
+    if not users or LOCAL_USER in users.values():
+        return None
+
+    async def count() -> int:
+        client = connect_data(redis_url, retries=0)
+        try:
+            async with asyncio.timeout(SET_REDIS_TIMEOUT_S):
+                return int(await client.zcard(keys.conversations(LOCAL_USER)))
+        finally:
+            await client.aclose()
+
+    try:
+        held = asyncio.run(count())
+    except _NO_ANSWER:
+        return None
+    if not held:
+        return None
+    return (
+        f"Note: {held} conversation(s) made while BERNARD_API_KEYS was unset belong to the "
+        f"user {LOCAL_USER!r}, which no key maps to: they are hidden. To keep them, map a "
+        f"key to it: BERNARD_API_KEYS=<key>:{LOCAL_USER},..."
+    )
+
+
+def print_banner(
+    console: Console, base_url: str, settings: Settings, notes: list[str] | None = None
+) -> None:
     console.print(f"\n[bold green]Bernard is ready[/] at [bold]{base_url}[/]")
     console.print(f"Open the playground in a browser: {base_url}/", markup=False)
     console.print(model_line(settings), markup=False)
+    command = command_line()
+    if command is not None:
+        console.print(command, markup=False, highlight=False)
+    for note in notes or []:
+        console.print(note, markup=False, highlight=False, style="yellow")
     console.print("Try a streaming chat completion:\n")
     console.print(
         curl_command(base_url, bool(settings.api_key_users())), markup=False, highlight=False
@@ -194,6 +306,7 @@ def serve(console: Console) -> int:
     supervisor.handle_signals()
     try:
         queue = check_queue_redis(settings.queue_redis_url)  # before anything is started
+        upstream = check_upstream(settings)
         redis = choose_redis(configured_redis_url(settings), STATE_DIR)
         if redis.process is not None:
             supervisor.adopt("redis", redis.process)  # first in, so stopped last
@@ -201,6 +314,9 @@ def serve(console: Console) -> int:
         console.print(redis.description, markup=False)
         if queue is not None:
             console.print(queue, markup=False)
+        if upstream is not None:
+            console.print(upstream, markup=False)
+        notes = [note] if (note := local_conversations_note(settings, redis.url)) else []
 
         home = demo_home_for(settings)
         if home is not None:  # before the worker, so it stops after it
@@ -218,7 +334,7 @@ def serve(console: Console) -> int:
         return supervisor.watch(
             console,
             ready=lambda: http_ok(f"{base_url}/healthz"),
-            on_ready=lambda: print_banner(console, base_url, settings),
+            on_ready=lambda: print_banner(console, base_url, settings, notes),
         )
     finally:
         supervisor.stop()
@@ -237,6 +353,6 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     try:
         return serve(console)
-    except RedisUnavailable as exc:
+    except (RedisUnavailable, UpstreamUnavailable) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 1

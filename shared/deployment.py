@@ -68,10 +68,7 @@ def models_of(settings: Settings) -> list[ModelFacts]:
         ("router", settings.router_provider, settings.router_model),
         ("response", settings.response_provider, settings.response_model),
     ):
-        if provider == "anthropic":
-            base = settings.anthropic_base_url or DEFAULT_ANTHROPIC_URL
-        else:
-            base = settings.openai_base_url or DEFAULT_OPENAI_URL
+        base = base_url_of(provider, settings)
         found.append(
             ModelFacts(role=role, provider=provider, model=model, base_url=redact(base), demo=False)
         )
@@ -97,3 +94,26 @@ def services_of(settings: Settings) -> list[ServiceFacts]:
         for tool, variable, url in named
         if url
     ]
+
+
+def models_request(
+    provider: str, base_url: str, settings: Settings | None = None
+) -> tuple[str, dict[str, str]]:
+    """The request that lists an upstream's models, a cheap way to see it answers: its URL
+    for `base_url`, and the headers carrying `settings`' key for `provider` (none without
+    settings)."""
+    headers: dict[str, str] = {}
+    if provider == "anthropic":
+        if settings is not None and settings.anthropic_api_key:
+            headers = {"x-api-key": settings.anthropic_api_key, "anthropic-version": "2023-06-01"}
+        return f"{base_url.rstrip('/')}/v1/models", headers
+    if settings is not None and settings.openai_api_key:
+        headers = {"Authorization": f"Bearer {settings.openai_api_key}"}
+    return f"{base_url.rstrip('/')}/models", headers
+
+
+def base_url_of(provider: str, settings: Settings) -> str:
+    """The base URL `settings` give `provider`'s models (the provider's own by default)."""
+    if provider == "anthropic":
+        return settings.anthropic_base_url or DEFAULT_ANTHROPIC_URL
+    return settings.openai_base_url or DEFAULT_OPENAI_URL

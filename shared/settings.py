@@ -13,6 +13,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MODEL_ID = "bernard-v1"
+# Whom every request belongs to while `BERNARD_API_KEYS` is unset (api/auth.py).
+LOCAL_USER = "local"
 
 
 def is_cluster_url(url: str) -> bool:

@@ -769,14 +769,231 @@ def test_on_the_demo_model_the_launcher_runs_a_demo_home_and_the_worker_uses_it(
     "env",
     [
         {"BERNARD_HA_URL": "http://homeassistant.local:8123", "BERNARD_HA_TOKEN": "mine"},
-        {"OPENAI_API_KEY": "sk-test"},
+        {"OPENAI_API_KEY": "good", "OPENAI_BASE_URL": "{models}"},
     ],
 )
 def test_with_home_assistant_or_a_real_model_no_demo_home_runs(
-    env: dict[str, str], launch: Callable[..., RecordingSupervisor]
+    env: dict[str, str], launch: Callable[..., RecordingSupervisor], models_server: str
 ) -> None:
+    env = {name: value.format(models=models_server) for name, value in env.items()}
     supervisor = launch(**env)
     assert list(supervisor.spawned) == ["worker", "api"]
     worker_env = supervisor.spawned["worker"][1]
     assert worker_env.get("BERNARD_HA_URL") == env.get("BERNARD_HA_URL")
     assert worker_env.get("BERNARD_HA_TOKEN") == env.get("BERNARD_HA_TOKEN")
+
+
+# ./run installs what each command needs, once
+
+
+FAKE_PYTHON = """#!/bin/sh
+# Stands in for .venv/bin/python: hashes with the real one, logs what else it is asked.
+case "$1" in
+  -c) exec {python} "$@" ;;
+  -m) echo "$*" >> "$(dirname "$0")/../calls" ;;
+esac
+"""
+FAKE_TOOL = '#!/bin/sh\necho "$(basename "$0") $*" >> "$(dirname "$0")/../calls"\n'
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A copy of the launcher script beside the project's files, and a .venv whose python,
+    ruff, mypy and pytest only log how they were called (to .venv/calls)."""
+    for name in ("run", "pyproject.toml", "constraints.txt"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, text in [
+        ("python", FAKE_PYTHON.format(python=shlex.quote(sys.executable))),
+        *((tool, FAKE_TOOL) for tool in ("ruff", "mypy", "pytest")),
+    ]:
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return tmp_path
+
+
+def run_script(checkout: Path, *args: str) -> list[str]:
+    """What `./run args` asked the fake .venv to do."""
+    calls = checkout / ".venv" / "calls"
+    calls.unlink(missing_ok=True)
+    done = subprocess.run(
+        ["bash", str(checkout / "run"), *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+PIP = "-m pip install --disable-pip-version-check --progress-bar on -e {} -c constraints.txt"
+
+
+def test_run_installs_what_running_needs_and_run_test_the_dev_tools_each_once(
+    checkout: Path,
+) -> None:
+    assert run_script(checkout) == [PIP.format("."), "-m launcher"]
+    assert run_script(checkout) == ["-m launcher"], "installed once"
+    tested = run_script(checkout, "test", "-q")
+    assert tested[0] == PIP.format(".[dev]")
+    assert tested[1:] == ["ruff check .", "ruff format --check .", "mypy ", "pytest -q"]
+    assert run_script(checkout, "test") == [
+        "ruff check .",
+        "ruff format --check .",
+        "mypy ",
+        "pytest ",
+    ]
+    assert run_script(checkout) == ["-m launcher"], "the dev install holds what running needs"
+    with (checkout / "constraints.txt").open("a") as file:
+        file.write("# changed\n")
+    assert run_script(checkout) == [PIP.format("."), "-m launcher"]
+    assert run_script(checkout, "test")[0] == PIP.format(".[dev]")
+
+
+# The upstream LLM, checked before anything starts
+
+
+class _Models(BaseHTTPRequestHandler):
+    """An upstream's `GET /models`: 200 with the key `good`, 401 with another, 404 under
+    `/bare` (a server without the route)."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/bare"):
+            self.send_response(404)
+        elif (
+            self.headers.get("Authorization") == "Bearer good"
+            or self.headers.get("x-api-key") == "good"
+        ):
+            self.send_response(200)
+        else:
+            self.send_response(401)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def models_server() -> Iterator[str]:
+    """The base URL (`…/v1`) of an upstream answering `GET /models`."""
+    server = HTTPServer(("127.0.0.1", 0), _Models)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def upstream_settings(**values: str) -> Settings:
+    none: dict[str, str | None] = dict.fromkeys(
+        ("openai_base_url", "openai_api_key", "anthropic_base_url", "anthropic_api_key")
+    )
+    return Settings(_env_file=None, **{**none, **values})
+
+
+def test_the_demo_model_needs_no_upstream() -> None:
+    assert cli.check_upstream(upstream_settings()) is None
+
+
+def test_an_upstream_that_answers_is_said(models_server: str) -> None:
+    settings = upstream_settings(openai_base_url=models_server, openai_api_key="good")
+    assert cli.check_upstream(settings) == f"Upstream: {models_server} answers"
+
+
+def test_an_upstream_without_a_models_route_is_said_and_run_goes_on(models_server: str) -> None:
+    bare = models_server.replace("/v1", "/bare/v1")
+    line = cli.check_upstream(upstream_settings(openai_base_url=bare, openai_api_key="good"))
+    assert line == (
+        f"Upstream: {bare} answers GET /models with 404; going on (turns will tell whether "
+        "it works)"
+    )
+
+
+def test_both_providers_are_checked(models_server: str) -> None:
+    settings = upstream_settings(
+        openai_base_url=models_server,
+        openai_api_key="good",
+        anthropic_base_url=models_server.removesuffix("/v1"),
+        anthropic_api_key="good",
+        BERNARD_RESPONSE_PROVIDER="anthropic",
+    )
+    root = models_server.removesuffix("/v1")
+    assert cli.check_upstream(settings) == f"Upstream: {models_server} answers; {root} answers"
+
+
+def test_an_upstream_that_refuses_the_key_stops_run_naming_it(models_server: str) -> None:
+    settings = upstream_settings(openai_base_url=models_server, openai_api_key="bad")
+    with pytest.raises(cli.UpstreamUnavailable) as refused:
+        cli.check_upstream(settings)
+    assert str(refused.value) == (
+        f"the model server at {models_server} (OPENAI_BASE_URL) refuses the key: "
+        f"GET {models_server}/models answers 401; check OPENAI_API_KEY"
+    )
+
+
+def test_an_upstream_that_does_not_answer_stops_run_naming_it_without_its_password() -> None:
+    dead = f"http://me:s3cret@127.0.0.1:{free_port()}/v1"
+    with pytest.raises(cli.UpstreamUnavailable) as refused:
+        cli.check_upstream(upstream_settings(openai_base_url=dead, openai_api_key="good"))
+    said = str(refused.value)
+    assert said.startswith(f"no model server answers at {redact(dead)} (OPENAI_BASE_URL): ")
+    assert "s3cret" not in said and "me:***@" in said
+    assert said.endswith(
+        "start it or fix OPENAI_BASE_URL (with OPENAI_BASE_URL and OPENAI_API_KEY unset, "
+        "Bernard runs its offline demo model)"
+    )
+
+
+def test_run_with_an_upstream_that_does_not_answer_starts_nothing_and_exits_1(
+    launch: Callable[..., RecordingSupervisor],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
+    RecordingSupervisor.made.clear()
+    assert cli.main([]) == 1
+    assert "error: no model server answers at http://127.0.0.1:" in capsys.readouterr().out
+    assert all(not made.spawned for made in RecordingSupervisor.made)
+
+
+# What the banner says
+
+
+def test_the_banner_names_the_bernard_command_by_its_full_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    here = Path(sys.executable).absolute().parent
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    out = io.StringIO()
+    cli.print_banner(Console(file=out, width=300), "http://127.0.0.1:8000", upstream_settings())
+    assert (
+        f"Command line: {here / 'bernard'} chat (add {here} to PATH to type just bernard; "
+        "bernard doctor checks this server)"
+    ) in out.getvalue()
+    monkeypatch.setenv("PATH", f"{here}:/usr/bin:/bin")
+    assert cli.command_line() == "Command line: bernard chat (bernard doctor checks this server)"
+
+
+def test_turning_keys_on_says_that_the_open_servers_conversations_are_hidden(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    proc = start_redis(real_redis_binary(), port, tmp_path)
+    url = f"redis://127.0.0.1:{port}/0"
+    keyed = Settings(_env_file=None, BERNARD_API_KEYS="k1:alice")
+    try:
+        assert cli.local_conversations_note(keyed, url) is None, "nothing to hide yet"
+        with redis.Redis.from_url(url) as client:
+            client.zadd("bernard:user:{local}:conversations", {"kitchen": 1.0, "hall": 2.0})
+        note = cli.local_conversations_note(keyed, url)
+        open_server = Settings(_env_file=None, BERNARD_API_KEYS=None)
+        kept = Settings(_env_file=None, BERNARD_API_KEYS="k1:alice,k2:local")
+        assert cli.local_conversations_note(open_server, url) is None
+        assert cli.local_conversations_note(kept, url) is None
+    finally:
+        stop_process(proc)
+    assert note == (
+        "Note: 2 conversation(s) made while BERNARD_API_KEYS was unset belong to the user "
+        "'local', which no key maps to: they are hidden. To keep them, map a key to it: "
+        "BERNARD_API_KEYS=<key>:local,..."
+    )
