@@ -144,17 +144,23 @@ class Chat:
                 continue  # the line is dropped, as a shell does
             except EOFError:
                 raise Leave from None
-            command = line.strip()
-            if not command:
-                continue
-            if command in EXIT_WORDS:
-                raise Leave
-            if command == "/help":
-                self.console.print(help_table())
-                continue
-            if command == "/new":
-                self.new_conversation()
-                continue
+            try:
+                self.handle(line)
+            except KeyboardInterrupt:  # outside a turn's drawing: a request waiting
+                self.console.print("interrupted", style="yellow")
+
+    def handle(self, line: str) -> None:
+        """One line typed at the prompt: a command, or a message and its turn."""
+        command = line.strip()
+        if not command:
+            return
+        if command in EXIT_WORDS:
+            raise Leave
+        if command == "/help":
+            self.console.print(help_table())
+        elif command == "/new":
+            self.new_conversation()
+        else:
             answered = self.turn(
                 "POST", f"/v1/conversations/{self.conversation_id}/messages", {"content": line}
             )
@@ -309,6 +315,8 @@ def chat(api: Api, console: Console, conversation_id: str | None, keyboard: Line
     except ApiError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
+    except KeyboardInterrupt:
+        return 130
     session = Chat(api, console, conversation["id"], keyboard)
     console.print(
         f"[bold]Bernard[/] · conversation [bold]{escape(conversation['id'])}[/] · "

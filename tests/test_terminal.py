@@ -414,13 +414,14 @@ async def test_serve_runs_bernard_until_ctrl_c(tmp_path: Path) -> None:
     env.update(HOST="127.0.0.1", PORT=str(port))
     async with terminal(tmp_path) as term, httpx.AsyncClient(timeout=5) as client:
         await term.start(bernard("serve"), env, cwd=tmp_path)
-        ready = await term.wait_for("Bernard is ready", timeout_s=90)
+        ready = await term.wait_for("Ctrl-C stops everything", timeout_s=90)
         answered = await client.get(f"http://127.0.0.1:{port}/healthz")
         await term.press("C-c")
         code = await term.exit_code(timeout_s=60)
 
     assert f"Bernard is ready at http://127.0.0.1:{port}" in ready
     assert "offline demo model" in ready
+    assert re.search(r"^Command line: \S*bernard chat ", ready, re.MULTILINE)
     assert answered.status_code == 200
     assert code == 0
 
