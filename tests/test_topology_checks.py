@@ -1,6 +1,6 @@
-"""`./run` and `bernard doctor` on a real Redis Cluster and a real Sentinel set
-(tests/topologies.py): the URL forms shared/connection.py reads are accepted and checked
-like a lone server's.
+"""`./run`, `bernard doctor` and `GET /v1/status` on a real Redis Cluster and a real
+Sentinel set (tests/topologies.py): the URL forms shared/connection.py reads are accepted
+and checked like a lone server's.
 
 These start real servers for every test: they carry the `topology` marker, which the
 default run leaves out; `./run test-topologies` runs them (docs/testing.md).
@@ -18,6 +18,7 @@ from cli.doctor import Check, redis_checks
 from launcher import cli
 from launcher.redis_server import ping_error
 from shared import keys
+from tests.conftest import make_settings, run_stack
 from tests.processes import private_redis
 from tests.topologies import (
     RedisClusterTopology,
@@ -94,3 +95,25 @@ async def test_doctor_checks_the_primary_the_sentinels_name(
     assert checks["Eviction policy"] == ("ok", "noeviction")
     assert checks["Persistence"][0] == "warn"
     assert checks["Workers"] == ("ok", "2 workers reported in the last 15 s")
+
+
+async def test_status_reports_a_cluster_data_role_and_a_queue_role_apart(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async with private_redis(tmp_path / "queue") as queue:
+        settings = make_settings(None, redis_url=redis_cluster.url, queue_redis_url=queue.url)
+        async with run_stack(settings) as stack:
+            body = (await stack.client.get("/v1/status")).json()
+        primaries = sorted(f"127.0.0.1:{node.port}" for node in await redis_cluster.primaries())
+
+    data, queue_role = body["redis"]
+    assert (data["roles"], data["kind"], data["error"]) == (["data"], "cluster", None)
+    assert sorted(server["node"] for server in data["servers"]) == primaries
+    assert {server["maxmemory_policy"] for server in data["servers"]} == {"noeviction"}
+    assert (queue_role["roles"], queue_role["kind"], queue_role["url"]) == (
+        ["queue"],
+        "single",
+        queue.url,
+    )
+    assert queue_role["servers"][0]["node"] == ""
