@@ -44,7 +44,7 @@ class ModelFacts(BaseModel):
 class ServiceFacts(BaseModel):
     """A service a tool reaches, and the setting that names it."""
 
-    tool: str  # the tool's name, or `ha_*` for Home Assistant's
+    tool: str  # the tool's name, or `ha_*` (`plex_*`) for Home Assistant's (Plex's)
     variable: str
     url: str  # its password hidden
 
@@ -89,6 +89,8 @@ def services_of(settings: Settings) -> list[ServiceFacts]:
         ]
     if settings.ha_token:
         named.append(("ha_*", "BERNARD_HA_URL", settings.ha_url))
+    if settings.plex_token:
+        named.append(("plex_*", "BERNARD_PLEX_URL", settings.plex_url))
     return [
         ServiceFacts(tool=tool, variable=variable, url=redact(url))
         for tool, variable, url in named

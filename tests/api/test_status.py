@@ -192,6 +192,7 @@ async def test_the_cache_shares_one_build_and_builds_again_once_stale() -> None:
         ("wikipedia", "web_search", False),
         ("ha_call_service", "ha_*", True),
         ("weather", "ha_*", False),
+        ("plex_play", "plex_*", True),
     ],
 )
 def test_which_published_service_a_tool_uses(tool: str, published_for: str, uses: bool) -> None:

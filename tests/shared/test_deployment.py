@@ -17,6 +17,8 @@ NO_SERVICES: dict[str, Any] = {
     "open_meteo_geocoding_url": "",
     "ha_url": None,
     "ha_token": None,
+    "plex_url": None,
+    "plex_token": None,
 }
 NO_LLM: dict[str, Any] = dict.fromkeys(
     ("openai_base_url", "openai_api_key", "anthropic_base_url", "anthropic_api_key")
@@ -88,6 +90,11 @@ def test_the_models_a_worker_runs(values: dict[str, Any], models: list[tuple[Any
         (
             {"ha_url": "http://user:pw@ha:8123", "ha_token": "t"},
             [("ha_*", "BERNARD_HA_URL", "http://user:***@ha:8123")],
+        ),
+        ({"plex_url": "http://plex:32400"}, []),  # and the token
+        (
+            {"plex_url": "http://plex:32400", "plex_token": "t"},
+            [("plex_*", "BERNARD_PLEX_URL", "http://plex:32400")],
         ),
     ],
 )
