@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from .const import CHECK_S, CONNECT_S, READ_S
+from .const import CHECK_S, CONNECT_S, LOGGER, READ_S
 from .sse import ServerEvent, SseDecoder
 
 # The config flow's check. `GET /v1/status` (issue 24) says more once it exists: switch here.
@@ -316,7 +316,9 @@ class BernardClient:
                 reason = "the stream ended before the turn did"
             except CannotConnect as err:
                 reason = err.reason
-            if turn_id is None or attempt >= len(RESUME_PAUSES_S):
+            if turn_id is None:
+                raise CannotConnect(reason)  # the turn never started
+            if attempt >= len(RESUME_PAUSES_S):
                 raise CannotConnect(f"lost Bernard's answer: {reason}")
             await asyncio.sleep(RESUME_PAUSES_S[attempt])
             attempt += 1
@@ -330,6 +332,7 @@ class BernardClient:
         headers: Mapping[str, str] | None = None,
         json: Any = None,
     ) -> _Request:
+        LOGGER.debug("%s %s%s", method, self.url, path)
         return _Request(
             self.session.request(
                 method,
