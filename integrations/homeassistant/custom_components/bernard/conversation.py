@@ -101,8 +101,12 @@ class _Heard:
                 result = {"output": event.output, "is_error": event.is_error}
                 self.relay.resolve(event.tool_call_id, result)
             case ToolProgress():
+                # No chat log content holds a step: it goes to the trace, and as a delta of
+                # its own to whoever follows the chat log (the pipeline's debug view).
                 progress = {"tool_call_id": event.tool_call_id, "message": event.message}
                 self.chat_log.async_trace({"tool_progress": progress})
+                if self.chat_log.delta_listener is not None:
+                    self.chat_log.delta_listener(self.chat_log, {"tool_progress": progress})
             case Confirmation():
                 self.pending = event
             case TurnError():
@@ -188,7 +192,7 @@ class BernardAgent(conversation.ConversationEntity, conversation.AbstractConvers
                 heard.done.error_code,
                 bernard_id,
             )
-            return _apology(user_input, chat_log, phrases.sorry, after=said)
+            return _apology(user_input, chat_log, phrases.failed, after=said)
         return _result(user_input, chat_log, said)
 
     async def _events(

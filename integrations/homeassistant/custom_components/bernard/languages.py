@@ -26,8 +26,9 @@ class Decision(StrEnum):
 class Phrases:
     yes: frozenset[str]
     no: frozenset[str]
-    # Spoken when Bernard cannot be reached or its turn failed.
+    # Spoken when Bernard cannot be reached, and when its turn failed.
     sorry: str
+    failed: str
     # Spoken when the confirmation answered was decided elsewhere or has lapsed.
     gone: str
     # Spoken when a turn already runs in this conversation.
@@ -65,6 +66,7 @@ LANGUAGES: dict[str, Phrases] = {
             "never mind|nevermind|reject|negative|no way"
         ),
         sorry="Sorry, I can't reach Bernard right now.",
+        failed="Sorry, I couldn't finish that.",
         gone="That request is no longer waiting; please ask again.",
         busy="I'm still working on your last request.",
         timer_done="Your {label} timer is done.",
@@ -77,6 +79,7 @@ LANGUAGES: dict[str, Phrases] = {
         ),
         no=_words("non|non merci|annule|annuler|laisse tomber|pas du tout|surtout pas"),
         sorry="Désolé, je n'arrive pas à joindre Bernard.",
+        failed="Désolé, je n'ai pas pu terminer.",
         gone="Cette demande n'attend plus de réponse ; redemandez-moi.",
         busy="Je m'occupe encore de votre dernière demande.",
         timer_done="Votre minuteur {label} est terminé.",
@@ -86,6 +89,7 @@ LANGUAGES: dict[str, Phrases] = {
         yes=_words("ja|jawohl|ja bitte|klar|okay|ok|mach das|mach es|los|bestätigt|genau|richtig"),
         no=_words("nein|nee|nein danke|abbrechen|lass das|lieber nicht|auf keinen fall"),
         sorry="Entschuldigung, ich kann Bernard gerade nicht erreichen.",
+        failed="Entschuldigung, das hat nicht geklappt.",
         gone="Diese Anfrage wartet nicht mehr; bitte frag noch einmal.",
         busy="Ich arbeite noch an deiner letzten Anfrage.",
         timer_done="Dein Timer {label} ist abgelaufen.",
@@ -95,6 +99,7 @@ LANGUAGES: dict[str, Phrases] = {
         yes=_words("sí|si|sí por favor|claro|vale|de acuerdo|ok|okay|adelante|hazlo|confirmo"),
         no=_words("no|no gracias|cancela|cancelar|déjalo|para nada"),
         sorry="Lo siento, ahora no puedo contactar con Bernard.",
+        failed="Lo siento, no he podido terminar.",
         gone="Esa petición ya no está pendiente; pídemelo de nuevo.",
         busy="Todavía estoy con tu última petición.",
         timer_done="Tu temporizador {label} ha terminado.",
@@ -104,6 +109,7 @@ LANGUAGES: dict[str, Phrases] = {
         yes=_words("ja|ja graag|jazeker|prima|oké|ok|okay|doe maar|ga je gang|akkoord"),
         no=_words("nee|nee dank je|nee bedankt|annuleer|laat maar|niet doen"),
         sorry="Sorry, ik kan Bernard nu niet bereiken.",
+        failed="Sorry, dat is niet gelukt.",
         gone="Dat verzoek wacht niet meer; vraag het opnieuw.",
         busy="Ik ben nog bezig met je vorige verzoek.",
         timer_done="Je timer {label} is afgelopen.",
@@ -113,6 +119,7 @@ LANGUAGES: dict[str, Phrases] = {
         yes=_words("sì|si|sì grazie|certo|va bene|ok|okay|d'accordo|fallo|confermo"),
         no=_words("no|no grazie|annulla|lascia stare|non farlo"),
         sorry="Scusa, ora non riesco a raggiungere Bernard.",
+        failed="Scusa, non sono riuscito a finire.",
         gone="Quella richiesta non è più in attesa; chiedimelo di nuovo.",
         busy="Sto ancora lavorando alla tua ultima richiesta.",
         timer_done="Il timer {label} è finito.",
