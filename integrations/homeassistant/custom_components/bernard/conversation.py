@@ -121,6 +121,9 @@ class BernardAgent(conversation.ConversationEntity, conversation.AbstractConvers
 
     _attr_has_entity_name = True
     _attr_name = None
+    # Home Assistant 2025.4 hands every chat log delta to the pipeline's listeners; later
+    # releases also start text-to-speech on the first words of an agent that says it streams.
+    _attr_supports_streaming = True
 
     def __init__(self, entry: BernardConfigEntry) -> None:
         self.entry = entry
