@@ -1,5 +1,5 @@
-"""Conversations as the API sees them: which one a request continues, and what state each
-is in.
+"""Conversations as the API sees them: which one a request continues, what state each is
+in, and the transitions the API drives, with the turns they concern.
 
 Conversation ids are their owner's: a known id continues that conversation (the worker
 appends only the messages it has not stored yet); an unknown id starts one under that id,
@@ -7,27 +7,39 @@ so a client may choose its own (a voice satellite per room, say); no id starts o
 fresh id. Another user using the same id has a conversation of their own, and neither can
 tell that the other exists.
 
-A conversation runs one turn at a time. Its status is `running` while the turn it last
-started (`active_turn`) is queued or running, `awaiting_confirmation` while a tool call
-waits for the user's decision (and has not expired), else `idle`. It is worked out from the
-turn record and the proposals each time, so a turn that ends in any way (a reaper, a
-crash) frees its conversation without anyone having to remember to.
+A conversation runs one turn at a time. Its status (`idle`, `running` while the turn it last
+started may still run, `awaiting_confirmation` while tool calls wait for the user's
+decision) and every move between them belong to shared/conversation_state.py: each move is
+one script there. Here the API reads what those scripts cannot (the active turn's record,
+in another slot), answers with its errors, and ends and forgets the turns a deleted
+conversation had.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from typing import Any, Literal
+import uuid
+from typing import Any
 
 from redis.asyncio import Redis
 
 from api.errors import ApiError, invalid
+from shared.cancel import request_cancel
+from shared.connection import REDIS_ERRORS
+from shared.conversation_state import (
+    DEFAULT_TURN_KEEP_S,
+    ConversationMachine,
+    Decision,
+    Outcome,
+    Status,
+    derive_status,
+    may_run,
+)
 from shared.errors import ErrorCode
-from shared.records import Conversation, ConversationExistsError, Message, RecordKeeper
-from shared.turns import TurnStore
-
-Status = Literal["idle", "running", "awaiting_confirmation"]
+from shared.records import Conversation, Message, RecordKeeper
+from shared.turns import FORGET_GRACE_S, TurnStore
 
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
@@ -54,15 +66,40 @@ def conversation_not_found(conversation_id: str) -> ApiError:
     )
 
 
+def machine(
+    redis: Redis, owner: str, *, retention_s: int, turn_keep_s: int = DEFAULT_TURN_KEEP_S
+) -> ConversationMachine:
+    """The owner's conversations' transitions (shared/conversation_state.py)."""
+    return ConversationMachine(redis, owner, retention_s=retention_s, turn_keep_s=turn_keep_s)
+
+
 async def delete_conversation(
-    redis: Redis, owner: str, conversation_id: str, *, retention_s: int
+    redis: Redis,
+    store: TurnStore,
+    owner: str,
+    conversation_id: str,
+    *,
+    retention_s: int,
+    queue: Redis | None = None,
 ) -> None:
-    """Delete the owner's conversation and everything recorded in it; 404 if they have none."""
+    """Delete the owner's conversation and everything recorded in it; 404 if they have none.
+
+    Its turn that may still run is asked to stop and ended `conversation_deleted` (the last
+    thing its clients read); then every turn that ran on it is forgotten: no route finds
+    any of them again (shared/turns.py, `TurnStore.forget`)."""
     if not is_conversation_id(conversation_id):  # no conversation can have it
         raise conversation_not_found(conversation_id)
-    keeper = RecordKeeper(redis, owner, retention_s=retention_s)
-    if not await keeper.delete_conversation(conversation_id):
+    deletion = await machine(redis, owner, retention_s=retention_s).delete(conversation_id)
+    if deletion.outcome is not Outcome.DELETED:
         raise conversation_not_found(conversation_id)
+    if deletion.active_turn is not None:
+        active = deletion.active_turn
+        # Ended here, so its ending is this one whoever runs it (a turn that ended already
+        # is left as it ended); then the cancel stops its worker at once, rather than at
+        # its next write or lease renewal.
+        await store.end(active, owner, ErrorCode.CONVERSATION_DELETED)
+        await request_cancel(redis, active, ttl_s=FORGET_GRACE_S, queue=queue)
+    await store.forget(owner, deletion.turn_ids)
 
 
 def pending_of(proposals: list[Message], now: float | None = None) -> list[Message]:
@@ -81,16 +118,31 @@ def public_proposal(proposal: Message) -> dict[str, Any]:
     }
 
 
+async def active_may_run(store: TurnStore, conversation: Conversation, now: float) -> bool:
+    """Whether the conversation's active turn may still run (`may_run`); a turn that never
+    can end on its own is ended on the way (`TurnStore.check`)."""
+    if conversation.active_turn is None:
+        return False
+    status = await store.check(conversation.active_turn)
+    return may_run(status, conversation.active_since, now)
+
+
 async def status_of(
     keeper: RecordKeeper, store: TurnStore, conversation: Conversation
 ) -> tuple[Status, list[Message]]:
     """The conversation's status and its pending proposals."""
-    if conversation.active_turn is not None:
-        turn = await store.get(conversation.active_turn)
-        if turn is not None and turn.status in ("queued", "running"):
-            return "running", []
-    pending = pending_of(await keeper.proposals(conversation.id))
-    return ("awaiting_confirmation" if pending else "idle"), pending
+    now = time.time()
+    status = derive_status(
+        exists=True,
+        active_turn=conversation.active_turn,
+        paused_turn=conversation.paused_turn,
+        paused_until=conversation.paused_until,
+        active_may_run=await active_may_run(store, conversation, now),
+        now=now,
+    )
+    if status is not Status.AWAITING_CONFIRMATION:
+        return status, []
+    return status, pending_of(await keeper.proposals(conversation.id), now)
 
 
 def conversation_object(
@@ -105,7 +157,7 @@ def conversation_object(
         "created_at": conversation.created_at,
         "updated_at": conversation.updated_at,
         "status": status,
-        "turn_id": conversation.active_turn if status == "running" else None,
+        "turn_id": conversation.active_turn if status is Status.RUNNING else None,
         "metadata": conversation.metadata,
         "message_count": conversation.message_count,
         "pending_confirmation": public_proposal(pending[0]) if pending else None,
@@ -115,7 +167,7 @@ def conversation_object(
 def busy(status: Status) -> ApiError:
     why = (
         "approve or reject the pending tool call first (POST .../resume)"
-        if status == "awaiting_confirmation"
+        if status is Status.AWAITING_CONFIRMATION
         else "a turn is running on it; wait for it to end"
     )
     return ApiError(
@@ -128,25 +180,34 @@ def busy(status: Status) -> ApiError:
 
 async def claim_conversation(
     keeper: RecordKeeper,
+    transitions: ConversationMachine,
     store: TurnStore,
     conversation_id: str,
     turn_id: str,
-    *,
-    resuming: bool = False,
 ) -> None:
-    """Make `turn_id` the conversation's one running turn, or answer 409 when it is busy:
-    a turn runs on it, or (unless this turn is `resuming` it) a tool call waits for the
-    user's decision. 404 for a conversation the owner does not have."""
-    for _ in range(3):  # another request may take it between the look and the swap
+    """Let `turn_id` hold the conversation (`START`), or answer 409 when it is busy: a turn
+    may still run on it, or tool calls wait for the user's decision. 404 for a conversation
+    the owner does not have."""
+    for _ in range(3):  # the active turn changed between the look and the start
         conversation = await keeper.get_conversation(conversation_id)
         if conversation is None:
             raise conversation_not_found(conversation_id)
-        status, _ = await status_of(keeper, store, conversation)
-        if status == "running" or (status == "awaiting_confirmation" and not resuming):
-            raise busy(status)
-        if await keeper.activate(conversation_id, turn_id, expected=conversation.active_turn):
+        now = time.time()
+        ended = None
+        if conversation.active_turn is not None:
+            if await active_may_run(store, conversation, now):
+                raise busy(Status.RUNNING)
+            ended = conversation.active_turn
+        claim = await transitions.start(conversation_id, turn_id, ended=ended)
+        if claim.outcome is Outcome.STARTED:
             return
-    raise busy("running")
+        if claim.outcome is Outcome.NOT_FOUND:
+            raise conversation_not_found(conversation_id)
+        if claim.outcome is Outcome.AWAITING_DECISION:
+            raise busy(Status.AWAITING_CONFIRMATION)
+        if claim.active_turn == conversation.active_turn:
+            raise busy(Status.RUNNING)  # the turn seen running still holds it
+    raise busy(Status.RUNNING)
 
 
 async def open_conversation(
@@ -157,16 +218,60 @@ async def open_conversation(
     turn_id: str,
     *,
     retention_s: int,
+    turn_keep_s: int = DEFAULT_TURN_KEEP_S,
 ) -> str:
     """The id of the owner's conversation a chat turn continues, claimed for the turn: a
-    new one (no id, or an id the owner has no conversation under) starts with it running,
-    in one round trip; a known one must not be busy (`claim_conversation`)."""
+    new one (no id, or an id the owner has no conversation under) starts held by it, in one
+    round trip; a known one must not be busy (`claim_conversation`)."""
     keeper = RecordKeeper(redis, owner, retention_s=retention_s)
+    transitions = machine(redis, owner, retention_s=retention_s, turn_keep_s=turn_keep_s)
     if conversation_id is not None:
         check_conversation_id(conversation_id)
-    try:
-        return await keeper.create_conversation(conversation_id, active_turn=turn_id)
-    except ConversationExistsError:
-        assert conversation_id is not None
-    await claim_conversation(keeper, store, conversation_id, turn_id)
-    return conversation_id
+    new_id = conversation_id or f"conv_{uuid.uuid4().hex}"
+    if await transitions.create(new_id, turn_id=turn_id) is Outcome.CREATED:
+        return new_id
+    await claim_conversation(keeper, transitions, store, new_id, turn_id)
+    return new_id
+
+
+async def give_back(
+    transitions: ConversationMachine, store: TurnStore, conversation_id: str, turn_id: str
+) -> None:
+    """`turn_id` claimed the conversation but could not be created: unless it may run
+    after all, the conversation is as before its claim (`UNCLAIM`: decisions it was to
+    carry out wait again)."""
+    with contextlib.suppress(*REDIS_ERRORS):
+        if await store.never_ran(turn_id, transitions.owner):
+            await transitions.unclaim(conversation_id, turn_id)
+
+
+def decision_error(decision: Decision, conversation_id: str, confirmation_id: str) -> ApiError:
+    """The answer to a decision that decided nothing."""
+    if decision.outcome in (Outcome.ALREADY_APPROVED, Outcome.ALREADY_REJECTED):
+        done = "approved" if decision.outcome is Outcome.ALREADY_APPROVED else "rejected"
+        return ApiError(
+            409,
+            f"this tool call was already {done}",
+            param="confirmation_id",
+            code=ErrorCode.CONFIRMATION_ALREADY_DECIDED,
+        )
+    if decision.outcome is Outcome.EXPIRED:
+        return ApiError(
+            409,
+            "this tool call waited too long for a decision (BERNARD_CONFIRMATION_TTL_S) and "
+            "was not run",
+            param="confirmation_id",
+            code=ErrorCode.CONFIRMATION_EXPIRED,
+        )
+    if decision.outcome is Outcome.NO_PROPOSAL:
+        return confirmation_not_found(confirmation_id)
+    return conversation_not_found(conversation_id)  # deleted meanwhile
+
+
+def confirmation_not_found(confirmation_id: str) -> ApiError:
+    return ApiError(
+        404,
+        f"no tool call waits for confirmation '{confirmation_id}'",
+        param="confirmation_id",
+        code=ErrorCode.CONFIRMATION_NOT_FOUND,
+    )

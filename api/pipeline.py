@@ -45,8 +45,10 @@ logger = logging.getLogger("bernard.api")
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 UNFINISHED_TTL_S = 7 * 86_400
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
-# given the admitted turn's id.
+# given the admitted turn's id; and gives it back (given its id and the turn's), should the
+# turn then not be created.
 Conversation = Callable[[str], Awaitable[str | None]]
+GiveBack = Callable[[str, str], Awaitable[None]]
 
 
 def check_model(model: str) -> None:
@@ -79,9 +81,17 @@ def too_many_streams(state: AppState) -> ApiError:
 
 
 async def start_turn(
-    state: AppState, owner: str, request: TurnRequest, conversation: Conversation | None = None
+    state: AppState,
+    owner: str,
+    request: TurnRequest,
+    conversation: Conversation | None = None,
+    give_back: GiveBack | None = None,
 ) -> Response:
-    """Admit the owner's new turn, create and enqueue it, and answer as the request asks."""
+    """Admit the owner's new turn, create and enqueue it, and answer as the request asks.
+
+    `conversation` claims the turn's conversation once the turn is admitted; should the
+    turn then not be created, `give_back` is called with the conversation's id and the
+    turn's."""
     settings = state.settings
     turn_id = uuid.uuid4().hex
     try:
@@ -91,6 +101,7 @@ async def start_turn(
     except TooManyTurnsError:
         raise too_many_turns(state) from None
     attachment = None
+    claimed: str | None = None
     try:
         if request.stream and not request.background:
             try:
@@ -107,6 +118,7 @@ async def start_turn(
             # The worker continues the request's trace (tracing on; else None).
             traceparent=traces.current_traceparent(),
         )
+        claimed = record.conversation_id
         start_id = await state.store.create(
             record,
             ttl_s=UNFINISHED_TTL_S,
@@ -121,6 +133,8 @@ async def start_turn(
         if attachment is not None:
             with contextlib.suppress(*REDIS_ERRORS):
                 await state.streams.close(owner, attachment, cancel_when_alone=False)
+        if claimed is not None and give_back is not None:
+            await give_back(claimed, turn_id)
         raise
     mode = "background" if request.background else "stream" if request.stream else "wait"
     TURNS_CREATED.labels(request.kind, mode).inc()

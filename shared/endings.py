@@ -36,6 +36,9 @@ class Ending:
 
 ENDINGS: dict[ErrorCode, Ending] = {
     ErrorCode.TURN_CANCELLED: Ending("cancelled", "cancelled", "the turn was cancelled", 409),
+    ErrorCode.CONVERSATION_DELETED: Ending(
+        "cancelled", "cancelled", "the turn's conversation was deleted while it ran", 409
+    ),
     ErrorCode.UPSTREAM_ERROR: Ending(
         "failed", "server_error", "the upstream model failed", 502, retry=True
     ),

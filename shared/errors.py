@@ -41,6 +41,7 @@ class ErrorCode(StrEnum):
     INVALID_TURN = "invalid_turn"
     STREAM_UNREADABLE = "stream_unreadable"
     STORE_FAILOVER = "store_failover"
+    CONVERSATION_DELETED = "conversation_deleted"
 
     # Problems inside a turn that goes on (an `error` event, never terminal).
     TOOL_ERROR = "tool_error"

@@ -61,7 +61,9 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   for a turn nobody runs), set to the retention when the turn ends; the lease lives
   seconds; `attached` is deleted when the turn ends.
 - per conversation: the retention (`BERNARD_CONVERSATION_RETENTION_S`), renewed on use;
-  `DELETE /v1/conversations/{id}` removes them at once.
+  `DELETE /v1/conversations/{id}` removes them at once; the keys of every turn that ran on
+  it (`conversation_turns`) lose their content at once and go a minute later, so the
+  clients of a turn the deletion ended still read that ending (shared/turns.py, `forget`).
 - per user (`active_turns`, `open_streams`): a TTL renewed on use; each entry also lapses
   at its own deadline (the score), so a crashed process cannot hold a slot for long.
   `notes`, `timers`, the owner's event stream (`events(user_stream_id(owner))`, capped
@@ -217,3 +219,9 @@ def conversation_summary(owner: str, conversation_id: str) -> str:
 def conversation_proposals(owner: str, conversation_id: str) -> str:
     """Hash of a conversation's tool calls that waited for the user's decision, by id."""
     return f"{_conversation(owner, conversation_id)}:proposals"
+
+
+def conversation_turns(owner: str, conversation_id: str) -> str:
+    """Sorted set of the turns that ran on a conversation (score: when each claimed it), so
+    deleting the conversation can forget them (shared/conversation_state.py)."""
+    return f"{_conversation(owner, conversation_id)}:turns"

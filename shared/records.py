@@ -10,7 +10,7 @@ may both use "kitchen-satellite" and neither can reach, or learn of, the other's
 Layout, all under one hash tag so a Lua script may touch every key of a conversation:
 
 - `keys.conversation(owner, id)`: hash `id`, `owner`, `created_at`, `updated_at` (epoch
-  seconds).
+  seconds), `metadata`, and what its state derives from (shared/conversation_state.py).
 - `keys.conversation_messages(owner, id)`: list of orjson messages in OpenAI chat shape,
   oldest first: `{role, content, name?, tool_call_id?, tool_calls?}`.
 - `keys.conversation_calls(owner, id)`: append-only list of call events (`started`, then
@@ -18,7 +18,9 @@ Layout, all under one hash tag so a Lua script may touch every key of a conversa
   place keeps every write one race-free `RPUSH`.
 
 Every write renews the retention of all three keys: a conversation in use lives on, one
-left alone expires whole.
+left alone expires whole. A turn writes only while it holds the conversation (its active
+turn: shared/conversation_state.py says why); creating, deciding, pausing and deleting are
+that module's transitions, which the keeper's writers call.
 
 Clients resend the whole history with every request; `new_messages()` picks out what is not
 stored yet, and `Recorder.append_new_messages()` does that and the append atomically.
@@ -37,7 +39,8 @@ from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.scripts import atomic, in_pipeline
+from shared.conversation_state import ConversationMachine, Outcome
+from shared.scripts import in_pipeline
 
 __all__ = [
     "Archivist",
@@ -46,8 +49,8 @@ __all__ = [
     "Continuation",
     "Conversation",
     "ConversationExistsError",
+    "ConversationLostError",
     "ConversationNotFoundError",
-    "Decision",
     "Message",
     "RecordKeeper",
     "Recorder",
@@ -76,18 +79,22 @@ DEFAULT_RETENTION_S = 30 * 86_400
 # The worker's job that folds a conversation's older messages into its summary.
 SUMMARIZE = "summarize_conversation"
 
-# KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, item...
+# KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, the
+# writing turn ('' for a writer that is no turn), item...
 # Appends only to an existing conversation, so a stray write never creates a list without
-# its metadata, and with an expected length only if the list still has it, so the history
-# a caller compared against is the one it extends. Appending messages (the calls key given)
-# marks the conversation used and renews the retention of all three keys; a call record
-# renews its own list's. Returns the new length, -1 for no conversation, -2 when the list
-# changed since the caller read it.
+# its metadata; for a turn, only while it holds the conversation (its active turn), so a
+# turn that lost it (deleted, re-created) writes nothing; and with an expected length only
+# if the list still has it, so the history a caller compared against is the one it
+# extends. Appending messages (the calls key given) marks the conversation used and renews
+# the retention of all three keys; a call record renews its own list's. Returns the new
+# length, -1 for no conversation, -2 when the list changed since the caller read it, -3
+# when the turn does not hold the conversation.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return -3 end
 local length = redis.call('LLEN', KEYS[2])
 if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
-for i = 4, #ARGV do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = 5, #ARGV do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
 if KEYS[3] then
   redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
@@ -97,84 +104,19 @@ end
 return length
 """
 
-# KEYS: meta. ARGV: id, owner, now, retention s, metadata json, active turn ('' for none).
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'owner', ARGV[2],
-           'created_at', ARGV[3], 'updated_at', ARGV[3], 'metadata', ARGV[5])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'active_turn', ARGV[6]) end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
-
-# KEYS: summary. ARGV: summary json, covers_to, retention s. Stores the summary unless the
-# one there already covers as much or more (two summary jobs finishing out of order).
+# KEYS: summary, meta. ARGV: summary json, covers_to, retention s, incarnation ('' for
+# any). Stores the summary unless the conversation is gone or another incarnation (deleted,
+# then created again), or the summary there already covers as much or more (two summary
+# jobs finishing out of order).
 _SAVE_SUMMARY = """
+local incarnation = redis.call('HGET', KEYS[2], 'incarnation')
+if not incarnation or (ARGV[4] ~= '' and incarnation ~= ARGV[4]) then return 0 end
 local current = redis.call('GET', KEYS[1])
 if current and tonumber(cjson.decode(current)['covers_to']) >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
 return 1
-"""
-
-# KEYS: meta. ARGV: the active turn expected ('' for none), the new one. Makes the new turn
-# the conversation's active one only if the active one is still the expected one (the
-# caller checked that it has ended). Returns 1, 0 when it changed meanwhile, -1 without
-# a conversation.
-_SWAP_ACTIVE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local active = redis.call('HGET', KEYS[1], 'active_turn') or ''
-if active ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'active_turn', ARGV[2])
-return 1
-"""
-
-# KEYS: proposals. ARGV: confirmation id, decision ('approve' | 'reject'), edited arguments
-# json ('' for none), now. Decides a pending proposal once. Returns {outcome} where outcome
-# is 'missing', 'approved', 'rejected' or 'expired' when it cannot be decided (already
-# decided, or lapsed), else {'decided', pending left of its turn, json of that turn's
-# decided proposals}.
-# KEYS: proposals. ARGV: confirmation id. Takes back a decision that nothing acted on (the
-# turn that was to carry it out could not start): the proposal is `pending` again, with its
-# own arguments. Returns 1, or 0 when it was not decided.
-_UNDECIDE = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return 0 end
-local proposal = cjson.decode(raw)
-if proposal['state'] ~= 'approved' and proposal['state'] ~= 'rejected' then return 0 end
-proposal['state'] = 'pending'
-proposal['arguments'] = nil
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(proposal))
-return 1
-"""
-
-_DECIDE = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return {'missing'} end
-local proposal = cjson.decode(raw)
-if proposal['state'] ~= 'pending' then return {proposal['state']} end
-local now = tonumber(ARGV[4])
-if tonumber(proposal['expires_at']) < now then
-  proposal['state'] = 'expired'
-  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(proposal))
-  return {'expired'}
-end
-proposal['state'] = ARGV[2] == 'approve' and 'approved' or 'rejected'
-if ARGV[3] ~= '' then proposal['arguments'] = cjson.decode(ARGV[3]) end
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(proposal))
-local pending, decided = 0, {}
-for _, value in ipairs(redis.call('HVALS', KEYS[1])) do
-  local other = cjson.decode(value)
-  if other['turn_id'] == proposal['turn_id'] then
-    if other['state'] == 'pending' and tonumber(other['expires_at']) >= now then
-      pending = pending + 1
-    elseif other['state'] == 'approved' or other['state'] == 'rejected' then
-      table.insert(decided, value)
-    end
-  end
-end
-return {'decided', pending, '[' .. table.concat(decided, ',') .. ']'}
 """
 
 
@@ -192,6 +134,11 @@ class ConversationNotFoundError(LookupError):
     """No conversation has this id."""
 
 
+class ConversationLostError(ConversationNotFoundError):
+    """The writing turn no longer holds the conversation: it was deleted (and perhaps
+    created again), or another turn holds it."""
+
+
 class ConversationExistsError(ValueError):
     """A conversation with this id already exists."""
 
@@ -206,19 +153,15 @@ class Conversation:
     updated_at: float
     message_count: int
     metadata: dict[str, Any] = field(default_factory=dict)
-    # The turn that last ran on it (running, or ended: see the API's conversation status).
+    # What its status derives from (shared/conversation_state.py): the turn that last
+    # claimed it (running, or ended) and when, and the turn whose proposed calls wait for a
+    # decision until `paused_until`.
     active_turn: str | None = None
-
-
-@dataclass(slots=True)
-class Decision:
-    """What deciding a proposal did: `outcome` "decided", or why it could not be decided
-    ("missing", "approved", "rejected", "expired"). Once no proposal of its turn is left
-    pending, `decided` holds them all, in the order they were proposed."""
-
-    outcome: str
-    pending: int = 0
-    decided: list[Message] = field(default_factory=list)
+    active_since: float | None = None
+    paused_turn: str | None = None
+    paused_until: float | None = None
+    # A fresh id per creation: a re-created id is another incarnation.
+    incarnation: str | None = None
 
 
 def new_call_id() -> str:
@@ -415,10 +358,8 @@ class _Store:
         self._queue = queue if queue is not None else redis
         self.owner = owner
         self.retention_s = retention_s
-        self._swap_active = redis.register_script(_SWAP_ACTIVE)
         self._save_summary = redis.register_script(_SAVE_SUMMARY)
-        self._decide = redis.register_script(_DECIDE)
-        self._undecide = redis.register_script(_UNDECIDE)
+        self._machine = ConversationMachine(redis, owner, retention_s=retention_s)
 
     def _keys(self, conversation_id: str) -> tuple[str, str, str]:
         """The conversation's metadata, messages and calls keys."""
@@ -485,6 +426,12 @@ class Archivist(_Store):
         if gone:
             await self._redis.zrem(index, *gone)
         return found[:limit], len(found) > limit
+
+    async def proposal(self, conversation_id: str, confirmation_id: str) -> Message | None:
+        """The tool call proposed under `confirmation_id` (as `proposals` has it), or None."""
+        key = keys.conversation_proposals(self.owner, conversation_id)
+        raw = await self._redis.hget(key, confirmation_id)  # type: ignore[misc]
+        return orjson.loads(raw) if raw else None
 
     async def proposals(self, conversation_id: str) -> list[Message]:
         """Every tool call of the conversation that waited for a decision, oldest first,
@@ -594,93 +541,13 @@ class Recorder(_Store):
 
         Pass `conversation_id` to choose the id (e.g. one a client sent); raises
         `ConversationExistsError` when the owner already has one with that id.
-        `active_turn` starts it with that turn running on it (see `activate`).
+        `active_turn` starts it held by that turn (shared/conversation_state.py).
         """
         new_id = conversation_id or f"conv_{uuid.uuid4().hex}"
-        now = time.time()
-        index = keys.conversations(self.owner)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            in_pipeline(
-                pipe,
-                _CREATE,
-                [self._keys(new_id)[0]],
-                [
-                    new_id,
-                    self.owner,
-                    repr(now),
-                    self.retention_s,
-                    orjson.dumps(metadata or {}),
-                    active_turn or "",
-                ],
-            )
-            pipe.zadd(index, {new_id: now}, nx=True)
-            pipe.expire(index, self.retention_s)
-            created, *_ = await pipe.execute()
-        if not int(created):
+        created = await self._machine.create(new_id, metadata=metadata, turn_id=active_turn)
+        if created is not Outcome.CREATED:
             raise ConversationExistsError(new_id)
         return new_id
-
-    async def activate(self, conversation_id: str, turn_id: str, *, expected: str | None) -> bool:
-        """Make `turn_id` the conversation's active turn if the active one is still
-        `expected` (None: no turn ran on it yet); False when another got there first.
-        Raises `ConversationNotFoundError` without a conversation."""
-        swapped = int(
-            await self._swap_active(
-                keys=[self._keys(conversation_id)[0]], args=[expected or "", turn_id]
-            )
-        )
-        if swapped < 0:
-            raise ConversationNotFoundError(conversation_id)
-        return swapped == 1
-
-    async def decide(
-        self,
-        conversation_id: str,
-        confirmation_id: str,
-        decision: Literal["approve", "reject"],
-        *,
-        arguments: Mapping[str, Any] | None = None,
-    ) -> Decision:
-        """Decide the proposal `confirmation_id`, once (see `Decision`)."""
-        reply = await self._decide(
-            keys=[keys.conversation_proposals(self.owner, conversation_id)],
-            args=[
-                confirmation_id,
-                decision,
-                orjson.dumps(arguments) if arguments is not None else "",
-                repr(time.time()),
-            ],
-        )
-        outcome = _text(reply[0])
-        if outcome != "decided":
-            return Decision(outcome)
-        decided = sorted(orjson.loads(reply[2]), key=lambda p: float(p["expires_at"]))
-        return Decision(outcome, pending=int(reply[1]), decided=decided)
-
-    async def undecide(self, conversation_id: str, confirmation_id: str) -> bool:
-        """Take back the decision on `confirmation_id` (see `_UNDECIDE`); False if it was not
-        decided."""
-        reply = await self._undecide(
-            keys=[keys.conversation_proposals(self.owner, conversation_id)],
-            args=[confirmation_id],
-        )
-        return bool(int(reply))
-
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        """Remove the conversation and everything recorded in it; False if there was none."""
-        meta_key, list_key, calls_key = self._keys(conversation_id)
-        proposals_key = keys.conversation_proposals(self.owner, conversation_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.delete(
-                meta_key,
-                list_key,
-                calls_key,
-                proposals_key,
-                keys.conversation_summary(self.owner, conversation_id),
-            )
-            pipe.zrem(keys.conversations(self.owner), conversation_id)
-            deleted, _ = await pipe.execute()
-        return bool(deleted)
 
     async def append_messages(
         self,
@@ -696,7 +563,11 @@ class Recorder(_Store):
         its own `append_new_messages`): right, it saves reading it first; wrong, the
         append is refused and the length read as without it.
 
-        Raises `ConversationNotFoundError` for an unknown conversation, `ValueError` for a
+        Written by a turn (`turn_id`), the rows are stored only while it holds the
+        conversation.
+
+        Raises `ConversationNotFoundError` for an unknown conversation (its subclass
+        `ConversationLostError` when `turn_id` does not hold it), `ValueError` for a
         message without a role.
         """
         fresh = [to_openai_message(m) for m in messages]
@@ -706,7 +577,10 @@ class Recorder(_Store):
                 length = int(await self._redis.llen(list_key))  # type: ignore[misc]
             rows = _rows(fresh, length, turn_id)
             items = [orjson.dumps(row) for row in rows]
-            if await self._push(conversation_id, list_key, items, expected_length=length) >= 0:
+            pushed = await self._push(
+                conversation_id, list_key, items, expected_length=length, turn_id=turn_id
+            )
+            if pushed >= 0:
                 return rows
             length = None  # another writer appended meanwhile: read where the list ends now
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
@@ -719,6 +593,7 @@ class Recorder(_Store):
         window: int | None = None,
         turn_id: str | None = None,
         answer_open_calls: str | None = None,
+        except_calls: Collection[str] = (),
     ) -> Continuation:
         """Append what `new_messages()` finds new in `requested`; return it and the history.
 
@@ -727,10 +602,12 @@ class Recorder(_Store):
         conversation grows. With `answer_open_calls`, each tool call the history ends on
         without a result (`open_calls`: a paused turn's nobody decided on) first gets a tool
         message saying it, in the same append: a prompt may not hold a tool call without
-        its result. Reading the history and appending are optimistic (the append is refused
-        if the list changed since the read), so two requests continuing the same
-        conversation at once cannot both append the same turn. Two round trips when nobody
-        else writes.
+        its result; but the calls in `except_calls`, which the turn answers itself. Reading
+        the history and appending are optimistic (the append is refused if the list changed
+        since the read), so two requests continuing the same conversation at once cannot
+        both append the same turn. Two round trips when nobody else writes; for a turn
+        (`turn_id`) the second one is made even with nothing new, for it must hold the
+        conversation to go on (`ConversationLostError` when it does not).
         """
         meta_key, list_key, _ = self._keys(conversation_id)
         start = -window if window is not None else 0
@@ -745,22 +622,36 @@ class Recorder(_Store):
             if window == 0:
                 raw = []
             stored = [orjson.loads(item) for item in raw]
-            answers = [] if answer_open_calls is None else _answers(stored, answer_open_calls)
+            answers = (
+                []
+                if answer_open_calls is None
+                else _answers(stored, answer_open_calls, except_calls)
+            )
             # Tool messages take no part in telling what is new: the answers change nothing.
             fresh = _rows([*answers, *new_messages(stored, requested)], length, turn_id)
-            if not fresh:
+            if not fresh and turn_id is None:
                 return Continuation(new=[], history=stored, length=length)
             items = [orjson.dumps(m) for m in fresh]
-            pushed = await self._push(conversation_id, list_key, items, expected_length=length)
+            pushed = await self._push(
+                conversation_id, list_key, items, expected_length=length, turn_id=turn_id
+            )
             if pushed >= 0:
                 return Continuation(new=fresh, history=[*stored, *fresh], length=pushed)
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
-    async def save_summary(self, conversation_id: str, text: str, covers_to: int) -> None:
-        """Replace the running summary (see `Archivist.summary`); only ever forward."""
-        key = keys.conversation_summary(self.owner, conversation_id)
+    async def save_summary(
+        self, conversation_id: str, text: str, covers_to: int, *, incarnation: str | None = None
+    ) -> None:
+        """Replace the running summary (see `Archivist.summary`); only ever forward, and only
+        into the `incarnation` of the conversation the summary was made of (None: any)."""
+        script_keys = [
+            keys.conversation_summary(self.owner, conversation_id),
+            keys.conversation(self.owner, conversation_id),
+        ]
         value = orjson.dumps({"text": text, "covers_to": covers_to, "at": time.time()})
-        await self._save_summary(keys=[key], args=[value, covers_to, self.retention_s])
+        await self._save_summary(
+            keys=script_keys, args=[value, covers_to, self.retention_s, incarnation or ""]
+        )
 
     async def request_summary(self, conversation_id: str, until: int, queue_name: str) -> bool:
         """Queue the job that folds the messages before position `until` into the summary
@@ -775,28 +666,31 @@ class Recorder(_Store):
         )
         return job is not None
 
-    async def propose(self, conversation_id: str, proposals: Sequence[Mapping[str, Any]]) -> None:
-        """Store tool calls waiting for the user's decision, each `pending` until decided
-        (see the API's conversations), by `confirmation_id`."""
+    async def propose(
+        self, conversation_id: str, proposals: Sequence[Mapping[str, Any]], *, turn_id: str
+    ) -> None:
+        """Store the tool calls `turn_id` proposed, each `pending` until decided (see the
+        API's conversations), by `confirmation_id`: the conversation awaits the user's
+        decision (shared/conversation_state.py, `PAUSE`). Raises
+        `ConversationNotFoundError` (`ConversationLostError`) unless the turn holds it."""
         if not proposals:
             return
-        meta_key, _, _ = self._keys(conversation_id)
-        key = keys.conversation_proposals(self.owner, conversation_id)
-        stored = {p["confirmation_id"]: orjson.dumps({**p, "state": "pending"}) for p in proposals}
-        async with atomic(self._redis) as pipe:
-            pipe.exists(meta_key)
-            pipe.hset(key, mapping=stored)
-            pipe.expire(key, self.retention_s)
-            exists, *_ = await pipe.execute()
-        if not exists:  # deleted meanwhile: take back what was just written
-            await self._redis.delete(key)
+        paused = await self._machine.pause(conversation_id, turn_id, proposals)
+        if paused is Outcome.NOT_FOUND:
             raise ConversationNotFoundError(conversation_id)
+        if paused is not Outcome.PAUSED:
+            raise ConversationLostError(conversation_id)
 
-    async def record_calls(self, conversation_id: str, events: Sequence[CallEvent]) -> None:
-        """Append `events` to the conversation's call log, in order, in one step."""
+    async def record_calls(
+        self, conversation_id: str, events: Sequence[CallEvent], *, turn_id: str | None = None
+    ) -> None:
+        """Append `events` to the conversation's call log, in order, in one step; written by
+        a turn (`turn_id`), only while it holds the conversation."""
         if events:
             items = [event.encoded() for event in events]
-            await self._push(conversation_id, self._keys(conversation_id)[2], items)
+            await self._push(
+                conversation_id, self._keys(conversation_id)[2], items, turn_id=turn_id
+            )
 
     async def _push(
         self,
@@ -805,8 +699,11 @@ class Recorder(_Store):
         items: list[bytes],
         *,
         expected_length: int | None = None,
+        turn_id: str | None = None,
     ) -> int:
-        """Append `items`; the new length, or -2 if the list no longer has `expected_length`."""
+        """Append `items`; the new length, or -2 if the list no longer has `expected_length`.
+        Raises `ConversationNotFoundError`, or `ConversationLostError` when the writing turn
+        `turn_id` does not hold the conversation."""
         meta_key, messages_key, calls_key = self._keys(conversation_id)
         script_keys = [meta_key, list_key]
         if list_key == messages_key:
@@ -821,6 +718,7 @@ class Recorder(_Store):
                     "" if expected_length is None else expected_length,
                     repr(now),
                     self.retention_s,
+                    turn_id or "",
                     *items,
                 ],
             )
@@ -832,6 +730,8 @@ class Recorder(_Store):
         length = int(reply)
         if length == -1:
             raise ConversationNotFoundError(conversation_id)
+        if length == -3:
+            raise ConversationLostError(conversation_id)
         return length
 
 
@@ -866,8 +766,11 @@ def open_calls(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return []
 
 
-def _answers(history: Sequence[Mapping[str, Any]], content: str) -> list[Message]:
-    """A tool message saying `content` for each of the history's `open_calls`."""
+def _answers(
+    history: Sequence[Mapping[str, Any]], content: str, except_calls: Collection[str] = ()
+) -> list[Message]:
+    """A tool message saying `content` for each of the history's `open_calls` but those in
+    `except_calls`."""
     return [
         {
             "role": "tool",
@@ -876,6 +779,7 @@ def _answers(history: Sequence[Mapping[str, Any]], content: str) -> list[Message
             "name": call.get("function", {}).get("name"),
         }
         for call in open_calls(history)
+        if call.get("id") not in except_calls
     ]
 
 
@@ -889,6 +793,10 @@ def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
         message_count=count,
         metadata=orjson.loads(meta["metadata"]) if meta.get("metadata") else {},
         active_turn=meta.get("active_turn") or None,
+        active_since=float(meta["active_since"]) if meta.get("active_since") else None,
+        paused_turn=meta.get("paused_turn") or None,
+        paused_until=float(meta["paused_until"]) if meta.get("paused_until") else None,
+        incarnation=meta.get("incarnation") or None,
     )
 
 

@@ -274,6 +274,30 @@ return 0
 """
 RENEWED, CANCEL_REQUESTED, TURN_OVER = 0, 1, 2
 
+# KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
+# whose conversation was deleted: its record loses what it held of the conversation (the
+# request, its messages, the result) and is marked `forgotten`, which every read takes for
+# gone; its stream keeps only its `done` entry. Both go after the grace, which lets a
+# client still reading the stream read its ending; the rest goes at once (an ended turn's
+# worker learns it is over from its record: `_RENEW`). A write of its worker still running
+# finds the stream sealed, or gone, and never creates it again (`NOMKSTREAM`:
+# shared/streams.py).
+_FORGET = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HDEL', KEYS[1], 'request', 'messages', 'result')
+  redis.call('HSET', KEYS[1], 'forgotten', '1')
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('XTRIM', KEYS[2], 'MINID', ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[1])
+end
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+return 1
+"""
+# How long a forgotten turn's emptied keys stay, for the readers of its stream.
+FORGET_GRACE_S = 60
+
 FinishCondition = Literal["", "lapsed", "queued"]
 
 
@@ -432,8 +456,43 @@ class TurnStore:
         return start_id
 
     async def get(self, turn_id: str) -> TurnRecord | None:
+        """The turn's record; None once it is gone or forgotten (`forget`)."""
         raw = await self.redis.hgetall(keys.turn(turn_id))  # type: ignore[misc]
-        return TurnRecord.from_redis(raw) if raw else None
+        if not raw or b"forgotten" in raw:
+            return None
+        return TurnRecord.from_redis(raw)
+
+    async def forget(self, owner: str, turn_ids: Sequence[str]) -> None:
+        """Forget the owner's turns (their conversation was deleted): every read takes them
+        for gone at once, and what their keys held of the conversation goes with it
+        (`_FORGET`). End a turn that may still run first (`end`): its ending is what is
+        left for the clients still reading it."""
+        if not turn_ids:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for turn_id in turn_ids:
+                in_pipeline(
+                    pipe,
+                    _FORGET,
+                    [
+                        keys.turn(turn_id),
+                        keys.events(turn_id),
+                        keys.attached(turn_id),
+                        keys.cancel(turn_id),
+                        keys.lease(turn_id),
+                    ],
+                    [FORGET_GRACE_S, SEALED_ID],
+                )
+            pipe.zrem(keys.turns(owner), *turn_ids)
+            await pipe.execute()
+
+    async def never_ran(self, turn_id: str, owner: str) -> bool:
+        """Make sure a turn whose creation failed never runs: ended `turn_lost` if no worker
+        took it yet; whether no worker ever did (its record is gone, or ended unclaimed)."""
+        await self.end(turn_id, owner, ErrorCode.TURN_LOST, condition="queued")
+        fields = ["status", "started_at"]
+        status, started_at = await self.redis.hmget(keys.turn(turn_id), fields)  # type: ignore[misc]
+        return status is None or (status.decode() in TERMINAL_STATUSES and not started_at)
 
     async def check(self, turn_id: str) -> str | None:
         """The turn's status, None once it is gone; first ends a turn that never can end

@@ -13,7 +13,11 @@ turn's tool-call messages, tool results and final answer once the turn has compl
 call's record holds what is not stored elsewhere (model, timing, usage; a tool's whole
 output), never the prompt, whose messages the conversation already holds.
 
-A conversation deleted while its turn runs is not recreated: the turn goes on, unrecorded.
+A turn writes into its conversation only while it holds it (shared/conversation_state.py).
+One whose conversation is gone when it begins (deleted, or no longer its own) does not run:
+it ends `conversation_deleted` (`ConversationGoneError`). One whose conversation is deleted
+while it runs is stopped by the deletion (api/conversations.py); anything it still records
+is refused, and its recording stops.
 """
 
 from __future__ import annotations
@@ -42,12 +46,17 @@ from shared.records import (
 )
 from worker.context import TurnContext
 
-__all__ = ["EXPIRED_CALL", "TurnRecording"]
+__all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording"]
 
 logger = logging.getLogger("bernard.worker")
 
 # The result a tool call gets when nobody decided on it before its proposal lapsed.
 EXPIRED_CALL = "Not run: the user did not confirm this in time."
+
+
+class ConversationGoneError(Exception):
+    """The turn's conversation is gone (deleted, perhaps created again) or no longer held by
+    the turn, before the turn began: it must not run."""
 
 
 class TurnRecording:
@@ -78,21 +87,25 @@ class TurnRecording:
         picks what the prompts hold (worker/harness/memory.py).
 
         Tool calls a paused turn left waiting, and nobody decided on in time, are answered
-        first ("not run"), unless this turn carries the decisions: a prompt may not hold a
-        tool call without its result.
+        first ("not run"), but those this turn carries the decisions on: a prompt may not
+        hold a tool call without its result.
+
+        Raises `ConversationGoneError` unless the turn holds its conversation.
         """
+        decisions = (self.ctx.request.resume or {}).get("decisions", [])
         try:
             continuation = await self.recorder.append_new_messages(
                 self.conversation_id,
                 self.ctx.request.messages,
                 window=self.ctx.settings.max_messages,
                 turn_id=self.ctx.turn_id,
-                # A turn carrying the decisions answers the calls itself.
-                answer_open_calls=None if self.ctx.request.resume else EXPIRED_CALL,
+                answer_open_calls=EXPIRED_CALL,
+                # A turn carrying the decisions answers those calls itself.
+                except_calls={decision["tool_call"]["id"] for decision in decisions},
             )
-        except ConversationNotFoundError:
-            self._forget()
-            return []
+        except ConversationNotFoundError as exc:
+            self.deleted = True
+            raise ConversationGoneError(self.conversation_id) from exc
         self.ctx.stored = continuation.history  # the memory stage picks the prompt's share
         self._length = continuation.length
         return continuation.new
@@ -142,7 +155,7 @@ class TurnRecording:
     async def _write_calls(self) -> None:
         calls, self._calls = self._calls, []
         if calls:  # else an earlier write of this burst took them
-            await self.recorder.record_calls(self.conversation_id, calls)
+            await self.recorder.record_calls(self.conversation_id, calls, turn_id=self.ctx.turn_id)
 
     async def finish(self) -> list[Message]:
         """The turn completed or paused: wait for its call records, then store its
@@ -162,7 +175,9 @@ class TurnRecording:
         )
         if ctx.paused and not self.deleted:
             proposals = [asdict(proposal) for proposal in ctx.pending]
-            await self._unless_deleted(self.recorder.propose(self.conversation_id, proposals))
+            await self._unless_deleted(
+                self.recorder.propose(self.conversation_id, proposals, turn_id=ctx.turn_id)
+            )
         if ctx.summary_until is not None and not self.deleted:
             # Off the turn's path: a job on the workers' queue, one pending at a time.
             await self.recorder.request_summary(
@@ -220,7 +235,7 @@ class TurnRecording:
                     )
                 )
             self._tool_calls.clear()
-            await self.recorder.record_calls(self.conversation_id, calls)
+            await self.recorder.record_calls(self.conversation_id, calls, turn_id=self.ctx.turn_id)
         except (RedisError, OSError, ConversationNotFoundError) as exc:
             # The turn's own error is what matters; a lost record must not replace it.
             logger.warning("could not record the failure of turn %s: %s", self.ctx.turn_id, exc)

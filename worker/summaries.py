@@ -41,6 +41,9 @@ async def summarize(
     the job was asked for) into the summary; what happened ("summarized", "nothing",
     "failed")."""
     keeper = RecordKeeper(redis, owner, retention_s=settings.conversation_retention_s)
+    conversation = await keeper.get_conversation(conversation_id)
+    if conversation is None:
+        return "nothing"  # deleted since
     summary = await keeper.summary(conversation_id)
     covers = int(summary["covers_to"]) if summary else 0
     if until - 1 - covers < settings.summary_threshold_messages:
@@ -63,7 +66,8 @@ async def summarize(
     text = str(result.message.content).strip()[:_SUMMARY_MAX_CHARS]
     if not text:
         return "failed"
-    await keeper.save_summary(conversation_id, text, end)
+    # Not into the conversation created again under its id meanwhile.
+    await keeper.save_summary(conversation_id, text, end, incarnation=conversation.incarnation)
     return "summarized"
 
 

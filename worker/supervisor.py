@@ -51,6 +51,7 @@ from shared.turns import TurnRecord, TurnStore
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
+from worker.recording import ConversationGoneError
 from worker.telemetry import TurnTelemetry
 from worker.tools import catalog, enabled_tools
 from worker.tools.runtime import ToolRuntime
@@ -223,6 +224,13 @@ class TurnSupervisor:
             await _flush_quietly(writer)
             await self._end(telemetry, record, ErrorCode.TURN_TIMEOUT)
             return "failed"
+        except ConversationGoneError:
+            # Deleted between the turn's creation and its start: it does not run, and is
+            # forgotten as the deletion forgot the conversation's other turns.
+            await _flush_quietly(writer)
+            await self._end(telemetry, record, ErrorCode.CONVERSATION_DELETED)
+            await self.store.forget(owner, [turn_id])
+            return "cancelled"
         except LlmError as exc:
             await _flush_quietly(writer)
             await self._end(telemetry, record, exc.code, exc.message)

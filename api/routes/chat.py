@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Response
 
 from api.auth import Owner
-from api.conversations import open_conversation
+from api.conversations import give_back, machine, open_conversation
 from api.json_route import OrjsonRoute
-from api.pipeline import check_model, start_turn
+from api.pipeline import UNFINISHED_TTL_S, check_model, start_turn
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
 
@@ -30,13 +30,24 @@ async def chat_completions(
     check_model(body.model)
     requested = body.conversation_id or x_bernard_conversation_id
     retention_s = state.settings.conversation_retention_s
+    turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
 
     async def conversation(turn_id: str) -> str:
         return await open_conversation(
-            state.redis, state.store, owner, requested, turn_id, retention_s=retention_s
+            state.redis,
+            state.store,
+            owner,
+            requested,
+            turn_id,
+            retention_s=retention_s,
+            turn_keep_s=turn_keep_s,
         )
 
-    return await start_turn(state, owner, body.to_turn(), conversation)
+    async def unclaim(conversation_id: str, turn_id: str) -> None:
+        transitions = machine(state.redis, owner, retention_s=retention_s)
+        await give_back(transitions, state.store, conversation_id, turn_id)
+
+    return await start_turn(state, owner, body.to_turn(), conversation, unclaim)
 
 
 @router.post("/completions")

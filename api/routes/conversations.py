@@ -22,10 +22,14 @@ from api.auth import Owner
 from api.conversations import (
     check_conversation_id,
     claim_conversation,
+    confirmation_not_found,
     conversation_not_found,
     conversation_object,
+    decision_error,
     delete_conversation,
+    give_back,
     is_conversation_id,
+    machine,
     pending_of,
     public_proposal,
     status_of,
@@ -33,12 +37,13 @@ from api.conversations import (
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.pages import list_page
-from api.pipeline import start_turn
+from api.pipeline import UNFINISHED_TTL_S, start_turn
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
+from shared.conversation_state import ConversationMachine, Outcome, Status
 from shared.errors import ErrorCode
-from shared.records import ConversationExistsError, RecordKeeper, row_position
+from shared.records import ConversationExistsError, Message, RecordKeeper, row_position
 from shared.turns import TurnRequest
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -78,6 +83,16 @@ class ResumeRequest(_Body):
 
 def _keeper(state: AppState, owner: str) -> RecordKeeper:
     return RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+
+
+def _machine(state: AppState, owner: str) -> ConversationMachine:
+    settings = state.settings
+    return machine(
+        state.redis,
+        owner,
+        retention_s=settings.conversation_retention_s,
+        turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+    )
 
 
 def _wants_stream(accept: str | None) -> bool:
@@ -121,7 +136,7 @@ async def create(owner: Owner, state: State, body: NewConversation | None = None
         ) from None
     conversation = await keeper.get_conversation(conversation_id)
     assert conversation is not None
-    return JSONResponse(conversation_object(conversation, "idle", []), status_code=201)
+    return JSONResponse(conversation_object(conversation, Status.IDLE, []), status_code=201)
 
 
 @router.get("/conversations")
@@ -169,10 +184,15 @@ async def list_messages(
 
 @router.delete("/conversations/{conversation_id}")
 async def delete(conversation_id: str, owner: Owner, state: State) -> dict[str, Any]:
-    """Remove the conversation's metadata, messages, call records and proposals at once
-    (the answer is OpenAI's deletion object)."""
+    """Remove the conversation's metadata, messages, call records and proposals, and every
+    turn that ran on it, at once (the answer is OpenAI's deletion object)."""
     await delete_conversation(
-        state.redis, owner, conversation_id, retention_s=state.settings.conversation_retention_s
+        state.redis,
+        state.store,
+        owner,
+        conversation_id,
+        retention_s=state.settings.conversation_retention_s,
+        queue=state.queue,
     )
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
@@ -216,97 +236,89 @@ async def resume(
 ) -> Response:
     """Decide one waiting tool call. Once every call its turn proposed is decided, the
     conversation goes on as a new turn: what was approved runs, the model hears what was
-    declined, and answers. 409 for a second decision or one after the proposal expired."""
+    declined, and answers. 409 for a second decision or one after the proposal expired.
+
+    The decision that completes its step and the claim of the conversation for the turn
+    that carries it out are one transition (shared/conversation_state.py, `DECIDE`): the
+    turn is admitted first (a 429 decides nothing), and a message arriving meanwhile finds
+    the conversation held. So every decision admits a turn, even one that leaves others of
+    its step waiting (its admission is then given back)."""
     await _owned(state, owner, conversation_id)
     keeper = _keeper(state, owner)
-    proposal = next(
-        (
-            p
-            for p in await keeper.proposals(conversation_id)
-            if p["confirmation_id"] == body.confirmation_id
-        ),
-        None,
-    )
+    proposal = await keeper.proposal(conversation_id, body.confirmation_id)
     if proposal is None:
-        raise ApiError(
-            404,
-            f"no tool call waits for confirmation '{body.confirmation_id}'",
-            param="confirmation_id",
-            code=ErrorCode.CONFIRMATION_NOT_FOUND,
-        )
+        raise confirmation_not_found(body.confirmation_id)
     if body.decision == "approve" and body.arguments is not None:
         _check_arguments(body.arguments, proposal.get("parameters") or {})
-    decision = await keeper.decide(
-        conversation_id,
-        body.confirmation_id,
-        body.decision,
-        arguments=body.arguments if body.decision == "approve" else None,
-    )
-    if decision.outcome in ("approved", "rejected"):
-        raise ApiError(
-            409,
-            f"this tool call was already {decision.outcome}",
-            param="confirmation_id",
-            code=ErrorCode.CONFIRMATION_ALREADY_DECIDED,
-        )
-    if decision.outcome == "expired":
-        raise ApiError(
-            409,
-            "this tool call waited too long for a decision (BERNARD_CONFIRMATION_TTL_S) and "
-            "was not run",
-            param="confirmation_id",
-            code=ErrorCode.CONFIRMATION_EXPIRED,
-        )
-    if decision.outcome == "missing":
-        raise conversation_not_found(conversation_id)  # deleted meanwhile
     stream = _wants_stream(accept)
-    if decision.pending:
-        # Another call of the same step still waits: nothing runs until all are decided.
-        left = pending_of(await keeper.proposals(conversation_id))
-        return _still_waiting(public_proposal(left[0]) if left else None, stream)
+    transitions = _machine(state, owner)
+    # The turn's record is built with this request; the claim below fills in what it
+    # resumes before the record is stored.
     request = TurnRequest(
         kind="conversation",
         messages=[],
         stream=stream,
         trace=body.trace,
         on_disconnect="continue",
-        resume={
-            "turn_id": proposal["turn_id"],
-            "decisions": [
-                {
-                    "confirmation_id": decided["confirmation_id"],
-                    "tool_call": decided["tool_call"],
-                    "decision": "approve" if decided["state"] == "approved" else "reject",
-                    "arguments": decided.get("arguments"),
-                }
-                for decided in decision.decided
-            ],
-        },
     )
-    try:
-        return await _run(state, owner, conversation_id, request, resuming=True)
-    except ApiError:
-        # The turn that was to carry the decision out did not start (a 429 at the user's
-        # limits, a 409): the decision stands undone, so the user can make it again.
-        await keeper.undecide(conversation_id, body.confirmation_id)
-        raise
 
-
-async def _run(
-    state: AppState,
-    owner: str,
-    conversation_id: str,
-    request: TurnRequest,
-    *,
-    resuming: bool = False,
-) -> Response:
-    keeper = _keeper(state, owner)
-
-    async def claim(turn_id: str) -> str:
-        await claim_conversation(keeper, state.store, conversation_id, turn_id, resuming=resuming)
+    async def decide(turn_id: str) -> str:
+        decision = await transitions.decide(
+            conversation_id,
+            body.confirmation_id,
+            body.decision,
+            turn_id=turn_id,
+            arguments=body.arguments if body.decision == "approve" else None,
+        )
+        if decision.outcome is Outcome.DECIDED:
+            raise _StillWaiting
+        if decision.outcome is not Outcome.RESUMED:
+            raise decision_error(decision, conversation_id, body.confirmation_id)
+        request.resume = _resumed(proposal, decision.decided)
         return conversation_id
 
-    return await start_turn(state, owner, request, claim)
+    async def unclaim(conversation_id: str, turn_id: str) -> None:
+        await give_back(transitions, state.store, conversation_id, turn_id)
+
+    try:
+        return await start_turn(state, owner, request, decide, unclaim)
+    except _StillWaiting:
+        # Another call of the same step still waits: nothing runs until all are decided.
+        left = pending_of(await keeper.proposals(conversation_id))
+        return _still_waiting(public_proposal(left[0]) if left else None, stream)
+
+
+class _StillWaiting(Exception):
+    """The decision left another call of its step waiting: no turn starts."""
+
+
+def _resumed(proposal: Message, decided: list[Message]) -> dict[str, Any]:
+    """What the turn carrying out a step's decisions resumes (worker/harness/resume.py)."""
+    return {
+        "turn_id": proposal["turn_id"],
+        "decisions": [
+            {
+                "confirmation_id": one["confirmation_id"],
+                "tool_call": one["tool_call"],
+                "decision": "approve" if one["state"] == "approved" else "reject",
+                "arguments": one.get("arguments"),
+            }
+            for one in decided
+        ],
+    }
+
+
+async def _run(state: AppState, owner: str, conversation_id: str, request: TurnRequest) -> Response:
+    keeper, transitions = _keeper(state, owner), _machine(state, owner)
+
+    async def claim(turn_id: str) -> str:
+        await claim_conversation(keeper, transitions, state.store, conversation_id, turn_id)
+        return conversation_id
+
+    async def unclaim(conversation_id: str, turn_id: str) -> None:
+        await give_back(transitions, state.store, conversation_id, turn_id)
+
+    return await start_turn(state, owner, request, claim, unclaim)
 
 
 def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> None:

@@ -17,9 +17,10 @@ from api.conversations import (
 )
 from api.errors import ApiError
 from shared import keys
+from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.records import RecordKeeper
-from shared.turns import TurnStore
+from shared.turns import TurnRecord, TurnRequest, TurnStore
 
 RETENTION_S = 600
 
@@ -36,13 +37,23 @@ async def owners(redis: redis_asyncio.Redis) -> AsyncIterator[list[str]]:
             await redis.delete(*found)
 
 
+def turns(redis: redis_asyncio.Redis) -> TurnStore:
+    return TurnStore(redis, retention_s=RETENTION_S, stream_maxlen=100)
+
+
 async def opened(redis: redis_asyncio.Redis, owner: str, conversation_id: str | None) -> str:
-    """The conversation a chat turn of `owner` naming `conversation_id` continues."""
-    store = TurnStore(redis, retention_s=RETENTION_S, stream_maxlen=100)
-    turn_id = f"turn-{uuid.uuid4().hex}"  # no such turn runs: nothing keeps it busy
-    return await open_conversation(
+    """The conversation a chat turn of `owner` naming `conversation_id` continues; the turn
+    then ends at once, so nothing keeps the conversation busy."""
+    store = turns(redis)
+    turn_id = f"turn-{uuid.uuid4().hex}"
+    opened_id = await open_conversation(
         redis, store, owner, conversation_id, turn_id, retention_s=RETENTION_S
     )
+    request = TurnRequest(messages=[], kind="conversation")
+    record = TurnRecord(turn_id, owner, request, "bernard-v1", conversation_id=opened_id)
+    await store.create(record, ttl_s=RETENTION_S, queue_name=None)
+    await store.finish(turn_id, owner, completed("stop", None))
+    return opened_id
 
 
 async def exists(redis: redis_asyncio.Redis, owner: str, conversation_id: str) -> bool:
@@ -174,7 +185,7 @@ async def test_deleting_removes_the_owners_conversation_and_everything_in_it(
     keeper = RecordKeeper(redis, owner, retention_s=RETENTION_S)
     await opened(redis, owner, "den")
     await keeper.append_messages("den", [{"role": "user", "content": "hello"}])
-    await delete_conversation(redis, owner, "den", retention_s=RETENTION_S)
+    await delete_conversation(redis, turns(redis), owner, "den", retention_s=RETENTION_S)
     assert not await exists(redis, owner, "den")
     assert await redis.exists(keys.conversation_messages(owner, "den")) == 0
 
@@ -185,7 +196,9 @@ async def test_deleting_a_conversation_the_owner_does_not_have_is_a_404(
 ) -> None:
     """Whether nobody has it or the id could not even exist: the same 404."""
     with pytest.raises(ApiError) as raised:
-        await delete_conversation(redis, owners[0], conversation_id, retention_s=RETENTION_S)
+        await delete_conversation(
+            redis, turns(redis), owners[0], conversation_id, retention_s=RETENTION_S
+        )
     assert raised.value.body() == conversation_not_found(conversation_id).body()
     assert raised.value.status == 404
 
@@ -196,6 +209,6 @@ async def test_deleting_another_owners_conversation_is_a_404_and_leaves_it_alone
     alice, bob = owners
     await opened(redis, bob, "den")
     with pytest.raises(ApiError) as raised:
-        await delete_conversation(redis, alice, "den", retention_s=RETENTION_S)
+        await delete_conversation(redis, turns(redis), alice, "den", retention_s=RETENTION_S)
     assert raised.value.status == 404
     assert await exists(redis, bob, "den")

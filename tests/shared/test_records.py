@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.connection import connect
+from shared.conversation_state import ConversationMachine, Deletion, Outcome
 from shared.records import (
     Archivist,
     ConversationExistsError,
@@ -115,7 +116,7 @@ async def test_a_chosen_conversation_id_can_be_taken_only_once_per_owner(
         assert await other.messages("mine") == []
         assert (await keeper.get_conversation("mine")).owner == owner  # type: ignore[union-attr]
     finally:
-        await other.as_recorder().delete_conversation("mine")
+        await ConversationMachine(client, f"{owner}-other", retention_s=60).delete("mine")
 
 
 async def test_conversation_keys_share_one_hash_slot_and_expire(
@@ -154,14 +155,17 @@ async def test_using_a_conversation_renews_its_retention(client: Redis, owner: s
 async def test_deleting_a_conversation_removes_every_key(
     keeper: RecordKeeper, client: Redis, owner: str
 ) -> None:
-    conversation_id = await keeper.create_conversation()
-    await keeper.append_messages(conversation_id, [user("hi")])
+    conversation_id = await keeper.create_conversation(active_turn="turn_1")
+    await keeper.append_messages(conversation_id, [user("hi")], turn_id="turn_1")
     await keeper.record_calls(conversation_id, [llm_started("turn_1", "router", "m")])
+    await keeper.save_summary(conversation_id, "they said hi", covers_to=1)
+    machine = ConversationMachine(client, owner, retention_s=60)
 
-    assert await keeper.delete_conversation(conversation_id)
+    deleted = await machine.delete(conversation_id)
 
+    assert deleted == Deletion(Outcome.DELETED, "turn_1", ("turn_1",))
     assert await client.keys(owned_keys(owner)) == []
-    assert not await keeper.delete_conversation(conversation_id)
+    assert await machine.delete(conversation_id) == Deletion(Outcome.NOT_FOUND)
     with pytest.raises(ConversationNotFoundError):
         await keeper.append_messages(conversation_id, [user("again")])
 
@@ -172,7 +176,7 @@ async def test_deleting_a_conversation_removes_every_key(
 async def test_each_appended_message_is_stored_exactly_once_in_order(
     keeper: RecordKeeper,
 ) -> None:
-    conversation_id = await keeper.create_conversation()
+    conversation_id = await keeper.create_conversation(active_turn="t1")
 
     def ids(rows: list[dict[str, Any]]) -> list[str]:
         return [row["id"] for row in rows]
@@ -593,7 +597,7 @@ async def test_concurrent_continuations_append_the_new_turn_once(keeper: RecordK
 async def test_a_continuation_can_answer_the_calls_the_history_ends_on_in_the_same_append(
     keeper: RecordKeeper, answer: str | None
 ) -> None:
-    conversation_id = await keeper.create_conversation()
+    conversation_id = await keeper.create_conversation(active_turn="turn_2")
     paused = {**ROUTER_STEP, "tool_calls": [*ROUTER_STEP["tool_calls"], _call("c2", "save_note")]}
     await keeper.append_messages(conversation_id, [user("note and add"), paused, TOOL_RESULT])
     request = [user("note and add"), user("never mind")]

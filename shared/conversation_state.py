@@ -1,0 +1,605 @@
+"""A conversation's state machine: its statuses, the transitions between them, and the one
+Lua script that applies each transition atomically in Redis.
+
+A conversation is `idle`, `running` (a turn holds it), `awaiting_confirmation` (tool calls a
+turn proposed wait for the user's decision), or `absent` (never created, deleted, expired).
+`TABLE` says what every transition does from every status, and the scripts refuse what it
+refuses (their refusals are generated from it); tests/shared/test_conversation_state.py
+holds each row against Redis. Whatever two requests do at the same moment, one script runs
+after the other, and each sees the state the other left.
+
+What the statuses derive from, in the conversation's metadata hash:
+
+- `active_turn`: the turn that last claimed the conversation, and `active_since`, when. The
+  conversation is `running` while that turn may still run: its record (shared/turns.py)
+  says `queued` or `running`, or it has no record yet and claimed the conversation less
+  than `STRANDED_AFTER_S` ago (the API creates the record just after the claim). Nothing
+  here is told when a turn ends: its worker, a reaper or a cancel ends its record, and that
+  frees the conversation, with nobody to remember to. The record lives in another hash slot,
+  so a script cannot read it: the caller reads it and names the active turn it found ended
+  (`ended`); a script goes on only while that turn is still the active one (a turn that
+  ended stays ended).
+- `paused_turn` and `paused_until`: the turn whose proposed calls wait for a decision, and
+  when the last of them lapses. While that turn is also the active one, and not past
+  `paused_until`, the conversation is `awaiting_confirmation`.
+- `incarnation`: a fresh random id per creation, so a re-created id is another conversation.
+
+Who may write (the holder): a turn writes into its conversation (messages, call records, its
+proposals: shared/records.py `_APPEND`, `PAUSE` here) only while it is the active turn. A
+turn that lost its conversation (deleted; re-created; or taken by another turn after a
+reaper ended this one while its worker stalled) writes nothing more. A writer that is no
+turn (the summary job) names the incarnation it read instead.
+
+Every turn that claims the conversation enters its set of turns (`keys.conversation_turns`),
+which deleting hands back, so their records and streams can be forgotten too
+(shared/turns.py, `TurnStore.forget`).
+
+All keys of a conversation share one hash tag (shared/keys.py): each script touches that one
+slot, on a Cluster too. The owner's index of conversations (another slot) is updated beside
+the script, in the same pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from shared import keys
+from shared.turns import STRANDED_AFTER_S
+
+__all__ = [
+    "TABLE",
+    "Claim",
+    "ConversationMachine",
+    "Decision",
+    "Deletion",
+    "Outcome",
+    "Rule",
+    "Status",
+    "Transition",
+    "derive_status",
+    "may_run",
+]
+
+# A turn's keys live at most this long (a week unfinished, then a day's retention): the
+# conversation's set of turns drops entries older than that (`hold`).
+DEFAULT_TURN_KEEP_S = 8 * 86_400
+
+
+class Status(StrEnum):
+    """Where a conversation stands. The API shows the last three; `absent` is a 404."""
+
+    ABSENT = "absent"
+    IDLE = "idle"
+    RUNNING = "running"
+    AWAITING_CONFIRMATION = "awaiting_confirmation"
+
+
+class Transition(StrEnum):
+    """What can happen to a conversation. Each is one script, but `FINISH`: a turn's ending
+    is its record's (shared/turns.py), and the status derives from it."""
+
+    CREATE = "create"  # POST /v1/conversations, or a chat completion's first turn
+    START = "start"  # a new message: its turn claims the conversation
+    PAUSE = "pause"  # the holding turn stores tool calls for the user's decision
+    DECIDE = "decide"  # the user decides one proposed call
+    UNCLAIM = "unclaim"  # the turn that claimed it could not be created: give it back
+    FINISH = "finish"  # the active turn's record ends (derived: no script)
+    DELETE = "delete"  # DELETE /v1/conversations/{id}
+
+
+class Outcome(StrEnum):
+    """What a transition did, or why it did nothing."""
+
+    CREATED = "created"
+    EXISTS = "exists"
+    STARTED = "started"
+    BUSY = "busy"  # a turn holds it
+    AWAITING_DECISION = "awaiting_decision"  # tool calls wait for the user's decision
+    PAUSED = "paused"
+    NOT_HOLDER = "not_holder"  # the writing turn does not hold the conversation
+    DECIDED = "decided"  # others of the same step still wait
+    RESUMED = "resumed"  # the step's last decision: the turn carrying them holds it now
+    ALREADY_APPROVED = "already_approved"
+    ALREADY_REJECTED = "already_rejected"
+    EXPIRED = "expired"
+    NO_PROPOSAL = "no_proposal"
+    UNCLAIMED = "unclaimed"
+    FINISHED = "finished"
+    DELETED = "deleted"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """From any of `source`, `transition` has `outcome` and leaves the conversation `target`
+    (None: as it was). `when` names what else decides between rules of the same source;
+    a rule without it is the only one for its statuses."""
+
+    transition: Transition
+    source: frozenset[Status]
+    outcome: Outcome
+    target: Status | None
+    when: str = ""
+
+
+ABSENT, IDLE, RUNNING, AWAITING = (
+    Status.ABSENT,
+    Status.IDLE,
+    Status.RUNNING,
+    Status.AWAITING_CONFIRMATION,
+)
+_EXISTING = frozenset({IDLE, RUNNING, AWAITING})
+
+
+def _rule(
+    transition: Transition,
+    source: Status | frozenset[Status],
+    outcome: Outcome,
+    target: Status | None = None,
+    when: str = "",
+) -> Rule:
+    sources = source if isinstance(source, frozenset) else frozenset({source})
+    return Rule(transition, sources, outcome, target, when)
+
+
+T, Out = Transition, Outcome
+TABLE: tuple[Rule, ...] = (
+    _rule(T.CREATE, ABSENT, Out.CREATED, IDLE, "without a turn"),
+    _rule(T.CREATE, ABSENT, Out.CREATED, RUNNING, "with its first turn, which holds it"),
+    _rule(T.CREATE, _EXISTING, Out.EXISTS),
+    _rule(T.START, ABSENT, Out.NOT_FOUND),
+    _rule(T.START, IDLE, Out.STARTED, RUNNING),
+    _rule(T.START, RUNNING, Out.BUSY),
+    _rule(T.START, AWAITING, Out.AWAITING_DECISION),
+    _rule(T.PAUSE, ABSENT, Out.NOT_FOUND),
+    _rule(T.PAUSE, RUNNING, Out.PAUSED, AWAITING, "by the turn that holds it"),
+    _rule(T.PAUSE, RUNNING, Out.NOT_HOLDER, None, "by another turn"),
+    _rule(T.PAUSE, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
+    _rule(T.DECIDE, ABSENT, Out.NOT_FOUND),
+    _rule(T.DECIDE, AWAITING, Out.DECIDED, AWAITING, "another call of its step still waits"),
+    _rule(T.DECIDE, AWAITING, Out.RESUMED, RUNNING, "the last call of its step waiting"),
+    _rule(T.DECIDE, _EXISTING, Out.ALREADY_APPROVED, None, "the call was approved"),
+    _rule(T.DECIDE, _EXISTING, Out.ALREADY_REJECTED, None, "the call was rejected"),
+    _rule(T.DECIDE, _EXISTING, Out.EXPIRED, None, "the call lapsed, or its step no longer waits"),
+    _rule(T.DECIDE, _EXISTING, Out.NO_PROPOSAL, None, "no such call was proposed"),
+    _rule(T.UNCLAIM, ABSENT, Out.NOT_FOUND),
+    _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, AWAITING, "the turn was to carry decisions out"),
+    _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, IDLE, "the turn was a new message's"),
+    _rule(T.UNCLAIM, RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
+    _rule(T.UNCLAIM, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
+    _rule(T.FINISH, RUNNING, Out.FINISHED, IDLE, "the active turn's record ends"),
+    _rule(T.DELETE, ABSENT, Out.NOT_FOUND),
+    _rule(T.DELETE, _EXISTING, Out.DELETED, ABSENT),
+)
+del T, Out
+
+
+def refusals(transition: Transition) -> dict[Status, Outcome]:
+    """The statuses `TABLE` refuses `transition` from, whatever else holds: its rules that
+    leave the conversation as it was and need no `when`."""
+    return {
+        status: rule.outcome
+        for rule in TABLE
+        if rule.transition is transition and rule.target is None and not rule.when
+        for status in rule.source
+    }
+
+
+def may_run(turn_status: str | None, active_since: float | None, now: float) -> bool:
+    """Whether a conversation's active turn may still run: its record says `queued` or
+    `running` (`turn_status`), or it has none yet (None) and claimed the conversation
+    (`active_since`) less than `STRANDED_AFTER_S` ago."""
+    if turn_status is None:
+        return active_since is not None and now - active_since < STRANDED_AFTER_S
+    return turn_status in ("queued", "running")
+
+
+def derive_status(
+    *,
+    exists: bool,
+    active_turn: str | None,
+    paused_turn: str | None,
+    paused_until: float | None,
+    active_may_run: bool,
+    now: float,
+) -> Status:
+    """A conversation's status from its metadata and whether its active turn may still run
+    (`may_run`). The scripts' `status_of` decides the same way."""
+    if not exists:
+        return ABSENT
+    if paused_turn and paused_turn == active_turn and (paused_until or 0) >= now:
+        return AWAITING
+    if active_turn and active_may_run:
+        return RUNNING
+    return IDLE
+
+
+# Lua shared by every transition. KEYS, always: 1 meta, 2 proposals, 3 turns, 4 messages,
+# 5 calls, 6 summary. ARGV, always first: 1 now, 2 retention s, 3 how long a turn's keys
+# live at most (its entry in the set of turns goes after that).
+_PRELUDE = """
+local now, retention_s, keep_s = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+
+-- The status as derive_status has it; `ended`: the active turn the caller found ended.
+local function status_of(ended)
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 'absent' end
+  local meta = redis.call('HMGET', KEYS[1], 'active_turn', 'paused_turn', 'paused_until')
+  local active, paused = meta[1] or '', meta[2] or ''
+  if paused ~= '' and paused == active and tonumber(meta[3]) >= now then
+    return 'awaiting_confirmation'
+  end
+  if active ~= '' and active ~= ended then return 'running' end
+  return 'idle'
+end
+
+-- `turn` claims the conversation: it is the active turn, and one of the conversation's.
+local function hold(turn)
+  redis.call('HSET', KEYS[1], 'active_turn', turn, 'active_since', ARGV[1])
+  redis.call('HDEL', KEYS[1], 'paused_turn', 'paused_until')
+  redis.call('ZADD', KEYS[3], now, turn)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - keep_s)
+  redis.call('EXPIRE', KEYS[3], retention_s)
+end
+
+-- Each proposal as {field, decoded}.
+local function proposals()
+  local all, out = redis.call('HGETALL', KEYS[2]), {}
+  for i = 1, #all, 2 do table.insert(out, {all[i], cjson.decode(all[i + 1])}) end
+  return out
+end
+
+local function store(pair) redis.call('HSET', KEYS[2], pair[1], cjson.encode(pair[2])) end
+
+-- The calls `turn` proposed that still wait lapse: nobody decided on them in time.
+local function lapse(turn)
+  for _, pair in ipairs(proposals()) do
+    if pair[2]['turn_id'] == turn and pair[2]['state'] == 'pending' then
+      pair[2]['state'] = 'expired'
+      store(pair)
+    end
+  end
+end
+"""
+
+# ARGV: 4 id, 5 owner, 6 metadata json, 7 incarnation, 8 first turn ('' for none).
+_CREATE = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+-- What an earlier conversation of this id left behind is not this one's.
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('HSET', KEYS[1], 'id', ARGV[4], 'owner', ARGV[5], 'created_at', ARGV[1],
+           'updated_at', ARGV[1], 'metadata', ARGV[6], 'incarnation', ARGV[7])
+if ARGV[8] ~= '' then hold(ARGV[8]) end
+redis.call('EXPIRE', KEYS[1], retention_s)
+return {'created'}
+"""
+
+# ARGV: 4 turn, 5 the active turn the caller found ended ('' for none). Refused: also the
+# active turn, for the caller to look at.
+_START = """
+local status = status_of(ARGV[5])
+if REFUSE[status] then
+  return {REFUSE[status], redis.call('HGET', KEYS[1], 'active_turn') or ''}
+end
+-- A step nobody decided on in time: the new turn answers its calls "not run"
+-- (worker/recording.py), so none of them may be decided any more.
+local paused = redis.call('HGET', KEYS[1], 'paused_turn')
+if paused then lapse(paused) end
+hold(ARGV[4])
+return {'started'}
+"""
+
+# ARGV: 4 turn, 5 when the last proposal lapses, then pairs: confirmation id, proposal json.
+_PAUSE = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+if redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return {'not_holder'} end
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
+redis.call('EXPIRE', KEYS[2], retention_s)
+redis.call('HSET', KEYS[1], 'paused_turn', ARGV[4], 'paused_until', ARGV[5])
+return {'paused'}
+"""
+
+# ARGV: 4 the turn that carries the step's decisions out if this is its last, 5 confirmation
+# id, 6 'approve' or 'reject', 7 edited arguments json ('' for none). Returns {'decided',
+# how many still wait} or {'resumed', json list of the step's decided proposals}.
+_DECIDE = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+local raw = redis.call('HGET', KEYS[2], ARGV[5])
+if not raw then return {'no_proposal'} end
+local pair = {ARGV[5], cjson.decode(raw)}
+local proposal = pair[2]
+if proposal['state'] == 'approved' then return {'already_approved'} end
+if proposal['state'] == 'rejected' then return {'already_rejected'} end
+if proposal['state'] ~= 'pending' then return {'expired'} end
+local step = redis.call('HGET', KEYS[1], 'paused_turn')
+if status ~= 'awaiting_confirmation' or proposal['turn_id'] ~= step
+    or tonumber(proposal['expires_at']) < now then
+  proposal['state'] = 'expired'
+  store(pair)
+  return {'expired'}
+end
+proposal['state'] = ARGV[6] == 'approve' and 'approved' or 'rejected'
+if ARGV[7] ~= '' then proposal['arguments'] = cjson.decode(ARGV[7]) end
+store(pair)
+local waiting, decided = 0, {}
+for _, other in ipairs(proposals()) do
+  if other[2]['turn_id'] == step then
+    local state = other[2]['state']
+    if state == 'pending' and tonumber(other[2]['expires_at']) >= now then
+      waiting = waiting + 1
+    elseif state == 'approved' or state == 'rejected' then
+      table.insert(decided, other)
+    end
+  end
+end
+if waiting > 0 then return {'decided', waiting} end
+-- The step's last decision: its calls that lapsed undecided lapse for good, and the turn
+-- that carries the decisions out holds the conversation.
+lapse(step)
+local out = {}
+for _, other in ipairs(decided) do
+  other[2]['resumed_by'] = ARGV[4]
+  store(other)
+  table.insert(out, cjson.encode(other[2]))
+end
+hold(ARGV[4])
+return {'resumed', '[' .. table.concat(out, ',') .. ']'}
+"""
+
+# ARGV: 4 the turn that claimed the conversation and could not be created (the caller made
+# sure it never runs). The decisions it was to carry out wait again, with the arguments
+# proposed.
+_UNCLAIM = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+if redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return {'not_holder'} end
+local step, last = nil, 0
+for _, pair in ipairs(proposals()) do
+  if pair[2]['resumed_by'] == ARGV[4] then
+    pair[2]['state'], pair[2]['arguments'], pair[2]['resumed_by'] = 'pending', nil, nil
+    store(pair)
+    step, last = pair[2]['turn_id'], math.max(last, tonumber(pair[2]['expires_at']))
+  end
+end
+redis.call('ZREM', KEYS[3], ARGV[4])
+if step then
+  redis.call('HSET', KEYS[1], 'active_turn', step, 'paused_turn', step,
+             'paused_until', string.format('%.6f', last))
+else
+  redis.call('HDEL', KEYS[1], 'active_turn', 'active_since')
+end
+return {'unclaimed'}
+"""
+
+# Returns {'deleted', the active turn ('' for none), {every turn of the conversation}}.
+_DELETE = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+local active = redis.call('HGET', KEYS[1], 'active_turn') or ''
+local turns = redis.call('ZRANGE', KEYS[3], 0, -1)
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+return {'deleted', active, turns}
+"""
+
+
+def _lua_table(refused: Mapping[Status, Outcome]) -> str:
+    pairs = ", ".join(f"['{status}'] = '{outcome}'" for status, outcome in refused.items())
+    return "{" + pairs + "}"
+
+
+def _script(transition: Transition, body: str) -> str:
+    """The script of `transition`: the prelude, what `TABLE` refuses it from, its body."""
+    return f"local REFUSE = {_lua_table(refusals(transition))}\n{_PRELUDE}\n{body}"
+
+
+SCRIPTS: dict[Transition, str] = {
+    Transition.CREATE: _script(Transition.CREATE, _CREATE),
+    Transition.START: _script(Transition.START, _START),
+    Transition.PAUSE: _script(Transition.PAUSE, _PAUSE),
+    Transition.DECIDE: _script(Transition.DECIDE, _DECIDE),
+    Transition.UNCLAIM: _script(Transition.UNCLAIM, _UNCLAIM),
+    Transition.DELETE: _script(Transition.DELETE, _DELETE),
+}
+_SHAS = {
+    transition: hashlib.sha1(script.encode()).hexdigest() for transition, script in SCRIPTS.items()
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What starting a turn did: `STARTED`, or why not, with the turn that holds the
+    conversation (`active_turn`, None without one)."""
+
+    outcome: Outcome
+    active_turn: str | None = None
+
+
+@dataclass(slots=True)
+class Decision:
+    """What deciding a proposal did: `DECIDED` (`waiting` others of its step still wait),
+    `RESUMED` (`decided`: every decided proposal of the step, in the order proposed), or why
+    nothing was decided."""
+
+    outcome: Outcome
+    waiting: int = 0
+    decided: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """What deleting did: `DELETED`, with the turn that held the conversation last
+    (`active_turn`) and every turn that ran on it (`turn_ids`); or `NOT_FOUND`."""
+
+    outcome: Outcome
+    active_turn: str | None = None
+    turn_ids: tuple[str, ...] = ()
+
+
+class ConversationMachine:
+    """The transitions of one owner's conversations, each one script (see the module)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        owner: str,
+        *,
+        retention_s: int,
+        turn_keep_s: int = DEFAULT_TURN_KEEP_S,
+    ) -> None:
+        self._redis = redis
+        self.owner = owner
+        self.retention_s = retention_s
+        self.turn_keep_s = turn_keep_s
+
+    def keys(self, conversation_id: str) -> list[str]:
+        """Every key of the conversation, in the order the scripts take them."""
+        owner = self.owner
+        return [
+            keys.conversation(owner, conversation_id),
+            keys.conversation_proposals(owner, conversation_id),
+            keys.conversation_turns(owner, conversation_id),
+            keys.conversation_messages(owner, conversation_id),
+            keys.conversation_calls(owner, conversation_id),
+            keys.conversation_summary(owner, conversation_id),
+        ]
+
+    def _args(self, now: float, *rest: Any) -> list[Any]:
+        return [repr(now), self.retention_s, self.turn_keep_s, *rest]
+
+    async def _run(
+        self, transition: Transition, conversation_id: str, now: float, *rest: Any
+    ) -> list[Any]:
+        # By its hash, as redis-py's registered scripts go (shared/scripts.py); its text
+        # the first time a server is asked for it.
+        script_keys, args = self.keys(conversation_id), self._args(now, *rest)
+        try:
+            reply = await self._redis.evalsha(_SHAS[transition], 6, *script_keys, *args)  # type: ignore[misc]
+        except NoScriptError:
+            reply = await self._redis.eval(SCRIPTS[transition], 6, *script_keys, *args)  # type: ignore[misc]
+        return list(reply)
+
+    async def create(
+        self,
+        conversation_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        turn_id: str | None = None,
+    ) -> Outcome:
+        """Create the conversation (`CREATED`: a new incarnation, held by `turn_id` when
+        given), unless the owner has one under this id (`EXISTS`). It enters the owner's
+        index of conversations."""
+        now = time.time()
+        index = keys.conversations(self.owner)
+        args = self._args(
+            now,
+            conversation_id,
+            self.owner,
+            orjson.dumps(metadata or {}),
+            uuid.uuid4().hex,
+            turn_id or "",
+        )
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command(
+                "EVAL", SCRIPTS[Transition.CREATE], 6, *self.keys(conversation_id), *args
+            )
+            pipe.zadd(index, {conversation_id: now}, nx=True)
+            pipe.expire(index, self.retention_s)
+            reply, *_ = await pipe.execute()
+        return Outcome(_text(reply[0]))
+
+    async def start(self, conversation_id: str, turn_id: str, *, ended: str | None) -> Claim:
+        """Let `turn_id` hold the conversation if it is idle, `ended` being the active turn
+        the caller found ended (None: it found none)."""
+        reply = await self._run(
+            Transition.START, conversation_id, time.time(), turn_id, ended or ""
+        )
+        outcome = Outcome(_text(reply[0]))
+        active = _text(reply[1]) if len(reply) > 1 else ""
+        return Claim(outcome, active or None)
+
+    async def pause(
+        self, conversation_id: str, turn_id: str, proposals: Sequence[Mapping[str, Any]]
+    ) -> Outcome:
+        """Store the calls `turn_id` proposed, each `pending` until decided or lapsed (its
+        `expires_at`), keyed by its `confirmation_id`: the conversation awaits the user's
+        decision. Only the turn that holds it may (`NOT_HOLDER`)."""
+        if not proposals:
+            raise ValueError("pausing needs at least one proposal")
+        until = max(float(p["expires_at"]) for p in proposals)
+        pairs = [
+            item
+            for p in proposals
+            for item in (p["confirmation_id"], orjson.dumps({**p, "state": "pending"}))
+        ]
+        reply = await self._run(
+            Transition.PAUSE, conversation_id, time.time(), turn_id, repr(until), *pairs
+        )
+        return Outcome(_text(reply[0]))
+
+    async def decide(
+        self,
+        conversation_id: str,
+        confirmation_id: str,
+        decision: Literal["approve", "reject"],
+        *,
+        turn_id: str,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Decision:
+        """Decide the proposal `confirmation_id`, once. Is it the last of its step to wait,
+        `turn_id` (admitted, not created yet) holds the conversation to carry the step's
+        decisions out (`RESUMED`), in the same step."""
+        reply = await self._run(
+            Transition.DECIDE,
+            conversation_id,
+            time.time(),
+            turn_id,
+            confirmation_id,
+            decision,
+            orjson.dumps(arguments) if arguments is not None else "",
+        )
+        outcome = Outcome(_text(reply[0]))
+        if outcome is Outcome.DECIDED:
+            return Decision(outcome, waiting=int(reply[1]))
+        if outcome is Outcome.RESUMED:
+            decided = sorted(orjson.loads(reply[1]), key=lambda p: float(p["expires_at"]))
+            return Decision(outcome, decided=decided)
+        return Decision(outcome)
+
+    async def unclaim(self, conversation_id: str, turn_id: str) -> Outcome:
+        """Give the conversation back from `turn_id`, which claimed it and will never run:
+        the decisions it was to carry out wait again (`UNCLAIMED`); `NOT_HOLDER` if another
+        turn holds it by now."""
+        reply = await self._run(Transition.UNCLAIM, conversation_id, time.time(), turn_id)
+        return Outcome(_text(reply[0]))
+
+    async def delete(self, conversation_id: str) -> Deletion:
+        """Remove the conversation and everything recorded in it, and it leaves the owner's
+        index; the turns that ran on it are the caller's to end and forget."""
+        args = self._args(time.time())
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command(
+                "EVAL", SCRIPTS[Transition.DELETE], 6, *self.keys(conversation_id), *args
+            )
+            pipe.zrem(keys.conversations(self.owner), conversation_id)
+            reply, _ = await pipe.execute()
+        outcome = Outcome(_text(reply[0]))
+        if outcome is not Outcome.DELETED:
+            return Deletion(outcome)
+        active = _text(reply[1]) or None
+        return Deletion(outcome, active, tuple(_text(turn) for turn in reply[2]))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
