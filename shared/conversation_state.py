@@ -538,10 +538,15 @@ class ConversationMachine:
         if not proposals:
             raise ValueError("pausing needs at least one proposal")
         until = max(float(p["expires_at"]) for p in proposals)
+        # `position`: the order they were proposed in, which their decisions are carried
+        # out in (the scripts' JSON keeps times to 14 digits: they cannot tell).
         pairs = [
             item
-            for p in proposals
-            for item in (p["confirmation_id"], orjson.dumps({**p, "state": "pending"}))
+            for position, p in enumerate(proposals)
+            for item in (
+                p["confirmation_id"],
+                orjson.dumps({**p, "state": "pending", "position": position}),
+            )
         ]
         reply = await self._run(
             Transition.PAUSE, conversation_id, time.time(), turn_id, repr(until), *pairs
@@ -573,7 +578,7 @@ class ConversationMachine:
         if outcome is Outcome.DECIDED:
             return Decision(outcome, waiting=int(reply[1]))
         if outcome is Outcome.RESUMED:
-            decided = sorted(orjson.loads(reply[1]), key=lambda p: float(p["expires_at"]))
+            decided = sorted(orjson.loads(reply[1]), key=lambda p: int(p.get("position", 0)))
             return Decision(outcome, decided=decided)
         return Decision(outcome)
 

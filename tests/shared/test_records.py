@@ -616,6 +616,23 @@ async def test_a_continuation_can_answer_the_calls_the_history_ends_on_in_the_sa
     assert await keeper.messages(conversation_id) == plain(continuation.history)
 
 
+async def test_a_turn_carrying_decisions_answers_only_the_open_calls_it_carries_none_for(
+    keeper: RecordKeeper,
+) -> None:
+    """A resumed step whose other call lapsed undecided: that one is answered "not run" at
+    once, the decided one is the turn's own to answer."""
+    conversation_id = await keeper.create_conversation(active_turn="turn_2")
+    paused = {**ROUTER_STEP, "tool_calls": [_call("c1", "save_note"), _call("c2", "save_note")]}
+    await keeper.append_messages(conversation_id, [user("note two things"), paused])
+
+    continuation = await keeper.append_new_messages(
+        conversation_id, [], turn_id="turn_2", answer_open_calls="Not run.", except_calls={"c1"}
+    )
+
+    told = {"role": "tool", "content": "Not run.", "tool_call_id": "c2", "name": "save_note"}
+    assert plain(continuation.new) == [told]
+
+
 def _call(call_id: str, name: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
 

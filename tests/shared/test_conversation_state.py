@@ -1,0 +1,449 @@
+"""shared/conversation_state.py: every transition from every status, against the real Redis.
+
+Each test's machine belongs to an owner of its own, so its keys are its own; the fixture
+deletes exactly those afterwards. A conversation here is `running` when a turn claimed it
+moments ago and has no record (as between the API's claim and its creating the turn), so
+no turn records are needed: `may_run` says such a turn may still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from shared import keys
+from shared.connection import connect
+from shared.conversation_state import (
+    TABLE,
+    ConversationMachine,
+    Outcome,
+    Status,
+    Transition,
+    derive_status,
+    may_run,
+    refusals,
+)
+from shared.records import ConversationLostError, RecordKeeper
+from tests.conftest import TEST_REDIS_URL
+
+ABSENT, IDLE, RUNNING, AWAITING = (
+    Status.ABSENT,
+    Status.IDLE,
+    Status.RUNNING,
+    Status.AWAITING_CONFIRMATION,
+)
+ID = "kitchen"
+HOLDER, OTHER, RESUMER = "turn-holder", "turn-other", "turn-resumer"
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    client = connect(TEST_REDIS_URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def machine(redis: Redis) -> AsyncIterator[ConversationMachine]:
+    owner = f"test-owner-{uuid.uuid4().hex}"
+    yield ConversationMachine(redis, owner, retention_s=600)
+    written = [key async for key in redis.scan_iter(match=f"bernard:{{c:{owner}/*")]
+    written += [keys.conversations(owner)]
+    await redis.delete(*written)
+
+
+def proposal(confirmation_id: str, turn_id: str = HOLDER, ttl_s: float = 600) -> dict[str, Any]:
+    call = {"id": f"call-{confirmation_id}", "name": "flip_switch", "arguments": '{"on": true}'}
+    return {
+        "confirmation_id": confirmation_id,
+        "turn_id": turn_id,
+        "tool_call": call,
+        "summary": "Flip the switch",
+        "expires_at": time.time() + ttl_s,
+        "parameters": {"type": "object"},
+    }
+
+
+async def status(machine: ConversationMachine) -> Status:
+    """The conversation's status, from what is stored."""
+    conversation = await RecordKeeper(machine._redis, machine.owner).get_conversation(ID)
+    if conversation is None:
+        return ABSENT
+    now = time.time()
+    return derive_status(
+        exists=True,
+        active_turn=conversation.active_turn,
+        paused_turn=conversation.paused_turn,
+        paused_until=conversation.paused_until,
+        active_may_run=may_run(None, conversation.active_since, now),
+        now=now,
+    )
+
+
+async def prepare(machine: ConversationMachine, start: str) -> None:
+    """Put the conversation in the state named `start`."""
+    if start == "absent":
+        return
+    assert await machine.create(ID, turn_id=None if start == "idle" else HOLDER) is Outcome.CREATED
+    if start == "awaiting":
+        assert await machine.pause(ID, HOLDER, [proposal("c1")]) is Outcome.PAUSED
+    if start == "awaiting two":
+        assert await machine.pause(ID, HOLDER, [proposal("c1"), proposal("c2")]) is Outcome.PAUSED
+
+
+Action = Callable[[ConversationMachine], Awaitable[Outcome]]
+
+
+async def _decide(machine: ConversationMachine) -> Outcome:
+    return (await machine.decide(ID, "c1", "approve", turn_id=RESUMER)).outcome
+
+
+async def _delete(machine: ConversationMachine) -> Outcome:
+    return (await machine.delete(ID)).outcome
+
+
+async def _start(machine: ConversationMachine) -> Outcome:
+    return (await machine.start(ID, "turn-new", ended=None)).outcome
+
+
+ACTIONS: dict[str, Action] = {
+    "create": lambda m: m.create(ID),
+    "start": _start,
+    "pause by the holder": lambda m: m.pause(ID, HOLDER, [proposal("p9")]),
+    "pause by another": lambda m: m.pause(ID, OTHER, [proposal("p9", OTHER)]),
+    "decide": _decide,
+    "unclaim by the holder": lambda m: m.unclaim(ID, HOLDER),
+    "unclaim by another": lambda m: m.unclaim(ID, OTHER),
+    "delete": _delete,
+}
+
+ROWS = [
+    ("absent", "create", Outcome.CREATED, IDLE),
+    ("idle", "create", Outcome.EXISTS, IDLE),
+    ("running", "create", Outcome.EXISTS, RUNNING),
+    ("awaiting", "create", Outcome.EXISTS, AWAITING),
+    ("absent", "start", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "start", Outcome.STARTED, RUNNING),
+    ("running", "start", Outcome.BUSY, RUNNING),
+    ("awaiting", "start", Outcome.AWAITING_DECISION, AWAITING),
+    ("absent", "pause by the holder", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "pause by another", Outcome.NOT_HOLDER, IDLE),
+    ("running", "pause by the holder", Outcome.PAUSED, AWAITING),
+    ("running", "pause by another", Outcome.NOT_HOLDER, RUNNING),
+    ("awaiting", "pause by the holder", Outcome.NOT_HOLDER, AWAITING),
+    ("absent", "decide", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "decide", Outcome.NO_PROPOSAL, IDLE),
+    ("running", "decide", Outcome.NO_PROPOSAL, RUNNING),
+    ("awaiting", "decide", Outcome.RESUMED, RUNNING),
+    ("awaiting two", "decide", Outcome.DECIDED, AWAITING),
+    ("absent", "unclaim by the holder", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "unclaim by another", Outcome.NOT_HOLDER, IDLE),
+    ("running", "unclaim by the holder", Outcome.UNCLAIMED, IDLE),
+    ("running", "unclaim by another", Outcome.NOT_HOLDER, RUNNING),
+    ("awaiting", "unclaim by the holder", Outcome.NOT_HOLDER, AWAITING),
+    ("absent", "delete", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "delete", Outcome.DELETED, ABSENT),
+    ("running", "delete", Outcome.DELETED, ABSENT),
+    ("awaiting", "delete", Outcome.DELETED, ABSENT),
+]
+
+
+@pytest.mark.parametrize(("start", "action", "outcome", "after"), ROWS)
+async def test_each_transition_from_each_status(
+    machine: ConversationMachine, start: str, action: str, outcome: Outcome, after: Status
+) -> None:
+    await prepare(machine, start)
+    assert await ACTIONS[action](machine) is outcome
+    assert await status(machine) is after
+
+
+@pytest.mark.parametrize("transition", [t for t in Transition if t is not Transition.FINISH])
+def test_the_table_says_what_each_transition_does_from_every_status(
+    transition: Transition,
+) -> None:
+    covered = {status for rule in TABLE if rule.transition is transition for status in rule.source}
+    assert covered == set(Status)
+
+
+@pytest.mark.parametrize(
+    ("transition", "refused"),
+    [
+        (
+            Transition.CREATE,
+            {IDLE: Outcome.EXISTS, RUNNING: Outcome.EXISTS, AWAITING: Outcome.EXISTS},
+        ),
+        (
+            Transition.START,
+            {ABSENT: Outcome.NOT_FOUND, RUNNING: Outcome.BUSY, AWAITING: Outcome.AWAITING_DECISION},
+        ),
+        (
+            Transition.PAUSE,
+            {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
+        ),
+        (Transition.DECIDE, {ABSENT: Outcome.NOT_FOUND}),
+        (
+            Transition.UNCLAIM,
+            {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
+        ),
+        (Transition.DELETE, {ABSENT: Outcome.NOT_FOUND}),
+    ],
+)
+def test_what_a_script_refuses_whatever_else_holds_is_the_tables(
+    transition: Transition, refused: dict[Status, Outcome]
+) -> None:
+    assert refusals(transition) == refused
+
+
+NOW = 1_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("exists", "active", "paused", "until", "may", "expected"),
+    [
+        (False, None, None, None, False, ABSENT),
+        (True, None, None, None, False, IDLE),
+        (True, "t1", None, None, True, RUNNING),
+        (True, "t1", None, None, False, IDLE),  # its turn ended: finishing needs no script
+        (True, "t1", "t1", NOW + 1, False, AWAITING),
+        (True, "t1", "t1", NOW + 1, True, AWAITING),  # paused, its record not ended yet
+        (True, "t1", "t1", NOW - 1, False, IDLE),  # the step lapsed undecided
+        (True, "t2", "t1", NOW + 1, True, RUNNING),  # the decisions' turn holds it
+    ],
+)
+def test_a_status_derives_from_the_metadata_and_the_active_turn(
+    exists: bool,
+    active: str | None,
+    paused: str | None,
+    until: float | None,
+    may: bool,
+    expected: Status,
+) -> None:
+    derived = derive_status(
+        exists=exists,
+        active_turn=active,
+        paused_turn=paused,
+        paused_until=until,
+        active_may_run=may,
+        now=NOW,
+    )
+    assert derived is expected
+
+
+@pytest.mark.parametrize(
+    ("turn_status", "since", "expected"),
+    [
+        ("queued", NOW - 100, True),
+        ("running", NOW - 100, True),
+        ("completed", NOW, False),
+        ("failed", NOW, False),
+        ("cancelled", NOW, False),
+        ("awaiting_confirmation", NOW, False),
+        (None, NOW - 1, True),  # claimed, its record about to be created
+        (None, NOW - 31, False),  # claimed, and its creation never came
+        (None, None, False),
+    ],
+)
+def test_an_active_turn_may_run_while_its_record_says_so_or_its_creation_may_come(
+    turn_status: str | None, since: float | None, expected: bool
+) -> None:
+    assert may_run(turn_status, since, NOW) is expected
+
+
+# -- what each transition leaves -------------------------------------------------------------
+
+
+async def test_a_start_names_the_turn_it_found_ended_and_is_refused_if_another_holds_it(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "running")
+    assert (await machine.start(ID, "t-next", ended=HOLDER)).outcome is Outcome.STARTED
+    # The caller saw the holder end, but the turn just started holds it now.
+    refused = await machine.start(ID, "t-late", ended=HOLDER)
+    assert (refused.outcome, refused.active_turn) == (Outcome.BUSY, "t-next")
+
+
+async def test_the_last_decision_hands_back_the_steps_decisions_and_holds_it_for_their_turn(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "awaiting two")
+    first = await machine.decide(ID, "c2", "reject", turn_id="turn-a")
+    last = await machine.decide(ID, "c1", "approve", turn_id=RESUMER, arguments={"on": False})
+    assert (first.outcome, first.waiting) == (Outcome.DECIDED, 1)
+    assert last.outcome is Outcome.RESUMED
+    assert [(p["confirmation_id"], p["state"], p.get("arguments")) for p in last.decided] == [
+        ("c1", "approved", {"on": False}),
+        ("c2", "rejected", None),
+    ]
+    assert (
+        await RecordKeeper(machine._redis, machine.owner).get_conversation(ID)
+    ).active_turn == RESUMER  # type: ignore[union-attr]
+    again = await machine.decide(ID, "c1", "reject", turn_id="turn-b")
+    assert again.outcome is Outcome.ALREADY_APPROVED
+    assert (await machine.decide(ID, "c2", "approve", turn_id="turn-b")).outcome is (
+        Outcome.ALREADY_REJECTED
+    )
+
+
+async def test_a_decision_after_its_call_lapsed_is_expired_and_stays_so(
+    machine: ConversationMachine,
+) -> None:
+    await machine.create(ID, turn_id=HOLDER)
+    await machine.pause(ID, HOLDER, [proposal("c1", ttl_s=-1)])
+    assert (await machine.decide(ID, "c1", "approve", turn_id=RESUMER)).outcome is Outcome.EXPIRED
+    assert (await machine.decide(ID, "c1", "approve", turn_id=RESUMER)).outcome is Outcome.EXPIRED
+    proposals = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert [p["state"] for p in proposals] == ["expired"]
+
+
+async def test_the_last_decision_of_a_step_lapses_the_calls_of_it_nobody_decided_in_time(
+    machine: ConversationMachine,
+) -> None:
+    await machine.create(ID, turn_id=HOLDER)
+    await machine.pause(ID, HOLDER, [proposal("c1"), proposal("c2", ttl_s=-1)])
+    resumed = await machine.decide(ID, "c1", "approve", turn_id=RESUMER)
+    assert [p["confirmation_id"] for p in resumed.decided] == ["c1"]
+    proposals = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert {p["confirmation_id"]: p["state"] for p in proposals} == {
+        "c1": "approved",
+        "c2": "expired",
+    }
+
+
+async def test_a_new_message_after_a_step_lapsed_undecided_lapses_its_calls(
+    machine: ConversationMachine,
+) -> None:
+    """The new turn answers them "not run": none of them may be decided after it."""
+    await machine.create(ID, turn_id=HOLDER)
+    await machine.pause(ID, HOLDER, [proposal("c1", ttl_s=-1)])
+    assert (await machine.start(ID, "t-next", ended=HOLDER)).outcome is Outcome.STARTED
+    proposals = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert [p["state"] for p in proposals] == ["expired"]
+
+
+async def test_unclaiming_the_turn_of_a_steps_decisions_lets_them_be_made_again(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "awaiting")
+    await machine.decide(ID, "c1", "approve", turn_id=RESUMER, arguments={"on": False})
+    assert await machine.unclaim(ID, RESUMER) is Outcome.UNCLAIMED
+    assert await status(machine) is AWAITING
+    (waiting,) = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert (waiting["state"], "arguments" in waiting, "resumed_by" in waiting) == (
+        "pending",
+        False,
+        False,
+    )
+    turns = await machine._redis.zrange(machine.keys(ID)[2], 0, -1)
+    assert turns == [HOLDER.encode()]
+    again = await machine.decide(ID, "c1", "reject", turn_id="turn-again")
+    assert again.outcome is Outcome.RESUMED
+
+
+async def test_deleting_hands_back_every_turn_that_held_it_and_leaves_no_key(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "awaiting")
+    await machine.decide(ID, "c1", "approve", turn_id=RESUMER)
+    deleted = await machine.delete(ID)
+    assert (deleted.outcome, deleted.active_turn, sorted(deleted.turn_ids)) == (
+        Outcome.DELETED,
+        RESUMER,
+        [HOLDER, RESUMER],
+    )
+    assert [k async for k in machine._redis.scan_iter(match=f"bernard:{{c:{machine.owner}/*")] == []
+    assert await machine._redis.zscore(keys.conversations(machine.owner), ID) is None
+
+
+async def test_a_conversation_created_again_is_a_new_incarnation_without_the_old_ones_keys(
+    machine: ConversationMachine, redis: Redis
+) -> None:
+    keeper = RecordKeeper(redis, machine.owner)
+    await machine.create(ID, turn_id=HOLDER)
+    first = (await keeper.get_conversation(ID)).incarnation  # type: ignore[union-attr]
+    await machine.delete(ID)
+    # A summary job of the old one finishes after the deletion.
+    await redis.set(keys.conversation_summary(machine.owner, ID), b'{"text": "old"}', ex=60)
+    await machine.create(ID)
+    second = (await keeper.get_conversation(ID)).incarnation  # type: ignore[union-attr]
+    assert first and second and first != second
+    assert await keeper.summary(ID) is None
+    await keeper.save_summary(ID, "old news", covers_to=3, incarnation=first)
+    assert await keeper.summary(ID) is None, "another incarnation's summary is refused"
+    await keeper.save_summary(ID, "new news", covers_to=3, incarnation=second)
+    assert (await keeper.summary(ID) or {})["text"] == "new news"
+
+
+async def test_a_turn_that_does_not_hold_the_conversation_writes_nothing_into_it(
+    machine: ConversationMachine, redis: Redis
+) -> None:
+    keeper = RecordKeeper(redis, machine.owner)
+    await machine.create(ID, turn_id=HOLDER)
+    await keeper.append_messages(ID, [{"role": "user", "content": "mine"}], turn_id=HOLDER)
+    for write in (
+        keeper.append_messages(ID, [{"role": "assistant", "content": "stale"}], turn_id=OTHER),
+        keeper.append_new_messages(ID, [{"role": "user", "content": "new"}], turn_id=OTHER),
+        keeper.append_new_messages(ID, [], turn_id=OTHER),  # nothing new: still checked
+        keeper.propose(ID, [proposal("p1", OTHER)], turn_id=OTHER),
+    ):
+        with pytest.raises(ConversationLostError):
+            await write
+    assert await keeper.messages(ID) == [{"role": "user", "content": "mine"}]
+    assert await keeper.proposals(ID) == []
+
+
+async def test_the_set_of_turns_forgets_those_older_than_a_turns_keys_live(redis: Redis) -> None:
+    owner = f"test-owner-{uuid.uuid4().hex}"
+    machine = ConversationMachine(redis, owner, retention_s=600, turn_keep_s=1)
+    try:
+        await machine.create(ID, turn_id="t-old")
+        await asyncio.sleep(1.1)
+        await machine.start(ID, "t-new", ended="t-old")
+        assert (await machine.delete(ID)).turn_ids == ("t-new",)
+    finally:
+        await redis.delete(keys.conversations(owner))
+
+
+# -- two requests at once --------------------------------------------------------------------
+
+
+async def test_the_last_decision_and_a_new_message_at_once_always_leave_the_decision_standing(
+    machine: ConversationMachine,
+) -> None:
+    """Whichever script runs first, the decision holds the conversation for its turn and
+    the message is refused: never a message running while the call waits or was decided."""
+    for n in range(50):
+        conversation = f"race-{n}"
+        await machine.create(conversation, turn_id=HOLDER)
+        await machine.pause(conversation, HOLDER, [proposal(f"c{n}")])
+        decision, claim = await asyncio.gather(
+            machine.decide(conversation, f"c{n}", "approve", turn_id=RESUMER),
+            machine.start(conversation, "turn-message", ended=HOLDER),
+        )
+        assert decision.outcome is Outcome.RESUMED
+        assert claim.outcome in (Outcome.BUSY, Outcome.AWAITING_DECISION)
+        await machine.delete(conversation)
+
+
+async def test_a_deletion_and_a_new_message_at_once_never_leave_a_turn_holding_nothing(
+    machine: ConversationMachine,
+) -> None:
+    """Either the message's turn started first, and the deletion hands it back to be ended,
+    or the deletion came first and the message finds no conversation."""
+    for n in range(50):
+        conversation = f"race-{n}"
+        await machine.create(conversation)
+        deletion, claim = await asyncio.gather(
+            machine.delete(conversation), machine.start(conversation, f"t{n}", ended=None)
+        )
+        assert deletion.outcome is Outcome.DELETED
+        if claim.outcome is Outcome.STARTED:
+            assert (deletion.active_turn, deletion.turn_ids) == (f"t{n}", (f"t{n}",))
+        else:
+            assert claim.outcome is Outcome.NOT_FOUND
+            assert (deletion.active_turn, deletion.turn_ids) == (None, ())
