@@ -1,7 +1,9 @@
-"""Which conversation a chat request continues, and deleting one: ids are their owner's."""
+"""Which conversation a chat request continues, giving it back when its turn could not be
+created, and deleting one: ids are their owner's."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -12,11 +14,13 @@ from api.conversations import (
     check_conversation_id,
     conversation_not_found,
     delete_conversation,
+    give_back,
     is_conversation_id,
     open_conversation,
 )
 from api.errors import ApiError
 from shared import keys
+from shared.conversation_state import ConversationMachine, Outcome
 from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.records import RecordKeeper
@@ -212,3 +216,65 @@ async def test_deleting_another_owners_conversation_is_a_404_and_leaves_it_alone
         await delete_conversation(redis, turns(redis), alice, "den", retention_s=RETENTION_S)
     assert raised.value.status == 404
     assert await exists(redis, bob, "den")
+
+
+# -- giving a conversation back ----------------------------------------------------------------
+
+
+async def decided(redis: redis_asyncio.Redis, owner: str, resumer: str) -> ConversationMachine:
+    """Conversation "den" whose turn paused on one call, decided: `resumer` holds it."""
+    machine = ConversationMachine(redis, owner, retention_s=RETENTION_S)
+    await machine.create("den", turn_id="turn-paused")
+    call = {"id": "call_1", "name": "save_note", "arguments": "{}"}
+    proposal = {"confirmation_id": "c1", "turn_id": "turn-paused", "tool_call": call}
+    await machine.pause("den", "turn-paused", [{**proposal, "expires_at": time.time() + 600}])
+    decision = await machine.decide("den", "c1", "approve", turn_id=resumer)
+    assert decision.outcome is Outcome.RESUMED
+    return machine
+
+
+async def created(redis: redis_asyncio.Redis, owner: str, turn_id: str) -> TurnStore:
+    store = turns(redis)
+    request = TurnRequest(messages=[], kind="conversation")
+    record = TurnRecord(turn_id, owner, request, "bernard-v1", conversation_id="den")
+    await store.create(record, ttl_s=RETENTION_S, queue_name=None)
+    return store
+
+
+async def states(redis: redis_asyncio.Redis, owner: str) -> list[str]:
+    return [p["state"] for p in await RecordKeeper(redis, owner).proposals("den")]
+
+
+@pytest.mark.parametrize("record", ["never stored", "stored, still queued"])
+async def test_a_decision_whose_turn_could_not_be_created_waits_to_be_made_again(
+    redis: redis_asyncio.Redis, owners: list[str], record: str
+) -> None:
+    owner, resumer = owners[0], f"turn-{uuid.uuid4().hex}"
+    machine = await decided(redis, owner, resumer)
+    store = await created(redis, owner, resumer) if record != "never stored" else turns(redis)
+
+    await give_back(machine, store, "den", resumer)
+
+    assert await states(redis, owner) == ["pending"]
+    conversation = await RecordKeeper(redis, owner).get_conversation("den")
+    assert conversation is not None and conversation.paused_turn == "turn-paused"
+    if record != "never stored":  # no worker may take it now
+        assert (await store.get(resumer)).status == "failed"  # type: ignore[union-attr]
+    again = await machine.decide("den", "c1", "reject", turn_id=f"turn-{uuid.uuid4().hex}")
+    assert again.outcome is Outcome.RESUMED
+
+
+async def test_a_turn_a_worker_took_keeps_its_conversation_and_decisions(
+    redis: redis_asyncio.Redis, owners: list[str]
+) -> None:
+    owner, resumer = owners[0], f"turn-{uuid.uuid4().hex}"
+    machine = await decided(redis, owner, resumer)
+    store = await created(redis, owner, resumer)
+    assert (await store.claim(resumer, "worker-1", 5.0)).outcome == "claimed"
+
+    await give_back(machine, store, "den", resumer)
+
+    assert await states(redis, owner) == ["approved"]
+    conversation = await RecordKeeper(redis, owner).get_conversation("den")
+    assert conversation is not None and conversation.active_turn == resumer
+    await store.end(resumer, owner, ErrorCode.WORKER_LOST)
