@@ -7,7 +7,8 @@ cancel, a background turn, the user's event stream, a worker's death):
   on a plain Redis of its own, as arq needs one primary;
 - `sentinel`: both roles on the primary that three Sentinels name.
 
-Then what only those topologies can do to a turn: a primary SIGKILLed mid-turn and
+Then a conversation's moves, each a script in its own slot, and what only those topologies
+can do to a turn: a primary SIGKILLed mid-turn and
 replaced by its replica (Sentinel), the slot of a streaming turn moved to another node
 (Cluster), and the exactness check at 100 streams on the Cluster.
 
@@ -37,6 +38,13 @@ from shared.timers import publish
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import Frame, collect, error_code, frames, text_of, wire
+from tests.test_conversation_races import (
+    Switches,
+    approve_while_a_message_arrives,
+    route,
+    streamed,
+)
+from tests.test_conversations import ALICE, keys_for_two
 from tests.test_exactness import STREAMS
 from tests.test_exactness import check as check_exact
 from tests.test_timers import events_of
@@ -341,3 +349,34 @@ async def test_100_concurrent_streams_are_exact_token_by_token_on_a_cluster(
 
 async def one_stream(client: httpx.AsyncClient, i: int) -> list[Frame]:
     return await collect(client, "POST", CHAT, json=body(f"stream {i} on a cluster", stream=True))
+
+
+async def test_a_conversations_moves_are_atomic_and_a_deletion_forgets_its_turns(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    """The conversation's scripts (shared/conversation_state.py) each in its own slot:
+    approving while a message arrives leaves every end state true to the history, and a
+    deletion ends the running turn and makes its turns 404 at once."""
+    upstream.router_responder = route
+    switches = Switches()
+    settings = deployment.settings(upstream, api_keys=keys_for_two())
+    async with run_stack(settings, tools=[switches.tool()]) as stack:
+        await asyncio.gather(
+            *(approve_while_a_message_arrives(stack, switches, f"race-{n}") for n in range(5))
+        )
+        gate = upstream.script(Reply.text(["still", " going"], block_after_first=True))
+        await stack.client.post("/v1/conversations", json={"id": "den"}, headers=ALICE)
+        async with stack.client.stream(
+            "POST",
+            "/v1/conversations/den/messages",
+            json={"content": "hello"},
+            headers={**ALICE, "Accept": "text/event-stream"},
+        ) as running:
+            turn_id = running.headers["x-bernard-turn-id"]
+            await gate.wait_blocked()
+            assert (await stack.client.delete("/v1/conversations/den", headers=ALICE)).is_success
+            gone = await stack.client.get(f"/v1/turns/{turn_id}", headers=ALICE)
+            assert gone.status_code == 404
+            events = await streamed(running)
+        gate.release()
+    assert events[-1][1]["error"]["code"] == "conversation_deleted"
