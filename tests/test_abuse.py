@@ -192,7 +192,8 @@ async def test_deleting_a_conversation_removes_every_key(users: Stack) -> None:
     )
     assert created.status_code == 200
     pattern = "bernard:{c:alice/to-forget}:*"
-    assert len([key async for key in users.redis.scan_iter(match=pattern)]) == 3
+    # Its metadata, messages, call log and the set of its turns.
+    assert len([key async for key in users.redis.scan_iter(match=pattern)]) == 4
 
     deleted = await users.client.delete("/v1/conversations/to-forget", headers=as_user("alice"))
 

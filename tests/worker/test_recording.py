@@ -86,7 +86,7 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
     """A router call's end and the response call's start are observed back to back, while
     the router's start is still being written: they take one write, not two, and the log
     keeps every entry in order."""
-    conversation_id = await keeper.create_conversation()
+    conversation_id = await keeper.create_conversation(active_turn="turn-1")
     settings = make_settings()
     models = build_models(settings)
     request = TurnRequest(messages=[{"role": "user", "content": "hi"}])
@@ -102,9 +102,11 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
     writes: list[list[str]] = []
     record_calls = recorder.record_calls
 
-    async def counted(conversation: str, events: Sequence[CallEvent]) -> None:
+    async def counted(
+        conversation: str, events: Sequence[CallEvent], *, turn_id: str | None = None
+    ) -> None:
         writes.append([f"{e.entry['kind']} {e.event}" for e in events])
-        await record_calls(conversation, events)
+        await record_calls(conversation, events, turn_id=turn_id)
 
     recorder.record_calls = counted  # type: ignore[method-assign]
     recording = TurnRecording(recorder, ctx)
