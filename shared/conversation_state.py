@@ -400,8 +400,10 @@ def _lua_table(refused: Mapping[Status, Outcome]) -> str:
 
 
 def _script(transition: Transition, body: str) -> str:
-    """The script of `transition`: the prelude, what `TABLE` refuses it from, its body."""
-    return f"local REFUSE = {_lua_table(refusals(transition))}\n{_PRELUDE}\n{body}"
+    """The script of `transition`: the prelude, what `TABLE` refuses it from, its body;
+    without its comment lines, which every `EVAL` would send and Redis hash."""
+    text = f"local REFUSE = {_lua_table(refusals(transition))}\n{_PRELUDE}\n{body}"
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
 SCRIPTS: dict[Transition, str] = {
