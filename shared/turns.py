@@ -276,15 +276,15 @@ RENEWED, CANCEL_REQUESTED, TURN_OVER = 0, 1, 2
 
 # KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
 # whose conversation was deleted: its record loses what it held of the conversation (the
-# request, its messages, the result) and is marked `forgotten`, which every read takes for
-# gone; its stream keeps only its `done` entry. Both go after the grace, which lets a
-# client still reading the stream read its ending; the rest goes at once (an ended turn's
-# worker learns it is over from its record: `_RENEW`). A write of its worker still running
-# finds the stream sealed, or gone, and never creates it again (`NOMKSTREAM`:
-# shared/streams.py).
+# request, its messages, its preview, the result) and is marked `forgotten`, which every
+# read takes for gone; its stream keeps only its `done` entry. Both go after the grace,
+# which lets a client still reading the stream read its ending; the rest goes at once (an
+# ended turn's worker learns it is over from its record: `_RENEW`). A write of its worker
+# still running finds the stream sealed, or gone, and never creates it again
+# (`NOMKSTREAM`: shared/streams.py).
 _FORGET = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HDEL', KEYS[1], 'request', 'messages', 'result')
+  redis.call('HDEL', KEYS[1], 'request', 'messages', 'preview', 'result')
   redis.call('HSET', KEYS[1], 'forgotten', '1')
   redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
