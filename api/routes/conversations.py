@@ -3,9 +3,9 @@ and decide on the tool calls it waits on.
 
 Owner-scoped like every route: another user's conversation, or a missing one, is the same
 404. Posting a message and resuming run a turn on the stored history; the answer is JSON
-(wait for the turn, then its rows) unless the client sends `Accept: text/event-stream`,
-which streams the turn's named events (api/encoding.py: `ConversationEncoder`). A
-conversation runs one turn at a time (409 `conversation_busy`).
+(wait for the turn, then its rows) unless the client's `Accept` prefers `text/event-stream`
+(api/negotiation.py), which streams the turn's named events (api/encoding.py:
+`ConversationEncoder`). A conversation runs one turn at a time (409 `conversation_busy`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from api.conversations import (
 )
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
+from api.negotiation import EVENT_STREAM, JSON, negotiate
 from api.pages import list_page
 from api.pipeline import UNFINISHED_TTL_S, start_turn
 from api.responses import JSONResponse
@@ -96,7 +97,7 @@ def _machine(state: AppState, owner: str) -> ConversationMachine:
 
 
 def _wants_stream(accept: str | None) -> bool:
-    return "text/event-stream" in (accept or "")
+    return negotiate(accept, (JSON, EVENT_STREAM)) == EVENT_STREAM
 
 
 def _check_metadata(metadata: dict[str, str] | None) -> None:
