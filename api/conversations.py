@@ -41,11 +41,15 @@ from shared.errors import ErrorCode
 from shared.records import Conversation, Message, RecordKeeper
 from shared.turns import FORGET_GRACE_S, TurnStore
 
-_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+# The one grammar of the ids a client chooses. Neither end is a dot, so no id is a path's
+# `.` or `..` segment (which URL normalization removes: such a conversation could be made
+# but never addressed), `...`, or a name that a file system or a proxy hides or trims.
+_ID = re.compile(r"[A-Za-z0-9_:-](?:[A-Za-z0-9_.:-]{0,126}[A-Za-z0-9_:-])?")
+ID_RULE = "1-128 letters, digits or _ . : -, neither first nor last a dot"
 
 
 def is_conversation_id(conversation_id: str) -> bool:
-    """Whether the id is 1-128 letters, digits or `_ . : -`: one a conversation can have."""
+    """Whether the id is one a conversation can have (`ID_RULE`)."""
     # fullmatch: `$` would also accept the id followed by a newline, which then cannot be
     # sent back in the `X-Bernard-Conversation-Id` header.
     return _ID.fullmatch(conversation_id) is not None
@@ -54,7 +58,7 @@ def is_conversation_id(conversation_id: str) -> bool:
 def check_conversation_id(conversation_id: str, param: str = "conversation_id") -> None:
     """Raise a 400 naming `param` unless the id is one a conversation can have."""
     if not is_conversation_id(conversation_id):
-        raise invalid("conversation_id must be 1-128 letters, digits or _ . : -", param)
+        raise invalid(f"conversation_id must be {ID_RULE}", param)
 
 
 def conversation_not_found(conversation_id: str) -> ApiError:

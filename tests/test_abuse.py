@@ -186,6 +186,25 @@ async def test_probing_another_users_conversation_looks_like_probing_nothing(use
     assert await Archivist(users.redis, "bob").messages("bobs-diary"), "bob's is untouched"
 
 
+@pytest.mark.parametrize("dots", [".", "..", "...", ".hidden", "trailing."])
+async def test_ids_a_url_path_cannot_address_are_refused_wherever_they_come_in(
+    users: Stack, dots: str
+) -> None:
+    """`.` and `..` are dot segments every HTTP client removes from a path: a conversation
+    under such an id could be created and never read, continued by path or deleted."""
+    alice = as_user("alice")
+    created = await users.client.post("/v1/conversations", json={"id": dots}, headers=alice)
+    assert error_of(created, 400)["param"] == "id"
+    in_body = await users.client.post(CHAT, json=body(conversation_id=dots), headers=alice)
+    assert error_of(in_body, 400)["param"] == "conversation_id"
+    in_header = await users.client.post(
+        CHAT, json=body(), headers={**alice, "X-Bernard-Conversation-Id": dots}
+    )
+    assert error_of(in_header, 400)["param"] == "conversation_id"
+    pattern = f"bernard:{{c:alice/{dots}}}:*"
+    assert [key async for key in users.redis.scan_iter(match=pattern)] == []
+
+
 async def test_deleting_a_conversation_removes_every_key(users: Stack) -> None:
     created = await users.client.post(
         CHAT, json=body(conversation_id="to-forget"), headers=as_user("alice")

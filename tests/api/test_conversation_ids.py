@@ -73,6 +73,11 @@ async def exists(redis: redis_asyncio.Redis, owner: str, conversation_id: str) -
         "Room_1.living:room-2",
         "0123456789",
         "x" * 128,
+        "a.b",
+        "a..b",
+        "_kitchen",
+        "-kitchen-",
+        "1.0",
     ],
 )
 def test_ids_of_1_to_128_letters_digits_and_underscore_dot_colon_dash_are_accepted(
@@ -95,6 +100,13 @@ def test_ids_of_1_to_128_letters_digits_and_underscore_dot_colon_dash_are_accept
         "küche",
         "٣",  # a digit of another script
         "kitchen*",
+        # path-dot forms: `.` and `..` are removed from a URL's path by every client
+        ".",
+        "..",
+        "...",
+        ".kitchen",
+        "kitchen.",
+        "." * 128,
     ],
 )
 def test_any_other_id_is_a_400_naming_the_parameter(conversation_id: str) -> None:
@@ -107,7 +119,9 @@ def test_any_other_id_is_a_400_naming_the_parameter(conversation_id: str) -> Non
         "conversation_id",
         ErrorCode.INVALID_VALUE,
     )
-    assert error.message == "conversation_id must be 1-128 letters, digits or _ . : -"
+    assert error.message == (
+        "conversation_id must be 1-128 letters, digits or _ . : -, neither first nor last a dot"
+    )
 
 
 def test_a_refused_id_names_the_parameter_it_came_in() -> None:
