@@ -41,10 +41,26 @@ MAX_DURATION_S = 7 * 86_400
 # What the owner's event stream keeps: the latest entries, for clients that reconnect.
 _EVENTS_MAXLEN = 1000
 
-_PART = re.compile(
-    r"(\d+(?:\.\d+)?)\s*(days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)?\b",
-    re.IGNORECASE,
+# The one grammar of a duration: parts of an ASCII number (whole, or with up to three
+# decimals) and its unit, apart or together ("1h30m"), joined by spaces, commas or "and",
+# after an optional "in" or "for". A lone number is seconds. Nothing else: no sign, no
+# exponent, no digit of another script (`\d` would take "٥"), no word around it.
+_NUMBER = r"[0-9]{1,7}(?:\.[0-9]{1,3})?"
+_UNIT = r"days|day|d|hours|hour|hrs|hr|h|minutes|minute|mins|min|m|seconds|second|secs|sec|s"
+_PART = rf"{_NUMBER}[ \t]*(?:{_UNIT})"
+_DURATION = re.compile(
+    rf"[ \t]*(?:(?:in|for)[ \t]+)?(?:{_NUMBER}|{_PART}(?:(?:[ \t]*,[ \t]*(?:and[ \t]+)?"
+    rf"|[ \t]+and[ \t]+|[ \t]*){_PART})*)[ \t]*",
+    re.ASCII | re.IGNORECASE,
 )
+_PARTS = re.compile(rf"({_NUMBER})[ \t]*({_UNIT})?", re.ASCII | re.IGNORECASE)
+# The same parts inside a sentence ("set a timer for 5 minutes for the pasta").
+_WITHIN = re.compile(
+    rf"(?<![0-9A-Za-z.+-]){_PART}(?:(?:[ \t]*,[ \t]*(?:and[ \t]+)?|[ \t]+and[ \t]+|[ \t]*){_PART})*"
+    r"(?![0-9A-Za-z])",
+    re.ASCII | re.IGNORECASE,
+)
+_MAX_DURATION_CHARS = 100
 _UNIT_S = {"d": 86_400, "h": 3600, "m": 60, "s": 1}
 
 
@@ -64,17 +80,28 @@ class Timer:
 def parse_duration(text: str) -> float:
     """Seconds in "90", "90s", "5 minutes", "1h 30m", "2.5 min", "1 hour and 20 seconds".
 
-    Raises `TimerError` for text with no duration, or one over seven days."""
-    total = 0.0
-    found = False
-    for number, unit in _PART.findall(text[:200]):
-        found = True
-        total += float(number) * _UNIT_S[(unit or "s")[0].lower()]
-    if not found or total <= 0:
-        raise TimerError(f"no duration in {text[:60]!r}: say e.g. '5 minutes' or '90s'")
+    Raises `TimerError`, with what the model should say instead, for anything else (the
+    grammar above), for zero, and for more than seven days."""
+    if len(text) > _MAX_DURATION_CHARS or not _DURATION.fullmatch(text):
+        raise TimerError(
+            f"{text[:60]!r} is not a duration: say e.g. '5 minutes', '90s' or '1h 30m' "
+            "(numbers in digits 0-9, each with its unit)"
+        )
+    total = sum(
+        float(number) * _UNIT_S[(unit or "s")[0].lower()] for number, unit in _PARTS.findall(text)
+    )
+    if total <= 0:
+        raise TimerError("a timer needs a duration above zero")
     if total > MAX_DURATION_S:
         raise TimerError("a timer may run at most 7 days")
     return total
+
+
+def duration_in(sentence: str) -> str | None:
+    """The first duration with its units in the first 200 characters of `sentence`, as
+    `parse_duration` reads it ("5 minutes" in "set a timer for 5 minutes"), or None."""
+    found = _WITHIN.search(sentence[:200])
+    return found[0] if found else None
 
 
 class TimerStore:

@@ -18,12 +18,19 @@ from shared import keys
 from shared.connection import connect
 from shared.events import TimerFired
 from shared.records import Archivist
-from shared.timers import MAX_TIMERS, TimerError, TimerStore, parse_duration, publish
+from shared.timers import (
+    MAX_TIMERS,
+    TimerError,
+    TimerStore,
+    duration_in,
+    parse_duration,
+    publish,
+)
 from tests.conftest import TEST_REDIS_URL, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis
 from tests.upstream import Reply, ScriptedUpstream
 from worker.tools.runtime import ToolRuntime, runtime_config
-from worker.tools.timers import list_timers
+from worker.tools.timers import list_timers, set_timer
 
 
 @pytest.mark.parametrize(
@@ -43,10 +50,97 @@ def test_durations_are_read_as_people_say_them(text: str, seconds: float) -> Non
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["soon", "", "0 s", "8 days", "200 hours"])
-def test_durations_without_a_time_or_over_a_week_are_refused(text: str) -> None:
-    with pytest.raises(TimerError):
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1h30m", 5400),
+        ("1 hour, 20 seconds", 3620),
+        ("1 hour, and 20 seconds", 3620),
+        ("for 10 mins", 600),
+        ("  3 SECONDS ", 3),
+        ("0.5 min", 30),
+        ("0h 5m", 300),
+        ("7 days", 604_800),
+        ("1 day", 86_400),
+    ],
+)
+def test_durations_may_combine_units_with_commas_and_and(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("soon", "is not a duration"),
+        ("", "is not a duration"),
+        ("0 s", "above zero"),
+        ("0", "above zero"),
+        ("8 days", "at most 7 days"),
+        ("200 hours", "at most 7 days"),
+        ("604801", "at most 7 days"),
+        # a sign, an exponent or a digit of another script is not read around
+        ("-5 minutes", "is not a duration"),
+        ("+5 minutes", "is not a duration"),
+        ("1e9s", "is not a duration"),
+        ("1e3", "is not a duration"),
+        ("٥ minutes", "is not a duration"),  # Arabic-Indic five
+        ("５ minutes", "is not a duration"),  # fullwidth five
+        ("5\u00a0minutes", "is not a duration"),  # a no-break space
+        ("١٠s", "is not a duration"),
+        # every number has its unit, and nothing else is said
+        ("1 30m", "is not a duration"),
+        ("1:30", "is not a duration"),
+        ("5 minutes please", "is not a duration"),
+        ("5 minutes 5", "is not a duration"),
+        ("about 5 minutes", "is not a duration"),
+        ("5 fortnights", "is not a duration"),
+        ("5 mins.", "is not a duration"),
+        (".5 min", "is not a duration"),
+        ("1.2.3 s", "is not a duration"),
+        ("nan s", "is not a duration"),
+        ("inf", "is not a duration"),
+        ("99999999 s", "is not a duration"),  # more digits than any week needs
+        ("1.0001 s", "is not a duration"),
+        ("5 minutes " * 20, "is not a duration"),
+    ],
+)
+def test_anything_but_a_positive_duration_of_a_week_at_most_is_refused(text: str, why: str) -> None:
+    with pytest.raises(TimerError, match=why):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "found"),
+    [
+        ("Set a timer for 5 minutes for the pasta", "5 minutes"),
+        ("start a timer for 1 hour and 20 seconds", "1 hour and 20 seconds"),
+        ("a timer, 1h30m, for bread", "1h30m"),
+        ("set a timer for -5 minutes", None),
+        ("set a timer for 1e9s", None),
+        ("set a timer for ٥ minutes", None),
+        ("set a timer for 90", None),  # a lone number is seconds only on its own
+        ("set a timer", None),
+    ],
+)
+def test_a_duration_is_found_in_a_sentence_by_the_same_grammar(
+    sentence: str, found: str | None
+) -> None:
+    assert duration_in(sentence) == found
+
+
+async def test_a_duration_the_parser_refuses_is_an_error_the_model_reads_and_no_timer() -> None:
+    user = owner()
+    settings = make_settings()
+    redis = connect(settings.redis_url)
+    try:
+        runtime = ToolRuntime(owner=user, redis=redis, settings=settings)
+        said = await set_timer.ainvoke(
+            {"duration": "-5 minutes", "label": "tea"}, config=runtime_config(runtime, {})
+        )
+        assert said.startswith("Error: '-5 minutes' is not a duration: say e.g. '5 minutes'")
+        assert await redis.exists(keys.timers(user)) == 0
+    finally:
+        await redis.aclose()
 
 
 def owner() -> str:

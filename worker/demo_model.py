@@ -44,7 +44,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from shared.timers import TimerError, parse_duration
+from shared.timers import TimerError, duration_in, parse_duration
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
 
@@ -487,7 +487,7 @@ def _household(question: str) -> list[tuple[str, dict[str, Any]]]:
     """Timers, lights and the thermostat."""
     if _SET_TIMER.search(question):
         try:
-            duration = f"{parse_duration(question):g}s"
+            duration = f"{parse_duration(duration_in(question) or ''):g}s"
         except TimerError:
             duration = "5 minutes"
         label = _TIMER_LABEL.search(question)
