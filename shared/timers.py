@@ -32,7 +32,6 @@ from shared import keys
 from shared.connection import is_cluster
 from shared.events import TimerFired, encode
 from shared.records import ConversationNotFoundError, RecordKeeper
-from shared.scripts import atomic
 from shared.turns import STREAM_FIELD
 
 FIRE_TIMER = "fire_timer"
@@ -124,24 +123,21 @@ class TimerStore:
         self.queue_name = queue_name
 
     async def set(self, seconds: float, label: str, conversation_id: str | None) -> Timer:
-        """Record the timer and queue the job that fires it."""
-        if await self.redis.hlen(self.key) >= MAX_TIMERS:  # type: ignore[misc]
-            timers = await self.all()
-            if sum(t.state == "pending" for t in timers) >= MAX_TIMERS:
-                raise TimerError(f"you already have {MAX_TIMERS} timers running")
-            # Rung and cancelled timers are kept to be listed until room is needed.
-            done = [t.id for t in timers if t.state != "pending"]
-            await self.redis.hdel(self.key, *done)  # type: ignore[misc]
+        """Record the timer and queue the job that fires it; `TimerError` when the owner
+        has `MAX_TIMERS` running (checked and recorded in one script, so concurrent calls
+        cannot overrun it)."""
         timer = Timer(
             id=f"timer_{uuid.uuid4().hex[:10]}",
             label=label.strip()[:100] or "timer",
             due_at=time.time() + seconds,
             conversation_id=conversation_id,
         )
-        async with atomic(self.redis) as pipe:
-            pipe.hset(self.key, mapping={timer.id: orjson.dumps(timer)})
-            pipe.expire(self.key, max(self.retention_s, int(seconds) + 3600))
-            await pipe.execute()
+        ttl_s = max(self.retention_s, int(seconds) + 3600)
+        added = await self.redis.eval(  # type: ignore[misc]
+            _ADD, 1, self.key, timer.id, orjson.dumps(timer).decode(), str(MAX_TIMERS), str(ttl_s)
+        )
+        if not added:
+            raise TimerError(f"you already have {MAX_TIMERS} timers running")
         await self.queue.enqueue_job(
             FIRE_TIMER,
             self.owner,
@@ -172,6 +168,25 @@ class TimerStore:
             return False, None
         return bool(int(reply[0])), Timer(**orjson.loads(reply[1]))
 
+
+# KEYS: timers. ARGV: timer id, timer, limit, TTL s. Records the timer unless `limit` are
+# pending; rung and cancelled timers are kept to be listed until room is needed, then
+# dropped. Returns 1 recorded, 0 at the limit.
+_ADD = """
+local limit = tonumber(ARGV[3])
+if redis.call('HLEN', KEYS[1]) >= limit then
+  local all = redis.call('HGETALL', KEYS[1])
+  local done = {}
+  for i = 1, #all, 2 do
+    if cjson.decode(all[i + 1])['state'] ~= 'pending' then done[#done + 1] = all[i] end
+  end
+  if #all / 2 - #done >= limit then return 0 end
+  if #done > 0 then redis.call('HDEL', KEYS[1], unpack(done)) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
 
 # KEYS: timers. ARGV: timer id, new state. Moves a pending timer to the new state. Returns
 # {1 moved now or 0 not pending, the timer as it stands}, nil when there is no such timer.

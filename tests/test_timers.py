@@ -309,3 +309,36 @@ async def test_rung_and_cancelled_timers_make_room_and_running_ones_are_the_limi
     finally:
         await redis.delete(keys.timers(user), queue, *(f"arq:job:timer:{i}" for i in made))
         await redis.aclose()
+
+
+async def test_the_timer_cap_holds_under_50_concurrent_set_timer_calls() -> None:
+    """50 calls at once, with 45 timers running and 5 rung or cancelled: 5 are set, 45 told
+    the limit, and none fails otherwise (the old check-then-write overran the cap and sent
+    an HDEL with no fields when another call had already dropped the done ones)."""
+    user = owner()
+    settings = make_settings(queue_name=f"bernard:test:{uuid.uuid4().hex[:8]}")
+    redis = connect(settings.redis_url)
+    store = TimerStore(redis, user, retention_s=60, queue_name=settings.queue_name)
+    try:
+        first = [await store.set(600, f"t{k}", None) for k in range(MAX_TIMERS)]
+        for timer in first[:5]:
+            await store.cancel(timer.id)
+        config = runtime_config(ToolRuntime(owner=user, redis=redis, settings=settings), {})
+        said = await asyncio.gather(
+            *(
+                set_timer.ainvoke({"duration": "10 minutes", "label": f"c{k}"}, config=config)
+                for k in range(50)
+            )
+        )
+        held = await store.all()
+    finally:
+        made = [t.id for t in await store.all()]
+        await redis.delete(
+            keys.timers(user), settings.queue_name, *(f"arq:job:timer:{i}" for i in made)
+        )
+        await redis.aclose()
+    refused = [s for s in said if s.startswith("Error:")]
+    assert set(refused) == {f"Error: you already have {MAX_TIMERS} timers running"}
+    assert len(said) - len(refused) == 5
+    assert len(held) == MAX_TIMERS
+    assert all(t.state == "pending" for t in held)
