@@ -313,6 +313,27 @@ async def test_unknown_tools_and_bad_arguments_are_answered_and_the_turn_goes_on
     ]
 
 
+@pytest.mark.parametrize("arguments", ["[1, 2]", '"six times seven"', "42", "true"])
+async def test_arguments_that_are_json_but_not_an_object_go_back_to_the_model(
+    stack: Stack, upstream: ScriptedUpstream, arguments: str
+) -> None:
+    """As arguments that are not JSON at all: the model reads why the call did not run, and
+    the turn goes on, rather than failing with the parser's text."""
+    upstream.script_router(Reply.tool_calls([("calculator", arguments)]))
+    upstream.script(Reply.text("I could not do that."))
+    got = await collect(stack.client, "POST", CHAT, json=body())
+    (call,) = bernard_of(got, "tool_call")
+    (result,) = bernard_of(got, "tool_result")
+    assert call["arguments"] == arguments
+    assert result["content"] == (
+        "Error: invalid arguments for tool 'calculator': the arguments are not a JSON "
+        f"object: {arguments!r}"
+    )
+    assert text_of(got) == "I could not do that."
+    fed_back = [m for m in upstream.router_requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in fed_back] == [result["content"]]
+
+
 async def test_a_tool_over_its_time_gets_an_error_result_and_an_error_frame(
     upstream: ScriptedUpstream,
 ) -> None:

@@ -30,7 +30,8 @@ from typing import Any
 
 import httpx2
 import orjson
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall
+from langchain_core.messages.tool import invalid_tool_call
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI
 
@@ -82,6 +83,7 @@ async def openai_complete(
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError as exc:
         raise UpstreamStreamError(f"an answer that is not JSON: {response.text[:100]!r}") from exc
+    not_objects = _calls_without_an_object(body)
     try:
         result = model._create_chat_result(body)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
@@ -89,6 +91,7 @@ async def openai_complete(
     generation = result.generations[0]
     message = generation.message
     assert isinstance(message, AIMessage)
+    message.invalid_tool_calls = [*message.invalid_tool_calls, *not_objects]
     # As `BaseChatModel` does: the finish reason and the rest of the generation's info
     # become the message's metadata.
     message.response_metadata = {
@@ -96,6 +99,46 @@ async def openai_complete(
         **message.response_metadata,
     }
     return message
+
+
+def _calls_without_an_object(body: Any) -> list[InvalidToolCall]:
+    """Take the tool calls whose arguments are JSON but not an object (`[1, 2]`, `"on"`)
+    out of the answer, as invalid calls: `ChatOpenAI` would put such arguments on the
+    message as they are, and the message then fails its own validation (the turn failed
+    with pydantic's text). As invalid calls they go back to the model with the reason, as
+    arguments that are not JSON do (worker/harness/router.py). `null` stays a call without
+    arguments, as LangChain reads it."""
+    try:
+        message = body["choices"][0]["message"]
+        calls = list(message.get("tool_calls") or ())
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return []  # `_create_chat_result` says what is wrong with it
+    kept: list[Any] = []
+    found: list[InvalidToolCall] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            try:
+                parsed = orjson.loads(arguments) if arguments.strip() else None
+            except orjson.JSONDecodeError:
+                parsed = None  # not JSON at all: LangChain makes it an invalid call itself
+            if parsed is not None and not isinstance(parsed, dict):
+                assert isinstance(function, dict)
+                name, call_id = function.get("name"), call.get("id")
+                found.append(
+                    invalid_tool_call(
+                        name=name if isinstance(name, str) else None,
+                        args=arguments,
+                        id=call_id if isinstance(call_id, str) else None,
+                        error="the arguments are not a JSON object",
+                    )
+                )
+                continue
+        kept.append(call)
+    if found:
+        message["tool_calls"] = kept
+    return found
 
 
 async def openai_tokens(
