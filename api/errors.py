@@ -55,8 +55,12 @@ def envelope(
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-class ApiError(Exception):
-    """An error answered with `status` and the OpenAI envelope."""
+class ApiError(StarletteHTTPException):
+    """An error answered with `status` and the OpenAI envelope.
+
+    An `HTTPException`, so that FastAPI lets it through where it turns every other
+    exception into a bare 400: while it reads a body (api/json_route.py raises one there).
+    """
 
     def __init__(
         self,
@@ -68,13 +72,16 @@ class ApiError(Exception):
         type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(status, message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
         self.type = type or _TYPES.get(status, "server_error")
         self.headers = headers or {}
+
+    def __str__(self) -> str:
+        return self.message
 
     def body(self) -> dict[str, Any]:
         code = str(self.code) if self.code is not None else None
@@ -89,7 +96,7 @@ def invalid(
 
 
 def error_response(exc: ApiError) -> JSONResponse:
-    headers: dict[str, str] = dict(exc.headers)
+    headers: dict[str, str] = dict(exc.headers or {})
     if exc.status in (429, 503):
         headers["retry-after"] = str(RETRY_AFTER_S)
     elif 400 <= exc.status < 500:

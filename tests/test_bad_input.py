@@ -90,6 +90,46 @@ async def test_a_json_array_body_is_400(stack: Stack) -> None:
     assert_envelope(await stack.client.post(CHAT, json=[1, 2]), 400)
 
 
+def nested(levels: int) -> Any:
+    """A JSON value `levels` arrays deep."""
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def deep_tool(levels: int) -> dict[str, Any]:
+    """A tool whose parameters' schema nests `levels` deep (the body adds four more)."""
+    schema: Any = {"type": "string"}
+    for _ in range(levels // 2):
+        schema = {"items": schema}
+    return {"type": "function", "function": {"name": "f", "parameters": schema}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tools", [deep_tool(300)]),
+        ("response_format", {"type": "text", "schema": deep_tool(300)}),
+        ("some_future_field", nested(300)),
+        ("messages", [{"role": "user", "content": "hi", "extra": nested(300)}]),
+        ("some_future_field", nested(64)),  # one past the bound: the body is a level too
+    ],
+)
+async def test_a_body_nested_deeper_than_the_bound_is_400_naming_the_field(
+    stack: Stack, field: str, value: Any
+) -> None:
+    payload = {"model": "bernard-v1", "messages": OK_MESSAGES, field: value}
+    error = assert_envelope(await stack.client.post(CHAT, json=payload), 400, field)
+    assert error["message"] == f"{field}: nested deeper than 64 levels, the most a body may nest"
+    assert await _queue_is_empty(stack)
+
+
+async def test_a_body_nested_to_the_bound_is_taken(stack: Stack) -> None:
+    payload = {"model": "bernard-v1", "messages": OK_MESSAGES, "some_future_field": nested(63)}
+    assert (await stack.client.post(CHAT, json=payload)).status_code == 200
+
+
 async def test_unknown_model_is_404(stack: Stack) -> None:
     response = await stack.client.post(CHAT, json={"model": "gpt-9", "messages": OK_MESSAGES})
     error = assert_envelope(response, 404, "model")

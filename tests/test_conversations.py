@@ -446,6 +446,36 @@ async def test_edited_arguments_run_when_they_fit_the_tools_schema(
     assert await notes_of(users) == ["the door code is 4321"]
 
 
+async def test_edited_arguments_nested_deeper_than_a_body_may_are_400_naming_them(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    """Deeper than the bound, they could not be stored (orjson writes at most 254 levels):
+    a 500 that left the decision half made."""
+    await conversation(users)
+    confirmation = await pause(users, upstream)
+    deep: Any = "leaf"
+    for _ in range(300):
+        deep = {"a": deep}
+    refused = await resume(
+        users,
+        "kitchen",
+        {
+            "confirmation_id": confirmation,
+            "decision": "approve",
+            "arguments": {"text": "the door code is 4321", "extra": deep},
+        },
+    )
+    assert isinstance(refused, httpx.Response)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "arguments"
+    assert await notes_of(users) == [], "a refused edit decides nothing"
+    approved = await resume(
+        users, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
+    )
+    assert isinstance(approved, httpx.Response) and approved.status_code == 200, approved.text
+    assert await notes_of(users) == ["the door code is 1234"]
+
+
 async def test_an_expired_proposal_cannot_be_decided_and_is_recorded_as_not_run(
     upstream: ScriptedUpstream,
 ) -> None:
