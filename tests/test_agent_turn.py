@@ -407,6 +407,42 @@ async def test_an_upstream_500_during_the_router_fails_the_turn(
     assert turn["status"] == "failed"
 
 
+UPSTREAM_SECRET = "db at 10.0.0.5 refused user billing-svc"
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (lambda: Reply.error(500, UPSTREAM_SECRET), "the upstream model failed (HTTP 500)"),
+        (
+            lambda: Reply.error(400, UPSTREAM_SECRET, error_type="invalid_request_error"),
+            "the upstream model failed (HTTP 400)",
+        ),
+        (lambda: Reply.text(["one", "two"], fail_after=1), "the upstream model failed"),
+    ],
+    ids=["500", "400", "dropped mid-stream"],
+)
+async def test_clients_get_the_code_and_a_generic_message_never_the_upstreams_text(
+    stack: Stack, upstream: ScriptedUpstream, reply: Any, message: str
+) -> None:
+    """What an upstream says when it fails may quote its internals or the prompt: it stays
+    in the log (with BERNARD_LOG_PROMPTS=1), and every way a client reads the ending says
+    the same generic words."""
+    upstream.script(reply())
+    got = await collect(stack.client, "POST", CHAT, json=body())
+    streamed = got[-2].json["error"]
+    (event,) = bernard_of(got, "error")
+    upstream.script(reply())
+    waited = await stack.client.post(CHAT, json=body(stream=False))
+    turn = (await stack.client.get(f"/v1/turns/{waited.headers['x-bernard-turn-id']}")).json()
+    assert waited.status_code == 502
+    for error in (streamed, event, waited.json()["error"], turn["error"]):
+        assert error["code"] == "upstream_error"
+        assert error["message"] == message
+    for text in (str(got), waited.text, str(turn)):
+        assert "10.0.0.5" not in text and "billing" not in text
+
+
 async def test_an_upstream_500_during_the_response_fails_the_turn_after_the_tools(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:

@@ -257,6 +257,22 @@ async def test_a_failed_model_call_and_its_turn_log_the_error_code_not_the_messa
     assert "choked" not in lines.text and PROMPT not in lines.text
 
 
+async def test_with_log_prompts_a_failed_model_call_logs_the_upstreams_words(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The only place they go: the client reads the code and generic words."""
+    settings = secret_settings(upstream, log_prompts=True)
+    async with run_stack(settings) as stack:
+        with captured(settings) as lines:
+            upstream.script(Reply.error(500, "the model choked on the walrus"))
+            response = await chat(stack, PROMPT)
+            turn_id = response.headers["x-bernard-turn-id"]
+            await lines.wait_for("turn ended", turn_id=turn_id)
+    (call,) = lines.named("model call", turn_id=turn_id, stage="response")
+    assert "the model choked on the walrus" in call["error_message"]
+    assert response.json()["error"]["message"] == "the upstream model failed (HTTP 500)"
+
+
 async def test_a_turn_that_waits_for_confirmation_logs_its_pause(
     upstream: ScriptedUpstream,
 ) -> None:

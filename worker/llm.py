@@ -28,6 +28,7 @@ from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
 
 from shared.connection import redact
+from shared.endings import ENDINGS
 from shared.errors import ErrorCode
 from shared.settings import Settings
 from worker.openai_fast import UpstreamStreamError, openai_complete, openai_tokens
@@ -44,21 +45,37 @@ _BOUND_CACHE = 8
 
 
 class LlmError(Exception):
-    """An upstream model call failed; `code` is what the client sees in the error frame."""
+    """An upstream model call failed.
+
+    The client sees `code` and `message`: the code's own words (shared/endings.py) and the
+    upstream's HTTP status, or Bernard's own account (`shown`: where an upstream that could
+    not be reached is), never what the upstream said, which may quote the prompt or the
+    upstream's insides. That is `detail`, for the log (with BERNARD_LOG_PROMPTS=1:
+    worker/telemetry.py).
+    """
 
     def __init__(
         self,
-        message: str,
+        detail: str,
         code: ErrorCode = ErrorCode.UPSTREAM_ERROR,
         *,
         status: int | None = None,
+        shown: str | None = None,
     ) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(detail)
+        self.detail = detail
         self.code = code
-        # The upstream's HTTP status, when it answered one (logged: the message may quote
+        # The upstream's HTTP status, when it answered one (logged: the detail may quote
         # the prompt, the status never does).
         self.status = status
+        self.shown = shown
+
+    @property
+    def message(self) -> str:
+        if self.shown is not None:
+            return self.shown
+        words = ENDINGS[self.code].message
+        return f"{words} (HTTP {self.status})" if self.status is not None else words
 
 
 @dataclass(slots=True)
@@ -107,7 +124,8 @@ def _translate(exc: Exception) -> LlmError:
     # its password hidden: the SDK's own text is only "Connection error."
     request = getattr(exc, "request", None)
     if request is not None and "Connection" in type(exc).__name__:
-        return LlmError(f"cannot reach the upstream model at {redact(str(request.url))}: {exc}")
+        where = f"cannot reach the upstream model at {redact(str(request.url))}: {exc}"
+        return LlmError(where, shown=where)
     return LlmError(f"upstream model call failed: {exc}")
 
 

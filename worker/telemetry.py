@@ -328,7 +328,8 @@ class ModelCall:
             fields["error"] = code
             if self.turn.prompts:
                 fields["prompt"] = self.prompt
-                fields["error_message"] = str(getattr(error, "message", error))
+                # An upstream's own words (`LlmError.detail`), which no client sees.
+                fields["error_message"] = str(error)
         level = logging.INFO if code is None else logging.WARNING
         logger.log(level, "model call", extra=fields)
         _end_span(self.span, code, {"bernard.cancelled": True} if code is None else {})
