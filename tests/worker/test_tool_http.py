@@ -1,14 +1,28 @@
-"""`request_json`: every way a service can answer becomes JSON or a message the model reads."""
+"""`request_json`: every way a service can answer becomes JSON or a message the model reads;
+no redirect leaves the service's origin, a compressed body is capped as it inflates, and one
+deadline bounds the whole request."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import time
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import pytest
 from langchain_core.tools import ToolException
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from tests.conftest import make_settings
+from tests.serving import serve
 from worker.tools.http import MAX_BODY_BYTES, ServiceError, request_json, trim
 from worker.tools.runtime import ToolRuntime, http_client, runtime_config
 
@@ -98,3 +112,90 @@ async def test_json_comes_back_and_a_404_can_mean_nothing() -> None:
 )
 def test_trim_cuts_at_a_word(text: str, limit: int, trimmed: str) -> None:
     assert trim(text, limit) == trimmed
+
+
+# -- a service of the test's own, over real HTTP ----------------------------------------------
+
+# 256 MiB of JSON whitespace, gzipped to about 250 KiB: inflated whole, a network read of
+# 64 KiB became 64 MiB before the cap was looked at.
+BOMB_BYTES = 256 * 1024 * 1024
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b" " * (1024 * 1024)
+    return b"".join(packer.compress(block) for _ in range(BOMB_BYTES // len(block))) + (
+        packer.flush()
+    )
+
+
+@dataclass
+class Service:
+    """A loopback service: `url` reaches it, `hits` counts the requests it answered."""
+
+    url: str
+    hits: list[str]
+
+
+@contextlib.asynccontextmanager
+async def service(elsewhere: str = "") -> AsyncIterator[Service]:
+    """Redirects (to `elsewhere`, or along a chain of its own), compressed bodies and a body
+    that comes a byte at a time."""
+    hits: list[str] = []
+
+    async def answer(request: Request) -> Response:
+        path = request.url.path
+        hits.append(path)
+        if path.startswith("/hop/"):
+            left = int(path.removeprefix("/hop/"))
+            if left == 0:
+                return JSONResponse({"arrived": True})
+            return Response(status_code=302, headers={"location": f"/hop/{left - 1}"})
+        if path == "/away":
+            return Response(status_code=307, headers={"location": f"{elsewhere}/inside"})
+        if path == "/gzip":
+            content = zlib.compress(b'{"small": true}', wbits=16 + zlib.MAX_WBITS)
+            return Response(content, headers={"content-encoding": "gzip"})
+        if path == "/deflate":
+            content = zlib.compress(b'{"small": "deflated"}')
+            return Response(content, headers={"content-encoding": "deflate"})
+        if path == "/brotli":
+            return Response(b"\x0b\x02\x80{}\x03", headers={"content-encoding": "br"})
+        if path == "/bomb":
+            return Response(gzip_bomb(), headers={"content-encoding": "gzip"})
+        if path == "/drip":
+
+            async def drip() -> AsyncIterator[bytes]:
+                for _ in range(100):
+                    yield b" "
+                    await asyncio.sleep(0.2)
+                yield b"{}"
+
+            return StreamingResponse(drip(), media_type="application/json")
+        return JSONResponse({"path": path})
+
+    app = Starlette(routes=[Route("/{path:path}", answer, methods=["GET", "POST"])])
+    async with serve(app, lifespan="off") as port:
+        yield Service(f"http://127.0.0.1:{port}", hits)
+
+
+@contextlib.asynccontextmanager
+async def tool_config(**overrides: Any) -> AsyncIterator[Any]:
+    """A tool's config with the worker's real HTTP client."""
+    settings = make_settings(**overrides)
+    async with http_client(settings) as client:
+        runtime = ToolRuntime(owner="t", redis=None, settings=settings, http=client)  # type: ignore[arg-type]
+        yield runtime_config(runtime, {})
+
+
+async def test_a_service_that_drip_feeds_its_body_is_cut_at_one_deadline() -> None:
+    """`BERNARD_TOOL_HTTP_TIMEOUT_S` bounds the whole request, not each read: a byte every
+    0.2 s held a call for the tool's whole time."""
+    async with service() as svc, tool_config(tool_http_timeout_s=1.0) as config:
+        started = time.monotonic()
+        with pytest.raises(ToolException, match="The service did not answer within 1s"):
+            async with asyncio.timeout(10):
+                await request_json(config, "GET", f"{svc.url}/drip", service="The service")
+        elapsed = time.monotonic() - started
+    assert 1.0 <= elapsed < 2.0, elapsed

@@ -1,13 +1,19 @@
 """Calling another service's JSON API from a tool, with every failure a message the model
 can read (a `ToolException`), never an exception that ends the turn.
 
-The client is the worker's (worker/tools/runtime.py): pooled, each step time-limited. A
-reply is read up to `MAX_BODY_BYTES`: a tool's input to the model is small, and a service
-that sends more is refused rather than buffered.
+The client is the worker's (worker/tools/runtime.py): pooled, each step time-limited. On
+top of that, here:
+
+- One deadline, `BERNARD_TOOL_HTTP_TIMEOUT_S`, for the whole request: connecting, the
+  headers and the whole body. The client's own timeouts bound each read, so a service that
+  sent a byte at a time held a call for as long as the tool may run.
+- A reply is read up to `MAX_BODY_BYTES`: a tool's input to the model is small, and a
+  service that sends more is refused rather than buffered.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,17 +57,20 @@ async def request_json(
     `reason_of` picks the service's own explanation out of an error reply's body.
     """
     runtime = get_runtime(config)
+    limit = runtime.settings.tool_http_timeout_s
     try:
-        async with runtime.client().stream(
-            method, url, params=params, json=json, headers=headers
-        ) as response:
+        async with (
+            asyncio.timeout(limit),
+            runtime.client().stream(
+                method, url, params=params, json=json, headers=headers
+            ) as response,
+        ):
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
                 if len(body) > MAX_BODY_BYTES:
                     raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
-    except httpx.TimeoutException as exc:
-        limit = runtime.settings.tool_http_timeout_s
+    except (TimeoutError, httpx.TimeoutException) as exc:
         raise ToolException(f"Error: {service} did not answer within {limit:g}s") from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         reason = str(exc) or type(exc).__name__
