@@ -189,6 +189,33 @@ async def tool_config(**overrides: Any) -> AsyncIterator[Any]:
         yield runtime_config(runtime, {})
 
 
+async def test_a_redirect_to_another_origin_is_refused_and_never_followed() -> None:
+    """A configured service must not send the worker to an address of its choosing (an
+    internal one, say): another port of the same host is another origin too."""
+    async with (
+        service() as inside,
+        service(elsewhere=inside.url) as outside,
+        tool_config() as config,
+    ):
+        with pytest.raises(ToolException) as refused:
+            await request_json(config, "GET", f"{outside.url}/away", service="The service")
+    assert str(refused.value) == (
+        f"Error: The service redirected to another site ({inside.url}), which tools do not follow"
+    )
+    assert inside.hits == []
+
+
+async def test_same_origin_redirects_are_followed_three_times_at_most() -> None:
+    async with service() as svc, tool_config() as config:
+        arrived = await request_json(config, "GET", f"{svc.url}/hop/3", service="The service")
+        assert arrived == {"arrived": True}
+        with pytest.raises(ToolException, match="The service redirected more than 3 times"):
+            await request_json(config, "GET", f"{svc.url}/hop/4", service="The service")
+    followed, refused = svc.hits[:4], svc.hits[4:]
+    assert followed == ["/hop/3", "/hop/2", "/hop/1", "/hop/0"]
+    assert refused == ["/hop/4", "/hop/3", "/hop/2", "/hop/1"], "the fourth never asked"
+
+
 async def test_a_service_that_drip_feeds_its_body_is_cut_at_one_deadline() -> None:
     """`BERNARD_TOOL_HTTP_TIMEOUT_S` bounds the whole request, not each read: a byte every
     0.2 s held a call for the tool's whole time."""

@@ -5,8 +5,11 @@ The client is the worker's (worker/tools/runtime.py): pooled, each step time-lim
 top of that, here:
 
 - One deadline, `BERNARD_TOOL_HTTP_TIMEOUT_S`, for the whole request: connecting, the
-  headers and the whole body. The client's own timeouts bound each read, so a service that
-  sent a byte at a time held a call for as long as the tool may run.
+  headers, every redirect and the whole body. The client's own timeouts bound each read,
+  so a service that sent a byte at a time held a call for as long as the tool may run.
+- Redirects are followed only within the service's origin (scheme, host and port), at most
+  `MAX_REDIRECTS` times: the operator configured the service, not whatever it points at
+  (an address inside the network, say).
 - A reply is read up to `MAX_BODY_BYTES`: a tool's input to the model is small, and a
   service that sends more is refused rather than buffered.
 """
@@ -25,6 +28,8 @@ from langchain_core.tools import ToolException
 from worker.tools.runtime import get_runtime
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_REDIRECTS = 3
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class ServiceError(ToolException):
@@ -57,32 +62,24 @@ async def request_json(
     `reason_of` picks the service's own explanation out of an error reply's body.
     """
     runtime = get_runtime(config)
+    client = runtime.client()
     limit = runtime.settings.tool_http_timeout_s
     try:
-        async with (
-            asyncio.timeout(limit),
-            runtime.client().stream(
-                method, url, params=params, json=json, headers=headers
-            ) as response,
-        ):
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
+        async with asyncio.timeout(limit):
+            request = client.build_request(method, url, params=params, json=json, headers=headers)
+            status, body = await _fetch(client, request, service)
     except (TimeoutError, httpx.TimeoutException) as exc:
         raise ToolException(f"Error: {service} did not answer within {limit:g}s") from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         reason = str(exc) or type(exc).__name__
         raise ToolException(f"Error: could not reach {service}: {reason}") from exc
-    status = response.status_code
     if status == 404 and missing_ok:
         return None
     if status in (401, 403):
         raise ServiceError(
             f"Error: {service} refused the request (HTTP {status}){refused}", status=status
         )
-    if response.is_error:
+    if status >= 400:
         reason = ""
         if reason_of is not None:
             try:
@@ -98,6 +95,43 @@ async def request_json(
         return orjson.loads(body)
     except ValueError as exc:
         raise ToolException(f"Error: {service} sent a response that is not valid JSON") from exc
+
+
+async def _fetch(
+    client: httpx.AsyncClient, request: httpx.Request, service: str
+) -> tuple[int, bytes]:
+    """The final reply's status and body, after the redirects within `request`'s origin."""
+    origin = _origin(request.url)
+    for _ in range(MAX_REDIRECTS + 1):
+        response = await client.send(request, stream=True, follow_redirects=False)
+        try:
+            redirect = response.next_request
+            if redirect is None:
+                return response.status_code, await _read(response, service)
+        finally:
+            await response.aclose()
+        if _origin(redirect.url) != origin:
+            scheme, host, port = _origin(redirect.url)
+            raise ToolException(
+                f"Error: {service} redirected to another site ({scheme}://{host}:{port}), "
+                "which tools do not follow"
+            )
+        request = redirect
+    raise ToolException(f"Error: {service} redirected more than {MAX_REDIRECTS} times")
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
+
+
+async def _read(response: httpx.Response, service: str) -> bytes:
+    """The body, refused once it is over `MAX_BODY_BYTES`."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
+    return bytes(body)
 
 
 def trim(text: str, limit: int) -> str:

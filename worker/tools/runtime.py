@@ -48,13 +48,15 @@ class ToolRuntime:
 def http_client(
     settings: Settings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
-    """The HTTP client a worker's tools share: bounded pool, every call time-limited."""
+    """The HTTP client a worker's tools share: bounded pool, every step time-limited. It
+    follows no redirect: worker/tools/http.py follows those within a service's origin, and
+    bounds the whole request."""
     return httpx.AsyncClient(
         timeout=httpx.Timeout(settings.tool_http_timeout_s),
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         transport=transport,
         headers={"User-Agent": "Bernard/0.1 (a self-hosted household assistant)"},
-        follow_redirects=True,
+        follow_redirects=False,
     )
 
 
