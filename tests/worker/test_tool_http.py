@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import functools
 import time
+import tracemalloc
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ def config_answering(response: httpx.Response | Exception) -> Any:
     def handler(request: httpx.Request) -> httpx.Response:
         if isinstance(response, Exception):
             raise response
-        return response
+        # As a server's reply comes: its body still to be read.
+        body = httpx.ByteStream(response.content)
+        return httpx.Response(response.status_code, headers=response.headers, stream=body)
 
     settings = make_settings()
     client = http_client(settings, httpx.MockTransport(handler))
@@ -160,6 +163,10 @@ async def service(elsewhere: str = "") -> AsyncIterator[Service]:
         if path == "/deflate":
             content = zlib.compress(b'{"small": "deflated"}')
             return Response(content, headers={"content-encoding": "deflate"})
+        if path == "/raw-deflate":  # as some servers send `deflate`: no zlib wrapper
+            packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+            content = packer.compress(b'{"small": "raw"}') + packer.flush()
+            return Response(content, headers={"content-encoding": "deflate"})
         if path == "/brotli":
             return Response(b"\x0b\x02\x80{}\x03", headers={"content-encoding": "br"})
         if path == "/bomb":
@@ -214,6 +221,42 @@ async def test_same_origin_redirects_are_followed_three_times_at_most() -> None:
     followed, refused = svc.hits[:4], svc.hits[4:]
     assert followed == ["/hop/3", "/hop/2", "/hop/1", "/hop/0"]
     assert refused == ["/hop/4", "/hop/3", "/hop/2", "/hop/1"], "the fourth never asked"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/gzip", {"small": True}),
+        ("/deflate", {"small": "deflated"}),
+        ("/raw-deflate", {"small": "raw"}),
+    ],
+)
+async def test_a_compressed_body_is_read(path: str, body: Any) -> None:
+    async with service() as svc, tool_config() as config:
+        assert await request_json(config, "GET", svc.url + path, service="The service") == body
+
+
+async def test_a_body_in_an_encoding_tools_do_not_read_is_an_error() -> None:
+    async with service() as svc, tool_config() as config:
+        with pytest.raises(ToolException, match="sent a body encoded as 'br'"):
+            await request_json(config, "GET", f"{svc.url}/brotli", service="The service")
+
+
+async def test_a_gzip_bomb_is_cut_at_the_cap_as_it_inflates() -> None:
+    """The cap on what a reply may hold counts the inflated bytes as they come: what a call
+    holds at once stays near the cap, never a whole network read inflated."""
+    bomb = gzip_bomb()
+    async with service() as svc, tool_config() as config:
+        tracemalloc.start()
+        try:
+            with pytest.raises(ToolException, match=f"sent more than {MAX_BODY_BYTES} bytes"):
+                await request_json(config, "GET", f"{svc.url}/bomb", service="The service")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert len(bomb) < 1024 * 1024
+    assert peak < 4 * MAX_BODY_BYTES, f"{peak / 2**20:.0f} MiB at once"
+    print(f"\na {BOMB_BYTES >> 20} MiB gzip bomb held {peak / 2**20:.1f} MiB at most")
 
 
 async def test_a_service_that_drip_feeds_its_body_is_cut_at_one_deadline() -> None:

@@ -10,13 +10,16 @@ top of that, here:
 - Redirects are followed only within the service's origin (scheme, host and port), at most
   `MAX_REDIRECTS` times: the operator configured the service, not whatever it points at
   (an address inside the network, say).
-- A reply is read up to `MAX_BODY_BYTES`: a tool's input to the model is small, and a
-  service that sends more is refused rather than buffered.
+- A reply is read up to `MAX_BODY_BYTES`, counted as it is decompressed (gzip or deflate,
+  inflated here in bounded steps rather than by httpx, which inflates each network read
+  whole: a 64 KiB read of a gzip bomb is 64 MiB). A tool's input to the model is small,
+  and a service that sends more is refused rather than buffered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +32,14 @@ from worker.tools.runtime import get_runtime
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_REDIRECTS = 3
+# The encodings a tool reads (what the client's Accept-Encoding offers); wbits for zlib.
+_ENCODINGS = {
+    "": None,
+    "identity": None,
+    "gzip": 16 + zlib.MAX_WBITS,
+    "x-gzip": 16 + zlib.MAX_WBITS,
+    "deflate": zlib.MAX_WBITS,  # zlib's wrapper; a raw deflate stream is tried too
+}
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -125,13 +136,53 @@ def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
 
 
 async def _read(response: httpx.Response, service: str) -> bytes:
-    """The body, refused once it is over `MAX_BODY_BYTES`."""
+    """The body, decompressed, refused once it is over `MAX_BODY_BYTES`."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in _ENCODINGS:
+        raise ToolException(
+            f"Error: {service} sent a body encoded as {encoding!r}, which tools cannot read"
+        )
+    wbits = _ENCODINGS[encoding]
+    inflater = None if wbits is None else _Inflater(wbits)
     body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
+    try:
+        async for raw in response.aiter_raw():
+            room = MAX_BODY_BYTES + 1 - len(body)
+            body += raw[:room] if inflater is None else inflater.inflate(raw, room)
+            if len(body) > MAX_BODY_BYTES:
+                raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
+        if inflater is not None:
+            body += inflater.flush(MAX_BODY_BYTES + 1 - len(body))
+            if len(body) > MAX_BODY_BYTES:
+                raise ToolException(f"Error: {service} sent more than {MAX_BODY_BYTES} bytes")
+    except zlib.error as exc:
+        raise ToolException(f"Error: {service} sent a body that cannot be decompressed") from exc
     return bytes(body)
+
+
+class _Inflater:
+    """zlib, giving at most `room` bytes a call: what it inflates beyond that is never
+    made, and the caller refuses the body once it holds more than it may."""
+
+    def __init__(self, wbits: int) -> None:
+        self.wbits = wbits
+        self.zlib = zlib.decompressobj(wbits)
+        self.started = False
+
+    def inflate(self, data: bytes, room: int) -> bytes:
+        try:
+            out = self.zlib.decompress(data, room)
+        except zlib.error:
+            if self.started or self.wbits != zlib.MAX_WBITS:
+                raise
+            # `deflate` as some servers send it: a raw stream, without zlib's wrapper.
+            self.zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = self.zlib.decompress(data, room)
+        self.started = True
+        return out
+
+    def flush(self, room: int) -> bytes:
+        return self.zlib.flush(max(room, 1))
 
 
 def trim(text: str, limit: int) -> str:

@@ -49,13 +49,17 @@ def http_client(
     settings: Settings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
     """The HTTP client a worker's tools share: bounded pool, every step time-limited. It
-    follows no redirect: worker/tools/http.py follows those within a service's origin, and
-    bounds the whole request."""
+    follows no redirect and offers only the encodings a tool reads: worker/tools/http.py
+    follows redirects within a service's origin, decompresses, and bounds the whole
+    request."""
     return httpx.AsyncClient(
         timeout=httpx.Timeout(settings.tool_http_timeout_s),
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         transport=transport,
-        headers={"User-Agent": "Bernard/0.1 (a self-hosted household assistant)"},
+        headers={
+            "User-Agent": "Bernard/0.1 (a self-hosted household assistant)",
+            "Accept-Encoding": "gzip, deflate",
+        },
         follow_redirects=False,
     )
 
