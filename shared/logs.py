@@ -25,12 +25,19 @@ messages (which may quote what the client sent); the call sites check
 `Settings.log_prompts`. Behind them the formatter replaces every secret the settings hold
 (upstream API keys, the Home Assistant token, `BERNARD_API_KEYS` keys, a Redis password,
 OTLP exporter header values) wherever it appears, with `BERNARD_LOG_PROMPTS` on as well.
+
+Nor does a control character, in either format: a request's path, a header a client sent,
+an exception's message are the client's words, and ESC would drive the operator's terminal
+while a newline would forge a line of its own. Each is written as JSON escapes it (`\n`,
+`\u001b`), DEL and the C1 controls too (which JSON itself would leave raw); a text line's
+traceback keeps its line breaks.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
@@ -47,6 +54,7 @@ __all__ = [
     "JsonFormatter",
     "TextFormatter",
     "configure_logging",
+    "escape_controls",
     "log_format",
     "log_handler",
     "secrets_of",
@@ -86,6 +94,18 @@ def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> t
     return tuple(sorted(found, key=len, reverse=True))
 
 
+# C0, DEL and C1: the characters a terminal acts on rather than shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as JSON escapes it."""
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: _SHORT_ESCAPES.get(m[0]) or f"\\u{ord(m[0]):04x}", text)
+
+
 def _redact(line: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         if secret in line:
@@ -123,7 +143,8 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = self.formatException(record.exc_info)
         elif record.exc_text:
             line["exc"] = record.exc_text
-        text = orjson.dumps(line, default=str).decode()
+        # orjson escapes C0 itself; this catches DEL and C1, which can only be in strings.
+        text = escape_controls(orjson.dumps(line, default=str).decode())
         return _redact(text, self.secrets)
 
 
@@ -135,21 +156,38 @@ class TextFormatter(logging.Formatter):
         self.secrets = tuple(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        # As `logging.Formatter.format`, each part escaped: the head on one line, then the
+        # traceback's lines.
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        text = escape_controls(self.formatMessage(record))
         fields = _fields(record)
         if fields:
-            pairs = " ".join(f"{name}={_text_value(value)}" for name, value in fields.items())
-            head, newline, rest = text.partition("\n")  # after the message, before a traceback
-            text = f"{head} {pairs}{newline}{rest}"
+            text += " " + " ".join(
+                f"{escape_controls(name)}={_text_value(value)}" for name, value in fields.items()
+            )
+        trace: list[str] = []
+        if record.exc_info:
+            trace.append(self.formatException(record.exc_info))
+        elif record.exc_text:
+            trace.append(record.exc_text)
+        if record.stack_info:
+            trace.append(self.formatStack(record.stack_info))
+        for part in trace:
+            text += "".join(f"\n{escape_controls(line)}" for line in part.splitlines())
         return _redact(text, self.secrets)
 
 
 def _text_value(value: Any) -> str:
-    if isinstance(value, str) and value and not any(c.isspace() or c in "\"'=" for c in value):
+    if (
+        isinstance(value, str)
+        and value
+        and not any(c.isspace() or c in "\"'=" or _CONTROL.match(c) for c in value)
+    ):
         return value
     if isinstance(value, float):
         return f"{value:.1f}"
-    return orjson.dumps(value, default=str).decode()
+    return escape_controls(orjson.dumps(value, default=str).decode())
 
 
 def log_format(settings: Settings, stream: IO[str] | None = None) -> str:

@@ -31,7 +31,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from shared import traces
-from shared.logs import JsonFormatter, TextFormatter, log_format, log_handler, secrets_of
+from shared.logs import (
+    JsonFormatter,
+    TextFormatter,
+    escape_controls,
+    log_format,
+    log_handler,
+    secrets_of,
+)
 from shared.settings import Settings, get_settings
 from shared.turns import TurnRecord, TurnRequest, TurnStore
 from tests.conftest import Stack, make_settings, run_stack, run_worker
@@ -387,6 +394,52 @@ def test_every_known_secret_is_replaced_in_both_formats(
     as_json = json.loads(JsonFormatter(secrets).format(record(message)))
     assert expected in as_json["message"]
     assert expected in TextFormatter(secrets).format(record(message))
+
+
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [
+        ("plain text", "plain text"),
+        ("\x1b[31mred\x1b[0m", "\\u001b[31mred\\u001b[0m"),
+        ("one\ntwo\rthree\tfour", "one\\ntwo\\rthree\\tfour"),
+        ("back\x08 feed\x0c", "back\\b feed\\f"),
+        ("nul\x00 bell\x07 del\x7f", "nul\\u0000 bell\\u0007 del\\u007f"),
+        ("c1 csi\x9b2J nel\x85", "c1 csi\\u009b2J nel\\u0085"),
+        ("küche ٣ ✓ \xa0", "küche ٣ ✓ \xa0"),  # printable, whatever the script
+        ("a\\u001b", "a\\u001b"),  # a backslash as such is left as it is
+    ],
+)
+def test_control_characters_are_escaped_as_json_spells_them(text: str, escaped: str) -> None:
+    assert escape_controls(text) == escaped
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_control_characters_from_a_request_path_never_reach_a_log_line_raw(
+    upstream: ScriptedUpstream, log_format: str
+) -> None:
+    """A path is the client's: ESC would drive the operator's terminal (here: clear it),
+    and a newline would forge a line of its own."""
+    settings = make_settings(upstream, log_format=log_format)
+    stream = io.StringIO()
+    handler = log_handler(settings, stream)
+    logger = logging.getLogger("bernard")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        async with run_stack(settings, worker=False) as stack:
+            path = "/v1/x%1B%5B2J%C2%9B%0D%0A2026-01-01 INFO forged"
+            assert (await stack.client.get(path)).status_code == 404
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    (line,) = [line for line in stream.getvalue().splitlines() if "forged" in line]
+    assert not any(c in line for c in "\x1b\x9b\r")
+    if log_format == "json":
+        assert "\\u001b[2J\\u009b\\r\\n2026" in line
+        assert json.loads(line)["path"] == "/v1/x\x1b[2J\x9b\r\n2026-01-01 INFO forged"
+    else:
+        assert 'path="/v1/x\\u001b[2J\\u009b\\r\\n2026-01-01 INFO forged"' in line
 
 
 def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
