@@ -30,9 +30,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import requests
+
+# One origin rule and one redirect limit for the tools on either HTTP client.
+from worker.tools.http import MAX_REDIRECTS, origin_of
 
 __all__ = [
     "Cancelled",
@@ -45,7 +48,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-MAX_REDIRECTS = 5
 _CHUNK = 64 * 1024
 # Threads for blocking tools, per worker process: a household has few such calls at once,
 # and a call past its deadline frees its thread within one request timeout.
@@ -81,15 +83,6 @@ class DeadlineExceeded(GuardError):
 class Cancelled(GuardError):
     def __init__(self) -> None:
         super().__init__("the call was given up on")
-
-
-def origin_of(url: str) -> str:
-    """`scheme://host:port` of `url`, the port explicit; "" for what is not an http(s) URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{parts.hostname.lower()}:{port}"
 
 
 class GuardedSession(requests.Session):

@@ -22,6 +22,7 @@ import asyncio
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -112,7 +113,7 @@ async def _fetch(
     client: httpx.AsyncClient, request: httpx.Request, service: str
 ) -> tuple[int, bytes]:
     """The final reply's status and body, after the redirects within `request`'s origin."""
-    origin = _origin(request.url)
+    origin = origin_of(str(request.url))
     for _ in range(MAX_REDIRECTS + 1):
         response = await client.send(request, stream=True, follow_redirects=False)
         try:
@@ -121,18 +122,24 @@ async def _fetch(
                 return response.status_code, await _read(response, service)
         finally:
             await response.aclose()
-        if _origin(redirect.url) != origin:
-            scheme, host, port = _origin(redirect.url)
+        elsewhere = origin_of(str(redirect.url))
+        if elsewhere != origin:
             raise ToolException(
-                f"Error: {service} redirected to another site ({scheme}://{host}:{port}), "
+                f"Error: {service} redirected to another site ({elsewhere or redirect.url}), "
                 "which tools do not follow"
             )
         request = redirect
     raise ToolException(f"Error: {service} redirected more than {MAX_REDIRECTS} times")
 
 
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
+def origin_of(url: str) -> str:
+    """`scheme://host:port` of `url`, the port explicit; "" for what is not an http(s) URL.
+    The origin a tool's requests keep to, on either client (worker/tools/blocking.py)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return ""
+    port = parts.port or _DEFAULT_PORTS[parts.scheme]
+    return f"{parts.scheme}://{parts.hostname.lower()}:{port}"
 
 
 async def _read(response: httpx.Response, service: str) -> bytes:
