@@ -20,6 +20,7 @@ import httpx
 
 from cli.frames import TurnEvent, events_of
 from cli.sse import SseParser
+from shared.redaction import redact_urls
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # How long a dropped stream is retried before giving up, and the pauses between tries.
@@ -34,6 +35,7 @@ class ApiError(Exception):
     """The API answered with an error (its OpenAI error envelope), or not at all."""
 
     def __init__(self, status: int | None, message: str, code: str | None = None) -> None:
+        message = redact_urls(message)  # the API's URL, or an error's, without credentials
         super().__init__(message)
         self.status = status
         self.message = message

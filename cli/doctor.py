@@ -30,6 +30,7 @@ from cli.client import Api, ApiError
 from launcher.redis_server import error_text
 from shared import keys
 from shared.connection import REDIS_ERRORS, connect, connect_data, redact
+from shared.redaction import redact_urls
 from shared.redis_checks import ServerFacts, server_facts
 from shared.status import ModelStatus
 from shared.status import Status as ServerStatus
@@ -48,6 +49,10 @@ class Check:
     status: Status
     detail: str
     fix: str = ""
+
+    def __post_init__(self) -> None:
+        # Every URL a check names (the API's, a service's, an error's) without credentials.
+        object.__setattr__(self, "detail", redact_urls(self.detail))
 
 
 def redis_version_check(version: str) -> Check:

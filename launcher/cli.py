@@ -121,7 +121,7 @@ def curl_command(base_url: str, with_api_key: bool) -> str:
 def model_line(settings: Settings) -> str:
     if settings.demo_mode:
         return "Model: offline demo model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real LLM)"
-    upstream = settings.openai_base_url or "OpenAI"
+    upstream = redact(settings.openai_base_url) if settings.openai_base_url else "OpenAI"
     return f"Model: {upstream} (router {settings.router_model}, response {settings.response_model})"
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import redis
 
 from launcher.children import stop_process
-from shared.connection import REDIS_ERRORS, connect_data, parse_url, url_secrets
+from shared.connection import REDIS_ERRORS, connect_data, parse_url
+from shared.redaction import url_secrets
 
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
 # Every write goes to the append-only file, fsynced once a second and on shutdown; no RDB

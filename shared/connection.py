@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 from arq.connections import ArqRedis
@@ -32,7 +31,12 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelMan
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, TimeoutError
 
+from shared.redaction import redact_url
 from shared.settings import Settings, is_cluster_url
+
+# The name the rest of the code imports from here; the one implementation is
+# shared/redaction.py's, which knows every URL's credentials, not Redis's alone.
+redact = redact_url
 
 # About 30 s of retries with backoff capped at 1 s: long enough for a Redis restart, or for
 # Sentinels to notice a dead primary and promote its replica.
@@ -73,7 +77,7 @@ def parse_url(url: str) -> RedisAddress:
     scheme, sep, _ = url.partition("://")
     scheme = scheme.lower()
     if not sep:
-        raise ValueError(f"not a Redis URL: {redact(url)!r}")
+        raise ValueError(f"not a Redis URL: {redact_url(url)!r}")
     if scheme not in ("redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"):
         return RedisAddress("single", url)
     kind: Kind = "cluster" if is_cluster_url(url) else "sentinel"
@@ -91,19 +95,19 @@ def parse_url(url: str) -> RedisAddress:
     query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
     unknown = set(query) - {"sentinel_password"}
     if unknown or (kind == "cluster" and query):
-        raise ValueError(f"unknown option(s) {sorted(query)} in {redact(url)!r}")
+        raise ValueError(f"unknown option(s) {sorted(query)} in {redact_url(url)!r}")
     path = [piece for piece in parts.path.split("/") if piece]
     service, db = None, 0
     if kind == "sentinel":
         if not path or len(path) > 2:
             raise ValueError(
                 f"name the Sentinel service: redis+sentinel://host:port/service "
-                f"(got {redact(url)!r})"
+                f"(got {redact_url(url)!r})"
             )
         service = unquote(path[0])
         db = _database(path[1], url) if len(path) == 2 else 0
     elif path and path != ["0"]:
-        raise ValueError(f"a Redis Cluster has only database 0 (got {redact(url)!r})")
+        raise ValueError(f"a Redis Cluster has only database 0 (got {redact_url(url)!r})")
     return RedisAddress(
         kind,
         url,
@@ -124,47 +128,14 @@ def _host_port(item: str, default_port: int, url: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host or (port and not port.isdigit()):
-        raise ValueError(f"bad host:port {item!r} in {redact(url)!r}")
+        raise ValueError(f"bad host:port {item!r} in {redact_url(url)!r}")
     return host, int(port) if port else default_port
 
 
 def _database(text: str, url: str) -> int:
     if not text.isdigit():
-        raise ValueError(f"bad database {text!r} in {redact(url)!r}")
+        raise ValueError(f"bad database {text!r} in {redact_url(url)!r}")
     return int(text)
-
-
-def url_secrets(url: str) -> list[str]:
-    """The passwords in a Redis URL: the server's, and the Sentinels' own
-    (`?sentinel_password=`)."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return []
-    found = [password] if password else []
-    found += [value for value in parse_qs(parts.query).get("sentinel_password", []) if value]
-    return found
-
-
-def redact(url: str) -> str:
-    """`url` with its passwords hidden (the Sentinels' own too), for people to read."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        # Not a URL urlsplit reads: hide anything between the netloc's first `:` and `@`.
-        scheme, sep, rest = url.partition("://")
-        userinfo, at, tail = rest.partition("@")
-        if not at or ":" not in userinfo:
-            return url
-        return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{tail}"
-    if password:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1))
-    if "sentinel_password=" in parts.query:
-        query = re.sub(r"(^|&)sentinel_password=[^&]*", r"\1sentinel_password=***", parts.query)
-        parts = parts._replace(query=query)
-    return urlunsplit(parts)
 
 
 def _retry(retries: int = _RETRIES) -> Retry:

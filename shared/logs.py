@@ -24,7 +24,9 @@ What never reaches a line: request bodies, headers (so no `Authorization`), and,
 messages (which may quote what the client sent); the call sites check
 `Settings.log_prompts`. Behind them the formatter replaces every secret the settings hold
 (upstream API keys, the Home Assistant token, `BERNARD_API_KEYS` keys, a Redis password,
-OTLP exporter header values) wherever it appears, with `BERNARD_LOG_PROMPTS` on as well.
+the credentials inside any URL the settings name, OTLP exporter header values) wherever it
+appears, and the credentials inside any URL a line holds (shared/redaction.py), with
+`BERNARD_LOG_PROMPTS` on as well.
 
 Nor does a control character, in either format: a request's path, a header a client sent,
 an exception's message are the client's words, and ESC would drive the operator's terminal
@@ -46,7 +48,7 @@ from typing import IO, Any
 
 import orjson
 
-from shared.connection import url_secrets
+from shared.redaction import redact_urls, url_secrets
 from shared.settings import Settings, get_settings
 
 __all__ = [
@@ -77,8 +79,21 @@ REDACTED = "[redacted]"
 
 
 def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """Every secret the settings (and the OTLP exporter's headers) hold, longest first."""
+    """Every secret the settings (and the OTLP exporter's headers) hold, longest first: the
+    keys and tokens, and the credentials inside each URL (shared/redaction.py)."""
+    urls = (
+        settings.openai_base_url,
+        settings.anthropic_base_url,
+        settings.ha_url,
+        settings.plex_url,
+        settings.searxng_url,
+        settings.wikipedia_url,
+        settings.open_meteo_url,
+        settings.open_meteo_geocoding_url,
+        settings.otel_exporter_otlp_endpoint,
+    )
     values: list[str | None] = [
+        *(secret for url in urls for secret in url_secrets(url)),
         settings.openai_api_key,
         settings.anthropic_api_key,
         settings.ha_token,
@@ -107,6 +122,8 @@ def escape_controls(text: str) -> str:
 
 
 def _redact(line: str, secrets: Iterable[str]) -> str:
+    """`line` with the credentials of every URL in it hidden, then every known secret."""
+    line = redact_urls(line)
     for secret in secrets:
         if secret in line:
             line = line.replace(secret, REDACTED)

@@ -39,7 +39,7 @@ from launcher.redis_server import (
     start_embedded_redis,
     start_redis,
 )
-from shared.connection import redact
+from shared.redaction import redact_url
 from shared.settings import Settings
 from tests.conftest import TEST_REDIS_URL
 from worker.tools.home_assistant import area_template
@@ -130,7 +130,7 @@ def test_local_url_names_database_0_on_loopback() -> None:
     ],
 )
 def test_redact_hides_the_password(url: str, shown: str) -> None:
-    assert redact(url) == shown
+    assert redact_url(url) == shown
 
 
 def test_redis_argv_keeps_nothing_on_disk(tmp_path: Path) -> None:
@@ -367,7 +367,7 @@ def test_a_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
             signal.signal(sig, handler)
 
     out = capsys.readouterr().out
-    assert f"error: no Redis answers at {redact(dead)} ({variable})" in out
+    assert f"error: no Redis answers at {redact_url(dead)} ({variable})" in out
     assert advice in out
     assert "s3cret" not in out
     assert no_processes == []
@@ -381,7 +381,7 @@ def test_set_sentinel_or_cluster_redis_url_that_does_not_answer_is_refused_and_s
     with pytest.raises(RedisUnavailable) as refused:
         cli.choose_redis(url, tmp_path / "state")
     message = str(refused.value)
-    assert message.startswith(f"no Redis answers at {redact(url)} (REDIS_URL); ")
+    assert message.startswith(f"no Redis answers at {redact_url(url)} (REDIS_URL); ")
     assert says in message
     assert "s3cret" not in message
     assert no_processes == []
@@ -525,6 +525,9 @@ def test_banner_says_whether_the_demo_model_runs() -> None:
     assert "offline demo model" in cli.model_line(demo)
     upstream = Settings(_env_file=None, openai_base_url="http://llm.local/v1", openai_api_key=None)
     assert "http://llm.local/v1" in cli.model_line(upstream)
+    keyed_url = "https://me:pa55@llm.local/v1?api_key=k3y"
+    hidden = Settings(_env_file=None, openai_base_url=keyed_url, openai_api_key=None)
+    assert "https://me:***@llm.local/v1?api_key=*** (router" in cli.model_line(hidden)
 
     out = io.StringIO()
     keyed = Settings(_env_file=None, BERNARD_API_KEYS="k1:alice")
@@ -936,7 +939,7 @@ def test_an_upstream_that_does_not_answer_stops_run_naming_it_without_its_passwo
     with pytest.raises(cli.UpstreamUnavailable) as refused:
         cli.check_upstream(upstream_settings(openai_base_url=dead, openai_api_key="good"))
     said = str(refused.value)
-    assert said.startswith(f"no model server answers at {redact(dead)} (OPENAI_BASE_URL): ")
+    assert said.startswith(f"no model server answers at {redact_url(dead)} (OPENAI_BASE_URL): ")
     assert "s3cret" not in said and "me:***@" in said
     assert said.endswith(
         "start it or fix OPENAI_BASE_URL (with OPENAI_BASE_URL and OPENAI_API_KEY unset, "

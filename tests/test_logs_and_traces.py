@@ -442,9 +442,43 @@ async def test_control_characters_from_a_request_path_never_reach_a_log_line_raw
         assert 'path="/v1/x\\u001b[2J\\u009b\\r\\n2026-01-01 INFO forged"' in line
 
 
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("GET https://u:pa55@h/x failed", "GET https://u:***@h/x failed"),
+        ("POST http://h/v1?api_key=k3y&m=1 took 3 ms", "POST http://h/v1?api_key=***&m=1 took"),
+        ("at redis://:hunter2@10.0.0.5:6379/0", "at redis://:***@10.0.0.5:6379/0"),
+    ],
+)
+def test_the_credentials_of_any_url_in_a_line_are_hidden_in_both_formats(
+    message: str, expected: str
+) -> None:
+    """Whoever logs a URL (httpx, a library, an exception's message): the formatter hides
+    what is in its userinfo and its credential parameters."""
+    as_json = json.loads(JsonFormatter().format(record(message)))
+    assert expected in as_json["message"]
+    assert expected in TextFormatter().format(record(message))
+
+
+async def test_a_workers_start_line_names_its_upstream_without_the_credentials_in_its_url(
+    upstream: ScriptedUpstream,
+) -> None:
+    base = upstream.base_url.replace("://", "://bernard:url-pa55w0rd@", 1)
+    settings = make_settings(upstream, openai_base_url=f"{base}?api_key=url-qu3ry-key")
+    with captured(settings) as lines:
+        async with run_worker(settings):
+            pass
+    (ready,) = [line for line in lines.all() if "ready: router" in line["message"]]
+    assert "://bernard:***@127.0.0.1" in ready["message"]
+    assert "?api_key=***" in ready["message"]
+    assert "url-pa55w0rd" not in lines.text and "url-qu3ry-key" not in lines.text
+
+
 def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
     settings = Settings(
         redis_url="redis://:hunter2-redis@127.0.0.1:6379/0",
+        openai_base_url="https://proxy-user:proxy-pa55@llm.lan/v1",
+        ha_url="https://ha.lan/?access_token=ha-url-token",
         openai_api_key="sk-openai-123",
         anthropic_api_key="sk-ant-456",
         ha_token="ha-token-789",
@@ -454,6 +488,8 @@ def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=otlp-secret-1,short=ab"}
     assert set(secrets_of(settings, environ)) == {
         "hunter2-redis",
+        "proxy-pa55",
+        "ha-url-token",
         "sk-openai-123",
         "sk-ant-456",
         "ha-token-789",

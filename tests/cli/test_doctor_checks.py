@@ -43,6 +43,21 @@ from shared.status import (
 from shared.status import Status as ServerStatus
 
 
+def test_no_check_shows_the_credentials_inside_a_url() -> None:
+    """The API's URL and what its failure says, as the doctor prints them (nothing answers
+    at this port)."""
+    dead = free_port()
+    api = Api(f"http://me:api-pa55@127.0.0.1:{dead}/?token=api-t0ken", timeout_s=1.0)
+    try:
+        checks = run_checks(api, None, None, lambda check: None)
+    finally:
+        api.close()
+    said = " ".join(check.detail for check in checks)
+    assert checks[0].status == "fail"
+    assert f"http://me:***@127.0.0.1:{dead}/?token=***" in said
+    assert "api-pa55" not in said and "api-t0ken" not in said
+
+
 @pytest.mark.parametrize(
     ("version", "status"),
     [

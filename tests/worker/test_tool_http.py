@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import re
 import time
 import tracemalloc
 import zlib
@@ -67,12 +68,17 @@ async def call(response: httpx.Response | Exception, **options: Any) -> Any:
         (httpx.Response(200, content=b"x" * (MAX_BODY_BYTES + 1)), {}, "more than"),
         (httpx.ReadTimeout("slow"), {}, "did not answer within 10s"),
         (httpx.ConnectError("refused"), {}, "could not reach The service: refused"),
+        (
+            httpx.ConnectError("refused by http://u:pa55@svc/x?token=t"),
+            {},
+            "could not reach The service: refused by http://u:***@svc/x?token=***",
+        ),
     ],
 )
 async def test_failures_are_messages_for_the_model(
     response: httpx.Response | Exception, options: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(ToolException, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ToolException, match=re.escape(message)):
         await call(response, **options)
 
 

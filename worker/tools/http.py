@@ -29,6 +29,7 @@ import orjson
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException
 
+from shared.redaction import redact_urls
 from worker.tools.runtime import get_runtime
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -83,7 +84,7 @@ async def request_json(
     except (TimeoutError, httpx.TimeoutException) as exc:
         raise ToolException(f"Error: {service} did not answer within {limit:g}s") from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        reason = str(exc) or type(exc).__name__
+        reason = redact_urls(str(exc)) or type(exc).__name__
         raise ToolException(f"Error: could not reach {service}: {reason}") from exc
     if status == 404 and missing_ok:
         return None
