@@ -159,11 +159,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if traced:
                 flush_tracing()
 
+    docs = settings.api_docs  # off by default: shared/settings.py says why
     app = FastAPI(
         title="Bernard",
         version="0.1.0",
         description="A streaming agent backend behind an OpenAI-compatible API.",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
     errors.install(app)
     for prefix in ("/v1", "/api/v1"):

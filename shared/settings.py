@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
 
+    # The API's own documentation: /docs and /redoc (whose pages load their scripts from a
+    # CDN, on the origin where the playground keeps its key) and /openapi.json. Off unless
+    # asked for.
+    api_docs: bool = Field(False, alias="BERNARD_API_DOCS")
+
     # Logs and traces (shared/logs.py, shared/traces.py). Format unset: text on a terminal,
     # JSON otherwise. Prompts, message content and tool arguments are logged only when asked.
     log_format: Literal["json", "text"] | None = Field(None, alias="BERNARD_LOG_FORMAT")

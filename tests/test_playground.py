@@ -192,10 +192,22 @@ async def test_the_page_is_served_at_the_root_and_at_playground_outside_the_api_
     assert (await stack.client.get("/playground/nothing.js")).json()["error"]["code"] == (
         "not_found"
     )
-    paths = (await stack.client.get("/openapi.json")).json()["paths"]
+    assert (await stack.client.get("/healthz")).json() == {"status": "ok"}
+    async with run_stack(make_settings(api_docs=True), worker=False) as documented:
+        paths = (await documented.client.get("/openapi.json")).json()["paths"]
     assert "/v1/conversations" in paths
     assert not [p for p in paths if p == "/" or p.startswith("/playground")]
-    assert (await stack.client.get("/healthz")).json() == {"status": "ok"}
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
+async def test_the_api_docs_are_off_unless_a_setting_turns_them_on(stack: Stack, path: str) -> None:
+    """/docs and /redoc load scripts from a CDN, on the origin where the playground keeps
+    its API key: served only when the operator asks (BERNARD_API_DOCS)."""
+    off = await stack.client.get(path)
+    assert (off.status_code, off.json()["error"]["code"]) == (404, "not_found")
+    async with run_stack(make_settings(api_docs=True), worker=False) as documented:
+        on = await documented.client.get(path)
+    assert on.status_code == 200
 
 
 def test_every_playground_file_is_package_data() -> None:

@@ -90,7 +90,7 @@ async def test_fuzzed_requests_never_get_a_5xx_and_every_4xx_uses_the_envelope(
 ) -> None:
     upstream.default = Reply.text("ok")
     seed = request.config.getoption("hypothesis_seed", default=None)
-    async with run_stack(make_settings(upstream, keepalive_s=5.0)) as stack:
+    async with run_stack(make_settings(upstream, keepalive_s=5.0, api_docs=True)) as stack:
         document = (await stack.client.get("/openapi.json")).json()
         operations = sum(len(methods) for methods in document["paths"].values())
         sent, problems = await asyncio.to_thread(
