@@ -1,11 +1,18 @@
 """Bearer-key authentication: `BERNARD_API_KEYS` maps keys to users.
 
 Unset, the server is open and every request belongs to one local user.
+
+`/metrics` is the operator's, not a user's (it counts every user's turns), so the API's
+keys do not open it: it answers a client on loopback (a Prometheus beside the API, or a
+proxy on the same host that does not forward the client's address), and anyone else
+only with `Authorization: Bearer <BERNARD_METRICS_KEY>`; with that unset, no one else
+(403), whether or not `BERNARD_API_KEYS` is set.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -33,7 +40,7 @@ def authenticate(request: Request, settings: Settings) -> str:
     # Compare against every key, always, so timing says nothing about which prefix matched.
     user = None
     for key, owner in users.items():
-        if hmac.compare_digest(key.encode(), token.strip().encode()):
+        if _same(key, token):
             user = owner
     if user is None:
         raise ApiError(401, "invalid API key", code=ErrorCode.INVALID_API_KEY)
@@ -52,3 +59,41 @@ async def current_user(request: Request, state: Annotated[AppState, Depends(get_
 
 
 Owner = Annotated[str, Depends(current_user)]
+
+
+def _same(key: str, token: str) -> bool:
+    return hmac.compare_digest(key.encode(), token.strip().encode())
+
+
+def from_loopback(request: Request) -> bool:
+    """Whether the client is on this host: a loopback address, or a Unix socket's peer.
+    Behind a proxy that sends X-Forwarded-For, uvicorn puts the client's address here."""
+    if request.client is None or not request.client.host:
+        return True
+    try:
+        address = ipaddress.ip_address(request.client.host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+async def metrics_scraper(request: Request, state: Annotated[AppState, Depends(get_state)]) -> None:
+    """Let a scrape of `/metrics` through (see the module docstring), else 403 or 401."""
+    if from_loopback(request):
+        return
+    key = state.settings.metrics_key
+    if not key:
+        raise ApiError(
+            403,
+            "/metrics answers on loopback only; set BERNARD_METRICS_KEY to scrape it from "
+            "elsewhere",
+            code=ErrorCode.PERMISSION_DENIED,
+        )
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token or not _same(key, token):
+        raise ApiError(
+            401,
+            "scraping /metrics from elsewhere takes Authorization: Bearer <BERNARD_METRICS_KEY>",
+            code=ErrorCode.INVALID_API_KEY,
+        )

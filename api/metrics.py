@@ -1,4 +1,5 @@
-"""Prometheus metrics, served at `/metrics`.
+"""Prometheus metrics, served at `/metrics` to a scraper on loopback, or holding
+`BERNARD_METRICS_KEY` (api/auth.py).
 
 This API process's own: turns created by kind and mode, streams open now, frames relayed.
 
@@ -20,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
+from api.auth import metrics_scraper
 from api.state import AppState, get_state
 from shared import keys
 
@@ -55,7 +57,7 @@ TURN_ENDINGS = TurnEndings()
 REGISTRY.register(TURN_ENDINGS)
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", include_in_schema=False, dependencies=[Depends(metrics_scraper)])
 async def metrics(state: Annotated[AppState, Depends(get_state)]) -> Response:
     try:
         raw = await state.queue.hgetall(keys.METRICS)  # type: ignore[misc]

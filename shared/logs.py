@@ -97,6 +97,7 @@ def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> t
         settings.openai_api_key,
         settings.anthropic_api_key,
         settings.ha_token,
+        settings.metrics_key,
         settings.plex_token,
         *url_secrets(settings.redis_url),
         *url_secrets(settings.queue_url),

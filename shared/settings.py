@@ -54,6 +54,9 @@ class Settings(BaseSettings):
 
     # "key:user,key2:user2". Unset: open, single local user.
     api_keys: str | None = Field(None, alias="BERNARD_API_KEYS")
+    # The key a scraper elsewhere than loopback sends for /metrics (api/auth.py). Unset:
+    # /metrics answers on loopback only, whatever BERNARD_API_KEYS says.
+    metrics_key: str | None = Field(None, alias="BERNARD_METRICS_KEY")
 
     worker_concurrency: int = Field(500, alias="BERNARD_WORKER_CONCURRENCY")
     queue_name: str = Field("bernard:queue", alias="BERNARD_QUEUE_NAME")

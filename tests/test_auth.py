@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from starlette.requests import Request
 
+from api.auth import from_loopback
 from shared.records import Archivist
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import ScriptedUpstream
@@ -84,3 +86,24 @@ async def test_another_users_turn_is_404_and_their_conversation_id_is_not_theirs
     )
     assert own.status_code == 200
     assert own.headers["x-bernard-conversation-id"] == conversation_id
+
+
+@pytest.mark.parametrize(
+    ("client", "local"),
+    [
+        (("127.0.0.1", 5000), True),
+        (("127.8.9.10", 5000), True),
+        (("::1", 5000), True),
+        (("::ffff:127.0.0.1", 5000), True),
+        (None, True),  # a Unix socket's peer
+        (("192.0.2.2", 5000), False),
+        (("::ffff:192.0.2.2", 5000), False),
+        (("fd00::2", 5000), False),
+        (("testclient", 50000), False),  # not an address at all
+    ],
+)
+def test_a_scrape_is_localfrom_loopback_or_a_unix_socket_only(
+    client: tuple[str, int] | None, local: bool
+) -> None:
+    request = Request({"type": "http", "client": client, "headers": []})
+    assert from_loopback(request) is local

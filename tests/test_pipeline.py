@@ -336,6 +336,49 @@ async def test_metrics_count_turns_frames_and_how_they_ended(stack: Stack) -> No
     assert metric(text, "bernard_streams_open") == 0
 
 
+# uvicorn takes the client's address from X-Forwarded-For when the peer is 127.0.0.1 (its
+# proxy headers, on by default): a scrape through a proxy on this host, from elsewhere.
+FROM_ELSEWHERE = {"X-Forwarded-For": "198.51.100.7"}
+
+
+async def test_metrics_answer_on_loopback_and_elsewhere_not_without_a_metrics_key(
+    upstream: ScriptedUpstream,
+) -> None:
+    """With BERNARD_API_KEYS unset as well: the API's keys are not the metrics key."""
+    async with run_stack(make_settings(upstream), worker=False) as stack:
+        local = await stack.client.get("/metrics")
+        remote = await stack.client.get("/metrics", headers=FROM_ELSEWHERE)
+    assert local.status_code == 200 and "bernard_streams_open" in local.text
+    assert remote.status_code == 403
+    assert remote.json()["error"]["code"] == "permission_denied"
+    assert "BERNARD_METRICS_KEY" in remote.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        (None, 401),
+        ("Bearer wrong-metrics-key", 401),
+        ("Bearer key-alice", 401),  # a user's key is not the operator's
+        ("Basic scrape-key-42", 401),
+        ("Bearer scrape-key-42", 200),
+        ("bearer scrape-key-42", 200),
+    ],
+)
+async def test_metrics_from_elsewhere_need_the_metrics_key(
+    upstream: ScriptedUpstream, authorization: str | None, status: int
+) -> None:
+    settings = make_settings(upstream, metrics_key="scrape-key-42", api_keys="key-alice:alice")
+    headers = {**FROM_ELSEWHERE, **({"Authorization": authorization} if authorization else {})}
+    async with run_stack(settings, worker=False) as stack:
+        remote = await stack.client.get("/metrics", headers=headers)
+        local = await stack.client.get("/metrics")
+    assert remote.status_code == status, remote.text
+    if status == 401:
+        assert remote.json()["error"]["code"] == "invalid_api_key"
+    assert local.status_code == 200
+
+
 async def test_each_turn_ending_is_counted_once_however_it_is_read(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
