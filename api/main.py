@@ -178,7 +178,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(playground.router)  # the web page at `/` and `/playground`
     app.add_middleware(
         CORSMiddleware,
-        allow_origins=["*"],
+        # None by default: the playground is the API's own origin (BERNARD_CORS_ORIGINS).
+        allow_origins=settings.cors_origin_list(),
         allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
         # "*" covers Authorization, Content-Type and the SDKs' x-stainless-* headers.
         allow_headers=["*"],

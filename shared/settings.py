@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     # The key a scraper elsewhere than loopback sends for /metrics (api/auth.py). Unset:
     # /metrics answers on loopback only, whatever BERNARD_API_KEYS says.
     metrics_key: str | None = Field(None, alias="BERNARD_METRICS_KEY")
+    # Comma-separated web origins (`https://chat.lan`) whose pages may call the API from a
+    # browser; `*` for any. Unset: none, the playground being the API's own origin.
+    cors_origins: str = Field("", alias="BERNARD_CORS_ORIGINS")
 
     worker_concurrency: int = Field(500, alias="BERNARD_WORKER_CONCURRENCY")
     queue_name: str = Field("bernard:queue", alias="BERNARD_QUEUE_NAME")
@@ -157,6 +160,9 @@ class Settings(BaseSettings):
 
     def auto_approve_tool_names(self) -> frozenset[str]:
         return _names(self.auto_approve_tools)
+
+    def cors_origin_list(self) -> list[str]:
+        return sorted(_names(self.cors_origins))
 
     def ha_domain_names(self) -> frozenset[str]:
         return _names(self.ha_domains)

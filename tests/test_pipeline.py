@@ -194,18 +194,40 @@ async def test_models_are_listed_under_v1_and_the_api_v1_alias(stack: Stack) -> 
     assert alias.status_code == 200
 
 
-async def test_browser_preflight_allows_the_sdk_headers(stack: Stack) -> None:
-    response = await stack.client.options(
-        CHAT,
-        headers={
-            "Origin": "http://localhost:3000",
-            "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization,content-type,x-stainless-os",
-        },
-    )
+PREFLIGHT = {
+    "Origin": "http://localhost:3000",
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "authorization,content-type,x-stainless-os",
+}
+
+
+async def test_browser_preflight_from_an_allowed_origin_allows_the_sdk_headers(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings = make_settings(upstream, cors_origins="http://localhost:3000, https://chat.lan")
+    async with run_stack(settings, worker=False) as stack:
+        response = await stack.client.options(CHAT, headers=PREFLIGHT)
+        other = await stack.client.options(
+            CHAT, headers={**PREFLIGHT, "Origin": "https://evil.example"}
+        )
     assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == "http://localhost:3000"
     allowed = response.headers["access-control-allow-headers"].lower()
     assert "x-stainless-os" in allowed and "authorization" in allowed
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+
+
+async def test_no_other_origin_may_call_the_api_from_a_browser_unless_configured(
+    stack: Stack,
+) -> None:
+    """The playground is the API's own origin and needs no CORS; by default no other web
+    page may read an answer (a page on the user's machine calling a local Bernard, say)."""
+    preflight = await stack.client.options(CHAT, headers=PREFLIGHT)
+    assert preflight.status_code == 400
+    assert "access-control-allow-origin" not in preflight.headers
+    simple = await stack.client.get("/v1/models", headers={"Origin": "https://evil.example"})
+    assert simple.status_code == 200
+    assert "access-control-allow-origin" not in simple.headers
 
 
 async def test_readyz_reports_a_live_worker_and_healthz_always_answers(stack: Stack) -> None:
