@@ -120,13 +120,27 @@ def _translate(exc: Exception) -> LlmError:
         )
     if "Timeout" in type(exc).__name__:
         return LlmError("upstream model timed out", code=ErrorCode.UPSTREAM_TIMEOUT)
-    # A connection that failed says where it was going (OPENAI_BASE_URL, ANTHROPIC_BASE_URL),
-    # its password hidden: the SDK's own text is only "Connection error."
+    # A connection that could not be made says where it was going (OPENAI_BASE_URL,
+    # ANTHROPIC_BASE_URL), its password hidden: the SDK's own text is only "Connection
+    # error.". One that broke off mid-answer was reached, and fails as the fast path does.
     request = getattr(exc, "request", None)
-    if request is not None and "Connection" in type(exc).__name__:
+    if request is not None and _never_connected(exc):
         where = f"cannot reach the upstream model at {redact(str(request.url))}: {exc}"
         return LlmError(where, shown=where)
     return LlmError(f"upstream model call failed: {exc}")
+
+
+def _never_connected(exc: BaseException) -> bool:
+    """Whether the HTTP library's ConnectError is behind `exc` (the SDKs, and LangChain
+    around them, each wrap it in an error of their own)."""
+    cause: BaseException | None = exc
+    for _ in range(5):
+        if cause is None:
+            return False
+        if type(cause).__name__ == "ConnectError":
+            return True
+        cause = cause.__cause__
+    return False
 
 
 # Anthropic's stop reasons in OpenAI's words, which the turn reports.
