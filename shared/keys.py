@@ -5,8 +5,9 @@ to one server, and then nothing below costs a round trip more than one Redis did
 
 - **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
   `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`),
-  `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`, `DEPLOYMENT`, `CANCEL_CHANNEL`, and the
-  per-user counters `active_turns` and `open_streams`. Small (entries per live turn, worker and
+  `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`, `DEPLOYMENT`, `CANCEL_CHANNEL`, the
+  per-user counters `active_turns`, `open_streams` and `background_jobs`, and the queue's
+  `queued_background`. Small (entries per live turn, worker and
   user, not per token), touched a few times per turn, and each must be one consistent view:
   a user's limits hold across every API process, the reapers share one running set, and
   arq's own scripts span its keys. arq has no Cluster support, so this role is one primary:
@@ -64,8 +65,10 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   `DELETE /v1/conversations/{id}` removes them at once; the keys of every turn that ran on
   it (`conversation_turns`) lose their content at once and go a minute later, so the
   clients of a turn the deletion ended still read that ending (shared/turns.py, `forget`).
-- per user (`active_turns`, `open_streams`): a TTL renewed on use; each entry also lapses
-  at its own deadline (the score), so a crashed process cannot hold a slot for long.
+- per user (`active_turns`, `open_streams`, `background_jobs`) and per queue
+  (`queued_background`): a TTL renewed on use; each entry also lapses at its own deadline
+  (the score), so a crashed process cannot hold a slot for long. A background job's
+  entries leave when the worker that ran it finishes it (shared/queue.py).
   `notes`, `timers`, the owner's event stream (`events(user_stream_id(owner))`, capped
   at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
   conversations do, renewed on use; index entries of expired conversations are dropped
@@ -128,6 +131,12 @@ def wake(queue_name: str) -> str:
     return f"{queue_name}:wake"
 
 
+def queued_background(queue_name: str) -> str:
+    """Sorted set of the queue's background jobs queued or running (member: job id; score:
+    when the entry lapses): the deployment's bound on background work (shared/queue.py)."""
+    return f"{queue_name}:background"
+
+
 def stream_wake(stream_id: str) -> str:
     """Sharded pub/sub channel in the slot of `events(stream_id)`: its writers `SPUBLISH`
     to it after appending, where the data role is a Cluster (api/cluster_hub.py)."""
@@ -154,6 +163,12 @@ def _user(owner: str) -> str:
 def active_turns(owner: str) -> str:
     """Sorted set of the owner's queued and running turns (score: when the entry lapses)."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:active"
+
+
+def background_jobs(owner: str) -> str:
+    """Sorted set of the owner's background jobs queued or running (member: job id; score:
+    when the entry lapses; shared/queue.py)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:background"
 
 
 def open_streams(owner: str) -> str:

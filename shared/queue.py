@@ -1,4 +1,5 @@
-"""Putting a turn on arq's queue, inside the transaction that stores the turn.
+"""Putting jobs on arq's queue: a turn's inside the transaction that stores the turn, and
+the background jobs a user's turns cause, each admitted against a budget.
 
 arq's own `enqueue_job` is an optimistic transaction (WATCH, EXISTS, MULTI, EXEC) guarding
 against a second job with the same id. A turn's job id is its fresh turn id, so there is
@@ -6,21 +7,104 @@ nothing to guard against, and those three extra round trips sat on every turn's 
 token. `enqueue` instead adds arq's job exactly as arq would (same key, payload, score and
 expiry) to a pipeline the caller executes, together with the wake-up push a blocked worker
 waits on (`worker.queue.WakeWorker`). arq is pinned in pyproject.toml for this reason.
+
+**Two classes of job.** A turn (a chat, a conversation message, a resume) is *live*: its
+user waits for the first token. Its job id is the bare turn id, and the API admitted it
+(`TurnStore.admit`, `BERNARD_MAX_ACTIVE_TURNS_PER_USER`). What a user's turns cause to run
+later is *background*: summaries, timer firings, and each kind `BackgroundKind` lists (a
+new kind is one line there). A background job's id is `<kind>:<owner>/<key>`, so a worker
+tells the class and the owner from the id alone, with no read. While queued or running,
+each holds a slot of its owner's (`keys.background_jobs`,
+`BERNARD_MAX_BACKGROUND_JOBS_PER_USER`) and of the queue's (`keys.queued_background`,
+`BERNARD_MAX_BACKGROUND_JOBS`): sorted sets whose entries lapse at a deadline, as
+`TAKE_SLOT`'s do (shared/scripts.py), so a crash cannot hold a slot for long, and which the
+worker running the job empties when it ends.
+
+- A summary takes its slots when a turn asks for it (`enqueue_background`); over either
+  budget it is not queued, and the next turn that finds the summary behind asks again.
+- A timer's job is queued when the timer is set, due days later maybe: it takes its slots
+  when due, as a worker starts it (worker/queue.py); over either budget it is not started
+  and waits on the queue, never dropped.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import quote, unquote
 
-from arq.constants import expires_extra_ms, job_key_prefix
+from arq.constants import expires_extra_ms, job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
+from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from shared import keys
+from shared.settings import Settings
 
 RUN_TURN = "run_turn"
 # Wake-ups a queue keeps while no worker waits; a worker that finds none polls arq's queue.
 _WAKE_BACKLOG = 100
+# How long a queued background job holds its slots before a worker starts it (then they
+# last as long as arq's in-progress key): only a job lost from the queue ever waits so long.
+QUEUED_LAPSE_S = 3600
+
+
+class BackgroundKind(StrEnum):
+    """The kinds of background job; each is its jobs' id prefix (`background_job_id`)."""
+
+    SUMMARY = "summary"
+    TIMER = "timer"
+
+
+_KINDS = frozenset(kind.value for kind in BackgroundKind)
+
+
+class Admission(StrEnum):
+    """What asking for a background job came to."""
+
+    QUEUED = "queued"
+    ALREADY_QUEUED = "already_queued"
+    OVER_USER_BUDGET = "over_user_budget"
+    OVER_DEPLOYMENT_BUDGET = "over_deployment_budget"
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundLimits:
+    """The budgets background jobs are admitted against, on one queue."""
+
+    queue_name: str
+    per_user: int
+    total: int
+    # The slot sets' TTL: above any entry's lapse, queued or running.
+    ttl_s: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> BackgroundLimits:
+        return cls(
+            queue_name=settings.queue_name,
+            per_user=settings.max_background_jobs_per_user,
+            total=settings.max_background_jobs,
+            ttl_s=QUEUED_LAPSE_S + int(settings.turn_timeout_s) + 3600,
+        )
+
+
+def background_job_id(kind: BackgroundKind, owner: str, key: str) -> str:
+    """The job id of a background job of `kind` for `owner`, one per `key` at a time."""
+    # Percent-encoded: no owner name holds the "/" that ends it.
+    return f"{kind.value}:{quote(owner, safe='')}/{key}"
+
+
+def background_owner(job_id: str) -> str | None:
+    """The owner of the background job `job_id`; None for a live job (a turn's bare id) or
+    a background id without an owner (queued before jobs named theirs), which runs as
+    before, unadmitted."""
+    kind, sep, rest = job_id.partition(":")
+    if not sep or kind not in _KINDS:
+        return None
+    owner, sep, _ = rest.partition("/")
+    return unquote(owner) if sep else None
 
 
 def enqueue(pipe: Pipeline, queue_name: str, turn_id: str) -> None:
@@ -31,3 +115,104 @@ def enqueue(pipe: Pipeline, queue_name: str, turn_id: str) -> None:
     pipe.zadd(queue_name, {turn_id: now_ms})
     pipe.lpush(keys.wake(queue_name), turn_id)
     pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
+
+
+# Lua shared by the scripts that admit a background job. KEYS of the caller: the owner's
+# slots `mine`, the queue's `all`. `refused` drops lapsed entries, then says whether
+# `member` may not hold a slot in both: -1 over the owner's `mine_limit`, -2 over the
+# queue's, false when it may (a member already holding a slot keeps it). `hold` gives it
+# the slots until `lapse` (epoch s), each set living `ttl` s past its latest entry.
+SLOTS = """
+local function refused(mine, all, now, mine_limit, all_limit, member)
+  redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', all, '-inf', now)
+  if not redis.call('ZSCORE', mine, member)
+      and redis.call('ZCARD', mine) >= tonumber(mine_limit) then
+    return -1
+  end
+  if not redis.call('ZSCORE', all, member)
+      and redis.call('ZCARD', all) >= tonumber(all_limit) then
+    return -2
+  end
+  return false
+end
+local function hold(mine, all, lapse, member, ttl)
+  for _, set in ipairs({mine, all}) do
+    redis.call('ZADD', set, lapse, member)
+    redis.call('EXPIRE', set, ttl)
+  end
+end
+"""
+
+# KEYS: the owner's slots, the queue's slots, the job, its result, the queue. ARGV: now
+# (epoch s), the owner's limit, the queue's, job id, lapse, slots' ttl s, the job, its
+# score, its expiry ms. arq's enqueue (nothing when the job is already queued: 0) behind
+# the admission (-1, -2 as `refused`); 1 queued.
+_ENQUEUE_BACKGROUND = (
+    SLOTS
+    + """
+if redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then return 0 end
+local refusal = refused(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if refusal then return refusal end
+hold(KEYS[1], KEYS[2], ARGV[5], ARGV[4], ARGV[6])
+redis.call('PSETEX', KEYS[3], ARGV[9], ARGV[7])
+redis.call('ZADD', KEYS[5], ARGV[8], ARGV[4])
+return 1
+"""
+)
+_ADMISSIONS = {
+    1: Admission.QUEUED,
+    0: Admission.ALREADY_QUEUED,
+    -1: Admission.OVER_USER_BUDGET,
+    -2: Admission.OVER_DEPLOYMENT_BUDGET,
+}
+
+
+async def enqueue_background(
+    queue: Redis,
+    limits: BackgroundLimits,
+    kind: BackgroundKind,
+    owner: str,
+    key: str,
+    function: str,
+    *args: Any,
+) -> Admission:
+    """Queue `function(*args)` as `owner`'s background job of `kind` for `key`, due now,
+    if it is within the owner's and the queue's budgets and no such job is queued yet (one
+    script: nothing is stored when it is refused)."""
+    job_id = background_job_id(kind, owner, key)
+    now = time.time()
+    now_ms = round(now * 1000)
+    reply = await queue.register_script(_ENQUEUE_BACKGROUND)(
+        keys=[
+            keys.background_jobs(owner),
+            keys.queued_background(limits.queue_name),
+            job_key_prefix + job_id,
+            result_key_prefix + job_id,
+            limits.queue_name,
+        ],
+        args=[
+            now,
+            limits.per_user,
+            limits.total,
+            job_id,
+            now + QUEUED_LAPSE_S,
+            limits.ttl_s,
+            serialize_job(function, args, {}, None, now_ms),
+            now_ms,
+            expires_extra_ms,
+        ],
+    )
+    return _ADMISSIONS[int(reply)]
+
+
+async def release_background(queue: Redis, queue_name: str, job_id: str) -> None:
+    """Give back the slots the background job `job_id` held (its owner's and the queue's):
+    the job ended."""
+    owner = background_owner(job_id)
+    if owner is None:
+        return
+    async with queue.pipeline(transaction=False) as pipe:
+        pipe.zrem(keys.background_jobs(owner), job_id)
+        pipe.zrem(keys.queued_background(queue_name), job_id)
+        await pipe.execute()

@@ -28,6 +28,7 @@ stored yet, and `Recorder.append_new_messages()` does that and the append atomic
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -40,6 +41,7 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.conversation_state import ConversationMachine, Outcome
+from shared.queue import Admission, BackgroundKind, BackgroundLimits, enqueue_background
 from shared.scripts import in_pipeline
 
 __all__ = [
@@ -65,6 +67,8 @@ __all__ = [
     "tool_completed",
     "tool_started",
 ]
+
+logger = logging.getLogger("bernard.records")
 
 Message = dict[str, Any]
 CallKind = Literal["llm", "tool"]
@@ -653,18 +657,32 @@ class Recorder(_Store):
             keys=script_keys, args=[value, covers_to, self.retention_s, incarnation or ""]
         )
 
-    async def request_summary(self, conversation_id: str, until: int, queue_name: str) -> bool:
+    async def request_summary(
+        self, conversation_id: str, until: int, limits: BackgroundLimits
+    ) -> Admission:
         """Queue the job that folds the messages before position `until` into the summary
-        (worker/summaries.py); False when one is already queued for this conversation."""
-        job = await self._queue.enqueue_job(  # type: ignore[attr-defined]
+        (worker/summaries.py), one per conversation at a time, as the owner's background
+        job (shared/queue.py): over the owner's or the deployment's budget it is not
+        queued, and the next turn that finds the summary behind asks again."""
+        admission = await enqueue_background(
+            self._queue,
+            limits,
+            BackgroundKind.SUMMARY,
+            self.owner,
+            conversation_id,
             SUMMARIZE,
             self.owner,
             conversation_id,
             until,
-            _job_id=f"summary:{keys.user_stream_id(self.owner)}/{conversation_id}",
-            _queue_name=queue_name,
         )
-        return job is not None
+        if admission in (Admission.OVER_USER_BUDGET, Admission.OVER_DEPLOYMENT_BUDGET):
+            logger.info(
+                "summary of %s not queued: %s; the next turn asks again",
+                conversation_id,
+                admission.value,
+                extra={"user": self.owner, "conversation_id": conversation_id},
+            )
+        return admission
 
     async def propose(
         self, conversation_id: str, proposals: Sequence[Mapping[str, Any]], *, turn_id: str

@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 from shared import keys
 from shared.connection import is_cluster
 from shared.events import TimerFired, encode
+from shared.queue import BackgroundKind, background_job_id
 from shared.records import ConversationNotFoundError, RecordKeeper
 from shared.turns import STREAM_FIELD
 
@@ -142,7 +143,7 @@ class TimerStore:
             FIRE_TIMER,
             self.owner,
             timer.id,
-            _job_id=f"timer:{timer.id}",
+            _job_id=background_job_id(BackgroundKind.TIMER, self.owner, timer.id),
             _queue_name=self.queue_name,
             _defer_until=datetime.fromtimestamp(timer.due_at, UTC),
         )
@@ -157,7 +158,8 @@ class TimerStore:
         moved, timer = await self.move(timer_id, "cancelled")
         if moved:
             # Its job may still run when due (it was already taken): it finds it cancelled.
-            await self.queue.zrem(self.queue_name, f"timer:{timer_id}")
+            job_id = background_job_id(BackgroundKind.TIMER, self.owner, timer_id)
+            await self.queue.zrem(self.queue_name, job_id)
         return timer
 
     async def move(self, timer_id: str, state: str) -> tuple[bool, Timer | None]:

@@ -31,6 +31,7 @@ from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
+from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"
 KEYS = "key-alice:alice,key-bob:bob"
@@ -690,23 +691,77 @@ async def test_after_a_realistic_session_every_key_expires_or_has_an_owner(
 ) -> None:
     async with private_redis(tmp_path / "redis") as server:
         settings = make_settings(
-            upstream, redis_url=server.url, api_keys=KEYS, max_active_turns_per_user=2
+            upstream,
+            redis_url=server.url,
+            api_keys=KEYS,
+            max_active_turns_per_user=2,
+            # Prompts small enough that a long request asks for a summary.
+            context_max_tokens=3000,
+            context_answer_tokens=300,
+            summary_threshold_messages=20,
         )
-        async with run_stack(settings) as stack:
-            await _session(stack, upstream)
         redis = redis_asyncio.Redis.from_url(server.url)
         try:
-            without_ttl = [
-                key.decode()
-                async for key in redis.scan_iter(count=1000)
-                if await redis.ttl(key) == -1
-                and not owned_without_ttl(key.decode(), settings.queue_name)
-            ]
+            async with run_stack(settings) as stack:
+                await _session(stack, upstream)
+                # Walked while alice's summary still runs: her background work's keys too.
+                held = await _background_work(stack, upstream)
+                walked, without_ttl = await _walk(redis, settings.queue_name)
+                for reply in held:
+                    reply.release()
+            _, without_ttl_after = await _walk(redis, settings.queue_name)
             total = await redis.dbsize()
         finally:
             await redis.aclose()
     assert total > 20, "the session wrote what a session writes"
+    assert keys.background_jobs("alice") in walked
+    assert keys.queued_background(settings.queue_name) in walked
     assert without_ttl == []
+    assert without_ttl_after == []
+
+
+async def _walk(redis: redis_asyncio.Redis, queue_name: str) -> tuple[set[str], list[str]]:
+    """Every key, and those with no TTL that no owner is known to delete."""
+    walked: set[str] = set()
+    without_ttl = []
+    async for raw in redis.scan_iter(count=1000):
+        key = raw.decode()
+        walked.add(key)
+        if await redis.ttl(key) == -1 and not owned_without_ttl(key, queue_name):
+            without_ttl.append(key)
+    return walked, without_ttl
+
+
+async def _background_work(stack: Stack, upstream: ScriptedUpstream) -> list[Reply]:
+    """A timer set in a turn, rung; then a turn whose long history asks for a summary,
+    which the upstream holds: returns the held replies, to be released."""
+    client, alice = stack.client, as_user("alice")
+    upstream.script_router(Reply.tool_calls([("set_timer", {"duration": "1s", "label": "tea"})]))
+    upstream.script(Reply.text("Timer set."))
+    assert (await client.post(CHAT, json=body("tea, 1 s"), headers=alice)).status_code == 200
+
+    async def rung() -> bool:
+        timers = await stack.redis.hvals(keys.timers("alice"))  # type: ignore[misc]
+        return [json.loads(t)["state"] for t in timers] == ["fired"]
+
+    await wait_for(rung, timeout_s=10)
+    held: list[Reply] = []
+
+    def hold_summaries(payload: dict[str, Any]) -> Reply:
+        if payload["messages"][0]["content"] == SUMMARY_PROMPT:
+            held.append(Reply.text("They talked.", block_after=0))
+            return held[-1]
+        return Reply.text("fine")
+
+    upstream.responder = hold_summaries
+    history = [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"line {n} " + "x" * 50}
+        for n in range(160)
+    ]
+    long = {"model": "bernard-v1", "messages": [*history, {"role": "user", "content": "so?"}]}
+    assert (await client.post(CHAT, json=long, headers=alice)).status_code == 200
+    await wait_for(lambda: held, timeout_s=10)
+    return held
 
 
 async def _session(stack: Stack, upstream: ScriptedUpstream) -> None:

@@ -17,6 +17,7 @@ from httpx_sse import EventSource
 from shared import keys
 from shared.connection import connect
 from shared.events import TimerFired
+from shared.queue import BackgroundKind, background_job_id
 from shared.records import Archivist
 from shared.timers import (
     MAX_TIMERS,
@@ -249,7 +250,11 @@ async def test_timers_are_listed_with_the_time_left(upstream: ScriptedUpstream) 
         runtime = ToolRuntime(owner=user, redis=redis, settings=settings)
         listed = await list_timers.ainvoke({}, config=runtime_config(runtime, {}))
         assert listed.startswith("- “laundry” (timer_") and listed.endswith("2 min 5 s left")
-        await redis.zrem(settings.queue_name, *(f"timer:{t.id}" for t in await store.all()))
+        timers = await store.all()
+        await redis.zrem(
+            settings.queue_name,
+            *(background_job_id(BackgroundKind.TIMER, user, t.id) for t in timers),
+        )
     finally:
         await redis.aclose()
 
@@ -307,7 +312,8 @@ async def test_rung_and_cancelled_timers_make_room_and_running_ones_are_the_limi
         assert newest.id in {t.id for t in held}
         assert all(t.state == "pending" for t in held)
     finally:
-        await redis.delete(keys.timers(user), queue, *(f"arq:job:timer:{i}" for i in made))
+        jobs = [f"arq:job:{background_job_id(BackgroundKind.TIMER, user, i)}" for i in made]
+        await redis.delete(keys.timers(user), queue, *jobs)
         await redis.aclose()
 
 

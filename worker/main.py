@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 
 from shared.connection import connect, connect_data, queue_client
 from shared.logs import configure_logging
-from shared.queue import RUN_TURN
+from shared.queue import RUN_TURN, BackgroundLimits
 from shared.records import SUMMARIZE
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
@@ -150,8 +150,12 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         # arq's own client would use redis-py's default pool (see shared.connection).
         "redis_pool": connect(settings.queue_url),
         "max_jobs": settings.worker_concurrency,
-        # Above the cluster's concurrency, or new turns starve behind running ones.
-        "queue_read_limit": max(settings.worker_concurrency * 4, 1000),
+        # Above the cluster's concurrency and every background job the queue may hold
+        # (workers may leave those queued), or new turns starve behind them.
+        "queue_read_limit": max(settings.worker_concurrency * 4, 1000)
+        + settings.max_background_jobs,
+        # WakeWorker's own (worker/queue.py): what background jobs are admitted against.
+        "background": BackgroundLimits.of(settings),
         "job_timeout": settings.turn_timeout_s + 30,
         "keep_result": 0,
         "max_tries": 1,

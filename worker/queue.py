@@ -7,12 +7,24 @@ job's id to, so an idle worker starts a job within a millisecond or two while is
 about two Redis commands a second. Starting a job is one script instead of arq's
 optimistic transaction (four round trips), and the started job leaves arq's queue in that
 same script, so polls cost the same with one turn running or a thousand.
+
+Where jobs start, `WakeWorker` departs from arq in one more way (shared/queue.py says
+what live and background jobs are):
+
+- **Background budgets.** Starting a background job takes its owner's and the queue's
+  background slots in the same script that takes the job, unless it already holds them
+  (a summary, from when it was queued). Over either budget it stays queued (a due timer
+  waits, it is never dropped); the worker then leaves that owner's background jobs (or,
+  over the queue's budget, all of them) alone for `BACKGROUND_RECHECK_S`. The slots are
+  given back when the job ends (`finish_job`, `finish_failed_job`: one round trip more per
+  background job; a crashed worker's lapse at arq's in-progress timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import arq.worker
@@ -25,38 +37,82 @@ from redis.exceptions import RedisError
 from shared import keys
 from shared.connection import wait_until_reachable
 from shared.logs import configure_logging
+from shared.queue import SLOTS, BackgroundLimits, background_owner, release_background
 
-# Fallback poll while idle: picks up deferred jobs and a token lost to a Redis restart.
+# Fallback poll while idle: picks up deferred jobs, background jobs left for later, and a
+# token lost to a Redis restart.
 WAKE_TIMEOUT_S = 1
 # While every job slot is busy, how often to look for a free one.
 FULL_RECHECK_S = 0.05
+# How long a worker leaves alone the background jobs of an owner over their budget (or
+# all of them, over the queue's) before it tries one again.
+BACKGROUND_RECHECK_S = 0.5
+# The owners over budget a worker remembers before it forgets the ones whose wait is over.
+_REFUSED_KEPT = 256
 # The longest a shutdown waits on Redis.
 _CLOSE_TIMEOUT_S = 5.0
 
-# KEYS: the job's in-progress key, the queue. ARGV: job id, now ms, in-progress ms.
-# arq's start checks in a WATCH/MULTI: not running elsewhere, still queued, due. Returns
-# the job's score once it is marked in progress, nil when another worker has it. A running
-# job leaves the queue: otherwise every poll of every worker spends round trips re-checking
-# it, and a turn never runs twice anyway (its claim refuses).
-_TAKE = """
+# KEYS: the job's in-progress key, the queue. ARGV: job id, now ms. arq's start checks in a
+# WATCH/MULTI: not running elsewhere, still queued, due.
+_DUE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if (not score) or tonumber(score) > tonumber(ARGV[2]) then return false end
+"""
+# ARGV[3]: in-progress ms. Marks the job in progress. A running job leaves the queue:
+# otherwise every poll of every worker spends round trips re-checking it, and a turn never
+# runs twice anyway (its claim refuses).
+_START = """
 redis.call('PSETEX', KEYS[1], ARGV[3], '1')
 redis.call('ZREM', KEYS[2], ARGV[1])
-return score
 """
+# A turn's job. Returns its score once the job is marked in progress, nil when another
+# worker has it (or it is not due).
+_TAKE = _DUE + _START + "return score"
+# A background job. KEYS[3], KEYS[4]: its owner's and the queue's background slots. ARGV[4..8]:
+# now (epoch s), the owner's limit, the queue's, the slots' lapse, their ttl s. As `_TAKE`,
+# once the job holds both slots; -1 or -2 (shared/queue.py `refused`) leaves it queued.
+_TAKE_BACKGROUND = (
+    SLOTS
+    + _DUE
+    + """
+local refusal = refused(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1])
+if refusal then return refusal end
+hold(KEYS[3], KEYS[4], ARGV[7], ARGV[1], ARGV[8])
+"""
+    + _START
+    + """
+return {score, false}
+"""
+)
+_OVER_USER_BUDGET, _OVER_DEPLOYMENT_BUDGET = -1, -2
+# What a `WakeWorker` takes beyond arq's `Worker`.
+WAKE_OPTIONS = ("background",)
 
 
 class WakeWorker(Worker):
-    """An arq `Worker` that waits on a wake list instead of sleeping between polls."""
+    """An arq `Worker` that waits on a wake list instead of sleeping between polls, and
+    admits background jobs (see above).
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    `background` are the budgets background jobs are admitted against."""
+
+    def __init__(
+        self,
+        *args: Any,
+        background: BackgroundLimits,
+        **kwargs: Any,
+    ) -> None:
         # arq sleeps `poll_delay` minus the iteration's duration; the wait below replaces it.
         kwargs["poll_delay"] = 0
         super().__init__(*args, **kwargs)
         self.wake_key = keys.wake(self.queue_name)
+        self.background = background
         self._take: Any = None
+        self._take_background: Any = None
+        # Owners over their background budget, and the queue over its: until when (monotonic)
+        # their background jobs are left alone.
+        self._refused_until: dict[str, float] = {}
+        self._all_refused_until = 0.0
 
     async def main(self) -> None:
         """arq's `main`, once Redis answers: a worker started against a Redis that is down
@@ -84,32 +140,96 @@ class WakeWorker(Worker):
             logging.getLogger("bernard.worker").warning("shut down without Redis: %s", exc)
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job."""
-        if self._take is None:
-            self._take = self.pool.register_script(_TAKE)
+        """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job;
+        background jobs within their budgets."""
         for job_id_b in job_ids:
+            job_id = job_id_b.decode()
+            owner = background_owner(job_id)
+            if owner is not None and not self._may_start_background(owner):
+                continue  # stays queued: a later poll looks at it again
             await self.sem.acquire()
             if self.job_counter >= self.max_jobs:
                 self.sem.release()
                 return
             self.job_counter += 1
-            job_id = job_id_b.decode()
             score = None
             try:
-                score = await self._take(
-                    keys=[in_progress_key_prefix + job_id, self.queue_name],
-                    args=[job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)],
-                )
+                score = await self._start(job_id, owner)
             finally:
                 if score is None:
-                    # Started by another worker, a stale wake-up, or Redis failed: free the slot.
+                    # Started by another worker, a stale wake-up, over a budget, or Redis
+                    # failed: free the slot.
                     self.job_counter -= 1
                     self.sem.release()
             if score is None:
                 continue
-            task = self.loop.create_task(self.run_job(job_id, int(float(score))))
+            task = self.loop.create_task(self.run_job(job_id, score))
             task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
             self.tasks[job_id] = task
+
+    async def _start(self, job_id: str, owner: str | None) -> int | None:
+        """Take the job (`owner`: a background job's): its score once it is marked in
+        progress, None when it is not to start now."""
+        common = [job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)]
+        in_progress = in_progress_key_prefix + job_id
+        if owner is None:
+            if self._take is None:
+                self._take = self.pool.register_script(_TAKE)
+            score = await self._take(keys=[in_progress, self.queue_name], args=common)
+            return None if score is None else int(float(score))
+        if self._take_background is None:
+            self._take_background = self.pool.register_script(_TAKE_BACKGROUND)
+        now = time.time()
+        limits = self.background
+        reply = await self._take_background(
+            keys=[
+                in_progress,
+                self.queue_name,
+                keys.background_jobs(owner),
+                keys.queued_background(self.queue_name),
+            ],
+            args=[
+                *common,
+                now,
+                limits.per_user,
+                limits.total,
+                now + self.in_progress_timeout_s,
+                limits.ttl_s,
+            ],
+        )
+        if reply is None:
+            return None
+        if isinstance(reply, int):
+            self._refused(owner, everyone=reply == _OVER_DEPLOYMENT_BUDGET)
+            return None
+        return int(float(reply[0]))
+
+    def _may_start_background(self, owner: str) -> bool:
+        now = time.monotonic()
+        return self._all_refused_until <= now and self._refused_until.get(owner, 0) <= now
+
+    def _refused(self, owner: str, *, everyone: bool) -> None:
+        """A background job of `owner` was over a budget: leave theirs (or, `everyone`,
+        all) alone for a while."""
+        until = time.monotonic() + BACKGROUND_RECHECK_S
+        if everyone:
+            self._all_refused_until = until
+            return
+        if len(self._refused_until) >= _REFUSED_KEPT:
+            now = time.monotonic()
+            self._refused_until = {o: t for o, t in self._refused_until.items() if t > now}
+        self._refused_until[owner] = until
+
+    async def finish_job(self, job_id: str, *args: Any, **kwargs: Any) -> None:
+        """arq's, then the background slots the job held are given back."""
+        await super().finish_job(job_id, *args, **kwargs)
+        await release_background(self.pool, self.queue_name, job_id)
+
+    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
+        """arq's (a job that expired, failed to start or ran out of tries), then the
+        background slots it held are given back."""
+        await super().finish_failed_job(job_id, result_data)
+        await release_background(self.pool, self.queue_name, job_id)
 
     async def _poll_iteration(self) -> None:
         if self._pool is None:
@@ -136,7 +256,9 @@ def _create_wake_worker(settings_cls: Any, **kwargs: Any) -> Worker:
     # makes its loop from the policy. Under 100 streaming turns the default loop's socket
     # writes alone were 7 % of the worker's CPU (docs/benchmarks.md, cost per token).
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return WakeWorker(**{**arq.worker.get_kwargs(settings_cls), **kwargs})
+    # arq's `get_kwargs` keeps only what its own `Worker` takes.
+    own = {name: getattr(settings_cls, name) for name in WAKE_OPTIONS}
+    return WakeWorker(**{**arq.worker.get_kwargs(settings_cls), **own, **kwargs})
 
 
 # The `arq` command line always builds a plain `Worker` (arq.worker.run_worker calls the

@@ -34,6 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from redis.exceptions import RedisError
 
 from shared.events import Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
+from shared.queue import BackgroundLimits
 from shared.records import (
     CallEvent,
     ConversationNotFoundError,
@@ -181,7 +182,7 @@ class TurnRecording:
         if ctx.summary_until is not None and not self.deleted:
             # Off the turn's path: a job on the workers' queue, one pending at a time.
             await self.recorder.request_summary(
-                self.conversation_id, ctx.summary_until, ctx.settings.queue_name
+                self.conversation_id, ctx.summary_until, BackgroundLimits.of(ctx.settings)
             )
         return list(rows or [])
 

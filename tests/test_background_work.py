@@ -1,0 +1,171 @@
+"""Background work a user's turns cause (summaries, timer firings) is admitted against the
+user's budget and the deployment's and takes at most a share of a worker's slots; a
+saturated worker starts a backlog fairly across users. Each test drives the real API and a
+real `WakeWorker` against the scripted upstream, as the attack of issue 20 did: one user
+floods summaries while another waits for a first token."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from arq.constants import job_key_prefix
+
+from shared import keys
+from shared.connection import connect
+from shared.queue import BackgroundKind, background_job_id
+from shared.settings import Settings
+from shared.timers import TimerStore
+from tests.conftest import Stack, make_settings, run_stack
+from tests.processes import wait_for
+from tests.sse import frames
+from tests.upstream import Body, Exchange, Reply, ScriptedUpstream
+from worker.summaries import SUMMARY_PROMPT
+
+CHAT = "/v1/chat/completions"
+# Prompts small enough that a request of `CROWDED` messages leaves more than the threshold
+# outside them: its turn asks for a summary of its new conversation.
+MEMORY = {
+    "context_max_tokens": 3000,
+    "context_answer_tokens": 300,
+    "summary_threshold_messages": 20,
+}
+CROWDED = 160
+
+
+def as_user(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer key-{user}"}
+
+
+@dataclass(frozen=True)
+class Users:
+    """The owners behind `key-alice` (the flood) and `key-bob` (the neighbour): new names in
+    each test, since a user's budgets hold across queues."""
+
+    alice: str
+    bob: str
+
+
+@pytest.fixture
+def users() -> Users:
+    tag = uuid.uuid4().hex[:8]
+    return Users(alice=f"alice-{tag}", bob=f"bob-{tag}")
+
+
+def settings_for(upstream: ScriptedUpstream, users: Users, **overrides: Any) -> Settings:
+    """Alice and bob on small prompts."""
+    api_keys = f"key-alice:{users.alice},key-bob:{users.bob}"
+    return make_settings(upstream, api_keys=api_keys, **{**MEMORY, **overrides})
+
+
+def crowded(tag: str) -> list[dict[str, str]]:
+    """A request's history long enough that its new conversation needs a summary."""
+    rows = []
+    for n in range(CROWDED // 2):
+        rows.append({"role": "user", "content": f"{tag} question {n} " + "q" * 40})
+        rows.append({"role": "assistant", "content": f"answer {n} " + "a" * 60})
+    return [*rows, {"role": "user", "content": f"{tag} and now?"}]
+
+
+def is_summary(body: Body) -> bool:
+    return bool(body["messages"]) and body["messages"][0]["content"] == SUMMARY_PROMPT
+
+
+def summary_calls(upstream: ScriptedUpstream) -> list[Exchange]:
+    return [ex for ex in upstream.exchanges if is_summary(ex.body)]
+
+
+def slow_summaries(held: list[Reply]) -> Any:
+    """A responder that holds every summary call (a slow upstream) until released, and
+    answers everything else at once."""
+
+    def respond(body: Body) -> Reply:
+        if is_summary(body):
+            reply = Reply.text("They talked.", block_after=0)
+            held.append(reply)
+            return reply
+        return Reply.text("fine")
+
+    return respond
+
+
+async def flood_summaries(stack: Stack, count: int) -> None:
+    """Alice's flood: `count` sequential requests, each a new conversation whose history
+    crosses the summary threshold. Never more than one active turn, never a 429."""
+    for n in range(count):
+        body = {"model": "bernard-v1", "messages": crowded(f"flood-{n}")}
+        answer = await stack.client.post(CHAT, json=body, headers=as_user("alice"))
+        assert answer.status_code == 200, answer.text
+
+
+async def first_token_s(client: httpx.AsyncClient, user: str, content: str) -> float:
+    """Seconds from sending a streamed chat to its first content frame; the stream is read
+    to its end."""
+    body = {
+        "model": "bernard-v1",
+        "stream": True,
+        "messages": [{"role": "user", "content": content}],
+    }
+    started = time.monotonic()
+    first: float | None = None
+    async with client.stream("POST", CHAT, json=body, headers=as_user(user)) as response:
+        assert response.status_code == 200, await response.aread()
+        async for frame in frames(response):
+            if frame.content and first is None:
+                first = time.monotonic() - started
+    assert first is not None
+    return first
+
+
+async def background_entries(stack: Stack, owner: str) -> int:
+    """The owner's background jobs queued or running, as their budget counts them."""
+    return int(await stack.redis.zcard(keys.background_jobs(owner)))
+
+
+async def summary_jobs(stack: Stack, owner: str) -> int:
+    """The owner's summary jobs arq holds (queued or running)."""
+    pattern = f"{job_key_prefix}{background_job_id(BackgroundKind.SUMMARY, owner, '')}*"
+    return len([key async for key in stack.redis.scan_iter(match=pattern)])
+
+
+# -- timers ----------------------------------------------------------------------------------
+
+
+async def test_a_timer_due_over_its_owners_budget_waits_and_then_rings(
+    upstream: ScriptedUpstream, users: Users
+) -> None:
+    """With one background job per user, alice's running summary holds her slot: her timer
+    comes due and waits on the queue (never dropped), and rings once the summary ends."""
+    held: list[Reply] = []
+    upstream.responder = slow_summaries(held)
+    settings = settings_for(upstream, users, max_background_jobs_per_user=1)
+    async with run_stack(settings) as stack:
+        await flood_summaries(stack, 1)
+        await wait_for(lambda: held, timeout_s=5)
+        queue = connect(settings.queue_url)
+        store = TimerStore(
+            stack.redis, users.alice, retention_s=60, queue_name=settings.queue_name, queue=queue
+        )
+        try:
+            timer = await store.set(0.2, "tea", None)
+            await asyncio.sleep(2.0)  # due long ago, with a worker polling the queue
+            [waiting] = await store.all()
+            assert waiting.state == "pending"
+            job_id = background_job_id(BackgroundKind.TIMER, users.alice, timer.id)
+            assert await queue.zscore(settings.queue_name, job_id) is not None, "still queued"
+
+            held[0].release()
+            # The summary ended: its slot goes to the timer.
+            await wait_for(lambda: _fired(store), timeout_s=10)
+        finally:
+            await queue.aclose()
+
+
+async def _fired(store: TimerStore) -> bool:
+    [timer] = await store.all()
+    return timer.state == "fired"
