@@ -25,6 +25,9 @@ worker running the job empties when it ends.
 - A timer's job is queued when the timer is set, due days later maybe: it takes its slots
   when due, as a worker starts it (worker/queue.py); over either budget it is not started
   and waits on the queue, never dropped.
+
+Besides, a worker gives background jobs at most `BERNARD_WORKER_BACKGROUND_SHARE` of its
+slots, so live turns always find the rest (worker/queue.py).
 """
 
 from __future__ import annotations

@@ -88,9 +88,13 @@ class Settings(BaseSettings):
     max_active_turns_per_user: int = Field(20, alias="BERNARD_MAX_ACTIVE_TURNS_PER_USER")
     max_streams_per_user: int = Field(50, alias="BERNARD_MAX_STREAMS_PER_USER")
     # Background jobs (summaries, timer firings: shared/queue.py) queued or running at once,
-    # per user and across the deployment.
+    # per user and across the deployment; and the share of each worker's slots they may
+    # take (at least one slot), so live turns always find the rest.
     max_background_jobs_per_user: int = Field(4, ge=1, alias="BERNARD_MAX_BACKGROUND_JOBS_PER_USER")
     max_background_jobs: int = Field(500, ge=1, alias="BERNARD_MAX_BACKGROUND_JOBS")
+    worker_background_share: float = Field(
+        0.25, ge=0.0, le=1.0, alias="BERNARD_WORKER_BACKGROUND_SHARE"
+    )
 
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
     # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);

@@ -133,6 +133,90 @@ async def summary_jobs(stack: Stack, owner: str) -> int:
     return len([key async for key in stack.redis.scan_iter(match=pattern)])
 
 
+# -- the finding ---------------------------------------------------------------------------
+
+
+async def test_a_flood_of_slow_summaries_leaves_a_neighbours_first_token_alone(
+    upstream: ScriptedUpstream, users: Users
+) -> None:
+    """Issue 20's attack at a small scale: four job slots, summaries that never come back,
+    and alice asking for eight of them, one request at a time. Before, her summaries took
+    every slot and bob's turn never started; now they take one slot at most."""
+    FIRST_TOKEN_BOUND_S = 2.0  # about 0.1 s on a quiet box; loose for a loaded one
+    held: list[Reply] = []
+    upstream.responder = slow_summaries(held)
+    async with run_stack(settings_for(upstream, users, worker_concurrency=4)) as stack:
+        await flood_summaries(stack, 8)
+        await wait_for(lambda: held, timeout_s=5)
+        await asyncio.sleep(1.5)  # past a fallback poll: every summary that may start has
+        first = await first_token_s(stack.client, "bob", "what time is it?")
+        assert first < FIRST_TOKEN_BOUND_S, first
+        running = [ex for ex in summary_calls(upstream) if not ex.ended]
+        assert len(running) == 1, "one slot of four (BERNARD_WORKER_BACKGROUND_SHARE 25 %)"
+
+
+async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
+    upstream: ScriptedUpstream, users: Users
+) -> None:
+    """Eight slots, two of them for background work, three background jobs per user:
+    alice's six requests queue three summaries (the rest are not queued), two of which
+    run. A skipped conversation asks again at its next turn and gets its summary."""
+    held: list[Reply] = []
+    upstream.responder = slow_summaries(held)
+    settings = settings_for(
+        upstream,
+        users,
+        worker_concurrency=8,
+        worker_background_share=0.25,
+        max_background_jobs_per_user=3,
+    )
+    async with run_stack(settings) as stack:
+        await flood_summaries(stack, 6)
+        await wait_for(lambda: len(held) >= 2, timeout_s=5)
+        await asyncio.sleep(1.5)
+        assert len([ex for ex in summary_calls(upstream) if not ex.ended]) == 2, "the share"
+        assert await background_entries(stack, users.alice) == 3, "the budget"
+        assert await summary_jobs(stack, users.alice) == 3, "the others were never queued"
+
+        for reply in held:
+            reply.release()
+        # The third queued summary runs once a background slot is free; then none is left.
+        await wait_for(lambda: len(summary_calls(upstream)) == 3, timeout_s=10)
+        for reply in held:
+            reply.release()
+        await wait_for(lambda: all(ex.ended for ex in summary_calls(upstream)), timeout_s=10)
+        # Every slot given back as its job ended.
+        await wait_for(lambda: _all_gone(stack, users.alice), timeout_s=10)
+
+        # The last flooded conversation was never summarized: its next turn asks again.
+        last = summary_calls(upstream)
+        conversation = await _conversation_of(stack, users.alice, "flood-5")
+        answer = await stack.client.post(
+            f"/v1/conversations/{conversation}/messages",
+            json={"content": "one more"},
+            headers=as_user("alice"),
+        )
+        assert answer.status_code == 200, answer.text
+        await wait_for(lambda: len(summary_calls(upstream)) == len(last) + 1, timeout_s=10)
+        held[-1].release()
+        asked = summary_calls(upstream)[-1]
+        assert "flood-5 question" in asked.body["messages"][1]["content"]
+
+
+async def _all_gone(stack: Stack, owner: str) -> bool:
+    return await background_entries(stack, owner) == 0 and await summary_jobs(stack, owner) == 0
+
+
+async def _conversation_of(stack: Stack, owner: str, tag: str) -> str:
+    """The id of the owner's conversation that holds the flooded request tagged `tag`."""
+    pattern = keys.conversation_messages(owner, "*")
+    async for key in stack.redis.scan_iter(match=pattern):
+        first = await stack.redis.lindex(key, 0)  # type: ignore[misc]
+        if first is not None and f"{tag} question 0 ".encode() in first:
+            return keys.id_of(key.decode()).split("/", 1)[1]
+    raise AssertionError(f"no conversation holds {tag}")
+
+
 # -- timers ----------------------------------------------------------------------------------
 
 

@@ -154,8 +154,9 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         # (workers may leave those queued), or new turns starve behind them.
         "queue_read_limit": max(settings.worker_concurrency * 4, 1000)
         + settings.max_background_jobs,
-        # WakeWorker's own (worker/queue.py): what background jobs are admitted against.
+        # WakeWorker's own (worker/queue.py): what background jobs may take.
         "background": BackgroundLimits.of(settings),
+        "background_share": settings.worker_background_share,
         "job_timeout": settings.turn_timeout_s + 30,
         "keep_result": 0,
         "max_tries": 1,

@@ -8,9 +8,13 @@ about two Redis commands a second. Starting a job is one script instead of arq's
 optimistic transaction (four round trips), and the started job leaves arq's queue in that
 same script, so polls cost the same with one turn running or a thousand.
 
-Where jobs start, `WakeWorker` departs from arq in one more way (shared/queue.py says
+Where jobs start, `WakeWorker` departs from arq in two more ways (shared/queue.py says
 what live and background jobs are):
 
+- **Background share.** Background jobs get at most `BERNARD_WORKER_BACKGROUND_SHARE` of
+  the worker's slots (at least one). One that finds them all busy is not started: it
+  stays on the queue and the next poll looks at it again (within `WAKE_TIMEOUT_S`). It
+  never holds a slot while it waits, so slow summaries cannot fill a worker.
 - **Background budgets.** Starting a background job takes its owner's and the queue's
   background slots in the same script that takes the job, unless it already holds them
   (a summary, from when it was queued). Over either budget it stays queued (a due timer
@@ -23,6 +27,7 @@ what live and background jobs are):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import Any
@@ -87,19 +92,21 @@ return {score, false}
 )
 _OVER_USER_BUDGET, _OVER_DEPLOYMENT_BUDGET = -1, -2
 # What a `WakeWorker` takes beyond arq's `Worker`.
-WAKE_OPTIONS = ("background",)
+WAKE_OPTIONS = ("background", "background_share")
 
 
 class WakeWorker(Worker):
     """An arq `Worker` that waits on a wake list instead of sleeping between polls, and
     admits background jobs (see above).
 
-    `background` are the budgets background jobs are admitted against."""
+    `background` are the budgets background jobs are admitted against; `background_share`
+    the share of `max_jobs` they may take (at least one slot)."""
 
     def __init__(
         self,
         *args: Any,
         background: BackgroundLimits,
+        background_share: float,
         **kwargs: Any,
     ) -> None:
         # arq sleeps `poll_delay` minus the iteration's duration; the wait below replaces it.
@@ -107,8 +114,11 @@ class WakeWorker(Worker):
         super().__init__(*args, **kwargs)
         self.wake_key = keys.wake(self.queue_name)
         self.background = background
+        self.background_slots = max(1, int(self.max_jobs * background_share))
         self._take: Any = None
         self._take_background: Any = None
+        # The background jobs running here.
+        self._background: set[str] = set()
         # Owners over their background budget, and the queue over its: until when (monotonic)
         # their background jobs are left alone.
         self._refused_until: dict[str, float] = {}
@@ -141,7 +151,7 @@ class WakeWorker(Worker):
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job;
-        background jobs within their budgets."""
+        background jobs within their share and budgets."""
         for job_id_b in job_ids:
             job_id = job_id_b.decode()
             owner = background_owner(job_id)
@@ -164,7 +174,9 @@ class WakeWorker(Worker):
             if score is None:
                 continue
             task = self.loop.create_task(self.run_job(job_id, score))
-            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+            if owner is not None:
+                self._background.add(job_id)
+            task.add_done_callback(functools.partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
     async def _start(self, job_id: str, owner: str | None) -> int | None:
@@ -205,6 +217,8 @@ class WakeWorker(Worker):
         return int(float(reply[0]))
 
     def _may_start_background(self, owner: str) -> bool:
+        if len(self._background) >= self.background_slots:
+            return False
         now = time.monotonic()
         return self._all_refused_until <= now and self._refused_until.get(owner, 0) <= now
 
@@ -219,6 +233,10 @@ class WakeWorker(Worker):
             now = time.monotonic()
             self._refused_until = {o: t for o, t in self._refused_until.items() if t > now}
         self._refused_until[owner] = until
+
+    def _job_done(self, job_id: str, _: asyncio.Task[None]) -> None:
+        self._release_sem_dec_counter_on_complete()
+        self._background.discard(job_id)
 
     async def finish_job(self, job_id: str, *args: Any, **kwargs: Any) -> None:
         """arq's, then the background slots the job held are given back."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import arq.worker
+import pytest
 
-from worker.main import WorkerSettings
+from tests.conftest import make_settings
+from worker.main import WorkerSettings, create_worker
 from worker.queue import WakeWorker
 
 
@@ -21,3 +23,19 @@ async def test_a_redelivered_job_gets_no_second_try() -> None:
     worker = arq.worker.create_worker(WorkerSettings)
     assert worker.functions["run_turn"].max_tries == 1
     assert worker.keep_result_s == 0
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "share", "slots"),
+    [(20, 0.25, 5), (500, 0.25, 125), (4, 0.25, 1), (3, 0.25, 1), (10, 0.0, 1), (10, 1.0, 10)],
+)
+async def test_background_jobs_get_their_share_of_a_workers_slots_and_at_least_one(
+    concurrency: int, share: float, slots: int
+) -> None:
+    settings = make_settings(worker_concurrency=concurrency, worker_background_share=share)
+    worker = create_worker(settings, handle_signals=False)
+    try:
+        assert isinstance(worker, WakeWorker)
+        assert worker.background_slots == slots
+    finally:
+        await worker.pool.aclose()
