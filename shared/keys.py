@@ -4,13 +4,14 @@ Two roles, which may be two deployments (`BERNARD_QUEUE_REDIS_URL`, `REDIS_URL`;
 to one server, and then nothing below costs a round trip more than one Redis did):
 
 - **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
-  `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`),
-  `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`, `DEPLOYMENT`, `CANCEL_CHANNEL`, the
-  per-user counters `active_turns`, `open_streams` and `background_jobs`, and the queue's
-  `queued_background`. Small (entries per live turn, worker and
-  user, not per token), touched a few times per turn, and each must be one consistent view:
-  a user's limits hold across every API process, the reapers share one running set, and
-  arq's own scripts span its keys. arq has no Cluster support, so this role is one primary:
+  `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`), the
+  owners of queued turns (`job_owner`), `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`,
+  `DEPLOYMENT`, `CANCEL_CHANNEL`, the per-user counters `active_turns`, `open_streams` and
+  `background_jobs`, and the queue's `queued_background`. Small (entries per live turn,
+  worker and user, not per token), touched a few times per turn, and each must be one
+  consistent view: a user's limits hold across every API process, the reapers share one
+  running set, and arq's own scripts span its keys. arq has no Cluster support, so this
+  role is one primary:
   a plain Redis or one behind Sentinel (`redis+sentinel://`), never a Cluster.
 - **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
   `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
@@ -76,6 +77,8 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   `turns` (the index of the owner's turns, `GET /v1/turns`) is renewed at each turn's
   creation to the longest a turn can live (a week unfinished plus the turn retention),
   keeps the newest `TURN_INDEX_MAX` entries, and drops those of expired turns as it is read.
+- `job_owner`: arq's job expiry (a day), as the job key it stands beside; deleted when a
+  worker starts the job.
 - the hub's wake streams: an hour, renewed while the API process lives. `TOOLS` (what the
   workers offer) and `DEPLOYMENT` (what they run: shared/deployment.py): a day from the
   last time a worker published them (each does hourly).
@@ -129,6 +132,12 @@ def attached(turn_id: str) -> str:
 def wake(queue_name: str) -> str:
     """List a blocked worker waits on; the API pushes a token after each enqueue."""
     return f"{queue_name}:wake"
+
+
+def job_owner(queue_name: str, job_id: str) -> str:
+    """String: the owner of a queued turn's job, written with the job and deleted when a
+    worker starts it, for the workers' fair order across users (worker/queue.py)."""
+    return f"{queue_name}:owner:{job_id}"
 
 
 def queued_background(queue_name: str) -> str:

@@ -6,7 +6,9 @@ against a second job with the same id. A turn's job id is its fresh turn id, so 
 nothing to guard against, and those three extra round trips sat on every turn's first
 token. `enqueue` instead adds arq's job exactly as arq would (same key, payload, score and
 expiry) to a pipeline the caller executes, together with the wake-up push a blocked worker
-waits on (`worker.queue.WakeWorker`). arq is pinned in pyproject.toml for this reason.
+waits on (`worker.queue.WakeWorker`) and the job's owner (`keys.job_owner`, which a worker
+reads only to order a backlog fairly across users). arq is pinned in pyproject.toml for
+this reason.
 
 **Two classes of job.** A turn (a chat, a conversation message, a resume) is *live*: its
 user waits for the first token. Its job id is the bare turn id, and the API admitted it
@@ -110,11 +112,13 @@ def background_owner(job_id: str) -> str | None:
     return unquote(owner) if sep else None
 
 
-def enqueue(pipe: Pipeline, queue_name: str, turn_id: str) -> None:
-    """Queue the job that runs `turn_id`, and wake one idle worker with its id."""
+def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str) -> None:
+    """Queue the job that runs `owner`'s turn `turn_id`, and wake one idle worker with
+    its id."""
     now_ms = round(time.time() * 1000)
     job = serialize_job(RUN_TURN, (turn_id,), {}, None, now_ms)
     pipe.psetex(job_key_prefix + turn_id, expires_extra_ms, job)
+    pipe.psetex(keys.job_owner(queue_name, turn_id), expires_extra_ms, owner)
     pipe.zadd(queue_name, {turn_id: now_ms})
     pipe.lpush(keys.wake(queue_name), turn_id)
     pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)

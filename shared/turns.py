@@ -440,14 +440,14 @@ class TurnStore:
             pipe.zremrangebyrank(index, 0, -keys.TURN_INDEX_MAX - 1)
             pipe.expire(index, ttl_s + self.retention_s)
             if queue_name is not None and self._one_client:
-                enqueue(pipe, queue_name, record.id)
+                enqueue(pipe, queue_name, record.id, record.owner)
             start, *_ = await pipe.execute()
         start_id = start.decode() if isinstance(start, bytes) else str(start)
         if queue_name is None or self._one_client:
             return start_id
         try:
             async with self.queue.pipeline(transaction=False) as pipe:
-                enqueue(pipe, queue_name, record.id)
+                enqueue(pipe, queue_name, record.id, record.owner)
                 await pipe.execute()
         except BaseException:
             with contextlib.suppress(RedisError, OSError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from shared.timers import TimerStore
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import wait_for
 from tests.sse import frames
-from tests.upstream import Body, Exchange, Reply, ScriptedUpstream
+from tests.upstream import Body, Exchange, Reply, ScriptedUpstream, last_user_text
 from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"
@@ -253,3 +254,75 @@ async def test_a_timer_due_over_its_owners_budget_waits_and_then_rings(
 async def _fired(store: TimerStore) -> bool:
     [timer] = await store.all()
     return timer.state == "fired"
+
+
+# -- fair order ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def gated(upstream: ScriptedUpstream) -> AsyncIterator[dict[str, Reply]]:
+    """Answers held by their user message's text (those starting "hold"), for release one
+    by one; every other message answered at once."""
+    gates: dict[str, Reply] = {}
+
+    def respond(body: Body) -> Reply:
+        text = last_user_text(body)
+        if text.startswith("hold"):
+            return gates.setdefault(text, Reply.text(["held", " answer"], block_after=1))
+        return Reply.text("fine")
+
+    upstream.responder = respond
+    yield gates
+
+
+async def test_a_saturated_worker_starts_another_users_first_turn_before_a_backlog(
+    upstream: ScriptedUpstream, gated: dict[str, Reply], users: Users
+) -> None:
+    """Two slots, both running alice's turns, three more of hers queued, around bob's
+    first turn: when a slot frees, bob's turn starts, not alice's oldest (queue order) nor
+    her newest (the wake list's)."""
+    settings = settings_for(upstream, users, worker_concurrency=2, max_active_turns_per_user=10)
+    async with run_stack(settings) as stack:
+
+        async def alice(text: str) -> str:
+            body = {
+                "model": "bernard-v1",
+                "background": True,
+                "messages": [{"role": "user", "content": text}],
+            }
+            answer = await stack.client.post(CHAT, json=body, headers=as_user("alice"))
+            assert answer.status_code == 202, answer.text
+            return str(answer.json()["id"])
+
+        running = [await alice("hold 1"), await alice("hold 2")]
+        await wait_for(lambda: all(g.blocked for g in gated.values()) and len(gated) == 2, 5)
+        backlog = [await alice("hold 3"), await alice("hold 4")]
+        bobs = asyncio.create_task(first_token_s(stack.client, "bob", "hello"))
+        await asyncio.sleep(0.3)  # bob's turn is queued behind alice's backlog
+        backlog.append(await alice("hold 5"))  # and the newest wake-up is alice's
+        await asyncio.sleep(0.3)
+        for turn_id in backlog:
+            owner_key = keys.job_owner(settings.queue_name, turn_id)
+            assert await stack.redis.get(owner_key) == users.alice.encode()
+            assert await stack.redis.pttl(owner_key) > 0
+        assert not bobs.done()
+
+        gated["hold 1"].release()
+        await asyncio.wait_for(bobs, timeout=5)
+        statuses = [await _status(stack, turn_id) for turn_id in backlog]
+        assert statuses == ["queued", "queued", "queued"]
+        for gate in gated.values():
+            gate.release()
+        for gate in ("hold 3", "hold 4", "hold 5"):
+            await wait_for(lambda gate=gate: gate in gated, timeout_s=10)
+            gated[gate].release()
+        await wait_for(lambda: _all_status(stack, [*running, *backlog], "completed"), timeout_s=10)
+
+
+async def _status(stack: Stack, turn_id: str) -> str:
+    raw = await stack.redis.hget(keys.turn(turn_id), "status")  # type: ignore[misc]
+    return raw.decode() if raw else "missing"
+
+
+async def _all_status(stack: Stack, turn_ids: list[str], status: str) -> bool:
+    return all([await _status(stack, turn_id) == status for turn_id in turn_ids])

@@ -8,7 +8,7 @@ about two Redis commands a second. Starting a job is one script instead of arq's
 optimistic transaction (four round trips), and the started job leaves arq's queue in that
 same script, so polls cost the same with one turn running or a thousand.
 
-Where jobs start, `WakeWorker` departs from arq in two more ways (shared/queue.py says
+Where jobs start, `WakeWorker` departs from arq in three more ways (shared/queue.py says
 what live and background jobs are):
 
 - **Background share.** Background jobs get at most `BERNARD_WORKER_BACKGROUND_SHARE` of
@@ -22,6 +22,14 @@ what live and background jobs are):
   over the queue's budget, all of them) alone for `BACKGROUND_RECHECK_S`. The slots are
   given back when the job ends (`finish_job`, `finish_failed_job`: one round trip more per
   background job; a crashed worker's lapse at arq's in-progress timeout).
+- **Fair order.** A poll that finds more due jobs than free slots starts them in
+  worker/fairness.py's order (round-robin across owners, those with nothing running on this
+  worker first, live before background) instead of queue order; the owners of the turns
+  among them are read in one round trip (`keys.job_owner`, written with each job). A
+  worker with a free slot still starts the job a wake-up names at once, as before; only
+  when its poll found every slot busy (a backlog may be waiting) does it leave that job
+  to the next poll, which orders it with the rest. A turn's start costs no command more:
+  the script that takes it also deletes its owner key and returns the owner.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 import arq.worker
@@ -43,6 +52,7 @@ from shared import keys
 from shared.connection import wait_until_reachable
 from shared.logs import configure_logging
 from shared.queue import SLOTS, BackgroundLimits, background_owner, release_background
+from worker.fairness import Candidate, fair_order
 
 # Fallback poll while idle: picks up deferred jobs, background jobs left for later, and a
 # token lost to a Redis restart.
@@ -71,9 +81,17 @@ _START = """
 redis.call('PSETEX', KEYS[1], ARGV[3], '1')
 redis.call('ZREM', KEYS[2], ARGV[1])
 """
-# A turn's job. Returns its score once the job is marked in progress, nil when another
-# worker has it (or it is not due).
-_TAKE = _DUE + _START + "return score"
+# A turn's job. KEYS[3]: its owner key. Returns {score, owner} once the job is marked in
+# progress, nil when another worker has it (or it is not due).
+_TAKE = (
+    _DUE
+    + _START
+    + """
+local owner = redis.call('GET', KEYS[3])
+if owner then redis.call('DEL', KEYS[3]) end
+return {score, owner}
+"""
+)
 # A background job. KEYS[3], KEYS[4]: its owner's and the queue's background slots. ARGV[4..8]:
 # now (epoch s), the owner's limit, the queue's, the slots' lapse, their ttl s. As `_TAKE`,
 # once the job holds both slots; -1 or -2 (shared/queue.py `refused`) leaves it queued.
@@ -96,8 +114,8 @@ WAKE_OPTIONS = ("background", "background_share")
 
 
 class WakeWorker(Worker):
-    """An arq `Worker` that waits on a wake list instead of sleeping between polls, and
-    admits background jobs (see above).
+    """An arq `Worker` that waits on a wake list instead of sleeping between polls, admits
+    background jobs, and starts a backlog in a fair order (see above).
 
     `background` are the budgets background jobs are admitted against; `background_share`
     the share of `max_jobs` they may take (at least one slot)."""
@@ -117,12 +135,16 @@ class WakeWorker(Worker):
         self.background_slots = max(1, int(self.max_jobs * background_share))
         self._take: Any = None
         self._take_background: Any = None
-        # The background jobs running here.
-        self._background: set[str] = set()
+        # The jobs running here: id → (owner, background), and how many each owner runs.
+        self._running: dict[str, tuple[str | None, bool]] = {}
+        self._running_by_owner: Counter[str | None] = Counter()
+        self._background_running = 0
         # Owners over their background budget, and the queue over its: until when (monotonic)
         # their background jobs are left alone.
         self._refused_until: dict[str, float] = {}
         self._all_refused_until = 0.0
+        # Whether this poll iteration read the queue (it had a free slot then).
+        self._polled = False
 
     async def main(self) -> None:
         """arq's `main`, once Redis answers: a worker started against a Redis that is down
@@ -150,45 +172,57 @@ class WakeWorker(Worker):
             logging.getLogger("bernard.worker").warning("shut down without Redis: %s", exc)
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job;
-        background jobs within their share and budgets."""
-        for job_id_b in job_ids:
-            job_id = job_id_b.decode()
-            owner = background_owner(job_id)
-            if owner is not None and not self._may_start_background(owner):
+        """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job; a
+        backlog in fair order, background jobs within their share and budgets."""
+        candidates = [_candidate(job_id.decode()) for job_id in job_ids]
+        if len(candidates) > self.max_jobs - self.job_counter:
+            candidates = fair_order(await self._with_owners(candidates), self._running_by_owner)
+        for candidate in candidates:
+            if candidate.background and not self._may_start_background(candidate.owner):
                 continue  # stays queued: a later poll looks at it again
             await self.sem.acquire()
             if self.job_counter >= self.max_jobs:
                 self.sem.release()
                 return
             self.job_counter += 1
-            score = None
+            started = None
             try:
-                score = await self._start(job_id, owner)
+                started = await self._start(candidate)
             finally:
-                if score is None:
+                if started is None:
                     # Started by another worker, a stale wake-up, over a budget, or Redis
                     # failed: free the slot.
                     self.job_counter -= 1
                     self.sem.release()
-            if score is None:
+            if started is None:
                 continue
+            score, owner = started
+            job_id = candidate.job_id
             task = self.loop.create_task(self.run_job(job_id, score))
-            if owner is not None:
-                self._background.add(job_id)
+            self._running[job_id] = (owner, candidate.background)
+            self._running_by_owner[owner] += 1
+            self._background_running += candidate.background
             task.add_done_callback(functools.partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
-    async def _start(self, job_id: str, owner: str | None) -> int | None:
-        """Take the job (`owner`: a background job's): its score once it is marked in
-        progress, None when it is not to start now."""
+    async def _start(self, candidate: Candidate) -> tuple[int, str | None] | None:
+        """Take the job: (its score, its owner) once it is marked in progress, None when it
+        is not to start now."""
+        job_id = candidate.job_id
         common = [job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)]
         in_progress = in_progress_key_prefix + job_id
-        if owner is None:
+        if not candidate.background:
             if self._take is None:
                 self._take = self.pool.register_script(_TAKE)
-            score = await self._take(keys=[in_progress, self.queue_name], args=common)
-            return None if score is None else int(float(score))
+            reply = await self._take(
+                keys=[in_progress, self.queue_name, keys.job_owner(self.queue_name, job_id)],
+                args=common,
+            )
+            if reply is None:
+                return None
+            score, owner = reply
+            return int(float(score)), owner.decode() if owner is not None else None
+        assert candidate.owner is not None
         if self._take_background is None:
             self._take_background = self.pool.register_script(_TAKE_BACKGROUND)
         now = time.time()
@@ -197,7 +231,7 @@ class WakeWorker(Worker):
             keys=[
                 in_progress,
                 self.queue_name,
-                keys.background_jobs(owner),
+                keys.background_jobs(candidate.owner),
                 keys.queued_background(self.queue_name),
             ],
             args=[
@@ -212,15 +246,15 @@ class WakeWorker(Worker):
         if reply is None:
             return None
         if isinstance(reply, int):
-            self._refused(owner, everyone=reply == _OVER_DEPLOYMENT_BUDGET)
+            self._refused(candidate.owner, everyone=reply == _OVER_DEPLOYMENT_BUDGET)
             return None
-        return int(float(reply[0]))
+        return int(float(reply[0])), candidate.owner
 
-    def _may_start_background(self, owner: str) -> bool:
-        if len(self._background) >= self.background_slots:
+    def _may_start_background(self, owner: str | None) -> bool:
+        if self._background_running >= self.background_slots:
             return False
         now = time.monotonic()
-        return self._all_refused_until <= now and self._refused_until.get(owner, 0) <= now
+        return self._all_refused_until <= now and self._refused_until.get(owner or "", 0) <= now
 
     def _refused(self, owner: str, *, everyone: bool) -> None:
         """A background job of `owner` was over a budget: leave theirs (or, `everyone`,
@@ -234,9 +268,26 @@ class WakeWorker(Worker):
             self._refused_until = {o: t for o, t in self._refused_until.items() if t > now}
         self._refused_until[owner] = until
 
+    async def _with_owners(self, candidates: list[Candidate]) -> list[Candidate]:
+        """`candidates` with the owners of the turns among them, read in one round trip
+        (a background job's is in its id)."""
+        unknown = [c.job_id for c in candidates if c.owner is None and not c.background]
+        if not unknown:
+            return candidates
+        replies = await self.pool.mget([keys.job_owner(self.queue_name, i) for i in unknown])
+        owners = {job_id: raw.decode() for job_id, raw in zip(unknown, replies, strict=True) if raw}
+        return [
+            Candidate(c.job_id, owners.get(c.job_id), False) if c.job_id in owners else c
+            for c in candidates
+        ]
+
     def _job_done(self, job_id: str, _: asyncio.Task[None]) -> None:
         self._release_sem_dec_counter_on_complete()
-        self._background.discard(job_id)
+        owner, background = self._running.pop(job_id, (None, False))
+        self._running_by_owner[owner] -= 1
+        if self._running_by_owner[owner] <= 0:
+            del self._running_by_owner[owner]
+        self._background_running -= background
 
     async def finish_job(self, job_id: str, *args: Any, **kwargs: Any) -> None:
         """arq's, then the background slots the job held are given back."""
@@ -254,19 +305,30 @@ class WakeWorker(Worker):
             # `close` ran while a command was in flight: the cancel it sent was taken for a
             # lost connection and retried. The worker is shutting down; stop polling.
             raise asyncio.CancelledError
+        # arq's poll reads the queue only with a slot free.
+        self._polled = self.allow_pick_jobs and self.job_counter < self.max_jobs
         await super()._poll_iteration()
         if self.allow_pick_jobs and self.job_counter < self.max_jobs:
             woken = await self.pool.blpop([self.wake_key], timeout=WAKE_TIMEOUT_S)  # type: ignore[misc]
             if woken is None:
                 return
-            if self.allow_pick_jobs:
-                # The wake-up names its job: start it now rather than after another poll.
-                await self.start_jobs([woken[1]])
-            else:
+            if not self.allow_pick_jobs:
                 # Told to stop taking jobs (SIGTERM) while blocked: pass it to another worker.
                 await self.pool.lpush(self.wake_key, woken[1])
+            elif self._polled:
+                # The poll found a slot, so it started every job then due: the wake-up
+                # names a newer one. Start it now rather than after another poll.
+                await self.start_jobs([woken[1]])
+            # Else the poll found every slot busy, and a backlog may be waiting: the next
+            # poll reads the woken job with it, in fair order.
         else:
             await asyncio.sleep(FULL_RECHECK_S)
+
+
+def _candidate(job_id: str) -> Candidate:
+    """A job as its id tells it: a background job names its owner; a turn's does not."""
+    owner = background_owner(job_id)
+    return Candidate(job_id, owner, owner is not None)
 
 
 def _create_wake_worker(settings_cls: Any, **kwargs: Any) -> Worker:
