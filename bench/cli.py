@@ -22,6 +22,7 @@ from rich.console import Console
 from bench import measurements, topology
 from bench.cost import cost_per_token
 from bench.history import history_length
+from bench.neighbour import noisy_neighbour
 from bench.processes import BENCH_ENV, ROOT, Cluster
 from bench.report import Section, write
 from bench.runner import Bench, Sizes, Ui, drive, echo_directives
@@ -47,6 +48,7 @@ MEASUREMENTS = {
     **{k: v for k, v in measurements.MEASUREMENTS.items() if k != "redis"},
     "cost": cost_per_token,
     "history": history_length,
+    "noisy-neighbour": noisy_neighbour,
     "redis": measurements.MEASUREMENTS["redis"],
 }
 REPORT_ORDER = (
@@ -60,6 +62,7 @@ REPORT_ORDER = (
     "worker-death",
     "cost",
     "history",
+    "noisy-neighbour",
 )
 DEFAULT_API = "api.main:app"
 DEFAULT_WORKER = "worker.main.WorkerSettings"

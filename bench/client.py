@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -239,8 +240,14 @@ def _has_content(data: bytes) -> bool:
     return bool(choices and (choices[0].get("delta") or {}).get("content"))
 
 
-def request_bytes(endpoint: Endpoint, method: str, path: str, body: object | None = None) -> bytes:
-    """A complete HTTP/1.1 request; `body` is sent as JSON."""
+def request_bytes(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    body: object | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """A complete HTTP/1.1 request; `body` is sent as JSON, with `headers` besides ours."""
     host, port = endpoint
     payload = b"" if body is None else orjson.dumps(body)
     head = [
@@ -248,6 +255,7 @@ def request_bytes(endpoint: Endpoint, method: str, path: str, body: object | Non
         f"Host: {host}:{port}",
         "Accept: text/event-stream, application/json",
         "Connection: close",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
     ]
     if body is not None:
         head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
@@ -261,10 +269,16 @@ async def connect(endpoint: Endpoint) -> Call:
     return call
 
 
-async def request(endpoint: Endpoint, method: str, path: str, body: object | None = None) -> Call:
+async def request(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    body: object | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Call:
     """Send one request and wait for the whole response."""
     call = await connect(endpoint)
-    call.send(request_bytes(endpoint, method, path, body))
+    call.send(request_bytes(endpoint, method, path, body, headers))
     await call.finished
     return call
 

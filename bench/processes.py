@@ -120,6 +120,9 @@ class Cluster:
     # What the API and worker processes run: the Procfile's, or `--api-app`/`--worker-settings`.
     api_target: str = "api.main:app"
     worker_target: str = "worker.main.WorkerSettings"
+    # The arq queue its API and workers share (another set of processes on the same Redis
+    # takes another, so neither runs the other's jobs).
+    queue_name: str = QUEUE_NAME
     _counter: int = 0
 
     # -- Redis -------------------------------------------------------------------------
@@ -165,7 +168,7 @@ class Cluster:
         }
         env.update(self.settings_env)
         env["REDIS_URL"] = self.redis_url
-        env["BERNARD_QUEUE_NAME"] = QUEUE_NAME
+        env["BERNARD_QUEUE_NAME"] = self.queue_name
         env["PYTHONUNBUFFERED"] = "1"
         if self.upstream is not None:
             env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{self.upstream.port}/v1"

@@ -89,6 +89,8 @@ class Sizes:
     history_lengths: tuple[int, ...]
     history_turns: int
     history_tokens: int
+    # The noisy neighbour: the neighbour's turns beside each flood (as many on the quiet system).
+    noisy_turns: int
 
     @classmethod
     def full(cls) -> Sizes:
@@ -128,6 +130,7 @@ class Sizes:
             history_lengths=(2, 300, 2000),
             history_turns=40,
             history_tokens=20,
+            noisy_turns=100,
         )
 
     @classmethod
@@ -168,6 +171,7 @@ class Sizes:
             history_lengths=(2, 100, 200),
             history_turns=8,
             history_tokens=10,
+            noisy_turns=12,
         )
 
 

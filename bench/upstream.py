@@ -15,7 +15,9 @@ side channel to script replies (see `directive`):
     "bench t=<tag> mode=hold"             one token, then hold until the client goes away
 
 A router call (a request offering the `respond` tool) is answered with a `respond` tool
-call, so the turn goes straight on to the response model.
+call, so the turn goes straight on to the response model. A summary call (the worker's
+summary prompt) whose messages carry `SLOW_SUMMARY` is answered after `SLOW_SUMMARY_S`,
+as a slow upstream would (the noisy-neighbour measurement); any other at once.
 
 Besides the OpenAI routes it answers `GET /bench/exchange?tag=<tag>&wait=<s>`: the timings
 of the latest streamed exchange whose message carries the tag, and of its router call
@@ -50,8 +52,12 @@ from tests.upstream import (
     last_user_text,
     tool_names,
 )
+from worker.summaries import SUMMARY_PROMPT
 
 _FIELD = re.compile(r"\b([a-z]+)=(\S+)")
+# A summary call whose transcript holds this word takes `SLOW_SUMMARY_S` to answer.
+SLOW_SUMMARY = "slow-summary"
+SLOW_SUMMARY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +95,12 @@ def respond(body: Body) -> Reply:
     """The scripted answer to one chat-completion request."""
     if "respond" in tool_names(body):
         return Reply.tool_calls([("respond", {})])
+    messages = body.get("messages") or []
+    if messages and messages[0].get("content") == SUMMARY_PROMPT:
+        reply = Reply.text(["They", " talked."], block_after=0)
+        slow = SLOW_SUMMARY in str(messages[-1].get("content"))
+        asyncio.get_running_loop().call_later(SLOW_SUMMARY_S if slow else 0, reply.release)
+        return reply
     text = last_user_text(body)
     wanted = directive(text)
     if wanted is None:
