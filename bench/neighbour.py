@@ -260,7 +260,9 @@ async def noisy_neighbour(bench: Bench) -> Section:
         def summaries(stop: asyncio.Event) -> list[Coroutine[Any, Any, None]]:
             return [_summary_flood(api, stop, flooded), _sample(bench, peaks, stop)]
 
-        rows["summaries"], busy = await _beside(api, summaries, count, 3.0, load)
+        # Bob starts once alice's flood has asked for as many summaries as the upstream
+        # holds at once: before issue 20's fix, every slot of the worker by then.
+        rows["summaries"], busy = await _beside(api, summaries, count, SLOW_SUMMARY_S, load)
         loads["summaries"] = [busy]
         bench.ui.advance(task, count)
         await _drained(bench, SLOW_SUMMARY_S + 30)
@@ -313,8 +315,9 @@ Bob sends {len(quiet)} turns on the quiet system (half before the floods, half a
 at once). **Summaries**: alice sends requests of {CROWDED} messages, one after another
 ({FLOOD_GAP_S * 1000:g} ms apart), each in a new conversation, so each asks for a summary
 (beyond her budget it is not queued); the upstream answers a summary
-call after {SLOW_SUMMARY_S:g} s (issue 20's attack, which took bob's first token to
-56.6 s). **Live**: alice keeps {USER_LIMIT} streaming turns running ({LIVE_TOKENS} tokens
+call after {SLOW_SUMMARY_S:g} s, and bob starts {SLOW_SUMMARY_S:g} s into the flood (issue
+20's attack, which took bob's first token to 56.6 s). **Live**: alice keeps {USER_LIMIT}
+streaming turns running ({LIVE_TOKENS} tokens
 {LIVE_DELAY_MS:g} ms apart, {live_s:g} s each), starting the next as each ends (the loops
 start {_SPACING_S * 1000:.0f} ms apart, so turns end as evenly spread).
 **Backlog**: alice, carol and dave do the same, {3 * USER_LIMIT} turns for
