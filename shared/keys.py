@@ -11,8 +11,8 @@ to one server, and then nothing below costs a round trip more than one Redis did
   worker and user, not per token), touched a few times per turn, and each must be one
   consistent view: a user's limits hold across every API process, the reapers share one
   running set, and arq's own scripts span its keys. arq has no Cluster support, so this
-  role is one primary:
-  a plain Redis or one behind Sentinel (`redis+sentinel://`), never a Cluster.
+  role is one primary: a plain Redis or one behind Sentinel (`redis+sentinel://`), never a
+  Cluster.
 - **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
   `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
   per user `{<owner>}`: `notes`, `timers` (the payloads: their jobs are on the queue),

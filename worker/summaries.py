@@ -2,7 +2,9 @@
 
 A turn asks for it (worker/harness/memory.py) when the messages its prompt no longer holds,
 and the summary does not cover yet, reach `BERNARD_SUMMARY_THRESHOLD_MESSAGES`; one job is
-queued per conversation at a time, so it runs once per crossing, never on a turn's path.
+queued per conversation at a time, so it runs once per crossing, never on a turn's path. It
+is its owner's background job (shared/queue.py): over their budget or the deployment's it
+is not queued, and every later turn that finds the summary behind asks again.
 It reads the summary and the messages after it up to where the turn that asked for it
 started its prompts' messages (at most `_MAX_MESSAGES` at once; the rest wait for the next
 crossing), asks the router

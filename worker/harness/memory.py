@@ -13,6 +13,8 @@ Reading is linear in what it reads and stops once the budget is spent: the lates
 runner already read, then older ones a chunk at a time. When the messages left outside the
 prompt and not yet in the summary reach `BERNARD_SUMMARY_THRESHOLD_MESSAGES`, the turn asks
 for a summary job (worker/summaries.py), which runs off the turn's path: no turn waits for it.
+Every such turn asks, so one whose job was not queued (its owner's background budget was
+spent: shared/queue.py) is followed by another that asks again.
 
 The stage runs first and yields a `memory` trace event saying what it chose.
 """
