@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     )
     plex_url: str | None = Field(None, alias="BERNARD_PLEX_URL")
     plex_token: str | None = Field(None, alias="BERNARD_PLEX_TOKEN")
+    # MCP servers whose tools join the router's (worker/tools/mcp/): the path of a JSON file
+    # in the `mcpServers` format. Unset: none.
+    mcp_config: str | None = Field(None, alias="BERNARD_MCP_CONFIG")
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
 
