@@ -1,0 +1,193 @@
+"""What the model reads of an MCP tool's result (worker/tools/mcp/output.py), and which
+calls wait for the user (worker/tools/mcp/tool.py `waits`)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
+
+from worker.tools.mcp.config import Confirm
+from worker.tools.mcp.output import Output, render
+from worker.tools.mcp.tool import waits
+
+PNG = base64.b64encode(b"\x89PNG" + b"\0" * 20_476).decode()  # 20,480 bytes
+WAV = base64.b64encode(b"RIFF" + b"\0" * 296).decode()  # 300 bytes
+PDF = base64.b64encode(b"%PDF" + b"\0" * 2_097_148).decode()  # 2 MiB
+
+
+def text(value: str) -> TextContent:
+    return TextContent(type="text", text=value)
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (
+            CallToolResult(content=[text("The kitchen light is on."), text("At 40 %.")]),
+            Output("The kitchen light is on.\nAt 40 %."),
+        ),
+        (
+            CallToolResult(content=[text("2 lights")], structured_content={"result": "2 lights"}),
+            Output("2 lights", {"structured_content": {"result": "2 lights"}}),
+        ),
+        (
+            CallToolResult(
+                content=[text('{"on": true, "brightness": 40}')],
+                structured_content={"on": True, "brightness": 40},
+            ),
+            Output(
+                '{"on": true, "brightness": 40}',
+                {"structured_content": {"on": True, "brightness": 40}},
+            ),
+        ),
+        (
+            CallToolResult(content=[], structured_content={"on": True, "brightness": 40}),
+            Output(
+                '{"on": true, "brightness": 40}',
+                {"structured_content": {"on": True, "brightness": 40}},
+            ),
+        ),
+        (
+            CallToolResult(
+                content=[text("The light is on.")], structured_content={"brightness": 40}
+            ),
+            Output(
+                'The light is on.\nStructured content: {"brightness": 40}',
+                {"structured_content": {"brightness": 40}},
+            ),
+        ),
+        (
+            CallToolResult(
+                content=[
+                    text("Here is the porch camera:"),
+                    ImageContent(type="image", data=PNG, mime_type="image/png"),
+                    AudioContent(type="audio", data=WAV, mime_type="audio/wav"),
+                ]
+            ),
+            Output(
+                "Here is the porch camera:\n[image: image/png, 20 KB, not shown]\n"
+                "[audio: audio/wav, 300 bytes, not shown]",
+                {
+                    "content": [
+                        {"type": "image", "mime_type": "image/png", "bytes": 20_480},
+                        {"type": "audio", "mime_type": "audio/wav", "bytes": 300},
+                    ]
+                },
+            ),
+        ),
+        (
+            CallToolResult(
+                content=[
+                    ResourceLink(
+                        type="resource_link",
+                        name="manual.pdf",
+                        uri="file:///srv/manual.pdf",
+                        mime_type="application/pdf",
+                        size=3_500_000,
+                    )
+                ]
+            ),
+            Output(
+                "[resource link: manual.pdf <file:///srv/manual.pdf>, application/pdf, 3.3 MB]",
+                {
+                    "content": [
+                        {
+                            "type": "resource_link",
+                            "uri": "file:///srv/manual.pdf",
+                            "name": "manual.pdf",
+                            "mime_type": "application/pdf",
+                        }
+                    ]
+                },
+            ),
+        ),
+        (
+            CallToolResult(
+                content=[
+                    EmbeddedResource(
+                        type="resource",
+                        resource=TextResourceContents(
+                            uri="file:///srv/notes.txt", mime_type="text/plain", text="buy milk"
+                        ),
+                    ),
+                    EmbeddedResource(
+                        type="resource",
+                        resource=TextResourceContents(uri="file:///srv/log.txt", text="x" * 4001),
+                    ),
+                    EmbeddedResource(
+                        type="resource",
+                        resource=BlobResourceContents(
+                            uri="file:///srv/manual.pdf", mime_type="application/pdf", blob=PDF
+                        ),
+                    ),
+                ]
+            ),
+            Output(
+                "[resource <file:///srv/notes.txt>, text/plain]\nbuy milk\n"
+                "[resource <file:///srv/log.txt>, 4001 characters, not shown]\n"
+                "[resource <file:///srv/manual.pdf>, application/pdf, 2.0 MB, not shown]",
+                {
+                    "content": [
+                        {
+                            "type": "resource",
+                            "uri": "file:///srv/notes.txt",
+                            "mime_type": "text/plain",
+                        },
+                        {"type": "resource", "uri": "file:///srv/log.txt", "mime_type": None},
+                        {
+                            "type": "resource",
+                            "uri": "file:///srv/manual.pdf",
+                            "mime_type": "application/pdf",
+                            "bytes": 2_097_152,
+                        },
+                    ]
+                },
+            ),
+        ),
+    ],
+)
+def test_a_result_is_text_for_the_model_with_the_rest_kept_or_referenced(
+    result: CallToolResult, expected: Output
+) -> None:
+    assert render(result) == expected
+
+
+def test_a_result_longer_than_the_cap_is_cut_saying_how_much_was_left_out() -> None:
+    result = CallToolResult(content=[text("abcdefghij" * 3)])
+    assert render(result, max_chars=12) == Output(
+        "abcdefghijab\n…[cut: the server sent 18 characters more]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("hints", "confirm", "expected"),
+    [
+        ({"readOnlyHint": True}, Confirm.ANNOTATIONS, False),
+        ({"readOnlyHint": True, "destructiveHint": False}, Confirm.ANNOTATIONS, False),
+        ({"readOnlyHint": False, "destructiveHint": False}, Confirm.ANNOTATIONS, True),
+        ({"readOnlyHint": False}, Confirm.ANNOTATIONS, True),
+        ({}, Confirm.ANNOTATIONS, True),
+        (None, Confirm.ANNOTATIONS, True),
+        ({"readOnlyHint": True, "destructiveHint": True}, Confirm.ANNOTATIONS, True),
+        ({"readOnlyHint": True}, Confirm.ALWAYS, True),
+        ({"readOnlyHint": False, "destructiveHint": True}, Confirm.NEVER, False),
+    ],
+)
+def test_a_call_waits_unless_the_tool_says_it_only_reads_and_the_server_does_not_override(
+    hints: dict[str, Any] | None, confirm: Confirm, expected: bool
+) -> None:
+    annotations = None if hints is None else ToolAnnotations.model_validate(hints)
+    assert waits(annotations, confirm) is expected

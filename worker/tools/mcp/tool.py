@@ -1,0 +1,180 @@
+"""An MCP server's tool as the router calls it: a LangChain tool with the server's JSON
+schema and description, under its namespaced name (worker/tools/mcp/names.py).
+
+A call is checked against the tool's input schema before it is sent (a call that fails it
+never reaches the server, and the model reads why), runs on the worker's session with the
+server (worker/tools/mcp/connection.py), turns each `notifications/progress` into a
+`tool_progress` event as it arrives, and its result into text (worker/tools/mcp/output.py);
+an `isError` result or any failure is an error the model reads. Stopping the call (the
+turn is cancelled, or the tool's time is up) cancels the request: the SDK sends MCP's
+`notifications/cancelled` for it.
+
+Whether a call waits for the user's decision (worker/tools/confirmation.py) comes from the
+tool's annotations and the server's `confirm` (`waits`): a tool that is not read-only, or is
+destructive, waits, exactly like Bernard's own write tools. Its `confirmation_check` refuses
+before anyone is asked a call that cannot run (arguments the schema refuses, the server not
+connected, the tool gone) and says what will run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+from jsonschema.protocols import Validator
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from mcp.types import Tool, ToolAnnotations
+from pydantic import ConfigDict, PrivateAttr
+
+from worker.tools.http import trim
+from worker.tools.mcp.config import Confirm
+from worker.tools.mcp.connection import Connection, State
+from worker.tools.mcp.output import Output, render
+from worker.tools.progress import get_reporter
+
+__all__ = ["McpTool", "waits"]
+
+SUMMARY_CHARS = 300
+
+
+def waits(annotations: ToolAnnotations | None, confirm: Confirm) -> bool:
+    """Whether a call waits for the user: per the server's `confirm`, or, by its
+    annotations, when the tool is not read-only (`readOnlyHint` false or absent) or is
+    destructive (`destructiveHint`)."""
+    if confirm is Confirm.ALWAYS:
+        return True
+    if confirm is Confirm.NEVER:
+        return False
+    hints = annotations or ToolAnnotations()
+    return hints.read_only_hint is not True or hints.destructive_hint is True
+
+
+class McpTool(BaseTool):
+    """One tool of one MCP server (see the module docstring)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    connection: Connection
+    remote: Tool
+    _validator: Validator | None = PrivateAttr(default=None)
+
+    @classmethod
+    def of(cls, connection: Connection, remote: Tool, name: str) -> McpTool:
+        made = cls(
+            name=name,
+            description=_description(remote, connection.name),
+            args_schema=_schema(remote),
+            connection=connection,
+            remote=remote,
+        )
+        made.metadata = {
+            "requires_confirmation": waits(remote.annotations, connection.config.confirm),
+            "confirmation_summary": made.summary,
+            "confirmation_check": made.check,
+            "mcp_server": connection.name,
+        }
+        return made
+
+    @property
+    def server(self) -> str:
+        return self.connection.name
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run a tool call (`{"type": "tool_call", "args": ..., "id": ...}`, as the router
+        sends it) into a `ToolMessage`, or plain arguments into the text.
+
+        Overridden rather than `_arun`, so that an argument named like one of LangChain's
+        own (`config`, `run_manager`) still reaches the server."""
+        call = input if isinstance(input, dict) else {}
+        is_call = call.get("type") == "tool_call"
+        args = call.get("args", {}) if is_call else call
+        try:
+            output = await self.run_call(args, config)
+        except ToolException as exc:
+            text = str(exc) if str(exc).startswith("Error: ") else f"Error: {exc}"
+            if not is_call:
+                return text
+            return ToolMessage(text, tool_call_id=call["id"], name=self.name, status="error")
+        if not is_call:
+            return output.text
+        return ToolMessage(
+            output.text, artifact=output.artifact, tool_call_id=call["id"], name=self.name
+        )
+
+    async def run_call(self, args: Any, config: RunnableConfig | None) -> Output:
+        reporter = get_reporter(config)
+        with reporter.reporting_errors():
+            self._check_arguments(args)
+
+            async def report(progress: float, total: float | None, message: str | None) -> None:
+                if total:
+                    reporter.progress(progress, total, message)
+                else:
+                    reporter.step(message or f"{progress:g} done")
+
+            result = await self.connection.call(self.remote.name, args, report)
+            output = render(result)
+            if result.is_error:
+                said = output.text or "the tool failed without saying why"
+                raise ToolException(f"Error: {said}")
+        return output
+
+    async def check(self, args: dict[str, Any], config: RunnableConfig) -> str:
+        """The `confirmation_check`: what will run, or why it cannot."""
+        self._check_arguments(args)
+        connection = self.connection
+        if connection.state is not State.READY:
+            why = f" ({connection.error})" if connection.error else ""
+            raise ToolException(
+                f"Error: the MCP server “{self.server}” is not connected{why}; try again later"
+            )
+        if not any(tool.name == self.remote.name for tool in connection.tools):
+            raise ToolException(
+                f"Error: the MCP server “{self.server}” no longer offers {self.remote.name}"
+            )
+        return self.summary(args)
+
+    def summary(self, args: dict[str, Any]) -> str:
+        """ "Unlock door (unlock_door on “home”): door="front"" — what the user approves."""
+        title = self.remote.title or (self.remote.annotations or ToolAnnotations()).title
+        what = (
+            f"{title} ({self.remote.name} on “{self.server}”)"
+            if title
+            else (f"{self.remote.name} on “{self.server}”")
+        )
+        shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
+        return trim(f"{what}: {shown}" if shown else what, SUMMARY_CHARS)
+
+    def _check_arguments(self, args: Any) -> None:
+        if self._validator is None:
+            schema = self.remote.input_schema
+            self._validator = jsonschema.validators.validator_for(schema)(schema)
+        try:
+            error = jsonschema.exceptions.best_match(self._validator.iter_errors(args))
+        except jsonschema.exceptions.SchemaError:  # pragma: no cover - the server's mistake
+            return
+        if error is not None:
+            where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.path)
+            raise ToolException(
+                f"Error: invalid arguments for tool '{self.name}': arguments{where}: "
+                f"{error.message}"
+            )
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("MCP tools run only asynchronously (ainvoke)")
+
+
+def _description(remote: Tool, server: str) -> str:
+    said = (remote.description or remote.title or remote.name).strip()
+    return f"{said} (from the MCP server “{server}”)"
+
+
+def _schema(remote: Tool) -> dict[str, Any]:
+    """The input schema as a function's parameters: an object, whatever the server sent."""
+    schema = dict(remote.input_schema)
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    return schema
