@@ -6,7 +6,8 @@ to one server, and then nothing below costs a round trip more than one Redis did
 - **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
   `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`), the
   owners of queued turns (`job_owner`), `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`,
-  `DEPLOYMENT`, `CANCEL_CHANNEL`, the per-user counters `active_turns`, `open_streams` and
+  `DEPLOYMENT`, `MCP_SERVERS`, `CANCEL_CHANNEL`, the per-user counters `active_turns`,
+  `open_streams` and
   `background_jobs`, and the queue's `queued_background`. Small (entries per live turn,
   worker and user, not per token), touched a few times per turn, and each must be one
   consistent view: a user's limits hold across every API process, the reapers share one
@@ -82,6 +83,9 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
 - the hub's wake streams: an hour, renewed while the API process lives. `TOOLS` (what the
   workers offer) and `DEPLOYMENT` (what they run: shared/deployment.py): a day from the
   last time a worker published them (each does hourly).
+  `MCP_SERVERS` (a field per worker: its MCP servers' health, shared/mcp_health.py): the
+  same day, renewed with each publish; a worker deletes its field when it stops, and each
+  publish drops the fields of workers no longer in `WORKERS`.
 - no TTL, one per deployment and small: `RUNNING_TURNS` and `WORKERS` (entries removed by
   the processes that reap and by the workers that stop, stale ones trimmed), `METRICS` (a
   counter per ending), and arq's queue with its wake list (`wake`: at most 100 entries).
@@ -102,6 +106,7 @@ WORKER_FRESH_S = 15
 METRICS = f"{PREFIX}:metrics"
 TOOLS = f"{PREFIX}:tools"
 DEPLOYMENT = f"{PREFIX}:deployment"
+MCP_SERVERS = f"{PREFIX}:mcp"
 
 
 def turn(turn_id: str) -> str:

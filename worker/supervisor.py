@@ -6,7 +6,8 @@ a cancel arrives (published on a channel, with the cancel key checked at every l
 renewal as a fallback). Once a second it also looks for turns whose worker stopped
 renewing (a SIGKILL, a lost machine) and ends them `failed` with `worker_lost`, so an
 attached client always gets a terminal frame. It publishes the tools the worker offers
-(`GET /v1/tools`) as it starts and every `REPUBLISH_S` after (worker/tools/catalog.py).
+(`GET /v1/tools`) as it starts, every `REPUBLISH_S` after, and whenever they change (an
+MCP server's: worker/tools/toolbox.py).
 
 Cancellation, once: a stop request cancels the task running the turn. The cancelled task
 catches `CancelledError`, writes `done` with status `cancelled` and returns normally, so arq
@@ -53,8 +54,9 @@ from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
 from worker.recording import ConversationGoneError
 from worker.telemetry import TurnTelemetry
-from worker.tools import catalog, enabled_tools
+from worker.tools import catalog
 from worker.tools.runtime import ToolRuntime
+from worker.tools.toolbox import Toolbox
 
 logger = logging.getLogger("bernard.worker")
 # An error message a client reads is cut to this: it may quote what the client sent.
@@ -88,7 +90,8 @@ class TurnSupervisor:
         self.responder = responder
         self.turn_events = turn_events
         self.worker_id = worker_id
-        self.tools = list(tools) if tools is not None else enabled_tools(settings)
+        # The tools it offers (worker/tools/toolbox.py): `tools` replaces the built-in ones.
+        self.toolbox = Toolbox(settings, tools)
         # The HTTP client the tools share (worker/tools/runtime.py); the worker owns it.
         self.http = http
         self.streams = StreamBatcher(redis, maxlen=settings.stream_maxlen)
@@ -106,6 +109,7 @@ class TurnSupervisor:
         self._tools_published = 0.0  # `time.monotonic()` of the last publish
 
     async def start(self) -> None:
+        self.toolbox.start()  # MCP servers connect in the background
         await self._publish_tools()
         self.leases = LeaseKeeper(
             self.settings, self.worker_id, self.cancel_local, asyncio.get_running_loop()
@@ -114,6 +118,7 @@ class TurnSupervisor:
         self._background = [
             asyncio.create_task(self._listen_for_cancels()),
             asyncio.create_task(self._beat_and_reap()),
+            asyncio.create_task(self._follow_tools()),
         ]
 
     async def stop(self) -> None:
@@ -125,6 +130,8 @@ class TurnSupervisor:
                 await task
         with contextlib.suppress(RedisError):
             await self.queue.zrem(keys.WORKERS, self.worker_id)
+            await catalog.withdraw_mcp_health(self.queue, self.worker_id)
+        await self.toolbox.stop()
 
     # -- running one turn ----------------------------------------------------------------
 
@@ -287,7 +294,7 @@ class TurnSupervisor:
             self.settings,
             self.router,
             self.responder,
-            tools=self.tools,
+            tools=self.toolbox.tools(),
             conversation_id=record.conversation_id,
             archivist=RecordKeeper(
                 self.redis, record.owner, retention_s=self.settings.conversation_retention_s
@@ -320,8 +327,24 @@ class TurnSupervisor:
                 await asyncio.sleep(0.5)
 
     async def _publish_tools(self) -> None:
-        await catalog.publish_tools(self.queue, self.tools, self.settings)
+        await catalog.publish_tools(self.queue, self.toolbox.tools(), self.settings)
+        health = self.toolbox.mcp_health()
+        if health is not None:
+            await catalog.publish_mcp_health(self.queue, self.worker_id, health)
         self._tools_published = time.monotonic()
+
+    async def _follow_tools(self) -> None:
+        """Publish the tools again each time they change (an MCP server connected, went
+        down, or changed its tools); a failed publish is tried again a second later."""
+        while True:
+            await self.toolbox.changed()
+            while True:
+                try:
+                    await self._publish_tools()
+                    break
+                except (RedisError, OSError) as exc:
+                    logger.warning("publishing the tools failed (%s); retrying", exc)
+                    await asyncio.sleep(1.0)
 
     async def _beat_and_reap(self) -> None:
         """Tell the lease thread this loop is alive; end the turns running here if the data

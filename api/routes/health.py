@@ -1,5 +1,7 @@
 """Probes: `/healthz` (the process answers) and `/readyz` (Redis answers, both roles when
-they are apart, and a worker is alive)."""
+they are apart, and a worker is alive). `/readyz` also says how the MCP servers the workers
+connect to are doing (shared/mcp_health.py); a server that is down never makes Bernard
+unready."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from api.responses import JSONResponse
 from api.state import AppState, get_state
 from shared import keys
 from shared.connection import REDIS_ERRORS
+from shared.mcp_health import mcp_servers
 
 router = APIRouter()
 # A worker renews its entry every lease renewal (1 s by default); 15 s of silence is dead.
@@ -29,7 +32,13 @@ async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
         if state.redis is not state.queue:  # the data role (shared/keys.py) is a Redis apart
             await state.redis.ping()
         workers = await state.queue.zcount(keys.WORKERS, time.time() - _WORKER_FRESH_S, "+inf")
+        servers = await mcp_servers(state.queue, _WORKER_FRESH_S)
     except REDIS_ERRORS:
         return JSONResponse({"status": "unavailable", "redis": False}, status_code=503)
-    body = {"status": "ok" if workers else "unavailable", "redis": True, "workers": workers}
+    body = {
+        "status": "ok" if workers else "unavailable",
+        "redis": True,
+        "workers": workers,
+        "mcp_servers": [server.model_dump() for server in servers],
+    }
     return JSONResponse(body, status_code=200 if workers else 503)

@@ -6,7 +6,10 @@ offers (name, description, argument schema, whether a call waits for confirmatio
 API serves what is there. Beside them goes what the worker runs (its models, the services
 its tools reach: shared/deployment.py, `keys.DEPLOYMENT`), for `GET /v1/status`. Workers
 of one deployment share one configuration, so the last one to publish speaks for all; the
-entries expire a day after the last publish, so a day after the last worker stopped.
+entries expire a day after the last publish, so a day after the last worker stopped. An
+MCP server's tool is listed with its `server`; since those come and go as servers connect
+and change, a worker publishes again when they do (worker/supervisor.py), with its view of
+each server's health beside them (`publish_mcp_health`, read by shared/mcp_health.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.deployment import Deployment, models_of, services_of, version
+from shared.mcp_health import McpServerHealth, WorkerMcpHealth
 from shared.settings import Settings
 from worker.tools.confirmation import parameters, requires_confirmation
 
@@ -38,6 +42,7 @@ def catalog(tools: Sequence[BaseTool], settings: Settings) -> list[dict[str, Any
             "description": tool.description,
             "parameters": parameters(tool),
             "requires_confirmation": requires_confirmation(tool, settings),
+            **({"server": server} if (server := _server(tool)) else {}),
         }
         for tool in tools
     ]
@@ -59,3 +64,39 @@ async def publish_tools(redis: Redis, tools: Sequence[BaseTool], settings: Setti
         pipe.set(keys.TOOLS, orjson.dumps(catalog(tools, settings)), ex=_TTL_S)
         pipe.set(keys.DEPLOYMENT, deployment(settings).model_dump_json(), ex=_TTL_S)
         await pipe.execute()
+
+
+def _server(tool: BaseTool) -> str | None:
+    """The MCP server a tool comes from; None for Bernard's own."""
+    return (tool.metadata or {}).get("mcp_server")
+
+
+async def publish_mcp_health(
+    redis: Redis, worker_id: str, servers: Sequence[McpServerHealth]
+) -> None:
+    """This worker's view of its MCP servers (`keys.MCP_SERVERS`), dropping the views of
+    workers no longer alive (`keys.WORKERS`)."""
+    view = WorkerMcpHealth(published_at=time.time(), servers=list(servers))
+    # A worker enters `WORKERS` at its first lease renewal, maybe after this: its own field
+    # is never stale.
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zrange(keys.WORKERS, 0, -1)
+        pipe.hkeys(keys.MCP_SERVERS)
+        alive, fields = await pipe.execute()
+    workers = {_text(w) for w in alive} | {worker_id}
+    stale = [f for f in fields if _text(f) not in workers]
+    async with redis.pipeline(transaction=False) as pipe:
+        if stale:
+            pipe.hdel(keys.MCP_SERVERS, *stale)
+        pipe.hset(keys.MCP_SERVERS, worker_id, view.model_dump_json())
+        pipe.expire(keys.MCP_SERVERS, _TTL_S)
+        await pipe.execute()
+
+
+async def withdraw_mcp_health(redis: Redis, worker_id: str) -> None:
+    """This worker stopped: its view goes."""
+    await redis.hdel(keys.MCP_SERVERS, worker_id)  # type: ignore[misc]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

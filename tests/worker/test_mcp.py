@@ -1,0 +1,614 @@
+"""MCP servers' tools through the whole pipeline: a real API and worker, the scripted upstream
+deciding to call the tool, and real MCP servers built with the official SDK
+(tests/mcp_servers.py): `home` over streamable HTTP behind a bearer token, speaking the 2025
+protocol as Home Assistant does, and `files` over stdio, a child of the worker.
+
+What reached a server is read from the file it writes each call to, before it runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.redis_server import free_port
+from shared.settings import Settings
+from tests.conftest import Stack, make_settings, run_stack
+from tests.mcp_servers import BearerToken, Seen, home, read_seen
+from tests.processes import wait_for
+from tests.serving import serve
+from tests.upstream import Reply, ScriptedUpstream
+from tests.worker.test_plex import ALICE, ask, decide, of, paused
+from worker.tools.mcp.config import McpConfigError
+from worker.tools.toolbox import Toolbox
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVERS = ROOT / "tests" / "mcp_servers.py"
+TOKEN = "home-token-123"
+
+
+@dataclass
+class Server:
+    """A server a test runs: its entry in the config file, and what reached it."""
+
+    entry: dict[str, Any]
+    seen_path: Path
+
+    def seen(self, tool: str | None = None) -> list[dict[str, Any]]:
+        calls = read_seen(self.seen_path)
+        return [c for c in calls if tool is None or c["tool"] == tool]
+
+
+@pytest.fixture
+async def home_server(tmp_path: Path) -> AsyncIterator[Server]:
+    """`home` in the test's own loop, behind its bearer token; the token reaches the config
+    through the environment (`${HOME_MCP_TOKEN}`)."""
+    seen = tmp_path / "home.jsonl"
+    app = BearerToken(home(Seen(str(seen))).streamable_http_app(), TOKEN)
+    os.environ["HOME_MCP_TOKEN"] = TOKEN
+    try:
+        async with serve(app) as port:
+            entry = {
+                "url": f"http://127.0.0.1:{port}/mcp",
+                "headers": {"Authorization": "Bearer ${HOME_MCP_TOKEN}"},
+            }
+            yield Server(entry, seen)
+    finally:
+        os.environ.pop("HOME_MCP_TOKEN", None)
+
+
+@pytest.fixture
+def files_server(tmp_path: Path) -> Server:
+    """`files`, started by the worker over stdio."""
+    seen = tmp_path / "files.jsonl"
+    return Server(
+        {"command": sys.executable, "args": [str(SERVERS), "stdio", "--seen", str(seen)]}, seen
+    )
+
+
+def mcp_settings(
+    tmp_path: Path, upstream: ScriptedUpstream | None, servers: dict[str, Any], **more: Any
+) -> Settings:
+    path = tmp_path / f"mcp-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps({"mcpServers": servers}))
+    keys = f"key-alice:alice-{uuid.uuid4().hex[:8]}"
+    return make_settings(upstream, mcp_config=str(path), api_keys=keys, **more)
+
+
+async def listed(stack: Stack) -> dict[str, dict[str, Any]]:
+    response = await stack.client.get("/v1/tools", headers=ALICE)
+    return {tool["name"]: tool for tool in response.json()["data"]}
+
+
+async def offered(stack: Stack, *names: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The tools listed once all of `names` are (the servers connect in the background)."""
+
+    async def ready() -> bool:
+        return set(names) <= set(await listed(stack))
+
+    await wait_for(ready, timeout_s, interval_s=0.1)
+    return await listed(stack)
+
+
+async def servers_in(
+    stack: Stack, state: str, *names: str, timeout_s: float = 30.0
+) -> list[dict[str, Any]]:
+    """`/readyz`'s MCP servers once each of `names` (every one, when none is named) is in
+    `state` (a worker counts once it reported in: its first lease renewal)."""
+    servers: list[dict[str, Any]] = []
+
+    async def there() -> bool:
+        nonlocal servers
+        servers = (await stack.client.get("/readyz")).json()["mcp_servers"]
+        found = {s["name"]: s["state"] for s in servers}
+        return bool(found) and all(found.get(n) == state for n in names or list(found))
+
+    await wait_for(there, timeout_s, interval_s=0.1)
+    return servers
+
+
+def result_text(result: dict[str, Any]) -> str:
+    """A `tool_result`'s text in either wire mode."""
+    return str(result.get("content", result.get("output")))
+
+
+# -- the catalog -------------------------------------------------------------------------
+
+
+async def test_get_tools_lists_each_servers_tools_with_their_server_schema_and_confirmation(
+    tmp_path: Path, home_server: Server, files_server: Server, upstream: ScriptedUpstream
+) -> None:
+    settings = mcp_settings(
+        tmp_path,
+        upstream,
+        {"home": home_server.entry, "files": files_server.entry},
+        confirm_tools="home__get_light",
+        auto_approve_tools="home__unlock_door",
+    )
+    async with run_stack(settings) as stack:
+        tools = await offered(stack, "home__set_light", "files__read_file")
+    assert tools["home__set_light"] == {
+        "name": "home__set_light",
+        "description": "Set a light's brightness, 0 to 100. (from the MCP server “home”)",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "entity": {"title": "Entity", "type": "string"},
+                "brightness": {"title": "Brightness", "type": "integer"},
+            },
+            "required": ["entity", "brightness"],
+            "title": "set_lightArguments",
+            "description": "Set a light's brightness, 0 to 100. (from the MCP server “home”)",
+        },
+        "requires_confirmation": True,
+        "server": "home",
+    }
+    waits = {
+        name: tool["requires_confirmation"] for name, tool in tools.items() if "server" in tool
+    }
+    assert waits == {
+        "home__get_light": True,  # BERNARD_CONFIRM_TOOLS
+        "home__set_light": True,  # not read-only
+        "home__unlock_door": False,  # destructive, but BERNARD_AUTO_APPROVE_TOOLS
+        "home__count_lights": False,
+        "home__broken": False,
+        "home__wait": False,
+        "home__add_scene": False,
+        "files__read_file": False,
+        "files__delete_file": True,  # destructive
+        "files__pid": False,
+        "files__crash": False,
+        "files__add_tool": False,
+    }
+    assert "server" not in tools["calculator"]
+
+
+async def test_a_servers_confirm_setting_overrides_its_tools_annotations(
+    tmp_path: Path, home_server: Server, files_server: Server
+) -> None:
+    settings = mcp_settings(
+        tmp_path,
+        None,
+        {
+            "home": {**home_server.entry, "confirm": "never"},
+            "files": {**files_server.entry, "confirm": "always"},
+        },
+    )
+    async with run_stack(settings) as stack:
+        tools = await offered(stack, "home__set_light", "files__read_file")
+    assert not tools["home__unlock_door"]["requires_confirmation"]
+    assert not tools["home__set_light"]["requires_confirmation"]
+    assert tools["files__read_file"]["requires_confirmation"]
+    assert tools["files__pid"]["requires_confirmation"]
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[int]:
+    """A port that accepts connections and never answers; yields the port."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+
+
+async def test_a_broken_server_hides_no_other_servers_tools_nor_holds_the_worker_up(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    async with silent_server() as silent_port:
+        settings = mcp_settings(
+            tmp_path,
+            upstream,
+            {
+                "silent": {"url": f"http://127.0.0.1:{silent_port}/mcp", "timeout_s": 25},
+                "gone": {"url": f"http://127.0.0.1:{free_port()}/mcp"},
+                "missing": {"command": str(tmp_path / "no-such-server")},
+                "home": home_server.entry,
+            },
+        )
+        started = time.monotonic()
+        async with run_stack(settings) as stack:
+            took = time.monotonic() - started
+            tools = await offered(stack, "home__get_light")
+            health = await servers_in(stack, "ready", "home")
+            upstream.script_router(
+                Reply.tool_calls([("home__get_light", {"entity": "light.porch"})])
+            )
+            upstream.script(Reply.text("It is off."))
+            events, said = await ask(stack, "chat", "is the porch light on?")
+    assert took < 10, "the worker starts without waiting for the servers"
+    assert not [name for name in tools if name.startswith(("silent__", "gone__", "missing__"))]
+    states = {s["name"]: (s["state"], s["error"]) for s in health}
+    assert states == {
+        "home": ("ready", None),
+        "silent": ("connecting", None),
+        "gone": ("down", "ConnectError: All connection attempts failed"),
+        "missing": ("down", f"cannot start {tmp_path / 'no-such-server'}: no such file"),
+    }
+    (result,) = of(events, "tool_result")
+    assert (result_text(result), result["is_error"]) == ("light.porch is at 0 %", False)
+    assert said == "It is off."
+
+
+async def test_a_bad_token_is_reported_as_refused_credentials(
+    tmp_path: Path, home_server: Server
+) -> None:
+    entry = {**home_server.entry, "headers": {"Authorization": "Bearer wrong"}}
+    async with run_stack(mcp_settings(tmp_path, None, {"home": entry})) as stack:
+        (health,) = await servers_in(stack, "down")
+    assert health["error"] == "the server refused the credentials (HTTP 401): check its headers"
+    assert home_server.seen() == []
+
+
+def test_the_worker_does_not_start_on_a_file_it_cannot_use(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"home": {"url": "http://x", "timeout_s": -1}}}))
+    with pytest.raises(McpConfigError) as caught:
+        Toolbox(make_settings(mcp_config=str(path)))
+    assert str(caught.value) == (
+        f"BERNARD_MCP_CONFIG ({path}): mcpServers.home.timeout_s: Input should be greater than 0"
+    )
+
+
+# -- calls -------------------------------------------------------------------------------
+
+CALLS = {
+    "http": (
+        "home",
+        "home__count_lights",
+        {},
+        "2 lights",
+        [
+            ("progress", "Looked at light.kitchen", 1.0, 2.0),
+            ("progress", "Looked at light.porch", 2.0, 2.0),
+        ],
+    ),
+    "stdio": (
+        "files",
+        "files__read_file",
+        {"name": "notes.txt"},
+        "buy milk",
+        [
+            ("progress", "Opening notes.txt", 1.0, 2.0),
+            ("progress", "Read notes.txt", 2.0, 2.0),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("wire", ["chat", "conversation"])
+@pytest.mark.parametrize("transport", list(CALLS))
+async def test_a_turn_calls_a_servers_tool_and_streams_its_progress_before_the_result(
+    transport: str,
+    wire: str,
+    tmp_path: Path,
+    home_server: Server,
+    files_server: Server,
+    upstream: ScriptedUpstream,
+) -> None:
+    server, name, args, output, progress = CALLS[transport]
+    running = home_server if server == "home" else files_server
+    upstream.script_router(Reply.tool_calls([(name, args)]))
+    upstream.script(Reply.text("Here it is."))
+    async with run_stack(mcp_settings(tmp_path, upstream, {server: running.entry})) as stack:
+        await offered(stack, name)
+        events, said = await ask(stack, wire, "go")
+    kinds = [kind for kind, _ in events if kind in ("tool_call", "tool_progress", "tool_result")]
+    assert kinds == ["tool_call", "tool_progress", "tool_progress", "tool_result"]
+    assert [
+        (p["phase"], p["message"], p["current"], p["total"]) for p in of(events, "tool_progress")
+    ] == progress
+    (result,) = of(events, "tool_result")
+    assert (result_text(result), result["is_error"]) == (output, False)
+    assert said == "Here it is."
+    offered_tools = upstream.router_requests[0]["tools"]
+    assert name in [tool["function"]["name"] for tool in offered_tools]
+
+
+async def test_an_error_result_is_a_tool_error_the_model_reads_and_the_turn_completes(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("home__broken", {})]))
+    upstream.script(Reply.text("The bridge is unplugged."))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
+        await offered(stack, "home__broken")
+        events, said = await ask(stack, "conversation", "what's wrong?")
+    (result,) = of(events, "tool_result")
+    said_by_server = "Error executing tool broken: the light bridge is unplugged"
+    assert (result["output"], result["is_error"]) == (f"Error: {said_by_server}", True)
+    assert said == "The bridge is unplugged."
+    assert of(events, "done")[0]["status"] == "completed"
+    router_saw = upstream.router_requests[1]["messages"][-1]
+    assert router_saw["content"] == f"Error: {said_by_server}"
+
+
+async def test_arguments_the_tools_schema_refuses_never_reach_the_server(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("home__get_light", {"entity": 7})]))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
+        await offered(stack, "home__get_light")
+        events, _ = await ask(stack, "chat", "porch?")
+    (result,) = of(events, "tool_result")
+    assert (result["content"], result["is_error"]) == (
+        "Error: invalid arguments for tool 'home__get_light': arguments.entity: 7 is not of "
+        "type 'string'",
+        True,
+    )
+    assert home_server.seen() == []
+
+
+# -- confirmation ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", ["chat", "conversation"])
+async def test_a_write_tool_waits_for_approval_and_reaches_the_server_only_after(
+    wire: str, tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    args = {"entity": "light.kitchen", "brightness": 40}
+    upstream.script_router(Reply.tool_calls([("home__set_light", args)]))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
+        await offered(stack, "home__set_light")
+        conversation_id, proposal = await paused(stack, wire, "kitchen light to 40")
+        assert proposal["summary"] == 'set_light on “home”: entity="light.kitchen", brightness=40'
+        assert home_server.seen() == [], "nothing reaches the server before the decision"
+        upstream.script(Reply.text("Done."))
+        decided = await decide(stack, conversation_id, proposal["confirmation_id"], "approve")
+    (result,) = of(decided, "tool_result")
+    assert (result["output"], result["is_error"]) == ("light.kitchen is now at 40 %", False)
+    assert [(c["tool"], c["arguments"]) for c in home_server.seen()] == [("set_light", args)]
+    assert of(decided, "done")[0]["status"] == "completed"
+
+
+async def test_a_rejected_destructive_call_never_reaches_the_server(
+    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("files__delete_file", {"name": "notes.txt"})]))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"files": files_server.entry})) as stack:
+        await offered(stack, "files__delete_file")
+        conversation_id, proposal = await paused(stack, "conversation", "delete my notes")
+        assert proposal["summary"] == 'delete_file on “files”: name="notes.txt"'
+        upstream.script(Reply.text("Kept."))
+        decided = await decide(stack, conversation_id, proposal["confirmation_id"], "reject")
+    (result,) = of(decided, "tool_result")
+    assert result["output"] == "The user declined: files__delete_file was not run."
+    assert files_server.seen() == []
+
+
+async def test_an_edited_approval_runs_with_the_arguments_as_edited_and_checked(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(
+        Reply.tool_calls([("home__set_light", {"entity": "light.kitchen", "brightness": 40})])
+    )
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
+        await offered(stack, "home__set_light")
+        conversation_id, proposal = await paused(stack, "conversation", "kitchen light to 40")
+        url = f"/v1/conversations/{conversation_id}/resume"
+        refused = await stack.client.post(
+            url,
+            json={
+                "confirmation_id": proposal["confirmation_id"],
+                "decision": "approve",
+                "arguments": {"entity": "light.kitchen", "brightness": "dim"},
+            },
+            headers=ALICE,
+        )
+        assert refused.status_code == 400
+        assert (
+            refused.json()["error"]["message"]
+            == "arguments.brightness: 'dim' is not of type 'integer'"
+        )
+        upstream.script(Reply.text("Dimmed."))
+        body = {
+            "confirmation_id": proposal["confirmation_id"],
+            "decision": "approve",
+            "arguments": {"entity": "light.kitchen", "brightness": 10},
+        }
+        async with stack.client.stream(
+            "POST", url, json=body, headers={**ALICE, "Accept": "text/event-stream"}
+        ) as response:
+            assert response.status_code == 200
+            await response.aread()
+    assert [(c["tool"], c["arguments"]) for c in home_server.seen()] == [
+        ("set_light", {"entity": "light.kitchen", "brightness": 10})
+    ]
+
+
+async def test_a_call_to_a_server_that_is_down_is_refused_before_anyone_is_asked(
+    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+) -> None:
+    # Its process exits mid-call and will not start again: its tools stay offered, and a
+    # destructive call is not proposed; the model hears why.
+    entry = {**files_server.entry, "args": [*files_server.entry["args"], "--stay-down"]}
+    async with run_stack(mcp_settings(tmp_path, upstream, {"files": entry})) as stack:
+        await offered(stack, "files__delete_file")
+        upstream.script_router(Reply.tool_calls([("files__crash", {})]))
+        await ask(stack, "chat", "crash")
+        await servers_in(stack, "down")
+        upstream.script_router(Reply.tool_calls([("files__delete_file", {"name": "notes.txt"})]))
+        upstream.script(Reply.text("The file server is down."))
+        events, said = await ask(stack, "chat", "delete my notes")
+        tools = await listed(stack)
+    assert not of(events, "awaiting_confirmation")
+    (refused,) = of(events, "tool_result")
+    assert refused["is_error"]
+    # Why it is down (its process closed the connection, then would not start) in between.
+    assert refused["content"].startswith("Error: the MCP server “files” is not connected (")
+    assert refused["content"].endswith("); try again later")
+    assert said == "The file server is down."
+    assert "files__delete_file" in tools
+    assert files_server.seen("delete_file") == []
+
+
+# -- when servers fail -------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def home_process(tmp_path: Path, port: int) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """`home` as a process of its own on `port`, killed on exit if still running."""
+    process = _spawn_home(port, tmp_path / "home.jsonl")
+    try:
+
+        async def answers() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"the home server exited with {process.returncode}")
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await wait_for(answers, 60, interval_s=0.1)
+        yield process
+    finally:
+        _stop(process)
+
+
+def _spawn_home(port: int, seen: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, str(SERVERS), "http", "--port", str(port), "--token", TOKEN]
+    return subprocess.Popen([*argv, "--seen", str(seen)], start_new_session=True)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(10)
+
+
+async def test_a_server_killed_mid_call_is_a_tool_error_within_the_timeout_and_the_turn_completes(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    port = free_port()
+    entry = {"url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": f"Bearer {TOKEN}"}}
+    settings = mcp_settings(tmp_path, upstream, {"home": entry}, tool_timeout_s=20.0)
+    seen = tmp_path / "home.jsonl"
+    async with home_process(tmp_path, port) as server, run_stack(settings) as stack:
+        await offered(stack, "home__wait")
+        upstream.script_router(Reply.tool_calls([("home__wait", {"seconds": 60})]))
+        upstream.script(Reply.text("The house did not answer."))
+        turn = asyncio.create_task(ask(stack, "conversation", "wait a minute"))
+        await wait_for(lambda: read_seen(seen), 30, interval_s=0.05)
+        killed = time.monotonic()
+        server.send_signal(signal.SIGKILL)
+        events, said = await turn
+        ended = time.monotonic() - killed
+        (result,) = of(events, "tool_result")
+        health = await servers_in(stack, "down")
+    assert ended < 20, "the call ends within the tool timeout"
+    assert result["is_error"]
+    assert result["output"].startswith("Error: the connection to the MCP server “home” ended")
+    assert said == "The house did not answer."
+    assert of(events, "done")[0]["status"] == "completed"
+    assert [(s["name"], s["state"], s["error"]) for s in health] == [
+        ("home", "down", "SSE stream ended without a response")
+    ]
+
+
+async def test_a_slow_server_is_a_tool_error_at_its_timeout_and_the_call_is_cancelled_there(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    entry = {**home_server.entry, "timeout_s": 1}
+    upstream.script_router(Reply.tool_calls([("home__wait", {"seconds": 30})]))
+    upstream.script(Reply.text("Too slow."))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": entry})) as stack:
+        await offered(stack, "home__wait")
+        started = time.monotonic()
+        events, said = await ask(stack, "chat", "wait")
+        took = time.monotonic() - started
+        await wait_for(lambda: home_server.seen("wait cancelled"), 10, interval_s=0.05)
+    (result,) = of(events, "tool_result")
+    assert (result["content"], result["is_error"]) == (
+        "Error: the MCP server “home” did not answer within 1s; the call may still be "
+        "running there",
+        True,
+    )
+    assert took < 10
+    assert said == "Too slow."
+
+
+async def test_a_cancelled_turn_cancels_its_call_on_the_server(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("home__wait", {"seconds": 60})]))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
+        await offered(stack, "home__wait")
+        turn = asyncio.create_task(ask(stack, "chat", "wait"))
+        await wait_for(lambda: home_server.seen("wait"), 30, interval_s=0.05)
+        (running,) = (await stack.client.get("/v1/turns", headers=ALICE)).json()["data"]
+        cancelled = await stack.client.post(f"/v1/turns/{running['id']}/cancel", headers=ALICE)
+        assert cancelled.status_code == 200, cancelled.text
+        await wait_for(lambda: home_server.seen("wait cancelled"), 10, interval_s=0.05)
+        await asyncio.wait_for(turn, 10)
+
+
+async def test_a_stdio_server_that_crashes_is_started_again(
+    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+) -> None:
+    async with run_stack(mcp_settings(tmp_path, upstream, {"files": files_server.entry})) as stack:
+        await offered(stack, "files__crash")
+        upstream.script_router(Reply.tool_calls([("files__crash", {})]))
+        upstream.script(Reply.text("It fell over."))
+        events, said = await ask(stack, "chat", "crash")
+        (crashed,) = of(events, "tool_result")
+        await servers_in(stack, "ready", "files")
+        upstream.script_router(Reply.tool_calls([("files__pid", {})]))
+        upstream.script(Reply.text("Back."))
+        events, _ = await ask(stack, "chat", "pid?")
+        (answered,) = of(events, "tool_result")
+    assert crashed["is_error"]
+    assert crashed["content"] == (
+        "Error: the connection to the MCP server “files” ended during the call (Connection "
+        "closed); the call may have run"
+    )
+    assert said == "It fell over."
+    (crash,) = files_server.seen("crash")
+    assert not answered["is_error"]
+    assert int(answered["content"]) != crash["pid"], "a new process answers"
+
+
+@pytest.mark.parametrize(
+    ("server", "grow", "added"),
+    [
+        ("home", "home__add_scene", "home__movie_scene"),  # notifications/tools/list_changed
+        ("files", "files__add_tool", "files__word_count"),  # through subscriptions/listen
+    ],
+)
+async def test_the_catalog_follows_a_servers_tool_list_changes(
+    server: str,
+    grow: str,
+    added: str,
+    tmp_path: Path,
+    home_server: Server,
+    files_server: Server,
+    upstream: ScriptedUpstream,
+) -> None:
+    running = home_server if server == "home" else files_server
+    async with run_stack(mcp_settings(tmp_path, upstream, {server: running.entry})) as stack:
+        before = await offered(stack, grow)
+        assert added not in before
+        upstream.script_router(Reply.tool_calls([(grow, {})]))
+        await ask(stack, "chat", "grow")
+        after = await offered(stack, added, timeout_s=10)
+    assert after[added]["server"] == server
