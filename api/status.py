@@ -35,6 +35,7 @@ from shared.deployment import (
     models_request,
     version,
 )
+from shared.mcp_health import McpServerStatus, mcp_servers
 from shared.redis_checks import server_facts
 from shared.settings import Settings
 from shared.status import (
@@ -87,11 +88,12 @@ async def build_status(settings: Settings, data: Redis, queue: Redis) -> Status:
     roles (the same client when one Redis holds both)."""
     published, tools = await _published(queue)
     async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, follow_redirects=False) as http:
-        models, services, redis, workers = await asyncio.gather(
+        models, services, redis, workers, servers = await asyncio.gather(
             _models(http, settings, published),
             _services(http, published),
             _redis(settings, data, queue),
             _workers(queue),
+            _mcp_servers(queue),
         )
     return Status(
         version=version(),
@@ -109,7 +111,7 @@ async def build_status(settings: Settings, data: Redis, queue: Redis) -> Status:
             )
             for tool in tools
         ],
-        mcp_servers=[],
+        mcp_servers=servers,
         redis=redis,
         workers=workers,
     )
@@ -212,6 +214,14 @@ async def _one_redis(roles: list[Literal["data", "queue"]], client: Redis, url: 
         reason = str(exc) or type(exc).__name__
         return RedisStatus(roles=roles, kind=kind, url=describe(client), servers=[], error=reason)
     return RedisStatus(roles=roles, kind=kind, url=describe(client), servers=servers, error=None)
+
+
+async def _mcp_servers(queue: Redis) -> list[McpServerStatus]:
+    try:
+        async with asyncio.timeout(REDIS_TIMEOUT_S):
+            return await mcp_servers(queue)
+    except _REDIS_FAILURES:
+        return []
 
 
 async def _workers(queue: Redis) -> WorkersStatus:

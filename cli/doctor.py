@@ -3,8 +3,9 @@
 Each check ends `ok`, `warn` (Bernard runs, but something will hurt) or `fail` (something
 Bernard needs is missing), with the fix. Doctor asks the server it is pointed at (`--url`,
 `BERNARD_URL`) what only the server knows, through `GET /v1/status` (api/status.py): its
-models and whether they answer, its tools and their services, its Redis (each primary of
-a Cluster: version, eviction policy, AOF) and the workers alive. It checks itself what only
+models and whether they answer, its tools and their services, the MCP servers its workers
+connect to, its Redis (each primary of a Cluster: version, eviction policy, AOF) and the
+workers alive. It checks itself what only
 it can: that the URL answers and the key is accepted. It reads no settings of its own for
 the server's facts, so a second terminal, or one outside the project folder, sees the
 server as it is; `--redis-url` adds a check of a Redis from here (shared/connection.py
@@ -263,6 +264,7 @@ def status_checks(status: ServerStatus, *, with_redis: bool = True) -> list[Chec
         )
     checks += model_checks(status)
     checks += tool_checks(status)
+    checks += mcp_checks(status)
     return checks
 
 
@@ -384,6 +386,33 @@ def tool_checks(status: ServerStatus) -> list[Check]:
                     )
                 )
     return checks
+
+
+def mcp_checks(status: ServerStatus) -> list[Check]:
+    """Each MCP server the workers connect to (shared/mcp_health.py): one that is not ready
+    on every worker is a warning (Bernard runs without its tools; the workers keep trying)."""
+    checks = []
+    for server in status.mcp_servers:
+        name = f"MCP {server.name}"
+        if server.state == "ready":
+            where = _count(server.workers, "worker")
+            checks.append(Check(name, "ok", f"ready on {where}: {server.tools} tools"))
+            continue
+        detail = f"{server.state} on {server.workers - server.ready_workers} of " + _count(
+            server.workers, "worker"
+        )
+        fix = (
+            "check its url and headers (or command) in BERNARD_MCP_CONFIG; the workers keep "
+            "trying, and their log says why"
+        )
+        checks.append(
+            Check(name, "warn", f"{detail}: {server.error}" if server.error else detail, fix)
+        )
+    return checks
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
 def run_checks(

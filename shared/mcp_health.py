@@ -5,7 +5,8 @@ Each worker holds its own session with each server (worker/tools/mcp/), so each 
 its own view: one field of the hash `keys.MCP_SERVERS` per worker (worker/tools/catalog.py
 writes it as a server's state changes). `mcp_servers(queue)` reads the views of the workers
 alive now (`keys.WORKERS`) and gives one entry per server: its worst state across them and
-how many have it ready. This module imports nothing of the MCP SDK: the API reads it.
+how many have it ready (`/readyz` and `GET /v1/status` list them; `bernard doctor` warns
+about one not ready). This module imports nothing of the MCP SDK: the API reads it.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class McpServerStatus(BaseModel):
     error: str | None = None
 
 
-async def mcp_servers(queue: Redis, fresh_s: float) -> list[McpServerStatus]:
-    """The servers the workers that reported within `fresh_s` connect to, by name."""
+async def mcp_servers(queue: Redis, fresh_s: float = keys.WORKER_FRESH_S) -> list[McpServerStatus]:
+    """The servers the workers alive (that reported within `fresh_s`) connect to, by name."""
     async with queue.pipeline(transaction=False) as pipe:
         pipe.zrangebyscore(keys.WORKERS, time.time() - fresh_s, "+inf")
         pipe.hgetall(keys.MCP_SERVERS)

@@ -3,11 +3,12 @@ for the server that writes it and the clients that read it."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
 from shared.deployment import ModelFacts
+from shared.mcp_health import McpServerStatus
 from shared.redis_checks import ServerFacts
 
 
@@ -63,7 +64,7 @@ class Status(BaseModel):
     workers_version: str | None
     models: list[ModelStatus]
     tools: list[ToolStatus]
-    # MCP servers the workers use: none yet (issue 23 adds them).
-    mcp_servers: list[dict[str, Any]]
+    # The MCP servers the workers alive connect to (shared/mcp_health.py).
+    mcp_servers: list[McpServerStatus]
     redis: list[RedisStatus]
     workers: WorkersStatus

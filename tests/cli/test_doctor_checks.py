@@ -16,6 +16,7 @@ from cli.doctor import (
     Check,
     aof_check,
     eviction_check,
+    mcp_checks,
     model_check,
     model_checks,
     redis_checks,
@@ -31,6 +32,7 @@ from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, start_redis
 from shared import keys
 from shared.connection import redact
+from shared.mcp_health import McpServerStatus
 from shared.redis_checks import ServerFacts
 from shared.status import (
     ModelStatus,
@@ -336,3 +338,51 @@ def test_nothing_published_and_a_version_apart_are_said() -> None:
     }
     assert checks["Workers"].status == "fail"
     assert "Workers" not in {c.name for c in status_checks(a_status(), with_redis=False)}
+
+
+MCP_FIX = (
+    "check its url and headers (or command) in BERNARD_MCP_CONFIG; the workers keep trying, "
+    "and their log says why"
+)
+
+
+def mcp(state: str, ready: int, workers: int, error: str | None = None) -> McpServerStatus:
+    return McpServerStatus.model_validate(
+        {
+            "name": "home",
+            "transport": "http",
+            "state": state,
+            "tools": 7,
+            "ready_workers": ready,
+            "workers": workers,
+            "error": error,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("server", "check"),
+    [
+        (mcp("ready", 2, 2), ("ok", "MCP home", "ready on 2 workers: 7 tools")),
+        (mcp("ready", 1, 1), ("ok", "MCP home", "ready on 1 worker: 7 tools")),
+        (
+            mcp("down", 1, 2, "ConnectError: All connection attempts failed"),
+            (
+                "warn",
+                "MCP home",
+                "down on 1 of 2 workers: ConnectError: All connection attempts failed",
+            ),
+        ),
+        (mcp("connecting", 0, 1), ("warn", "MCP home", "connecting on 1 of 1 worker")),
+    ],
+)
+def test_an_mcp_server_not_ready_on_every_worker_is_a_warning(
+    server: McpServerStatus, check: tuple[str, str, str]
+) -> None:
+    (found,) = mcp_checks(a_status(mcp_servers=[server]))
+    assert (found.status, found.name, found.detail) == check
+    assert found.fix == ("" if found.status == "ok" else MCP_FIX)
+
+
+def test_no_mcp_server_means_no_mcp_check() -> None:
+    assert mcp_checks(a_status()) == []

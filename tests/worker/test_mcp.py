@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from cli.client import Api
+from cli.doctor import run_checks
 from launcher.redis_server import free_port
 from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_stack
@@ -248,6 +250,47 @@ async def test_a_broken_server_hides_no_other_servers_tools_nor_holds_the_worker
     (result,) = of(events, "tool_result")
     assert (result_text(result), result["is_error"]) == ("light.porch is at 0 %", False)
     assert said == "It is off."
+
+
+async def test_get_status_and_bernard_doctor_report_each_mcp_server(
+    tmp_path: Path, home_server: Server
+) -> None:
+    gone = {"url": f"http://127.0.0.1:{free_port()}/mcp"}
+    settings = mcp_settings(tmp_path, None, {"home": home_server.entry, "gone": gone})
+    async with run_stack(settings) as stack:
+        await servers_in(stack, "ready", "home")
+        await servers_in(stack, "down", "gone")
+        status = (await stack.client.get("/v1/status", headers=ALICE)).json()
+        api = Api(stack.base_url, "key-alice")
+        try:
+            checks = await asyncio.to_thread(run_checks, api, None, None, lambda _: None)
+        finally:
+            api.http.close()
+    assert status["mcp_servers"] == [
+        {
+            "name": "gone",
+            "transport": "http",
+            "state": "down",
+            "tools": 0,
+            "ready_workers": 0,
+            "workers": 1,
+            "error": "ConnectError: All connection attempts failed",
+        },
+        {
+            "name": "home",
+            "transport": "http",
+            "state": "ready",
+            "tools": 7,
+            "ready_workers": 1,
+            "workers": 1,
+            "error": None,
+        },
+    ]
+    found = [(c.status, c.name, c.detail) for c in checks if c.name.startswith("MCP ")]
+    assert found == [
+        ("warn", "MCP gone", "down on 1 of 1 worker: ConnectError: All connection attempts failed"),
+        ("ok", "MCP home", "ready on 1 worker: 7 tools"),
+    ]
 
 
 async def test_a_bad_token_is_reported_as_refused_credentials(
