@@ -3,9 +3,9 @@
 
 - `home`, over streamable HTTP behind a bearer token, speaking the 2025 protocol (the
   initialize handshake; `server/discover` is an unknown method to it) as Home Assistant's
-  MCP server does: lights to read and set, a door to unlock, progress while it counts,
-  an error result, a call that waits (and says when it was cancelled), and a tool that
-  adds a tool (`notifications/tools/list_changed`).
+  MCP server does: lights to read and set, a door to unlock, progress while it counts
+  (and as fast as it can), an error result, a call that waits (and says when it was
+  cancelled), and a tool that adds a tool (`notifications/tools/list_changed`).
 - `files`, over stdio (a child of the worker), on the SDK's defaults (it speaks the 2026
   protocol too; its tool list changes reach `subscriptions/listen`): files to read (with
   progress) and delete, the process id, and a tool that crashes the process mid-call.
@@ -101,6 +101,14 @@ def home(seen: Seen) -> MCPServer:
             await ctx.report_progress(done, len(lights), f"Looked at {entity}")
             await anyio.sleep(0.05)
         return f"{len(lights)} lights"
+
+    @mcp.tool(annotations=READ)
+    async def chatter(times: int, ctx: Context) -> str:
+        """Report progress `times` times, as fast as it can."""
+        seen("chatter", times=times)
+        for done in range(1, times + 1):
+            await ctx.report_progress(done, times)
+        return f"reported {times} times"
 
     @mcp.tool(annotations=READ)
     def broken() -> str:

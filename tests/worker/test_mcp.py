@@ -166,6 +166,7 @@ async def test_get_tools_lists_each_servers_tools_with_their_server_schema_and_c
         "home__set_light": True,  # not read-only
         "home__unlock_door": False,  # destructive, but BERNARD_AUTO_APPROVE_TOOLS
         "home__count_lights": False,
+        "home__chatter": False,
         "home__broken": False,
         "home__wait": False,
         "home__add_scene": False,
@@ -280,7 +281,7 @@ async def test_get_status_and_bernard_doctor_report_each_mcp_server(
             "name": "home",
             "transport": "http",
             "state": "ready",
-            "tools": 7,
+            "tools": 8,
             "ready_workers": 1,
             "workers": 1,
             "error": None,
@@ -289,7 +290,7 @@ async def test_get_status_and_bernard_doctor_report_each_mcp_server(
     found = [(c.status, c.name, c.detail) for c in checks if c.name.startswith("MCP ")]
     assert found == [
         ("warn", "MCP gone", "down on 1 of 1 worker: ConnectError: All connection attempts failed"),
-        ("ok", "MCP home", "ready on 1 worker: 7 tools"),
+        ("ok", "MCP home", "ready on 1 worker: 8 tools"),
     ]
 
 
@@ -366,6 +367,20 @@ async def test_a_turn_calls_a_servers_tool_and_streams_its_progress_before_the_r
     assert said == "Here it is."
     offered_tools = upstream.router_requests[0]["tools"]
     assert name in [tool["function"]["name"] for tool in offered_tools]
+
+
+async def test_a_server_that_reports_progress_without_end_streams_a_bounded_number_of_events(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("home__chatter", {"times": 1000})]))
+    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
+        await offered(stack, "home__chatter")
+        events, _ = await ask(stack, "chat", "chatter")
+    progress = of(events, "tool_progress")
+    assert len(progress) == 200
+    assert (progress[-1]["current"], progress[-1]["total"]) == (200.0, 1000.0)
+    (result,) = of(events, "tool_result")
+    assert result["content"] == "reported 1000 times"
 
 
 async def test_an_error_result_is_a_tool_error_the_model_reads_and_the_turn_completes(

@@ -4,7 +4,8 @@ schema and description, under its namespaced name (worker/tools/mcp/names.py).
 A call is checked against the tool's input schema before it is sent (a call that fails it
 never reaches the server, and the model reads why), runs on the worker's session with the
 server (worker/tools/mcp/connection.py), turns each `notifications/progress` into a
-`tool_progress` event as it arrives, and its result into text (worker/tools/mcp/output.py);
+`tool_progress` event as it arrives (`MAX_PROGRESS` at most), and its result into text
+(worker/tools/mcp/output.py);
 an `isError` result or any failure is an error the model reads. Stopping the call (the
 turn is cancelled, or the tool's time is up) cancels the request: the SDK sends MCP's
 `notifications/cancelled` for it.
@@ -38,6 +39,11 @@ from worker.tools.progress import get_reporter
 __all__ = ["McpTool", "waits"]
 
 SUMMARY_CHARS = 300
+# A tool's description reaches the model with every router call: a server's is cut here.
+DESCRIPTION_CHARS = 1000
+# The most progress events one call streams: a server may notify as often as it likes,
+# each event is a stream entry (and a frame for every client).
+MAX_PROGRESS = 200
 
 
 def waits(annotations: ToolAnnotations | None, confirm: Confirm) -> bool:
@@ -109,7 +115,13 @@ class McpTool(BaseTool):
         with reporter.reporting_errors():
             self._check_arguments(args)
 
+            reported = 0
+
             async def report(progress: float, total: float | None, message: str | None) -> None:
+                nonlocal reported
+                reported += 1
+                if reported > MAX_PROGRESS:
+                    return
                 if total:
                     reporter.progress(progress, total, message)
                 else:
@@ -168,7 +180,7 @@ class McpTool(BaseTool):
 
 
 def _description(remote: Tool, server: str) -> str:
-    said = (remote.description or remote.title or remote.name).strip()
+    said = trim(remote.description or remote.title or remote.name, DESCRIPTION_CHARS)
     return f"{said} (from the MCP server “{server}”)"
 
 
