@@ -53,7 +53,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from shared import keys
+from shared import budgets, keys
 from shared.turns import STRANDED_AFTER_S
 
 __all__ = [
@@ -599,7 +599,8 @@ class ConversationMachine:
             pipe.execute_command(
                 "EVAL", SCRIPTS[Transition.DELETE], 6, *self.keys(conversation_id), *args
             )
-            pipe.zrem(keys.conversations(self.owner), conversation_id)
+            # It leaves the owner's index, and its bytes their ledger (shared/budgets.py).
+            budgets.forget(pipe, self.owner, [conversation_id])
             reply, _ = await pipe.execute()
         outcome = Outcome(_text(reply[0]))
         if outcome is not Outcome.DELETED:

@@ -64,6 +64,10 @@ ENDINGS: dict[ErrorCode, Ending] = {
     ErrorCode.INVALID_TURN: Ending(
         "failed", "invalid_request_error", "the request could not be run as a turn", 400
     ),
+    # The request's messages would take its conversation over its cap (shared/budgets.py).
+    ErrorCode.CONVERSATION_TOO_LARGE: Ending(
+        "failed", "invalid_request_error", "the conversation is full", 413
+    ),
     ErrorCode.STREAM_UNREADABLE: Ending(
         "failed", "server_error", "the turn's stream could not be read", 503, retry=True
     ),

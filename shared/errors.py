@@ -28,6 +28,8 @@ class ErrorCode(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     BODY_TOO_LARGE = "body_too_large"
     RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+    # A storage budget (shared/budgets.py): one thing too big (413), or a budget full (429).
+    CONVERSATION_TOO_LARGE = "conversation_too_large"
     REDIS_UNAVAILABLE = "redis_unavailable"
     INTERNAL_ERROR = "internal_error"
 

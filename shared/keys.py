@@ -7,17 +7,16 @@ to one server, and then nothing below costs a round trip more than one Redis did
   `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`), the
   owners of queued turns (`job_owner`), `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`,
   `DEPLOYMENT`, `MCP_SERVERS`, `CANCEL_CHANNEL`, the per-user counters `active_turns`,
-  `open_streams` and
-  `background_jobs`, and the queue's `queued_background`. Small (entries per live turn,
-  worker and user, not per token), touched a few times per turn, and each must be one
-  consistent view: a user's limits hold across every API process, the reapers share one
-  running set, and arq's own scripts span its keys. arq has no Cluster support, so this
-  role is one primary: a plain Redis or one behind Sentinel (`redis+sentinel://`), never a
-  Cluster.
+  `open_streams`, `background_jobs` and `rate` (the token bucket), and the queue's
+  `queued_background`. Small (entries per live turn, worker and user, not per token),
+  touched a few times per turn, and each must be one consistent view: a user's limits hold
+  across every API process, the reapers share one running set, and arq's own scripts span
+  its keys. arq has no Cluster support, so this role is one primary: a plain Redis or one
+  behind Sentinel (`redis+sentinel://`), never a Cluster.
 - **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
   `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
   per user `{<owner>}`: `notes`, `timers` (the payloads: their jobs are on the queue),
-  `conversations`, `turns`; the user's event stream `{user:<owner>}`; the hub's wake
+  `conversations`, `usage`, `turns`; the user's event stream `{user:<owner>}`; the hub's wake
   streams. A plain Redis, Sentinel, or a Cluster (`redis+cluster://`): every script and
   transaction here touches one hash tag, so one slot; only pipelines (which a Cluster
   client splits per node) mix tags. In a Cluster the stream hub cannot `XREAD` streams of
@@ -71,6 +70,9 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   (`queued_background`): a TTL renewed on use; each entry also lapses at its own deadline
   (the score), so a crashed process cannot hold a slot for long. A background job's
   entries leave when the worker that ran it finishes it (shared/queue.py).
+  `rate` expires once its bucket would be full again. `usage` (the storage ledger) lives
+  a minute longer than the conversations it counts, renewed by each append; its entries
+  leave with their conversation's index entry (shared/budgets.py).
   `notes`, `timers`, the owner's event stream (`events(user_stream_id(owner))`, capped
   at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
   conversations do, renewed on use; index entries of expired conversations are dropped
@@ -209,6 +211,17 @@ def user_stream_id(owner: str) -> str:
 def conversations(owner: str) -> str:
     """Sorted set of the owner's conversation ids (score: when each was last used)."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:conversations"
+
+
+def usage(owner: str) -> str:
+    """Hash of the bytes each of the owner's listed conversations stores, and their sum
+    (field `*`): the owner's storage ledger (shared/budgets.py)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:usage"
+
+
+def rate(owner: str) -> str:
+    """Hash holding the owner's token bucket (shared/budgets.py), on the queue role."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:rate"
 
 
 # The most entries an owner's turn index keeps (the newest); older turns still resolve by id.

@@ -10,7 +10,8 @@ may both use "kitchen-satellite" and neither can reach, or learn of, the other's
 Layout, all under one hash tag so a Lua script may touch every key of a conversation:
 
 - `keys.conversation(owner, id)`: hash `id`, `owner`, `created_at`, `updated_at` (epoch
-  seconds), `metadata`, and what its state derives from (shared/conversation_state.py).
+  seconds), `metadata`, `bytes` (what its messages and calls hold: shared/budgets.py), and
+  what its state derives from (shared/conversation_state.py).
 - `keys.conversation_messages(owner, id)`: list of orjson messages in OpenAI chat shape,
   oldest first: `{role, content, name?, tool_call_id?, tool_calls?}`.
 - `keys.conversation_calls(owner, id)`: append-only list of call events (`started`, then
@@ -20,7 +21,9 @@ Layout, all under one hash tag so a Lua script may touch every key of a conversa
 Every write renews the retention of all three keys: a conversation in use lives on, one
 left alone expires whole. A turn writes only while it holds the conversation (its active
 turn: shared/conversation_state.py says why); creating, deciding, pausing and deleting are
-that module's transitions, which the keeper's writers call.
+that module's transitions, which the keeper's writers call. Every append is counted, in the
+conversation (`bytes`) and in its owner's storage ledger (shared/budgets.py), and an append
+of a request's messages may be refused for the conversation's cap (`ConversationFullError`).
 
 Clients resend the whole history with every request; `new_messages()` picks out what is not
 stored yet, and `Recorder.append_new_messages()` does that and the append atomically.
@@ -39,7 +42,7 @@ import orjson
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import budgets, keys
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.queue import Admission, BackgroundKind, BackgroundLimits, enqueue_background
 from shared.scripts import in_pipeline
@@ -51,6 +54,7 @@ __all__ = [
     "Continuation",
     "Conversation",
     "ConversationExistsError",
+    "ConversationFullError",
     "ConversationLostError",
     "ConversationNotFoundError",
     "Message",
@@ -84,21 +88,28 @@ DEFAULT_RETENTION_S = 30 * 86_400
 SUMMARIZE = "summarize_conversation"
 
 # KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, the
-# writing turn ('' for a writer that is no turn), item...
+# writing turn ('' for a writer that is no turn), byte cap ('' for none), item...
 # Appends only to an existing conversation, so a stray write never creates a list without
 # its metadata; for a turn, only while it holds the conversation (its active turn), so a
 # turn that lost it (deleted, re-created) writes nothing; and with an expected length only
 # if the list still has it, so the history a caller compared against is the one it
-# extends. Appending messages (the calls key given) marks the conversation used and renews
-# the retention of all three keys; a call record renews its own list's. Returns the new
-# length, -1 for no conversation, -2 when the list changed since the caller read it, -3
-# when the turn does not hold the conversation.
+# extends; with a cap, only if the conversation's bytes stay within it. Counts the bytes
+# appended in the metadata (`bytes`). Appending messages (the calls key given) marks the
+# conversation used and renews the retention of all three keys; a call record renews its
+# own list's. Returns the new length, -1 for no conversation, -2 when the list changed
+# since the caller read it, -3 when the turn does not hold the conversation, -4 over the
+# cap.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return -3 end
 local length = redis.call('LLEN', KEYS[2])
 if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
-for i = 5, #ARGV do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+local size = 0
+for i = 6, #ARGV do size = size + #ARGV[i] end
+local held = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
+if ARGV[5] ~= '' and held + size > tonumber(ARGV[5]) then return -4 end
+for i = 6, #ARGV do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+redis.call('HINCRBY', KEYS[1], 'bytes', size)
 if KEYS[3] then
   redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
@@ -147,6 +158,18 @@ class ConversationExistsError(ValueError):
     """A conversation with this id already exists."""
 
 
+class ConversationFullError(ValueError):
+    """Appending would take the conversation over its cap of bytes (shared/budgets.py)."""
+
+    def __init__(self, conversation_id: str, limit: int) -> None:
+        super().__init__(
+            f"the conversation '{conversation_id}' is full: what it stores would go over "
+            f"{limit} bytes (BERNARD_MAX_CONVERSATION_BYTES); start a new conversation or "
+            "delete this one"
+        )
+        self.limit = limit
+
+
 @dataclass(slots=True)
 class Conversation:
     """A conversation's metadata."""
@@ -166,6 +189,8 @@ class Conversation:
     paused_until: float | None = None
     # A fresh id per creation: a re-created id is another incarnation.
     incarnation: str | None = None
+    # What its messages and call records hold (shared/budgets.py).
+    bytes: int = 0
 
 
 def new_call_id() -> str:
@@ -395,8 +420,8 @@ class Archivist(_Store):
         `after`; at most `limit`, and whether more follow. Entries of conversations that
         expired are dropped from the index on the way."""
         index = keys.conversations(self.owner)
-        now = time.time()
-        await self._redis.zremrangebyscore(index, "-inf", now - self.retention_s)
+        # Forgets the conversations that expired, with their bytes (shared/budgets.py).
+        await budgets.read_usage(self._redis, self.owner, retention_s=self.retention_s)
         high: float | str = "+inf"
         if after is not None:
             score = await self._redis.zscore(index, after)
@@ -428,7 +453,9 @@ class Archivist(_Store):
             if len(found) > limit:
                 break
         if gone:
-            await self._redis.zrem(index, *gone)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                budgets.forget(pipe, self.owner, gone)
+                await pipe.execute()
         return found[:limit], len(found) > limit
 
     async def proposal(self, conversation_id: str, confirmation_id: str) -> Message | None:
@@ -598,6 +625,7 @@ class Recorder(_Store):
         turn_id: str | None = None,
         answer_open_calls: str | None = None,
         except_calls: Collection[str] = (),
+        limit: int | None = None,
     ) -> Continuation:
         """Append what `new_messages()` finds new in `requested`; return it and the history.
 
@@ -611,7 +639,9 @@ class Recorder(_Store):
         since the read), so two requests continuing the same conversation at once cannot
         both append the same turn. Two round trips when nobody else writes; for a turn
         (`turn_id`) the second one is made even with nothing new, for it must hold the
-        conversation to go on (`ConversationLostError` when it does not).
+        conversation to go on (`ConversationLostError` when it does not). With `limit`, an
+        append that would take the conversation's bytes over it is refused whole
+        (`ConversationFullError`).
         """
         meta_key, list_key, _ = self._keys(conversation_id)
         start = -window if window is not None else 0
@@ -637,7 +667,12 @@ class Recorder(_Store):
                 return Continuation(new=[], history=stored, length=length)
             items = [orjson.dumps(m) for m in fresh]
             pushed = await self._push(
-                conversation_id, list_key, items, expected_length=length, turn_id=turn_id
+                conversation_id,
+                list_key,
+                items,
+                expected_length=length,
+                turn_id=turn_id,
+                limit=limit,
             )
             if pushed >= 0:
                 return Continuation(new=fresh, history=[*stored, *fresh], length=pushed)
@@ -718,15 +753,21 @@ class Recorder(_Store):
         *,
         expected_length: int | None = None,
         turn_id: str | None = None,
+        limit: int | None = None,
     ) -> int:
-        """Append `items`; the new length, or -2 if the list no longer has `expected_length`.
-        Raises `ConversationNotFoundError`, or `ConversationLostError` when the writing turn
-        `turn_id` does not hold the conversation."""
+        """Append `items`, counted in the conversation and its owner's ledger (in the same
+        round trip); the new length, or -2 if the list no longer has `expected_length`.
+        Raises `ConversationNotFoundError`, `ConversationLostError` when the writing turn
+        `turn_id` does not hold the conversation, and with `limit`, `ConversationFullError`
+        if the conversation's bytes would go over it."""
         meta_key, messages_key, calls_key = self._keys(conversation_id)
         script_keys = [meta_key, list_key]
         if list_key == messages_key:
             script_keys.append(calls_key)
         now = time.time()
+        size = sum(len(item) for item in items)
+        # Appending messages is a use of the conversation: it moves up the owner's index.
+        used_at = now if list_key == messages_key else None
         async with self._redis.pipeline(transaction=False) as pipe:
             in_pipeline(
                 pipe,
@@ -737,19 +778,38 @@ class Recorder(_Store):
                     repr(now),
                     self.retention_s,
                     turn_id or "",
+                    "" if limit is None else limit,
                     *items,
                 ],
             )
-            if list_key == messages_key:  # the conversation was used: it moves up the list
-                index = keys.conversations(self.owner)
-                pipe.zadd(index, {conversation_id: now}, xx=True)
-                pipe.expire(index, self.retention_s)
-            reply, *_ = await pipe.execute()
+            budgets.account(
+                pipe,
+                self.owner,
+                conversation_id,
+                size,
+                used_at=used_at,
+                retention_s=self.retention_s,
+            )
+            reply, _ = await pipe.execute()
         length = int(reply)
+        if length < 0:  # nothing was appended: the ledger gives back what it counted
+            async with self._redis.pipeline(transaction=False) as pipe:
+                budgets.account(
+                    pipe,
+                    self.owner,
+                    conversation_id,
+                    -size,
+                    used_at=None,
+                    retention_s=self.retention_s,
+                )
+                await pipe.execute()
         if length == -1:
             raise ConversationNotFoundError(conversation_id)
         if length == -3:
             raise ConversationLostError(conversation_id)
+        if length == -4:
+            assert limit is not None
+            raise ConversationFullError(conversation_id, limit)
         return length
 
 
@@ -815,6 +875,7 @@ def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
         paused_turn=meta.get("paused_turn") or None,
         paused_until=float(meta["paused_until"]) if meta.get("paused_until") else None,
         incarnation=meta.get("incarnation") or None,
+        bytes=int(meta.get("bytes") or 0),
     )
 
 

@@ -96,6 +96,12 @@ class Settings(BaseSettings):
         0.25, ge=0.0, le=1.0, alias="BERNARD_WORKER_BACKGROUND_SHARE"
     )
 
+    # What one user may store (shared/budgets.py): conversation history (messages and call
+    # records) per conversation (413 beyond) and across them. Sized for a household: months
+    # of a voice satellite's room conversation, thousands of one-off requests (each without
+    # an id is a conversation of its own, kept `conversation_retention_s`).
+    max_conversation_bytes: int = Field(16 * 2**20, gt=0, alias="BERNARD_MAX_CONVERSATION_BYTES")
+
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
     # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);
     # these comma-separated tool names override what a tool declares.

@@ -103,6 +103,10 @@ class TurnRecording:
                 answer_open_calls=EXPIRED_CALL,
                 # A turn carrying the decisions answers those calls itself.
                 except_calls={decision["tool_call"]["id"] for decision in decisions},
+                # Refused whole over the cap: the turn ends `conversation_too_large` before
+                # any model call (worker/supervisor.py). What the turn stores later is
+                # never refused (shared/budgets.py).
+                limit=self.ctx.settings.max_conversation_bytes,
             )
         except ConversationNotFoundError as exc:
             self.deleted = True

@@ -45,7 +45,7 @@ from shared.endings import ENDINGS, completed, ended
 from shared.errors import ErrorCode
 from shared.events import Done, Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
 from shared.logs import TURN_FIELDS
-from shared.records import Recorder, RecordKeeper
+from shared.records import ConversationFullError, Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turns import TurnRecord, TurnStore
@@ -241,6 +241,11 @@ class TurnSupervisor:
         except LlmError as exc:
             await _flush_quietly(writer)
             await self._end(telemetry, record, exc.code, exc.message)
+            return "failed"
+        except ConversationFullError as exc:
+            # The request's messages were refused whole (shared/budgets.py): nothing stored.
+            await _flush_quietly(writer)
+            await self._end(telemetry, record, ErrorCode.CONVERSATION_TOO_LARGE, str(exc))
             return "failed"
         except Exception:
             logger.exception("turn %s failed", turn_id)

@@ -1,0 +1,168 @@
+"""What one user may store, and how the counts behind those budgets are kept in Redis.
+
+**Bytes per conversation** (`BERNARD_MAX_CONVERSATION_BYTES`). A conversation counts what it
+stores (its messages and call records, as stored) in its own metadata (`bytes`), inside
+the append script (shared/records.py `_APPEND`), so the cap holds atomically: an append of
+a request's messages that would take the conversation over it is refused whole, before
+anything of it is stored, however many append at once. What a turn appends once it runs
+(its tool results, call records and answer) is never refused: a turn must not lose its
+answer halfway, nor leave a tool call without its result. So a conversation can go over
+its cap by one turn's own output; then the next request on it is refused (413
+`conversation_too_large`, api/admission.py).
+
+**Bytes per user, across conversations** (`BERNARD_MAX_USER_BYTES`). A conversation's keys
+and its owner's are in different hash slots (a Cluster's), so no one script can count
+both. The owner's ledger (`keys.usage`, in the owner's slot) holds the bytes of each
+conversation the owner's index (`keys.conversations`) lists, and their sum (field `*`,
+which no conversation id can be). An append adds what it appended to the ledger in the
+same pipeline as the append (`account`: no round trip more), and only for a conversation
+the index still lists; an append Redis refused gives it back (a round trip on that path
+only). Entries leave the ledger with their index entry: at once when the conversation is
+deleted (`forget`, in the delete's pipeline), and when it expires, the next time the
+ledger is read (`usage`): the index's score is the conversation's last use, so an entry
+scored more than the retention ago (plus `GRACE_S`) is a conversation Redis has dropped.
+
+Precision: the sum is checked when a request is admitted (api/admission.py), not at each
+append, so a user can go over it by what the turns admitted at once then store: at most
+one request's messages and one turn's output per turn running at once
+(`BERNARD_MAX_ACTIVE_TURNS_PER_USER`). A process that dies between an append Redis refused
+and its give-back leaves the sum high by that append until the conversation is deleted or
+expires. Conversations stored before the ledger existed count from their next append.
+
+**Conversations per user** (`BERNARD_MAX_CONVERSATIONS_PER_USER`): the index's size, read
+with the ledger at admission; creations admitted at once may overshoot it by their number.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from shared import keys
+from shared.scripts import in_pipeline
+
+__all__ = ["GRACE_S", "TOTAL", "Usage", "account", "forget", "read_usage"]
+
+# The ledger's field holding the sum: no conversation id can be "*".
+TOTAL = "*"
+# How long past its retention a conversation's index entry is still taken for a live one:
+# its keys expire at the last use the script saw, a little after the score the client sent.
+GRACE_S = 60
+# Expired entries dropped per read of the ledger: the rest go at the next reads.
+_FORGET_PER_READ = 100
+
+# Lua: forget conversation `id` of the ledger KEYS[1] and the index KEYS[2].
+_FORGET_ONE = """
+local function forget(id)
+  local held = redis.call('HGET', KEYS[1], id)
+  if held then
+    redis.call('HINCRBY', KEYS[1], '*', -tonumber(held))
+    redis.call('HDEL', KEYS[1], id)
+  end
+  redis.call('ZREM', KEYS[2], id)
+end
+"""
+
+# KEYS: ledger, index. ARGV: conversation id, bytes added (negative: given back), the time of
+# its use ('' for an append that is no use: call records), retention s. Counts the bytes
+# of a conversation the index lists (one deleted or expired is no longer the owner's to
+# count) and, for a use, moves it up the index. Returns 1 counted, 0 not listed.
+_ACCOUNT = f"""
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[1], '*', ARGV[2])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) + {GRACE_S})
+if ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[1])
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
+return 1
+"""
+
+# KEYS: ledger, index. ARGV: conversation ids. Drops them from both (deleted, or gone).
+_FORGET = f"""
+{_FORGET_ONE}
+for i = 1, #ARGV do forget(ARGV[i]) end
+return #ARGV
+"""
+
+# KEYS: ledger, index. ARGV: now, retention s, a conversation id ('' for none). Forgets the
+# conversations that expired (some of them: the rest at the next read), then returns {the
+# bytes the owner stores, how many conversations they have, whether the id is one}.
+_USAGE = f"""
+{_FORGET_ONE}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf',
+                           tonumber(ARGV[1]) - tonumber(ARGV[2]) - {GRACE_S},
+                           'LIMIT', 0, {_FORGET_PER_READ})
+for _, id in ipairs(expired) do forget(id) end
+local count = redis.call('ZCARD', KEYS[2])
+if count == 0 then redis.call('DEL', KEYS[1]) end
+local known = 0
+if ARGV[3] ~= '' and redis.call('ZSCORE', KEYS[2], ARGV[3]) then known = 1 end
+return {{tonumber(redis.call('HGET', KEYS[1], '*') or '0'), count, known}}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What one user stores: `bytes` of conversation history in `conversations`
+    conversations; `known` whether the conversation asked about is one of them."""
+
+    bytes: int
+    conversations: int
+    known: bool = False
+
+
+def _user_keys(owner: str) -> list[str]:
+    return [keys.usage(owner), keys.conversations(owner)]
+
+
+def account(
+    pipe: Pipeline,
+    owner: str,
+    conversation_id: str,
+    size: int,
+    *,
+    used_at: float | None,
+    retention_s: int,
+) -> None:
+    """Queue on `pipe` the ledger's share of an append of `size` bytes to the conversation
+    (a negative `size` gives bytes back); `used_at` moves the conversation up its owner's
+    index (an append of messages), None leaves it (call records)."""
+    used = "" if used_at is None else repr(used_at)
+    in_pipeline(pipe, _ACCOUNT, _user_keys(owner), [conversation_id, size, used, retention_s])
+
+
+def forget(pipe: Pipeline, owner: str, conversation_ids: Sequence[str]) -> None:
+    """Queue on `pipe` dropping the conversations from their owner's ledger and index."""
+    if conversation_ids:
+        in_pipeline(pipe, _FORGET, _user_keys(owner), list(conversation_ids))
+
+
+def queue_usage(
+    pipe: Pipeline, owner: str, *, retention_s: int, conversation_id: str | None = None
+) -> None:
+    """Queue on `pipe` reading the owner's usage (its reply is read by `usage_of`),
+    forgetting on the way the conversations that expired."""
+    args = [repr(time.time()), retention_s, conversation_id or ""]
+    in_pipeline(pipe, _USAGE, _user_keys(owner), args)
+
+
+def usage_of(reply: Sequence[int]) -> Usage:
+    """The `Usage` a `queue_usage` read answered."""
+    total, count, known = (int(value) for value in reply)
+    return Usage(bytes=total, conversations=count, known=bool(known))
+
+
+async def read_usage(
+    redis: Redis, owner: str, *, retention_s: int, conversation_id: str | None = None
+) -> Usage:
+    """The owner's usage, in one round trip (see `queue_usage`)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        queue_usage(pipe, owner, retention_s=retention_s, conversation_id=conversation_id)
+        (reply,) = await pipe.execute()
+    return usage_of(reply)
