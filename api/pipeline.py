@@ -4,8 +4,8 @@ The answer depends only on the request: a stream relays the turn's stream as SSE
 background turn answers 202 with the turn object at once, anything else waits for the
 turn's `done` entry and answers one JSON body.
 
-Admission comes first, before anything is stored: a user may have
-`BERNARD_MAX_ACTIVE_TURNS_PER_USER` turns queued or running and
+Admission comes first, before anything is stored (api/admission.py: the user's active
+turns and storage budgets); then a user may have
 `BERNARD_MAX_STREAMS_PER_USER` streams open, across every API process; beyond that the
 answer is 429 `rate_limit_exceeded` with `Retry-After`.
 """
@@ -22,6 +22,7 @@ from typing import Any
 
 from fastapi import Response
 
+from api.admission import Storing, admit_turn
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume, after_start
 from api.encoding import encoder_for, terminal_error, usage_body
@@ -38,7 +39,7 @@ from shared.endings import as_code, ended, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
 from shared.settings import MODEL_ID
-from shared.turns import TooManyTurnsError, TurnRecord, TurnRequest
+from shared.turns import TurnRecord, TurnRequest
 
 logger = logging.getLogger("bernard.api")
 
@@ -61,16 +62,6 @@ def check_model(model: str) -> None:
         )
 
 
-def too_many_turns(state: AppState) -> ApiError:
-    limit = state.settings.max_active_turns_per_user
-    return ApiError(
-        429,
-        f"you already have {limit} turns queued or running "
-        "(BERNARD_MAX_ACTIVE_TURNS_PER_USER); wait for one to end",
-        code=ErrorCode.RATE_LIMIT_EXCEEDED,
-    )
-
-
 def too_many_streams(state: AppState) -> ApiError:
     limit = state.settings.max_streams_per_user
     return ApiError(
@@ -86,20 +77,17 @@ async def start_turn(
     request: TurnRequest,
     conversation: Conversation | None = None,
     give_back: GiveBack | None = None,
+    storing: Storing | None = None,
 ) -> Response:
     """Admit the owner's new turn, create and enqueue it, and answer as the request asks.
 
     `conversation` claims the turn's conversation once the turn is admitted; should the
     turn then not be created, `give_back` is called with the conversation's id and the
-    turn's."""
+    turn's. `storing` says what it stores in the owner's conversations (None: no
+    conversation), for its admission to check against the storage budgets."""
     settings = state.settings
     turn_id = uuid.uuid4().hex
-    try:
-        await state.store.admit(
-            owner, turn_id, limit=settings.max_active_turns_per_user, ttl_s=UNFINISHED_TTL_S
-        )
-    except TooManyTurnsError:
-        raise too_many_turns(state) from None
+    await admit_turn(state, owner, turn_id, storing, ttl_s=UNFINISHED_TTL_S)
     attachment = None
     claimed: str | None = None
     try:

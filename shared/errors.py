@@ -30,6 +30,8 @@ class ErrorCode(StrEnum):
     RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
     # A storage budget (shared/budgets.py): one thing too big (413), or a budget full (429).
     CONVERSATION_TOO_LARGE = "conversation_too_large"
+    STORAGE_QUOTA_EXCEEDED = "storage_quota_exceeded"
+    TOO_MANY_CONVERSATIONS = "too_many_conversations"
     REDIS_UNAVAILABLE = "redis_unavailable"
     INTERNAL_ERROR = "internal_error"
 

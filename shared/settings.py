@@ -97,10 +97,15 @@ class Settings(BaseSettings):
     )
 
     # What one user may store (shared/budgets.py): conversation history (messages and call
-    # records) per conversation (413 beyond) and across them. Sized for a household: months
-    # of a voice satellite's room conversation, thousands of one-off requests (each without
-    # an id is a conversation of its own, kept `conversation_retention_s`).
+    # records) per conversation (413 beyond) and across them, and conversations (429 beyond).
+    # Sized for a household: months of a voice satellite's room conversation, thousands of
+    # one-off requests (each without an id is a conversation of its own, kept
+    # `conversation_retention_s`).
     max_conversation_bytes: int = Field(16 * 2**20, gt=0, alias="BERNARD_MAX_CONVERSATION_BYTES")
+    max_user_bytes: int = Field(128 * 2**20, gt=0, alias="BERNARD_MAX_USER_BYTES")
+    max_conversations_per_user: int = Field(
+        10_000, gt=0, alias="BERNARD_MAX_CONVERSATIONS_PER_USER"
+    )
 
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
     # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Response
 
+from api.admission import Storing
 from api.auth import Owner
-from api.conversations import give_back, machine, open_conversation
+from api.conversations import check_conversation_id, give_back, machine, open_conversation
 from api.json_route import OrjsonRoute
 from api.pipeline import UNFINISHED_TTL_S, check_model, start_turn
 from api.schemas import ChatCompletionRequest, CompletionRequest
@@ -29,6 +30,8 @@ async def chat_completions(
     body.check_limits(state.settings)
     check_model(body.model)
     requested = body.conversation_id or x_bernard_conversation_id
+    if requested is not None:
+        check_conversation_id(requested)
     retention_s = state.settings.conversation_retention_s
     turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
 
@@ -47,7 +50,8 @@ async def chat_completions(
         transitions = machine(state.redis, owner, retention_s=retention_s)
         await give_back(transitions, state.store, conversation_id, turn_id)
 
-    return await start_turn(state, owner, body.to_turn(), conversation, unclaim)
+    storing = Storing(requested)
+    return await start_turn(state, owner, body.to_turn(), conversation, unclaim, storing)
 
 
 @router.post("/completions")

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import ServerSentEvent
 
+from api.admission import Storing, admit_storing
 from api.auth import Owner
 from api.conversations import (
     check_conversation_id,
@@ -125,6 +126,7 @@ async def create(owner: Owner, state: State, body: NewConversation | None = None
     if body.id is not None:
         check_conversation_id(body.id, "id")
     _check_metadata(body.metadata)
+    await admit_storing(state, owner, Storing(body.id))
     keeper = _keeper(state, owner)
     try:
         conversation_id = await keeper.create_conversation(body.id, metadata=body.metadata)
@@ -224,7 +226,10 @@ async def post_message(
         trace=body.trace,
         on_disconnect="continue",
     )
-    return await _run(state, owner, conversation_id, request)
+    # The stored row holds at least the text's bytes: a message over the cap is refused
+    # before its turn (api/admission.py).
+    adds = len(body.content.encode())
+    return await _run(state, owner, conversation_id, request, adds=adds)
 
 
 @router.post("/conversations/{conversation_id}/resume")
@@ -282,7 +287,8 @@ async def resume(
         await give_back(transitions, state.store, conversation_id, turn_id)
 
     try:
-        return await start_turn(state, owner, request, decide, unclaim)
+        storing = Storing(conversation_id)
+        return await start_turn(state, owner, request, decide, unclaim, storing)
     except _StillWaiting:
         # Another call of the same step still waits: nothing runs until all are decided.
         left = pending_of(await keeper.proposals(conversation_id))
@@ -309,7 +315,9 @@ def _resumed(proposal: Message, decided: list[Message]) -> dict[str, Any]:
     }
 
 
-async def _run(state: AppState, owner: str, conversation_id: str, request: TurnRequest) -> Response:
+async def _run(
+    state: AppState, owner: str, conversation_id: str, request: TurnRequest, *, adds: int = 0
+) -> Response:
     keeper, transitions = _keeper(state, owner), _machine(state, owner)
 
     async def claim(turn_id: str) -> str:
@@ -319,7 +327,8 @@ async def _run(state: AppState, owner: str, conversation_id: str, request: TurnR
     async def unclaim(conversation_id: str, turn_id: str) -> None:
         await give_back(transitions, state.store, conversation_id, turn_id)
 
-    return await start_turn(state, owner, request, claim, unclaim)
+    storing = Storing(conversation_id, adds=adds)
+    return await start_turn(state, owner, request, claim, unclaim, storing)
 
 
 def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> None:

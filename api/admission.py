@@ -1,0 +1,160 @@
+"""Admission: what a request must pass before Bernard stores anything for it.
+
+A request that starts a turn passes, in order:
+
+1. the owner's active turns (shared/turns.py `TurnStore.admit`, one script on the queue
+   role): 429 `rate_limit_exceeded` at `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
+2. the storage budgets (shared/budgets.py), read from the data role in the same round
+   trip's time (both at once): 429 `storage_quota_exceeded` when the owner stores
+   `BERNARD_MAX_USER_BYTES`, 429 `too_many_conversations` when the request would start a
+   conversation and the owner has `BERNARD_MAX_CONVERSATIONS_PER_USER`, 413
+   `conversation_too_large` when the conversation it continues holds
+   `BERNARD_MAX_CONVERSATION_BYTES` (or a posted message would take it over).
+
+A refusal comes before the turn, its conversation or anything else of it is stored; a
+turn admitted on the queue and then refused for storage gives its slot back (its tokens
+stay spent: a refused request is a request). The budgets full are 429s that retrying soon
+does not cure, so they also say `x-should-retry: false` (the OpenAI SDKs would retry
+them otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from dataclasses import dataclass
+
+from api.errors import ApiError
+from api.state import AppState
+from shared import budgets, keys
+from shared.budgets import Usage
+from shared.connection import REDIS_ERRORS
+from shared.errors import ErrorCode
+from shared.settings import Settings
+from shared.turns import TooManyTurnsError
+
+# A request admitted no later than this many seconds after it is refused for a full
+# budget would be refused again: clients are told not to retry on their own.
+_NO_RETRY = {"x-should-retry": "false"}
+
+
+@dataclass(frozen=True, slots=True)
+class Storing:
+    """What a request is about to store in its owner's conversations.
+
+    `conversation_id` is the conversation it continues, or starts under that id when the
+    owner has none; None starts one under a fresh id. `adds` is how many bytes it adds to
+    the conversation for sure (a posted message's text: the stored row holds at least that),
+    0 when only the worker can tell (what of a resent history is new).
+    """
+
+    conversation_id: str | None = None
+    adds: int = 0
+
+
+def too_many_turns(settings: Settings) -> ApiError:
+    limit = settings.max_active_turns_per_user
+    return ApiError(
+        429,
+        f"you already have {limit} turns queued or running "
+        "(BERNARD_MAX_ACTIVE_TURNS_PER_USER); wait for one to end",
+        code=ErrorCode.RATE_LIMIT_EXCEEDED,
+    )
+
+
+def conversation_too_large(conversation_id: str, held: int, limit: int) -> ApiError:
+    return ApiError(
+        413,
+        f"the conversation '{conversation_id}' holds {held} bytes and may hold {limit} "
+        "(BERNARD_MAX_CONVERSATION_BYTES): start a new conversation or delete this one",
+        param="conversation_id",
+        code=ErrorCode.CONVERSATION_TOO_LARGE,
+    )
+
+
+def check_storage(settings: Settings, storing: Storing, usage: Usage, held: int) -> None:
+    """Refuse what `storing` would store beyond the owner's budgets: `usage` is the owner's,
+    `held` the bytes of the conversation it continues (0 for none)."""
+    if usage.bytes >= settings.max_user_bytes:
+        raise ApiError(
+            429,
+            f"you store {usage.bytes} bytes of conversations and may store "
+            f"{settings.max_user_bytes} (BERNARD_MAX_USER_BYTES): delete conversations "
+            "you no longer need (DELETE /v1/conversations/{id}), or wait for unused ones "
+            "to expire (BERNARD_CONVERSATION_RETENTION_S)",
+            code=ErrorCode.STORAGE_QUOTA_EXCEEDED,
+            headers=_NO_RETRY,
+        )
+    creates = storing.conversation_id is None or not usage.known
+    if creates and usage.conversations >= settings.max_conversations_per_user:
+        raise ApiError(
+            429,
+            f"you have {usage.conversations} conversations and may have "
+            f"{settings.max_conversations_per_user} (BERNARD_MAX_CONVERSATIONS_PER_USER): "
+            "continue one (conversation_id) or delete some",
+            code=ErrorCode.TOO_MANY_CONVERSATIONS,
+            headers=_NO_RETRY,
+        )
+    if storing.conversation_id is not None and not creates:
+        limit = settings.max_conversation_bytes
+        if held >= limit or held + storing.adds > limit:
+            raise conversation_too_large(storing.conversation_id, held, limit)
+
+
+async def read_storage(state: AppState, owner: str, storing: Storing) -> tuple[Usage, int]:
+    """The owner's usage and the bytes of the conversation `storing` continues, in one
+    round trip (a Cluster's pipeline reaches both slots at once)."""
+    conversation_id = storing.conversation_id
+    async with state.redis.pipeline(transaction=False) as pipe:
+        budgets.queue_usage(
+            pipe,
+            owner,
+            retention_s=state.settings.conversation_retention_s,
+            conversation_id=conversation_id,
+        )
+        if conversation_id is not None:
+            pipe.hget(keys.conversation(owner, conversation_id), "bytes")
+        reply, *held = await pipe.execute()
+    return budgets.usage_of(reply), int(held[0] or 0) if held else 0
+
+
+async def admit_storing(state: AppState, owner: str, storing: Storing) -> None:
+    """Admit a request that stores without starting a turn (a new conversation)."""
+    usage, held = await read_storage(state, owner, storing)
+    check_storage(state.settings, storing, usage, held)
+
+
+async def admit_turn(
+    state: AppState, owner: str, turn_id: str, storing: Storing | None, *, ttl_s: int
+) -> None:
+    """Admit the owner's new turn `turn_id` (see the module's docstring), its slot held at
+    most `ttl_s`; `storing` None for a turn that stores no conversation (a legacy
+    completion)."""
+    settings = state.settings
+    admitting = state.store.admit(
+        owner, turn_id, limit=settings.max_active_turns_per_user, ttl_s=ttl_s
+    )
+    if storing is None:
+        await _admitted(settings, admitting)
+        return
+    admitted, read = await asyncio.gather(
+        _admitted(settings, admitting), read_storage(state, owner, storing), return_exceptions=True
+    )
+    if isinstance(admitted, BaseException):
+        raise admitted
+    try:
+        if isinstance(read, BaseException):
+            raise read
+        check_storage(settings, storing, *read)
+    except BaseException:
+        with contextlib.suppress(*REDIS_ERRORS):
+            await state.store.release(owner, turn_id)
+        raise
+
+
+async def _admitted(settings: Settings, admitting: Awaitable[None]) -> None:
+    try:
+        await admitting
+    except TooManyTurnsError:
+        raise too_many_turns(settings) from None

@@ -1,0 +1,202 @@
+"""What one user may store and how fast they may ask, through the API as clients use it
+(shared/budgets.py, shared/rate_limit.py, api/admission.py, api/store_guard.py).
+
+Each refusal is checked twice: its answer (status, code, the setting it names) and that
+nothing was stored for it (no conversation, no turn, no bytes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shared import budgets, keys
+from shared.records import Archivist
+from tests.conftest import Stack, make_settings, run_stack
+from tests.processes import private_redis
+from tests.sse import collect
+from tests.test_abuse import CHAT, KEYS, as_user, body, error_of
+from tests.upstream import Reply, ScriptedUpstream
+
+# The attack as it was found (issue 20): sequential requests of 500 messages of 1,900
+# characters, each a new conversation.
+FLOOD_MESSAGES = [{"role": "user", "content": f"{n:04} " + "x" * 1895} for n in range(500)]
+
+
+@pytest.fixture
+def users() -> dict[str, str]:
+    """alice and bob under names of this test's own (`as_user` still sends their keys): the
+    suite's Redis holds other tests' alice and bob, and budgets count what a user holds."""
+    tag = uuid.uuid4().hex[:8]
+    return {"alice": f"alice-{tag}", "bob": f"bob-{tag}"}
+
+
+def api_keys(users: dict[str, str]) -> str:
+    return ",".join(f"key-{name}:{user}" for name, user in users.items())
+
+
+async def conversations_of(stack: Stack, owner: str) -> list[str]:
+    raw = await stack.redis.zrange(keys.conversations(owner), 0, -1)
+    return [item.decode() for item in raw]
+
+
+async def turns_of(stack: Stack, owner: str) -> int:
+    return int(await stack.redis.zcard(keys.turns(owner)))
+
+
+async def usage_of(stack: Stack, owner: str) -> budgets.Usage:
+    retention_s = stack.settings.conversation_retention_s
+    return await budgets.read_usage(stack.redis, owner, retention_s=retention_s)
+
+
+# -- storage ---------------------------------------------------------------------------------
+
+
+async def test_a_flood_of_large_requests_is_refused_once_the_users_bytes_are_spent(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """The 105 MB flood, against a budget of 8 MiB: refused from the request after the one
+    that spent it, with nothing of the refused requests stored; another user goes on."""
+    budget = 8 * 2**20
+    async with private_redis(tmp_path / "redis") as server:
+        settings = make_settings(
+            upstream, redis_url=server.url, api_keys=KEYS, max_user_bytes=budget
+        )
+        async with run_stack(settings) as stack:
+            before = await stack.redis.info("memory")
+            keys_before = await stack.redis.dbsize()
+            codes = []
+            for _ in range(100):
+                answer = await stack.client.post(
+                    CHAT,
+                    json={"model": "bernard-v1", "messages": FLOOD_MESSAGES},
+                    headers=as_user("alice"),
+                )
+                codes.append(answer.status_code)
+                if answer.status_code != 200:
+                    error = error_of(answer, 429)
+                    assert error["code"] == "storage_quota_exceeded"
+                    assert "BERNARD_MAX_USER_BYTES" in error["message"]
+                    assert answer.headers["x-should-retry"] == "false"
+            grown = int((await stack.redis.info("memory"))["used_memory"]) - int(
+                before["used_memory"]
+            )
+            keys_grown = await stack.redis.dbsize() - keys_before
+            usage = await usage_of(stack, "alice")
+            stored = len(await conversations_of(stack, "alice"))
+            turns = await turns_of(stack, "alice")
+            bobs = await stack.client.post(CHAT, json=body("hi"), headers=as_user("bob"))
+
+    # Each request stores about 1.0 MB: the ninth takes alice past 8 MiB, the tenth is
+    # refused, and so is every one after it.
+    assert codes == [200] * 9 + [429] * 91
+    assert (stored, turns) == (9, 9)
+    assert 9_000_000 < usage.bytes < 9_300_000
+    # Redis grew by what the nine stored, not by what a hundred would have (105 MB).
+    assert 9_000_000 < grown < 12_000_000, grown
+    # Per request stored: its conversation's metadata, messages, calls and summary, its
+    # turn's record and stream; then a few keys of alice's and of the deployment. The 91
+    # refused added none.
+    assert keys_grown <= 9 * 6 + 6, keys_grown
+    assert bobs.status_code == 200, bobs.text
+    print(f"\nflood: 9 of 100 stored, Redis grew {grown / 2**20:.1f} MiB, {keys_grown} keys")
+
+
+async def test_a_new_conversation_past_the_users_count_is_refused_before_it_exists(
+    upstream: ScriptedUpstream, users: dict[str, str]
+) -> None:
+    settings = make_settings(upstream, api_keys=api_keys(users), max_conversations_per_user=2)
+    async with run_stack(settings) as stack:
+        alice = as_user("alice")
+        first = await stack.client.post(CHAT, json=body("one"), headers=alice)
+        created = await stack.client.post("/v1/conversations", json={"id": "b"}, headers=alice)
+        assert (first.status_code, created.status_code) == (200, 201)
+
+        by_chat = await stack.client.post(CHAT, json=body("three"), headers=alice)
+        by_id = await stack.client.post(
+            CHAT, json=body("three", conversation_id="c"), headers=alice
+        )
+        by_create = await stack.client.post("/v1/conversations", json={"id": "c"}, headers=alice)
+        for refused in (by_chat, by_id, by_create):
+            error = error_of(refused, 429)
+            assert error["code"] == "too_many_conversations"
+            assert "BERNARD_MAX_CONVERSATIONS_PER_USER" in error["message"]
+        assert len(await conversations_of(stack, users["alice"])) == 2
+        assert await turns_of(stack, users["alice"]) == 1
+
+        continued = await stack.client.post(
+            CHAT, json=body("more", conversation_id="b"), headers=alice
+        )
+        bobs = await stack.client.post(CHAT, json=body("hi"), headers=as_user("bob"))
+        assert (continued.status_code, bobs.status_code) == (200, 200)
+        await stack.client.delete("/v1/conversations/b", headers=alice)
+        again = await stack.client.post(CHAT, json=body("room again"), headers=alice)
+        assert again.status_code == 200, again.text
+
+
+async def test_a_conversation_at_its_cap_is_refused_whole_and_stays_as_it_was(
+    upstream: ScriptedUpstream, users: dict[str, str]
+) -> None:
+    """At the API when it can tell (the conversation is full, or a posted message would
+    take it over: 413 before any turn); else in the worker, which refuses the request's
+    messages whole and ends the turn `conversation_too_large` before any model call."""
+    cap = 6_000
+    settings = make_settings(upstream, api_keys=api_keys(users), max_conversation_bytes=cap)
+    async with run_stack(settings) as stack:
+        alice = as_user("alice")
+        archive = Archivist(stack.redis, users["alice"])
+        url = "/v1/conversations/kitchen/messages"
+        await stack.client.post("/v1/conversations", json={"id": "kitchen"}, headers=alice)
+        assert (await stack.client.post(url, json={"content": "hi"}, headers=alice)).is_success
+        conversation = await archive.get_conversation("kitchen")
+        assert conversation is not None
+        held, count, turns = conversation.bytes, conversation.message_count, 1
+        answered = len(upstream.requests)
+        room = cap - held
+        assert 1_000 < room < 5_000, held  # a turn's rows and call records: about 2 KB
+
+        posted = await stack.client.post(url, json={"content": "x" * (room + 1)}, headers=alice)
+        error = error_of(posted, 413)
+        assert (error["code"], error["param"]) == ("conversation_too_large", "conversation_id")
+        assert "BERNARD_MAX_CONVERSATION_BYTES" in error["message"]
+        assert await turns_of(stack, users["alice"]) == turns
+
+        # Chat completions resend the history: only the worker tells what is new.
+        resent = {"conversation_id": "kitchen", "messages": [{"role": "user", "content": "hi"}]}
+        new = {"role": "user", "content": "y" * (room - 50)}  # its row is over `room`
+        waited = await stack.client.post(
+            CHAT,
+            json={"model": "bernard-v1", **resent, "messages": [*resent["messages"], new]},
+            headers=alice,
+        )
+        assert error_of(waited, 413)["code"] == "conversation_too_large"
+        streamed = await collect(
+            stack.client,
+            "POST",
+            CHAT,
+            json={
+                "model": "bernard-v1",
+                "stream": True,
+                **resent,
+                "messages": [*resent["messages"], new],
+            },
+            headers=alice,
+        )
+        assert streamed[-2].json["error"]["code"] == "conversation_too_large"
+        after = await archive.get_conversation("kitchen")
+        assert after is not None
+        assert (after.bytes, after.message_count) == (held, count)
+        assert len(upstream.requests) == answered  # the refused turns reached no model
+
+        # What fits is stored, and so is the turn's answer though it takes the
+        # conversation over its cap; the next request is refused at the API.
+        upstream.script(Reply.text(["z" * room]))
+        fits = await stack.client.post(url, json={"content": "ok"}, headers=alice)
+        assert fits.status_code == 200, fits.text
+        full = await archive.get_conversation("kitchen")
+        assert full is not None and full.bytes > cap and full.message_count == count + 2
+        refused = await stack.client.post(url, json={"content": "?"}, headers=alice)
+        assert error_of(refused, 413)["code"] == "conversation_too_large"
+    assert len(upstream.requests) == answered + 1  # only the turn that fitted was answered
