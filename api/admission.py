@@ -2,8 +2,9 @@
 
 A request that starts a turn passes, in order:
 
-1. the owner's active turns (shared/turns.py `TurnStore.admit`, one script on the queue
-   role): 429 `rate_limit_exceeded` at `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
+1. the owner's rate and active turns (shared/turns.py `TurnStore.admit`, one script on the
+   queue role): 429 `rate_limit_exceeded` with the `Retry-After` the bucket says, or at
+   `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
 2. the storage budgets (shared/budgets.py), read from the data role in the same round
    trip's time (both at once): 429 `storage_quota_exceeded` when the owner stores
    `BERNARD_MAX_USER_BYTES`, 429 `too_many_conversations` when the request would start a
@@ -31,6 +32,7 @@ from shared import budgets, keys
 from shared.budgets import Usage
 from shared.connection import REDIS_ERRORS
 from shared.errors import ErrorCode
+from shared.rate_limit import RateLimitedError
 from shared.settings import Settings
 from shared.turns import TooManyTurnsError
 
@@ -51,6 +53,19 @@ class Storing:
 
     conversation_id: str | None = None
     adds: int = 0
+
+
+def rate_limited(settings: Settings, error: RateLimitedError) -> ApiError:
+    return ApiError(
+        429,
+        f"too many requests: at most {settings.rate_limit_burst} at once and "
+        f"{settings.rate_limit_per_minute:g} a minute, a turn counting "
+        f"{settings.rate_limit_turn_cost} (BERNARD_RATE_LIMIT_BURST, "
+        f"BERNARD_RATE_LIMIT_PER_MINUTE, BERNARD_RATE_LIMIT_TURN_COST); try again in "
+        f"{error.retry_after_s} s",
+        code=ErrorCode.RATE_LIMIT_EXCEEDED,
+        headers={"retry-after": str(error.retry_after_s)},
+    )
 
 
 def too_many_turns(settings: Settings) -> ApiError:
@@ -133,7 +148,11 @@ async def admit_turn(
     completion)."""
     settings = state.settings
     admitting = state.store.admit(
-        owner, turn_id, limit=settings.max_active_turns_per_user, ttl_s=ttl_s
+        owner,
+        turn_id,
+        limit=settings.max_active_turns_per_user,
+        ttl_s=ttl_s,
+        rate=state.limiter.rate,
     )
     if storing is None:
         await _admitted(settings, admitting)
@@ -156,5 +175,7 @@ async def admit_turn(
 async def _admitted(settings: Settings, admitting: Awaitable[None]) -> None:
     try:
         await admitting
+    except RateLimitedError as exc:
+        raise rate_limited(settings, exc) from None
     except TooManyTurnsError:
         raise too_many_turns(settings) from None

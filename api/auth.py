@@ -7,6 +7,13 @@ keys do not open it: it answers a client on loopback (a Prometheus beside the AP
 proxy on the same host that does not forward the client's address), and anyone else
 only with `Authorization: Bearer <BERNARD_METRICS_KEY>`; with that unset, no one else
 (403), whether or not `BERNARD_API_KEYS` is set.
+
+`Owner` also charges the request to its user's rate (shared/rate_limit.py: one token, 429
+`rate_limit_exceeded` with `Retry-After` when the bucket is empty). The routes that start a
+turn take `TurnOwner` instead: their admission charges the turn's cost in the script that
+admits it (api/admission.py), so it costs them no round trip. Such a request refused
+before its admission (a body that does not validate, a conversation that does not exist)
+stored nothing and is not charged.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from api.admission import rate_limited
 from api.errors import ApiError
 from api.state import AppState, get_state
 from shared.errors import ErrorCode
+from shared.rate_limit import RateLimitedError
 from shared.settings import LOCAL_USER, Settings
 
-__all__ = ["LOCAL_USER", "Owner", "authenticate", "current_user"]
+__all__ = ["LOCAL_USER", "Owner", "TurnOwner", "authenticate", "current_user", "turn_user"]
 
 
 def authenticate(request: Request, settings: Settings) -> str:
@@ -47,7 +56,7 @@ def authenticate(request: Request, settings: Settings) -> str:
     return user
 
 
-async def current_user(request: Request, state: Annotated[AppState, Depends(get_state)]) -> str:
+async def turn_user(request: Request, state: Annotated[AppState, Depends(get_state)]) -> str:
     """Dependency form of `authenticate`; runs before the body is validated (401 before 400).
 
     `async` although it never awaits: FastAPI runs a plain `def` dependency in a worker
@@ -58,7 +67,20 @@ async def current_user(request: Request, state: Annotated[AppState, Depends(get_
     return user
 
 
+async def current_user(
+    user: Annotated[str, Depends(turn_user)], state: Annotated[AppState, Depends(get_state)]
+) -> str:
+    """`turn_user`, with the request charged one token of the user's rate."""
+    try:
+        await state.limiter.take(user)
+    except RateLimitedError as exc:
+        raise rate_limited(state.settings, exc) from None
+    return user
+
+
 Owner = Annotated[str, Depends(current_user)]
+# For a route that starts a turn: its admission charges the request.
+TurnOwner = Annotated[str, Depends(turn_user)]
 
 
 def _same(key: str, token: str) -> bool:

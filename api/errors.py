@@ -98,7 +98,7 @@ def invalid(
 def error_response(exc: ApiError) -> JSONResponse:
     headers: dict[str, str] = dict(exc.headers or {})
     if exc.status in (429, 503):
-        headers["retry-after"] = str(RETRY_AFTER_S)
+        headers.setdefault("retry-after", str(RETRY_AFTER_S))
     elif 400 <= exc.status < 500:
         headers["x-should-retry"] = "false"
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers or None)

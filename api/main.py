@@ -38,6 +38,7 @@ from api.state import AppState
 from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, queue_client
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
+from shared.rate_limit import Rate, RateLimiter
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
 from shared.traces import configure_tracing, flush_tracing
@@ -134,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             hub=hub,
             streams=Streams(redis, settings, queue=queue),
             queue=queue,
+            limiter=RateLimiter(queue, Rate.of(settings)),
         )
         await hub.start()
         reaper = asyncio.create_task(_reap_forever(store, settings.lease_renew_s))

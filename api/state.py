@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from api.attachments import Streams
 from api.hub import Hub
 from api.status import StatusCache
+from shared.rate_limit import RateLimiter
 from shared.settings import Settings
 from shared.turns import TurnStore
 
@@ -19,7 +20,7 @@ from shared.turns import TurnStore
 class AppState:
     """The settings, the Redis clients (`redis` the data role, `queue` the queue role:
     shared/keys.py; one client when one Redis holds both), the turn store, the stream hub,
-    the open streams of this process and its latest status."""
+    the open streams of this process, the users' rate limiter and its latest status."""
 
     settings: Settings
     redis: Redis
@@ -27,6 +28,7 @@ class AppState:
     hub: Hub
     streams: Streams
     queue: ArqRedis
+    limiter: RateLimiter
     # `GET /v1/status`, built at most once per few seconds (api/status.py).
     status: StatusCache = field(default_factory=StatusCache)
 

@@ -107,6 +107,15 @@ class Settings(BaseSettings):
         10_000, gt=0, alias="BERNARD_MAX_CONVERSATIONS_PER_USER"
     )
 
+    # How fast one user may ask, across every API process (shared/rate_limit.py): a token
+    # bucket refilled at `rate_limit_per_minute` up to `rate_limit_burst`; a request costs
+    # 1, one that starts a turn `rate_limit_turn_cost`. 0 a minute turns it off. A household
+    # (a playground, a CLI, a few voice satellites on one key) asks for far less than 30
+    # turns in a burst and one every two seconds after; a script hammering the API, more.
+    rate_limit_per_minute: float = Field(120.0, ge=0, alias="BERNARD_RATE_LIMIT_PER_MINUTE")
+    rate_limit_burst: int = Field(120, gt=0, alias="BERNARD_RATE_LIMIT_BURST")
+    rate_limit_turn_cost: int = Field(4, gt=0, alias="BERNARD_RATE_LIMIT_TURN_COST")
+
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
     # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);
     # these comma-separated tool names override what a tool declares.
@@ -152,6 +161,15 @@ class Settings(BaseSettings):
     disconnect_grace_s: float = Field(5.0, alias="BERNARD_DISCONNECT_GRACE_S")
     lease_ttl_s: float = Field(5.0, alias="BERNARD_LEASE_TTL_S")
     lease_renew_s: float = Field(1.0, alias="BERNARD_LEASE_RENEW_S")
+
+    @model_validator(mode="after")
+    def _a_turn_fits_the_bucket(self) -> Settings:
+        if self.rate_limit_turn_cost > self.rate_limit_burst:
+            raise ValueError(
+                "BERNARD_RATE_LIMIT_TURN_COST must not exceed BERNARD_RATE_LIMIT_BURST: no turn "
+                "could ever start"
+            )
+        return self
 
     @model_validator(mode="after")
     def _queue_is_one_primary(self) -> Settings:

@@ -30,6 +30,7 @@ from shared.endings import ENDINGS, ending_events
 from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, encode
 from shared.queue import enqueue
+from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
 from shared.scripts import TAKE_SLOT, in_pipeline
 
 logger = logging.getLogger("bernard.turns")
@@ -337,6 +338,21 @@ class TooManyTurnsError(Exception):
     """The owner already has as many queued and running turns as they may."""
 
 
+# KEYS: active turns, rate bucket. ARGV: TAKE_SLOT's, then the refill per s ('' for no
+# limit), burst, cost. A turn's admission: its tokens (shared/rate_limit.py), then its
+# slot, in one step. Returns TAKE_SLOT's 1 or 0 (the tokens are spent: a refused attempt
+# is a request too), or minus the milliseconds until the bucket could pay.
+_ADMIT = f"""
+{TAKE_TOKENS_FUNCTION}
+if ARGV[6] ~= '' then
+  local wait = take(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[6]), tonumber(ARGV[7]),
+                    tonumber(ARGV[8]))
+  if wait > 0 then return -wait end
+end
+{TAKE_SLOT}
+"""
+
+
 class TurnStore:
     """Creates, reads and moves turn records; the one place that writes a turn's status.
 
@@ -360,22 +376,32 @@ class TurnStore:
         self._cluster = is_cluster(redis)
         # The owner's active turns: queued or running, each leaving the set when it ends
         # (`_FINISH`), or at its deadline should that never happen.
-        self._admit = self.queue.register_script(TAKE_SLOT)
+        self._admit = self.queue.register_script(_ADMIT)
+        self._take_slot = self.queue.register_script(TAKE_SLOT)
         self._finish = redis.register_script(_FINISH)
 
-    async def admit(self, owner: str, turn_id: str, *, limit: int, ttl_s: int) -> None:
-        """Count `turn_id` among the owner's queued and running turns, or raise
-        `TooManyTurnsError` when they already have `limit`. The entry leaves when the turn
-        ends (`finish`), on `release`, or after `ttl_s` should neither happen. At the limit,
-        the entries of turns that have ended (or that no worker will ever run: `check`)
-        without being released are dropped first: one a crash between the halves of a
-        `finish` left behind."""
+    async def admit(
+        self, owner: str, turn_id: str, *, limit: int, ttl_s: int, rate: Rate | None = None
+    ) -> None:
+        """Take the turn's tokens from the owner's bucket (`rate`; None: no limit) and count
+        `turn_id` among the owner's queued and running turns, in one step; raise
+        `RateLimitedError` when the bucket cannot pay, `TooManyTurnsError` when they
+        already have `limit` turns. The entry leaves when the turn ends (`finish`), on
+        `release`, or after `ttl_s` should neither happen. At the limit, the entries of
+        turns that have ended (or that no worker will ever run: `check`) without being
+        released are dropped first: one a crash between the halves of a `finish` left
+        behind."""
         now = time.time()
-        args: list[str | float] = [now, limit, turn_id, now + ttl_s, ttl_s]
-        admitted = await self._admit(keys=[keys.active_turns(owner)], args=args)
-        if not int(admitted) and await self._release_ended(owner, ttl_s=ttl_s):
-            admitted = await self._admit(keys=[keys.active_turns(owner)], args=args)
-        if not int(admitted):
+        args: list[str | float | int] = [now, limit, turn_id, now + ttl_s, ttl_s]
+        paid = [*args, *rate.args(rate.turn_cost, now)[1:]] if rate is not None else [*args, ""]
+        slot_keys = [keys.active_turns(owner), keys.rate(owner)]
+        admitted = int(await self._admit(keys=slot_keys, args=paid))
+        if admitted < 0:
+            raise RateLimitedError(-admitted)
+        if not admitted and await self._release_ended(owner, ttl_s=ttl_s):
+            # The tokens are spent already: only the slot is taken again.
+            admitted = int(await self._take_slot(keys=slot_keys[:1], args=args))
+        if not admitted:
             raise TooManyTurnsError(owner)
 
     async def _release_ended(self, owner: str, *, ttl_s: int) -> bool:

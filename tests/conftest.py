@@ -8,7 +8,8 @@ Redis that other work uses, and nothing is ever flushed.
 `stack` runs the FastAPI app on a loopback port and a `WakeWorker` in the test's event
 loop, both against that Redis, with the worker's `ChatOpenAI` pointed at a scripted
 upstream (tests/upstream.py) over real HTTP. Each test gets its own queue name, so jobs
-of one test never reach another's worker.
+of one test never reach another's worker, and starts with its users' rate buckets full
+(`fresh_rate_buckets`).
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ import httpx
 import pytest
 import redis.asyncio as redis_asyncio
 from langchain_core.tools import BaseTool
+from redis import Redis as SyncRedis
 
 from api.main import create_app
 from launcher.children import stop_process
 from launcher.redis_server import find_redis_binary, free_port, local_url, start_redis
+from shared import keys
 from shared.connection import connect_data
 from shared.settings import Settings
 from tests.serving import serve
@@ -55,6 +58,18 @@ def _session_redis() -> str:
 
 
 TEST_REDIS_URL = _session_redis()
+
+
+@pytest.fixture(autouse=True)
+def fresh_rate_buckets() -> None:
+    """Each test starts as a household of its own, its users' rate buckets full
+    (shared/rate_limit.py): the suite's tests share one Redis and the same user names, and
+    one after another they ask faster than any household, as a script hammering the API
+    would. The limit stays on at its defaults; a test that needs more says so."""
+    with SyncRedis.from_url(TEST_REDIS_URL) as client:
+        buckets = list(client.scan_iter(match=f"{keys.PREFIX}:user:{{*}}:rate", count=1000))
+        if buckets:
+            client.delete(*buckets)
 
 
 @pytest.fixture

@@ -7,14 +7,19 @@ nothing was stored for it (no conversation, no turn, no bytes).
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
+import redis.asyncio as redis_asyncio
 
 from shared import budgets, keys
+from shared.rate_limit import Rate, RateLimitedError, RateLimiter
 from shared.records import Archivist
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Stack, make_settings, run_api, run_stack
 from tests.processes import private_redis
 from tests.sse import collect
 from tests.test_abuse import CHAT, KEYS, as_user, body, error_of
@@ -61,8 +66,13 @@ async def test_a_flood_of_large_requests_is_refused_once_the_users_bytes_are_spe
     that spent it, with nothing of the refused requests stored; another user goes on."""
     budget = 8 * 2**20
     async with private_redis(tmp_path / "redis") as server:
+        # The rate limit would stop the flood sooner: this test is about the bytes.
         settings = make_settings(
-            upstream, redis_url=server.url, api_keys=KEYS, max_user_bytes=budget
+            upstream,
+            redis_url=server.url,
+            api_keys=KEYS,
+            max_user_bytes=budget,
+            rate_limit_per_minute=0,
         )
         async with run_stack(settings) as stack:
             before = await stack.redis.info("memory")
@@ -200,3 +210,90 @@ async def test_a_conversation_at_its_cap_is_refused_whole_and_stays_as_it_was(
         refused = await stack.client.post(url, json={"content": "?"}, headers=alice)
         assert error_of(refused, 413)["code"] == "conversation_too_large"
     assert len(upstream.requests) == answered + 1  # only the turn that fitted was answered
+
+
+# -- rate ------------------------------------------------------------------------------------
+
+
+async def test_the_rate_limit_holds_across_api_processes_and_says_when_to_retry(
+    upstream: ScriptedUpstream, users: dict[str, str]
+) -> None:
+    """Two API processes on one Redis share each user's bucket: 10 tokens, a turn costs 4,
+    any other request 1, refilled at one token every 2 s."""
+    settings = make_settings(
+        upstream,
+        api_keys=api_keys(users),
+        rate_limit_burst=10,
+        rate_limit_per_minute=30,
+        rate_limit_turn_cost=4,
+    )
+    async with (
+        run_stack(settings) as stack,
+        run_api(settings) as other_url,
+        httpx.AsyncClient(base_url=other_url, timeout=30) as other,
+    ):
+        one, two, alice = stack.client, other, as_user("alice")
+        assert (await one.post(CHAT, json=body("a"), headers=alice)).status_code == 200
+        assert (await two.post(CHAT, json=body("b"), headers=alice)).status_code == 200
+        third = await one.post(CHAT, json=body("c"), headers=alice)  # about 2 left
+        error = error_of(third, 429)
+        assert error["code"] == "rate_limit_exceeded"
+        assert "BERNARD_RATE_LIMIT_PER_MINUTE" in error["message"]
+        assert 1 <= int(third.headers["retry-after"]) <= 4
+        assert await turns_of(stack, users["alice"]) == 2  # the refused turn is not stored
+
+        # Any other request costs one token, on either process, till none is left.
+        passed = 0
+        while (refused := await (one, two)[passed % 2].get("/v1/models", headers=alice)).is_success:
+            passed += 1
+            assert passed < 6, "the 2 tokens left, and what a few seconds refilled"
+        assert passed >= 2
+        assert error_of(refused, 429)["code"] == "rate_limit_exceeded"
+        wait_s = int(refused.headers["retry-after"])
+        assert 1 <= wait_s <= 2
+        bobs = await two.get("/v1/models", headers=as_user("bob"))
+        assert bobs.status_code == 200, "bob has a bucket of his own"
+        await asyncio.sleep(wait_s)
+        assert (await one.get("/v1/models", headers=alice)).status_code == 200
+
+
+# A busy evening of a household sharing one key, second by second for an hour: four voice
+# satellites each asking something every 30 s (and reopening their event stream every
+# 5 minutes), someone in the playground sending a message every 10 s (the turn, then the
+# list of conversations refreshed), and the CLI a question every 15 s.
+HOUSEHOLD = [
+    *[(second, "turn") for second in range(0, 3600, 30) for _ in range(4)],
+    *[(second, "request") for second in range(0, 3600, 300) for _ in range(4)],
+    *[(second, kind) for second in range(0, 3600, 10) for kind in ("turn", "request")],
+    *[(second, "turn") for second in range(5, 3600, 15)],
+]
+
+
+@pytest.mark.parametrize(
+    ("traffic", "refused_after"),
+    [
+        (sorted(HOUSEHOLD), None),
+        # A script hammering the API, a turn every 100 ms: 30 at once, and one more from
+        # what the first 3 s refilled.
+        ([(n / 10, "turn") for n in range(600)], 31),
+    ],
+    ids=["household", "hammering"],
+)
+async def test_the_default_rate_lets_a_household_be_and_stops_a_script(
+    redis: redis_asyncio.Redis, traffic: list[tuple[float, str]], refused_after: int | None
+) -> None:
+    rate = Rate.of(make_settings())
+    assert rate is not None
+    limiter, owner = RateLimiter(redis, rate), f"household-{uuid.uuid4().hex[:8]}"
+    start = time.time()
+    refused: list[int] = []
+    try:
+        for n, (second, kind) in enumerate(traffic):
+            cost = rate.turn_cost if kind == "turn" else 1
+            try:
+                await limiter.take(owner, cost, now=start + second)
+            except RateLimitedError:
+                refused.append(n)
+    finally:
+        await redis.delete(keys.rate(owner))
+    assert (refused[0] if refused else None) == refused_after

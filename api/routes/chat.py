@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Response
 
 from api.admission import Storing
-from api.auth import Owner
+from api.auth import TurnOwner
 from api.conversations import check_conversation_id, give_back, machine, open_conversation
 from api.json_route import OrjsonRoute
 from api.pipeline import UNFINISHED_TTL_S, check_model, start_turn
@@ -20,7 +20,7 @@ State = Annotated[AppState, Depends(get_state)]
 
 @router.post("/chat/completions")
 async def chat_completions(
-    owner: Owner,
+    owner: TurnOwner,
     state: State,
     body: ChatCompletionRequest,
     x_bernard_conversation_id: Annotated[str | None, Header()] = None,
@@ -55,7 +55,7 @@ async def chat_completions(
 
 
 @router.post("/completions")
-async def completions(owner: Owner, state: State, body: CompletionRequest) -> Response:
+async def completions(owner: TurnOwner, state: State, body: CompletionRequest) -> Response:
     """Legacy text completion: the response model alone, same pipeline."""
     body.check_honourable()
     body.check_limits(state.settings)

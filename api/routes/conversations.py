@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import ServerSentEvent
 
 from api.admission import Storing, admit_storing
-from api.auth import Owner
+from api.auth import Owner, TurnOwner
 from api.conversations import (
     check_conversation_id,
     claim_conversation,
@@ -203,7 +203,7 @@ async def delete(conversation_id: str, owner: Owner, state: State) -> dict[str, 
 @router.post("/conversations/{conversation_id}/messages")
 async def post_message(
     conversation_id: str,
-    owner: Owner,
+    owner: TurnOwner,
     state: State,
     body: NewMessage,
     accept: Annotated[str | None, Header()] = None,
@@ -235,7 +235,7 @@ async def post_message(
 @router.post("/conversations/{conversation_id}/resume")
 async def resume(
     conversation_id: str,
-    owner: Owner,
+    owner: TurnOwner,
     state: State,
     body: ResumeRequest,
     accept: Annotated[str | None, Header()] = None,
