@@ -2,10 +2,12 @@
 
 A request that starts a turn passes, in order:
 
-1. the owner's rate and active turns (shared/turns.py `TurnStore.admit`, one script on the
+1. the memory guard (api/store_guard.py): no round trip, a verdict sampled in the
+   background; 503 `store_full` while Redis is nearly full;
+2. the owner's rate and active turns (shared/turns.py `TurnStore.admit`, one script on the
    queue role): 429 `rate_limit_exceeded` with the `Retry-After` the bucket says, or at
    `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
-2. the storage budgets (shared/budgets.py), read from the data role in the same round
+3. the storage budgets (shared/budgets.py), read from the data role in the same round
    trip's time (both at once): 429 `storage_quota_exceeded` when the owner stores
    `BERNARD_MAX_USER_BYTES`, 429 `too_many_conversations` when the request would start a
    conversation and the owner has `BERNARD_MAX_CONVERSATIONS_PER_USER`, 413
@@ -136,6 +138,7 @@ async def read_storage(state: AppState, owner: str, storing: Storing) -> tuple[U
 
 async def admit_storing(state: AppState, owner: str, storing: Storing) -> None:
     """Admit a request that stores without starting a turn (a new conversation)."""
+    state.guard.check()
     usage, held = await read_storage(state, owner, storing)
     check_storage(state.settings, storing, usage, held)
 
@@ -146,6 +149,7 @@ async def admit_turn(
     """Admit the owner's new turn `turn_id` (see the module's docstring), its slot held at
     most `ttl_s`; `storing` None for a turn that stores no conversation (a legacy
     completion)."""
+    state.guard.check()
     settings = state.settings
     admitting = state.store.admit(
         owner,

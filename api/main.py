@@ -35,6 +35,7 @@ from api.routes import (
     turns,
 )
 from api.state import AppState
+from api.store_guard import StoreGuard
 from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, queue_client
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
@@ -128,6 +129,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stream_maxlen=settings.stream_maxlen,
             queue=queue,
         )
+        # Every server that holds Bernard's data (api/store_guard.py).
+        servers = [redis] if queue is redis else [redis, queue]
+        guard = StoreGuard(servers, settings.redis_memory_guard)
         app.state.bernard = AppState(
             settings=settings,
             redis=redis,
@@ -136,8 +140,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             streams=Streams(redis, settings, queue=queue),
             queue=queue,
             limiter=RateLimiter(queue, Rate.of(settings)),
+            guard=guard,
         )
         await hub.start()
+        guard.start()
         reaper = asyncio.create_task(_reap_forever(store, settings.lease_renew_s))
         _warn_if_open(settings)
         try:
@@ -153,6 +159,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             reaper.cancel()
+            await guard.stop()
             await hub.stop()
             await hub_redis.aclose()
             if queue is not redis:

@@ -4,8 +4,8 @@ The answer depends only on the request: a stream relays the turn's stream as SSE
 background turn answers 202 with the turn object at once, anything else waits for the
 turn's `done` entry and answers one JSON body.
 
-Admission comes first, before anything is stored (api/admission.py: the user's rate,
-active turns and storage budgets); then a user may have
+Admission comes first, before anything is stored (api/admission.py: the memory guard,
+the user's rate, active turns and storage budgets); then a user may have
 `BERNARD_MAX_STREAMS_PER_USER` streams open, across every API process; beyond that the
 answer is 429 `rate_limit_exceeded` with `Retry-After`.
 """

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from api.attachments import Streams
 from api.hub import Hub
 from api.status import StatusCache
+from api.store_guard import StoreGuard
 from shared.rate_limit import RateLimiter
 from shared.settings import Settings
 from shared.turns import TurnStore
@@ -20,7 +21,8 @@ from shared.turns import TurnStore
 class AppState:
     """The settings, the Redis clients (`redis` the data role, `queue` the queue role:
     shared/keys.py; one client when one Redis holds both), the turn store, the stream hub,
-    the open streams of this process, the users' rate limiter and its latest status."""
+    the open streams of this process, the users' rate limiter, the memory guard and its
+    latest status."""
 
     settings: Settings
     redis: Redis
@@ -29,6 +31,7 @@ class AppState:
     streams: Streams
     queue: ArqRedis
     limiter: RateLimiter
+    guard: StoreGuard
     # `GET /v1/status`, built at most once per few seconds (api/status.py).
     status: StatusCache = field(default_factory=StatusCache)
 

@@ -32,6 +32,8 @@ class ErrorCode(StrEnum):
     CONVERSATION_TOO_LARGE = "conversation_too_large"
     STORAGE_QUOTA_EXCEEDED = "storage_quota_exceeded"
     TOO_MANY_CONVERSATIONS = "too_many_conversations"
+    # Redis is nearly full: nothing new is stored until it has room (api/store_guard.py).
+    STORE_FULL = "store_full"
     REDIS_UNAVAILABLE = "redis_unavailable"
     INTERNAL_ERROR = "internal_error"
 

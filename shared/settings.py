@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     rate_limit_burst: int = Field(120, gt=0, alias="BERNARD_RATE_LIMIT_BURST")
     rate_limit_turn_cost: int = Field(4, gt=0, alias="BERNARD_RATE_LIMIT_TURN_COST")
 
+    # Above this fraction of a Redis server's `maxmemory` (its machine's memory when it has
+    # none), what would store is refused with 503 `store_full` and /readyz says so
+    # (api/store_guard.py). 0 turns the guard off.
+    redis_memory_guard: float = Field(0.9, ge=0, le=1, alias="BERNARD_REDIS_MEMORY_GUARD")
+
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
     # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);
     # these comma-separated tool names override what a tool declares.

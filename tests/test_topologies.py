@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.store_guard import StoreGuard
 from shared import keys
 from shared.connection import connect_data, failovers
 from shared.events import TimerFired
@@ -380,3 +381,23 @@ async def test_a_conversations_moves_are_atomic_and_a_deletion_forgets_its_turns
             events = await streamed(running)
         gate.release()
     assert events[-1][1]["error"]["code"] == "conversation_deleted"
+
+
+async def test_the_memory_guard_reads_every_primary_of_a_cluster(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+) -> None:
+    """One primary over the guard is enough to refuse what would store (api/store_guard.py)."""
+    primaries = await redis_cluster.primaries()
+    cluster = connect_data(redis_cluster.url)
+    guard = StoreGuard([cluster], fraction=0.5)
+    try:
+        await guard.sample()
+        assert guard.full is None
+        async with primaries[1].client() as node:
+            used = int((await node.info("memory"))["used_memory"])
+            await node.config_set("maxmemory", used * 3 // 2)  # 67 % full
+        await guard.sample()
+    finally:
+        await cluster.aclose()
+    assert guard.full is not None and guard.full.server.endswith(f":{primaries[1].port}")
+    assert "of its maxmemory" in (guard.reason or "")

@@ -20,7 +20,7 @@ from shared import budgets, keys
 from shared.rate_limit import Rate, RateLimitedError, RateLimiter
 from shared.records import Archivist
 from tests.conftest import Stack, make_settings, run_api, run_stack
-from tests.processes import private_redis
+from tests.processes import private_redis, wait_for
 from tests.sse import collect
 from tests.test_abuse import CHAT, KEYS, as_user, body, error_of
 from tests.upstream import Reply, ScriptedUpstream
@@ -297,3 +297,44 @@ async def test_the_default_rate_lets_a_household_be_and_stops_a_script(
     finally:
         await redis.delete(keys.rate(owner))
     assert (refused[0] if refused else None) == refused_after
+
+
+# -- the memory guard ------------------------------------------------------------------------
+
+
+async def test_a_nearly_full_redis_refuses_what_would_store_and_readyz_says_why(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    async with private_redis(tmp_path / "redis") as server:
+        settings = make_settings(upstream, redis_url=server.url, redis_memory_guard=0.5)
+        async with run_stack(settings) as stack:
+
+            async def readyz(status: int) -> bool:
+                return (await stack.client.get("/readyz")).status_code == status
+
+            await wait_for(lambda: readyz(200), timeout_s=5)  # the worker is up
+            assert (await stack.chat("before")).status_code == 200
+            used = int((await stack.redis.info("memory"))["used_memory"])
+            await stack.redis.config_set("maxmemory", used * 8 // 5)  # 62 % full
+
+            await wait_for(lambda: readyz(503), timeout_s=5)
+            ready = (await stack.client.get("/readyz")).json()
+            assert (ready["status"], ready["redis"], ready["workers"]) == ("unavailable", True, 1)
+            assert "of its maxmemory" in ready["store_full"]
+            turns = await turns_of(stack, "local")
+            refused = [
+                await stack.chat("while full"),
+                await stack.client.post("/v1/conversations", json={}),
+            ]
+            for answer in refused:
+                error = error_of(answer, 503)
+                assert error["code"] == "store_full"
+                assert "BERNARD_REDIS_MEMORY_GUARD" in error["message"]
+                assert answer.headers["retry-after"] == "10"
+            assert await turns_of(stack, "local") == turns
+            assert (await stack.client.get("/v1/models")).status_code == 200  # reads go on
+
+            # Without maxmemory, the limit is the machine's memory: room again.
+            await stack.redis.config_set("maxmemory", 0)
+            await wait_for(lambda: readyz(200), timeout_s=5)
+            assert (await stack.chat("after")).status_code == 200

@@ -1,7 +1,7 @@
 """Probes: `/healthz` (the process answers) and `/readyz` (Redis answers, both roles when
-they are apart, and a worker is alive). `/readyz` also says how the MCP servers the workers
-connect to are doing (shared/mcp_health.py); a server that is down never makes Bernard
-unready."""
+they are apart, has room (api/store_guard.py: otherwise `store_full` says why), and a worker
+is alive). `/readyz` also says how the MCP servers the workers connect to are doing
+(shared/mcp_health.py); a server that is down never makes Bernard unready."""
 
 from __future__ import annotations
 
@@ -35,10 +35,14 @@ async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
         servers = await mcp_servers(state.queue, _WORKER_FRESH_S)
     except REDIS_ERRORS:
         return JSONResponse({"status": "unavailable", "redis": False}, status_code=503)
-    body = {
-        "status": "ok" if workers else "unavailable",
+    full = state.guard.reason
+    ready = bool(workers) and full is None
+    body: dict[str, Any] = {
+        "status": "ok" if ready else "unavailable",
         "redis": True,
         "workers": workers,
         "mcp_servers": [server.model_dump() for server in servers],
     }
-    return JSONResponse(body, status_code=200 if workers else 503)
+    if full is not None:
+        body["store_full"] = full
+    return JSONResponse(body, status_code=200 if ready else 503)
