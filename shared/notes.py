@@ -2,7 +2,9 @@
 
 One hash per user (`keys.notes(owner)`), note id → `{id, text, created_at}`. It lives as long
 as conversations do after its last use (`BERNARD_CONVERSATION_RETENTION_S`, renewed by every
-read and write), and holds at most `MAX_NOTES` notes of at most `MAX_NOTE_CHARS` each.
+read and write), and holds at most `BERNARD_MAX_NOTES_PER_USER` notes of at most
+`BERNARD_MAX_NOTE_CHARS` characters each: a storage budget (shared/budgets.py), checked
+and spent in one script, so turns saving notes at once cannot go past it.
 """
 
 from __future__ import annotations
@@ -15,14 +17,23 @@ import orjson
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.scripts import atomic
+from shared.settings import Settings
 
-MAX_NOTES = 200
-MAX_NOTE_CHARS = 2000
+_DEFAULTS = Settings.model_fields
+
+# KEYS: notes. ARGV: the most notes, note id, note json, retention s. Adds the note unless
+# the user already has the most, in one step (an HLEN then an HSET, from two turns at once,
+# could both pass). Returns 1 added, 0 full.
+_ADD = """
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
 
 
 class NotesFullError(ValueError):
-    """The user already has `MAX_NOTES` notes."""
+    """The user already has as many notes as they may."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,28 +44,53 @@ class Note:
 
 
 class NoteStore:
-    """One user's notes."""
+    """One user's notes; `of` takes the limits from the settings."""
 
-    def __init__(self, redis: Redis, owner: str, *, retention_s: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        owner: str,
+        *,
+        retention_s: int,
+        max_notes: int = _DEFAULTS["max_notes_per_user"].default,
+        max_chars: int = _DEFAULTS["max_note_chars"].default,
+    ) -> None:
         self.redis = redis
         self.key = keys.notes(owner)
         self.retention_s = retention_s
+        self.max_notes = max_notes
+        self.max_chars = max_chars
+        self._add = redis.register_script(_ADD)
+
+    @classmethod
+    def of(cls, redis: Redis, owner: str, settings: Settings) -> NoteStore:
+        return cls(
+            redis,
+            owner,
+            retention_s=settings.conversation_retention_s,
+            max_notes=settings.max_notes_per_user,
+            max_chars=settings.max_note_chars,
+        )
 
     async def add(self, text: str) -> Note:
         """Store a note; `ValueError` for an empty or over-long one, `NotesFullError` when
-        the user has `MAX_NOTES`."""
+        the user has as many as they may."""
         text = text.strip()
         if not text:
             raise ValueError("a note needs some text")
-        if len(text) > MAX_NOTE_CHARS:
-            raise ValueError(f"a note may hold at most {MAX_NOTE_CHARS} characters")
-        if await self.redis.hlen(self.key) >= MAX_NOTES:  # type: ignore[misc]
-            raise NotesFullError(f"you already have {MAX_NOTES} notes; forget some first")
+        if len(text) > self.max_chars:
+            raise ValueError(
+                f"a note may hold at most {self.max_chars} characters (BERNARD_MAX_NOTE_CHARS)"
+            )
         note = Note(id=f"note_{uuid.uuid4().hex[:12]}", text=text, created_at=time.time())
-        async with atomic(self.redis) as pipe:
-            pipe.hset(self.key, mapping={note.id: orjson.dumps(note)})
-            pipe.expire(self.key, self.retention_s)
-            await pipe.execute()
+        added = await self._add(
+            keys=[self.key], args=[self.max_notes, note.id, orjson.dumps(note), self.retention_s]
+        )
+        if not int(added):
+            raise NotesFullError(
+                f"you already have {self.max_notes} notes (BERNARD_MAX_NOTES_PER_USER); "
+                "forget some first"
+            )
         return note
 
     async def all(self) -> list[Note]:

@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     max_conversations_per_user: int = Field(
         10_000, gt=0, alias="BERNARD_MAX_CONVERSATIONS_PER_USER"
     )
+    # Notes (shared/notes.py): a tool error the model reads beyond.
+    max_notes_per_user: int = Field(200, gt=0, alias="BERNARD_MAX_NOTES_PER_USER")
+    max_note_chars: int = Field(2000, gt=0, alias="BERNARD_MAX_NOTE_CHARS")
 
     # How fast one user may ask, across every API process (shared/rate_limit.py): a token
     # bucket refilled at `rate_limit_per_minute` up to `rate_limit_burst`; a request costs

@@ -129,8 +129,7 @@ async def _summary(ctx: TurnContext) -> dict[str, Any] | None:
 async def _note_texts(ctx: TurnContext) -> list[str]:
     if ctx.runtime is None:
         return []
-    retention_s = ctx.settings.conversation_retention_s
-    store = NoteStore(ctx.runtime.redis, ctx.runtime.owner, retention_s=retention_s)
+    store = NoteStore.of(ctx.runtime.redis, ctx.runtime.owner, ctx.settings)
     return [note.text for note in await store.all()]
 
 

@@ -21,9 +21,7 @@ __all__ = ["delete_note", "list_notes", "save_note"]
 
 def _store(config: RunnableConfig) -> NoteStore:
     runtime = get_runtime(config)
-    return NoteStore(
-        runtime.redis, runtime.owner, retention_s=runtime.settings.conversation_retention_s
-    )
+    return NoteStore.of(runtime.redis, runtime.owner, runtime.settings)
 
 
 def _quoted(text: str, limit: int = 80) -> str:
