@@ -31,6 +31,16 @@ expires. Conversations stored before the ledger existed count from their next ap
 
 **Conversations per user** (`BERNARD_MAX_CONVERSATIONS_PER_USER`): the index's size, read
 with the ledger at admission; creations admitted at once may overshoot it by their number.
+
+**Tool calls waiting for a decision** (`BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION`,
+`..._PER_USER`). A turn that would pause on more calls than either allows lets the first
+ones wait and answers the rest at once with a tool error the model reads (worker/harness/
+router.py). The owner's count (`keys.pending_confirmations`, in the owner's slot) gains a
+turn's proposals once they are stored, loses each when it is decided or its conversation
+deleted (shared/conversation_state.py: `pause`, `decide`, `delete`), and lets each lapse at
+its expiry. It is read when a
+turn pauses, so turns pausing at once may overshoot the per-user cap by one turn's calls
+each; a decision taken back (its turn could not start) is not counted again.
 """
 
 from __future__ import annotations
@@ -45,7 +55,19 @@ from redis.asyncio.client import Pipeline
 from shared import keys
 from shared.scripts import in_pipeline
 
-__all__ = ["GRACE_S", "TOTAL", "Usage", "account", "forget", "read_usage"]
+__all__ = [
+    "GRACE_S",
+    "TOTAL",
+    "Usage",
+    "account",
+    "count_pending",
+    "forget",
+    "pending_confirmations",
+    "queue_usage",
+    "read_usage",
+    "settle_pending",
+    "usage_of",
+]
 
 # The ledger's field holding the sum: no conversation id can be "*".
 TOTAL = "*"
@@ -166,3 +188,27 @@ async def read_usage(
         queue_usage(pipe, owner, retention_s=retention_s, conversation_id=conversation_id)
         (reply,) = await pipe.execute()
     return usage_of(reply)
+
+
+async def pending_confirmations(redis: Redis, owner: str) -> int:
+    """How many of the owner's tool calls wait for a decision (and have not lapsed)."""
+    return int(await redis.zcount(keys.pending_confirmations(owner), time.time(), "+inf"))
+
+
+async def count_pending(redis: Redis, owner: str, lapses: dict[str, float]) -> None:
+    """Count the owner's new proposals, by confirmation id, each until it lapses."""
+    if not lapses:
+        return
+    key = keys.pending_confirmations(owner)
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zremrangebyscore(key, "-inf", now)
+        pipe.zadd(key, lapses)
+        pipe.expire(key, max(1, int(max(lapses.values()) - now) + 1))
+        await pipe.execute()
+
+
+async def settle_pending(redis: Redis, owner: str, confirmation_ids: Sequence[str]) -> None:
+    """The proposals were decided (or their conversation deleted): they no longer count."""
+    if confirmation_ids:
+        await redis.zrem(keys.pending_confirmations(owner), *confirmation_ids)

@@ -553,7 +553,11 @@ class ConversationMachine:
         reply = await self._run(
             Transition.PAUSE, conversation_id, time.time(), turn_id, repr(until), *pairs
         )
-        return Outcome(_text(reply[0]))
+        outcome = Outcome(_text(reply[0]))
+        if outcome is Outcome.PAUSED:  # they count against the owner's budget
+            lapses = {p["confirmation_id"]: float(p["expires_at"]) for p in proposals}
+            await budgets.count_pending(self._redis, self.owner, lapses)
+        return outcome
 
     async def decide(
         self,
@@ -577,6 +581,9 @@ class ConversationMachine:
             orjson.dumps(arguments) if arguments is not None else "",
         )
         outcome = Outcome(_text(reply[0]))
+        if outcome in (Outcome.DECIDED, Outcome.RESUMED, Outcome.EXPIRED):
+            # No longer waits: out of the owner's budget (shared/budgets.py).
+            await budgets.settle_pending(self._redis, self.owner, [confirmation_id])
         if outcome is Outcome.DECIDED:
             return Decision(outcome, waiting=int(reply[1]))
         if outcome is Outcome.RESUMED:
@@ -596,12 +603,15 @@ class ConversationMachine:
         index; the turns that ran on it are the caller's to end and forget."""
         args = self._args(time.time())
         async with self._redis.pipeline(transaction=False) as pipe:
+            # Its calls waiting for a decision, before they go: out of the owner's budget.
+            pipe.hkeys(keys.conversation_proposals(self.owner, conversation_id))
             pipe.execute_command(
                 "EVAL", SCRIPTS[Transition.DELETE], 6, *self.keys(conversation_id), *args
             )
             # It leaves the owner's index, and its bytes their ledger (shared/budgets.py).
             budgets.forget(pipe, self.owner, [conversation_id])
-            reply, _ = await pipe.execute()
+            proposed, reply, _ = await pipe.execute()
+        await budgets.settle_pending(self._redis, self.owner, [_text(c) for c in proposed])
         outcome = Outcome(_text(reply[0]))
         if outcome is not Outcome.DELETED:
             return Deletion(outcome)

@@ -16,10 +16,10 @@ to one server, and then nothing below costs a round trip more than one Redis did
 - **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
   `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
   per user `{<owner>}`: `notes`, `timers` (the payloads: their jobs are on the queue),
-  `conversations`, `usage`, `turns`; the user's event stream `{user:<owner>}`; the hub's wake
-  streams. A plain Redis, Sentinel, or a Cluster (`redis+cluster://`): every script and
-  transaction here touches one hash tag, so one slot; only pipelines (which a Cluster
-  client splits per node) mix tags. In a Cluster the stream hub cannot `XREAD` streams of
+  `conversations`, `usage`, `pending`, `turns`; the user's event stream `{user:<owner>}`;
+  the hub's wake streams. A plain Redis, Sentinel, or a Cluster (`redis+cluster://`): every
+  script and transaction here touches one hash tag, so one slot; only pipelines (which a
+  Cluster client splits per node) mix tags. In a Cluster the stream hub cannot `XREAD` streams of
   different slots together, so there it waits on sharded pub/sub instead of wake streams
   (api/cluster_hub.py): the stream's writer `SPUBLISH`es `stream_wake(id)`, a channel in
   the stream's own slot, after its appends.
@@ -72,7 +72,8 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   entries leave when the worker that ran it finishes it (shared/queue.py).
   `rate` expires once its bucket would be full again. `usage` (the storage ledger) lives
   a minute longer than the conversations it counts, renewed by each append; its entries
-  leave with their conversation's index entry (shared/budgets.py).
+  leave with their conversation's index entry (shared/budgets.py). `pending` lives as long
+  as the confirmations it counts, each entry lapsing at its own (the score).
   `notes`, `timers`, the owner's event stream (`events(user_stream_id(owner))`, capped
   at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
   conversations do, renewed on use; index entries of expired conversations are dropped
@@ -217,6 +218,12 @@ def usage(owner: str) -> str:
     """Hash of the bytes each of the owner's listed conversations stores, and their sum
     (field `*`): the owner's storage ledger (shared/budgets.py)."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:usage"
+
+
+def pending_confirmations(owner: str) -> str:
+    """Sorted set of the owner's tool calls waiting for a decision, across conversations
+    (member: confirmation id; score: when it lapses): a budget's count (shared/budgets.py)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:pending"
 
 
 def rate(owner: str) -> str:

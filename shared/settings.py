@@ -106,9 +106,16 @@ class Settings(BaseSettings):
     max_conversations_per_user: int = Field(
         10_000, gt=0, alias="BERNARD_MAX_CONVERSATIONS_PER_USER"
     )
-    # Notes (shared/notes.py): a tool error the model reads beyond.
+    # Notes (shared/notes.py) and tool calls waiting for the user's decision, in one
+    # conversation and in all (worker/harness/router.py): a tool error the model reads beyond.
     max_notes_per_user: int = Field(200, gt=0, alias="BERNARD_MAX_NOTES_PER_USER")
     max_note_chars: int = Field(2000, gt=0, alias="BERNARD_MAX_NOTE_CHARS")
+    max_pending_confirmations_per_conversation: int = Field(
+        8, gt=0, alias="BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION"
+    )
+    max_pending_confirmations_per_user: int = Field(
+        32, gt=0, alias="BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER"
+    )
 
     # How fast one user may ask, across every API process (shared/rate_limit.py): a token
     # bucket refilled at `rate_limit_per_minute` up to `rate_limit_burst`; a request costs

@@ -23,6 +23,7 @@ from tests.conftest import Stack, make_settings, run_api, run_stack
 from tests.processes import private_redis, wait_for
 from tests.sse import collect
 from tests.test_abuse import CHAT, KEYS, as_user, body, error_of
+from tests.test_conversations import conversation, named
 from tests.upstream import Reply, ScriptedUpstream
 
 # The attack as it was found (issue 20): sequential requests of 500 messages of 1,900
@@ -338,3 +339,63 @@ async def test_a_nearly_full_redis_refuses_what_would_store_and_readyz_says_why(
             await stack.redis.config_set("maxmemory", 0)
             await wait_for(lambda: readyz(200), timeout_s=5)
             assert (await stack.chat("after")).status_code == 200
+
+
+# -- tool calls waiting for a decision -------------------------------------------------------
+
+
+def notes_to_save(*texts: str) -> Reply:
+    return Reply.tool_calls([("save_note", {"text": text}) for text in texts])
+
+
+async def waits_and_refusals(
+    stack: Stack, conversation_id: str, upstream: ScriptedUpstream, *texts: str
+) -> tuple[list[str], list[str]]:
+    """A turn in a new conversation whose router asks to save `texts`: the summaries of the
+    calls that wait for a decision, and the outputs of those refused."""
+    await conversation(stack, conversation_id)
+    upstream.script_router(notes_to_save(*texts))
+    url = f"/v1/conversations/{conversation_id}/messages"
+    events = await named(stack, "POST", url, json={"content": "remember these"})
+    assert events[-1][1]["status"] == "awaiting_confirmation", events[-1]
+    waiting = [data["summary"] for name, data in events if name == "awaiting_confirmation"]
+    refused = [data["output"] for name, data in events if name == "tool_result"]
+    return waiting, refused
+
+
+async def test_a_step_waits_on_no_more_calls_than_a_conversation_may_hold(
+    upstream: ScriptedUpstream, users: dict[str, str]
+) -> None:
+    settings = make_settings(
+        upstream, api_keys=api_keys(users), max_pending_confirmations_per_conversation=2
+    )
+    async with run_stack(settings) as stack:
+        waiting, refused = await waits_and_refusals(stack, "kitchen", upstream, "a", "b", "c")
+        stored = await Archivist(stack.redis, users["alice"]).proposals("kitchen")
+    assert waiting == ["Remember “a”", "Remember “b”"]
+    assert len(refused) == 1 and "not run" in refused[0]
+    assert "BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION" in refused[0]
+    assert len(stored) == 2
+
+
+async def test_a_user_holds_no_more_waiting_calls_than_the_budget_across_conversations(
+    upstream: ScriptedUpstream, users: dict[str, str]
+) -> None:
+    settings = make_settings(
+        upstream, api_keys=api_keys(users), max_pending_confirmations_per_user=3
+    )
+    async with run_stack(settings) as stack:
+        first, _ = await waits_and_refusals(stack, "one", upstream, "a", "b")
+        second, refused = await waits_and_refusals(stack, "two", upstream, "c", "d")
+        assert (len(first), len(second), len(refused)) == (2, 1, 1)
+        assert "BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER" in refused[0]
+
+        # Deciding and deleting free the budget.
+        for proposal in await Archivist(stack.redis, users["alice"]).proposals("one"):
+            decision = {"confirmation_id": proposal["confirmation_id"], "decision": "reject"}
+            await stack.client.post(
+                "/v1/conversations/one/resume", json=decision, headers=as_user("alice")
+            )
+        await stack.client.delete("/v1/conversations/two", headers=as_user("alice"))
+        third, none_refused = await waits_and_refusals(stack, "three", upstream, "e", "f", "g")
+    assert (len(third), none_refused) == (3, [])

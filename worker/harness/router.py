@@ -14,7 +14,9 @@ its error, like any failed call), yields `awaiting_confirmation` for the others 
 running the step's other calls), keeps the proposals on the context and stops; the turn
 ends there, and the user's decision continues the conversation as a new turn
 (worker/harness/resume.py). When every such call was refused, the router goes on: the
-model reads why.
+model reads why. At most `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION` calls of a
+step wait, and no more than the user's `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER` across
+conversations allows (shared/budgets.py); the others are refused the same way.
 
 `respond` is the router's way of saying "I have what I need": it is kept on the context
 (`router_messages`, `responded`) and never streamed, and it is left out of the messages the
@@ -33,6 +35,7 @@ from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.messages.tool import tool_call
 from langchain_core.tools import BaseTool
 
+from shared import budgets
 from shared.errors import ErrorCode
 from shared.events import (
     AwaitingConfirmation,
@@ -106,7 +109,14 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
                         async for event in events:
                             yield event
             proposals: list[Proposal] = []
+            room, why = await _room_to_wait(ctx) if waiting else (0, "")
             for call in waiting:
+                if len(proposals) >= room:  # over a budget: refused unchecked
+                    refusal = f"not run: {why}; ask for it again once those are decided"
+                    async with aclosing(run_call(ctx, call, tools, refusal)) as events:
+                        async for event in events:
+                            yield event
+                    continue
                 # Asked only about a call that can run: what the tool can check before it
                 # runs is checked now, and a call it refuses is answered like any failed call.
                 checked = await check(
@@ -151,6 +161,26 @@ def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -
         and requires_confirmation(tool, ctx.settings)
         and problem_with(call, tools) is None
     )
+
+
+async def _room_to_wait(ctx: TurnContext) -> tuple[int, str]:
+    """How many of a step's calls may wait for the user's decision, and why no more."""
+    settings = ctx.settings
+    room = settings.max_pending_confirmations_per_conversation
+    why = (
+        f"at most {room} tool calls may wait for the user's decision at once "
+        "(BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION)"
+    )
+    if ctx.runtime is not None:
+        held = await budgets.pending_confirmations(ctx.runtime.redis, ctx.runtime.owner)
+        cap = settings.max_pending_confirmations_per_user
+        if cap - held < room:
+            room = max(0, cap - held)
+            why = (
+                f"the user has {held} tool calls waiting for a decision already, and may "
+                f"have {cap} (BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER)"
+            )
+    return room, why
 
 
 def _propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool, said: str) -> Proposal:
