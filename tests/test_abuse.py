@@ -767,7 +767,7 @@ async def _background_work(stack: Stack, upstream: ScriptedUpstream) -> list[Rep
 async def _session(stack: Stack, upstream: ScriptedUpstream) -> None:
     """A stream with a tool call in a conversation, the conversation continued, a traced
     turn, a non-stream turn, a legacy completion, a resume, a failed turn, a background turn
-    cancelled, a 429, and a deleted conversation."""
+    cancelled, a 429, a tool call left waiting for a decision, and a deleted conversation."""
     client, alice = stack.client, as_user("alice")
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     first = await client.post(
@@ -794,5 +794,7 @@ async def _session(stack: Stack, upstream: ScriptedUpstream) -> None:
     assert refused.status_code == 429
     for turn in (background, other):
         await client.post(f"/v1/turns/{turn['id']}/cancel", headers=alice)
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "left waiting"})]))
+    await client.post(CHAT, json=body("remember", conversation_id="waits"), headers=alice)
     await client.post(CHAT, json=body(conversation_id="gone"), headers=alice)
     await client.delete("/v1/conversations/gone", headers=alice)
