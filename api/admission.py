@@ -7,12 +7,13 @@ A request that starts a turn passes, in order:
 2. the owner's rate and active turns (shared/turns.py `TurnStore.admit`, one script on the
    queue role): 429 `rate_limit_exceeded` with the `Retry-After` the bucket says, or at
    `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
-3. the storage budgets (shared/budgets.py), read from the data role in the same round
-   trip's time (both at once): 429 `storage_quota_exceeded` when the owner stores
-   `BERNARD_MAX_USER_BYTES`, 429 `too_many_conversations` when the request would start a
-   conversation and the owner has `BERNARD_MAX_CONVERSATIONS_PER_USER`, 413
-   `conversation_too_large` when the conversation it continues holds
-   `BERNARD_MAX_CONVERSATION_BYTES` (or a posted message would take it over).
+3. the storage budgets (shared/budgets.py), read from the data role with the admission
+   (in its pipeline when one Redis holds both roles, else at the same time): 429
+   `storage_quota_exceeded` when the owner stores `BERNARD_MAX_USER_BYTES`, 429
+   `too_many_conversations` when the request would start a conversation and the owner has
+   `BERNARD_MAX_CONVERSATIONS_PER_USER`, 413 `conversation_too_large` when the conversation
+   it continues holds `BERNARD_MAX_CONVERSATION_BYTES` (or a posted message would take it
+   over).
 
 A refusal comes before the turn, its conversation or anything else of it is stored; a
 turn admitted on the queue and then refused for storage gives its slot back (its tokens
@@ -23,10 +24,12 @@ them otherwise).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio.client import Pipeline
 
 from api.errors import ApiError
 from api.state import AppState
@@ -38,8 +41,7 @@ from shared.rate_limit import RateLimitedError
 from shared.settings import Settings
 from shared.turns import TooManyTurnsError
 
-# A request admitted no later than this many seconds after it is refused for a full
-# budget would be refused again: clients are told not to retry on their own.
+# A full storage budget does not empty in the seconds an SDK waits before it retries.
 _NO_RETRY = {"x-should-retry": "false"}
 
 
@@ -119,28 +121,34 @@ def check_storage(settings: Settings, storing: Storing, usage: Usage, held: int)
             raise conversation_too_large(storing.conversation_id, held, limit)
 
 
-async def read_storage(state: AppState, owner: str, storing: Storing) -> tuple[Usage, int]:
-    """The owner's usage and the bytes of the conversation `storing` continues, in one
-    round trip (a Cluster's pipeline reaches both slots at once)."""
+def storage_reads(state: AppState, owner: str, storing: Storing) -> Callable[[Pipeline], None]:
+    """What queues, on a pipeline of the data role, the reads `storage_of` answers: the
+    owner's usage and the bytes of the conversation `storing` continues (a Cluster's
+    pipeline reaches both slots at once)."""
+    retention_s = state.settings.conversation_retention_s
     conversation_id = storing.conversation_id
-    async with state.redis.pipeline(transaction=False) as pipe:
-        budgets.queue_usage(
-            pipe,
-            owner,
-            retention_s=state.settings.conversation_retention_s,
-            conversation_id=conversation_id,
-        )
+
+    def queue(pipe: Pipeline) -> None:
+        budgets.queue_usage(pipe, owner, retention_s=retention_s, conversation_id=conversation_id)
         if conversation_id is not None:
             pipe.hget(keys.conversation(owner, conversation_id), "bytes")
-        reply, *held = await pipe.execute()
-    return budgets.usage_of(reply), int(held[0] or 0) if held else 0
+
+    return queue
+
+
+def storage_of(replies: Sequence[Any]) -> tuple[Usage, int]:
+    """The owner's usage and the conversation's bytes (0 for none), from `storage_reads`."""
+    usage, *held = replies
+    return budgets.usage_of(usage), int(held[0] or 0) if held else 0
 
 
 async def admit_storing(state: AppState, owner: str, storing: Storing) -> None:
     """Admit a request that stores without starting a turn (a new conversation)."""
     state.guard.check()
-    usage, held = await read_storage(state, owner, storing)
-    check_storage(state.settings, storing, usage, held)
+    async with state.redis.pipeline(transaction=False) as pipe:
+        storage_reads(state, owner, storing)(pipe)
+        replies = await pipe.execute()
+    check_storage(state.settings, storing, *storage_of(replies))
 
 
 async def admit_turn(
@@ -151,35 +159,31 @@ async def admit_turn(
     completion)."""
     state.guard.check()
     settings = state.settings
-    admitting = state.store.admit(
-        owner,
-        turn_id,
-        limit=settings.max_active_turns_per_user,
-        ttl_s=ttl_s,
-        rate=state.limiter.rate,
-    )
-    if storing is None:
-        await _admitted(settings, admitting)
-        return
-    admitted, read = await asyncio.gather(
-        _admitted(settings, admitting), read_storage(state, owner, storing), return_exceptions=True
-    )
-    if isinstance(admitted, BaseException):
-        raise admitted
     try:
-        if isinstance(read, BaseException):
-            raise read
-        check_storage(settings, storing, *read)
-    except BaseException:
-        with contextlib.suppress(*REDIS_ERRORS):
-            await state.store.release(owner, turn_id)
-        raise
-
-
-async def _admitted(settings: Settings, admitting: Awaitable[None]) -> None:
-    try:
-        await admitting
+        read = await state.store.admit(
+            owner,
+            turn_id,
+            limit=settings.max_active_turns_per_user,
+            ttl_s=ttl_s,
+            rate=state.limiter.rate,
+            beside=storage_reads(state, owner, storing) if storing is not None else None,
+        )
     except RateLimitedError as exc:
         raise rate_limited(settings, exc) from None
     except TooManyTurnsError:
         raise too_many_turns(settings) from None
+    except BaseException:  # the reads beside failed: the slot may be taken
+        await _release(state, owner, turn_id)
+        raise
+    if storing is None:
+        return
+    try:
+        check_storage(settings, storing, *storage_of(read))
+    except ApiError:
+        await _release(state, owner, turn_id)
+        raise
+
+
+async def _release(state: AppState, owner: str, turn_id: str) -> None:
+    with contextlib.suppress(*REDIS_ERRORS):
+        await state.store.release(owner, turn_id)

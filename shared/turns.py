@@ -12,16 +12,18 @@ move splits into a data half and a queue half that a crash between them cannot s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import orjson
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
@@ -381,8 +383,15 @@ class TurnStore:
         self._finish = redis.register_script(_FINISH)
 
     async def admit(
-        self, owner: str, turn_id: str, *, limit: int, ttl_s: int, rate: Rate | None = None
-    ) -> None:
+        self,
+        owner: str,
+        turn_id: str,
+        *,
+        limit: int,
+        ttl_s: int,
+        rate: Rate | None = None,
+        beside: Callable[[Pipeline], None] | None = None,
+    ) -> list[Any]:
         """Take the turn's tokens from the owner's bucket (`rate`; None: no limit) and count
         `turn_id` among the owner's queued and running turns, in one step; raise
         `RateLimitedError` when the bucket cannot pay, `TooManyTurnsError` when they
@@ -390,12 +399,30 @@ class TurnStore:
         `release`, or after `ttl_s` should neither happen. At the limit, the entries of
         turns that have ended (or that no worker will ever run: `check`) without being
         released are dropped first: one a crash between the halves of a `finish` left
-        behind."""
+        behind.
+
+        `beside` queues reads of the data role that go with the admission (its budgets:
+        api/admission.py): in the admission's own pipeline when one Redis holds both roles,
+        else at the same time; their replies are returned.
+        """
         now = time.time()
         args: list[str | float | int] = [now, limit, turn_id, now + ttl_s, ttl_s]
         paid = [*args, *rate.args(rate.turn_cost, now)[1:]] if rate is not None else [*args, ""]
         slot_keys = [keys.active_turns(owner), keys.rate(owner)]
-        admitted = int(await self._admit(keys=slot_keys, args=paid))
+        read: list[Any] = []
+        if beside is None:
+            admitted = int(await self._admit(keys=slot_keys, args=paid))
+        elif self._one_client:
+            async with self.queue.pipeline(transaction=False) as pipe:
+                in_pipeline(pipe, _ADMIT, slot_keys, paid)
+                beside(pipe)
+                reply, *read = await pipe.execute()
+            admitted = int(reply)
+        else:
+            reply, read = await asyncio.gather(
+                self._admit(keys=slot_keys, args=paid), self._read(beside)
+            )
+            admitted = int(reply)
         if admitted < 0:
             raise RateLimitedError(-admitted)
         if not admitted and await self._release_ended(owner, ttl_s=ttl_s):
@@ -403,6 +430,12 @@ class TurnStore:
             admitted = int(await self._take_slot(keys=slot_keys[:1], args=args))
         if not admitted:
             raise TooManyTurnsError(owner)
+        return read
+
+    async def _read(self, queue_reads: Callable[[Pipeline], None]) -> list[Any]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            queue_reads(pipe)
+            return list(await pipe.execute())
 
     async def _release_ended(self, owner: str, *, ttl_s: int) -> bool:
         """Drop the owner's active entries whose turn has ended or is gone; whether any

@@ -19,7 +19,7 @@ import redis.asyncio as redis_asyncio
 from shared import budgets, keys
 from shared.rate_limit import Rate, RateLimitedError, RateLimiter
 from shared.records import Archivist
-from tests.conftest import Stack, make_settings, run_api, run_stack
+from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_api, run_stack
 from tests.processes import private_redis, wait_for
 from tests.sse import collect
 from tests.test_abuse import CHAT, KEYS, as_user, body, error_of
@@ -115,10 +115,17 @@ async def test_a_flood_of_large_requests_is_refused_once_the_users_bytes_are_spe
     print(f"\nflood: 9 of 100 stored, Redis grew {grown / 2**20:.1f} MiB, {keys_grown} keys")
 
 
+@pytest.mark.parametrize("queue_apart", [False, True], ids=["one-redis", "queue-apart"])
 async def test_a_new_conversation_past_the_users_count_is_refused_before_it_exists(
-    upstream: ScriptedUpstream, users: dict[str, str]
+    upstream: ScriptedUpstream, users: dict[str, str], queue_apart: bool
 ) -> None:
-    settings = make_settings(upstream, api_keys=api_keys(users), max_conversations_per_user=2)
+    # Apart, the budgets are read beside the admission rather than in its pipeline (two
+    # databases stand for two servers, as in tests/test_pipeline.py).
+    server = TEST_REDIS_URL.rsplit("/", 1)[0]
+    roles = {"queue_redis_url": f"{server}/1"} if queue_apart else {}
+    settings = make_settings(
+        upstream, api_keys=api_keys(users), max_conversations_per_user=2, **roles
+    )
     async with run_stack(settings) as stack:
         alice = as_user("alice")
         first = await stack.client.post(CHAT, json=body("one"), headers=alice)
