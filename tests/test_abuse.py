@@ -570,7 +570,11 @@ async def test_a_maximal_request_does_not_hold_up_another_users_turn(
     `FIRST_TOKEN_BOUND_S`, and nobody's turn is reaped."""
     FIRST_TOKEN_BOUND_S = 1.0
     async with private_redis(tmp_path / "redis") as server:
-        settings = make_settings(upstream, redis_url=server.url, api_keys=KEYS)
+        # The history (written around the API) holds 40 MB, more than a conversation may
+        # (BERNARD_MAX_CONVERSATION_BYTES): this test is about the request's size.
+        settings = make_settings(
+            upstream, redis_url=server.url, api_keys=KEYS, max_conversation_bytes=2**30
+        )
         limit = settings.max_messages
         # Every message as large as the total allows, once the index prefix is counted.
         size = settings.max_content_chars // limit - 10

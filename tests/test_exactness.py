@@ -73,9 +73,13 @@ async def test_100_concurrent_streams_are_exact_token_by_token(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     upstream.responder = echo_responder(TOKENS)
-    # One user's hundred streams: an operator serving such a client raises the user limits.
+    # One user's hundred streams: an operator serving such a client raises the user limits
+    # (and turns the rate off: a hundred turns at once is what it stops).
     settings = make_settings(
-        upstream, max_active_turns_per_user=STREAMS, max_streams_per_user=STREAMS
+        upstream,
+        max_active_turns_per_user=STREAMS,
+        max_streams_per_user=STREAMS,
+        rate_limit_per_minute=0,
     )
     limits = httpx.Limits(max_connections=STREAMS + 10, max_keepalive_connections=0)
 

@@ -334,6 +334,7 @@ async def test_100_concurrent_streams_are_exact_token_by_token_on_a_cluster(
             queue_redis_url=queue.url,
             max_active_turns_per_user=STREAMS,
             max_streams_per_user=STREAMS,
+            rate_limit_per_minute=0,  # a hundred turns at once is what the rate stops
         )
         limits = httpx.Limits(max_connections=STREAMS + 10, max_keepalive_connections=0)
         async with ProcessGroup(tmp_path / "logs") as procs:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Sequence
 from contextlib import aclosing
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException, tool
+from redis.asyncio import Redis
 
 from shared.events import (
     Error,
@@ -394,7 +396,7 @@ def write_tool(check: Any, ran: list[str]) -> BaseTool:
 
 
 async def test_a_checked_call_is_proposed_with_the_summary_its_check_gives(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, redis: Redis
 ) -> None:
     seen: list[tuple[dict[str, Any], str]] = []
 
@@ -405,12 +407,13 @@ async def test_a_checked_call_is_proposed_with_the_summary_its_check_gives(
     ran: list[str] = []
     upstream.script_router(Reply.tool_calls([("paint", {"color": "teal"})]))
     ctx = make_ctx(upstream, tools=[write_tool(check, ran)])
-    ctx.runtime = ToolRuntime(owner="alice", redis=None, settings=ctx.settings)  # type: ignore[arg-type]
+    # A Redis: a call that would wait reads its user's budget (shared/budgets.py).
+    ctx.runtime = ToolRuntime(owner=f"alice-{uuid.uuid4().hex}", redis=redis, settings=ctx.settings)
     events = await run(ctx)
     assert kinds(events)[2:] == ["awaiting_confirmation"]
     assert events[-1].summary == "Paint the north wall teal (two coats)"  # type: ignore[attr-defined]
     assert [p.summary for p in ctx.pending] == ["Paint the north wall teal (two coats)"]
-    assert seen == [({"color": "teal"}, "alice")] and ran == []
+    assert seen == [({"color": "teal"}, ctx.runtime.owner)] and ran == []
 
 
 @pytest.mark.parametrize(
