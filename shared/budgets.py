@@ -38,9 +38,9 @@ ones wait and answers the rest at once with a tool error the model reads (worker
 router.py). The owner's count (`keys.pending_confirmations`, in the owner's slot) gains a
 turn's proposals once they are stored, loses each when it is decided or its conversation
 deleted (shared/conversation_state.py: `pause`, `decide`, `delete`), and lets each lapse at
-its expiry. It is read when a
-turn pauses, so turns pausing at once may overshoot the per-user cap by one turn's calls
-each; a decision taken back (its turn could not start) is not counted again.
+its expiry. It is read when a turn pauses, so turns pausing at once may overshoot the
+per-user cap by one turn's calls each; decisions handed back to wait again (their turn
+could not start: `unclaim`) are not counted again.
 """
 
 from __future__ import annotations

@@ -68,8 +68,14 @@ def route(body: Body) -> Reply:
 async def switched(upstream: ScriptedUpstream) -> AsyncIterator[tuple[Stack, Switches]]:
     upstream.router_responder = route
     switches = Switches()
+    # Hundreds of races as one user, ten at a time: as fast as a script hammering the API,
+    # which the rate would stop (shared/rate_limit.py); these tests are about the races.
     settings = make_settings(
-        upstream, api_keys=keys_for_two(), worker_concurrency=40, max_active_turns_per_user=100
+        upstream,
+        api_keys=keys_for_two(),
+        worker_concurrency=40,
+        max_active_turns_per_user=100,
+        rate_limit_per_minute=0,
     )
     async with run_stack(settings, tools=[switches.tool()]) as stack:
         yield stack, switches
