@@ -92,7 +92,8 @@ def bernard_settings(upstream: ScriptedUpstream, home: HomeAssistant, user: str)
 
 
 async def reset_house(ha: HomeAssistantApi) -> None:
-    """Every light and the fan off, the kitchen light's level full, the front door locked."""
+    """Every light and the fan off, the kitchen light's level full, the front door locked, the
+    thermostat off at 20°."""
     powers = ["kitchen_light", "hall_light", "ceiling_fan", "boiler"]
     await ha.call_service(
         "input_boolean", "turn_off", entity_id=[f"input_boolean.{p}" for p in powers]
@@ -100,6 +101,13 @@ async def reset_house(ha: HomeAssistantApi) -> None:
     await ha.call_service("input_boolean", "turn_on", entity_id="input_boolean.front_door_locked")
     await ha.call_service(
         "input_number", "set_value", entity_id="input_number.kitchen_light_level", value=255
+    )
+    await ha.call_service(
+        "climate",
+        "set_temperature",
+        entity_id="climate.living_room",
+        temperature=20,
+        hvac_mode="off",
     )
 
 

@@ -1,0 +1,586 @@
+"""Bernard's own Home Assistant tools (worker/tools/home_assistant.py) against a real Home
+Assistant 2025.4, through Bernard's pipeline: a turn over the API, the scripted upstream
+making the tool calls, the user's decision over the API, and the house read back through Home
+Assistant's REST API. Every service call Home Assistant runs meanwhile is read from its
+websocket (`call_service` events: `ServiceCalls`), so "never reached Home Assistant" is seen
+where it would show, not inferred from Bernard's side.
+
+Where the scripted Home Assistant (tests/fakes/home_assistant.py) claims an answer of the
+real one (`200 []` for an entity it does not have, a bare 500 for a value it refuses), the
+test asks the real one first, so the claim and the tool are held to the same house.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import EventSource
+
+from tests.conftest import Stack, make_settings, run_stack
+from tests.homeassistant.conftest import reset_house
+from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
+from tests.upstream import Reply, ScriptedUpstream
+
+KEY = "house-tools-key-7b21"
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+SSE = {"Accept": "text/event-stream"}
+CONVERSATION = "house"
+MARK = "bernard_test_mark"
+SERVER_ERROR = "500 Internal Server Error\n\nServer got itself in trouble"
+
+
+@dataclass
+class ServiceCall:
+    domain: str
+    service: str
+    data: dict[str, Any]
+
+
+@dataclass
+class ServiceCalls:
+    """The service calls Home Assistant runs while a test runs, from its `call_service`
+    events. `settled()` fires an event of its own and waits for it: a websocket sends events
+    in the order Home Assistant fired them, so every call made before is in by then."""
+
+    ha: HomeAssistantApi
+    seen: list[ServiceCall] = field(default_factory=list)
+    marks: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    async def listen(self, ready: asyncio.Event) -> None:
+        async with self.ha.websocket() as ws:
+            for n, event_type in enumerate(["call_service", MARK], start=1):
+                await ws.send(
+                    json.dumps({"id": n, "type": "subscribe_events", "event_type": event_type})
+                )
+                assert json.loads(await ws.recv())["success"] is True
+            ready.set()
+            async for raw in ws:
+                event = json.loads(raw)["event"]
+                if event["event_type"] == MARK:
+                    self.marks[event["data"]["mark"]].set()
+                else:
+                    data = event["data"]
+                    self.seen.append(
+                        ServiceCall(data["domain"], data["service"], data["service_data"])
+                    )
+
+    async def settled(self) -> list[ServiceCall]:
+        mark = uuid.uuid4().hex
+        arrived = self.marks[mark] = asyncio.Event()
+        response = await self.ha.http.post(f"/api/events/{MARK}", json={"mark": mark})
+        response.raise_for_status()
+        async with asyncio.timeout(30):
+            await arrived.wait()
+        return list(self.seen)
+
+    async def clear(self) -> None:
+        await self.settled()
+        self.seen.clear()
+
+
+@dataclass
+class House:
+    """A Bernard whose Home Assistant tools reach the real Home Assistant (the default
+    BERNARD_HA_DOMAINS: light, switch, fan, climate, cover, media_player, scene, script;
+    no lock), and that Home Assistant's service calls."""
+
+    stack: Stack
+    upstream: ScriptedUpstream
+    ha: HomeAssistantApi
+    calls: ServiceCalls
+
+    async def turn(self, content: str) -> list[tuple[str, Any]]:
+        return await turn(self.stack, content)
+
+    async def decide(self, proposal: dict[str, Any], decision: str) -> list[tuple[str, Any]]:
+        body = {"confirmation_id": proposal["confirmation_id"], "decision": decision}
+        return await named(self.stack, f"/v1/conversations/{CONVERSATION}/resume", body)
+
+
+async def turn(stack: Stack, content: str) -> list[tuple[str, Any]]:
+    """A user message's turn: its named events, to `done`."""
+    return await named(stack, f"/v1/conversations/{CONVERSATION}/messages", {"content": content})
+
+
+async def named(stack: Stack, url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    async with stack.client.stream("POST", url, json=body, headers={**HEADERS, **SSE}) as response:
+        assert response.status_code == 200, await response.aread()
+        return [
+            (sse.event, json.loads(sse.data)) async for sse in EventSource(response).aiter_sse()
+        ]
+
+
+def of(events: list[tuple[str, Any]], name: str) -> list[Any]:
+    return [data for event, data in events if event == name]
+
+
+def results(events: list[tuple[str, Any]]) -> dict[str, tuple[bool, str]]:
+    """Each tool result by its call's id: (is_error, what the model reads)."""
+    return {r["tool_call_id"]: (r["is_error"], r["output"]) for r in of(events, "tool_result")}
+
+
+def status(events: list[tuple[str, Any]]) -> str:
+    (done,) = of(events, "done")
+    return str(done["status"])
+
+
+def settings_for(upstream: ScriptedUpstream, home: HomeAssistant, token: str | None = None) -> Any:
+    user = f"house-{uuid.uuid4().hex[:8]}"
+    return make_settings(
+        upstream, api_keys=f"{KEY}:{user}", ha_url=home.url, ha_token=token or home.token
+    )
+
+
+@contextlib.asynccontextmanager
+async def bernard(settings: Any) -> AsyncIterator[Stack]:
+    async with run_stack(settings) as stack:
+        made = await stack.client.post(
+            "/v1/conversations", json={"id": CONVERSATION}, headers=HEADERS
+        )
+        assert made.status_code == 201, made.text
+        yield stack
+
+
+@pytest.fixture
+async def calls(ha: HomeAssistantApi) -> AsyncIterator[ServiceCalls]:
+    recorder = ServiceCalls(ha)
+    ready = asyncio.Event()
+    task = asyncio.create_task(recorder.listen(ready))
+    try:
+        async with asyncio.timeout(30):
+            await ready.wait()
+        yield recorder
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.fixture
+async def house(
+    ha: HomeAssistantApi,
+    home_assistant: HomeAssistant,
+    upstream: ScriptedUpstream,
+    calls: ServiceCalls,
+) -> AsyncIterator[House]:
+    await reset_house(ha)
+    async with bernard(settings_for(upstream, home_assistant)) as stack:
+        await calls.clear()
+        yield House(stack, upstream, ha, calls)
+
+
+def call(entity: str, service: str, **data: Any) -> tuple[str, dict[str, Any]]:
+    """An `ha_call_service` tool call on `entity`, in its own domain unless `domain=` says."""
+    domain = data.pop("domain", entity.split(".", 1)[0])
+    args: dict[str, Any] = {"domain": domain, "service": service, "entity_id": entity}
+    if data:
+        args["data"] = data
+    return ("ha_call_service", args)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def placed(ha: HomeAssistantApi, entity_id: str, area_id: str) -> AsyncIterator[None]:
+    """The entity in that area (one of those Home Assistant's onboarding makes: Living Room,
+    Kitchen, Bedroom), then in none again."""
+    await ha.command("config/entity_registry/update", entity_id=entity_id, area_id=area_id)
+    try:
+        yield
+    finally:
+        await ha.command("config/entity_registry/update", entity_id=entity_id, area_id=None)
+
+
+async def test_the_tools_list_the_house_by_domain_and_by_area_and_read_a_state(
+    house: House,
+) -> None:
+    house.upstream.script_router(
+        Reply.tool_calls(
+            [
+                ("ha_list_entities", {"domain": "light"}),
+                ("ha_list_entities", {"area": "kitchen"}),
+                ("ha_list_entities", {"area": "bedroom"}),
+                ("ha_list_entities", {"area": "hall", "domain": "light"}),
+                ("ha_list_entities", {"area": "attic"}),
+                ("ha_get_state", {"entity_id": "climate.living_room"}),
+            ],
+            ids=["lights", "kitchen", "bedroom", "hall", "attic", "thermostat"],
+        )
+    )
+    house.upstream.script(Reply.text("Here is your house."))
+    async with placed(house.ha, "light.kitchen", "kitchen"):
+        events = await house.turn("What is in the house?")
+
+    thermostat = await house.ha.state("climate.living_room")
+    assert results(events) == {
+        "lights": (
+            False,
+            "Home Assistant light entities: 2\n"
+            "- light.hall “Hall light”: off\n"
+            "- light.kitchen “Kitchen light”: off",
+        ),
+        "kitchen": (
+            False,
+            "Home Assistant entities in the area “Kitchen”: 1\n"
+            "- light.kitchen “Kitchen light”: off",
+        ),
+        "bedroom": (False, "Home Assistant has no entities in the area “Bedroom”."),
+        "hall": (
+            False,
+            "Home Assistant light entities whose name mentions “hall” (Home Assistant has no "
+            "area “hall”): 1\n"
+            "- light.hall “Hall light”: off",
+        ),
+        "attic": (False, "Home Assistant has no area “attic”, and no entity's name mentions it."),
+        "thermostat": (
+            False,
+            "climate.living_room “Living room” is off, 19.5° now, set to 20°.\n"
+            f"Last changed: {thermostat['last_changed']}\n"
+            "Attributes:\n"
+            '- hvac_modes: ["heat", "off"]\n'
+            "- min_temp: 7.0\n"
+            "- max_temp: 30.0\n"
+            "- target_temp_step: 0.1\n"
+            "- current_temperature: 19.5\n"
+            "- temperature: 20.0\n"
+            "- hvac_action: off\n"
+            "- supported_features: 385",
+        ),
+    }
+    assert status(events) == "completed"
+    assert await house.calls.settled() == []
+
+
+# -- changing the house, once approved -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("asked", "summary", "done", "sent", "entity", "now"),
+    [
+        (
+            call("light.kitchen", "turn_on", brightness_pct=40),
+            "Turn on light.kitchen at 40 % brightness",
+            "Done: Turn on light.kitchen at 40 % brightness.\n"
+            "light.kitchen is now on, brightness 40 %.\n"
+            "Also changed: input_number.kitchen_light_level is now 102.0.\n"
+            "Also changed: input_boolean.kitchen_light is now on.",
+            ServiceCall("light", "turn_on", {"entity_id": "light.kitchen", "brightness_pct": 40}),
+            "light.kitchen",
+            ("on", "brightness", 102),
+        ),
+        (
+            call("climate.living_room", "set_temperature", temperature=22.5),
+            "Set climate.living_room to 22.5°",
+            "Done: Set climate.living_room to 22.5°.\n"
+            "climate.living_room is now off, 19.5° now, set to 22.5°.",
+            ServiceCall(
+                "climate",
+                "set_temperature",
+                {"entity_id": "climate.living_room", "temperature": 22.5},
+            ),
+            "climate.living_room",
+            ("off", "temperature", 22.5),
+        ),
+    ],
+    ids=["light", "thermostat"],
+)
+async def test_an_approved_call_changes_the_real_house_once(
+    house: House,
+    asked: tuple[str, dict[str, Any]],
+    summary: str,
+    done: str,
+    sent: ServiceCall,
+    entity: str,
+    now: tuple[str, str, Any],
+) -> None:
+    house.upstream.script_router(Reply.tool_calls([asked], ids=["change"]))
+    proposed = await house.turn("Please change it")
+    (proposal,) = of(proposed, "awaiting_confirmation")
+    assert proposal["summary"] == summary
+    assert status(proposed) == "awaiting_confirmation"
+    assert await house.calls.settled() == [], "nothing reaches Home Assistant before approval"
+
+    house.upstream.script(Reply.text("Done."))
+    approved = await house.decide(proposal, "approve")
+
+    assert results(approved) == {"change": (False, done)}
+    assert status(approved) == "completed"
+    state = await house.ha.state(entity)
+    assert (state["state"], now[1], state["attributes"][now[1]]) == now
+    # Bernard's one call, then what the template entity's own actions called.
+    assert [c for c in await house.calls.settled() if c.domain == sent.domain] == [sent]
+
+
+# -- what never reaches Home Assistant ---------------------------------------------------------
+
+UNLOCK = call("lock.front_door", "unlock")
+
+
+async def test_a_domain_outside_bernard_ha_domains_never_reaches_home_assistant(
+    house: House,
+) -> None:
+    house.upstream.script_router(Reply.tool_calls([UNLOCK], ids=["unlock"]))
+    house.upstream.script(Reply.text("I may not unlock doors."))
+
+    events = await house.turn("Unlock the front door")
+
+    assert not of(events, "awaiting_confirmation")
+    ((is_error, output),) = results(events).values()
+    assert is_error is True
+    assert output.startswith("Error: invalid arguments for tool 'ha_call_service': domain")
+    assert status(events) == "completed"
+    assert await house.calls.settled() == []
+    assert (await house.ha.state("lock.front_door"))["state"] == "locked"
+
+
+async def test_an_approval_edited_to_a_forbidden_domain_never_reaches_home_assistant(
+    house: House,
+) -> None:
+    house.upstream.script_router(Reply.tool_calls([call("light.hall", "turn_on")]))
+    (proposal,) = of(await house.turn("Hall light, please"), "awaiting_confirmation")
+
+    edited = await house.stack.client.post(
+        f"/v1/conversations/{CONVERSATION}/resume",
+        json={
+            "confirmation_id": proposal["confirmation_id"],
+            "decision": "approve",
+            "arguments": UNLOCK[1],
+        },
+        headers=HEADERS,
+    )
+
+    assert edited.status_code == 400, edited.text
+    assert edited.json()["error"]["param"] == "arguments.domain"
+    assert await house.calls.settled() == []
+    assert (await house.ha.state("lock.front_door"))["state"] == "locked"
+    assert (await house.ha.state("light.hall"))["state"] == "off"
+
+
+async def test_a_call_on_an_entity_home_assistant_does_not_have_is_never_done(
+    house: House,
+) -> None:
+    # What Home Assistant answers such a call: success, having done nothing.
+    direct = await house.ha.http.post(
+        "/api/services/light/turn_on", json={"entity_id": "light.attic"}
+    )
+    assert (direct.status_code, direct.json()) == (200, [])
+    await house.calls.clear()
+    house.upstream.script_router(Reply.tool_calls([call("light.attic", "turn_on")], ids=["attic"]))
+    house.upstream.script(Reply.text("There is no attic light."))
+
+    events = await house.turn("Turn on the attic light")
+
+    assert not of(events, "awaiting_confirmation")
+    assert results(events) == {
+        "attic": (
+            True,
+            "Error: Home Assistant has no entity light.attic, so light.turn_on would do "
+            "nothing; call ha_list_entities for the ids",
+        )
+    }
+    assert status(events) == "completed"
+    assert await house.calls.settled() == []
+
+
+async def test_a_temperature_above_the_thermostats_maximum_is_refused_before_anyone_is_asked(
+    house: House, home_assistant: HomeAssistant
+) -> None:
+    # What Home Assistant's REST API answers it: a bare 500, the reason only in its log.
+    mark = len(home_assistant.log())
+    direct = await house.ha.http.post(
+        "/api/services/climate/set_temperature",
+        json={"entity_id": "climate.living_room", "temperature": 40},
+    )
+    assert (direct.status_code, direct.text) == (500, SERVER_ERROR)
+    assert (
+        "Provided temperature 40.0 is not valid. Accepted range is 7.0 to 30.0"
+        in (home_assistant.log()[mark:])
+    )
+    await house.calls.clear()
+    too_hot = call("climate.living_room", "set_temperature", temperature=40)
+    house.upstream.script_router(Reply.tool_calls([too_hot], ids=["heat"]))
+    house.upstream.script(Reply.text("The thermostat only goes up to 30°."))
+
+    events = await house.turn("Heat the living room to 40")
+
+    assert not of(events, "awaiting_confirmation")
+    assert results(events) == {
+        "heat": (
+            True,
+            "Error: climate.living_room accepts a temperature from 7° to 30°, not 40°; nothing "
+            "was sent to Home Assistant",
+        )
+    }
+    assert status(events) == "completed"
+    assert await house.calls.settled() == []
+    assert (await house.ha.state("climate.living_room"))["attributes"]["temperature"] == 20
+
+
+async def test_calls_that_can_never_run_are_refused_before_they_are_proposed(
+    house: House,
+) -> None:
+    house.upstream.script_router(
+        Reply.tool_calls(
+            [
+                call("lock.front_door", "turn_on", domain="light"),
+                call("light.kitchen", "turn_on", entity_id="light.hall"),
+                call("light.kitchen", "turn_on", speed=3),
+                call("fan.ceiling", "set_percentage", percentage=30),
+                call("light.kitchen", "open_cover"),
+            ],
+            ids=["lock", "widened", "option", "feature", "service"],
+        )
+    )
+    house.upstream.script(Reply.text("None of that can be done."))
+
+    events = await house.turn("Do all of it")
+
+    assert not of(events, "awaiting_confirmation")
+    assert results(events) == {
+        "lock": (
+            True,
+            "Error: lock.front_door is not a light entity; call light services on light.* entities",
+        ),
+        "widened": (
+            True,
+            "Error: data may not hold entity_id: a call acts on its one entity_id",
+        ),
+        "option": (
+            True,
+            "Error: light.turn_on takes no speed; the options it takes are brightness, "
+            "brightness_pct, brightness_step, brightness_step_pct, color_name, color_temp, "
+            "color_temp_kelvin, effect, flash, hs_color, profile, rgb_color, rgbw_color, "
+            "rgbww_color, transition, white, xy_color; nothing was sent to Home Assistant",
+        ),
+        "feature": (
+            True,
+            "Error: fan.ceiling does not support fan.set_percentage; nothing was sent to Home "
+            "Assistant",
+        ),
+        "service": (
+            True,
+            "Error: Home Assistant has no service light.open_cover; nothing was sent to Home "
+            "Assistant",
+        ),
+    }
+    assert status(events) == "completed"
+    assert await house.calls.settled() == []
+
+
+# -- scenes and scripts ------------------------------------------------------------------------
+
+
+async def approve(house: House, asked: tuple[str, dict[str, Any]], summary: str) -> str:
+    """Propose the call, approve it, and return what the model read of it."""
+    house.upstream.script_router(Reply.tool_calls([asked], ids=["run"]))
+    (proposal,) = of(await house.turn("Go on"), "awaiting_confirmation")
+    assert proposal["summary"] == summary
+    house.upstream.script(Reply.text("Done."))
+    approved = await house.decide(proposal, "approve")
+    assert status(approved) == "completed"
+    ((is_error, output),) = results(approved).values()
+    assert is_error is False, output
+    return output
+
+
+async def test_a_scene_reads_as_activated_not_as_a_state_that_is_a_timestamp(
+    house: House,
+) -> None:
+    output = await approve(
+        house, call("scene.movie_night", "turn_on"), "Activate scene.movie_night"
+    )
+
+    scene = await house.ha.state("scene.movie_night")
+    # A scene's state is when it was last activated.
+    assert scene["state"].startswith(scene["last_changed"][:10])
+    assert output == (
+        "Done: Activate scene.movie_night.\n"
+        f"scene.movie_night was activated at {scene['state']}.\n"
+        "Also changed: input_boolean.hall_light is now on.\n"
+        "Also changed: light.hall is now on."
+    )
+    assert (await house.ha.state("light.hall"))["state"] == "on"
+    assert (await house.ha.state("light.kitchen"))["state"] == "off"
+
+
+# -- the token ---------------------------------------------------------------------------------
+
+
+async def user_token(ha: HomeAssistantApi, username: str, password: str) -> str:
+    """A new person who is not an administrator, logged in as Home Assistant's login page
+    does it; their access token."""
+    user = await ha.command("config/auth/create", name=username, group_ids=["system-users"])
+    await ha.command(
+        "config/auth_provider/homeassistant/create",
+        user_id=user["user"]["id"],
+        username=username,
+        password=password,
+    )
+    client_id = f"{ha.home.url}/"
+    async with httpx.AsyncClient(base_url=ha.home.url, timeout=30.0) as http:
+        flow = await http.post(
+            "/auth/login_flow",
+            json={
+                "client_id": client_id,
+                "handler": ["homeassistant", None],
+                "redirect_uri": f"{ha.home.url}/?auth_callback=1",
+            },
+        )
+        flow.raise_for_status()
+        logged_in = await http.post(
+            f"/auth/login_flow/{flow.json()['flow_id']}",
+            json={"client_id": client_id, "username": username, "password": password},
+        )
+        logged_in.raise_for_status()
+        assert logged_in.json()["type"] == "create_entry", logged_in.json()
+        tokens = await http.post(
+            "/auth/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": logged_in.json()["result"],
+                "client_id": client_id,
+            },
+        )
+        tokens.raise_for_status()
+    return str(tokens.json()["access_token"])
+
+
+async def list_kitchen(upstream: ScriptedUpstream, settings: Any) -> tuple[bool, str]:
+    """What the model reads of listing the kitchen's entities with these settings."""
+    upstream.script_router(Reply.tool_calls([("ha_list_entities", {"area": "Kitchen"})]))
+    upstream.script(Reply.text("I could not read the house."))
+    async with bernard(settings) as stack:
+        events = await turn(stack, "What is in the kitchen?")
+    assert status(events) == "completed"
+    ((is_error, output),) = results(events).values()
+    return is_error, output
+
+
+async def test_a_bad_token_is_reported_as_the_token_and_a_non_administrators_as_its_rights(
+    ha: HomeAssistantApi, home_assistant: HomeAssistant, upstream: ScriptedUpstream
+) -> None:
+    # Home Assistant answers both with the same 401: the states are read first to tell them.
+    bad = await list_kitchen(upstream, settings_for(upstream, home_assistant, "nope"))
+    visitor = await user_token(ha, f"visitor{uuid.uuid4().hex[:6]}", "a-long-passphrase-81")
+    not_admin = await list_kitchen(upstream, settings_for(upstream, home_assistant, visitor))
+
+    assert bad == (
+        True,
+        "Error: Home Assistant refused the request (HTTP 401); check BERNARD_HA_TOKEN (a "
+        "long-lived access token from a Home Assistant profile)",
+    )
+    assert not_admin == (
+        True,
+        "Error: Home Assistant refused the request (HTTP 401); listing by area renders a "
+        "template, which Home Assistant allows only with an administrator's token: use an "
+        "administrator's token in BERNARD_HA_TOKEN, or list by domain instead",
+    )
