@@ -38,7 +38,9 @@ What each answer reproduces, read from Home Assistant 2025.4.4's source (the
     _valid_preset_mode_or_raise), an entity without a feature the service requires
     (entity_service_call, required_features); the reason goes only to Home Assistant's log;
   - otherwise 200 with the state objects that changed (the `state_changed` events of the
-    call's context): none when nothing changed.
+    call's context, in order): none when nothing changed, an entity written twice twice
+    (the script's own service, `script.bedtime`, runs it to its end: the script on, what it
+    changed, the script off; `script.turn_on` answers once it has started).
   `area_id` in the data targets the area's entities too, as Home Assistant's target fields
   do. Every call is kept in `service_calls`, whatever it answers.
 """
@@ -76,6 +78,11 @@ _FAILED = {
 }
 # The time the fake says a scene was activated at (Home Assistant writes utcnow().isoformat()).
 ACTIVATED_AT = "2024-06-01T19:30:00.000000+00:00"
+# What the fake's scenes and scripts do to light.living_room: a light service and its data.
+_EFFECTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "scene.movie_night": ("turn_on", {"brightness_pct": 20}),
+    "script.bedtime": ("turn_off", {}),
+}
 
 
 @dataclass(frozen=True)
@@ -231,6 +238,9 @@ class FakeHomeAssistant(FakeService):
         description = self._description(domain, service)
         if description is None:
             raise Refused(400)  # has_service: no such service
+        if domain == "script" and service not in ("turn_on", "turn_off", "toggle"):
+            # A script's own service takes any data as its variables and runs it to its end.
+            return self._run_script(f"script.{service}", to_its_end=True)
         fields = _field_names(description)
         if any(key not in fields and key not in _TARGETS for key in data):
             raise Refused(400)  # vol.Invalid: extra keys not allowed
@@ -242,11 +252,15 @@ class FakeHomeAssistant(FakeService):
             if state is None or not entity_id.startswith(f"{domain}."):
                 continue  # "Referenced entities ... are missing": logged, skipped
             _required_features(description, state)
+            if domain == "script":
+                if service != "turn_off":  # the fake's scripts end at once: none to stop
+                    changed += self._run_script(entity_id, to_its_end=False)
+                continue
             new = _apply(domain, service, options, state)
             if new is not None:
                 house[entity_id] = new
                 changed.append(new)
-                changed += self._scene_effects(new)
+                changed += self._effects(entity_id)
         return changed
 
     def _description(self, domain: str, service: str) -> dict[str, Any] | None:
@@ -265,16 +279,38 @@ class FakeHomeAssistant(FakeService):
             targets += area["entities"] if area else []
         return targets
 
-    def _scene_effects(self, state: dict[str, Any]) -> list[dict[str, Any]]:
-        """A scene sets its entities (the fake's movie night dims the living room to 20 %)."""
-        if state["entity_id"] != "scene.movie_night":
+    def _effects(self, entity_id: str) -> list[dict[str, Any]]:
+        """What a scene or a script sets (the fake's movie night dims the living room to
+        20 %, its bedtime script turns that light off); the states that changed."""
+        effect = _EFFECTS.get(entity_id)
+        if effect is None:
             return []
         house = self.states()
-        light = copy.deepcopy(house["light.living_room"])
-        light["state"] = "on"
-        light["attributes"]["brightness"] = 51
+        light = _apply("light", *effect, house["light.living_room"])
+        if light is None:
+            return []
         house["light.living_room"] = light
         return [light]
+
+    def _run_script(self, entity_id: str, *, to_its_end: bool) -> list[dict[str, Any]]:
+        """A script's run, as Home Assistant answers it: `script.turn_on` answers once the
+        run has started (ScriptEntity.async_turn_on waits for its first state change), the
+        script's own service once it has ended, so its answer holds the script twice, on and
+        then off. The fake's runs end at once."""
+        house = self.states()
+        script = house.get(entity_id)
+        if script is None:
+            return []
+        running = copy.deepcopy(script)
+        running["state"] = "on"
+        running["attributes"] |= {"last_triggered": ACTIVATED_AT, "current": 1}
+        running["last_changed"] = running["last_updated"] = running["last_reported"] = ACTIVATED_AT
+        effects = self._effects(entity_id)
+        ended = copy.deepcopy(running)
+        ended["state"] = "off"
+        ended["attributes"]["current"] = 0
+        house[entity_id] = ended
+        return [running, *effects, *([ended] if to_its_end else [])]
 
 
 async def _broken() -> AsyncIterator[bytes]:

@@ -27,6 +27,7 @@ from httpx_sse import EventSource
 from tests.conftest import Stack, make_settings, run_stack
 from tests.homeassistant.conftest import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
+from tests.processes import wait_for
 from tests.upstream import Reply, ScriptedUpstream
 
 KEY = "house-tools-key-7b21"
@@ -584,3 +585,38 @@ async def test_a_bad_token_is_reported_as_the_token_and_a_non_administrators_as_
         "template, which Home Assistant allows only with an administrator's token: use an "
         "administrator's token in BERNARD_HA_TOKEN, or list by domain instead",
     )
+
+
+async def test_a_script_runs_and_reads_as_it_ended(house: House) -> None:
+    hall = {"entity_id": "input_boolean.hall_light"}
+    await house.ha.call_service("input_boolean", "turn_on", **hall)
+
+    started = await approve(house, call("script.good_night", "turn_on"), "Run script.good_night")
+
+    # script.turn_on answers once the run has started; it may end before or after that.
+    assert started.startswith("Done: Run script.good_night.\nscript.good_night is now ")
+
+    async def hall_off() -> bool:
+        return (await house.ha.state("light.hall"))["state"] == "off"
+
+    await wait_for(hall_off, 30)
+    await house.ha.call_service("input_boolean", "turn_on", **hall)
+
+    # The script's own service answers once it has ended: the script twice, on then off.
+    ran = await approve(
+        house,
+        call("script.good_night", "good_night"),
+        "Call script.good_night on script.good_night",
+    )
+
+    assert ran == (
+        "Done: Call script.good_night on script.good_night.\n"
+        "script.good_night is now off.\n"
+        "Also changed: input_boolean.hall_light is now off.\n"
+        "Also changed: light.hall is now off."
+    )
+    assert (await house.ha.state("light.hall"))["state"] == "off"
+    assert [c for c in await house.calls.settled() if c.domain == "script"] == [
+        ServiceCall("script", "turn_on", {"entity_id": "script.good_night"}),
+        ServiceCall("script", "good_night", {"entity_id": "script.good_night"}),
+    ]

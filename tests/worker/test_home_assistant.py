@@ -88,20 +88,21 @@ async def test_listing_reads_every_state_with_the_token_and_shows_them_sorted(
     assert (outcome.status, outcome.content) == (
         "success",
         """\
-Home Assistant entities: 9
+Home Assistant entities: 10
 - climate.hall “Hall Thermostat”: heat, 19.5° now, set to 20°
 - fan.bedroom “Bedroom Fan”: off
 - light.kitchen “Kitchen Light”: off
 - light.living_room “Living Room Lights”: on, brightness 71 %
 - lock.front_door “Front Door”: locked
 - scene.movie_night “Movie Night”: last activated 2024-05-31T20:14:03.511029+00:00
+- script.bedtime “Bedtime”: off
 - sensor.outdoor_temperature “Outdoor Temperature”: 12.4 °C
 - sun.sun “Sun”: above_horizon
 - switch.coffee_maker “Coffee Maker”: off""",
     )
     assert progress == [
         ("step", "Asking Home Assistant for its entities"),
-        ("complete", "Found 9 entities"),
+        ("complete", "Found 10 entities"),
     ]
     assert home.requests == [Seen("/api/states", {})]  # the fake answers 401 without the token
 
@@ -574,6 +575,34 @@ async def test_activating_a_scene_reports_it_and_what_it_changed(
         "scene.movie_night was activated at 2024-06-01T19:30:00.000000+00:00.\n"
         "Also changed: light.living_room is now on, brightness 20 %.",
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "done"),
+    [
+        # The script's own service runs it to its end: the answer holds it on, then off.
+        (
+            "bedtime",
+            "Done: Call script.bedtime on script.bedtime.\n"
+            "script.bedtime is now off.\n"
+            "Also changed: light.living_room is now off.",
+        ),
+        # script.turn_on answers once it has started.
+        (
+            "turn_on",
+            "Done: Run script.bedtime.\n"
+            "script.bedtime is now on.\n"
+            "Also changed: light.living_room is now off.",
+        ),
+    ],
+)
+async def test_an_entity_the_call_changed_twice_reads_as_it_ended(
+    name: str, done: str, home: FakeHomeAssistant, redis: redis_asyncio.Redis
+) -> None:
+    settings = ha_settings(home)
+    args = service("script", name, "script.bedtime")
+    outcome, _ = await call(service_tool(settings), args, settings, redis)
+    assert (outcome.status, outcome.content) == ("success", done)
 
 
 async def test_a_fan_can_be_called_with_the_default_domains(

@@ -278,16 +278,18 @@ async def _call_service(
             if isinstance(exc.__cause__, _UNSENT):  # never sent: nothing ran
                 raise
             raise ToolException(f"{exc}{MAY_HAVE_RUN}") from exc
-        states = _states(changed)
+        # Home Assistant answers every state the call wrote, in order: an entity that
+        # changed twice (a script run to its end: on, then off) is there twice, and its
+        # last state is the one it is in.
+        latest = {s["entity_id"]: s for s in _states(changed)}
     reporter.complete(f"Home Assistant ran {what}")
     lines = [f"Done: {describe_call(call.args())}."]
-    mine = [s for s in states if s["entity_id"] == call.entity]
-    if mine:
-        lines.append(f"{_now(mine[0])}.")
+    mine = latest.pop(call.entity, None)
+    if mine is not None:
+        lines.append(f"{_now(mine)}.")
     else:
         lines.append(f"Home Assistant reported no change of {call.entity}'s state.")
-    others = [s for s in states if s["entity_id"] != call.entity][:5]
-    lines += [f"Also changed: {_now(s)}." for s in others]
+    lines += [f"Also changed: {_now(s)}." for s in list(latest.values())[:5]]
     return "\n".join(lines)
 
 
