@@ -620,3 +620,42 @@ async def test_a_script_runs_and_reads_as_it_ended(house: House) -> None:
         ServiceCall("script", "turn_on", {"entity_id": "script.good_night"}),
         ServiceCall("script", "good_night", {"entity_id": "script.good_night"}),
     ]
+
+
+async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again(
+    ha: HomeAssistantApi,
+    home_assistant: HomeAssistant,
+    upstream: ScriptedUpstream,
+    calls: ServiceCalls,
+) -> None:
+    await reset_house(ha)
+    # Bernard stops waiting after 1.5 s; the script takes 3 s, and Home Assistant runs a
+    # call to its end whatever happens to the request.
+    settings = settings_for(upstream, home_assistant).model_copy(
+        update={"tool_http_timeout_s": 1.5}
+    )
+    async with bernard(settings) as stack:
+        await calls.clear()
+        house = House(stack, upstream, ha, calls)
+        slowly = call("script.hall_light_slowly", "hall_light_slowly")
+        house.upstream.script_router(Reply.tool_calls([slowly], ids=["slowly"]))
+        (proposal,) = of(await house.turn("Hall light, slowly"), "awaiting_confirmation")
+        house.upstream.script(Reply.text("It may be on."))
+        approved = await house.decide(proposal, "approve")
+
+    assert results(approved) == {
+        "slowly": (
+            True,
+            "Error: Home Assistant did not answer within 1.5s; the call may have run all the "
+            "same: check with ha_get_state before trying again",
+        )
+    }
+    assert status(approved) == "completed"
+
+    async def hall_on() -> bool:
+        return (await ha.state("light.hall"))["state"] == "on"
+
+    await wait_for(hall_on, 30)  # it did run
+    assert [c for c in await calls.settled() if c.domain == "script"] == [
+        ServiceCall("script", "hall_light_slowly", {"entity_id": "script.hall_light_slowly"})
+    ], "a call that may have run is never sent again"
