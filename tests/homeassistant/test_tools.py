@@ -594,7 +594,7 @@ async def test_a_script_runs_and_reads_as_it_ended(house: House) -> None:
     started = await approve(house, call("script.good_night", "turn_on"), "Run script.good_night")
 
     # script.turn_on answers once the run has started; it may end before or after that.
-    assert started.startswith("Done: Run script.good_night.\nscript.good_night is now ")
+    assert started.startswith("Done: Run script.good_night.\nscript.good_night is ")
 
     async def hall_off() -> bool:
         return (await house.ha.state("light.hall"))["state"] == "off"
@@ -603,15 +603,11 @@ async def test_a_script_runs_and_reads_as_it_ended(house: House) -> None:
     await house.ha.call_service("input_boolean", "turn_on", **hall)
 
     # The script's own service answers once it has ended: the script twice, on then off.
-    ran = await approve(
-        house,
-        call("script.good_night", "good_night"),
-        "Call script.good_night on script.good_night",
-    )
+    ran = await approve(house, call("script.good_night", "good_night"), "Run script.good_night")
 
     assert ran == (
-        "Done: Call script.good_night on script.good_night.\n"
-        "script.good_night is now off.\n"
+        "Done: Run script.good_night.\n"
+        "script.good_night is not running.\n"
         "Also changed: input_boolean.hall_light is now off.\n"
         "Also changed: light.hall is now off."
     )

@@ -95,7 +95,7 @@ Home Assistant entities: 10
 - light.living_room “Living Room Lights”: on, brightness 71 %
 - lock.front_door “Front Door”: locked
 - scene.movie_night “Movie Night”: last activated 2024-05-31T20:14:03.511029+00:00
-- script.bedtime “Bedtime”: off
+- script.bedtime “Bedtime”: not running
 - sensor.outdoor_temperature “Outdoor Temperature”: 12.4 °C
 - sun.sun “Sun”: above_horizon
 - switch.coffee_maker “Coffee Maker”: off""",
@@ -583,15 +583,15 @@ async def test_activating_a_scene_reports_it_and_what_it_changed(
         # The script's own service runs it to its end: the answer holds it on, then off.
         (
             "bedtime",
-            "Done: Call script.bedtime on script.bedtime.\n"
-            "script.bedtime is now off.\n"
+            "Done: Run script.bedtime.\n"
+            "script.bedtime is not running.\n"
             "Also changed: light.living_room is now off.",
         ),
         # script.turn_on answers once it has started.
         (
             "turn_on",
             "Done: Run script.bedtime.\n"
-            "script.bedtime is now on.\n"
+            "script.bedtime is running.\n"
             "Also changed: light.living_room is now off.",
         ),
     ],
@@ -688,6 +688,7 @@ async def test_a_fan_can_be_called_with_the_default_domains(
         (service("media_player", "media_pause", "media_player.tv"), "Pause media_player.tv"),
         (service("scene", "turn_on", "scene.movie_night"), "Activate scene.movie_night"),
         (service("script", "turn_on", "script.good_night"), "Run script.good_night"),
+        (service("script", "good_night", "script.good_night"), "Run script.good_night"),
         (
             service("vacuum", "start", "vacuum.downstairs", fan_speed="max", repeats=2),
             'Call vacuum.start on vacuum.downstairs with fan_speed="max", repeats=2',

@@ -95,6 +95,8 @@ _AREA = re.compile(r"[\w' .-]+")
 _TARGETS = ("entity_id", "device_id", "area_id", "floor_id", "label_id")
 # Domains whose state is when the entity was last activated, not a condition it is in.
 _ACTIVATED = frozenset({"scene", "button", "input_button"})
+# A script is on while it runs (homeassistant/components/script/__init__.py).
+_SCRIPT_STATES = {"on": "running", "off": "not running"}
 # An option naming a mode, and the attribute listing the entity's modes: Home Assistant
 # refuses a mode outside the list (climate's and fan's `_valid_..._mode_or_raise`).
 _MODES = (
@@ -410,8 +412,8 @@ def _head(domain: str, service: str, entity: str, data: dict[str, Any]) -> str:
     """The call's verb and object; takes the options it says out of `data`."""
     if domain == "scene" and service == "turn_on":
         return f"Activate {entity}"
-    if domain == "script" and service == "turn_on":
-        return f"Run {entity}"
+    if domain == "script" and (service == "turn_on" or entity == f"script.{service}"):
+        return f"Run {entity}"  # script.turn_on, or the script's own service
     if service == "set_temperature":
         if "temperature" in data:
             head = f"Set {entity} to {_degrees(data.pop('temperature'))}"
@@ -751,10 +753,14 @@ def _label(state: dict[str, Any]) -> str:
 
 def _now(state: dict[str, Any]) -> str:
     """A changed entity as the call's result says it: what it is now, or, for an entity whose
-    state is the time it was last activated (a scene), that it was."""
+    state is the time it was last activated (a scene), that it was; a script is running or
+    not (its on and off), not switched on or off."""
     entity = state["entity_id"]
-    if entity.split(".", 1)[0] in _ACTIVATED:
+    kind = entity.split(".", 1)[0]
+    if kind in _ACTIVATED:
         return f"{entity} was activated at {trim(state['state'], 60)}"
+    if kind == "script" and state["state"] in _SCRIPT_STATES:
+        return f"{entity} is {_SCRIPT_STATES[state['state']]}"
     return f"{entity} is now {_brief(state)}"
 
 
@@ -768,6 +774,8 @@ def _brief(state: dict[str, Any]) -> str:
             if value not in ("unknown", "")
             else "never activated"
         )
+    if kind == "script" and value in _SCRIPT_STATES:
+        return _SCRIPT_STATES[value]
     parts = [trim(value, 60)]
     unit = attributes.get("unit_of_measurement")
     if isinstance(unit, str) and unit:
