@@ -343,27 +343,45 @@ async def test_a_domain_outside_bernard_ha_domains_never_reaches_home_assistant(
     assert (await house.ha.state("lock.front_door"))["state"] == "locked"
 
 
-async def test_an_approval_edited_to_a_forbidden_domain_never_reaches_home_assistant(
+async def test_an_edited_approval_never_reaches_home_assistant_with_what_it_may_not_do(
     house: House,
 ) -> None:
-    house.upstream.script_router(Reply.tool_calls([call("light.hall", "turn_on")]))
-    (proposal,) = of(await house.turn("Hall light, please"), "awaiting_confirmation")
+    house.upstream.script_router(Reply.tool_calls([call("climate.living_room", "turn_on")]))
+    (proposal,) = of(await house.turn("Heating on, please"), "awaiting_confirmation")
 
-    edited = await house.stack.client.post(
-        f"/v1/conversations/{CONVERSATION}/resume",
-        json={
-            "confirmation_id": proposal["confirmation_id"],
-            "decision": "approve",
-            "arguments": UNLOCK[1],
-        },
-        headers=HEADERS,
-    )
+    async def approve_as(args: dict[str, Any]) -> httpx.Response:
+        return await house.stack.client.post(
+            f"/v1/conversations/{CONVERSATION}/resume",
+            json={
+                "confirmation_id": proposal["confirmation_id"],
+                "decision": "approve",
+                "arguments": args,
+            },
+            headers={**HEADERS, **SSE},
+        )
 
-    assert edited.status_code == 400, edited.text
-    assert edited.json()["error"]["param"] == "arguments.domain"
+    # Another domain: refused by the API, the call still waiting.
+    unlocked = await approve_as(UNLOCK[1])
+    assert unlocked.status_code == 400, unlocked.text
+    assert unlocked.json()["error"]["param"] == "arguments.domain"
+    # A value the thermostat refuses: checked again before anything is sent.
+    house.upstream.script(Reply.text("It only goes up to 30°."))
+    too_hot = await approve_as(call("climate.living_room", "set_temperature", temperature=40)[1])
+    assert too_hot.status_code == 200, too_hot.text
+    events = [(sse.event, json.loads(sse.data)) for sse in EventSource(too_hot).iter_sse()]
+
+    assert [(r["is_error"], r["output"]) for r in of(events, "tool_result")] == [
+        (
+            True,
+            "Error: climate.living_room accepts a temperature from 7° to 30°, not 40°; nothing "
+            "was sent to Home Assistant",
+        )
+    ]
+    assert status(events) == "completed"
     assert await house.calls.settled() == []
     assert (await house.ha.state("lock.front_door"))["state"] == "locked"
-    assert (await house.ha.state("light.hall"))["state"] == "off"
+    thermostat = await house.ha.state("climate.living_room")
+    assert (thermostat["state"], thermostat["attributes"]["temperature"]) == ("off", 20)
 
 
 async def test_a_call_on_an_entity_home_assistant_does_not_have_is_never_done(
@@ -426,53 +444,89 @@ async def test_a_temperature_above_the_thermostats_maximum_is_refused_before_any
     assert (await house.ha.state("climate.living_room"))["attributes"]["temperature"] == 20
 
 
+NOT_SENT = "; nothing was sent to Home Assistant"
+BAD_REQUEST = "400: Bad Request"
+# Calls that can never do what they say, each with what Home Assistant's REST API answers
+# it (status, body; None: a body not compared) and what the model reads instead.
+CANNOT_RUN: dict[str, tuple[tuple[str, dict[str, Any]], int, str | None, str]] = {
+    # A light service on the lock: Home Assistant does nothing and says it succeeded.
+    "lock": (
+        call("lock.front_door", "turn_on", domain="light"),
+        200,
+        "[]",
+        "Error: lock.front_door is not a light entity; call light services on light.* entities",
+    ),
+    # A second target in data: Home Assistant acts on it (here instead of the kitchen).
+    "widened": (
+        call("light.kitchen", "turn_on", entity_id="light.hall"),
+        200,
+        None,
+        "Error: data may not hold entity_id: a call acts on its one entity_id",
+    ),
+    "option": (
+        call("light.kitchen", "turn_on", speed=3),
+        400,
+        BAD_REQUEST,
+        "Error: light.turn_on takes no speed; the options it takes are brightness, "
+        "brightness_pct, brightness_step, brightness_step_pct, color_name, color_temp, "
+        "color_temp_kelvin, effect, flash, hs_color, profile, rgb_color, rgbw_color, "
+        f"rgbww_color, transition, white, xy_color{NOT_SENT}",
+    ),
+    "bright": (
+        call("light.kitchen", "turn_on", brightness_pct=150),
+        400,
+        BAD_REQUEST,
+        f"Error: brightness_pct must be from 0 to 100, not 150{NOT_SENT}",
+    ),
+    "service": (
+        call("light.kitchen", "open_cover"),
+        400,
+        BAD_REQUEST,
+        f"Error: Home Assistant has no service light.open_cover{NOT_SENT}",
+    ),
+    # A feature the template fan lacks: a bare 500.
+    "feature": (
+        call("fan.ceiling", "set_percentage", percentage=30),
+        500,
+        SERVER_ERROR,
+        f"Error: fan.ceiling does not support fan.set_percentage{NOT_SENT}",
+    ),
+    # A mode the thermostat does not list: Home Assistant 2025.4 only logs a warning, and
+    # the generic thermostat takes "cool" and turns its heater on.
+    "mode": (
+        call("climate.living_room", "set_hvac_mode", hvac_mode="cool"),
+        200,
+        None,
+        'Error: climate.living_room has no hvac_mode "cool"; its hvac_modes are heat, '
+        f"off{NOT_SENT}",
+    ),
+}
+
+
 async def test_calls_that_can_never_run_are_refused_before_they_are_proposed(
     house: House,
 ) -> None:
-    house.upstream.script_router(
-        Reply.tool_calls(
-            [
-                call("lock.front_door", "turn_on", domain="light"),
-                call("light.kitchen", "turn_on", entity_id="light.hall"),
-                call("light.kitchen", "turn_on", speed=3),
-                call("fan.ceiling", "set_percentage", percentage=30),
-                call("light.kitchen", "open_cover"),
-            ],
-            ids=["lock", "widened", "option", "feature", "service"],
+    for name, ((_, args), status_code, body, _) in CANNOT_RUN.items():
+        direct = await house.ha.http.post(
+            f"/api/services/{args['domain']}/{args['service']}",
+            json={"entity_id": args["entity_id"], **args.get("data", {})},
         )
+        said = direct.text if body is not None else None
+        assert (direct.status_code, said) == (status_code, body), name
+    assert (await house.ha.state("light.hall"))["state"] == "on", "widened reached the hall"
+    assert (await house.ha.state("climate.living_room"))["state"] == "cool"
+    assert (await house.ha.state("input_boolean.boiler"))["state"] == "on"
+    await reset_house(house.ha)
+    await house.calls.clear()
+    house.upstream.script_router(
+        Reply.tool_calls([c for c, *_ in CANNOT_RUN.values()], ids=list(CANNOT_RUN))
     )
     house.upstream.script(Reply.text("None of that can be done."))
 
     events = await house.turn("Do all of it")
 
     assert not of(events, "awaiting_confirmation")
-    assert results(events) == {
-        "lock": (
-            True,
-            "Error: lock.front_door is not a light entity; call light services on light.* entities",
-        ),
-        "widened": (
-            True,
-            "Error: data may not hold entity_id: a call acts on its one entity_id",
-        ),
-        "option": (
-            True,
-            "Error: light.turn_on takes no speed; the options it takes are brightness, "
-            "brightness_pct, brightness_step, brightness_step_pct, color_name, color_temp, "
-            "color_temp_kelvin, effect, flash, hs_color, profile, rgb_color, rgbw_color, "
-            "rgbww_color, transition, white, xy_color; nothing was sent to Home Assistant",
-        ),
-        "feature": (
-            True,
-            "Error: fan.ceiling does not support fan.set_percentage; nothing was sent to Home "
-            "Assistant",
-        ),
-        "service": (
-            True,
-            "Error: Home Assistant has no service light.open_cover; nothing was sent to Home "
-            "Assistant",
-        ),
-    }
+    assert results(events) == {name: (True, error) for name, (*_, error) in CANNOT_RUN.items()}
     assert status(events) == "completed"
     assert await house.calls.settled() == []
 
