@@ -34,9 +34,14 @@ What each answer reproduces, read from Home Assistant 2025.4.4's source (the
     an exception the view does not catch) for a `ServiceValidationError` or
     `ServiceNotSupported`: a temperature outside the thermostat's range
     (components/climate/__init__.py async_service_temperature_set, "temp_out_of_range"), a
-    mode outside the entity's list (ClimateEntity._valid_mode_or_raise, FanEntity
-    _valid_preset_mode_or_raise), an entity without a feature the service requires
-    (entity_service_call, required_features); the reason goes only to Home Assistant's log;
+    preset, fan or swing mode outside the entity's list (ClimateEntity._valid_mode_or_raise,
+    FanEntity _valid_preset_mode_or_raise), an entity without a feature the service
+    requires (entity_service_call, required_features); the reason goes only to Home
+    Assistant's log;
+  - an hvac_mode outside the entity's list is not refused: `_valid_mode_or_raise` only logs
+    a warning for it in 2025.4 ("This will stop working in 2025.4 and raise an error
+    instead"), and the entity takes it (a real generic thermostat asked for "cool" is set to
+    cool and turns its heater on); one that is no `HVACMode` at all fails the schema, a 400;
   - otherwise 200 with the state objects that changed (the `state_changed` events of the
     call's context, in order): none when nothing changed, an entity written twice twice
     (the script's own service, `script.bedtime`, runs it to its end: the script on, what it
@@ -78,6 +83,8 @@ _FAILED = {
 }
 # The time the fake says a scene was activated at (Home Assistant writes utcnow().isoformat()).
 ACTIVATED_AT = "2024-06-01T19:30:00.000000+00:00"
+# homeassistant/components/climate/const.py HVACMode.
+_HVAC_MODES = frozenset({"off", "heat", "cool", "heat_cool", "auto", "dry", "fan_only"})
 # What the fake's scenes and scripts do to light.living_room: a light service and its data.
 _EFFECTS: dict[str, tuple[str, dict[str, Any]]] = {
     "scene.movie_night": ("turn_on", {"brightness_pct": 20}),
@@ -368,9 +375,9 @@ def _apply(
     elif domain == "climate" and service == "set_temperature":
         _set_temperature(options, attributes)
         if "hvac_mode" in options:
-            new["state"] = _mode("hvac_mode", "hvac_modes", options, attributes)
+            new["state"] = _hvac_mode(options)
     elif domain == "climate" and service == "set_hvac_mode":
-        new["state"] = _mode("hvac_mode", "hvac_modes", options, attributes)
+        new["state"] = _hvac_mode(options)
     elif domain == "lock" and service in ("lock", "unlock"):
         new["state"] = "locked" if service == "lock" else "unlocked"
     elif domain == "scene" and service == "turn_on":
@@ -389,8 +396,16 @@ def _mode(key: str, listed: str, options: dict[str, Any], attributes: dict[str, 
     mode = str(options[key])
     if mode not in (attributes.get(listed) or []):
         raise Refused(500)
-    if key != "hvac_mode":
-        attributes[key] = mode
+    attributes[key] = mode
+    return mode
+
+
+def _hvac_mode(options: dict[str, Any]) -> str:
+    """The hvac_mode asked for, taken even when the entity does not list it (2025.4 only
+    warns); a 400 when it is no `HVACMode` (the services' `vol.Coerce(HVACMode)`)."""
+    mode = str(options["hvac_mode"])
+    if mode not in _HVAC_MODES:
+        raise Refused(400)
     return mode
 
 

@@ -445,6 +445,9 @@ async def test_a_call_bernard_may_not_make_never_reaches_home_assistant(
 # -- calling a service: what a real Home Assistant answers, and what the tool makes of it ----
 
 
+BAD = "400: Bad Request"
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "answer"),
     [
@@ -453,12 +456,12 @@ async def test_a_call_bernard_may_not_make_never_reaches_home_assistant(
         ("light/turn_on", {"entity_id": "lock.front_door"}, 200, "[]"),
         # A value or a mode the entity refuses, a feature it lacks: a bare 500.
         ("climate/set_temperature", {"entity_id": "climate.hall", "temperature": 40}, 500, None),
-        ("climate/set_hvac_mode", {"entity_id": "climate.hall", "hvac_mode": "cool"}, 500, None),
+        ("climate/set_hvac_mode", {"entity_id": "climate.hall", "hvac_mode": "warm"}, 400, BAD),
         ("lock/open", {"entity_id": "lock.front_door"}, 500, None),
         ("fan/set_preset_mode", {"entity_id": "fan.bedroom", "preset_mode": "turbo"}, 500, None),
         # No such service, an option the service does not take: a plain 400.
-        ("light/turn_onn", {"entity_id": "light.kitchen"}, 400, "400: Bad Request"),
-        ("light/turn_on", {"entity_id": "light.kitchen", "flash2": "x"}, 400, "400: Bad Request"),
+        ("light/turn_onn", {"entity_id": "light.kitchen"}, 400, BAD),
+        ("light/turn_on", {"entity_id": "light.kitchen", "flash2": "x"}, 400, BAD),
     ],
 )
 async def test_the_fake_answers_service_calls_as_home_assistant_2025_4_does(
@@ -472,6 +475,19 @@ async def test_the_fake_answers_service_calls_as_home_assistant_2025_4_does(
     server_error = "500 Internal Server Error\n\nServer got itself in trouble"
     assert (reply.status_code, reply.text) == (status, answer or server_error)
     assert after == before, "nothing changed in the house"
+
+
+async def test_the_fake_takes_an_hvac_mode_the_thermostat_does_not_list_as_2025_4_does(
+    home: FakeHomeAssistant,
+) -> None:
+    headers = {"Authorization": f"Bearer {FakeHomeAssistant.token}"}
+    body = {"entity_id": "climate.hall", "hvac_mode": "cool"}  # its modes: off, heat
+    async with httpx.AsyncClient(base_url=home.base_url, headers=headers) as ha:
+        reply = await ha.post("/api/services/climate/set_hvac_mode", json=body)
+        after = (await ha.get("/api/states/climate.hall")).json()
+    assert reply.status_code == 200
+    assert [(s["entity_id"], s["state"]) for s in reply.json()] == [("climate.hall", "cool")]
+    assert after["state"] == "cool"
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,9 @@ _ACTIVATED = frozenset({"scene", "button", "input_button"})
 # A script is on while it runs (homeassistant/components/script/__init__.py).
 _SCRIPT_STATES = {"on": "running", "off": "not running"}
 # An option naming a mode, and the attribute listing the entity's modes: Home Assistant
-# refuses a mode outside the list (climate's and fan's `_valid_..._mode_or_raise`).
+# refuses a mode outside the list (climate's and fan's `_valid_..._mode_or_raise`), except
+# an hvac_mode, which 2025.4 only warns about and the entity takes (a generic thermostat
+# asked for "cool" is set to cool and turns its heater on): refused here all the same.
 _MODES = (
     ("hvac_mode", "hvac_modes"),
     ("preset_mode", "preset_modes"),
