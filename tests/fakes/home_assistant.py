@@ -203,8 +203,7 @@ class FakeHomeAssistant(FakeService):
             return JSONResponse(self.fixture("template-error.json"), status_code=400)
         area = self._area(json.loads(match["a"]))
         rendered = {"area": area and area["name"], "entities": area["entities"] if area else []}
-        # `tojson` writes compact JSON (homeassistant/helpers/json.py json_dumps, orjson).
-        return PlainTextResponse(json.dumps(rendered, separators=(",", ":")))
+        return PlainTextResponse(_tojson(rendered))
 
     def _area(self, lookup: str) -> dict[str, Any] | None:
         """The area with this id, or this name with case and spaces folded (as the area
@@ -318,6 +317,16 @@ class FakeHomeAssistant(FakeService):
         ended["attributes"]["current"] = 0
         house[entity_id] = ended
         return [running, *effects, *([ended] if to_its_end else [])]
+
+
+def _tojson(value: Any) -> str:
+    """Jinja's own `tojson` filter, which Home Assistant's templates keep (jinja2/utils.py
+    htmlsafe_json_dumps with its default policy, sort_keys): `json.dumps` with its spaces,
+    keys sorted, and <, >, & and ' escaped."""
+    text = json.dumps(value, sort_keys=True)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027")):
+        text = text.replace(char, escaped)
+    return text
 
 
 async def _broken() -> AsyncIterator[bytes]:

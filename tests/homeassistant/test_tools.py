@@ -29,6 +29,7 @@ from tests.homeassistant.conftest import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
 from tests.processes import wait_for
 from tests.upstream import Reply, ScriptedUpstream
+from worker.tools.home_assistant import area_template
 
 KEY = "house-tools-key-7b21"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
@@ -193,11 +194,14 @@ def call(entity: str, service: str, **data: Any) -> tuple[str, dict[str, Any]]:
 @contextlib.asynccontextmanager
 async def placed(ha: HomeAssistantApi, entity_id: str, area_id: str) -> AsyncIterator[None]:
     """The entity in that area (one of those Home Assistant's onboarding makes: Living Room,
-    Kitchen, Bedroom), then in none again."""
+    Kitchen, Bedroom), then in none again; and an empty area whose name needs escaping in
+    JSON written for HTML, as Jinja's `tojson` writes it."""
     await ha.command("config/entity_registry/update", entity_id=entity_id, area_id=area_id)
+    kids = await ha.command("config/area_registry/create", name="Kid's room")
     try:
         yield
     finally:
+        await ha.command("config/area_registry/delete", area_id=kids["area_id"])
         await ha.command("config/entity_registry/update", entity_id=entity_id, area_id=None)
 
 
@@ -210,16 +214,28 @@ async def test_the_tools_list_the_house_by_domain_and_by_area_and_read_a_state(
                 ("ha_list_entities", {"domain": "light"}),
                 ("ha_list_entities", {"area": "kitchen"}),
                 ("ha_list_entities", {"area": "bedroom"}),
+                ("ha_list_entities", {"area": "kid's room"}),
                 ("ha_list_entities", {"area": "hall", "domain": "light"}),
                 ("ha_list_entities", {"area": "attic"}),
                 ("ha_get_state", {"entity_id": "climate.living_room"}),
             ],
-            ids=["lights", "kitchen", "bedroom", "hall", "attic", "thermostat"],
+            ids=["lights", "kitchen", "bedroom", "kids", "hall", "attic", "thermostat"],
         )
     )
     house.upstream.script(Reply.text("Here is your house."))
     async with placed(house.ha, "light.kitchen", "kitchen"):
         events = await house.turn("What is in the house?")
+        # What the tools read, as the fake Home Assistant renders it too.
+        rendered = {
+            area: await house.ha.http.post("/api/template", json={"template": area_template(area)})
+            for area in ("kitchen", "kid's room", "attic")
+        }
+
+    assert {area: (r.status_code, r.text) for area, r in rendered.items()} == {
+        "kitchen": (200, '{"area": "Kitchen", "entities": ["light.kitchen"]}'),
+        "kid's room": (200, '{"area": "Kid\\u0027s room", "entities": []}'),
+        "attic": (200, '{"area": null, "entities": []}'),
+    }
 
     thermostat = await house.ha.state("climate.living_room")
     assert results(events) == {
@@ -235,6 +251,7 @@ async def test_the_tools_list_the_house_by_domain_and_by_area_and_read_a_state(
             "- light.kitchen “Kitchen light”: off",
         ),
         "bedroom": (False, "Home Assistant has no entities in the area “Bedroom”."),
+        "kids": (False, "Home Assistant has no entities in the area “Kid's room”."),
         "hall": (
             False,
             "Home Assistant light entities whose name mentions “hall” (Home Assistant has no "

@@ -107,6 +107,23 @@ Home Assistant entities: 10
     assert home.requests == [Seen("/api/states", {})]  # the fake answers 401 without the token
 
 
+@pytest.mark.parametrize(
+    ("area", "rendered"),
+    [
+        ("kitchen", '{"area": "Kitchen", "entities": ["light.kitchen", "switch.coffee_maker"]}'),
+        ("kid's room", '{"area": "Kid\\u0027s room", "entities": []}'),
+        ("attic", '{"area": null, "entities": []}'),
+    ],
+)
+async def test_the_fake_renders_the_area_template_as_home_assistant_2025_4_does(
+    area: str, rendered: str, home: FakeHomeAssistant
+) -> None:
+    headers = {"Authorization": f"Bearer {FakeHomeAssistant.token}"}
+    async with httpx.AsyncClient(base_url=home.base_url, headers=headers) as ha:
+        reply = await ha.post("/api/template", json={"template": area_template(area)})
+    assert (reply.status_code, reply.text) == (200, rendered)
+
+
 def test_the_area_template_asks_for_the_areas_name_and_its_entities() -> None:
     assert area_template("Living Room") == (
         '{{ {"area": area_name("Living Room") or area_name(area_id("Living Room") or ""), '
@@ -155,6 +172,7 @@ async def test_an_area_home_assistant_does_not_know_falls_back_to_the_entities_n
         ("empty", {"domain": "Light"}, "Home Assistant has no light entities."),
         ("ok", {"domain": "cover"}, "Home Assistant has no cover entities."),
         ("ok", {"area": "garage"}, "Home Assistant has no entities in the area “Garage”."),
+        ("ok", {"area": "kid's room"}, "Home Assistant has no entities in the area “Kid's room”."),
         (
             "ok",
             {"area": "Bedroom", "domain": "light"},
