@@ -18,6 +18,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +38,7 @@ SSE = {"Accept": "text/event-stream"}
 CONVERSATION = "house"
 MARK = "bernard_test_mark"
 SERVER_ERROR = "500 Internal Server Error\n\nServer got itself in trouble"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "home_assistant"
 
 
 @dataclass
@@ -726,3 +728,21 @@ async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again
     assert [c for c in await calls.settled() if c.domain == "script"] == [
         ServiceCall("script", "hall_light_slowly", {"entity_id": "script.hall_light_slowly"})
     ], "a call that may have run is never sent again"
+
+
+# -- the scripted Home Assistant ---------------------------------------------------------------
+
+
+async def test_the_fakes_service_descriptions_are_the_real_ones(ha: HomeAssistantApi) -> None:
+    """tests/fakes/home_assistant.py answers `GET /api/services` with its fixture; each
+    service it describes is described as this Home Assistant describes it (the script's own
+    service, named for the fake's script, as this house's is)."""
+    fixture = json.loads((FIXTURES / "services.json").read_text())["body"]
+    response = await ha.http.get("/api/services")
+    response.raise_for_status()
+    real = {entry["domain"]: entry["services"] for entry in response.json()}
+    real["script"]["bedtime"] = real["script"]["good_night"] | {"name": "Bedtime"}
+
+    for entry in fixture:
+        for name, description in entry["services"].items():
+            assert description == real[entry["domain"]][name], f"{entry['domain']}.{name}"
