@@ -510,6 +510,20 @@ CANNOT_RUN: dict[str, tuple[tuple[str, dict[str, Any]], int, str | None, str]] =
         SERVER_ERROR,
         f"Error: fan.ceiling does not support fan.set_percentage{NOT_SENT}",
     ),
+    # A preset on a fan that has none: a bare 500.
+    "preset": (
+        call("fan.ceiling", "turn_on", preset_mode="auto"),
+        500,
+        SERVER_ERROR,
+        f'Error: fan.ceiling has no preset_mode "auto": it has no preset_modes{NOT_SENT}',
+    ),
+    # An effect on a light that has none: the light comes on, the effect is dropped.
+    "effect": (
+        call("light.kitchen", "turn_on", effect="rainbow"),
+        200,
+        None,
+        f'Error: light.kitchen has no effect "rainbow": it has no effect_list{NOT_SENT}',
+    ),
     # A mode the thermostat does not list: Home Assistant 2025.4 only logs a warning, and
     # the generic thermostat takes "cool" and turns its heater on.
     "mode": (
@@ -533,6 +547,8 @@ async def test_calls_that_can_never_run_are_refused_before_they_are_proposed(
         said = direct.text if body is not None else None
         assert (direct.status_code, said) == (status_code, body), name
     assert (await house.ha.state("light.hall"))["state"] == "on", "widened reached the hall"
+    kitchen = await house.ha.state("light.kitchen")
+    assert (kitchen["state"], kitchen["attributes"].get("effect")) == ("on", None)
     assert (await house.ha.state("climate.living_room"))["state"] == "cool"
     assert (await house.ha.state("input_boolean.boiler"))["state"] == "on"
     await reset_house(house.ha)

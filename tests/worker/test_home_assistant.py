@@ -543,6 +543,11 @@ async def test_the_fake_takes_an_hvac_mode_the_thermostat_does_not_list_as_2025_
             "nothing was sent to Home Assistant",
         ),
         (
+            service("light", "turn_on", "light.kitchen", effect="rainbow"),
+            'Error: light.kitchen has no effect "rainbow": it has no effect_list; nothing was '
+            "sent to Home Assistant",
+        ),
+        (
             service("lock", "open", "lock.front_door"),
             "Error: lock.front_door does not support lock.open; nothing was sent to Home Assistant",
         ),

@@ -677,7 +677,14 @@ def _refusal(
             return f"target_temp_low ({low:g}°) is above target_temp_high ({high:g}°)"
     for key, listed in _MODES:
         modes = attributes.get(listed)
-        if key in data and isinstance(modes, list) and data[key] not in modes:
+        if key not in data:
+            continue
+        if modes is None:
+            # An entity lists its modes of a kind whenever it has the feature: without the
+            # list, Home Assistant refuses the mode (a fan's preset, a 500) or drops it and
+            # runs the rest (a light's effect), neither what the user would be asked.
+            return f"{entity} has no {key} {_value(data[key])}: it has no {listed}"
+        if isinstance(modes, list) and data[key] not in modes:
             shown = ", ".join(str(m) for m in modes) or "none"
             return f"{entity} has no {key} {_value(data[key])}; its {listed} are {shown}"
     for key, least, most, unit in _BOUNDS:
