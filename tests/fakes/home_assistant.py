@@ -26,7 +26,8 @@ What each answer reproduces, read from Home Assistant 2025.4.4's source (the
   - 400 "400: Bad Request" when the service does not exist (`has_service`, before anything
     runs) and when the data fails the service's schema (`vol.Invalid`: the entity service
     schemas of helpers/config_validation.py make_entity_service_schema refuse keys they do
-    not know);
+    not know, a number that is not one, `vol.Coerce(float)`, which reads "40" as 40.0, and
+    a brightness_pct or percentage outside 0 to 100);
   - 200 `[]` for an entity that does not exist, or is not of the service's domain (the
     domain's entity component has no such entity: helpers/service.py entity_service_call
     only logs "Referenced entities ... are missing or not currently available");
@@ -83,6 +84,16 @@ _FAILED = {
 }
 # The time the fake says a scene was activated at (Home Assistant writes utcnow().isoformat()).
 ACTIVATED_AT = "2024-06-01T19:30:00.000000+00:00"
+# The numbers the fake's services read, as their schemas coerce them (a string that is a
+# number is one), with the range a schema holds them to (light's brightness_pct and fan's
+# percentage, vol.Range(0, 100); a temperature's range is the entity's, a 500).
+_SCHEMA_NUMBERS: dict[str, tuple[float, float] | None] = {
+    "brightness_pct": (0, 100),
+    "percentage": (0, 100),
+    "temperature": None,
+    "target_temp_low": None,
+    "target_temp_high": None,
+}
 # homeassistant/components/climate/const.py HVACMode.
 _HVAC_MODES = frozenset({"off", "heat", "cool", "heat_cool", "auto", "dry", "fan_only"})
 # What the fake's scenes and scripts do to light.living_room: a light service and its data.
@@ -250,6 +261,14 @@ class FakeHomeAssistant(FakeService):
         fields = _field_names(description)
         if any(key not in fields and key not in _TARGETS for key in data):
             raise Refused(400)  # vol.Invalid: extra keys not allowed
+        for key, bounds in _SCHEMA_NUMBERS.items():
+            if key in data:
+                try:
+                    number = float(data[key])  # vol.Coerce(float): "40" is 40.0
+                except (TypeError, ValueError):
+                    raise Refused(400) from None
+                if bounds is not None and not bounds[0] <= number <= bounds[1]:
+                    raise Refused(400)  # vol.Range
         options = {k: v for k, v in data.items() if k not in _TARGETS}
         house = self.states()
         changed: list[dict[str, Any]] = []

@@ -497,6 +497,25 @@ CANNOT_RUN: dict[str, tuple[tuple[str, dict[str, Any]], int, str | None, str]] =
         BAD_REQUEST,
         f"Error: brightness_pct must be from 0 to 100, not 150{NOT_SENT}",
     ),
+    "text": (
+        call("climate.living_room", "set_temperature", temperature="hot"),
+        400,
+        BAD_REQUEST,
+        f'Error: temperature must be a number, not "hot"{NOT_SENT}',
+    ),
+    # A number written as text is read as the number, out of range as it is.
+    "bright text": (
+        call("light.kitchen", "turn_on", brightness_pct="150"),
+        400,
+        BAD_REQUEST,
+        f"Error: brightness_pct must be from 0 to 100, not 150{NOT_SENT}",
+    ),
+    "hot text": (
+        call("climate.living_room", "set_temperature", temperature="40"),
+        500,
+        SERVER_ERROR,
+        f"Error: climate.living_room accepts a temperature from 7° to 30°, not 40°{NOT_SENT}",
+    ),
     "service": (
         call("light.kitchen", "open_cover"),
         400,

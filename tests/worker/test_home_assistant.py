@@ -480,6 +480,9 @@ BAD = "400: Bad Request"
         # No such service, an option the service does not take: a plain 400.
         ("light/turn_onn", {"entity_id": "light.kitchen"}, 400, BAD),
         ("light/turn_on", {"entity_id": "light.kitchen", "flash2": "x"}, 400, BAD),
+        ("light/turn_on", {"entity_id": "light.kitchen", "brightness_pct": "150"}, 400, BAD),
+        ("climate/set_temperature", {"entity_id": "climate.hall", "temperature": "hot"}, 400, BAD),
+        ("climate/set_temperature", {"entity_id": "climate.hall", "temperature": "40"}, 500, None),
     ],
 )
 async def test_the_fake_answers_service_calls_as_home_assistant_2025_4_does(
@@ -560,6 +563,25 @@ async def test_the_fake_takes_an_hvac_mode_the_thermostat_does_not_list_as_2025_
             service("light", "turn_on", "light.kitchen", brightness_pct=150),
             "Error: brightness_pct must be from 0 to 100, not 150; nothing was sent to Home "
             "Assistant",
+        ),
+        # Home Assistant's schemas read a number written as text as the number.
+        (
+            service("light", "turn_on", "light.kitchen", brightness_pct="150"),
+            "Error: brightness_pct must be from 0 to 100, not 150; nothing was sent to Home "
+            "Assistant",
+        ),
+        (
+            service("climate", "set_temperature", "climate.hall", temperature="40"),
+            "Error: climate.hall accepts a temperature from 7° to 30°, not 40°; nothing was "
+            "sent to Home Assistant",
+        ),
+        (
+            service("climate", "set_temperature", "climate.hall", temperature="hot"),
+            'Error: temperature must be a number, not "hot"; nothing was sent to Home Assistant',
+        ),
+        (
+            service("climate", "set_temperature", "climate.hall", temperature="nan"),
+            'Error: temperature must be a number, not "nan"; nothing was sent to Home Assistant',
         ),
         (
             service("switch", "turn_on", "switch.coffee_maker", brightness_pct=50),

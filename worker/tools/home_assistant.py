@@ -46,10 +46,11 @@ Requests go through the worker's shared HTTP client (worker/tools/runtime.py), e
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import httpx
 from langchain_core.runnables import RunnableConfig
@@ -672,8 +673,9 @@ def _refusal(
             return f"{entity} keeps a temperature range: set target_temp_low and target_temp_high"
         if {"target_temp_low", "target_temp_high"} & data.keys() and not features & 2:
             return f"{entity} keeps one temperature: set temperature"
-        low, high = data.get("target_temp_low"), data.get("target_temp_high")
-        if isinstance(low, int | float) and isinstance(high, int | float) and low > high:
+        low = _as_number(data.get("target_temp_low"))
+        high = _as_number(data.get("target_temp_high"))
+        if low is not None and high is not None and low > high:
             return f"target_temp_low ({low:g}°) is above target_temp_high ({high:g}°)"
     for key, listed in _MODES:
         modes = attributes.get(listed)
@@ -688,8 +690,8 @@ def _refusal(
             shown = ", ".join(str(m) for m in modes) or "none"
             return f"{entity} has no {key} {_value(data[key])}; its {listed} are {shown}"
     for key, least, most, unit in _BOUNDS:
-        low, high, value = attributes.get(least), attributes.get(most), data.get(key)
-        if _number(value) and _number(low) and _number(high) and not low <= value <= high:
+        low, high, value = attributes.get(least), attributes.get(most), _as_number(data.get(key))
+        if value is not None and _number(low) and _number(high) and not low <= value <= high:
             return (
                 f"{entity} accepts a {key} from {low:g}{unit} to {high:g}{unit}, "
                 f"not {value:g}{unit}"
@@ -710,19 +712,39 @@ def _fields(description: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _out_of_selector(key: str, value: Any, spec: dict[str, Any]) -> str | None:
-    """A number outside the bounds the service's own description gives it."""
+def _out_of_selector(key: str, given: Any, spec: dict[str, Any]) -> str | None:
+    """What is not a number, or a number outside the bounds the service's own description
+    gives it, in an option the description says is a number."""
     number = (spec.get("selector") or {}).get("number")
-    if not isinstance(number, dict) or not _number(value):
+    if not isinstance(number, dict):
         return None
+    value = _as_number(given)
+    if value is None:
+        return f"{key} must be a number, not {_value(given)}"
     low, high = number.get("min"), number.get("max")
     if _number(low) and _number(high) and not low <= value <= high:
         return f"{key} must be from {low:g} to {high:g}, not {value:g}"
     return None
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _as_number(value: Any) -> float | None:
+    """A value as Home Assistant's service schemas read a number (`vol.Coerce(float)`: "40"
+    is 40.0, and a temperature of "40" is refused as 40 is); None when it is not one, and
+    for not-a-number and the infinities, which it takes or refuses without meaning them."""
+    if _number(value):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _states(data: Any) -> list[dict[str, Any]]:
