@@ -482,6 +482,8 @@ CANNOT_RUN: dict[str, tuple[tuple[str, dict[str, Any]], int, str | None, str]] =
         None,
         "Error: data may not hold entity_id: a call acts on its one entity_id",
     ),
+    # An option the service does not take, a number outside its range or not a number at
+    # all, a service the domain does not have: a plain 400.
     "option": (
         call("light.kitchen", "turn_on", speed=3),
         400,
@@ -503,7 +505,7 @@ CANNOT_RUN: dict[str, tuple[tuple[str, dict[str, Any]], int, str | None, str]] =
         BAD_REQUEST,
         f'Error: temperature must be a number, not "hot"{NOT_SENT}',
     ),
-    # A number written as text is read as the number, out of range as it is.
+    # A number written as text is read as the number: out of range as the number is.
     "bright text": (
         call("light.kitchen", "turn_on", brightness_pct="150"),
         400,
@@ -522,12 +524,18 @@ CANNOT_RUN: dict[str, tuple[tuple[str, dict[str, Any]], int, str | None, str]] =
         BAD_REQUEST,
         f"Error: Home Assistant has no service light.open_cover{NOT_SENT}",
     ),
-    # A feature the template fan lacks: a bare 500.
+    # A feature the entity lacks (the fan's speed, the thermostat's range): a bare 500.
     "feature": (
         call("fan.ceiling", "set_percentage", percentage=30),
         500,
         SERVER_ERROR,
         f"Error: fan.ceiling does not support fan.set_percentage{NOT_SENT}",
+    ),
+    "range": (
+        call("climate.living_room", "set_temperature", target_temp_low=18, target_temp_high=22),
+        500,
+        SERVER_ERROR,
+        f"Error: climate.living_room keeps one temperature: set temperature{NOT_SENT}",
     ),
     # A preset on a fan that has none: a bare 500.
     "preset": (
