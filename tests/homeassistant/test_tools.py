@@ -25,6 +25,7 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
+from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_stack
 from tests.homeassistant.conftest import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
@@ -136,7 +137,9 @@ def status(events: list[tuple[str, Any]]) -> str:
     return str(done["status"])
 
 
-def settings_for(upstream: ScriptedUpstream, home: HomeAssistant, token: str | None = None) -> Any:
+def settings_for(
+    upstream: ScriptedUpstream, home: HomeAssistant, token: str | None = None
+) -> Settings:
     user = f"house-{uuid.uuid4().hex[:8]}"
     return make_settings(
         upstream, api_keys=f"{KEY}:{user}", ha_url=home.url, ha_token=token or home.token
@@ -144,7 +147,7 @@ def settings_for(upstream: ScriptedUpstream, home: HomeAssistant, token: str | N
 
 
 @contextlib.asynccontextmanager
-async def bernard(settings: Any) -> AsyncIterator[Stack]:
+async def bernard(settings: Settings) -> AsyncIterator[Stack]:
     async with run_stack(settings) as stack:
         made = await stack.client.post(
             "/v1/conversations", json={"id": CONVERSATION}, headers=HEADERS
@@ -671,7 +674,7 @@ async def user_token(ha: HomeAssistantApi, username: str, password: str) -> str:
     return str(tokens.json()["access_token"])
 
 
-async def list_kitchen(upstream: ScriptedUpstream, settings: Any) -> tuple[bool, str]:
+async def list_kitchen(upstream: ScriptedUpstream, settings: Settings) -> tuple[bool, str]:
     """What the model reads of listing the kitchen's entities with these settings."""
     upstream.script_router(Reply.tool_calls([("ha_list_entities", {"area": "Kitchen"})]))
     upstream.script(Reply.text("I could not read the house."))
