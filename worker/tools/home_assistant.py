@@ -29,9 +29,13 @@ maximum) or a feature it lacks is a bare HTTP 500, the reason only in Home Assis
 So everything that can be checked is checked before the user is asked (`check_call`, the
 tool's `confirmation_check`), and again before the call is sent: the domain and the entity
 (it exists, `GET /api/states/<id>`), the service and its options (Home Assistant's own
-description of them, `GET /api/services`: the service exists, takes these keys, and needs
+description of them, `GET /api/services`: the service exists, takes these keys, its numbers
+are numbers within their bounds, read as its schemas read them ("40" is 40), and it needs
 features the entity has) and the values against the entity's attributes (temperatures within
-`min_temp`..`max_temp`, a mode among the entity's modes). Home Assistant's websocket API does
+`min_temp`..`max_temp`, a mode among the entity's modes, none when it lists none; an hvac_mode
+it does not list is not even refused by Home Assistant 2025.4, the entity takes it).
+tests/homeassistant/test_tools.py sends each of these calls to a real Home Assistant to show
+what it would do, and holds the tool to refusing them. Home Assistant's websocket API does
 return its reasons, but only once the call is made, that is after the user approved it; the
 checks here tell the model before anyone is asked, and what still fails with a 500 is said to
 be logged by Home Assistant. A call whose answer never came (a timeout, a connection that
