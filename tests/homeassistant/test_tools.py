@@ -744,10 +744,10 @@ async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again
     calls: ServiceCalls,
 ) -> None:
     await reset_house(ha)
-    # Bernard stops waiting after 1.5 s; the script takes 3 s, and Home Assistant runs a
-    # call to its end whatever happens to the request.
+    # Bernard waits 2.5 s for each request (the reads before the call too); the script takes
+    # 5 s, and Home Assistant runs a call to its end whatever happens to its request.
     settings = settings_for(upstream, home_assistant).model_copy(
-        update={"tool_http_timeout_s": 1.5}
+        update={"tool_http_timeout_s": 2.5}
     )
     async with bernard(settings) as stack:
         await calls.clear()
@@ -761,7 +761,7 @@ async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again
     assert results(approved) == {
         "slowly": (
             True,
-            "Error: Home Assistant did not answer within 1.5s; the call may have run all the "
+            "Error: Home Assistant did not answer within 2.5s; the call may have run all the "
             "same: check with ha_get_state before trying again",
         )
     }
