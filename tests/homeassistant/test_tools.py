@@ -313,8 +313,19 @@ async def test_the_tools_list_the_house_by_domain_and_by_area_and_read_a_state(
             "climate.living_room",
             ("off", "temperature", 22.5),
         ),
+        # fan is among the default domains (the demo home models its fan as a switch).
+        (
+            call("fan.ceiling", "turn_on"),
+            "Turn on fan.ceiling",
+            "Done: Turn on fan.ceiling.\n"
+            "fan.ceiling is now on.\n"
+            "Also changed: input_boolean.ceiling_fan is now on.",
+            ServiceCall("fan", "turn_on", {"entity_id": "fan.ceiling"}),
+            "fan.ceiling",
+            ("on", "friendly_name", "Ceiling fan"),
+        ),
     ],
-    ids=["light", "thermostat"],
+    ids=["light", "thermostat", "fan"],
 )
 async def test_an_approved_call_changes_the_real_house_once(
     house: House,
