@@ -39,6 +39,7 @@ from shared.conversation_state import (
 )
 from shared.errors import ErrorCode
 from shared.records import Conversation, Message, RecordKeeper
+from shared.titles import TitleSource, title_problem
 from shared.turns import FORGET_GRACE_S, TurnStore
 
 # The one grammar of the ids a client chooses. Neither end is a dot, so no id is a path's
@@ -106,6 +107,20 @@ async def delete_conversation(
     await store.forget(owner, deletion.turn_ids)
 
 
+async def retitle(keeper: RecordKeeper, conversation_id: str, title: str) -> None:
+    """Give the conversation the user's `title` (400 for one shared/titles.py refuses, 404
+    for a conversation the owner does not have), whatever its status: a title is no turn.
+    A generated title never replaces it."""
+    problem = title_problem(title)
+    if problem is not None:
+        raise invalid(problem, "title")
+    stored = is_conversation_id(conversation_id) and await keeper.save_title(
+        conversation_id, title.strip(), TitleSource.USER
+    )
+    if not stored:
+        raise conversation_not_found(conversation_id)
+
+
 def pending_of(proposals: list[Message], now: float | None = None) -> list[Message]:
     """The proposals still waiting for a decision, oldest first."""
     now = time.time() if now is None else now
@@ -162,6 +177,7 @@ def conversation_object(
         "updated_at": conversation.updated_at,
         "status": status,
         "turn_id": conversation.active_turn if status is Status.RUNNING else None,
+        "title": conversation.title,
         "metadata": conversation.metadata,
         "message_count": conversation.message_count,
         "pending_confirmation": public_proposal(pending[0]) if pending else None,

@@ -189,7 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         CORSMiddleware,
         # None by default: the playground is the API's own origin (BERNARD_CORS_ORIGINS).
         allow_origins=settings.cors_origin_list(),
-        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+        allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
         # "*" covers Authorization, Content-Type and the SDKs' x-stainless-* headers.
         allow_headers=["*"],
         expose_headers=["X-Bernard-Turn-Id", "X-Bernard-Conversation-Id"],

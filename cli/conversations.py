@@ -18,11 +18,13 @@ MESSAGES_PAGE = 1000
 
 def conversations_table(conversations: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("conversation", "status", "messages", "last used"):
+    for column in ("conversation", "title", "status", "messages", "last used"):
         table.add_column(column, overflow="fold")
     for conversation in conversations:
+        title = conversation.get("title")
         table.add_row(
             conversation["id"],
+            Text(title) if title else Text("(untitled)", style="dim"),
             status_text(conversation["status"]),
             str(conversation.get("message_count", "")),
             when(conversation.get("updated_at")),
@@ -64,6 +66,8 @@ def show_conversation(
     rows = latest_messages(api, conversation, limit) if limit > 0 else []
     head = Table.grid(padding=(0, 2))
     head.add_row("conversation", conversation["id"])
+    if conversation.get("title"):
+        head.add_row("title", Text(conversation["title"]))
     head.add_row("status", status_text(conversation["status"]))
     head.add_row("messages", str(conversation.get("message_count", 0)))
     head.add_row("last used", when(conversation.get("updated_at")))

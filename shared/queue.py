@@ -13,7 +13,7 @@ this reason.
 **Two classes of job.** A turn (a chat, a conversation message, a resume) is *live*: its
 user waits for the first token. Its job id is the bare turn id, and the API admitted it
 (`TurnStore.admit`, `BERNARD_MAX_ACTIVE_TURNS_PER_USER`). What a user's turns cause to run
-later is *background*: summaries, timer firings, and each kind `BackgroundKind` lists (a
+later is *background*: summaries, timer firings, titles, and each kind `BackgroundKind` lists (a
 new kind is one line there). A background job's id is `<kind>:<owner>/<key>`, so a worker
 tells the class and the owner from the id alone, with no read. While queued or running,
 each holds a slot of its owner's (`keys.background_jobs`,
@@ -24,6 +24,8 @@ worker running the job empties when it ends.
 
 - A summary takes its slots when a turn asks for it (`enqueue_background`); over either
   budget it is not queued, and the next turn that finds the summary behind asks again.
+  A conversation's title (worker/titles.py) is asked for the same way, after its first
+  exchange; over budget, the conversation stays untitled until its user names it.
 - A timer's job is queued when the timer is set, due days later maybe: it takes its slots
   when due, as a worker starts it (worker/queue.py); over either budget it is not started
   and waits on the queue, never dropped.
@@ -61,6 +63,7 @@ class BackgroundKind(StrEnum):
 
     SUMMARY = "summary"
     TIMER = "timer"
+    TITLE = "title"
 
 
 _KINDS = frozenset(kind.value for kind in BackgroundKind)

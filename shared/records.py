@@ -10,8 +10,9 @@ may both use "kitchen-satellite" and neither can reach, or learn of, the other's
 Layout, all under one hash tag so a Lua script may touch every key of a conversation:
 
 - `keys.conversation(owner, id)`: hash `id`, `owner`, `created_at`, `updated_at` (epoch
-  seconds), `metadata`, `bytes` (what its messages and calls hold: shared/budgets.py), and
-  what its state derives from (shared/conversation_state.py).
+  seconds), `metadata`, `bytes` (what its messages and calls hold: shared/budgets.py),
+  `title` and `title_source` once it has one (shared/titles.py), and what its state
+  derives from (shared/conversation_state.py).
 - `keys.conversation_messages(owner, id)`: list of orjson messages in OpenAI chat shape,
   oldest first: `{role, content, name?, tool_call_id?, tool_calls?}`.
 - `keys.conversation_calls(owner, id)`: append-only list of call events (`started`, then
@@ -46,6 +47,7 @@ from shared import budgets, keys
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.queue import Admission, BackgroundKind, BackgroundLimits, enqueue_background
 from shared.scripts import in_pipeline
+from shared.titles import TitleSource
 
 __all__ = [
     "Archivist",
@@ -86,6 +88,8 @@ _APPEND_RETRIES = 10
 DEFAULT_RETENTION_S = 30 * 86_400
 # The worker's job that folds a conversation's older messages into its summary.
 SUMMARIZE = "summarize_conversation"
+# The worker's job that names a conversation after its first exchange (worker/titles.py).
+TITLE = "title_conversation"
 
 # KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, the
 # writing turn ('' for a writer that is no turn), byte cap ('' for none), item...
@@ -131,6 +135,19 @@ if current and tonumber(cjson.decode(current)['covers_to']) >= tonumber(ARGV[2])
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+return 1
+"""
+
+# KEYS: meta. ARGV: title, source ('generated' or 'user'), incarnation ('' for any).
+# Stores the title unless the conversation is gone or another incarnation (deleted, then
+# created again: the new one is not named after the old one's words); a generated title
+# only where none is yet, so it never replaces the user's (nor a generated one stored
+# meanwhile). 1 stored, 0 not.
+_SAVE_TITLE = """
+local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
+if not incarnation or (ARGV[3] ~= '' and incarnation ~= ARGV[3]) then return 0 end
+if ARGV[2] ~= 'user' and redis.call('HEXISTS', KEYS[1], 'title') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'title', ARGV[1], 'title_source', ARGV[2])
 return 1
 """
 
@@ -191,6 +208,9 @@ class Conversation:
     incarnation: str | None = None
     # What its messages and call records hold (shared/budgets.py).
     bytes: int = 0
+    # Its title, generated after the first exchange or the user's (shared/titles.py).
+    title: str | None = None
+    title_source: TitleSource | None = None
 
 
 def new_call_id() -> str:
@@ -388,6 +408,7 @@ class _Store:
         self.owner = owner
         self.retention_s = retention_s
         self._save_summary = redis.register_script(_SAVE_SUMMARY)
+        self._save_title = redis.register_script(_SAVE_TITLE)
         self._machine = ConversationMachine(redis, owner, retention_s=retention_s)
 
     def _keys(self, conversation_id: str) -> tuple[str, str, str]:
@@ -719,6 +740,46 @@ class Recorder(_Store):
             )
         return admission
 
+    async def save_title(
+        self,
+        conversation_id: str,
+        title: str,
+        source: TitleSource,
+        *,
+        incarnation: str | None = None,
+    ) -> bool:
+        """Store the conversation's title (checked by the caller: shared/titles.py); whether
+        it was. Into the `incarnation` of the conversation it was made for (None: any); a
+        `GENERATED` title only where there is none yet, so a user's is never replaced."""
+        stored = await self._save_title(
+            keys=[keys.conversation(self.owner, conversation_id)],
+            args=[title, source.value, incarnation or ""],
+        )
+        return bool(stored)
+
+    async def request_title(self, conversation_id: str, limits: BackgroundLimits) -> Admission:
+        """Queue the job that names the conversation (worker/titles.py), one per
+        conversation at a time, as the owner's background job (shared/queue.py), as
+        `request_summary` does."""
+        admission = await enqueue_background(
+            self._queue,
+            limits,
+            BackgroundKind.TITLE,
+            self.owner,
+            conversation_id,
+            TITLE,
+            self.owner,
+            conversation_id,
+        )
+        if admission in (Admission.OVER_USER_BUDGET, Admission.OVER_DEPLOYMENT_BUDGET):
+            logger.info(
+                "title of %s not queued: %s",
+                conversation_id,
+                admission.value,
+                extra={"user": self.owner, "conversation_id": conversation_id},
+            )
+        return admission
+
     async def propose(
         self, conversation_id: str, proposals: Sequence[Mapping[str, Any]], *, turn_id: str
     ) -> None:
@@ -876,6 +937,8 @@ def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
         paused_until=float(meta["paused_until"]) if meta.get("paused_until") else None,
         incarnation=meta.get("incarnation") or None,
         bytes=int(meta.get("bytes") or 0),
+        title=meta.get("title") or None,
+        title_source=TitleSource(meta["title_source"]) if meta.get("title_source") else None,
     )
 
 

@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     context_answer_tokens: int = Field(2_000, alias="BERNARD_CONTEXT_ANSWER_TOKENS")
     summary_threshold_messages: int = Field(40, alias="BERNARD_SUMMARY_THRESHOLD_MESSAGES")
     notes_max_tokens: int = Field(1_000, alias="BERNARD_NOTES_MAX_TOKENS")
+    # A short title for each conversation, asked of the router model in the background after
+    # its first exchange (worker/titles.py): one small call per conversation.
+    conversation_titles: bool = Field(True, alias="BERNARD_CONVERSATION_TITLES")
 
     # What one user may hold at once, across every API process (429 beyond).
     max_active_turns_per_user: int = Field(20, alias="BERNARD_MAX_ACTIVE_TURNS_PER_USER")

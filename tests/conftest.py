@@ -99,6 +99,10 @@ def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) ->
         "wikipedia_url": "",
         "open_meteo_url": "",
         "open_meteo_geocoding_url": "",
+        # A conversation's title is one more router call, in the background: tests that
+        # count or script the upstream's calls would meet it at random. Title tests turn it
+        # on (tests/test_titles.py).
+        "conversation_titles": False,
     }
     if upstream is not None:
         values["openai_base_url"] = upstream.base_url

@@ -124,6 +124,7 @@ async def test_a_conversation_is_created_read_listed_and_deleted(users: Stack) -
         "updated_at": 0,
         "status": "idle",
         "turn_id": None,
+        "title": None,
         "metadata": {"room": "kitchen"},
         "message_count": 0,
         "pending_confirmation": None,

@@ -45,6 +45,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.timers import TimerError, duration_in, parse_duration
+from shared.titles import TITLE_PROMPT
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
 
@@ -115,6 +116,7 @@ _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _WORD = re.compile(r"\S+")
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 _QUOTE_MAX_CHARS = 120
+_TITLE_WORDS = 6
 
 
 def _text(message: BaseMessage) -> str:
@@ -384,6 +386,8 @@ class DemoChatModel(BaseChatModel):
         ]
 
     def _answer(self, messages: Sequence[BaseMessage]) -> str:
+        if messages and _text(messages[0]) == TITLE_PROMPT:
+            return _title(messages)
         last_human = _last_human_index(messages)
         if last_human is None:
             return f"Hello! I'm Bernard. {DEMO_NOTICE}"
@@ -474,6 +478,17 @@ class DemoChatModel(BaseChatModel):
             if i and self.token_delay_s > 0:
                 await asyncio.sleep(self.token_delay_s)
             yield chunk
+
+
+def _title(messages: Sequence[BaseMessage]) -> str:
+    """A conversation's title (worker/titles.py): the first words of its first question."""
+    exchange = _text(messages[-1]) if len(messages) > 1 else ""
+    question = next(
+        (line[len("user:") :] for line in exchange.splitlines() if line.startswith("user:")), ""
+    )
+    words = question.split()[:_TITLE_WORDS]
+    title = " ".join(words).rstrip("?.!,;:")
+    return title[:1].upper() + title[1:] if title else "Conversation"
 
 
 def _last_human_index(messages: Sequence[BaseMessage]) -> int | None:

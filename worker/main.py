@@ -1,7 +1,8 @@
 """The arq entry point: `arq worker.main.WorkerSettings`.
 
 Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
-`summarize_conversation(owner, conversation_id)` when a conversation outgrew its prompts. Each
+`summarize_conversation(owner, conversation_id)` when a conversation outgrew its prompts;
+`title_conversation(owner, conversation_id)` after a conversation's first exchange. Each
 worker process runs up to `BERNARD_WORKER_CONCURRENCY` turns at once (turns wait on the
 network, not the CPU), picks new ones up through the wake list of `worker.queue`, and keeps
 no arq results: a turn's output lives in its stream.
@@ -25,7 +26,7 @@ from langchain_core.tools import BaseTool
 from shared.connection import connect, connect_data, queue_client
 from shared.logs import configure_logging
 from shared.queue import RUN_TURN, BackgroundLimits
-from shared.records import SUMMARIZE
+from shared.records import SUMMARIZE, TITLE
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
 from shared.timers import FIRE_TIMER, fire_timer
@@ -34,6 +35,7 @@ from worker.llm import Models, build_models
 from worker.queue import WakeWorker
 from worker.summaries import summarize
 from worker.supervisor import TurnSupervisor
+from worker.titles import name_conversation
 from worker.tools.runtime import http_client
 from worker.turn import turn_events
 
@@ -134,6 +136,14 @@ async def summarize_conversation(
     )
 
 
+async def title_conversation(ctx: dict[str, Any], owner: str, conversation_id: str) -> str:
+    """Name a conversation after its first exchange (worker/titles.py)."""
+    models: Models = ctx["models"]
+    return await name_conversation(
+        ctx["bernard_redis"], models.router, ctx["settings"], owner, conversation_id
+    )
+
+
 def worker_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for arq's `Worker`, from Bernard's settings."""
     return {
@@ -143,6 +153,7 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             # A timer fires once however often its job runs (shared/timers.py): retried.
             func(fire, name=FIRE_TIMER, max_tries=3),
             func(summarize_conversation, name=SUMMARIZE, max_tries=1),
+            func(title_conversation, name=TITLE, max_tries=1),
         ],
         "on_startup": startup,
         "on_shutdown": shutdown,

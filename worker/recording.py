@@ -55,6 +55,11 @@ logger = logging.getLogger("bernard.worker")
 EXPIRED_CALL = "Not run: the user did not confirm this in time."
 
 
+def _is_answer(row: Message) -> bool:
+    """Whether a stored row is an answer of the assistant's (not a tool call's message)."""
+    return row.get("role") == "assistant" and not row.get("tool_calls")
+
+
 class ConversationGoneError(Exception):
     """The turn's conversation is gone (deleted, perhaps created again) or no longer held by
     the turn, before the turn began: it must not run."""
@@ -81,6 +86,9 @@ class TurnRecording:
         # How many messages the conversation holds, as of this turn's own append: its
         # final append need not read it again (`Recorder.append_messages`).
         self._length: int | None = None
+        # Whether no answer was stored before this turn: its answer ends the first exchange,
+        # and the conversation is named after it (worker/titles.py).
+        self._first_exchange = False
 
     async def begin(self) -> list[Message]:
         """Store the request's new messages and return the rows stored; the latest rows of
@@ -113,6 +121,8 @@ class TurnRecording:
             raise ConversationGoneError(self.conversation_id) from exc
         self.ctx.stored = continuation.history  # the memory stage picks the prompt's share
         self._length = continuation.length
+        before = continuation.history[: len(continuation.history) - len(continuation.new)]
+        self._first_exchange = not any(_is_answer(row) for row in before)
         return continuation.new
 
     def observe(self, event: Event) -> None:
@@ -188,6 +198,15 @@ class TurnRecording:
             await self.recorder.request_summary(
                 self.conversation_id, ctx.summary_until, BackgroundLimits.of(ctx.settings)
             )
+        if self._first_exchange and not ctx.paused and rows and ctx.settings.conversation_titles:
+            # Off the turn's path too (worker/titles.py); once per conversation, as only the
+            # turn storing its first answer asks.
+            try:
+                await self.recorder.request_title(
+                    self.conversation_id, BackgroundLimits.of(ctx.settings)
+                )
+            except RedisError as exc:  # an untitled conversation is no failed turn
+                logger.warning("title of %s not queued: %s", self.conversation_id, exc)
         return list(rows or [])
 
     async def _unless_deleted(self, write: Coroutine[Any, Any, Any]) -> Any:

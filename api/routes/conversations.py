@@ -1,5 +1,5 @@
-"""`/v1/conversations`: create, list, read and delete conversations, post a message to one
-and decide on the tool calls it waits on.
+"""`/v1/conversations`: create, list, read, retitle and delete conversations, post a message
+to one and decide on the tool calls it waits on.
 
 Owner-scoped like every route: another user's conversation, or a missing one, is the same
 404. Posting a message and resuming run a turn on the stored history; the answer is JSON
@@ -33,6 +33,7 @@ from api.conversations import (
     machine,
     pending_of,
     public_proposal,
+    retitle,
     status_of,
 )
 from api.errors import ApiError, invalid
@@ -63,6 +64,12 @@ class NewConversation(_Body):
 
     id: str | None = None
     metadata: dict[str, str] | None = Field(None, max_length=_METADATA_PAIRS)
+
+
+class ConversationChange(_Body):
+    """`PATCH /v1/conversations/{id}`: its title (checked in api/conversations.py)."""
+
+    title: str
 
 
 class NewMessage(_Body):
@@ -163,6 +170,18 @@ async def list_conversations(
 async def get_conversation(conversation_id: str, owner: Owner, state: State) -> dict[str, Any]:
     conversation = await _owned(state, owner, conversation_id)
     status, pending = await status_of(_keeper(state, owner), state.store, conversation)
+    return conversation_object(conversation, status, pending)
+
+
+@router.patch("/conversations/{conversation_id}")
+async def change(
+    conversation_id: str, owner: Owner, state: State, body: ConversationChange
+) -> dict[str, Any]:
+    """Set the conversation's title (the user's: the generated one never replaces it)."""
+    keeper = _keeper(state, owner)
+    await retitle(keeper, conversation_id, body.title)
+    conversation = await _owned(state, owner, conversation_id)
+    status, pending = await status_of(keeper, state.store, conversation)
     return conversation_object(conversation, status, pending)
 
 
