@@ -179,6 +179,7 @@ class Chat:
     def decide(self, view: TurnView) -> None:
         """While the turn waits for a decision: ask, send it, show what follows."""
         decided: set[str] = set()
+        approved: dict[str, str] = {}
         while view.status == "awaiting_confirmation":
             waiting = [c for c in view.confirmations if c.confirmation_id not in decided]
             if not waiting:
@@ -195,9 +196,20 @@ class Chat:
                     soft_wrap=True,
                 )
                 raise
+            if body["decision"] == "approve" and proposal.call_id:
+                # Drawn on its confirmation (or as edited, just above): its panel in the
+                # turn that runs it need not repeat them.
+                edited = body.get("arguments")
+                approved[proposal.call_id] = (
+                    proposal.arguments if edited is None else json.dumps(edited)
+                )
             try:
                 resumed = self.turn(
-                    "POST", f"/v1/conversations/{self.conversation_id}/resume", body, refuse=True
+                    "POST",
+                    f"/v1/conversations/{self.conversation_id}/resume",
+                    body,
+                    refuse=True,
+                    approved=approved,
                 )
             except ApiError as exc:
                 self.error(exc)
@@ -241,13 +253,20 @@ class Chat:
         return arguments
 
     def turn(
-        self, method: str, path: str, body: dict[str, Any], *, refuse: bool = False
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any],
+        *,
+        refuse: bool = False,
+        approved: dict[str, str] | None = None,
     ) -> TurnView | None:
         """Run one request's turn on screen: its view once it ended, or None when the user
         stopped following it (Ctrl-C) or the request failed (said). With `refuse`, an
-        error answer is raised instead, for the caller to judge."""
+        error answer is raised instead, for the caller to judge. `approved`: the calls the
+        user approved on screen (`TurnView.approved`)."""
         stream = TurnStream(self.api)
-        view = TurnView()
+        view = TurnView(approved=dict(approved or {}))
         try:
             finished = watch(self.console, stream, stream.start(method, path, body), view)
         except ApiError as exc:

@@ -53,6 +53,9 @@ class ToolBlock:
     id: str
     name: str
     arguments: str = ""
+    # Approved by the user, who saw these very arguments on its confirmation: its panel
+    # does not repeat them.
+    approved: bool = False
     steps: list[str] = field(default_factory=list)
     current: float | None = None
     total: float | None = None
@@ -69,6 +72,7 @@ class ConfirmationBlock:
     name: str
     arguments: str
     summary: str
+    call_id: str = ""
 
 
 @dataclass(slots=True)
@@ -120,6 +124,9 @@ class TurnView:
     usage: dict[str, Any] | None = None
     # A line about the connection ("reconnecting…"), shown under the live blocks.
     notice: str | None = None
+    # The tool calls the user approved before this turn (a resume), by call id: the
+    # arguments they approved, as drawn on the confirmation.
+    approved: dict[str, str] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -143,11 +150,14 @@ class TurnView:
                 else:
                     self.blocks.append(TextBlock(str(data.get("text", ""))))
             case "tool_call":
+                call_id, arguments = str(data.get("id")), str(data.get("arguments") or "")
+                seen = self.approved.get(call_id)
                 self.blocks.append(
                     ToolBlock(
-                        id=str(data.get("id")),
+                        id=call_id,
                         name=str(data.get("name")),
-                        arguments=str(data.get("arguments") or ""),
+                        arguments=arguments,
+                        approved=seen is not None and _compact(seen) == _compact(arguments),
                     )
                 )
             case "tool_progress":
@@ -170,6 +180,7 @@ class TurnView:
                         name=str(call.get("name")),
                         arguments=str(call.get("arguments") or ""),
                         summary=str(data.get("summary") or ""),
+                        call_id=str(call.get("id") or ""),
                     )
                 )
             case "error":
@@ -257,7 +268,7 @@ def render_live(view: TurnView) -> RenderableType:
 
 def _tool_panel(tool: ToolBlock, live: bool) -> Panel:
     rows: list[RenderableType] = []
-    if tool.arguments:
+    if tool.arguments and not tool.approved:
         rows.append(Text(_short(_compact(tool.arguments), ARGUMENTS_CHARS), style="dim"))
     for step in tool.steps[-STEPS_SHOWN:]:
         rows.append(Text(f"› {step}", style="cyan"))
@@ -274,9 +285,8 @@ def _tool_panel(tool: ToolBlock, live: bool) -> Panel:
     elif live:
         rows.append(Spinner("dots", text=Text("running", style="dim")))
     style = "yellow" if tool.output is None else "red" if tool.is_error else "green"
-    return Panel(
-        Group(*rows), title=f"[bold]{tool.name}[/]", title_align="left", border_style=style
-    )
+    title = Text.assemble((tool.name, "bold"), (" · approved" if tool.approved else "", "dim"))
+    return Panel(Group(*rows), title=title, title_align="left", border_style=style)
 
 
 def ending_line(view: TurnView) -> Text | None:

@@ -164,6 +164,8 @@ async def test_chat_asks_before_a_tool_that_changes_things_and_runs_it_once_appr
         code = await term.exit_code()
 
     assert "Saved: the door code is 1234" in done, "the tool's result"
+    assert "save_note · approved" in done
+    assert done.count('{"text": "the door code is 1234"}') == 1, "the arguments drawn once"
     assert "Saved it." in done
     assert saved == ["the door code is 1234"]
     assert code == 0

@@ -112,7 +112,7 @@ FOLDS = [
         "a proposal and an error",
         [PROPOSAL, event("error", code="tool_error", message="boom")],
         [
-            ConfirmationBlock("conf_1", "save_note", '{"text": "x"}', "Remember “x”"),
+            ConfirmationBlock("conf_1", "save_note", '{"text": "x"}', "Remember “x”", "c2"),
             ErrorBlock("tool_error", "boom"),
         ],
     ),
@@ -244,6 +244,26 @@ def test_a_running_tool_draws_its_steps_and_progress_bar_and_a_finished_one_its_
     view.apply(RESULT)
     finished = draw(render(view.blocks[0]))
     assert "3 counted" in finished and "running" not in finished
+
+
+def test_a_call_approved_on_its_confirmation_does_not_repeat_its_arguments() -> None:
+    # The resumed turn's view knows what the user approved, laid out as its card showed it.
+    view = TurnView(approved={"c1": '{"topic":"otters"}', "c2": '{"topic": "seals"}'})
+    view.apply(CALL)
+    view.apply(event("tool_call", id="c2", name="survey", arguments='{"topic": "walrus"}'))
+    view.apply(RESULT)
+    same, edited = (draw(render(block), width=40) for block in view.blocks)
+
+    assert [block.approved for block in view.blocks if isinstance(block, ToolBlock)] == [
+        True,
+        False,
+    ]
+    assert same.splitlines() == [
+        "╭─ survey · approved ──────────────────╮",
+        "│ 3 counted                            │",
+        "╰──────────────────────────────────────╯",
+    ]
+    assert '{"topic": "walrus"}' in edited, "arguments other than those approved are shown"
 
 
 def test_long_tool_output_is_cut_saying_how_much() -> None:
