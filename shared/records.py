@@ -647,6 +647,7 @@ class Recorder(_Store):
         answer_open_calls: str | None = None,
         except_calls: Collection[str] = (),
         limit: int | None = None,
+        resent: bool = True,
     ) -> Continuation:
         """Append what `new_messages()` finds new in `requested`; return it and the history.
 
@@ -662,7 +663,9 @@ class Recorder(_Store):
         (`turn_id`) the second one is made even with nothing new, for it must hold the
         conversation to go on (`ConversationLostError` when it does not). With `limit`, an
         append that would take the conversation's bytes over it is refused whole
-        (`ConversationFullError`).
+        (`ConversationFullError`). `resent=False` says the request holds only new messages
+        (the conversations API's): all of them are appended, even one whose text the history
+        ends with (the same message sent again after its turn was cancelled).
         """
         meta_key, list_key, _ = self._keys(conversation_id)
         start = -window if window is not None else 0
@@ -683,7 +686,12 @@ class Recorder(_Store):
                 else _answers(stored, answer_open_calls, except_calls)
             )
             # Tool messages take no part in telling what is new: the answers change nothing.
-            fresh = _rows([*answers, *new_messages(stored, requested)], length, turn_id)
+            sent = (
+                new_messages(stored, requested)
+                if resent
+                else list(map(to_openai_message, requested))
+            )
+            fresh = _rows([*answers, *sent], length, turn_id)
             if not fresh and turn_id is None:
                 return Continuation(new=[], history=stored, length=length)
             items = [orjson.dumps(m) for m in fresh]

@@ -792,3 +792,29 @@ async def test_a_conversation_a_chat_completion_starts_is_busy_while_its_turn_ru
         assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
         gate.release()
         await first.aread()
+
+
+async def test_a_message_sent_again_after_a_cancel_is_stored_again(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await conversation(users, "retry")
+    held = upstream.script(Reply.text("Never mind.", block_after=0))
+    first = asyncio.create_task(post(users, "retry", "hello there"))
+    await held.wait_blocked()
+    running = (await users.client.get("/v1/conversations/retry", headers=ALICE)).json()
+    cancelled = await users.client.post(f"/v1/turns/{running['turn_id']}/cancel", headers=ALICE)
+    stopped = await first
+    held.release()
+    upstream.script(Reply.text("Hello again."))
+    again = await post(users, "retry", "hello there")
+    rows = (await users.client.get("/v1/conversations/retry/messages", headers=ALICE)).json()
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert isinstance(stopped, httpx.Response), stopped
+    assert stopped.status_code == 409 and stopped.json()["error"]["code"] == "turn_cancelled"
+    assert isinstance(again, httpx.Response) and again.json()["status"] == "completed"
+    assert [(row["role"], row["content"]) for row in rows["data"]] == [
+        ("user", "hello there"),
+        ("user", "hello there"),
+        ("assistant", "Hello again."),
+    ]

@@ -115,6 +115,9 @@ class TurnRecording:
                 # any model call (worker/supervisor.py). What the turn stores later is
                 # never refused (shared/budgets.py).
                 limit=self.ctx.settings.max_conversation_bytes,
+                # A conversation's message is posted alone (POST .../messages), never part
+                # of a history resent: new even when it repeats the last one stored.
+                resent=self.ctx.request.kind != "conversation",
             )
         except ConversationNotFoundError as exc:
             self.deleted = True
