@@ -2,10 +2,13 @@
 
 An entry that encodes to one frame has the entry id as its SSE `id` (`1700000000000-3`); an
 entry that encodes to several (the final `done`: finish, usage, `[DONE]`) numbers them
-`<entry id>:<k>`. A client resumes with the last id it got (`Last-Event-ID` or `?after=`).
+`<entry id>:<k>`. The `done` entry's id is the sentinel that seals the stream
+(shared/turns.py, `SEALED_ID`, the largest id Redis has): its frames show it as `done`
+(`done:0`, `done:1`, ...), not as the 64-bit numbers. A client resumes with the last id it
+got (`Last-Event-ID` or `?after=`).
 
 `parse_cursor` accepts exactly what this server hands out: ASCII digits, each part of the
-entry id within Redis's 64-bit range. `locate` then checks the cursor against the turn's
+entry id within Redis's 64-bit range, or `done`. `locate` then checks the cursor against the turn's
 stream before any response starts (a frame index the entry does not have, or an id past
 the stream's last entry, was never handed out) and says what the client still needs from
 the entry it names. Either raises `BadCursorError`, which the route answers with a 400.
@@ -29,7 +32,9 @@ from shared.turns import SEALED_ID
 
 U64_MAX = 2**64 - 1
 # `[0-9]`, not `\d`: `\d` also matches other scripts' digits ("٣-٣"), which Redis refuses.
-_CURSOR = re.compile(r"([0-9]{1,20})-([0-9]{1,20})(?::([0-9]{1,9}))?")
+_CURSOR = re.compile(r"(?:([0-9]{1,20})-([0-9]{1,20})|done)(?::([0-9]{1,9}))?")
+# How the `done` entry's frames name it (SEALED_ID is no id to show a client).
+DONE_ID = "done"
 
 
 class BadCursorError(ValueError):
@@ -66,10 +71,13 @@ def parse_cursor(text: str | None) -> Cursor | None:
     match = _CURSOR.fullmatch(text)
     if match is None:
         raise BadCursorError(f"malformed event id {text!r}: expected <ms>-<seq> or <ms>-<seq>:<k>")
-    ms, seq, frame = int(match[1]), int(match[2]), match[3]
+    frame = int(match[3]) if match[3] is not None else None
+    if match[1] is None:
+        return Cursor(SEALED_ID, frame)
+    ms, seq = int(match[1]), int(match[2])
     if ms > U64_MAX or seq > U64_MAX:
         raise BadCursorError(f"event id {text!r} is out of range")
-    return Cursor(f"{ms}-{seq}", int(frame) if frame is not None else None)
+    return Cursor(f"{ms}-{seq}", frame)
 
 
 @dataclass(slots=True)
@@ -87,10 +95,11 @@ class Resume:
 
 def numbered(entry_id: str, frames: list[Frame]) -> list[tuple[str, Frame]]:
     """The SSE ids of one entry's frames: the entry id for a single frame, `<id>:<k>` for
-    each of several."""
+    each of several; the `done` entry's id shown as `DONE_ID`."""
+    shown = DONE_ID if entry_id == SEALED_ID else entry_id
     if len(frames) == 1:
-        return [(entry_id, frames[0])]
-    return [(f"{entry_id}:{k}", frame) for k, frame in enumerate(frames)]
+        return [(shown, frames[0])]
+    return [(f"{shown}:{k}", frame) for k, frame in enumerate(frames)]
 
 
 def after_start(encoder: Encoder, start_id: str) -> Resume:
@@ -125,7 +134,8 @@ async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | 
     frames = encoder.frames(stamped.event)
     if cursor.frame is not None:
         if len(frames) < 2 or cursor.frame >= len(frames):
-            raise BadCursorError(f"event '{entry_id}' has no frame {cursor.frame}")
+            shown = DONE_ID if entry_id == SEALED_ID else entry_id
+            raise BadCursorError(f"event '{shown}' has no frame {cursor.frame}")
         resume.head = list(numbered(entry_id, frames)[cursor.frame + 1 :])
     if isinstance(stamped.event, Done):
         resume.finished = True

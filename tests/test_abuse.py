@@ -73,6 +73,10 @@ HOSTILE_CURSORS = [
     "-1-0",
     "1-0\n",
     "1 -0",
+    "done-0",
+    "done:",
+    "DONE",
+    "done:x",
 ]
 
 
@@ -118,6 +122,9 @@ async def test_a_cursor_past_the_end_is_refused_and_one_at_the_end_answers_at_on
     gate.release()
 
     full = await collect(users.client, "GET", url, headers=as_user("alice"))
+    # The `done` entry's frames are named for it, not for the sentinel sealing the stream.
+    assert [frame.id for frame in full[-2:]] == ["done:0", "done:1"]
+    assert not any("18446744073709551615" in (frame.id or "") for frame in full)
     once_finished = await users.client.get(
         url, headers={**as_user("alice"), "Last-Event-ID": future}
     )
@@ -128,6 +135,10 @@ async def test_a_cursor_past_the_end_is_refused_and_one_at_the_end_answers_at_on
     )
     error_of(no_such_frame, 400)
 
+    # A hostile "done" form: a frame the `done` entry does not have.
+    error_of(
+        await users.client.get(url, headers={**as_user("alice"), "Last-Event-ID": "done:7"}), 400
+    )
     for cursor in (full[-1].id, last_entry):  # after [DONE], and after the whole `done` entry
         async with asyncio.timeout(2):
             rest = await collect(

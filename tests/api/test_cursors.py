@@ -8,7 +8,7 @@ import pytest
 from api.cursors import after_start, numbered, parse_cursor
 from api.encoding import encoder_for
 from shared.events import Start
-from shared.turns import TurnRecord, TurnRequest
+from shared.turns import SEALED_ID, TurnRecord, TurnRequest
 
 
 @pytest.mark.parametrize(
@@ -32,6 +32,22 @@ def test_every_numbered_id_parses_back_as_a_cursor_on_its_frame(
 ) -> None:
     cursors = [parse_cursor(frame_id) for frame_id, _ in numbered("5-0", ["x"] * count)]
     assert [(c.entry_id, c.frame) for c in cursors if c] == [("5-0", k) for k in frames]
+
+
+def test_the_done_entrys_frames_are_named_done_and_parse_back_to_it() -> None:
+    # The sentinel that seals a stream is no id to show: "18446744073709551615-...".
+    assert [frame_id for frame_id, _ in numbered(SEALED_ID, ["a", "b", "c"])] == [
+        "done:0",
+        "done:1",
+        "done:2",
+    ]
+    assert [frame_id for frame_id, _ in numbered(SEALED_ID, ["a"])] == ["done"]
+    parsed = [parse_cursor(text) for text in ("done", "done:2", f"{SEALED_ID}:1")]
+    assert [(c.entry_id, c.frame) for c in parsed if c] == [
+        (SEALED_ID, None),
+        (SEALED_ID, 2),
+        (SEALED_ID, 1),
+    ]
 
 
 @pytest.mark.parametrize("kind", ["chat", "completion", "conversation"])
