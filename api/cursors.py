@@ -8,10 +8,12 @@ entry that encodes to several (the final `done`: finish, usage, `[DONE]`) number
 got (`Last-Event-ID` or `?after=`).
 
 `parse_cursor` accepts exactly what this server hands out: ASCII digits, each part of the
-entry id within Redis's 64-bit range, or `done`. `locate` then checks the cursor against the turn's
-stream before any response starts (a frame index the entry does not have, or an id past
-the stream's last entry, was never handed out) and says what the client still needs from
-the entry it names. Either raises `BadCursorError`, which the route answers with a 400.
+entry id within Redis's 64-bit range, or `done`. `locate` then checks the cursor against
+the turn's stream before any response starts (a frame index the entry does not have, an id
+past the stream's last entry, or one between its entries that no entry has, was never
+handed out; one before its first entry was, and trimmed since) and says what the client
+still needs from the entry it names. Either raises `BadCursorError`, which the route
+answers with a 400.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | 
     async with redis.pipeline(transaction=False) as pipe:
         pipe.xrange(stream, min=cursor.entry_id, max=cursor.entry_id)
         pipe.xrevrange(stream, count=2)
-        at_raw, last_raw = await pipe.execute()
+        pipe.xrange(stream, count=1)
+        at_raw, last_raw, first_raw = await pipe.execute()
     ends = [entry_id for entry_id, _ in parse_entries(last_raw)]
     if ends and ends[0] == SEALED_ID:
         # A finished turn: its `done` has the largest id there is. Past the entry before
@@ -128,7 +131,11 @@ async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | 
     resume = Resume(after=cursor.entry_id)
     at: list[Entry] = parse_entries(at_raw)
     if not at:
-        # Trimmed from the stream (MAXLEN) or never written: go on after it.
+        first = parse_entries(first_raw)
+        if first and cursor.key >= entry_key(first[0][0]):
+            # Between entries the stream still holds: an id no entry ever had.
+            raise BadCursorError(f"event id '{cursor.entry_id}' was never sent on this stream")
+        # Trimmed from the stream (MAXLEN), or the stream is gone: go on after it.
         return resume
     entry_id, stamped = at[0]
     frames = encoder.frames(stamped.event)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import signal
 import time
@@ -145,6 +146,38 @@ async def test_a_cursor_past_the_end_is_refused_and_one_at_the_end_answers_at_on
                 users.client, "GET", url, headers={**as_user("alice"), "Last-Event-ID": cursor}
             )
         assert [frame.data for frame in rest] == ["[DONE]"], cursor
+
+
+async def test_a_cursor_between_entries_that_none_had_is_refused_and_a_trimmed_one_goes_on(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["one", " two", " three", " four"], chunk_delay=0.01))
+    finished = await users.client.post(CHAT, json=body(), headers=as_user("alice"))
+    turn_id = finished.headers["x-bernard-turn-id"]
+    url = f"/v1/turns/{turn_id}/events"
+    entries = [entry_id.decode() for entry_id, _ in await users.redis.xrange(keys.events(turn_id))]
+    # An id inside the stream's range that no entry has: the gap after some entry.
+    gaps = []
+    for before, after in itertools.pairwise(entries):
+        ms, seq = (int(part) for part in before.split("-"))
+        candidate = f"{ms}-{seq + 1}"
+        if candidate != after:
+            gaps.append(candidate)
+    assert gaps, entries
+    never = await users.client.get(url, headers={**as_user("alice"), "Last-Event-ID": gaps[0]})
+    by_query = await users.client.get(url, params={"after": gaps[0]}, headers=as_user("alice"))
+    # Before the first entry: one trimmed from the stream (MAXLEN) since it was handed out.
+    ms, seq = (int(part) for part in entries[0].split("-"))
+    trimmed = f"{ms - 1}-0"
+    async with asyncio.timeout(2):
+        whole = await collect(
+            users.client, "GET", url, headers={**as_user("alice"), "Last-Event-ID": trimmed}
+        )
+
+    assert "never sent" in error_of(never, 400)["message"]
+    assert error_of(never, 400)["param"] == "Last-Event-ID"
+    assert error_of(by_query, 400)["param"] == "after"
+    assert text_of(whole) == "one two three four"
 
 
 async def test_a_stream_redis_refuses_to_read_fails_its_reader_alone(
