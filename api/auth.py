@@ -1,6 +1,8 @@
 """Bearer-key authentication: `BERNARD_API_KEYS` maps keys to users.
 
-Unset, the server is open and every request belongs to one local user.
+Unset, the server is open and every request belongs to one local user. Setting it later
+leaves that user's conversations to no key: `warn_if_local_hidden` says so at start, and
+how to reach them (a key for the user `local`).
 
 `/metrics` is the operator's, not a user's (it counts every user's turns), so the API's
 keys do not open it: it answers a client on loopback (a Prometheus beside the API, or a
@@ -20,18 +22,41 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from typing import Annotated
 
 from fastapi import Depends, Request
+from redis.asyncio import Redis
 
 from api.admission import rate_limited
 from api.errors import ApiError
 from api.state import AppState, get_state
+from shared import keys
 from shared.errors import ErrorCode
 from shared.rate_limit import RateLimitedError
 from shared.settings import LOCAL_USER, Settings
 
 __all__ = ["LOCAL_USER", "Owner", "TurnOwner", "authenticate", "current_user", "turn_user"]
+
+
+async def warn_if_local_hidden(redis: Redis, settings: Settings, logger: logging.Logger) -> int:
+    """With `BERNARD_API_KEYS` set and no key for the user `local`, warn when `local` (every
+    request's user while the server ran open) has conversations: no key reaches them now.
+    How many it has (0 when nothing is said). Redis errors propagate."""
+    users = settings.api_key_users()
+    if not users or LOCAL_USER in users.values():
+        return 0
+    count = int(await redis.zcard(keys.conversations(LOCAL_USER)))
+    if count:
+        logger.warning(
+            "BERNARD_API_KEYS is set, and the %d conversation(s) made while the server ran "
+            "without keys (user '%s') are now hidden: no key belongs to that user. To reach "
+            "them, give it a key: BERNARD_API_KEYS=...,<key>:%s",
+            count,
+            LOCAL_USER,
+            LOCAL_USER,
+        )
+    return count
 
 
 def authenticate(request: Request, settings: Settings) -> str:

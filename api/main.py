@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import errors, metrics
 from api.access_log import AccessLog
 from api.attachments import Streams
+from api.auth import warn_if_local_hidden
 from api.cluster_hub import ClusterHub
 from api.errors import ApiError, error_response
 from api.hub import Hub, StreamHub
@@ -150,7 +151,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await warn_if_evicting(redis, logger)
             if queue is not redis:
                 await warn_if_evicting(queue, logger)
-        except OSError:
+            await warn_if_local_hidden(redis, settings, logger)
+        except REDIS_ERRORS:  # OSError among them
             logger.warning("Redis is not reachable at start; requests get 503 until it is")
         # What exists now lives as long as the process: keep it out of the collector's full
         # passes, which grow with every object they scan (see worker.main.startup).

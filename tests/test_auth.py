@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from starlette.requests import Request
@@ -10,6 +11,7 @@ from starlette.requests import Request
 from api.auth import from_loopback
 from shared.records import Archivist
 from tests.conftest import Stack, make_settings, run_stack
+from tests.processes import private_redis
 from tests.upstream import ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
@@ -107,3 +109,46 @@ def test_a_scrape_is_localfrom_loopback_or_a_unix_socket_only(
 ) -> None:
     request = Request({"type": "http", "client": client, "headers": []})
     assert from_loopback(request) is local
+
+
+async def test_turning_keys_on_warns_that_the_open_servers_conversations_are_hidden(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hidden_warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "are now hidden" in r.getMessage()]
+
+    keyed = {"api_keys": "key-alice:alice"}
+    async with private_redis(tmp_path / "redis") as server:
+        async with run_stack(make_settings(redis_url=server.url, **keyed), worker=False):
+            pass
+        nothing_to_hide = hidden_warnings()
+        async with run_stack(make_settings(redis_url=server.url), worker=False) as open_server:
+            for conversation_id in ("kitchen", "hall"):
+                made = await open_server.client.post(
+                    "/v1/conversations", json={"id": conversation_id}
+                )
+                assert made.status_code == 201, made.text
+        caplog.clear()
+        async with run_stack(make_settings(redis_url=server.url, **keyed), worker=False) as keys_on:
+            hidden = await keys_on.client.get(
+                "/v1/conversations", headers={"Authorization": "Bearer key-alice"}
+            )
+        said = hidden_warnings()
+        caplog.clear()
+        # The way out the warning names: a key for the user `local`.
+        reach = {"api_keys": "key-alice:alice,key-old:local"}
+        async with run_stack(make_settings(redis_url=server.url, **reach), worker=False) as back:
+            found = await back.client.get(
+                "/v1/conversations", headers={"Authorization": "Bearer key-old"}
+            )
+        unsaid = hidden_warnings()
+
+    assert nothing_to_hide == []
+    assert hidden.json()["data"] == []
+    assert said == [
+        "BERNARD_API_KEYS is set, and the 2 conversation(s) made while the server ran without "
+        "keys (user 'local') are now hidden: no key belongs to that user. To reach them, give "
+        "it a key: BERNARD_API_KEYS=...,<key>:local"
+    ]
+    assert unsaid == []
+    assert sorted(c["id"] for c in found.json()["data"]) == ["hall", "kitchen"]
