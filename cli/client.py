@@ -95,6 +95,9 @@ class Api:
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self.call("POST", path, json=body)
 
+    def patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self.call("PATCH", path, json=body)
+
     def delete(self, path: str) -> Any:
         return self.call("DELETE", path)
 

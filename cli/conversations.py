@@ -1,4 +1,5 @@
-"""`bernard conversations list|show|delete`: the caller's conversations (`/v1/conversations`)."""
+"""`bernard conversations list|show|rename|delete`: the caller's conversations
+(`/v1/conversations`)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,14 @@ def print_row(console: Console, row: dict[str, Any]) -> None:
         console.print(Text(f"  {text[:300]}", style="dim"))
     else:
         console.print(Text(f"{role}: {text}", style="dim"))
+
+
+def rename_conversation(api: Api, console: Console, conversation_id: str, title: str) -> None:
+    """Set the conversation's title (`PATCH`): the user's, never replaced by a generated one."""
+    conversation = api.patch(f"/v1/conversations/{conversation_id}", {"title": title})
+    console.print(
+        Text.assemble("Renamed ", (conversation_id, "bold"), ": ", str(conversation["title"]))
+    )
 
 
 def delete_conversation(api: Api, console: Console, conversation_id: str) -> None:

@@ -31,7 +31,7 @@ app = typer.Typer(
 )
 turns_app = typer.Typer(help="Your turns: list, show, tail, cancel.", no_args_is_help=True)
 conversations_app = typer.Typer(
-    help="Your conversations: list, show, delete.", no_args_is_help=True
+    help="Your conversations: list, show, rename, delete.", no_args_is_help=True
 )
 app.add_typer(turns_app, name="turns")
 app.add_typer(conversations_app, name="conversations")
@@ -163,6 +163,18 @@ def conversations_show(
         url,
         key,
         lambda api, out: conversation_views.show_conversation(api, out, conversation_id, messages),
+    )
+
+
+@conversations_app.command("rename")
+def conversations_rename(
+    conversation_id: str, title: str, url: Url = DEFAULT_URL, key: Key = None
+) -> None:
+    """Give a conversation a title of your own (the generated one never replaces it)."""
+    call(
+        url,
+        key,
+        lambda api, out: conversation_views.rename_conversation(api, out, conversation_id, title),
     )
 
 

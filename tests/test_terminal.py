@@ -25,11 +25,12 @@ from langchain_core.tools import tool
 from launcher.redis_server import free_port
 from shared.notes import NoteStore
 from shared.settings import Settings
+from shared.titles import TITLE_PROMPT
 from tests.conftest import Stack, make_settings, run_stack
 from tests.fakes.searxng import FakeSearxng
 from tests.processes import BIN, ProcessGroup, settings_env, wait_for
 from tests.terminal import Terminal, has_tmux
-from tests.upstream import Reply, ScriptedUpstream
+from tests.upstream import Body, Reply, ScriptedUpstream
 from worker.tools import default_tools
 from worker.tools.progress import get_reporter
 
@@ -457,6 +458,46 @@ async def test_turns_list_shows_the_callers_turns_and_what_each_was_about(
     assert made["alice"] in screen
     assert made["bob"] not in screen
     assert re.search(rf"{made['alice']} +completed +[-0-9: ]+ +hello from alice", screen)
+
+
+async def test_conversations_list_shows_titles_and_rename_sets_ones_own(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    def respond(body: Body) -> Reply:
+        if body["messages"][0]["content"] == TITLE_PROMPT:
+            return Reply.text("Otters asleep")
+        return Reply.text("They hold hands.")
+
+    upstream.responder = respond
+    settings = make_settings(upstream, api_keys=two_users(), conversation_titles=True)
+    async with run_stack(settings) as stack:
+        for conversation_id in ("otters", "hall"):
+            await stack.client.post(
+                "/v1/conversations", json={"id": conversation_id}, headers=ALICE
+            )
+        await stack.client.post(
+            "/v1/conversations/otters/messages", json={"content": "Do otters sleep?"}, headers=ALICE
+        )
+
+        async def titled() -> bool:
+            got = await stack.client.get("/v1/conversations/otters", headers=ALICE)
+            return got.json()["title"] is not None
+
+        await wait_for(titled, 10)
+        env = cli_env(settings, stack.base_url, "key-alice", tmp_path)
+        async with terminal(tmp_path / "rename") as term:
+            await term.start(bernard("conversations", "rename", "hall", "Hall lights"), env)
+            renamed_code = await term.exit_code()
+            renamed = await term.screen()
+        async with terminal(tmp_path / "list") as term:
+            await term.start(bernard("conversations", "list"), env)
+            code = await term.exit_code()
+            screen = await term.screen()
+
+    assert renamed_code == 0 and "Renamed hall: Hall lights" in renamed
+    assert code == 0
+    assert re.search(r"otters +Otters asleep +idle +2 ", screen), screen
+    assert re.search(r"hall +Hall lights +idle +0 ", screen), screen
 
 
 async def test_turns_tail_follows_a_running_turn_to_its_end(
