@@ -153,6 +153,66 @@ async def test_the_first_exchange_names_the_conversation_once_off_the_turns_path
     )
 
 
+async def test_a_conversation_a_chat_completion_started_is_named_too(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings, _ = settings_for(upstream)
+    seen: list[Body] = []
+    upstream.responder = titling("Otters asleep", seen)
+    history = [
+        {"role": "user", "content": "Do otters sleep?"},
+        {"role": "assistant", "content": "They do, holding hands."},
+        {"role": "user", "content": "Where?"},
+    ]
+    async with run_stack(settings) as stack:
+        answer = await stack.client.post(
+            "/v1/chat/completions",
+            json={"model": "bernard-v1", "messages": history},
+            headers=HEADERS,
+        )
+        conversation_id = answer.headers["x-bernard-conversation-id"]
+        title = await titled(stack, conversation_id)
+
+    assert title == "Otters asleep"
+    # Named after the history's first exchange, which the client sent whole.
+    assert seen[0]["messages"][1]["content"] == (
+        "user: Do otters sleep?\nassistant: They do, holding hands."
+    )
+
+
+async def test_a_first_turn_that_waits_for_a_decision_is_named_once_its_answer_is_in(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings, _ = settings_for(upstream)
+    seen: list[Body] = []
+    upstream.responder = titling("Door code", seen)
+    async with run_stack(settings) as stack:
+        await stack.client.post("/v1/conversations", json={"id": "door"}, headers=HEADERS)
+        upstream.script_router(Reply.tool_calls([("save_note", {"text": "the code is 1234"})]))
+        paused = await stack.client.post(
+            "/v1/conversations/door/messages",
+            json={"content": "remember the door code is 1234"},
+            headers=HEADERS,
+        )
+        await asyncio.sleep(0.5)
+        untitled = await title_of(stack, "door")
+        confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
+        resumed = await stack.client.post(
+            "/v1/conversations/door/resume",
+            json={"confirmation_id": confirmation, "decision": "approve"},
+            headers=HEADERS,
+        )
+        title = await titled(stack, "door")
+
+    assert paused.json()["status"] == "awaiting_confirmation"
+    assert untitled is None, "no answer yet: nothing to name it after"
+    assert resumed.json()["status"] == "completed"
+    assert title == "Door code"
+    assert seen[0]["messages"][1]["content"] == (
+        "user: remember the door code is 1234\nassistant: Otters hold hands while they sleep."
+    )
+
+
 async def test_a_title_is_its_owners_background_job_and_waits_for_none_over_budget(
     upstream: ScriptedUpstream,
 ) -> None:
