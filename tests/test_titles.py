@@ -242,6 +242,32 @@ async def test_a_title_is_its_owners_background_job_and_waits_for_none_over_budg
     assert background_job_id(BackgroundKind.TITLE, owner, "within") == f"title:{owner}/within"
 
 
+async def test_a_failed_title_call_leaves_the_conversation_untitled_and_the_turn_alone(
+    upstream: ScriptedUpstream,
+) -> None:
+    settings, owner = settings_for(upstream)
+    seen: list[Body] = []
+    upstream.responder = titling(Reply.error(500, "no titles today"), seen)
+    async with run_stack(settings) as stack:
+        await exchange(stack, "failed", "Do otters sleep?")
+        await wait_for(lambda: seen, 10)
+
+        async def released() -> bool:
+            return await background_slots(stack, owner) == 0
+
+        await wait_for(released, 10)
+        shown = await title_of(stack, "failed")
+        rows = (await stack.client.get("/v1/conversations/failed/messages", headers=HEADERS)).json()
+
+    assert shown is None
+    assert [row["role"] for row in rows["data"]] == ["user", "assistant"]
+
+
+async def background_slots(stack: Stack, owner: str) -> int:
+    """The owner's background jobs queued or running, as their budget counts them."""
+    return int(await stack.redis.zcard(keys.background_jobs(owner)))
+
+
 async def test_a_title_the_user_set_is_never_replaced_by_the_generated_one(
     upstream: ScriptedUpstream,
 ) -> None:

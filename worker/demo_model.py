@@ -4,7 +4,8 @@
 `ChatOpenAI`: it streams token by token with usage, and with tools bound it acts as a tiny
 keyword router (time questions call `get_time`, arithmetic calls `calculator`, anything else or
 a turn that already has tool results calls `respond`). Its answers are deterministic and say
-that Bernard is running on the demo model.
+that Bernard is running on the demo model. Asked for a conversation's title (shared/titles.py's
+prompt), it answers with the first words of the first question.
 
 It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
 first stop string, `finish_reason` "stop") and `max_tokens` (at most that many of its streamed
