@@ -30,6 +30,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from api.cursors import parse_cursor
 from bench.client import Call, Endpoint, chat_body, connect, request_bytes
 from bench.processes import Cluster
 from bench.upstream import Directive
@@ -311,9 +312,12 @@ def echo_directives(prefix: str, count: int, tokens: int, delay_ms: float = 0) -
 
 
 def _id_key(frame_id: str) -> tuple[int, int, int]:
-    entry, _, index = frame_id.partition(":")
-    ms_part, _, seq = entry.partition("-")
-    return int(ms_part), int(seq or 0), int(index) if index else -1
+    # As the server reads a frame id back (`done:<k>` names the stream's last entry).
+    cursor = parse_cursor(frame_id)
+    if cursor is None:
+        raise ValueError(f"no frame id: {frame_id!r}")
+    ms, seq = cursor.key
+    return ms, seq, cursor.frame if cursor.frame is not None else -1
 
 
 def check_turn(turn: Turn) -> str | None:

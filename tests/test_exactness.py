@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from shared.streams import entry_key
+from api.cursors import parse_cursor
 from tests.conftest import make_settings
 from tests.processes import ProcessGroup
 from tests.sse import Frame, frames
@@ -26,8 +26,10 @@ TOKENS = 200
 
 
 def _id_key(frame_id: str) -> tuple[tuple[int, int], int]:
-    entry, _, index = frame_id.partition(":")
-    return entry_key(entry), int(index) if index else -1
+    # As the server reads a frame id back (`done:<k>` names the stream's last entry).
+    cursor = parse_cursor(frame_id)
+    assert cursor is not None, frame_id
+    return cursor.key, cursor.frame if cursor.frame is not None else -1
 
 
 def _keepalive(frame: Frame) -> bool:

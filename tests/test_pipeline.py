@@ -15,12 +15,12 @@ import pytest
 import redis.asyncio as redis_asyncio
 
 import worker.tools.catalog
+from api.cursors import parse_cursor
 from api.hub import StreamHub
 from api.pipeline import read_to_done
 from launcher.redis_server import free_port
 from shared import keys
 from shared.events import Delta, Done, MessageStored, encode
-from shared.streams import entry_key
 from shared.turns import STREAM_FIELD
 from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
 from tests.sse import collect, frames, text_of
@@ -62,9 +62,10 @@ async def test_sse_ids_increase_and_no_event_lines_are_sent(stack: Stack) -> Non
     lines = [line for line in raw.splitlines() if line]
     assert not [line for line in lines if line.startswith("event:")]
     ids = [line.removeprefix("id: ") for line in lines if line.startswith("id:")]
-    keys_in_order = [
-        (entry_key(i.split(":")[0]), int(i.split(":")[1]) if ":" in i else -1) for i in ids
-    ]
+    # As the server reads them back (`done:<k>` names the stream's last entry).
+    cursors = [parse_cursor(i) for i in ids]
+    keys_in_order = [(c.key, -1 if c.frame is None else c.frame) for c in cursors if c]
+    assert len(keys_in_order) == len(ids)
     assert keys_in_order == sorted(keys_in_order)
     assert len(set(ids)) == len(ids)
 
