@@ -49,6 +49,9 @@ BENCH_ENV = {
     "BERNARD_RATE_LIMIT_PER_MINUTE": "0",
     "BERNARD_MAX_USER_BYTES": str(2**40),
     "BERNARD_MAX_CONVERSATIONS_PER_USER": "100000000",
+    # Each of its chat completions starts a conversation, and a title call each would reach
+    # the bench's upstream beside the turns it measures (worker/titles.py).
+    "BERNARD_CONVERSATION_TITLES": "false",
 }
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
