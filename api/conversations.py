@@ -111,11 +111,12 @@ async def retitle(keeper: RecordKeeper, conversation_id: str, title: str) -> Non
     """Give the conversation the user's `title` (400 for one shared/titles.py refuses, 404
     for a conversation the owner does not have), whatever its status: a title is no turn.
     A generated title never replaces it."""
+    title = title.strip()  # what surrounds it is no part of it (a shell's last newline)
     problem = title_problem(title)
     if problem is not None:
         raise invalid(problem, "title")
     stored = is_conversation_id(conversation_id) and await keeper.save_title(
-        conversation_id, title.strip(), TitleSource.USER
+        conversation_id, title, TitleSource.USER
     )
     if not stored:
         raise conversation_not_found(conversation_id)

@@ -278,7 +278,7 @@ async def test_a_title_the_user_set_is_never_replaced_by_the_generated_one(
         await exchange(stack, "mine", "Do otters sleep?")
         await held.wait_blocked()  # the job asked the model; the user names it meanwhile
         changed = await stack.client.patch(
-            "/v1/conversations/mine", json={"title": "  Otter facts "}, headers=HEADERS
+            "/v1/conversations/mine", json={"title": "  Otter facts\n"}, headers=HEADERS
         )
         held.release()
         await asyncio.sleep(0.5)
