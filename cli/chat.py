@@ -180,11 +180,16 @@ class Chat:
         """While the turn waits for a decision: ask, send it, show what follows."""
         decided: set[str] = set()
         approved: dict[str, str] = {}
+        drawn: set[str] = set()
         while view.status == "awaiting_confirmation":
+            drawn |= {c.confirmation_id for c in view.confirmations}
             waiting = [c for c in view.confirmations if c.confirmation_id not in decided]
             if not waiting:
                 return
             proposal = waiting[0]
+            if len(waiting) > 1 or decided:
+                # Several cards are on screen: say which one the question is about.
+                self.console.print(Text(f"About: {proposal.summary}", style="magenta"))
             try:
                 body = self.ask_decision(proposal)
             except Leave:
@@ -210,6 +215,7 @@ class Chat:
                     body,
                     refuse=True,
                     approved=approved,
+                    drawn=drawn,
                 )
             except ApiError as exc:
                 self.error(exc)
@@ -260,13 +266,15 @@ class Chat:
         *,
         refuse: bool = False,
         approved: dict[str, str] | None = None,
+        drawn: set[str] | None = None,
     ) -> TurnView | None:
         """Run one request's turn on screen: its view once it ended, or None when the user
         stopped following it (Ctrl-C) or the request failed (said). With `refuse`, an
         error answer is raised instead, for the caller to judge. `approved`: the calls the
-        user approved on screen (`TurnView.approved`)."""
+        user approved on screen (`TurnView.approved`); `drawn`: the confirmations on screen
+        (`TurnView.drawn`)."""
         stream = TurnStream(self.api)
-        view = TurnView(approved=dict(approved or {}))
+        view = TurnView(approved=dict(approved or {}), drawn=set(drawn or ()))
         try:
             finished = watch(self.console, stream, stream.start(method, path, body), view)
         except ApiError as exc:

@@ -127,6 +127,9 @@ class TurnView:
     # The tool calls the user approved before this turn (a resume), by call id: the
     # arguments they approved, as drawn on the confirmation.
     approved: dict[str, str] = field(default_factory=dict)
+    # The confirmations already on screen (by confirmation id): a decision that leaves
+    # another of its step waiting answers with that one again, which is not drawn twice.
+    drawn: set[str] = field(default_factory=set)
 
     @property
     def done(self) -> bool:
@@ -218,10 +221,13 @@ class TurnView:
                     break
             elif isinstance(block, ToolBlock) and block.output is None and not self.done:
                 break
-            else:
+            elif not self._drawn_before(block):
                 out.append(block)
             self.settled += 1
         return out
+
+    def _drawn_before(self, block: Block) -> bool:
+        return isinstance(block, ConfirmationBlock) and block.confirmation_id in self.drawn
 
     def live(self) -> list[Piece]:
         """What is still changing: shown in the redrawn region."""
@@ -230,7 +236,7 @@ class TurnView:
             if isinstance(block, TextBlock):
                 if block.text[block.shown :].strip():
                     out.append(TextPiece(block.text[block.shown :], gap=block.shown > 0))
-            else:
+            elif not self._drawn_before(block):
                 out.append(block)
         return out
 

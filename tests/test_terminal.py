@@ -172,6 +172,34 @@ async def test_chat_asks_before_a_tool_that_changes_things_and_runs_it_once_appr
     assert code == 0
 
 
+async def test_two_calls_of_one_step_are_drawn_once_each_and_each_question_says_which(
+    upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    settings = make_settings(upstream, api_keys=two_users())
+    gate_code = ("save_note", {"text": "the gate code is 9"})
+    async with run_stack(settings) as stack, terminal(tmp_path) as term:
+        await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice", tmp_path))
+        await term.wait_for(PROMPT)
+        upstream.script_router(Reply.tool_calls([NOTE, gate_code]))
+        await term.type("remember both codes")
+        await term.wait_for("Approve?")
+        await term.type("y")
+        await term.wait_for(lambda screen: screen.count("Approve?") == 2)
+        upstream.script(Reply.text("Saved both."))
+        await term.type("y")
+        done = await term.wait_for(lambda screen: screen.count(PROMPT) == 2)
+        saved = await notes_of(stack)
+
+    assert done.count("waits for your decision") == 2, "one card per call, never again"
+    assert re.findall(r"About: (.*)\n", done) == [
+        "Remember “the door code is 1234”",
+        "Remember “the gate code is 9”",
+    ]
+    assert done.count("save_note · approved") == 2
+    assert "Saved both." in done
+    assert sorted(saved) == ["the door code is 1234", "the gate code is 9"]
+
+
 # An $EDITOR that writes broken JSON the first time it runs and fixes it the second, keeping
 # a copy of what it was given each time.
 EDITOR_SCRIPT = """#!/bin/sh

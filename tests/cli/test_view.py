@@ -266,6 +266,17 @@ def test_a_call_approved_on_its_confirmation_does_not_repeat_its_arguments() -> 
     assert '{"topic": "walrus"}' in edited, "arguments other than those approved are shown"
 
 
+def test_a_confirmation_already_on_screen_is_not_drawn_again() -> None:
+    # A decision that leaves another call of its step waiting answers with that one.
+    view = TurnView(drawn={"conf_1"})
+    view.apply(PROPOSAL)
+    view.apply(event("done", status="awaiting_confirmation"))
+
+    assert view.live() == []
+    assert view.settle() == []
+    assert [c.confirmation_id for c in view.confirmations] == ["conf_1"], "still asked about"
+
+
 def test_long_tool_output_is_cut_saying_how_much() -> None:
     tool = ToolBlock(id="c1", name="dump", output="\n".join(f"line {n}" for n in range(40)))
     drawn = draw(render(tool))
