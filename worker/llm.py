@@ -454,4 +454,10 @@ def _anthropic(settings: Settings, model: str, http_client: Any) -> BaseChatMode
         timeout=settings.llm_timeout_s,
         max_retries=settings.llm_max_retries,
         stream_usage=True,
+        # Whole answers (the router's) are read as a stream too: its chunks' tool calls go
+        # through LangChain's own parsing, which makes a `tool_use` whose input is JSON but
+        # not an object (`[1, 2]`) an invalid call the model reads an error for, as
+        # worker/openai_fast.py does on the OpenAI path; the whole message's parsing put it
+        # on the message as it was, and the message failed its own validation.
+        streaming=True,
     )

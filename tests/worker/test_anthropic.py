@@ -9,6 +9,7 @@ import json
 from contextlib import aclosing
 from typing import Any
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from shared.settings import Settings
@@ -137,3 +138,37 @@ async def test_a_turn_runs_on_anthropic_models_through_the_whole_pipeline(
     assert (tool_result["type"], tool_result["tool_use_id"]) == ("tool_result", tool_use["id"])
     assert json.dumps(tool_result).count("42") >= 1
     assert upstream.requests[-1]["model"] == "claude-answer"
+
+
+@pytest.mark.parametrize("arguments", ["[1, 2]", '"six times seven"', "42", "true"])
+async def test_a_tool_input_that_is_not_an_object_goes_back_to_the_model(
+    upstream: ScriptedUpstream, arguments: str
+) -> None:
+    """As on the OpenAI path (tests/test_agent_turn.py): a `tool_use` whose `input` is JSON
+    but not an object is a call the model reads an error for, and the turn goes on,
+    rather than failing with pydantic's text."""
+    upstream.script_router(Reply.tool_calls([("calculator", arguments)]))
+    upstream.script(Reply.text(["I could not do that."]))
+    async with run_stack(anthropic_settings(upstream)) as stack:
+        frames = await collect(
+            stack.client,
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": "bernard-v1",
+                "stream": True,
+                "messages": [{"role": "user", "content": "What is 6 * 7?"}],
+            },
+        )
+    (call,) = [f.bernard for f in frames if f.bernard and f.bernard["type"] == "tool_call"]
+    (result,) = [f.bernard for f in frames if f.bernard and f.bernard["type"] == "tool_result"]
+    assert call["arguments"] == arguments
+    assert result["content"] == (
+        "Error: invalid arguments for tool 'calculator': the arguments are not a JSON "
+        f"object: {arguments!r}"
+    )
+    assert text_of(frames) == "I could not do that."
+    # The model read why, as the result of its own call.
+    tool_result = upstream.router_requests[1]["messages"][-1]["content"][0]
+    assert (tool_result["type"], tool_result["content"]) == ("tool_result", result["content"])
+    assert tool_result["is_error"] is True
