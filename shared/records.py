@@ -722,12 +722,22 @@ class Recorder(_Store):
         )
 
     async def request_summary(
-        self, conversation_id: str, until: int, limits: BackgroundLimits
-    ) -> Admission:
+        self, conversation_id: str, until: int, limits: BackgroundLimits, *, turn_id: str
+    ) -> Admission | None:
         """Queue the job that folds the messages before position `until` into the summary
         (worker/summaries.py), one per conversation at a time, as the owner's background
         job (shared/queue.py): over the owner's or the deployment's budget it is not
-        queued, and the next turn that finds the summary behind asks again."""
+        queued, and the next turn that finds the summary behind asks again.
+
+        The job carries the incarnation of the conversation `turn_id` holds: one that runs
+        after the conversation was deleted and created again under its id summarizes
+        nothing (the positions it was asked for are another conversation's). None, and
+        nothing queued, when the turn no longer holds it."""
+        held, incarnation = await self._redis.hmget(  # type: ignore[misc]
+            keys.conversation(self.owner, conversation_id), ["active_turn", "incarnation"]
+        )
+        if held is None or _text(held) != turn_id or incarnation is None:
+            return None
         admission = await enqueue_background(
             self._queue,
             limits,
@@ -738,6 +748,7 @@ class Recorder(_Store):
             self.owner,
             conversation_id,
             until,
+            _text(incarnation),
         )
         if admission in (Admission.OVER_USER_BUDGET, Admission.OVER_DEPLOYMENT_BUDGET):
             logger.info(

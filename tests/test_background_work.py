@@ -204,6 +204,45 @@ async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
         assert "flood-5 question" in asked.body["messages"][1]["content"]
 
 
+async def test_a_summary_queued_before_its_conversation_was_created_again_writes_nothing(
+    upstream: ScriptedUpstream, users: Users
+) -> None:
+    """The summary job carries the incarnation of the conversation it was asked for in: one
+    that starts after that conversation was deleted and another created under its id (a
+    long history too) neither asks the model nor writes a summary into the new one, whose
+    positions it never counted."""
+    held: list[Reply] = []
+    upstream.responder = slow_summaries(held)
+    # One background slot of four, taken by a summary the upstream holds: the next waits.
+    settings = settings_for(upstream, users, worker_concurrency=4, worker_background_share=0.25)
+    alice = as_user("alice")
+    async with run_stack(settings) as stack:
+        body = {"model": "bernard-v1", "messages": crowded("blocker")}
+        assert (await stack.client.post(CHAT, json=body, headers=alice)).status_code == 200
+        await wait_for(lambda: len(held) == 1, timeout_s=5)
+
+        body = {"model": "bernard-v1", "messages": crowded("old"), "conversation_id": "kitchen"}
+        assert (await stack.client.post(CHAT, json=body, headers=alice)).status_code == 200
+        queued = background_job_id(BackgroundKind.SUMMARY, users.alice, "kitchen")
+        assert await stack.redis.exists(job_key_prefix + queued), "asked for, waiting"
+
+        deleted = await stack.client.delete("/v1/conversations/kitchen", headers=alice)
+        assert deleted.status_code == 200, deleted.text
+        body = {"model": "bernard-v1", "messages": crowded("new"), "conversation_id": "kitchen"}
+        assert (await stack.client.post(CHAT, json=body, headers=alice)).status_code == 200
+
+        async def ended() -> bool:
+            for reply in held:  # a summary the old job asked for too, were it to ask
+                reply.release()
+            return await _all_gone(stack, users.alice)
+
+        await wait_for(ended, timeout_s=10)
+        await asyncio.sleep(0.3)
+        summary = await stack.redis.get(keys.conversation_summary(users.alice, "kitchen"))
+    assert summary is None, "the old conversation's job wrote into the new one"
+    assert len(summary_calls(upstream)) == 1, "only the blocker's summary asked the model"
+
+
 async def _all_gone(stack: Stack, owner: str) -> bool:
     return await background_entries(stack, owner) == 0 and await summary_jobs(stack, owner) == 0
 

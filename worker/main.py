@@ -1,8 +1,9 @@
 """The arq entry point: `arq worker.main.WorkerSettings`.
 
 Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
-`summarize_conversation(owner, conversation_id)` when a conversation outgrew its prompts;
-`title_conversation(owner, conversation_id)` after a conversation's first exchange. Each
+`summarize_conversation(owner, conversation_id, until, incarnation)` when a conversation outgrew
+its prompts; `title_conversation(owner, conversation_id)` after a conversation's first
+exchange. Each
 worker process runs up to `BERNARD_WORKER_CONCURRENCY` turns at once (turns wait on the
 network, not the CPU), picks new ones up through the wake list of `worker.queue`, and keeps
 no arq results: a turn's output lives in its stream.
@@ -127,12 +128,22 @@ async def fire(ctx: dict[str, Any], owner: str, timer_id: str) -> str:
 
 
 async def summarize_conversation(
-    ctx: dict[str, Any], owner: str, conversation_id: str, until: int
+    ctx: dict[str, Any],
+    owner: str,
+    conversation_id: str,
+    until: int,
+    incarnation: str | None = None,
 ) -> str:
     """Fold a conversation's older messages into its summary (worker/summaries.py)."""
     models: Models = ctx["models"]
     return await summarize(
-        ctx["bernard_redis"], models.router, ctx["settings"], owner, conversation_id, until
+        ctx["bernard_redis"],
+        models.router,
+        ctx["settings"],
+        owner,
+        conversation_id,
+        until,
+        incarnation=incarnation,
     )
 
 

@@ -199,7 +199,10 @@ class TurnRecording:
         if ctx.summary_until is not None and not self.deleted:
             # Off the turn's path: a job on the workers' queue, one pending at a time.
             await self.recorder.request_summary(
-                self.conversation_id, ctx.summary_until, BackgroundLimits.of(ctx.settings)
+                self.conversation_id,
+                ctx.summary_until,
+                BackgroundLimits.of(ctx.settings),
+                turn_id=ctx.turn_id,
             )
         if self._first_exchange and not ctx.paused and rows and ctx.settings.conversation_titles:
             # Off the turn's path too (worker/titles.py); once per conversation, as only the

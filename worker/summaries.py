@@ -9,7 +9,9 @@ It reads the summary and the messages after it up to where the turn that asked f
 started its prompts' messages (at most `_MAX_MESSAGES` at once; the rest wait for the next
 crossing), asks the router
 model for the new summary, and stores it with the position of the last message it covers.
-A failed call leaves the previous summary in place.
+A failed call leaves the previous summary in place. The job carries the incarnation of the
+conversation it was asked for in (shared/conversation_state.py): after a delete and a
+re-creation under the same id it summarizes nothing.
 """
 
 from __future__ import annotations
@@ -37,15 +39,27 @@ SUMMARY_PROMPT = (
 
 
 async def summarize(
-    redis: Any, router: Llm, settings: Settings, owner: str, conversation_id: str, until: int
+    redis: Any,
+    router: Llm,
+    settings: Settings,
+    owner: str,
+    conversation_id: str,
+    until: int,
+    *,
+    incarnation: str | None = None,
 ) -> str:
     """Fold the messages before position `until` (where the prompts' messages started when
-    the job was asked for) into the summary; what happened ("summarized", "nothing",
-    "failed")."""
+    the job was asked for) into the summary of the conversation's `incarnation` the job was
+    asked for in (None, for a job queued before jobs carried it: the one it finds); what
+    happened ("summarized", "nothing", "failed")."""
     keeper = RecordKeeper(redis, owner, retention_s=settings.conversation_retention_s)
     conversation = await keeper.get_conversation(conversation_id)
     if conversation is None:
         return "nothing"  # deleted since
+    if incarnation is not None and conversation.incarnation != incarnation:
+        # Deleted and created again under its id since: `until` counted another
+        # conversation's messages, and this one's turns ask for their own summary.
+        return "nothing"
     summary = await keeper.summary(conversation_id)
     covers = int(summary["covers_to"]) if summary else 0
     if until - 1 - covers < settings.summary_threshold_messages:
@@ -68,7 +82,7 @@ async def summarize(
     text = str(result.message.content).strip()[:_SUMMARY_MAX_CHARS]
     if not text:
         return "failed"
-    # Not into the conversation created again under its id meanwhile.
+    # Not into the conversation created again under its id while the model wrote.
     await keeper.save_summary(conversation_id, text, end, incarnation=conversation.incarnation)
     return "summarized"
 
