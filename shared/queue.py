@@ -216,6 +216,19 @@ async def enqueue_background(
     return _ADMISSIONS[int(reply)]
 
 
+async def requeue_background(queue: Redis, queue_name: str, job_id: str, score_ms: int) -> None:
+    """Put the background job `job_id` back on the queue, due at `score_ms`, and wake a
+    worker for it: it was stopped before it ended (its worker shut down) or asked to run
+    again (arq's `Retry`). A worker takes a job off the queue as it starts it
+    (worker/queue.py), so arq's own retry, which only moves the job's score, would leave
+    it on no queue: lost."""
+    async with queue.pipeline(transaction=False) as pipe:
+        pipe.zadd(queue_name, {job_id: score_ms})
+        pipe.lpush(keys.wake(queue_name), job_id)
+        pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
+        await pipe.execute()
+
+
 async def release_background(queue: Redis, queue_name: str, job_id: str) -> None:
     """Give back the slots the background job `job_id` held (its owner's and the queue's):
     the job ended."""

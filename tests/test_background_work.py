@@ -7,6 +7,7 @@ floods summaries while another waits for a first token."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from arq.constants import job_key_prefix
 
@@ -22,10 +24,11 @@ from shared.connection import connect
 from shared.queue import BackgroundKind, background_job_id
 from shared.settings import Settings
 from shared.timers import TimerStore
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.processes import wait_for
 from tests.sse import frames
 from tests.upstream import Body, Exchange, Reply, ScriptedUpstream, last_user_text
+from worker.main import create_worker
 from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"
@@ -241,6 +244,35 @@ async def test_a_summary_queued_before_its_conversation_was_created_again_writes
         summary = await stack.redis.get(keys.conversation_summary(users.alice, "kitchen"))
     assert summary is None, "the old conversation's job wrote into the new one"
     assert len(summary_calls(upstream)) == 1, "only the blocker's summary asked the model"
+
+
+async def test_a_summary_its_worker_stopped_at_shutdown_runs_on_another_worker(
+    upstream: ScriptedUpstream, users: Users
+) -> None:
+    """A worker shutting down cancels the summary it runs (its model call held upstream):
+    the job goes back on the queue, and the next worker runs it to its end."""
+    held: list[Reply] = []
+    upstream.responder = slow_summaries(held)
+    settings = settings_for(upstream, users)
+    async with run_stack(settings, worker=False) as stack:
+        first = create_worker(settings, handle_signals=False)
+        running = asyncio.create_task(first.async_run())
+        body = {"model": "bernard-v1", "messages": crowded("stopped"), "conversation_id": "den"}
+        answer = await stack.client.post(CHAT, json=body, headers=as_user("alice"))
+        assert answer.status_code == 200, answer.text
+        await wait_for(lambda: len(held) == 1, timeout_s=5)
+        with contextlib.suppress(asyncio.CancelledError):
+            await first.close()  # its shutdown: the summary in flight is cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        assert not summary_calls(upstream)[0].completed_at, "stopped before it answered"
+
+        async with run_worker(settings):
+            await wait_for(lambda: len(held) == 2, timeout_s=10)
+            held[1].release()
+            await wait_for(lambda: _all_gone(stack, users.alice), timeout_s=10)
+        summary = await stack.redis.get(keys.conversation_summary(users.alice, "den"))
+    assert summary is not None and orjson.loads(summary)["text"] == "They talked."
 
 
 async def _all_gone(stack: Stack, owner: str) -> bool:

@@ -163,8 +163,10 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             func(run_turn, name=RUN_TURN, max_tries=1),
             # A timer fires once however often its job runs (shared/timers.py): retried.
             func(fire, name=FIRE_TIMER, max_tries=3),
-            func(summarize_conversation, name=SUMMARIZE, max_tries=1),
-            func(title_conversation, name=TITLE, max_tries=1),
+            # A summary or a title stopped by its worker's shutdown runs again on another
+            # (worker/queue.py); each only ever moves its conversation forward.
+            func(summarize_conversation, name=SUMMARIZE, max_tries=3),
+            func(title_conversation, name=TITLE, max_tries=3),
         ],
         "on_startup": startup,
         "on_shutdown": shutdown,

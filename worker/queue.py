@@ -21,7 +21,9 @@ what live and background jobs are):
   waits, it is never dropped); the worker then leaves that owner's background jobs (or,
   over the queue's budget, all of them) alone for `BACKGROUND_RECHECK_S`. The slots are
   given back when the job ends (`finish_job`, `finish_failed_job`: one round trip more per
-  background job; a crashed worker's lapse at arq's in-progress timeout).
+  background job; a crashed worker's lapse at arq's in-progress timeout). A background job
+  stopped before it ends (its worker shut down) goes back on the queue for another worker:
+  arq would only have moved its score on a queue it is no longer on.
 - **Fair order.** A poll that finds more due jobs than free slots starts them in
   worker/fairness.py's order (round-robin across owners, those with nothing running on this
   worker first, live before background) instead of queue order; the owners of the turns
@@ -51,7 +53,13 @@ from redis.exceptions import RedisError
 from shared import keys
 from shared.connection import wait_until_reachable
 from shared.logs import configure_logging
-from shared.queue import SLOTS, BackgroundLimits, background_owner, release_background
+from shared.queue import (
+    SLOTS,
+    BackgroundLimits,
+    background_owner,
+    release_background,
+    requeue_background,
+)
 from worker.fairness import Candidate, fair_order
 
 # Fallback poll while idle: picks up deferred jobs, background jobs left for later, and a
@@ -139,6 +147,9 @@ class WakeWorker(Worker):
         self._running: dict[str, tuple[str | None, bool]] = {}
         self._running_by_owner: Counter[str | None] = Counter()
         self._background_running = 0
+        # The score (due time, ms) each background job running here had on the queue: a job
+        # stopped before it ends goes back with it (`finish_job`).
+        self._background_scores: dict[str, int] = {}
         # Owners over their background budget, and the queue over its: until when (monotonic)
         # their background jobs are left alone.
         self._refused_until: dict[str, float] = {}
@@ -202,6 +213,8 @@ class WakeWorker(Worker):
             self._running[job_id] = (owner, candidate.background)
             self._running_by_owner[owner] += 1
             self._background_running += candidate.background
+            if candidate.background:
+                self._background_scores[job_id] = score
             task.add_done_callback(functools.partial(self._job_done, job_id))
             self.tasks[job_id] = task
 
@@ -289,16 +302,43 @@ class WakeWorker(Worker):
             del self._running_by_owner[owner]
         self._background_running -= background
 
-    async def finish_job(self, job_id: str, *args: Any, **kwargs: Any) -> None:
-        """arq's, then the background slots the job held are given back."""
-        await super().finish_job(job_id, *args, **kwargs)
+    async def finish_job(
+        self,
+        job_id: str,
+        finish: bool,
+        result_data: bytes | None,
+        result_timeout_s: float | None,
+        keep_result_forever: bool,
+        incr_score: int | None,
+        keep_in_progress: float | None,
+    ) -> None:
+        """arq's, then the background slots the job held are given back. A background job
+        that did not finish (cancelled by this worker's shutdown, or retried) goes back on
+        the queue, due when arq would have it (its score moved by `incr_score`, else now),
+        for another worker to run: a turn never runs twice (its claim refuses), so a turn's
+        job is left off."""
+        score = self._background_scores.pop(job_id, None)
+        await super().finish_job(
+            job_id,
+            finish,
+            result_data,
+            result_timeout_s,
+            keep_result_forever,
+            # Not arq's ZINCRBY of a job no longer on the queue: due at once, whatever the delay.
+            incr_score if score is None else None,
+            keep_in_progress,
+        )
         await release_background(self.pool, self.queue_name, job_id)
+        if not finish and score is not None:
+            due = score + incr_score if incr_score else timestamp_ms()
+            await requeue_background(self.pool, self.queue_name, job_id, due)
 
     async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
         """arq's (a job that expired, failed to start or ran out of tries), then the
         background slots it held are given back."""
         await super().finish_failed_job(job_id, result_data)
         await release_background(self.pool, self.queue_name, job_id)
+        self._background_scores.pop(job_id, None)
 
     async def _poll_iteration(self) -> None:
         if self._pool is None:
