@@ -284,7 +284,12 @@ async def test_a_client_leaving_mid_tool_cancels_the_tool_and_closes_its_record(
         messages = await archivist.messages(conversation_id)
     assert (record["name"], record["status"]) == ("crawl", "failed")
     assert record["content"] == "Error: the turn was stopped before the call ended"
-    assert [m["role"] for m in messages] == ["user"]  # no answer was stored
+    # The call and how it ended stay in the conversation, with no answer: the next turn's
+    # model reads that it was stopped, in a prompt where no call lacks its result.
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "crawl"
+    assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
+    assert messages[2]["content"] == "Error: the turn was stopped before the call ended"
     assert upstream.requests == []  # the response model was never called
 
 

@@ -23,6 +23,7 @@ from httpx_sse import EventSource
 
 from shared import keys
 from shared.notes import NoteStore
+from shared.records import RecordKeeper
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect
@@ -501,6 +502,69 @@ async def test_an_expired_proposal_cannot_be_decided_and_is_recorded_as_not_run(
             "Not run: the user did not confirm this in time.",
         )
         assert await notes_of(stack) == []
+
+
+async def test_a_turn_that_fails_after_its_approved_call_ran_records_that_it_ran(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    """The approved call runs, then the model call after it fails: the conversation holds
+    the call's real result, not the "not run" answer of a call nobody decided on, and the
+    next turn's model reads it right after the call (a valid prompt)."""
+    await conversation(users)
+    confirmation = await pause(users, upstream)
+    upstream.script_router(Reply.error(500, "the router is down"))
+    failed = await resume(
+        users, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
+    )
+    assert isinstance(failed, httpx.Response) and failed.status_code == 502, failed.text
+    assert failed.json()["error"]["code"] == "upstream_error"
+    assert await notes_of(users) == ["the door code is 1234"], "it ran"
+
+    upstream.script(Reply.text("It is saved."))
+    answered = await post(users, "kitchen", "did you save it?")
+    assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
+    rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
+    roles = [(row["role"], row["content"]) for row in rows["data"]]
+    call_id = rows["data"][1]["tool_calls"][0]["id"]
+    assert roles[:2] == [("user", "remember the door code"), ("assistant", "")]
+    assert roles[2] == ("tool", "Saved: the door code is 1234")
+    assert rows["data"][2]["tool_call_id"] == call_id
+    assert roles[3:] == [("user", "did you save it?"), ("assistant", "It is saved.")]
+    prompt = upstream.router_requests[-1]["messages"]
+    called = next(i for i, m in enumerate(prompt) if m.get("tool_calls"))
+    assert (prompt[called + 1]["role"], prompt[called + 1]["content"]) == roles[2]
+    calls = await RecordKeeper(users.redis, alice(users)).calls("kitchen", kind="tool")
+    assert [(c["name"], c["status"]) for c in calls] == [("save_note", "completed")]
+
+
+async def test_a_turn_that_fails_after_its_tool_calls_ran_keeps_them_in_the_conversation(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    """A read call runs, then the router's next model call fails: the call and its result
+    stay in the conversation, for the next turn's model to read, and no call is left
+    without its result."""
+    await conversation(users)
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script_router(Reply.error(500, "the router is down"))
+    failed = await post(users, "kitchen", "what is 6 * 7?")
+    assert isinstance(failed, httpx.Response) and failed.status_code == 502, failed.text
+    assert failed.json()["error"]["code"] == "upstream_error"
+
+    upstream.script(Reply.text("42."))
+    answered = await post(users, "kitchen", "so?")
+    assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
+    rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
+    roles = [(row["role"], row["content"]) for row in rows["data"]]
+    assert roles == [
+        ("user", "what is 6 * 7?"),
+        ("assistant", ""),
+        ("tool", "42"),
+        ("user", "so?"),
+        ("assistant", "42."),
+    ]
+    assert rows["data"][1]["tool_calls"][0]["function"]["name"] == "calculator"
+    prompt = [m for m in upstream.router_requests[-1]["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in prompt] == ["user", "assistant", "tool", "user"]
 
 
 async def test_an_unknown_confirmation_is_404(users: Stack) -> None:

@@ -237,7 +237,9 @@ class TurnRecording:
         self.deleted = True
 
     async def fail(self, error: BaseException) -> None:
-        """The turn failed or was stopped: close the calls still open as failed.
+        """The turn failed or was stopped: close the calls still open as failed, and store
+        the tool calls it made with their results (`_what_ran`), so the conversation says
+        which calls ran.
 
         Never raises a record error: the turn's own error is the one that must surface.
         """
@@ -249,6 +251,7 @@ class TurnRecording:
             await self._writes.drain()
             if self.deleted:
                 return
+            ran = self._what_ran(message)
             calls, self._calls = self._calls, []  # any a failed write left behind
             if self._llm_call is not None:
                 call_id, began = self._llm_call
@@ -266,9 +269,51 @@ class TurnRecording:
                 )
             self._tool_calls.clear()
             await self.recorder.record_calls(self.conversation_id, calls, turn_id=self.ctx.turn_id)
+            if ran:
+                await self.recorder.append_messages(
+                    self.conversation_id, ran, turn_id=self.ctx.turn_id, length=self._length
+                )
         except (RedisError, OSError, ConversationNotFoundError) as exc:
             # The turn's own error is what matters; a lost record must not replace it.
             logger.warning("could not record the failure of turn %s: %s", self.ctx.turn_id, exc)
+
+    def _what_ran(self, why: str) -> list[BaseMessage]:
+        """This turn's tool-call messages and tool results so far (as `finish` stores them,
+        without an answer), each call answered: one that never ended with the error its
+        call record gets, one that never started with "not run" (a declined one as the
+        resume harness says it). The calls a resumed turn carries out answer the paused
+        turn's message, stored already. Left out, the next turn answered a decided call as
+        never confirmed though it ran, and the model never read what the calls did."""
+        ctx = self.ctx
+        stopped = set(self._tool_calls)  # started, never ended
+        group: list[dict[str, Any]] = [
+            {**decision["tool_call"], "declined": decision["decision"] != "approve"}
+            for decision in (ctx.request.resume or {}).get("decisions", [])
+        ]
+        answered: set[str] = set()
+        out: list[BaseMessage] = []
+
+        def close_group() -> None:
+            for call in group:
+                if call["id"] in answered:
+                    continue
+                if call["id"] in stopped:
+                    content = f"Error: {why}"
+                elif call.get("declined"):
+                    content = f"The user declined: {call['name']} was not run."
+                else:
+                    content = f"Not run: the turn ended before this call ran ({why})."
+                out.append(ToolMessage(content=content, tool_call_id=call["id"], name=call["name"]))
+
+        for message in ctx.tool_messages:
+            if isinstance(message, AIMessage):
+                close_group()
+                group, answered = [dict(call) for call in message.tool_calls], set()
+            elif isinstance(message, ToolMessage):
+                answered.add(message.tool_call_id)
+            out.append(message)
+        close_group()
+        return out
 
 
 class OrderedWrites:
