@@ -28,7 +28,9 @@ Who may write (the holder): a turn writes into its conversation (messages, call 
 proposals: shared/records.py `_APPEND`, `PAUSE` here) only while it is the active turn. A
 turn that lost its conversation (deleted; re-created; or taken by another turn after a
 reaper ended this one while its worker stalled) writes nothing more. A writer that is no
-turn (the summary job) names the incarnation it read instead.
+turn names the incarnation it read instead (the summary job), or appends only while the
+conversation is idle (`ANNOUNCE`: a timer's ring, which would otherwise land among a turn's
+messages, between a tool call and its results).
 
 Every turn that claims the conversation enters its set of turns (`keys.conversation_turns`),
 which deleting hands back, so their records and streams can be forgotten too
@@ -73,6 +75,8 @@ __all__ = [
 # A turn's keys live at most this long (a week unfinished, then a day's retention): the
 # conversation's set of turns drops entries older than that (`hold`).
 DEFAULT_TURN_KEEP_S = 8 * 86_400
+# Tries of `announce` when messages keep arriving between its read and its append.
+_ANNOUNCE_RETRIES = 10
 
 
 class Status(StrEnum):
@@ -93,6 +97,7 @@ class Transition(StrEnum):
     PAUSE = "pause"  # the holding turn stores tool calls for the user's decision
     DECIDE = "decide"  # the user decides one proposed call
     UNCLAIM = "unclaim"  # the turn that claimed it could not be created: give it back
+    ANNOUNCE = "announce"  # a writer that is no turn appends a message (a timer rang)
     FINISH = "finish"  # the active turn's record ends (derived: no script)
     DELETE = "delete"  # DELETE /v1/conversations/{id}
 
@@ -114,6 +119,7 @@ class Outcome(StrEnum):
     EXPIRED = "expired"
     NO_PROPOSAL = "no_proposal"
     UNCLAIMED = "unclaimed"
+    ANNOUNCED = "announced"
     FINISHED = "finished"
     DELETED = "deleted"
     NOT_FOUND = "not_found"
@@ -177,6 +183,10 @@ TABLE: tuple[Rule, ...] = (
     _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, IDLE, "the turn was a new message's"),
     _rule(T.UNCLAIM, RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
     _rule(T.UNCLAIM, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
+    _rule(T.ANNOUNCE, ABSENT, Out.NOT_FOUND),
+    _rule(T.ANNOUNCE, IDLE, Out.ANNOUNCED, IDLE),
+    _rule(T.ANNOUNCE, RUNNING, Out.BUSY),
+    _rule(T.ANNOUNCE, AWAITING, Out.AWAITING_DECISION),
     _rule(T.FINISH, RUNNING, Out.FINISHED, IDLE, "the active turn's record ends"),
     _rule(T.DELETE, ABSENT, Out.NOT_FOUND),
     _rule(T.DELETE, _EXISTING, Out.DELETED, ABSENT),
@@ -383,6 +393,21 @@ end
 return {'unclaimed'}
 """
 
+# ARGV: 4 the active turn the caller found ended ('' for none), 5 how many messages the
+# caller found, 6 the row (its id counts on that length). Appends the row while the
+# conversation is idle, counted as `_APPEND` counts (shared/records.py); {'changed'} when
+# the list no longer has that length (the caller reads it again).
+_ANNOUNCE = """
+local status = status_of(ARGV[4])
+if REFUSE[status] then return {REFUSE[status]} end
+if redis.call('LLEN', KEYS[4]) ~= tonumber(ARGV[5]) then return {'changed'} end
+redis.call('RPUSH', KEYS[4], ARGV[6])
+redis.call('HINCRBY', KEYS[1], 'bytes', #ARGV[6])
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
+for _, key in ipairs({KEYS[1], KEYS[4], KEYS[5]}) do redis.call('EXPIRE', key, retention_s) end
+return {'announced'}
+"""
+
 # Returns {'deleted', the active turn ('' for none), {every turn of the conversation}}.
 _DELETE = """
 local status = status_of('')
@@ -412,6 +437,7 @@ SCRIPTS: dict[Transition, str] = {
     Transition.PAUSE: _script(Transition.PAUSE, _PAUSE),
     Transition.DECIDE: _script(Transition.DECIDE, _DECIDE),
     Transition.UNCLAIM: _script(Transition.UNCLAIM, _UNCLAIM),
+    Transition.ANNOUNCE: _script(Transition.ANNOUNCE, _ANNOUNCE),
     Transition.DELETE: _script(Transition.DELETE, _DELETE),
 }
 _SHAS = {
@@ -597,6 +623,48 @@ class ConversationMachine:
         turn holds it by now."""
         reply = await self._run(Transition.UNCLAIM, conversation_id, time.time(), turn_id)
         return Outcome(_text(reply[0]))
+
+    async def announce(
+        self, conversation_id: str, message: Mapping[str, Any], *, ended: str | None
+    ) -> Outcome:
+        """Append `message` (an OpenAI-shaped message) from a writer that is no turn, while
+        the conversation is idle (`ANNOUNCED`), `ended` being the active turn the caller
+        found ended (None: it found none). `BUSY` while a turn may run on it and
+        `AWAITING_DECISION` while calls wait for the user: the caller tries again later.
+        The message counts in its owner's ledger (shared/budgets.py), as any append."""
+        script_keys = self.keys(conversation_id)
+        for _ in range(_ANNOUNCE_RETRIES):
+            now = time.time()
+            length = int(await self._redis.llen(script_keys[3]))  # type: ignore[misc]
+            row = {**message, "id": f"msg_{length + 1}", "turn_id": None, "created_at": now}
+            item = orjson.dumps(row)
+            args = self._args(now, ended or "", length, item)
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVAL", SCRIPTS[Transition.ANNOUNCE], 6, *script_keys, *args)
+                budgets.account(
+                    pipe,
+                    self.owner,
+                    conversation_id,
+                    len(item),
+                    used_at=now,
+                    retention_s=self.retention_s,
+                )
+                reply, _ = await pipe.execute()
+            done = _text(reply[0])
+            if done != Outcome.ANNOUNCED:  # nothing appended: the ledger gives it back
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    budgets.account(
+                        pipe,
+                        self.owner,
+                        conversation_id,
+                        -len(item),
+                        used_at=None,
+                        retention_s=self.retention_s,
+                    )
+                    await pipe.execute()
+            if done != "changed":
+                return Outcome(done)
+        raise RuntimeError(f"conversation {conversation_id} kept changing while announcing")
 
     async def delete(self, conversation_id: str) -> Deletion:
         """Remove the conversation and everything recorded in it, and it leaves the owner's

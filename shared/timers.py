@@ -4,9 +4,14 @@ A timer is a record (`keys.timers(owner)`: timer id → `{id, label, due_at, con
 state}`) and an arq job deferred to its due time on the queue the workers already run, so
 it survives a worker restart: whichever worker is up when it is due runs `fire`. Firing is
 once: the record moves `pending` → `fired` in one script, and a cancelled timer (state
-`cancelled`) never fires. A fired timer says so in the conversation it was set from (an
-assistant message) and on the owner's event stream (`GET /v1/events`, whose key is
-`keys.events(keys.user_stream_id(owner))`), which a voice satellite or a UI keeps open.
+`cancelled`) never fires. A fired timer rings at once on the owner's event stream (`GET
+/v1/events`, whose key is `keys.events(keys.user_stream_id(owner))`), which a voice
+satellite or a UI keeps open, and says so in the conversation it was set from (an assistant
+message) once that conversation is idle (shared/conversation_state.py, `ANNOUNCE`): while a
+turn runs on it or tool calls wait for the user's decision, the message would land among
+that turn's (between a call and its results, a prompt no model takes), so a later job of
+the timer's tries again (`ANNOUNCE_AFTER_S`, longer as the wait grows, for at most
+`ANNOUNCE_FOR_S`), until the record says `announced`.
 Rung and cancelled timers stay listed until a new timer needs their room (`MAX_TIMERS`).
 
 Both keys live as long as conversations do after their last use. They are on the data
@@ -16,7 +21,6 @@ two are apart.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 import uuid
@@ -30,9 +34,10 @@ from redis.asyncio import Redis
 
 from shared import keys
 from shared.connection import is_cluster
+from shared.conversation_state import ConversationMachine, Outcome, may_run
 from shared.events import TimerFired, encode
 from shared.queue import BackgroundKind, background_job_id
-from shared.records import ConversationNotFoundError, RecordKeeper
+from shared.records import RecordKeeper
 from shared.turns import STREAM_FIELD
 
 FIRE_TIMER = "fire_timer"
@@ -40,6 +45,11 @@ MAX_TIMERS = 50
 MAX_DURATION_S = 7 * 86_400
 # What the owner's event stream keeps: the latest entries, for clients that reconnect.
 _EVENTS_MAXLEN = 1000
+# A rung timer's message waits for its busy conversation: tried again after a tenth of the
+# wait so far, between these bounds; given up a day after it rang (the event stream told
+# the user at once).
+ANNOUNCE_AFTER_S = (1.0, 60.0)
+ANNOUNCE_FOR_S = 86_400.0
 
 # The one grammar of a duration: parts of an ASCII number (whole, or with up to three
 # decimals) and its unit, apart or together ("1h30m"), joined by spaces, commas or "and",
@@ -75,6 +85,8 @@ class Timer:
     due_at: float
     conversation_id: str | None
     state: str = "pending"  # pending, fired or cancelled
+    # Whether its conversation holds the message saying it rang (`fire_timer`).
+    announced: bool = False
 
 
 def parse_duration(text: str) -> float:
@@ -162,6 +174,24 @@ class TimerStore:
             await self.queue.zrem(self.queue_name, job_id)
         return timer
 
+    async def mark_announced(self, timer_id: str) -> None:
+        """Its conversation holds the message saying it rang."""
+        await self.redis.eval(_ANNOUNCED, 1, self.key, timer_id)  # type: ignore[misc]
+
+    async def announce_later(self, timer: Timer, delay_s: float) -> None:
+        """Queue a job of the timer that tries its message again in `delay_s` (its own id:
+        the job that asks is still running)."""
+        due = time.time() + delay_s
+        key = f"{timer.id}.{round(due * 1000)}"
+        await self.queue.enqueue_job(
+            FIRE_TIMER,
+            self.owner,
+            timer.id,
+            _job_id=background_job_id(BackgroundKind.TIMER, self.owner, key),
+            _queue_name=self.queue_name,
+            _defer_until=datetime.fromtimestamp(due, UTC),
+        )
+
     async def move(self, timer_id: str, state: str) -> tuple[bool, Timer | None]:
         """`pending` → `state`, once: whether this call moved it, and the timer as it now
         stands (None if there is no such timer)."""
@@ -190,6 +220,16 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
+# KEYS: timers. ARGV: timer id. Marks the timer announced (nothing when it is gone).
+_ANNOUNCED = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+local timer = cjson.decode(raw)
+timer['announced'] = true
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(timer))
+return 1
+"""
+
 # KEYS: timers. ARGV: timer id, new state. Moves a pending timer to the new state. Returns
 # {1 moved now or 0 not pending, the timer as it stands}, nil when there is no such timer.
 _MOVE = """
@@ -213,32 +253,61 @@ async def fire_timer(
     queue_name: str,
     queue: ArqRedis | None = None,
 ) -> str:
-    """The job a timer's due time runs: fire it once, unless it was cancelled. Returns the
-    timer's state after ("fired", "cancelled") or "missing"."""
+    """The job a timer's due time runs: fire it once, unless it was cancelled, and say so in
+    its conversation once that is idle (a later job of the timer tries again while it is
+    busy). Returns the timer's state after ("fired", "cancelled") or "missing"."""
     store = TimerStore(redis, owner, retention_s=retention_s, queue_name=queue_name, queue=queue)
     moved, timer = await store.move(timer_id, "fired")
     if timer is None:
         return "missing"
-    if not moved:  # cancelled, or fired by an earlier run of this job
-        return timer.state
-    if timer.conversation_id is not None:
-        keeper = RecordKeeper(redis, owner, retention_s=retention_s)
-        message = {"role": "assistant", "content": f"⏰ Your timer “{timer.label}” is done."}
-        # A deleted conversation is not recreated: the event stream still tells the user.
-        with contextlib.suppress(ConversationNotFoundError):
-            await keeper.append_messages(timer.conversation_id, [message])
-    await publish(
-        redis,
-        owner,
-        TimerFired(
-            timer_id=timer.id,
-            label=timer.label,
-            conversation_id=timer.conversation_id,
-            due_at=timer.due_at,
-        ),
-        retention_s=retention_s,
-    )
+    if moved:  # the user hears it now, wherever they listen
+        await publish(
+            redis,
+            owner,
+            TimerFired(
+                timer_id=timer.id,
+                label=timer.label,
+                conversation_id=timer.conversation_id,
+                due_at=timer.due_at,
+            ),
+            retention_s=retention_s,
+        )
+    elif timer.state != "fired" or timer.announced:
+        return timer.state  # cancelled, or rung and said by an earlier run of its jobs
+    if timer.conversation_id is None:
+        return "fired"
+    outcome = await _announce(redis, owner, timer, retention_s)
+    if outcome in (Outcome.BUSY, Outcome.AWAITING_DECISION):
+        waited = time.time() - timer.due_at
+        if waited < ANNOUNCE_FOR_S:
+            low, high = ANNOUNCE_AFTER_S
+            await store.announce_later(timer, min(high, max(low, waited / 10)))
+        return "fired"
+    # Said, or its conversation is gone (a deleted one is not recreated: the event stream
+    # told the user).
+    await store.mark_announced(timer.id)
     return "fired"
+
+
+async def _announce(redis: Redis, owner: str, timer: Timer, retention_s: int) -> Outcome:
+    """The timer's message into its conversation, if that is idle."""
+    assert timer.conversation_id is not None
+    conversation = await RecordKeeper(redis, owner, retention_s=retention_s).get_conversation(
+        timer.conversation_id
+    )
+    if conversation is None:
+        return Outcome.NOT_FOUND
+    ended = None
+    if conversation.active_turn is not None:
+        # The record of the turn that last held it says whether it may still run (the
+        # script cannot read it: another hash slot).
+        status = await redis.hget(keys.turn(conversation.active_turn), "status")  # type: ignore[misc]
+        turn_status = status.decode() if isinstance(status, bytes) else status
+        if not may_run(turn_status, conversation.active_since, time.time()):
+            ended = conversation.active_turn
+    message = {"role": "assistant", "content": f"⏰ Your timer “{timer.label}” is done."}
+    machine = ConversationMachine(redis, owner, retention_s=retention_s)
+    return await machine.announce(timer.conversation_id, message, ended=ended)
 
 
 async def publish(redis: Redis, owner: str, event: Any, *, retention_s: int) -> None:

@@ -28,7 +28,7 @@ from shared.timers import (
     publish,
 )
 from tests.conftest import TEST_REDIS_URL, make_settings, run_stack
-from tests.processes import ProcessGroup, private_redis
+from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.upstream import Reply, ScriptedUpstream
 from worker.tools.runtime import ToolRuntime, runtime_config
 from worker.tools.timers import list_timers, set_timer
@@ -219,6 +219,131 @@ async def test_a_timer_set_in_a_turn_rings_in_its_conversation_and_on_the_event_
         assert (event, data["label"], data["conversation_id"]) == ("timer_fired", "tea", "kitchen")
         rows = await Archivist(stack.redis, user).messages("kitchen")
         assert rows[-1] == {"role": "assistant", "content": "⏰ Your timer “tea” is done."}
+
+
+def well_formed(rows: list[dict[str, Any]]) -> bool:
+    """Whether every tool message follows its own call (after the call's other results), as
+    an OpenAI-style upstream requires of a prompt, and every call has its result."""
+    waiting: set[str] = set()
+    for row in rows:
+        if row["role"] == "tool":
+            if row["tool_call_id"] not in waiting:
+                return False
+            waiting.discard(row["tool_call_id"])
+            continue
+        if waiting:
+            return False
+        waiting = {call["id"] for call in row.get("tool_calls") or ()}
+    return not waiting
+
+
+RANG = "⏰ Your timer “tea” is done."
+
+
+async def test_a_timer_ringing_while_a_call_waits_for_a_decision_is_said_once_it_is_decided(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The conversation waits for the user's decision on a tool call when the timer rings:
+    the user hears it at once on the event stream, and the conversation says it after the
+    call's result and the answer, never between the call and its result (the resumed turn
+    then stored an orphan result, and every later prompt had a call without one)."""
+    user = owner()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}")
+    headers = {"Authorization": "Bearer key-u"}
+    async with run_stack(settings) as stack:
+        created = await stack.client.post(
+            "/v1/conversations", json={"id": "kitchen"}, headers=headers
+        )
+        assert created.status_code == 201, created.text
+        upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
+        paused = await stack.client.post(
+            "/v1/conversations/kitchen/messages",
+            json={"content": "remember the door code"},
+            headers=headers,
+        )
+        assert paused.json()["status"] == "awaiting_confirmation", paused.text
+        listening = asyncio.create_task(events_of(stack.base_url, headers, 1, 10))
+        await asyncio.sleep(0.3)
+        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
+        await store.set(0.5, "tea", "kitchen")
+        [(_, event, data)] = await listening
+        assert (event, data["label"]) == ("timer_fired", "tea"), "heard on time"
+        await asyncio.sleep(1.5)  # its job ran, and tried again, while the call waited
+        archivist = Archivist(stack.redis, user)
+        assert RANG not in [m["content"] for m in await archivist.messages("kitchen")]
+
+        upstream.script(Reply.text("Saved it."))
+        confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
+        approved = await stack.client.post(
+            "/v1/conversations/kitchen/resume",
+            json={"confirmation_id": confirmation, "decision": "approve"},
+            headers=headers,
+        )
+        assert approved.status_code == 200, approved.text
+
+        async def said() -> bool:
+            return RANG in [m["content"] for m in await archivist.messages("kitchen")]
+
+        await wait_for(said, timeout_s=10)
+        rows = await archivist.messages("kitchen")
+        timers = await store.all()
+    assert [(m["role"], m["content"]) for m in rows] == [
+        ("user", "remember the door code"),
+        ("assistant", ""),
+        ("tool", "Saved: the door code is 1234"),
+        ("assistant", "Saved it."),
+        ("assistant", RANG),
+    ]
+    assert well_formed(rows)
+    assert well_formed(
+        [m for m in upstream.router_requests[-1]["messages"] if m["role"] != "system"]
+    )
+    assert [(t.state, t.announced) for t in timers] == [("fired", True)]
+
+
+async def test_a_timer_ringing_while_a_turn_runs_is_said_after_its_answer(
+    upstream: ScriptedUpstream,
+) -> None:
+    user = owner()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}")
+    headers = {"Authorization": "Bearer key-u"}
+    async with run_stack(settings) as stack:
+        created = await stack.client.post(
+            "/v1/conversations", json={"id": "kitchen"}, headers=headers
+        )
+        assert created.status_code == 201, created.text
+        held = upstream.script(Reply.text("Otters hold hands.", block_after_first=True))
+        asking = asyncio.create_task(
+            stack.client.post(
+                "/v1/conversations/kitchen/messages",
+                json={"content": "tell me about otters"},
+                headers=headers,
+            )
+        )
+        await held.wait_blocked()
+        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
+        await store.set(0.3, "tea", "kitchen")
+
+        async def rang() -> bool:
+            return [t.state for t in await store.all()] == ["fired"]
+
+        await wait_for(rang, timeout_s=5)
+        await asyncio.sleep(0.3)
+        held.release()
+        assert (await asking).status_code == 200
+        archivist = Archivist(stack.redis, user)
+
+        async def said() -> bool:
+            return RANG in [m["content"] for m in await archivist.messages("kitchen")]
+
+        await wait_for(said, timeout_s=10)
+        await asyncio.sleep(1.2)  # time for a second message, were there one
+        rows = await archivist.messages("kitchen")
+    assert [(m["role"], m["content"]) for m in rows] == [
+        ("user", "tell me about otters"),
+        ("assistant", "Otters hold hands."),
+        ("assistant", RANG),
+    ]
 
 
 async def test_a_cancelled_timer_never_rings(upstream: ScriptedUpstream) -> None:

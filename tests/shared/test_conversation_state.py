@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import budgets, keys
 from shared.connection import connect
 from shared.conversation_state import (
     TABLE,
@@ -121,6 +121,10 @@ ACTIONS: dict[str, Action] = {
     "unclaim by the holder": lambda m: m.unclaim(ID, HOLDER),
     "unclaim by another": lambda m: m.unclaim(ID, OTHER),
     "delete": _delete,
+    "announce": lambda m: m.announce(ID, {"role": "assistant", "content": "rang"}, ended=None),
+    "announce, the holder ended": lambda m: m.announce(
+        ID, {"role": "assistant", "content": "rang"}, ended=HOLDER
+    ),
 }
 
 ROWS = [
@@ -151,6 +155,12 @@ ROWS = [
     ("idle", "delete", Outcome.DELETED, ABSENT),
     ("running", "delete", Outcome.DELETED, ABSENT),
     ("awaiting", "delete", Outcome.DELETED, ABSENT),
+    ("absent", "announce", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "announce", Outcome.ANNOUNCED, IDLE),
+    ("running", "announce", Outcome.BUSY, RUNNING),
+    ("running", "announce, the holder ended", Outcome.ANNOUNCED, RUNNING),
+    ("awaiting", "announce", Outcome.AWAITING_DECISION, AWAITING),
+    ("awaiting", "announce, the holder ended", Outcome.AWAITING_DECISION, AWAITING),
 ]
 
 
@@ -192,6 +202,10 @@ def test_the_table_says_what_each_transition_does_from_every_status(
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
         ),
         (Transition.DELETE, {ABSENT: Outcome.NOT_FOUND}),
+        (
+            Transition.ANNOUNCE,
+            {ABSENT: Outcome.NOT_FOUND, RUNNING: Outcome.BUSY, AWAITING: Outcome.AWAITING_DECISION},
+        ),
     ],
 )
 def test_what_a_script_refuses_whatever_else_holds_is_the_tables(
@@ -395,6 +409,29 @@ async def test_a_turn_that_does_not_hold_the_conversation_writes_nothing_into_it
             await write
     assert await keeper.messages(ID) == [{"role": "user", "content": "mine"}]
     assert await keeper.proposals(ID) == []
+
+
+async def test_an_announcement_is_a_row_after_the_others_counted_as_any_append(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "idle")
+    keeper = RecordKeeper(machine._redis, machine.owner)
+    await keeper.append_messages(ID, [{"role": "user", "content": "hi"}])
+    before = await budgets.read_usage(machine._redis, machine.owner, retention_s=60)
+    message = {"role": "assistant", "content": "rang"}
+    assert await machine.announce(ID, message, ended=None) is Outcome.ANNOUNCED
+    rows, _ = await keeper.rows(ID)
+    assert [(r["id"], r["role"], r["content"], r["turn_id"]) for r in rows] == [
+        ("msg_1", "user", "hi", None),
+        ("msg_2", "assistant", "rang", None),
+    ]
+    first, stored = await machine._redis.lrange(
+        keys.conversation_messages(machine.owner, ID), 0, -1
+    )  # type: ignore[misc]
+    after = await budgets.read_usage(machine._redis, machine.owner, retention_s=60)
+    conversation = await keeper.get_conversation(ID)
+    assert conversation is not None and conversation.bytes == len(first) + len(stored)
+    assert after.bytes - before.bytes == len(stored), "the owner's ledger counts it too"
 
 
 async def test_the_set_of_turns_forgets_those_older_than_a_turns_keys_live(redis: Redis) -> None:
