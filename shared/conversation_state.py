@@ -120,6 +120,7 @@ class Outcome(StrEnum):
     NO_PROPOSAL = "no_proposal"
     UNCLAIMED = "unclaimed"
     ANNOUNCED = "announced"
+    OPEN_CALLS = "open_calls"  # the history ends on tool calls without their results
     FINISHED = "finished"
     DELETED = "deleted"
     NOT_FOUND = "not_found"
@@ -184,7 +185,8 @@ TABLE: tuple[Rule, ...] = (
     _rule(T.UNCLAIM, RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
     _rule(T.UNCLAIM, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
     _rule(T.ANNOUNCE, ABSENT, Out.NOT_FOUND),
-    _rule(T.ANNOUNCE, IDLE, Out.ANNOUNCED, IDLE),
+    _rule(T.ANNOUNCE, IDLE, Out.ANNOUNCED, IDLE, "no call the history ends on lacks its result"),
+    _rule(T.ANNOUNCE, IDLE, Out.OPEN_CALLS, None, "the history ends on calls without results"),
     _rule(T.ANNOUNCE, RUNNING, Out.BUSY),
     _rule(T.ANNOUNCE, AWAITING, Out.AWAITING_DECISION),
     _rule(T.FINISH, RUNNING, Out.FINISHED, IDLE, "the active turn's record ends"),
@@ -396,11 +398,27 @@ return {'unclaimed'}
 # ARGV: 4 the active turn the caller found ended ('' for none), 5 how many messages the
 # caller found, 6 the row (its id counts on that length). Appends the row while the
 # conversation is idle, counted as `_APPEND` counts (shared/records.py); {'changed'} when
-# the list no longer has that length (the caller reads it again).
+# the list no longer has that length (the caller reads it again). Idle, the history may
+# still end on tool calls without their results (a step nobody decided on in time,
+# decisions whose turn never ran): the next turn answers them first (shared/records.py
+# `open_calls`), and a message now would stand between them and their answers.
 _ANNOUNCE = """
 local status = status_of(ARGV[4])
 if REFUSE[status] then return {REFUSE[status]} end
 if redis.call('LLEN', KEYS[4]) ~= tonumber(ARGV[5]) then return {'changed'} end
+local tail, answered = redis.call('LRANGE', KEYS[4], -64, -1), {}
+for i = #tail, 1, -1 do
+  local row = cjson.decode(tail[i])
+  if row['role'] ~= 'tool' then
+    if row['role'] == 'assistant' and type(row['tool_calls']) == 'table' then
+      for _, call in ipairs(row['tool_calls']) do
+        if not answered[call['id']] then return {'open_calls'} end
+      end
+    end
+    break
+  end
+  answered[row['tool_call_id'] or ''] = true
+end
 redis.call('RPUSH', KEYS[4], ARGV[6])
 redis.call('HINCRBY', KEYS[1], 'bytes', #ARGV[6])
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
@@ -629,8 +647,10 @@ class ConversationMachine:
     ) -> Outcome:
         """Append `message` (an OpenAI-shaped message) from a writer that is no turn, while
         the conversation is idle (`ANNOUNCED`), `ended` being the active turn the caller
-        found ended (None: it found none). `BUSY` while a turn may run on it and
-        `AWAITING_DECISION` while calls wait for the user: the caller tries again later.
+        found ended (None: it found none). `BUSY` while a turn may run on it,
+        `AWAITING_DECISION` while calls wait for the user, `OPEN_CALLS` while its history
+        ends on calls without their results (the next turn answers them): the caller tries
+        again later.
         The message counts in its owner's ledger (shared/budgets.py), as any append."""
         script_keys = self.keys(conversation_id)
         for _ in range(_ANNOUNCE_RETRIES):

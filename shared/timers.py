@@ -8,8 +8,9 @@ once: the record moves `pending` → `fired` in one script, and a cancelled time
 /v1/events`, whose key is `keys.events(keys.user_stream_id(owner))`), which a voice
 satellite or a UI keeps open, and says so in the conversation it was set from (an assistant
 message) once that conversation is idle (shared/conversation_state.py, `ANNOUNCE`): while a
-turn runs on it or tool calls wait for the user's decision, the message would land among
-that turn's (between a call and its results, a prompt no model takes), so a later job of
+turn runs on it, tool calls wait for the user's decision, or its history ends on calls
+the next turn answers, the message would land among that turn's (between a call and its
+results, a prompt no model takes), so a later job of
 the timer's tries again (`ANNOUNCE_AFTER_S`, longer as the wait grows, for at most
 `ANNOUNCE_FOR_S`), until the record says `announced`.
 Rung and cancelled timers stay listed until a new timer needs their room (`MAX_TIMERS`).
@@ -277,7 +278,7 @@ async def fire_timer(
     if timer.conversation_id is None:
         return "fired"
     outcome = await _announce(redis, owner, timer, retention_s)
-    if outcome in (Outcome.BUSY, Outcome.AWAITING_DECISION):
+    if outcome in (Outcome.BUSY, Outcome.AWAITING_DECISION, Outcome.OPEN_CALLS):
         waited = time.time() - timer.due_at
         if waited < ANNOUNCE_FOR_S:
             low, high = ANNOUNCE_AFTER_S

@@ -301,6 +301,60 @@ async def test_a_timer_ringing_while_a_call_waits_for_a_decision_is_said_once_it
     assert [(t.state, t.announced) for t in timers] == [("fired", True)]
 
 
+async def test_a_timer_ringing_after_a_call_lapsed_undecided_is_said_after_the_next_turn(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The call waited past its time: the conversation is idle, but its history ends on the
+    call, which the next turn answers "not run"; the timer's message comes after that turn,
+    never between the call and its answer."""
+    user = owner()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}", confirmation_ttl_s=1)
+    headers = {"Authorization": "Bearer key-u"}
+    async with run_stack(settings) as stack:
+        created = await stack.client.post(
+            "/v1/conversations", json={"id": "kitchen"}, headers=headers
+        )
+        assert created.status_code == 201, created.text
+        upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
+        paused = await stack.client.post(
+            "/v1/conversations/kitchen/messages",
+            json={"content": "remember the door code"},
+            headers=headers,
+        )
+        assert paused.json()["status"] == "awaiting_confirmation", paused.text
+        await asyncio.sleep(1.2)  # lapsed
+        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
+        await store.set(0.2, "tea", "kitchen")
+
+        async def rang() -> bool:
+            return [t.state for t in await store.all()] == ["fired"]
+
+        await wait_for(rang, timeout_s=5)
+        await asyncio.sleep(0.5)
+        archivist = Archivist(stack.redis, user)
+        assert RANG not in [m["content"] for m in await archivist.messages("kitchen")]
+        upstream.script(Reply.text("Never mind then."))
+        moved_on = await stack.client.post(
+            "/v1/conversations/kitchen/messages", json={"content": "forget it"}, headers=headers
+        )
+        assert moved_on.status_code == 200, moved_on.text
+
+        async def said() -> bool:
+            return RANG in [m["content"] for m in await archivist.messages("kitchen")]
+
+        await wait_for(said, timeout_s=10)
+        rows = await archivist.messages("kitchen")
+    assert [(m["role"], m["content"]) for m in rows] == [
+        ("user", "remember the door code"),
+        ("assistant", ""),
+        ("tool", "Not run: the user did not confirm this in time."),
+        ("user", "forget it"),
+        ("assistant", "Never mind then."),
+        ("assistant", RANG),
+    ]
+    assert well_formed(rows)
+
+
 async def test_a_timer_ringing_while_a_turn_runs_is_said_after_its_answer(
     upstream: ScriptedUpstream,
 ) -> None:

@@ -434,6 +434,24 @@ async def test_an_announcement_is_a_row_after_the_others_counted_as_any_append(
     assert after.bytes - before.bytes == len(stored), "the owner's ledger counts it too"
 
 
+async def test_no_announcement_stands_between_calls_and_their_results(
+    machine: ConversationMachine,
+) -> None:
+    """Idle, but the history ends on a call nobody answered yet (a step that lapsed
+    undecided): refused until the next turn answered it."""
+    await prepare(machine, "idle")
+    keeper = RecordKeeper(machine._redis, machine.owner)
+    call = {"id": "call-1", "type": "function", "function": {"name": "flip", "arguments": "{}"}}
+    await keeper.append_messages(ID, [{"role": "assistant", "content": "", "tool_calls": [call]}])
+    message = {"role": "assistant", "content": "rang"}
+    assert await machine.announce(ID, message, ended=None) is Outcome.OPEN_CALLS
+    await keeper.append_messages(
+        ID, [{"role": "tool", "content": "Not run.", "tool_call_id": "call-1", "name": "flip"}]
+    )
+    assert await machine.announce(ID, message, ended=None) is Outcome.ANNOUNCED
+    assert [m["role"] for m in await keeper.messages(ID)] == ["assistant", "tool", "assistant"]
+
+
 async def test_the_set_of_turns_forgets_those_older_than_a_turns_keys_live(redis: Redis) -> None:
     owner = f"test-owner-{uuid.uuid4().hex}"
     machine = ConversationMachine(redis, owner, retention_s=600, turn_keep_s=1)
