@@ -261,6 +261,12 @@ async def fire_timer(
     moved, timer = await store.move(timer_id, "fired")
     if timer is None:
         return "missing"
+    if not moved and (timer.state != "fired" or timer.announced):
+        return timer.state  # cancelled, or rung and said by an earlier run of its jobs
+    # Said first when it can be: a client the event wakes finds the message in place.
+    outcome = Outcome.NOT_FOUND
+    if timer.conversation_id is not None:
+        outcome = await _announce(redis, owner, timer, retention_s)
     if moved:  # the user hears it now, wherever they listen
         await publish(
             redis,
@@ -273,20 +279,15 @@ async def fire_timer(
             ),
             retention_s=retention_s,
         )
-    elif timer.state != "fired" or timer.announced:
-        return timer.state  # cancelled, or rung and said by an earlier run of its jobs
-    if timer.conversation_id is None:
-        return "fired"
-    outcome = await _announce(redis, owner, timer, retention_s)
     if outcome in (Outcome.BUSY, Outcome.AWAITING_DECISION, Outcome.OPEN_CALLS):
         waited = time.time() - timer.due_at
         if waited < ANNOUNCE_FOR_S:
             low, high = ANNOUNCE_AFTER_S
             await store.announce_later(timer, min(high, max(low, waited / 10)))
-        return "fired"
-    # Said, or its conversation is gone (a deleted one is not recreated: the event stream
-    # told the user).
-    await store.mark_announced(timer.id)
+    elif timer.conversation_id is not None:
+        # Said, or its conversation is gone (a deleted one is not recreated: the event
+        # stream told the user).
+        await store.mark_announced(timer.id)
     return "fired"
 
 
