@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from langchain_core.tools import BaseTool, tool
 from shared import keys
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.records import RecordKeeper
+from shared.turns import STRANDED_AFTER_S
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.processes import wait_for
 from tests.test_conversations import ALICE, SSE, alice, keys_for_two
@@ -180,6 +182,32 @@ async def test_approve_races_a_new_message(
         )
     every = [*upstream.router_requests, *upstream.requests]
     assert [openai_problems(body["messages"]) for body in every] == [[]] * len(every)
+
+
+async def test_a_decision_whose_turn_was_never_created_holds_the_conversation_30_s_at_most(
+    switched: tuple[Stack, Switches],
+) -> None:
+    """The API claims the conversation for the turn carrying the decision out (`DECIDE`) and
+    dies before it creates that turn: the conversation is busy while the turn may yet be
+    created, then free again (`STRANDED_AFTER_S` after the claim), and a new message runs."""
+    stack, switches = switched
+    confirmation = await paused(stack, "hall")
+    owner = alice(stack)
+    machine = ConversationMachine(stack.redis, owner, retention_s=600)
+    decided = await machine.decide("hall", confirmation, "approve", turn_id="never-created")
+    assert decided.outcome is Outcome.RESUMED
+    shown = (await stack.client.get("/v1/conversations/hall", headers=ALICE)).json()
+    assert shown["status"] == "running"
+    claimed = time.time() - STRANDED_AFTER_S - 1  # as if the API died that long ago
+    await stack.redis.hset(keys.conversation(owner, "hall"), "active_since", repr(claimed))
+    shown = (await stack.client.get("/v1/conversations/hall", headers=ALICE)).json()
+    assert (shown["status"], shown["turn_id"]) == ("idle", None)
+    posted = await stack.client.post(
+        "/v1/conversations/hall/messages", json={"content": "and now?"}, headers=ALICE
+    )
+    assert (posted.status_code, posted.json()["status"]) == (200, "completed"), posted.text
+    assert openai_problems(await history(stack, "hall")) == []
+    assert switches.runs == [], "its call never ran"
 
 
 # -- deleting while a turn runs ----------------------------------------------------------------
