@@ -12,7 +12,9 @@ turn runs on it, tool calls wait for the user's decision, or its history ends on
 the next turn answers, the message would land among that turn's (between a call and its
 results, a prompt no model takes), so a later job of
 the timer's tries again (`ANNOUNCE_AFTER_S`, longer as the wait grows, for at most
-`ANNOUNCE_FOR_S`), until the record says `announced`.
+`ANNOUNCE_FOR_S`), until the record says `announced`. The record says `heard` once the
+event is out: a job stopped after the timer moved to `fired` (its worker shut down; the job
+runs again, worker/queue.py) still publishes it, and says it, on its next run.
 Rung and cancelled timers stay listed until a new timer needs their room (`MAX_TIMERS`).
 
 Both keys live as long as conversations do after their last use. They are on the data
@@ -86,7 +88,9 @@ class Timer:
     due_at: float
     conversation_id: str | None
     state: str = "pending"  # pending, fired or cancelled
-    # Whether its conversation holds the message saying it rang (`fire_timer`).
+    # Whether the owner's event stream, and its conversation, hold the news that it rang
+    # (`fire_timer`).
+    heard: bool = False
     announced: bool = False
 
 
@@ -175,9 +179,9 @@ class TimerStore:
             await self.queue.zrem(self.queue_name, job_id)
         return timer
 
-    async def mark_announced(self, timer_id: str) -> None:
-        """Its conversation holds the message saying it rang."""
-        await self.redis.eval(_ANNOUNCED, 1, self.key, timer_id)  # type: ignore[misc]
+    async def mark(self, timer_id: str, flag: str) -> None:
+        """Set the timer's `flag` ("heard", "announced"): that news of it is out."""
+        await self.redis.eval(_MARK, 1, self.key, timer_id, flag)  # type: ignore[misc]
 
     async def announce_later(self, timer: Timer, delay_s: float) -> None:
         """Queue a job of the timer that tries its message again in `delay_s` (its own id:
@@ -221,12 +225,12 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# KEYS: timers. ARGV: timer id. Marks the timer announced (nothing when it is gone).
-_ANNOUNCED = """
+# KEYS: timers. ARGV: timer id, flag. Sets the timer's flag (nothing when it is gone).
+_MARK = """
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local timer = cjson.decode(raw)
-timer['announced'] = true
+timer[ARGV[2]] = true
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(timer))
 return 1
 """
@@ -261,13 +265,14 @@ async def fire_timer(
     moved, timer = await store.move(timer_id, "fired")
     if timer is None:
         return "missing"
-    if not moved and (timer.state != "fired" or timer.announced):
+    said = timer.announced or timer.conversation_id is None
+    if not moved and (timer.state != "fired" or (timer.heard and said)):
         return timer.state  # cancelled, or rung and said by an earlier run of its jobs
     # Said first when it can be: a client the event wakes finds the message in place.
-    outcome = Outcome.NOT_FOUND
-    if timer.conversation_id is not None:
+    outcome = Outcome.ANNOUNCED
+    if not said:
         outcome = await _announce(redis, owner, timer, retention_s)
-    if moved:  # the user hears it now, wherever they listen
+    if not timer.heard:  # the user hears it now, wherever they listen
         await publish(
             redis,
             owner,
@@ -279,15 +284,16 @@ async def fire_timer(
             ),
             retention_s=retention_s,
         )
+        await store.mark(timer.id, "heard")
     if outcome in (Outcome.BUSY, Outcome.AWAITING_DECISION, Outcome.OPEN_CALLS):
         waited = time.time() - timer.due_at
         if waited < ANNOUNCE_FOR_S:
             low, high = ANNOUNCE_AFTER_S
             await store.announce_later(timer, min(high, max(low, waited / 10)))
-    elif timer.conversation_id is not None:
+    elif not said:
         # Said, or its conversation is gone (a deleted one is not recreated: the event
         # stream told the user).
-        await store.mark_announced(timer.id)
+        await store.mark(timer.id, "announced")
     return "fired"
 
 

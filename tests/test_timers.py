@@ -400,6 +400,34 @@ async def test_a_timer_ringing_while_a_turn_runs_is_said_after_its_answer(
     ]
 
 
+async def test_a_timer_whose_job_stopped_after_it_rang_is_heard_and_said_by_its_next_run(
+    upstream: ScriptedUpstream,
+) -> None:
+    """A job moved the timer to `fired` and was stopped there (its worker shut down; the job
+    runs again, worker/queue.py): the next run publishes the event and says it, once."""
+    user = owner()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}")
+    headers = {"Authorization": "Bearer key-u"}
+    async with run_stack(settings) as stack:
+        created = await stack.client.post("/v1/conversations", json={"id": "hall"}, headers=headers)
+        assert created.status_code == 201, created.text
+        listening = asyncio.create_task(events_of(stack.base_url, headers, 1, 5))
+        await asyncio.sleep(0.3)
+        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
+        timer = await store.set(0.5, "bread", "hall")
+        moved, _ = await store.move(timer.id, "fired")  # as the stopped run did
+        assert moved
+        [(_, event, data)] = await listening
+        assert (event, data["label"]) == ("timer_fired", "bread")
+        await asyncio.sleep(1.0)  # time for a second ring, were there one
+        stream = await stack.redis.xrange(keys.events(keys.user_stream_id(user)))
+        rows = await Archivist(stack.redis, user).messages("hall")
+        timers = await store.all()
+    assert len(stream) == 1
+    assert [m["content"] for m in rows] == ["⏰ Your timer “bread” is done."]
+    assert [(t.state, t.heard, t.announced) for t in timers] == [("fired", True, True)]
+
+
 async def test_a_cancelled_timer_never_rings(upstream: ScriptedUpstream) -> None:
     user = owner()
     settings = make_settings(upstream)
