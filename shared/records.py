@@ -90,6 +90,11 @@ DEFAULT_RETENTION_S = 30 * 86_400
 SUMMARIZE = "summarize_conversation"
 # The worker's job that names a conversation after its first exchange (worker/titles.py).
 TITLE = "title_conversation"
+# What a call the user approved is answered when the turn that was to run it left no result.
+DECIDED_NOT_CARRIED_OUT = (
+    "Unknown: the user approved this call, but the turn that was to run it ended before "
+    "its result was recorded; it may not have run."
+)
 
 # KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, the
 # writing turn ('' for a writer that is no turn), byte cap ('' for none), item...
@@ -685,6 +690,8 @@ class Recorder(_Store):
                 if answer_open_calls is None
                 else _answers(stored, answer_open_calls, except_calls)
             )
+            if answers:  # rare: a read more, to answer a decided call as it was decided
+                await self._as_decided(conversation_id, answers)
             # Tool messages take no part in telling what is new: the answers change nothing.
             sent = (
                 new_messages(stored, requested)
@@ -706,6 +713,24 @@ class Recorder(_Store):
             if pushed >= 0:
                 return Continuation(new=fresh, history=[*stored, *fresh], length=pushed)
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
+
+    async def _as_decided(self, conversation_id: str, answers: list[Message]) -> None:
+        """Answer each call of `answers` the user decided on as decided: its decision
+        claimed the conversation for a turn that never carried it out (the API stopped
+        between the claim and the turn's creation; a worker died in the call). The
+        answer for a call nobody decided on does not hold for it: the user did confirm."""
+        key = keys.conversation_proposals(self.owner, conversation_id)
+        raw = await self._redis.hvals(key)  # type: ignore[misc]
+        proposals = sorted(
+            (orjson.loads(value) for value in raw), key=lambda p: float(p.get("expires_at", 0))
+        )
+        states = {p["tool_call"]["id"]: p.get("state") for p in proposals if p.get("tool_call")}
+        for answer in answers:
+            state = states.get(answer["tool_call_id"])
+            if state == "approved":
+                answer["content"] = DECIDED_NOT_CARRIED_OUT
+            elif state == "rejected":
+                answer["content"] = f"The user declined: {answer['name']} was not run."
 
     async def save_summary(
         self, conversation_id: str, text: str, covers_to: int, *, incarnation: str | None = None

@@ -29,7 +29,7 @@ from langchain_core.tools import BaseTool, tool
 
 from shared import keys
 from shared.conversation_state import ConversationMachine, Outcome
-from shared.records import RecordKeeper
+from shared.records import DECIDED_NOT_CARRIED_OUT, RecordKeeper
 from shared.turns import STRANDED_AFTER_S
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.processes import wait_for
@@ -206,8 +206,11 @@ async def test_a_decision_whose_turn_was_never_created_holds_the_conversation_30
         "/v1/conversations/hall/messages", json={"content": "and now?"}, headers=ALICE
     )
     assert (posted.status_code, posted.json()["status"]) == (200, "completed"), posted.text
-    assert openai_problems(await history(stack, "hall")) == []
+    rows = await history(stack, "hall")
+    assert openai_problems(rows) == []
     assert switches.runs == [], "its call never ran"
+    # Answered as decided: the user approved it (not "did not confirm this in time").
+    assert [row["content"] for row in rows if row["role"] == "tool"] == [DECIDED_NOT_CARRIED_OUT]
 
 
 # -- deleting while a turn runs ----------------------------------------------------------------
