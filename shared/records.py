@@ -95,6 +95,10 @@ DECIDED_NOT_CARRIED_OUT = (
     "Unknown: the user approved this call, but the turn that was to run it ended before "
     "its result was recorded; it may not have run."
 )
+# ... and when another call proposed with it lapsed undecided (the step never went on).
+APPROVED_STEP_LAPSED = (
+    "Not run: the user approved this call, but not every call proposed with it was decided in time."
+)
 
 # KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, the
 # writing turn ('' for a writer that is no turn), byte cap ('' for none), item...
@@ -715,20 +719,24 @@ class Recorder(_Store):
         raise RuntimeError(f"conversation {conversation_id} kept changing while appending")
 
     async def _as_decided(self, conversation_id: str, answers: list[Message]) -> None:
-        """Answer each call of `answers` the user decided on as decided: its decision
-        claimed the conversation for a turn that never carried it out (the API stopped
-        between the claim and the turn's creation; a worker died in the call). The
-        answer for a call nobody decided on does not hold for it: the user did confirm."""
+        """Answer each call of `answers` the user decided on as decided: its step's last
+        decision claimed the conversation for a turn that never carried it out (the API
+        stopped between the claim and the turn's creation; a worker died in the call), or
+        another call of its step lapsed undecided, so the step never went on. The answer
+        for a call nobody decided on does not hold for it: the user did confirm."""
         key = keys.conversation_proposals(self.owner, conversation_id)
         raw = await self._redis.hvals(key)  # type: ignore[misc]
         proposals = sorted(
             (orjson.loads(value) for value in raw), key=lambda p: float(p.get("expires_at", 0))
         )
-        states = {p["tool_call"]["id"]: p.get("state") for p in proposals if p.get("tool_call")}
+        decided = {p["tool_call"]["id"]: p for p in proposals if p.get("tool_call")}
         for answer in answers:
-            state = states.get(answer["tool_call_id"])
-            if state == "approved":
+            proposal = decided.get(answer["tool_call_id"]) or {}
+            state = proposal.get("state")
+            if state == "approved" and proposal.get("resumed_by"):
                 answer["content"] = DECIDED_NOT_CARRIED_OUT
+            elif state == "approved":
+                answer["content"] = APPROVED_STEP_LAPSED
             elif state == "rejected":
                 answer["content"] = f"The user declined: {answer['name']} was not run."
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 from unittest.mock import ANY
 
+import orjson
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from redis.asyncio import Redis
@@ -20,6 +21,8 @@ from shared import keys
 from shared.connection import connect
 from shared.conversation_state import ConversationMachine, Deletion, Outcome
 from shared.records import (
+    APPROVED_STEP_LAPSED,
+    DECIDED_NOT_CARRIED_OUT,
     Archivist,
     ConversationExistsError,
     ConversationNotFoundError,
@@ -631,6 +634,43 @@ async def test_a_turn_carrying_decisions_answers_only_the_open_calls_it_carries_
 
     told = {"role": "tool", "content": "Not run.", "tool_call_id": "c2", "name": "save_note"}
     assert plain(continuation.new) == [told]
+
+
+@pytest.mark.parametrize(
+    ("state", "resumed_by", "said"),
+    [
+        ("pending", None, "Not run."),
+        ("expired", None, "Not run."),
+        ("approved", "turn_x", DECIDED_NOT_CARRIED_OUT),
+        ("approved", None, APPROVED_STEP_LAPSED),
+        ("rejected", "turn_x", "The user declined: save_note was not run."),
+    ],
+)
+async def test_an_open_call_the_user_decided_on_is_answered_as_decided(
+    keeper: RecordKeeper, state: str, resumed_by: str | None, said: str
+) -> None:
+    """Its step's turn never carried the decision out (or the step never went on): the
+    answer for a call nobody decided on would say the user did not confirm it."""
+    conversation_id = await keeper.create_conversation(active_turn="turn_2")
+    paused = {**ROUTER_STEP, "tool_calls": [_call("c1", "save_note")]}
+    await keeper.append_messages(conversation_id, [user("note it"), paused])
+    proposal = {
+        "confirmation_id": "conf_1",
+        "turn_id": "turn_1",
+        "tool_call": {"id": "c1", "name": "save_note", "arguments": "{}"},
+        "expires_at": 1.0,
+        "state": state,
+        **({"resumed_by": resumed_by} if resumed_by else {}),
+    }
+    key = keys.conversation_proposals(keeper.owner, conversation_id)
+    await keeper._redis.hset(key, "conf_1", orjson.dumps(proposal))  # type: ignore[misc]
+
+    continuation = await keeper.append_new_messages(
+        conversation_id, [user("and?")], turn_id="turn_2", answer_open_calls="Not run."
+    )
+
+    told = {"role": "tool", "content": said, "tool_call_id": "c1", "name": "save_note"}
+    assert plain(continuation.new) == [told, user("and?")]
 
 
 def _call(call_id: str, name: str) -> dict[str, Any]:
