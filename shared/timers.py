@@ -8,13 +8,13 @@ once: the record moves `pending` → `fired` in one script, and a cancelled time
 /v1/events`, whose key is `keys.events(keys.user_stream_id(owner))`), which a voice
 satellite or a UI keeps open, and says so in the conversation it was set from (an assistant
 message) once that conversation is idle (shared/conversation_state.py, `ANNOUNCE`): while a
-turn runs on it, tool calls wait for the user's decision, or its history ends on calls
-the next turn answers, the message would land among that turn's (between a call and its
-results, a prompt no model takes), so a later job of
-the timer's tries again (`ANNOUNCE_AFTER_S`, longer as the wait grows, for at most
-`ANNOUNCE_FOR_S`), until the record says `announced`. The record says `heard` once the
-event is out: a job stopped after the timer moved to `fired` (its worker shut down; the job
-runs again, worker/queue.py) still publishes it, and says it, on its next run.
+turn runs on it, tool calls wait for the user's decision, or its history ends on calls the
+next turn answers, the message would land among that turn's (between a call and its
+results, a prompt no model takes), so a later job of the timer's tries again
+(`ANNOUNCE_AFTER_S`, longer as the wait grows, for at most `ANNOUNCE_FOR_S`), until the
+record says `announced`. The record says `heard` once the event is out: a job stopped after
+the timer moved to `fired` (its worker shut down; the job runs again, worker/queue.py)
+still publishes it, and says it, on its next run.
 Rung and cancelled timers stay listed until a new timer needs their room (`MAX_TIMERS`).
 
 Both keys live as long as conversations do after their last use. They are on the data
