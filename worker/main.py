@@ -1,12 +1,11 @@
 """The arq entry point: `arq worker.main.WorkerSettings`.
 
 Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
-`summarize_conversation(owner, conversation_id, until, incarnation)` when a conversation outgrew
-its prompts; `title_conversation(owner, conversation_id)` after a conversation's first
-exchange. Each
-worker process runs up to `BERNARD_WORKER_CONCURRENCY` turns at once (turns wait on the
-network, not the CPU), picks new ones up through the wake list of `worker.queue`, and keeps
-no arq results: a turn's output lives in its stream.
+`summarize_conversation(owner, conversation_id, until, incarnation)` when a conversation
+outgrew its prompts; `title_conversation(owner, conversation_id)` after a conversation's
+first exchange. Each worker process runs up to `BERNARD_WORKER_CONCURRENCY` turns at once
+(turns wait on the network, not the CPU), picks new ones up through the wake list of
+`worker.queue`, and keeps no arq results: a turn's output lives in its stream.
 """
 
 from __future__ import annotations
