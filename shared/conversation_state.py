@@ -658,32 +658,26 @@ class ConversationMachine:
             length = int(await self._redis.llen(script_keys[3]))  # type: ignore[misc]
             row = {**message, "id": f"msg_{length + 1}", "turn_id": None, "created_at": now}
             item = orjson.dumps(row)
-            args = self._args(now, ended or "", length, item)
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVAL", SCRIPTS[Transition.ANNOUNCE], 6, *script_keys, *args)
-                budgets.account(
-                    pipe,
-                    self.owner,
-                    conversation_id,
-                    len(item),
-                    used_at=now,
-                    retention_s=self.retention_s,
-                )
-                reply, _ = await pipe.execute()
+            reply = await self._run(
+                Transition.ANNOUNCE, conversation_id, now, ended or "", length, item
+            )
             done = _text(reply[0])
-            if done != Outcome.ANNOUNCED:  # nothing appended: the ledger gives it back
+            if done == "changed":
+                continue
+            if done == Outcome.ANNOUNCED:
+                # Counted once appended: a refused try (tried again while the conversation
+                # is busy) neither counts nor moves it up its owner's index.
                 async with self._redis.pipeline(transaction=False) as pipe:
                     budgets.account(
                         pipe,
                         self.owner,
                         conversation_id,
-                        -len(item),
-                        used_at=None,
+                        len(item),
+                        used_at=now,
                         retention_s=self.retention_s,
                     )
                     await pipe.execute()
-            if done != "changed":
-                return Outcome(done)
+            return Outcome(done)
         raise RuntimeError(f"conversation {conversation_id} kept changing while announcing")
 
     async def delete(self, conversation_id: str) -> Deletion:
