@@ -38,6 +38,7 @@ from shared.conversation_state import (
     may_run,
 )
 from shared.errors import ErrorCode
+from shared.lifecycle import Cause
 from shared.records import Conversation, Message, RecordKeeper
 from shared.titles import TitleSource, title_problem
 from shared.turns import FORGET_GRACE_S, TurnStore
@@ -102,7 +103,7 @@ async def delete_conversation(
         # Ended here, so its ending is this one whoever runs it (a turn that ended already
         # is left as it ended); then the cancel stops its worker at once, rather than at
         # its next write or lease renewal.
-        await store.end(active, owner, ErrorCode.CONVERSATION_DELETED)
+        await store.end(active, owner, Cause.CONVERSATION_DELETED)
         await request_cancel(redis, active, ttl_s=FORGET_GRACE_S, queue=queue)
     await store.forget(owner, deletion.turn_ids)
 
@@ -140,10 +141,10 @@ def public_proposal(proposal: Message) -> dict[str, Any]:
 
 async def active_may_run(store: TurnStore, conversation: Conversation, now: float) -> bool:
     """Whether the conversation's active turn may still run (`may_run`); a turn that never
-    can end on its own is ended on the way (`TurnStore.check`)."""
+    can end on its own is ended on the way (`TurnStore.settle`)."""
     if conversation.active_turn is None:
         return False
-    status = await store.check(conversation.active_turn)
+    status = await store.settle(conversation.active_turn)
     return may_run(status, conversation.active_since, now)
 
 

@@ -35,9 +35,10 @@ from api.sse import FrameResponse
 from api.state import AppState
 from shared import traces
 from shared.connection import REDIS_ERRORS
-from shared.endings import as_code, ended, http_status, retryable
+from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
+from shared.lifecycle import Cause, ended
 from shared.settings import MODEL_ID
 from shared.turns import TurnRecord, TurnRequest
 
@@ -199,9 +200,9 @@ async def read_to_done(
             except TimeoutError:
                 if await turn_exists(state, record.id):
                     continue
-                return events, ended(ErrorCode.TURN_LOST)  # no `done` will ever come
+                return events, ended(Cause.RECORD_GONE)  # no `done` will ever come
             except StreamReadError:
-                return events, ended(ErrorCode.STREAM_UNREADABLE)
+                return events, ended(Cause.UNREADABLE)
             if isinstance(stamped.event, Done):
                 return events, stamped.event
             if isinstance(stamped.event, keep):
@@ -255,10 +256,10 @@ async def turn_exists(state: AppState, turn_id: str) -> bool:
     """Whether the turn's record is still in Redis; True while Redis cannot tell.
 
     Asked after a quiet while, so it also ends a turn that never can end on its own (no
-    worker holds it, or no job will ever run it: `TurnStore.check`); its `done` follows.
+    worker holds it, or no job will ever run it: `TurnStore.settle`); its `done` follows.
     """
     try:
-        return await state.store.check(turn_id) is not None
+        return await state.store.settle(turn_id) is not None
     except REDIS_ERRORS:
         return True
 

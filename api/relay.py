@@ -19,9 +19,8 @@ from api.cursors import Resume, numbered
 from api.encoding import Encoder, Frame, Named
 from api.hub import Hub, StreamReadError
 from api.metrics import FRAMES_RELAYED, STREAMS_OPEN
-from shared.endings import ending_events
-from shared.errors import ErrorCode
 from shared.events import Done
+from shared.lifecycle import Cause, ending_events_of
 from shared.streams import Entry
 
 Detach = Callable[[bool], Awaitable[None]]
@@ -38,9 +37,10 @@ def sse(frame: Frame, frame_id: str | None = None) -> ServerSentEvent:
     return ServerSentEvent(data=frame, id=frame_id)
 
 
-def ending_frames(encoder: Encoder, code: ErrorCode) -> list[ServerSentEvent]:
-    """The closing frames of a stream that cannot go on (`turn_lost`, `stream_unreadable`)."""
-    return [sse(frame) for event in ending_events(code) for frame in encoder.frames(event)]
+def ending_frames(encoder: Encoder, cause: Cause) -> list[ServerSentEvent]:
+    """The closing frames of a stream that cannot go on (shared/lifecycle.py: a reader's
+    causes, `RECORD_GONE` and `UNREADABLE`)."""
+    return [sse(frame) for event in ending_events_of(cause) for frame in encoder.frames(event)]
 
 
 def entry_events(encoder: Encoder, entry: Entry) -> list[ServerSentEvent]:
@@ -90,7 +90,7 @@ async def relay(
                     first = await reader.next(wait_s=keepalive_s)
                 except TimeoutError:
                     if alive is not None and not await alive():
-                        yield ending_frames(encoder, ErrorCode.TURN_LOST)
+                        yield ending_frames(encoder, Cause.RECORD_GONE)
                         finished = True
                         return
                     keepalive = encoder.keepalive()
@@ -101,7 +101,7 @@ async def relay(
                     ]
                     continue
                 except StreamReadError:
-                    yield ending_frames(encoder, ErrorCode.STREAM_UNREADABLE)
+                    yield ending_frames(encoder, Cause.UNREADABLE)
                     return
                 batch: list[ServerSentEvent] = []
                 for entry in (first, *reader.ready()):

@@ -25,7 +25,7 @@ from redis.asyncio import Redis, RedisCluster
 
 from shared import keys
 from shared.connection import connect_data, is_cluster
-from shared.events import Delta, Done, encode
+from shared.events import Delta, Done, TurnStatus, encode
 from shared.turns import STREAM_FIELD, TurnStore
 from tests.upstream import echo_tokens
 
@@ -74,7 +74,7 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
         ended = time.time()
         for turn_id in turn_ids:
             owner = await redis.hget(keys.turn(turn_id), "owner")  # type: ignore[misc]
-            done = Done(status="completed", finish_reason="stop")
+            done = Done(status=TurnStatus.COMPLETED, finish_reason="stop")
             await store.finish(turn_id, (owner or b"").decode(), done)
     finally:
         for client, _ in shards:

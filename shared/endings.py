@@ -34,48 +34,47 @@ class Ending:
     retry: bool = False
 
 
+FAILED, CANCELLED = TurnStatus.FAILED, TurnStatus.CANCELLED
 ENDINGS: dict[ErrorCode, Ending] = {
-    ErrorCode.TURN_CANCELLED: Ending("cancelled", "cancelled", "the turn was cancelled", 409),
+    ErrorCode.TURN_CANCELLED: Ending(CANCELLED, "cancelled", "the turn was cancelled", 409),
     ErrorCode.CONVERSATION_DELETED: Ending(
-        "cancelled", "cancelled", "the turn's conversation was deleted while it ran", 409
+        CANCELLED, "cancelled", "the turn's conversation was deleted while it ran", 409
     ),
     ErrorCode.UPSTREAM_ERROR: Ending(
-        "failed", "server_error", "the upstream model failed", 502, retry=True
+        FAILED, "server_error", "the upstream model failed", 502, retry=True
     ),
     ErrorCode.UPSTREAM_TIMEOUT: Ending(
-        "failed", "server_error", "the upstream model timed out", 504, retry=True
+        FAILED, "server_error", "the upstream model timed out", 504, retry=True
     ),
     ErrorCode.TURN_TIMEOUT: Ending(
-        "failed", "server_error", "the turn took too long and was stopped", 504
+        FAILED, "server_error", "the turn took too long and was stopped", 504
     ),
     ErrorCode.WORKER_LOST: Ending(
-        "failed", "server_error", "the worker running this turn stopped responding", 503, True
+        FAILED, "server_error", "the worker running this turn stopped responding", 503, True
     ),
     ErrorCode.WORKER_SHUTDOWN: Ending(
-        "failed", "server_error", "the worker shut down during the turn", 503, retry=True
+        FAILED, "server_error", "the worker shut down during the turn", 503, retry=True
     ),
     ErrorCode.TURN_LOST: Ending(
-        "failed",
+        FAILED,
         "server_error",
         "the turn was lost: Redis no longer holds it (restarted without persistence?)",
         503,
         retry=True,
     ),
     ErrorCode.INVALID_TURN: Ending(
-        "failed", "invalid_request_error", "the request could not be run as a turn", 400
+        FAILED, "invalid_request_error", "the request could not be run as a turn", 400
     ),
     # The request's messages would take its conversation over its cap (shared/budgets.py).
     ErrorCode.CONVERSATION_TOO_LARGE: Ending(
-        "failed", "invalid_request_error", "the conversation is full", 413
+        FAILED, "invalid_request_error", "the conversation is full", 413
     ),
     ErrorCode.STREAM_UNREADABLE: Ending(
-        "failed", "server_error", "the turn's stream could not be read", 503, retry=True
+        FAILED, "server_error", "the turn's stream could not be read", 503, retry=True
     ),
-    ErrorCode.INTERNAL_ERROR: Ending(
-        "failed", "server_error", "the turn failed inside Bernard", 500
-    ),
+    ErrorCode.INTERNAL_ERROR: Ending(FAILED, "server_error", "the turn failed inside Bernard", 500),
     ErrorCode.STORE_FAILOVER: Ending(
-        "failed",
+        FAILED,
         "server_error",
         "Redis failed over to a replica while the turn ran: the turn was stopped, and its "
         "stream may lack part of what was sent",
@@ -103,7 +102,7 @@ def ending_events(code: ErrorCode, message: str | None = None) -> list[Event]:
 
 def completed(finish_reason: str | None, usage: dict[str, int] | None) -> Done:
     """The terminal event of a turn that completed."""
-    return Done(status="completed", finish_reason=finish_reason or "stop", usage=usage)
+    return Done(status=TurnStatus.COMPLETED, finish_reason=finish_reason or "stop", usage=usage)
 
 
 def error_of(status: str, error: dict[str, Any] | None) -> dict[str, str] | None:

@@ -11,17 +11,33 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
 import orjson
 
-TurnStatus = Literal[
-    "queued", "running", "completed", "failed", "cancelled", "awaiting_confirmation"
-]
-# `awaiting_confirmation` ends a turn too: it paused before a tool that changes the world,
-# holds no worker, and a decision continues the conversation as a new turn.
-TERMINAL_STATUSES: frozenset[str] = frozenset(
-    {"completed", "failed", "cancelled", "awaiting_confirmation"}
+
+class TurnStatus(StrEnum):
+    """Where a turn stands: its record's `status` and its `done`'s (shared/lifecycle.py moves
+    it). A `StrEnum`, so a status is its own wire value and compares equal to its string."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    # It ends a turn too: it paused before a tool that changes the world, holds no worker,
+    # and a decision continues the conversation as a new turn.
+    AWAITING_CONFIRMATION = "awaiting_confirmation"
+
+
+TERMINAL_STATUSES: frozenset[TurnStatus] = frozenset(
+    {
+        TurnStatus.COMPLETED,
+        TurnStatus.FAILED,
+        TurnStatus.CANCELLED,
+        TurnStatus.AWAITING_CONFIRMATION,
+    }
 )
 Stage = Literal["router", "response"]
 ProgressPhase = Literal["step", "progress", "complete", "error"]
@@ -184,6 +200,9 @@ class Done(Event):
     finish_reason: str | None = None
     usage: dict[str, int] | None = None
     error: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.status = TurnStatus(self.status)  # as decoded from a stream entry: its string
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -1,9 +1,8 @@
-"""Turn records in Redis, and the atomic moves between their states.
+"""Turn records in Redis, and the store that moves them between their states.
 
-A turn is `queued` when the API creates it, `running` once a worker claims it, and ends
-`completed`, `failed` or `cancelled`. Claiming and finishing are Lua scripts over the
-turn's own keys (one hash slot), so a worker, the lease reaper and a cancel can race and
-still exactly one of them ends the turn, with exactly one `done` entry in its stream.
+The moves themselves (their scripts, their named results) and how a turn ends for each
+cause are shared/lifecycle.py's; `TurnStore` runs them. Its reads (`get`, `recent`) write
+nothing; `settle` is the read that writes: it ends a turn that never can end on its own.
 
 The record and its stream live on the data role; arq's job, the running set and the
 owner's count of active turns on the queue role (shared/keys.py says why, and how each
@@ -28,9 +27,26 @@ from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
 from shared.connection import is_cluster
-from shared.endings import ENDINGS, ending_events
-from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, encode
+from shared.lifecycle import (
+    CLAIM,
+    CREATE,
+    ENDINGS,
+    FINISH,
+    FORGET,
+    FORGET_GRACE_S,
+    RENEW,
+    SEALED_ID,
+    STRANDED_AFTER_S,
+    Cause,
+    Claimed,
+    Finished,
+    Guard,
+    Renewal,
+    Who,
+    ending_events_of,
+    stuck,
+)
 from shared.queue import enqueue
 from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
 from shared.scripts import TAKE_SLOT, in_pipeline
@@ -121,7 +137,7 @@ class TurnRecord:
     request: TurnRequest
     model: str
     created_at: float = field(default_factory=time.time)
-    status: TurnStatus = "queued"
+    status: TurnStatus = TurnStatus.QUEUED
     conversation_id: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
@@ -149,7 +165,8 @@ class TurnRecord:
             "status": self.status,
             "created_at": repr(self.created_at),
             # The messages apart: the worker needs them once, and ending the turn drops them
-            # (`_FINISH`), so a finished turn keeps its options but not its whole prompt.
+            # (shared/lifecycle.py, FINISH), so a finished turn keeps its options but not
+            # its whole prompt.
             "request": orjson.dumps({**asdict(self.request), "messages": []}),
             "messages": orjson.dumps(self.request.messages),
         }
@@ -180,7 +197,7 @@ class TurnRecord:
             id=data["id"].decode(),
             owner=data["owner"].decode(),
             model=data["model"].decode(),
-            status=data["status"].decode(),  # type: ignore[arg-type]
+            status=TurnStatus(data["status"].decode()),
             request=TurnRequest(**request),
             created_at=float(data["created_at"]),
             conversation_id=data["conversation_id"].decode() if "conversation_id" in data else None,
@@ -193,124 +210,32 @@ class TurnRecord:
         )
 
 
-# KEYS: turn, events, attached. ARGV: ttl s, the `start` entry, attachment id ('' for
-# none), attachment lapse (epoch s), attachment ttl s, then the record's fields and values.
-# The data half of creating a turn: its record and its stream, both expiring, and the
-# client watching it from the start. Returns the `start` entry's id.
-_CREATE = """
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-local start = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[1])
-if ARGV[3] ~= '' then
-  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
-  redis.call('EXPIRE', KEYS[3], ARGV[5])
-end
-return start
-"""
-
-# KEYS: turn, lease, cancel. ARGV: worker id, now, lease ms. Moves `queued` → `running`
-# under a lease and returns {"claimed", whether a cancel is already asked for, the record's
-# fields}; else {the status found or "missing"}. One round trip (beside the running set's
-# entry) for everything a worker needs before the turn's first model call.
-_CLAIM = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if status ~= 'queued' then return {status or 'missing'} end
-redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
-"""
-
-# The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
-# is in, Redis refuses every later `XADD *` to the stream ("exhausted the last possible
-# ID"): a worker that was taken for dead and wakes up cannot append after the turn's end,
-# and it costs no command beyond the XADD itself (shared/streams.py).
-SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
-
-# KEYS: turn, events, lease, cancel, attached.
-# ARGV: status, finished_at, error json, result json, retention s, maxlen, condition,
-# sealed id, payload... Appends the payloads (the last is `done`, under the sealed
-# id) and drops the request's messages (the prompt: the conversation keeps them) only if
-# the turn has not ended yet and the condition holds: '' always, 'lapsed' only
-# if no worker holds the lease, 'queued' only if no worker took the turn yet. Returns 1
-# ended, 0 already ended or missing, 2 the condition failed. The data half of ending a turn
-# (`TurnStore.finish` releases it on the queue).
-_FINISH = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then
-  -- The record is gone (a Redis restart lost it): drop what the worker wrote since, which
-  -- nothing can read without the record and which would never expire.
-  redis.call('DEL', KEYS[2])
-  return 0
-end
-if status ~= 'queued' and status ~= 'running' then return 0 end
-if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
-if ARGV[7] == 'queued' and status ~= 'queued' then return 2 end
-for i = 9, #ARGV do
-  local id = '*'
-  if i == #ARGV then id = ARGV[8] end
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], id, 'e', ARGV[i])
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
-redis.call('HDEL', KEYS[1], 'messages')
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[4]) end
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('EXPIRE', KEYS[2], ARGV[5])
-redis.call('DEL', KEYS[3])
-redis.call('EXPIRE', KEYS[4], ARGV[5])
-redis.call('DEL', KEYS[5])
-return 1
-"""
-
-
-# KEYS: lease, cancel, turn. ARGV: worker id, lease ms. Renews the lease and says whether
-# the turn should go on: 0 yes, 1 somebody asked it to stop, 2 it is over for this worker:
-# its record is gone (a Redis restart without persistence lost it) or another process
-# already ended it (a reaper that took a stalled worker for dead).
-_RENEW = """
-local status = redis.call('HGET', KEYS[3], 'status')
-if status ~= 'running' then return 2 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if redis.call('EXISTS', KEYS[2]) == 1 then return 1 end
-return 0
-"""
-RENEWED, CANCEL_REQUESTED, TURN_OVER = 0, 1, 2
-
-# KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
-# whose conversation was deleted: its record loses what it held of the conversation (the
-# request, its messages, its preview, the result) and is marked `forgotten`, which every
-# read takes for gone; its stream keeps only its `done` entry. Both go after the grace,
-# which lets a client still reading the stream read its ending; the rest goes at once (an
-# ended turn's worker learns it is over from its record: `_RENEW`). A write of its worker
-# still running finds the stream sealed, or gone, and never creates it again
-# (`NOMKSTREAM`: shared/streams.py).
-_FORGET = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HDEL', KEYS[1], 'request', 'messages', 'preview', 'result')
-  redis.call('HSET', KEYS[1], 'forgotten', '1')
-  redis.call('EXPIRE', KEYS[1], ARGV[1])
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('XTRIM', KEYS[2], 'MINID', ARGV[2])
-  redis.call('EXPIRE', KEYS[2], ARGV[1])
-end
-redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
-return 1
-"""
-# How long a forgotten turn's emptied keys stay, for the readers of its stream.
-FORGET_GRACE_S = 60
-
-FinishCondition = Literal["", "lapsed", "queued"]
+__all__ = [
+    "FORGET_GRACE_S",
+    "SEALED_ID",
+    "STRANDED_AFTER_S",
+    "STREAM_FIELD",
+    "Claim",
+    "TooManyTurnsError",
+    "TurnRecord",
+    "TurnRequest",
+    "TurnStore",
+]
 
 
 @dataclass(slots=True)
 class Claim:
-    """What claiming a turn found: "claimed" with the record, or the status that refused."""
+    """What claiming a turn found: `CLAIMED` with the record, or the status that refused
+    (or `MISSING`)."""
 
-    outcome: str
+    outcome: Claimed | TurnStatus
     record: TurnRecord | None = None
     cancel_requested: bool = False
+
+
+def _claimed(reply: bytes) -> Claimed | TurnStatus:
+    text = reply.decode()
+    return Claimed(text) if text in Claimed.__members__.values() else TurnStatus(text)
 
 
 # What `TurnStore.recent` reads of each turn: everything but the prompt (`messages`).
@@ -328,12 +253,6 @@ _LISTED_FIELDS = (
     "result",
     "preview",
 )
-
-
-# A turn still `queued` this long after its creation, with no job on the queue, is one no
-# worker will ever run (`TurnStore.check`). Well above the moment between the halves of
-# `create`.
-STRANDED_AFTER_S = 30.0
 
 
 class TooManyTurnsError(Exception):
@@ -377,10 +296,10 @@ class TurnStore:
         self._one_client = self.queue is self.redis
         self._cluster = is_cluster(redis)
         # The owner's active turns: queued or running, each leaving the set when it ends
-        # (`_FINISH`), or at its deadline should that never happen.
+        # (`finish`), or at its deadline should that never happen.
         self._admit = self.queue.register_script(_ADMIT)
         self._take_slot = self.queue.register_script(TAKE_SLOT)
-        self._finish = redis.register_script(_FINISH)
+        self._finish = redis.register_script(FINISH)
 
     async def admit(
         self,
@@ -397,7 +316,7 @@ class TurnStore:
         `RateLimitedError` when the bucket cannot pay, `TooManyTurnsError` when they
         already have `limit` turns. The entry leaves when the turn ends (`finish`), on
         `release`, or after `ttl_s` should neither happen. At the limit, the entries of
-        turns that have ended (or that no worker will ever run: `check`) without being
+        turns that have ended (or that no worker will ever run: `settle`) without being
         released are dropped first: one a crash between the halves of a `finish` left
         behind.
 
@@ -446,7 +365,7 @@ class TurnStore:
             keys.active_turns(owner), "-inf", time.time() + ttl_s - STRANDED_AFTER_S
         )
         turn_ids = [raw.decode() for raw in active]
-        statuses = await self.check_many(turn_ids) if turn_ids else []
+        statuses = await self.settle_many(turn_ids) if turn_ids else []
         ended_ids = [
             turn_id
             for turn_id, status in zip(turn_ids, statuses, strict=True)
@@ -484,7 +403,7 @@ class TurnStore:
         async with self.redis.pipeline(transaction=False) as pipe:
             in_pipeline(
                 pipe,
-                _CREATE,
+                CREATE,
                 [keys.turn(record.id), keys.events(record.id), keys.attached(record.id)],
                 [
                     ttl_s,
@@ -510,7 +429,7 @@ class TurnStore:
                 await pipe.execute()
         except BaseException:
             with contextlib.suppress(RedisError, OSError):
-                await self.end(record.id, record.owner, ErrorCode.TURN_LOST, condition="queued")
+                await self.end(record.id, record.owner, Cause.NOT_CREATED)
             raise
         return start_id
 
@@ -524,15 +443,15 @@ class TurnStore:
     async def forget(self, owner: str, turn_ids: Sequence[str]) -> None:
         """Forget the owner's turns (their conversation was deleted): every read takes them
         for gone at once, and what their keys held of the conversation goes with it
-        (`_FORGET`). End a turn that may still run first (`end`): its ending is what is
-        left for the clients still reading it."""
+        (shared/lifecycle.py, FORGET). End a turn that may still run first (`end`): its
+        ending is what is left for the clients still reading it."""
         if not turn_ids:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
                 in_pipeline(
                     pipe,
-                    _FORGET,
+                    FORGET,
                     [
                         keys.turn(turn_id),
                         keys.events(turn_id),
@@ -548,26 +467,26 @@ class TurnStore:
     async def never_ran(self, turn_id: str, owner: str) -> bool:
         """Make sure a turn whose creation failed never runs: ended `turn_lost` if no worker
         took it yet; whether no worker ever did (its record is gone, or ended unclaimed)."""
-        await self.end(turn_id, owner, ErrorCode.TURN_LOST, condition="queued")
+        await self.end(turn_id, owner, Cause.NOT_CREATED)
         fields = ["status", "started_at"]
         status, started_at = await self.redis.hmget(keys.turn(turn_id), fields)  # type: ignore[misc]
         return status is None or (status.decode() in TERMINAL_STATUSES and not started_at)
 
-    async def check(self, turn_id: str) -> str | None:
+    async def settle(self, turn_id: str) -> TurnStatus | None:
         """The turn's status, None once it is gone; first ends a turn that never can end
-        on its own.
+        on its own (shared/lifecycle.py, `stuck`), which is what makes it a write.
 
-        Those are a turn `running` with no worker's lease (`worker_lost`, as a reaper
+        Those are a turn `running` with no worker's lease (`LEASE_LAPSED`, as a reaper
         would) and one still `queued` past `STRANDED_AFTER_S` with no job on the queue
-        (`turn_lost`: its creation stopped between its halves, or a failover of the queue
+        (`STRANDED`: its creation stopped between its halves, or a failover of the queue
         lost the job). Called by whoever waits on a quiet turn, so no turn waits forever on
         a worker that cannot come.
         """
-        (status,) = await self.check_many([turn_id])
+        (status,) = await self.settle_many([turn_id])
         return status
 
-    async def check_many(self, turn_ids: Sequence[str]) -> list[str | None]:
-        """`check` of each turn, in order, with what decides each one's status read in one
+    async def settle_many(self, turn_ids: Sequence[str]) -> list[TurnStatus | None]:
+        """`settle` each turn, in order, with what decides each one's status read in one
         round trip (only the turns it ends, or may end, take more)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
@@ -575,30 +494,30 @@ class TurnStore:
                 pipe.exists(keys.lease(turn_id))
             replies = await pipe.execute()
         return [
-            await self._settle(turn_id, stored, bool(leased))
+            await self._settle_one(turn_id, stored, bool(leased))
             for turn_id, stored, leased in zip(turn_ids, replies[::2], replies[1::2], strict=True)
         ]
 
-    async def _settle(self, turn_id: str, stored: list[bytes | None], leased: bool) -> str | None:
-        """`check`'s decision for one turn, from its stored status, owner and creation time
-        and whether a worker's lease on it exists."""
+    async def _settle_one(
+        self, turn_id: str, stored: list[bytes | None], leased: bool
+    ) -> TurnStatus | None:
+        """`settle` one turn, from its stored status, owner and creation time and whether a
+        worker's lease on it exists."""
         raw_status, raw_owner, created_at = stored
         if raw_status is None:
             return None
-        status, owner = raw_status.decode(), raw_owner.decode() if raw_owner else ""
-        code: ErrorCode | None = None
-        condition: FinishCondition = ""
-        if status == "running" and not leased:
-            code, condition = ErrorCode.WORKER_LOST, "lapsed"
-        elif status == "queued" and float(created_at or 0) < time.time() - STRANDED_AFTER_S:
+        status, owner = TurnStatus(raw_status.decode()), raw_owner.decode() if raw_owner else ""
+        now = time.time()
+        cause = stuck(status, leased=leased, created_at=float(created_at or 0), now=now)
+        if cause is Cause.STRANDED:
             async with self.queue.pipeline(transaction=False) as pipe:
                 pipe.exists(job_key_prefix + turn_id)
                 pipe.exists(in_progress_key_prefix + turn_id)
                 job, taken = await pipe.execute()
-            if not job and not taken:
-                code, condition = ErrorCode.TURN_LOST, "queued"
-        if code is not None and await self.end(turn_id, owner, code, condition=condition):
-            return ENDINGS[code].status
+            if job or taken:  # a worker will take it yet
+                cause = None
+        if cause is not None and await self.end(turn_id, owner, cause) is Finished.ENDED:
+            return ENDINGS[cause].status
         return status
 
     async def recent(
@@ -649,16 +568,16 @@ class TurnStore:
         if self._one_client:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zadd(keys.RUNNING_TURNS, running)
-                in_pipeline(pipe, _CLAIM, claim_keys, claim_args)
+                in_pipeline(pipe, CLAIM, claim_keys, claim_args)
                 _, reply = await pipe.execute()
         else:
             await self.queue.zadd(keys.RUNNING_TURNS, running)
             async with self.redis.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, _CLAIM, claim_keys, claim_args)
+                in_pipeline(pipe, CLAIM, claim_keys, claim_args)
                 (reply,) = await pipe.execute()
-        outcome = reply[0].decode()
-        if outcome != "claimed":
-            if outcome != "running":  # ended or gone: nothing will renew or reap the entry
+        outcome = _claimed(reply[0])
+        if outcome is not Claimed.CLAIMED:
+            if outcome is not TurnStatus.RUNNING:  # ended or gone: nothing renews or reaps it
                 await self.queue.zrem(keys.RUNNING_TURNS, turn_id)
             return Claim(outcome)
         fields = reply[2]
@@ -673,14 +592,15 @@ class TurnStore:
         *,
         before: Sequence[Event] = (),
         result: dict[str, Any] | None = None,
-        condition: FinishCondition = "",
-    ) -> bool:
-        """End the turn: append `before` then `done`, set status, start retention. Once only.
+        guard: Guard = Guard.ALWAYS,
+    ) -> Finished:
+        """End the turn: append `before` then `done`, set status, start retention. Once only
+        (shared/lifecycle.py, FINISH).
 
-        `condition` "lapsed" leaves alone a turn whose worker still renews its lease;
-        "queued" one that a worker has taken. Then, unless the condition failed, release
-        it on the queue (the running set, the owner's active turns) and, if this call ended
-        it, count how it ended.
+        `guard` `LAPSED` leaves alone a turn whose worker still renews its lease; `QUEUED`
+        one that a worker has taken. Then, unless the guard refused, release it on the queue
+        (the running set, the owner's active turns) and, if this call ended it, count how it
+        ended.
         """
         payloads = [encode(event) for event in [*before, done]]
         finish_keys = [
@@ -697,64 +617,70 @@ class TurnStore:
             orjson.dumps(result) if result is not None else "",
             self.retention_s,
             self.stream_maxlen,
-            condition,
+            guard,
             SEALED_ID,
             *payloads,
         ]
         if self._cluster:
             # The stream's readers wait on its wake channel (api/cluster_hub.py).
             async with self.redis.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, _FINISH, finish_keys, finish_args)
+                in_pipeline(pipe, FINISH, finish_keys, finish_args)
                 pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
-                ended_now, _ = await pipe.execute()
+                reply, _ = await pipe.execute()
         else:
-            ended_now = await self._finish(keys=finish_keys, args=finish_args)
-        if ended_now != 2:
+            reply = await self._finish(keys=finish_keys, args=finish_args)
+        finished = Finished(_text(reply))
+        if finished is not Finished.REFUSED:
             async with self.queue.pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.RUNNING_TURNS, turn_id)
                 pipe.zrem(keys.active_turns(owner), turn_id)
-                if ended_now == 1:
+                if finished is Finished.ENDED:
                     pipe.hincrby(keys.METRICS, done.status, 1)
                     if done.error:
                         pipe.hincrby(keys.METRICS, f"{done.status}:{done.error['code']}", 1)
                 await pipe.execute()
-        return bool(ended_now == 1)
+        return finished
 
     async def end(
         self,
         turn_id: str,
         owner: str,
-        code: ErrorCode,
+        cause: Cause,
         message: str | None = None,
         *,
-        condition: FinishCondition = "",
-    ) -> bool:
-        """End the turn short of completing, as `ENDINGS[code]` says, unless it already ended
-        (its stream gets shared/endings.py's `ending_events`)."""
-        *before, done = ending_events(code, message)
+        usage: dict[str, int] | None = None,
+    ) -> Finished:
+        """End the turn short of completing, as shared/lifecycle.py's `ENDINGS[cause]` says
+        (its code, under its guard), unless it already ended; `message` replaces the code's
+        words, and `usage` goes into a `done` that carries it."""
+        rule = ENDINGS[cause]
+        if rule.who is Who.READER:
+            raise ValueError(f"{cause} is a reader's ending: nothing is written for it")
+        *before, done = ending_events_of(cause, message, usage=usage)
         assert isinstance(done, Done)
-        return await self.finish(turn_id, owner, done, before=before, condition=condition)
+        return await self.finish(turn_id, owner, done, before=before, guard=rule.guard)
 
     async def renew(
         self, turn_ids: Sequence[str], worker_id: str, lease_ttl_s: float
-    ) -> dict[str, int]:
-        """Renew the leases of `turn_ids` in one round trip; each maps to RENEWED,
-        CANCEL_REQUESTED or TURN_OVER."""
+    ) -> dict[str, Renewal]:
+        """Renew the leases of `turn_ids` in one round trip; each maps to whether it goes on
+        (shared/lifecycle.py, RENEW)."""
         if not turn_ids:
             return {}
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
                 in_pipeline(
                     pipe,
-                    _RENEW,
+                    RENEW,
                     [keys.lease(turn_id), keys.cancel(turn_id), keys.turn(turn_id)],
                     [worker_id, int(lease_ttl_s * 1000)],
                 )
             replies = await pipe.execute()
-        return dict(zip(turn_ids, (int(r) for r in replies), strict=True))
+        return dict(zip(turn_ids, (Renewal(_text(r)) for r in replies), strict=True))
 
     async def reap_lapsed(self, *, skip: Container[str] = (), limit: int = 50) -> list[str]:
-        """Fail running turns whose lease lapsed (their worker died); return their ids.
+        """End running turns whose lease lapsed (their worker died: `LEASE_LAPSED`); return
+        their ids.
 
         Any process may call this: the turn ends once, whoever gets there first, and a
         turn whose worker renewed its lease meanwhile is left alone.
@@ -774,7 +700,7 @@ class TurnStore:
             # No record: the finish script only drops what is left of it.
             name = owner.decode() if isinstance(owner, bytes) else (owner or "")
             try:
-                ended_now = await self.end(turn_id, name, ErrorCode.WORKER_LOST, condition="lapsed")
+                finished = await self.end(turn_id, name, Cause.LEASE_LAPSED)
             except ResponseError as exc:
                 # Its keys are not what a turn's are (a stream clobbered by another write): no
                 # script can end it. Left on the running set, it would come first in every
@@ -783,6 +709,10 @@ class TurnStore:
                 logger.error("turn %s cannot be ended (%s); no longer reaping it", turn_id, exc)
                 await self.queue.zrem(keys.RUNNING_TURNS, turn_id)
                 continue
-            if ended_now:
+            if finished is Finished.ENDED:
                 lost.append(turn_id)
         return lost
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -13,7 +13,7 @@ import pytest
 
 from shared import keys
 from shared.connection import connect
-from shared.errors import ErrorCode
+from shared.lifecycle import Cause, Finished
 from shared.settings import Settings
 from shared.streams import parse_entries
 from shared.turns import TurnStore
@@ -315,7 +315,8 @@ async def test_a_turn_ended_elsewhere_stops_running_on_its_worker(
     """A reaper that took a stalled worker for dead ended the turn: the worker must stop."""
     async with streaming_background_turn(upstream) as (stack, turn_id):
         store = TurnStore(stack.redis, retention_s=60, stream_maxlen=1000)
-        assert await store.end(turn_id, "local", ErrorCode.WORKER_LOST, "declared lost")
+        ended = await store.end(turn_id, "local", Cause.OVER, "declared lost")
+        assert ended is Finished.ENDED
         exchange = await upstream.wait_disconnect(timeout_s=5)
         assert exchange.ended
         await asyncio.sleep(0.5)
@@ -368,7 +369,7 @@ async def test_a_turn_ends_the_same_live_replayed_compacted_and_polled(
                 await stack.client.post(f"/v1/turns/{turn_id}/cancel")
             elif action == "reap":  # what a reaper does to a turn whose worker died
                 store = TurnStore(stack.redis, retention_s=60, stream_maxlen=100)
-                await store.end(turn_id, "local", ErrorCode.WORKER_LOST)
+                await store.end(turn_id, "local", Cause.OVER)
             live += [frame async for frame in stream]
         replayed = await replay(stack, turn_id)
         polled = (await stack.client.get(f"/v1/turns/{turn_id}")).json()

@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 from shared import keys
 from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
+from shared.lifecycle import RENEWAL_STOPS, Cause
 from shared.settings import Settings
-from shared.turns import CANCEL_REQUESTED, TURN_OVER, TurnStore
+from shared.turns import TurnStore
 
 logger = logging.getLogger("bernard.worker")
 
@@ -31,14 +32,15 @@ STALL_LIMIT_S = 30.0
 # How long a worker's entry in `keys.WORKERS` outlives its last renewal.
 _STALE_WORKER_S = 3600.0
 
-StopTurn = Callable[[str, str], None]
+StopTurn = Callable[[str, Cause], None]
 
 
 class LeaseKeeper:
     """Renews the leases of the turns running here, and reports turns that must stop.
 
-    `stop_turn(turn_id, reason)` is called on the worker's loop, with reason "cancelled"
-    (somebody asked) or "lost" (the turn's record vanished, or another process ended it).
+    `stop_turn(turn_id, cause)` is called on the worker's loop, with the cause the renewal
+    names (shared/lifecycle.py, `RENEWAL_STOPS`): `CANCELLED` (somebody asked) or `OVER`
+    (the turn's record vanished, or another process ended it).
     """
 
     def __init__(
@@ -119,8 +121,7 @@ class LeaseKeeper:
             # A worker that died without saying so leaves its entry: drop those an hour old.
             pipe.zremrangebyscore(keys.WORKERS, "-inf", now - _STALE_WORKER_S)
             await pipe.execute()
-        for turn_id, state in states.items():
-            if state == CANCEL_REQUESTED:
-                self.loop.call_soon_threadsafe(self.stop_turn, turn_id, "cancelled")
-            elif state == TURN_OVER:
-                self.loop.call_soon_threadsafe(self.stop_turn, turn_id, "lost")
+        for turn_id, renewal in states.items():
+            cause = RENEWAL_STOPS.get(renewal)
+            if cause is not None:
+                self.loop.call_soon_threadsafe(self.stop_turn, turn_id, cause)

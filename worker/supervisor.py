@@ -9,13 +9,16 @@ attached client always gets a terminal frame. It publishes the tools the worker 
 (`GET /v1/tools`) as it starts, every `REPUBLISH_S` after, and whenever they change (an
 MCP server's: worker/tools/toolbox.py).
 
-Cancellation, once: a stop request cancels the task running the turn. The cancelled task
-catches `CancelledError`, writes `done` with status `cancelled` and returns normally, so arq
-never sees a `CancelledError` escape (arq would then run the job again). When arq itself
-cancels the job (a worker shutting down), the turn ends `failed` with `worker_shutdown`.
+Cancellation, once: a stop request cancels the task running the turn, and names why (a
+shared/lifecycle.py `Cause`: cancelled, over for this worker, failed over). The cancelled
+task catches `CancelledError`, writes its ending and returns normally, so arq never sees a
+`CancelledError` escape (arq would then run the job again). When arq itself cancels the job
+(a worker shutting down), the turn ends `failed` with `worker_shutdown`.
 
-Every way a turn ends is one of shared/endings.py's; nothing that goes wrong inside a turn,
-the request it was given included, escapes as anything but a terminal `done`.
+What the turn's task raised, or why it was stopped, is named as a `Cause` here (`_RAISED`,
+`_cause_of`); how the turn then ends is shared/lifecycle.py's `ENDINGS`, and nothing else.
+Nothing that goes wrong inside a turn, the request it was given included, escapes as
+anything but a terminal `done`.
 
 When the data role fails over (its Sentinels name another primary: shared/connection.py,
 `failovers`), the writes the old primary had not replicated are gone, so the streams of
@@ -32,7 +35,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
-from typing import Any
+from dataclasses import dataclass
 
 import httpx
 from langchain_core.tools import BaseTool
@@ -41,9 +44,17 @@ from redis.exceptions import RedisError
 
 from shared import keys
 from shared.connection import REDIS_ERRORS, failovers
-from shared.endings import ENDINGS, completed, ended
+from shared.endings import completed
 from shared.errors import ErrorCode
-from shared.events import Done, Event, LlmCallComplete, LlmPrompt, Memory, MessageStored
+from shared.events import (
+    Event,
+    LlmCallComplete,
+    LlmPrompt,
+    Memory,
+    MessageStored,
+    TurnStatus,
+)
+from shared.lifecycle import ENDINGS, After, Cause
 from shared.logs import TURN_FIELDS
 from shared.records import ConversationFullError, Recorder, RecordKeeper
 from shared.settings import Settings
@@ -64,6 +75,30 @@ _MESSAGE_CHARS = 500
 
 # The turn runner: the context, and the recorder it alone may write the turn's records with.
 TurnEvents = Callable[[TurnContext, Recorder | None], AsyncIterator[Event]]
+
+# What each exception a turn's task ends with means, the first that matches (an upstream
+# failure and a cancellation are told apart in `_cause_of`). Only `Exception`s: anything
+# else (`KeyboardInterrupt`, `SystemExit`) stops the process, and a reaper ends the turn.
+_RAISED: tuple[tuple[type[Exception], Cause], ...] = (
+    # Its stream refused a write: another process ended the turn (a reaper took this
+    # worker for dead) or its record is gone.
+    (TurnOverError, Cause.OVER),
+    (TimeoutError, Cause.TIMED_OUT),  # `turn_timeout_s`
+    # Deleted between the turn's creation and its start: it does not run, and is forgotten
+    # as the deletion forgot the conversation's other turns.
+    (ConversationGoneError, Cause.CONVERSATION_GONE),
+    # The request's messages were refused whole (shared/budgets.py): nothing stored.
+    (ConversationFullError, Cause.CONVERSATION_FULL),
+    (Exception, Cause.CRASHED),
+)
+
+
+@dataclass(slots=True)
+class _Running:
+    """A turn running here: its task, and why it was told to stop (None: it was not)."""
+
+    task: asyncio.Task[str]
+    stop: Cause | None = None
 
 
 class TurnSupervisor:
@@ -102,9 +137,7 @@ class TurnSupervisor:
             queue=self.queue,
         )
         self._failovers = failovers(redis)
-        self._running: dict[str, asyncio.Task[str]] = {}
-        # Why a local turn was told to stop: "cancelled" (asked to) or "lost" (record gone).
-        self._stop_reason: dict[str, str] = {}
+        self._running: dict[str, _Running] = {}
         self._background: list[asyncio.Task[None]] = []
         self._tools_published = 0.0  # `time.monotonic()` of the last publish
 
@@ -149,10 +182,9 @@ class TurnSupervisor:
             return claim.outcome
         telemetry = TurnTelemetry.claimed(claim.record, self.settings, self.worker_id)
         if claim.cancel_requested:
-            await self._end(telemetry, claim.record, ErrorCode.TURN_CANCELLED)
-            return "cancelled"
+            return await self._end(telemetry, claim.record, None, Cause.CANCELLED)
         task = asyncio.create_task(self._execute(claim.record, telemetry))
-        self._running[turn_id] = task
+        self._running[turn_id] = _Running(task)
         self.leases.add(turn_id)
         try:
             return await asyncio.shield(task)
@@ -165,16 +197,16 @@ class TurnSupervisor:
         finally:
             self._running.pop(turn_id, None)
             self.leases.discard(turn_id)
-            self._stop_reason.pop(turn_id, None)
             telemetry.close()
 
-    def cancel_local(self, turn_id: str, reason: str = "cancelled") -> None:
-        """Abort the turn if it runs here; the in-flight LLM call is cancelled at once.
-        `reason`: "cancelled" (asked to), "lost" (over for this worker), "failover"."""
-        task = self._running.get(turn_id)
-        if task is not None and turn_id not in self._stop_reason:
-            self._stop_reason[turn_id] = reason
-            task.cancel()
+    def cancel_local(self, turn_id: str, cause: Cause = Cause.CANCELLED) -> None:
+        """Abort the turn if it runs here, for `cause` (`CANCELLED`: asked to; `OVER`: over
+        for this worker; `FAILED_OVER`); the in-flight LLM call is cancelled at once. The
+        first cause given is the one the turn ends with."""
+        running = self._running.get(turn_id)
+        if running is not None and running.stop is None:
+            running.stop = cause
+            running.task.cancel()
 
     async def _execute(self, record: TurnRecord, telemetry: TurnTelemetry) -> str:
         turn_id, owner = record.id, record.owner
@@ -191,8 +223,7 @@ class TurnSupervisor:
                 # The exception's text quotes the request: the `turn ended` line holds it
                 # only with BERNARD_LOG_PROMPTS=1.
                 message = f"the request could not be run as a turn: {exc}"[:_MESSAGE_CHARS]
-                await self._end(telemetry, record, ErrorCode.INVALID_TURN, message)
-                return "failed"
+                return await self._end(telemetry, record, writer, Cause.INVALID_REQUEST, message)
             records = RecordKeeper(
                 self.redis,
                 owner,
@@ -206,91 +237,55 @@ class TurnSupervisor:
                         if _visible(event, record):
                             await writer.write(event)
                 await writer.flush()
-        except TurnOverError:
-            # Its stream refused a write: another process ended the turn (a reaper took
-            # this worker for dead) or its record is gone.
-            await self._abandon(writer, owner, telemetry)
-            return "lost"
-        except asyncio.CancelledError:
-            reason = self._stop_reason.get(turn_id)
-            if reason == "lost":
-                await self._abandon(writer, owner, telemetry)
-                return "lost"
-            await _flush_quietly(writer)
-            if reason == "cancelled":
-                done = ended(ErrorCode.TURN_CANCELLED)
-                done.usage = ctx.usage if ctx is not None else None
-                await self._finish(telemetry, record, done)
-                return "cancelled"
-            if reason == "failover":
-                await self._end(telemetry, record, ErrorCode.STORE_FAILOVER)
-                return "failed"
-            await self._end(telemetry, record, ErrorCode.WORKER_SHUTDOWN)
-            raise
-        except TimeoutError:
-            await _flush_quietly(writer)
-            await self._end(telemetry, record, ErrorCode.TURN_TIMEOUT)
-            return "failed"
-        except ConversationGoneError:
-            # Deleted between the turn's creation and its start: it does not run, and is
-            # forgotten as the deletion forgot the conversation's other turns.
-            await _flush_quietly(writer)
-            await self._end(telemetry, record, ErrorCode.CONVERSATION_DELETED)
-            await self.store.forget(owner, [turn_id])
-            return "cancelled"
-        except LlmError as exc:
-            await _flush_quietly(writer)
-            await self._end(telemetry, record, exc.code, exc.message)
-            return "failed"
-        except ConversationFullError as exc:
-            # The request's messages were refused whole (shared/budgets.py): nothing stored.
-            await _flush_quietly(writer)
-            await self._end(telemetry, record, ErrorCode.CONVERSATION_TOO_LARGE, str(exc))
-            return "failed"
-        except Exception:
-            logger.exception("turn %s failed", turn_id)
-            await _flush_quietly(writer)
-            await self._end(telemetry, record, ErrorCode.INTERNAL_ERROR)
-            return "failed"
+        except (asyncio.CancelledError, Exception) as exc:
+            running = self._running.get(turn_id)
+            cause = _cause_of(exc, running.stop if running is not None else None)
+            if cause is Cause.CRASHED:
+                logger.exception("turn %s failed", turn_id)
+            usage = ctx.usage if ctx is not None else None
+            status = await self._end(
+                telemetry, record, writer, cause, _message_of(exc), usage=usage
+            )
+            if ENDINGS[cause].after is After.RAISE:
+                raise
+            return status
         assert ctx is not None
         done = completed(ctx.finish_reason, ctx.usage)
         if ctx.paused:
-            done.status = "awaiting_confirmation"
-        await self._finish(telemetry, record, done, result=ctx.result())
+            done.status = TurnStatus.AWAITING_CONFIRMATION
+        await self.store.finish(record.id, record.owner, done, result=ctx.result())
+        telemetry.ended(done.status)
         return done.status
 
     async def _end(
         self,
         telemetry: TurnTelemetry,
         record: TurnRecord,
-        code: ErrorCode,
+        writer: StreamWriter | None,
+        cause: Cause,
         message: str | None = None,
-    ) -> None:
-        """End the turn short of completing (`TurnStore.end`), and log how."""
-        await self.store.end(record.id, record.owner, code, message)
-        telemetry.ended(ENDINGS[code].status, code, message)
-
-    async def _finish(
-        self,
-        telemetry: TurnTelemetry,
-        record: TurnRecord,
-        done: Done,
-        result: dict[str, Any] | None = None,
-    ) -> None:
-        """End the turn with `done` (`TurnStore.finish`), and log how."""
-        await self.store.finish(record.id, record.owner, done, result=result)
-        error = done.error or {}
-        telemetry.ended(done.status, error.get("code"), error.get("message"))
-
-    async def _abandon(self, writer: StreamWriter, owner: str, telemetry: TurnTelemetry) -> None:
-        """Stop a turn that is over for this worker: another process ended it, its record
-        is gone, or its lease lapsed (so it is taken for dead). Ending it `worker_lost` does
-        what a reaper would: nothing if it already ended, drop the orphaned stream if its
-        record is gone (nothing queued may recreate it), end it if nobody has yet."""
-        writer.discard()
-        await _flush_quietly(writer)  # a write already in flight lands first
-        await self.store.end(writer.key, owner, ErrorCode.WORKER_LOST)
-        telemetry.ended("lost", ErrorCode.WORKER_LOST)
+        *,
+        usage: dict[str, int] | None = None,
+    ) -> str:
+        """End the turn for `cause`, as shared/lifecycle.py's `ENDINGS` says, after what it
+        yielded so far (`writer`), and log how; return what the job reports: the status it
+        ended with, or "lost" for a turn over for this worker (then its ending is the one a
+        reaper would write: nothing if it already ended, the orphaned stream dropped if its
+        record is gone, the ending if nobody has written one yet)."""
+        rule = ENDINGS[cause]
+        if writer is not None:
+            if rule.after is After.ABANDON:
+                writer.discard()
+            # What the turn yielded before it ended lands first (a write already in flight
+            # when it is abandoned); a Redis failure, or a turn ended elsewhere, must not
+            # mask why it ended.
+            await _flush_quietly(writer)
+        await self.store.end(record.id, record.owner, cause, message, usage=usage)
+        status = "lost" if rule.after is After.ABANDON else str(rule.status)
+        telemetry.ended(status, rule.code, message)
+        if rule.after is After.FORGET:
+            await self.store.forget(record.owner, [record.id])
+        return status
 
     def _context(self, record: TurnRecord, telemetry: TurnTelemetry) -> TurnContext:
         ctx = TurnContext.for_request(
@@ -370,7 +365,7 @@ class TurnSupervisor:
                     len(self._running),
                 )
                 for turn_id in list(self._running):
-                    self.cancel_local(turn_id, "failover")
+                    self.cancel_local(turn_id, Cause.FAILED_OVER)
             try:
                 for turn_id in await self.store.reap_lapsed(skip=self._running):
                     logger.warning(
@@ -395,6 +390,27 @@ def _visible(event: Event, record: TurnRecord) -> bool:
     if isinstance(event, MessageStored):
         return record.request.kind == "conversation"
     return True
+
+
+def _cause_of(exc: BaseException, stop: Cause | None) -> Cause:
+    """What ended a turn whose task raised `exc`, having been told to stop for `stop`."""
+    if isinstance(exc, asyncio.CancelledError):
+        return stop or Cause.SHUT_DOWN  # arq cancelled the job, nobody here did
+    if isinstance(exc, LlmError):
+        if exc.code == ErrorCode.UPSTREAM_TIMEOUT:
+            return Cause.UPSTREAM_TIMED_OUT
+        return Cause.UPSTREAM_FAILED
+    return next(cause for kind, cause in _RAISED if isinstance(exc, kind))
+
+
+def _message_of(exc: BaseException) -> str | None:
+    """What a client reads of `exc` instead of its ending's own words: an upstream
+    failure's account (worker/llm.py), a full conversation's cap; None for the rest."""
+    if isinstance(exc, LlmError):
+        return exc.message
+    if isinstance(exc, ConversationFullError):
+        return str(exc)
+    return None
 
 
 async def _flush_quietly(writer: StreamWriter) -> None:

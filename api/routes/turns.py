@@ -29,6 +29,7 @@ from shared import keys
 from shared.cancel import request_cancel
 from shared.errors import ErrorCode
 from shared.events import Done
+from shared.lifecycle import Cause
 from shared.turns import TurnRecord
 
 router = APIRouter()
@@ -119,7 +120,7 @@ async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any
     if record.status == "queued":
         # No worker has it yet, and there may be none: end it here, unless one took it
         # meanwhile (then that worker ends it, having heard the cancel).
-        await state.store.end(turn_id, owner, ErrorCode.TURN_CANCELLED, condition="queued")
+        await state.store.end(turn_id, owner, Cause.CANCELLED_QUEUED)
     with contextlib.suppress(TimeoutError, StreamReadError):
         async with state.hub.read(turn_id) as reader:
             while not isinstance((await reader.next(wait_s=CANCEL_WAIT_S))[1].event, Done):

@@ -23,6 +23,7 @@ from shared import keys
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.endings import completed
 from shared.errors import ErrorCode
+from shared.lifecycle import Cause
 from shared.records import RecordKeeper
 from shared.turns import TurnRecord, TurnRequest, TurnStore
 
@@ -291,4 +292,4 @@ async def test_a_turn_a_worker_took_keeps_its_conversation_and_decisions(
     assert await states(redis, owner) == ["approved"]
     conversation = await RecordKeeper(redis, owner).get_conversation("den")
     assert conversation is not None and conversation.active_turn == resumer
-    await store.end(resumer, owner, ErrorCode.WORKER_LOST)
+    await store.end(resumer, owner, Cause.OVER)

@@ -27,6 +27,7 @@ from shared import keys
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Error, Event, Stamped, Start, ToolCall, encode
+from shared.lifecycle import Cause
 from shared.turns import STREAM_FIELD, TurnRecord, TurnRequest
 
 KEEPALIVE_S = 0.05
@@ -114,13 +115,18 @@ def test_an_entry_with_no_frame_for_this_client_gives_no_event() -> None:
     assert entry_events(encoder("completion"), ("1-2", Stamped(event=call))) == []
 
 
-@pytest.mark.parametrize("code", [ErrorCode.TURN_LOST, ErrorCode.STREAM_UNREADABLE])
-def test_a_stream_that_cannot_go_on_closes_with_an_error_and_its_done(code: ErrorCode) -> None:
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [(Cause.RECORD_GONE, ErrorCode.TURN_LOST), (Cause.UNREADABLE, ErrorCode.STREAM_UNREADABLE)],
+)
+def test_a_stream_that_cannot_go_on_closes_with_an_error_and_its_done(
+    cause: Cause, code: ErrorCode
+) -> None:
     enc = encoder()
     done = ended(code)
     assert done.error is not None
     error = Error(message=done.error["message"], code=code)
-    events = ending_frames(enc, code)
+    events = ending_frames(enc, cause)
     assert [(e.id, e.data) for e in events] == [
         (None, frame) for frame in [*enc.frames(error), *enc.frames(done)]
     ]
@@ -292,7 +298,7 @@ async def test_a_stream_whose_turn_record_vanished_ends_with_turn_lost(
     events = await relayed(hub, enc, turn_id, alive=alive, detach=detach)
     assert frames_of(events) == [
         (None, enc.keepalive()),
-        *frames_of(ending_frames(enc, ErrorCode.TURN_LOST)),
+        *frames_of(ending_frames(enc, Cause.RECORD_GONE)),
     ]
     assert detach.calls == [True], "no `done` can ever come: nothing left to cancel"
 
@@ -304,7 +310,7 @@ async def test_a_stream_redis_refuses_to_read_ends_with_stream_unreadable(
     enc = encoder()
     detach = Detaches()
     events = await relayed(hub, enc, turn_id, detach=detach)
-    assert frames_of(events) == frames_of(ending_frames(enc, ErrorCode.STREAM_UNREADABLE))
+    assert frames_of(events) == frames_of(ending_frames(enc, Cause.UNREADABLE))
     assert detach.calls == [False]
 
 

@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError
 from shared import keys
 from shared.connection import connect, queue_client
 from shared.endings import completed
-from shared.errors import ErrorCode
+from shared.lifecycle import Cause, Finished
 from shared.settings import Settings
 from shared.turns import STRANDED_AFTER_S, TooManyTurnsError, TurnRecord, TurnRequest, TurnStore
 from tests.conftest import TEST_REDIS_URL
@@ -130,7 +130,7 @@ async def test_each_move_writes_its_data_and_its_queue_keys_apart(roles: Roles) 
     assert await roles.data.exists(keys.lease(record.id)) == 1
 
     ended_before = int(await roles.queue.hget(keys.METRICS, "completed") or 0)
-    assert await store.finish(record.id, record.owner, completed("stop", None))
+    assert await store.finish(record.id, record.owner, completed("stop", None)) is Finished.ENDED
     assert await status_of(roles, record.id) == ("completed", None)
     assert await roles.queue.zscore(keys.RUNNING_TURNS, record.id) is None
     assert await roles.queue.zscore(keys.active_turns(record.owner), record.id) is None
@@ -163,12 +163,12 @@ async def test_a_turn_stranded_between_its_halves_ends_turn_lost_once_looked_at(
         await store.create(record, ttl_s=3600, queue_name=None)
     await store.create(queued, ttl_s=3600, queue_name=roles.queue_name)
 
-    assert await store.check(stranded.id) == "failed"
+    assert await store.settle(stranded.id) == "failed"
     assert await status_of(roles, stranded.id) == ("failed", "turn_lost")
     # A young one may be a creation under way; a queued one with its job waits for a worker.
-    assert await store.check(fresh.id) == "queued"
-    assert await store.check(queued.id) == "queued"
-    assert await store.check(uuid.uuid4().hex) is None
+    assert await store.settle(fresh.id) == "queued"
+    assert await store.settle(queued.id) == "queued"
+    assert await store.settle(uuid.uuid4().hex) is None
 
 
 async def test_a_running_turn_with_no_lease_ends_worker_lost_once_looked_at(roles: Roles) -> None:
@@ -176,10 +176,10 @@ async def test_a_running_turn_with_no_lease_ends_worker_lost_once_looked_at(role
     record = roles.record()
     await store.create(record, ttl_s=3600, queue_name=None)
     await store.claim(record.id, "worker-1", lease_ttl_s=30)
-    assert await store.check(record.id) == "running"
+    assert await store.settle(record.id) == "running"
     await roles.data.delete(keys.lease(record.id))  # no worker renews it any more
 
-    assert await store.check(record.id) == "failed"
+    assert await store.settle(record.id) == "failed"
     assert await status_of(roles, record.id) == ("failed", "worker_lost")
 
 
@@ -222,7 +222,7 @@ async def test_a_refused_claim_leaves_no_running_entry(roles: Roles) -> None:
     store = roles.store()
     record = roles.record()
     await store.create(record, ttl_s=3600, queue_name=None)
-    await store.end(record.id, record.owner, ErrorCode.TURN_CANCELLED)
+    await store.end(record.id, record.owner, Cause.CANCELLED)
 
     assert (await store.claim(record.id, "worker-1", lease_ttl_s=30)).outcome == "cancelled"
     assert await roles.queue.zscore(keys.RUNNING_TURNS, record.id) is None

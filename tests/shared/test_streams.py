@@ -15,7 +15,6 @@ from redis.exceptions import ResponseError
 
 from launcher.redis_server import free_port
 from shared import keys
-from shared.errors import ErrorCode
 from shared.events import (
     Delta,
     Done,
@@ -26,6 +25,7 @@ from shared.events import (
     ToolCall,
     encode,
 )
+from shared.lifecycle import Cause
 from shared.streams import _BUSY_ROUND, StreamBatcher, TurnOverError, entry_key, parse_entries
 from shared.turns import SEALED_ID, STREAM_FIELD, TurnStore
 
@@ -105,13 +105,13 @@ async def test_a_discarded_turn_writes_nothing_more(
     assert await written(redis, turn_ids[1]) == []
 
 
-@pytest.mark.parametrize("code", [ErrorCode.WORKER_LOST, ErrorCode.TURN_CANCELLED])
+@pytest.mark.parametrize("cause", [Cause.OVER, Cause.CANCELLED])
 async def test_a_turn_ended_elsewhere_takes_no_more_writes(
-    redis: redis_asyncio.Redis, turn_ids: list[str], code: ErrorCode
+    redis: redis_asyncio.Redis, turn_ids: list[str], cause: Cause
 ) -> None:
     ended, running = turn_ids[0], turn_ids[1]
     await redis.hset(keys.turn(ended), "owner", "someone")
-    assert await TurnStore(redis, retention_s=60, stream_maxlen=100).end(ended, "someone", code)
+    assert await TurnStore(redis, retention_s=60, stream_maxlen=100).end(ended, "someone", cause)
     batcher = batcher_of(redis)
     late, live = batcher.writer(ended), batcher.writer(running)
     await late.write(Delta(text="after the end"))

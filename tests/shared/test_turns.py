@@ -20,14 +20,12 @@ from shared import keys
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, Error, Start, ToolCall
+from shared.lifecycle import Cause, Finished, Renewal
 from shared.streams import parse_entries
 from shared.turns import (
-    CANCEL_REQUESTED,
-    RENEWED,
     SAMPLING_OPTIONS,
     SEALED_ID,
     STRANDED_AFTER_S,
-    TURN_OVER,
     TooManyTurnsError,
     TurnRecord,
     TurnRequest,
@@ -365,13 +363,14 @@ async def test_finishing_appends_the_events_then_a_sealing_done_and_starts_reten
     await store.admit(record.owner, record.id, limit=5, ttl_s=60)
     done = completed("stop", {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})
     before = time.time()
-    assert await store.finish(
+    finished = await store.finish(
         record.id,
         record.owner,
         done,
         before=[Delta(text="hi"), ToolCall(id="c", name="t", arguments="{}", index=0)],
         result={"content": "hi"},
     )
+    assert finished is Finished.ENDED
     stream = await stream_of(redis, record.id)
     assert [e for _, e in stream[1:]] == [
         Delta(text="hi"),
@@ -406,20 +405,23 @@ async def test_a_turn_ends_once(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
     record = await claimed(store, scratch)
-    assert await store.end(record.id, record.owner, ErrorCode.TURN_CANCELLED) is True
-    assert await store.end(record.id, record.owner, ErrorCode.WORKER_LOST) is False
-    assert await store.finish(record.id, record.owner, completed("stop", None)) is False
+    assert await store.end(record.id, record.owner, Cause.CANCELLED) is Finished.ENDED
+    assert await store.end(record.id, record.owner, Cause.OVER) is Finished.OVER
+    assert await store.finish(record.id, record.owner, completed("stop", None)) is Finished.OVER
     stream = await stream_of(redis, record.id)
     assert [type(e) for _, e in stream].count(Done) == 1
     assert (await store.get(record.id)).status == "cancelled"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("code", [ErrorCode.WORKER_LOST, ErrorCode.UPSTREAM_ERROR])
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [(Cause.OVER, ErrorCode.WORKER_LOST), (Cause.UPSTREAM_FAILED, ErrorCode.UPSTREAM_ERROR)],
+)
 async def test_a_failed_turn_says_why_in_an_error_event_before_its_done(
-    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch, code: ErrorCode
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch, cause: Cause, code: ErrorCode
 ) -> None:
     record = await claimed(store, scratch)
-    assert await store.end(record.id, record.owner, code, "it broke")
+    assert await store.end(record.id, record.owner, cause, "it broke") is Finished.ENDED
     *_, (_, error), (_, done) = await stream_of(redis, record.id)
     assert error == Error(message="it broke", code=code)
     assert done == ended(code, "it broke")
@@ -432,7 +434,7 @@ async def test_a_cancelled_turn_ends_with_its_done_alone(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
     record = await claimed(store, scratch)
-    assert await store.end(record.id, record.owner, ErrorCode.TURN_CANCELLED)
+    assert await store.end(record.id, record.owner, Cause.CANCELLED) is Finished.ENDED
     assert [type(e) for _, e in await stream_of(redis, record.id)] == [Start, Done]
 
 
@@ -440,8 +442,8 @@ async def test_a_turn_whose_worker_holds_its_lease_is_not_ended_as_lapsed(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
     record = await claimed(store, scratch)
-    ended_now = await store.end(record.id, record.owner, ErrorCode.WORKER_LOST, condition="lapsed")
-    assert ended_now is False
+    ended_now = await store.end(record.id, record.owner, Cause.LEASE_LAPSED)
+    assert ended_now is Finished.REFUSED
     assert (await store.get(record.id)).status == "running"  # type: ignore[union-attr]
     assert await redis.zscore(keys.RUNNING_TURNS, record.id) is not None, "still reaped later"
 
@@ -450,12 +452,11 @@ async def test_a_turn_a_worker_took_is_not_ended_as_queued(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
     record = await claimed(store, scratch)
-    assert not await store.end(
-        record.id, record.owner, ErrorCode.TURN_CANCELLED, condition="queued"
-    )
+    refused = await store.end(record.id, record.owner, Cause.CANCELLED_QUEUED)
+    assert refused is Finished.REFUSED
     assert (await store.get(record.id)).status == "running"  # type: ignore[union-attr]
     queued = await created(store, scratch)
-    assert await store.end(queued.id, queued.owner, ErrorCode.TURN_CANCELLED, condition="queued")
+    assert await store.end(queued.id, queued.owner, Cause.CANCELLED_QUEUED) is Finished.ENDED
 
 
 # -- leases ------------------------------------------------------------------------------
@@ -467,13 +468,13 @@ async def test_renewing_says_for_each_turn_whether_it_goes_on(
     going, asked, over = [await claimed(store, scratch) for _ in range(3)]
     gone = scratch.turn_id()
     await redis.set(keys.cancel(asked.id), b"1")
-    await store.end(over.id, over.owner, ErrorCode.WORKER_LOST)
+    await store.end(over.id, over.owner, Cause.OVER)
     states = await store.renew([going.id, asked.id, over.id, gone], "worker-9", lease_ttl_s=12)
     assert states == {
-        going.id: RENEWED,
-        asked.id: CANCEL_REQUESTED,
-        over.id: TURN_OVER,
-        gone: TURN_OVER,
+        going.id: Renewal.RENEWED,
+        asked.id: Renewal.CANCEL_REQUESTED,
+        over.id: Renewal.OVER,
+        gone: Renewal.OVER,
     }
     assert await redis.get(keys.lease(going.id)) == b"worker-9"
     assert 11_000 < await redis.pttl(keys.lease(going.id)) <= 12_000
@@ -547,7 +548,7 @@ async def test_at_the_limit_only_entries_of_ended_turns_make_room(
     with pytest.raises(TooManyTurnsError):
         await store.admit(owner, "third", limit=2, ttl_s=60)  # both still run: no room
     assert await redis.zcard(keys.active_turns(owner)) == 2
-    await store.end(first.id, owner, ErrorCode.TURN_CANCELLED)
+    await store.end(first.id, owner, Cause.CANCELLED)
     await redis.zadd(keys.active_turns(owner), {first.id: long_ago})  # as if never released
     await store.admit(owner, "third", limit=2, ttl_s=60)
     held = {raw.decode() for raw in await redis.zrange(keys.active_turns(owner), 0, -1)}
@@ -564,7 +565,7 @@ async def test_at_the_limit_each_old_entry_is_judged_by_its_own_turn(
     running = [await claimed(store, scratch, owner=owner) for _ in range(2)]
     finished = [await claimed(store, scratch, owner=owner) for _ in range(2)]
     for record in finished:
-        await store.end(record.id, owner, ErrorCode.TURN_CANCELLED)
+        await store.end(record.id, owner, Cause.CANCELLED)
     lapsed = await claimed(store, scratch, owner=owner)
     await redis.delete(keys.lease(lapsed.id))  # its worker died
     gone = scratch.turn_id()
@@ -585,14 +586,14 @@ async def test_at_the_limit_each_old_entry_is_judged_by_its_own_turn(
 async def test_a_stranded_turn_ended_by_a_check_leaves_its_owners_count(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
-    """Queued past the grace with no job on the queue: `check` ends it `turn_lost`, and the
+    """Queued past the grace with no job on the queue: `settle` ends it `turn_lost`, and the
     owner's slot goes with it."""
     owner = scratch.owner()
     record = await created(store, scratch, owner=owner)
     await store.admit(owner, record.id, limit=5, ttl_s=60)
     stamp = repr(time.time() - STRANDED_AFTER_S - 5)
     await redis.hset(keys.turn(record.id), "created_at", stamp)
-    assert await store.check(record.id) == "failed"
+    assert await store.settle(record.id) == "failed"
     ended_turn = await store.get(record.id)
     assert ended_turn is not None and ended_turn.error is not None
     assert ended_turn.error["code"] == "turn_lost"

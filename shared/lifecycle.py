@@ -1,0 +1,396 @@
+"""A turn's lifecycle as one state machine: its statuses, the transitions between them (one
+Lua script each, with named results), and how it ends short of completing, for every cause
+and whoever meets it.
+
+A turn is `queued` when the API creates it, `running` once a worker claims it, and ends
+`completed`, `failed`, `cancelled` or `awaiting_confirmation` (shared/events.py,
+`TurnStatus`). `TRANSITIONS` says what each move does from each status; the scripts below
+apply them over the turn's own keys (one hash slot), so a worker, a reaper and a cancel can
+race and still exactly one of them ends the turn, with exactly one `done` entry in its
+stream. shared/turns.py (`TurnStore`) runs them; tests/shared/test_lifecycle.py holds every
+row against Redis.
+
+Which ending a turn gets is decided here alone. Whoever stops a turn names what happened, a
+`Cause` — the worker running it (worker/supervisor.py: what its task raised, or why it was
+told to stop), any process that finds it stuck (a reaper, a reader waiting on it:
+`TurnStore.settle`), the API (a cancel, a deleted conversation, a creation that failed), or
+a reader that can read no further — and `ENDINGS` says how the turn ends for that cause: its
+error code (whose words, type and HTTP status are shared/endings.py's), which guard the
+ending script checks, and what follows. A reader's causes write nothing: they are what its
+client reads when the stream itself cannot say.
+
+The record and its stream live on the data role; arq's job, the running set and the owner's
+count of active turns on the queue role (shared/keys.py says why, and how each move splits
+into a data half and a queue half that a crash between them cannot strand).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shared.endings import ENDINGS as PRESENTED
+from shared.endings import ending_events
+from shared.errors import ErrorCode
+from shared.events import Done, Event, TurnStatus
+
+__all__ = [
+    "ENDINGS",
+    "FORGET_GRACE_S",
+    "RENEWAL_STOPS",
+    "SEALED_ID",
+    "STRANDED_AFTER_S",
+    "TRANSITIONS",
+    "After",
+    "Cause",
+    "Claimed",
+    "Finished",
+    "Guard",
+    "Move",
+    "Renewal",
+    "Rule",
+    "Transition",
+    "Who",
+    "ended",
+    "ending_events_of",
+    "stuck",
+]
+
+QUEUED, RUNNING = TurnStatus.QUEUED, TurnStatus.RUNNING
+COMPLETED, FAILED = TurnStatus.COMPLETED, TurnStatus.FAILED
+CANCELLED, AWAITING = TurnStatus.CANCELLED, TurnStatus.AWAITING_CONFIRMATION
+_ENDED = frozenset({COMPLETED, FAILED, CANCELLED, AWAITING})
+
+
+# -- transitions -------------------------------------------------------------------------
+
+
+class Transition(StrEnum):
+    """What can happen to a turn's record. Each is one script."""
+
+    CREATE = "create"  # the API stores the record and its stream: `queued`
+    CLAIM = "claim"  # a worker takes it: `running`, under the worker's lease
+    RENEW = "renew"  # the worker keeps its lease, and learns whether to go on
+    FINISH = "finish"  # it ends, once: its `done` is appended and seals the stream
+    FORGET = "forget"  # its conversation was deleted: every read takes it for gone
+
+
+class Claimed(StrEnum):
+    """CLAIM's results besides the status it found a turn in that no worker may take."""
+
+    CLAIMED = "claimed"
+    MISSING = "missing"  # no record (expired, or a Redis restart lost it)
+
+
+class Renewal(StrEnum):
+    """RENEW's results: whether the turn goes on."""
+
+    RENEWED = "renewed"
+    CANCEL_REQUESTED = "cancel_requested"  # somebody asked it to stop
+    # Over for this worker: its record is gone (a Redis restart without persistence) or
+    # another process ended it (a reaper that took a stalled worker for dead).
+    OVER = "over"
+
+
+class Finished(StrEnum):
+    """FINISH's results."""
+
+    ENDED = "ended"  # this call ended it
+    OVER = "over"  # it had ended already: nothing written
+    # Its record is gone (a Redis restart lost it): what its worker wrote since is dropped,
+    # which nothing can read without the record and which would never expire.
+    GONE = "gone"
+    REFUSED = "refused"  # the guard failed (`Guard`): left as it was
+
+
+class Guard(StrEnum):
+    """What FINISH checks before ending a turn, beside that it has not ended yet."""
+
+    ALWAYS = "always"
+    LAPSED = "lapsed"  # only if no worker holds its lease
+    QUEUED = "queued"  # only if no worker took it yet
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """From any of `source`, `transition` has `outcome` and leaves the turn `target` (None:
+    as it was). `when` names what else decides between rows of the same source."""
+
+    transition: Transition
+    source: frozenset[TurnStatus | None]  # None: no record
+    outcome: StrEnum
+    target: TurnStatus | None
+    when: str = ""
+
+
+def _move(
+    transition: Transition,
+    source: TurnStatus | frozenset[TurnStatus | None] | None,
+    outcome: StrEnum,
+    target: TurnStatus | None = None,
+    when: str = "",
+) -> Move:
+    sources = source if isinstance(source, frozenset) else frozenset({source})
+    return Move(transition, sources, outcome, target, when)
+
+
+_T, _F = Transition, Finished
+TRANSITIONS: tuple[Move, ...] = (
+    _move(_T.CREATE, None, QUEUED, QUEUED),
+    _move(_T.CLAIM, QUEUED, Claimed.CLAIMED, RUNNING),
+    _move(_T.CLAIM, None, Claimed.MISSING),
+    *(_move(_T.CLAIM, status, status) for status in (RUNNING, *sorted(_ENDED))),
+    _move(_T.RENEW, RUNNING, Renewal.RENEWED, RUNNING, "no cancel asked for"),
+    _move(_T.RENEW, RUNNING, Renewal.CANCEL_REQUESTED, RUNNING, "a cancel asked for"),
+    _move(_T.RENEW, frozenset({None, QUEUED, *_ENDED}), Renewal.OVER),
+    _move(_T.FINISH, frozenset({QUEUED, RUNNING}), _F.ENDED, None, "to the `done`'s status"),
+    _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `lapsed`, a worker holds the lease"),
+    _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `queued`"),
+    _move(_T.FINISH, frozenset(_ENDED), _F.OVER),
+    _move(_T.FINISH, None, _F.GONE),
+)
+del _T, _F
+
+
+# KEYS: turn, events, attached. ARGV: ttl s, the `start` entry, attachment id ('' for
+# none), attachment lapse (epoch s), attachment ttl s, then the record's fields and values.
+# The data half of creating a turn: its record and its stream, both expiring, and the
+# client watching it from the start. Returns the `start` entry's id.
+CREATE = """
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+local start = redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+if ARGV[3] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+  redis.call('EXPIRE', KEYS[3], ARGV[5])
+end
+return start
+"""
+
+# KEYS: turn, lease, cancel. ARGV: worker id, now, lease ms. Moves `queued` → `running`
+# under a lease and returns {'claimed', whether a cancel is already asked for, the record's
+# fields}; else {the status found, or 'missing'} (`Claimed`). One round trip (beside the
+# running set's entry) for everything a worker needs before the turn's first model call.
+CLAIM = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= 'queued' then return {status or 'missing'} end
+redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
+return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
+"""
+
+# The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
+# is in, Redis refuses every later `XADD *` to the stream ("exhausted the last possible
+# ID"): a worker that was taken for dead and wakes up cannot append after the turn's end,
+# and it costs no command beyond the XADD itself (shared/streams.py).
+SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
+
+# KEYS: turn, events, lease, cancel, attached.
+# ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`),
+# sealed id, payload... Appends the payloads (the last is `done`, under the sealed id) and
+# drops the request's messages (the prompt: the conversation keeps them) only if the turn
+# has not ended yet and the guard holds. Returns a `Finished`. The data half of ending a
+# turn (`TurnStore.finish` releases it on the queue).
+FINISH = """
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then
+  redis.call('DEL', KEYS[2])
+  return 'gone'
+end
+if status ~= 'queued' and status ~= 'running' then return 'over' end
+if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 'refused' end
+if ARGV[7] == 'queued' and status ~= 'queued' then return 'refused' end
+for i = 9, #ARGV do
+  local id = '*'
+  if i == #ARGV then id = ARGV[8] end
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], id, 'e', ARGV[i])
+end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
+redis.call('HDEL', KEYS[1], 'messages')
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[4]) end
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+redis.call('DEL', KEYS[3])
+redis.call('EXPIRE', KEYS[4], ARGV[5])
+redis.call('DEL', KEYS[5])
+return 'ended'
+"""
+
+# KEYS: lease, cancel, turn. ARGV: worker id, lease ms. Renews the lease and says whether
+# the turn goes on (`Renewal`).
+RENEW = """
+local status = redis.call('HGET', KEYS[3], 'status')
+if status ~= 'running' then return 'over' end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'cancel_requested' end
+return 'renewed'
+"""
+
+# KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
+# whose conversation was deleted: its record loses what it held of the conversation (the
+# request, its messages, its preview, the result) and is marked `forgotten`, which every
+# read takes for gone; its stream keeps only its `done` entry. Both go after the grace,
+# which lets a client still reading the stream read its ending; the rest goes at once (an
+# ended turn's worker learns it is over from its record: RENEW). A write of its worker
+# still running finds the stream sealed, or gone, and never creates it again
+# (`NOMKSTREAM`: shared/streams.py). Returns 1.
+FORGET = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HDEL', KEYS[1], 'request', 'messages', 'preview', 'result')
+  redis.call('HSET', KEYS[1], 'forgotten', '1')
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('XTRIM', KEYS[2], 'MINID', ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[1])
+end
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+return 1
+"""
+# How long a forgotten turn's emptied keys stay, for the readers of its stream.
+FORGET_GRACE_S = 60
+
+
+# -- endings -----------------------------------------------------------------------------
+
+
+class Cause(StrEnum):
+    """What stopped a turn short of completing, or a reader short of its `done`. The
+    reasons a running turn is told to stop (`RENEWAL_STOPS`, a failover) are causes too."""
+
+    CANCELLED = "cancelled"  # a cancel reached its worker: as it claimed it, or while it ran
+    CANCELLED_QUEUED = "cancelled_queued"  # a cancel of a turn no worker took yet (the API)
+    CONVERSATION_DELETED = "conversation_deleted"  # the API deleted its conversation
+    CONVERSATION_GONE = "conversation_gone"  # its worker found the conversation gone
+    INVALID_REQUEST = "invalid_request"  # the request could not be made into a turn
+    UPSTREAM_FAILED = "upstream_failed"
+    UPSTREAM_TIMED_OUT = "upstream_timed_out"
+    CONVERSATION_FULL = "conversation_full"  # its messages were refused (shared/budgets.py)
+    TIMED_OUT = "timed_out"  # it ran past `turn_timeout_s`
+    CRASHED = "crashed"  # anything else it raised: a bug
+    SHUT_DOWN = "shut_down"  # arq cancelled the job (the worker shutting down)
+    FAILED_OVER = "failed_over"  # the data role failed over while it ran (docs/scaling.md)
+    # Over for its worker: another process ended it, its record is gone, or its stream
+    # refused a write (shared/streams.py, `TurnOverError`).
+    OVER = "over"
+    LEASE_LAPSED = "lease_lapsed"  # running, and no worker renews its lease: it died
+    STRANDED = "stranded"  # queued past `STRANDED_AFTER_S` with no job on the queue
+    NOT_CREATED = "not_created"  # its creation failed after the record was stored
+    RECORD_GONE = "record_gone"  # a reader waits on a turn whose record is gone
+    UNREADABLE = "unreadable"  # Redis refused a reader's read of the stream
+
+
+class Who(StrEnum):
+    """Who ends a turn for a cause."""
+
+    WORKER = "worker"  # the worker running it (worker/supervisor.py)
+    ANY = "any"  # any process that finds it stuck: a reaper, a reader (`TurnStore.settle`)
+    API = "api"  # the API, on a client's request or its own failure
+    READER = "reader"  # nobody: only what a reader's client reads (api/relay.py)
+
+
+class After(StrEnum):
+    """What the worker does once it has ended its turn this way."""
+
+    RETURN = "return"
+    RAISE = "raise"  # the job's cancellation goes on to arq, which must not run it again
+    FORGET = "forget"  # the turn is forgotten, as its conversation's other turns were
+    # Its writes not sent yet are dropped first, and the job reports the turn "lost": the
+    # ending is the reaper's, written only if nobody ended it yet.
+    ABANDON = "abandon"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A turn stopped for `cause` ends with `code` (and the status shared/endings.py gives
+    it), written by `who` under `guard`, then `after`; `usage`: its `done` carries the
+    tokens spent so far."""
+
+    cause: Cause
+    code: ErrorCode
+    who: Who
+    guard: Guard = Guard.ALWAYS
+    after: After = After.RETURN
+    usage: bool = False
+
+    @property
+    def status(self) -> TurnStatus:
+        """The status the turn ends with."""
+        return PRESENTED[self.code].status
+
+
+_C, _E, _W, _G = Cause, ErrorCode, Who, Guard
+ENDINGS: dict[Cause, Rule] = {
+    rule.cause: rule
+    for rule in (
+        Rule(_C.CANCELLED, _E.TURN_CANCELLED, _W.WORKER, usage=True),
+        Rule(_C.CANCELLED_QUEUED, _E.TURN_CANCELLED, _W.API, _G.QUEUED),
+        Rule(_C.CONVERSATION_DELETED, _E.CONVERSATION_DELETED, _W.API),
+        Rule(_C.CONVERSATION_GONE, _E.CONVERSATION_DELETED, _W.WORKER, after=After.FORGET),
+        Rule(_C.INVALID_REQUEST, _E.INVALID_TURN, _W.WORKER),
+        Rule(_C.UPSTREAM_FAILED, _E.UPSTREAM_ERROR, _W.WORKER),
+        Rule(_C.UPSTREAM_TIMED_OUT, _E.UPSTREAM_TIMEOUT, _W.WORKER),
+        Rule(_C.CONVERSATION_FULL, _E.CONVERSATION_TOO_LARGE, _W.WORKER),
+        Rule(_C.TIMED_OUT, _E.TURN_TIMEOUT, _W.WORKER),
+        Rule(_C.CRASHED, _E.INTERNAL_ERROR, _W.WORKER),
+        Rule(_C.SHUT_DOWN, _E.WORKER_SHUTDOWN, _W.WORKER, after=After.RAISE),
+        Rule(_C.FAILED_OVER, _E.STORE_FAILOVER, _W.WORKER),
+        Rule(_C.OVER, _E.WORKER_LOST, _W.WORKER, after=After.ABANDON),
+        Rule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY, _G.LAPSED),
+        Rule(_C.STRANDED, _E.TURN_LOST, _W.ANY, _G.QUEUED),
+        Rule(_C.NOT_CREATED, _E.TURN_LOST, _W.API, _G.QUEUED),
+        Rule(_C.RECORD_GONE, _E.TURN_LOST, _W.READER),
+        Rule(_C.UNREADABLE, _E.STREAM_UNREADABLE, _W.READER),
+    )
+}
+del _C, _E, _W, _G
+
+# Why the lease thread tells a turn running here to stop (worker/leases.py).
+RENEWAL_STOPS: dict[Renewal, Cause] = {
+    Renewal.CANCEL_REQUESTED: Cause.CANCELLED,
+    Renewal.OVER: Cause.OVER,
+}
+
+
+def ending_events_of(
+    cause: Cause, message: str | None = None, *, usage: dict[str, int] | None = None
+) -> list[Event]:
+    """What the stream of a turn stopped for `cause` ends with: its `done` (with `message`
+    for the table's words, and `usage` if the ending carries it), after a failed turn's
+    `error` event (shared/endings.py, `ending_events`)."""
+    rule = ENDINGS[cause]
+    events = ending_events(rule.code, message)
+    done = events[-1]
+    assert isinstance(done, Done)
+    if rule.usage:
+        done.usage = usage
+    return events
+
+
+def ended(cause: Cause, message: str | None = None) -> Done:
+    """The `done` a reader's client reads for `cause`."""
+    done = ending_events_of(cause, message)[-1]
+    assert isinstance(done, Done)
+    return done
+
+
+# A turn still `queued` this long after its creation, with no job on the queue, is one no
+# worker will ever run (`stuck`). Well above the moment between the halves of
+# `TurnStore.create`.
+STRANDED_AFTER_S = 30.0
+
+
+def stuck(
+    status: TurnStatus | None, *, leased: bool, created_at: float, now: float
+) -> Cause | None:
+    """Why a turn can never end on its own, if it cannot: `running` with no worker's lease
+    (`LEASE_LAPSED`, as a reaper would end it), or `queued` past `STRANDED_AFTER_S`
+    (`STRANDED`, if its job is not on the queue either: the caller looks). None for a turn
+    that may still end, or has."""
+    if status is RUNNING and not leased:
+        return Cause.LEASE_LAPSED
+    if status is QUEUED and created_at < now - STRANDED_AFTER_S:
+        return Cause.STRANDED
+    return None
