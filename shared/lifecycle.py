@@ -32,7 +32,7 @@ from enum import StrEnum
 from shared.endings import ENDINGS as PRESENTED
 from shared.endings import ending_events
 from shared.errors import ErrorCode
-from shared.events import Done, Event, TurnStatus
+from shared.events import TERMINAL_STATUSES, Done, Event, TurnStatus
 
 __all__ = [
     "ENDINGS",
@@ -57,9 +57,7 @@ __all__ = [
 ]
 
 QUEUED, RUNNING = TurnStatus.QUEUED, TurnStatus.RUNNING
-COMPLETED, FAILED = TurnStatus.COMPLETED, TurnStatus.FAILED
-CANCELLED, AWAITING = TurnStatus.CANCELLED, TurnStatus.AWAITING_CONFIRMATION
-_ENDED = frozenset({COMPLETED, FAILED, CANCELLED, AWAITING})
+_ENDED = TERMINAL_STATUSES
 
 
 # -- transitions -------------------------------------------------------------------------

@@ -368,14 +368,11 @@ class TurnSupervisor:
                     self.cancel_local(turn_id, Cause.FAILED_OVER)
             try:
                 for turn_id in await self.store.reap_lapsed(skip=self._running):
+                    ending = ENDINGS[Cause.LEASE_LAPSED]
                     logger.warning(
                         "turn %s failed: its worker was lost",
                         turn_id,
-                        extra={
-                            "turn_id": turn_id,
-                            "status": "failed",
-                            "error": ErrorCode.WORKER_LOST,
-                        },
+                        extra={"turn_id": turn_id, "status": ending.status, "error": ending.code},
                     )
             except REDIS_ERRORS as exc:
                 logger.warning("reaping failed (%s); retrying", exc)
