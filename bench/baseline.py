@@ -3,7 +3,7 @@
 `uvicorn bench.baseline:app` serves `POST /v1/chat/completions` like the API does (FastAPI,
 the same request model and validation, the same `ChatEncoder`, the same
 response, `api.sse.FrameResponse`), but runs the turn in the request itself: it builds the
-`TurnContext` the worker would build, iterates the worker's own `worker.turn.turn_events`
+`TurnContext` the worker would build, iterates the worker's own `worker.turn.turn_items`
 (whose `ChatOpenAI` calls the same scripted upstream) and encodes each event into SSE
 frames the moment it is yielded. There is no Redis, no arq job, no turn record, no stream
 and no relay: that is exactly what the pipeline adds.
@@ -32,10 +32,11 @@ from shared.endings import completed
 from shared.events import Event, Start
 from shared.settings import MODEL_ID, Settings, get_settings
 from shared.turns import TurnRecord
+from worker.calls import stream_events
 from worker.context import TurnContext
 from worker.llm import build_models
 from worker.tools import default_tools
-from worker.turn import turn_events
+from worker.turn import turn_items
 
 
 def create_baseline_app(settings: Settings | None = None) -> FastAPI:
@@ -66,9 +67,10 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
             ctx = TurnContext.for_request(
                 record.id, request, settings, router, responder, tools=tools
             )
-            async with aclosing(turn_events(ctx)) as stream:  # type: ignore[type-var]
-                async for event in stream:
-                    yield frames(event)
+            async with aclosing(turn_items(ctx)) as items:
+                async for item in items:
+                    for event in stream_events(item):
+                        yield frames(event)
             yield frames(completed(ctx.finish_reason, ctx.usage))
 
         return FrameResponse(events(), headers={"X-Bernard-Turn-Id": record.id})

@@ -212,7 +212,7 @@ subset).
 `POST /v1/chat/completions`. It validates the body with the API's own
 `ChatCompletionRequest`, builds the `TurnContext` the worker builds (same `build_models`
 `ChatOpenAI` models pointed at the same upstream, the worker's default tools), iterates
-`worker.turn.turn_events` inside the request and encodes each event with the API's
+`worker.turn.turn_items` inside the request and encodes each event with the API's
 `ChatEncoder` into the same `FrameResponse` (api/sse.py). No Redis, no turn record, no arq job, no
 stream, no relay, and no conversation records (the pipeline's worker also records the
 conversation in Redis; that is part of what it adds). Same client, same upstream, same

@@ -370,7 +370,7 @@ Client-observed time from sending `POST /v1/chat/completions` (`stream: true`, c
 already open) to receiving the first SSE frame with non-empty `delta.content`. Every turn
 runs the router call (answered with `respond`), then streams its tokens.
 **Pipeline**: `uvicorn api.main:app` → Redis → `arq worker.main.WorkerSettings` → stream →
-API. **Baseline**: `uvicorn bench.baseline:app`, the same turn (`worker.turn.turn_events`)
+API. **Baseline**: `uvicorn bench.baseline:app`, the same turn (`worker.turn.turn_items`)
 run inside the request, no queue, no stream (see "What the baseline is" below).
 Sequential: {sizes.ft_sequential} turns each of {sizes.ft_tokens} tokens sent as fast as the
 upstream can, pipeline and baseline alternating. Concurrent: {sizes.ft_concurrency} client
@@ -451,7 +451,7 @@ For every content frame: the client's receipt time (wall clock, taken once per T
 minus the `at` the worker stamped into the stream entry when it wrote it (`shared.events.
 encode`, called right before the `XADD`). The client finds the entry by the frame's SSE id
 and reads `at` back from Redis after the run. For the baseline the same figure is "event
-yielded by `turn_events` → client receipt" (the yield time travels in the frame's id).
+yielded by `turn_items` → client receipt" (the yield time travels in the frame's id).
 Token pacing keeps the whole box below its token capacity (see section 3): the aggregate
 offered rate is the same at 100 and 1,000 streams. All figures in ms.
 """,

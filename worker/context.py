@@ -19,7 +19,6 @@ from shared.records import Archivist
 from shared.settings import Settings
 from shared.turns import TurnRequest
 from worker.llm import Llm
-from worker.telemetry import TurnTelemetry
 from worker.tools.runtime import ToolRuntime
 
 
@@ -71,14 +70,6 @@ class TurnContext:
     # Calls of tools that change the world, proposed by the router and waiting for the
     # user's decision: the turn ends `awaiting_confirmation` instead of answering.
     pending: list[Proposal] = field(default_factory=list)
-    # The turn's log lines and spans (worker/telemetry.py): the supervisor puts the one it
-    # opened when it claimed the turn here; a context built otherwise gets one of its own.
-    telemetry: TurnTelemetry = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.telemetry = TurnTelemetry(
-            self.turn_id, self.settings, conversation_id=self.conversation_id
-        )
 
     @classmethod
     def for_request(

@@ -37,7 +37,7 @@ from worker.summaries import summarize
 from worker.supervisor import TurnSupervisor
 from worker.titles import name_conversation
 from worker.tools.runtime import http_client
-from worker.turn import turn_events
+from worker.turn import run_to_sinks
 
 logger = logging.getLogger("bernard.worker")
 
@@ -56,7 +56,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         settings,
         router=models.router,
         responder=models.responder,
-        turn_events=turn_events,
+        run_to_sinks=run_to_sinks,
         worker_id=worker_id,
         # None: the tools the settings enable. Set by `create_worker(tools=...)` (tests).
         tools=ctx.get("tools"),

@@ -1,11 +1,11 @@
 """Recording one turn in the record keeper, as its events pass through the runner.
 
-The runner is the only writer (seed 002): it hands each event to `TurnRecording.observe`
-as it passes. The writes run in order in the background (`OrderedWrites`), so no model
-call waits for a record, and all of them are in before the turn ends: a client that got
-the turn's `done` finds every record. Harnesses never write; they put what the records
-need on the context (the whole tool output lives on the context's tool messages; the
-stream only carries a cut version).
+The runner is the only writer (seed 002): the recording is one of the turn's sinks
+(worker/turn.py), and reads each call's start and end from the items the harnesses yield
+(worker/calls.py: the whole tool output is in its call's end; the stream only carries a cut
+version). The writes run in order in the background (`OrderedWrites`), so no model call
+waits for a record, and all of them are in before the turn ends: a client that got the
+turn's `done` finds every record. Harnesses never write.
 
 Each message is written exactly once: the request's new messages at the start (the
 client resends the whole history; `append_new_messages` keeps only what is new), and this
@@ -30,10 +30,10 @@ from collections.abc import Coroutine
 from dataclasses import asdict
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from redis.exceptions import RedisError
 
-from shared.events import Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
+from shared.events import ToolCall
 from shared.queue import BackgroundLimits
 from shared.records import (
     CallEvent,
@@ -45,6 +45,7 @@ from shared.records import (
     tool_completed,
     tool_started,
 )
+from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
 
 __all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording"]
@@ -128,39 +129,45 @@ class TurnRecording:
         self._first_exchange = not any(_is_answer(row) for row in before)
         return continuation.new
 
-    def observe(self, event: Event) -> None:
-        """Queue the record of what `event` stands for (events without one are ignored).
+    async def take(self, item: Item) -> None:
+        """The turn's sink (worker/turn.py): `observe`."""
+        self.observe(item)
+
+    def observe(self, item: Item) -> None:
+        """Queue the record of the call `item` starts or ends (other items are ignored).
 
         Raises what an earlier record write raised.
         """
         ctx = self.ctx
-        match event:
+        match item:
             case _ if self.deleted:
                 return
-            case LlmPrompt():
-                started = llm_started(ctx.turn_id, event.stage, event.model)
+            case ModelCallStarted():
+                started = llm_started(ctx.turn_id, item.prompt.stage, item.prompt.model)
                 self._llm_call = (started.call_id, time.perf_counter())
                 self._record(started)
-            case LlmCallComplete() if self._llm_call is not None:
+            case ModelCallEnded() if self._llm_call is not None:
                 call_id, _ = self._llm_call
                 self._llm_call = None
-                self._record(llm_completed(call_id, latency_ms=event.latency_ms, usage=event.usage))
+                result = item.result
+                self._record(
+                    llm_completed(call_id, latency_ms=result.latency_ms, usage=result.usage)
+                )
             case ToolCall():
                 started = tool_started(
-                    ctx.turn_id, tool_call_id=event.id, name=event.name, arguments=event.arguments
+                    ctx.turn_id, tool_call_id=item.id, name=item.name, arguments=item.arguments
                 )
-                self._tool_calls[event.id] = (started.call_id, time.perf_counter())
+                self._tool_calls[item.id] = (started.call_id, time.perf_counter())
                 self._record(started)
-            case ToolResult() if event.tool_call_id in self._tool_calls:
-                call_id, began = self._tool_calls.pop(event.tool_call_id)
-                # The event's content may be cut for the stream; the record is the whole output.
-                message = _tool_message(ctx.tool_messages, event.tool_call_id)
+            case ToolCallEnded() if item.call.id in self._tool_calls:
+                call_id, began = self._tool_calls.pop(item.call.id)
+                outcome = item.outcome  # the whole output, not the stream's cut
                 self._record(
                     tool_completed(
                         call_id,
                         latency_ms=(time.perf_counter() - began) * 1000,
-                        content=str(message.content) if message else event.content,
-                        status="error" if message and message.status == "error" else "success",
+                        content=outcome.content,
+                        status=outcome.status,
                     )
                 )
 
@@ -243,7 +250,7 @@ class TurnRecording:
 
         Never raises a record error: the turn's own error is the one that must surface.
         """
-        if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        if stopped(error):
             message = "the turn was stopped before the call ended"
         else:
             message = getattr(error, "message", None) or str(error) or type(error).__name__
@@ -352,11 +359,3 @@ class OrderedWrites:
         # Writes queued behind a failed one never run; close them so none is left unawaited.
         while self._queue:
             self._queue.popleft().close()
-
-
-def _tool_message(messages: list[BaseMessage], tool_call_id: str) -> ToolMessage | None:
-    # The latest one: a provider may reuse a tool call id in a later router step.
-    for message in reversed(messages):
-        if isinstance(message, ToolMessage) and message.tool_call_id == tool_call_id:
-            return message
-    return None

@@ -33,8 +33,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -60,6 +59,7 @@ from shared.records import ConversationFullError, Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turns import TurnRecord, TurnStore
+from worker.calls import Item, stream_events
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper
 from worker.llm import Llm, LlmError
@@ -68,13 +68,15 @@ from worker.telemetry import TurnTelemetry
 from worker.tools import catalog
 from worker.tools.runtime import ToolRuntime
 from worker.tools.toolbox import Toolbox
+from worker.turn import Sink
 
 logger = logging.getLogger("bernard.worker")
 # An error message a client reads is cut to this: it may quote what the client sent.
 _MESSAGE_CHARS = 500
 
-# The turn runner: the context, and the recorder it alone may write the turn's records with.
-TurnEvents = Callable[[TurnContext, Recorder | None], AsyncIterator[Event]]
+# The turn runner (worker/turn.py `run_to_sinks`): the context, the sinks of its items, and the
+# recorder it alone may write the turn's records with.
+TurnRunner = Callable[[TurnContext, Sequence[Sink], Recorder | None], Awaitable[None]]
 
 # What each exception a turn's task ends with means, the first that matches (an upstream
 # failure and a cancellation are told apart in `_cause_of`). Only `Exception`s: anything
@@ -111,7 +113,7 @@ class TurnSupervisor:
         *,
         router: Llm,
         responder: Llm,
-        turn_events: TurnEvents,
+        run_to_sinks: TurnRunner,
         worker_id: str,
         tools: Sequence[BaseTool] | None = None,
         http: httpx.AsyncClient | None = None,
@@ -123,7 +125,7 @@ class TurnSupervisor:
         self.settings = settings
         self.router = router
         self.responder = responder
-        self.turn_events = turn_events
+        self.run_to_sinks = run_to_sinks
         self.worker_id = worker_id
         # The tools it offers (worker/tools/toolbox.py): `tools` replaces the built-in ones.
         self.toolbox = Toolbox(settings, tools)
@@ -230,12 +232,9 @@ class TurnSupervisor:
                 retention_s=self.settings.conversation_retention_s,
                 queue=self.queue,
             )
+            sinks: list[Sink] = [_Stream(writer, record), telemetry]
             async with asyncio.timeout(self.settings.turn_timeout_s):
-                turn = self.turn_events(ctx, records.as_recorder())
-                async with aclosing(turn) as events:  # type: ignore[type-var]
-                    async for event in events:
-                        if _visible(event, record):
-                            await writer.write(event)
+                await self.run_to_sinks(ctx, sinks, records.as_recorder())
                 await writer.flush()
         except (asyncio.CancelledError, Exception) as exc:
             running = self._running.get(turn_id)
@@ -308,7 +307,6 @@ class TurnSupervisor:
             http=self.http,
             conversation_id=record.conversation_id,
         )
-        ctx.telemetry = telemetry
         telemetry.usage = ctx.usage
         return ctx
 
@@ -376,6 +374,22 @@ class TurnSupervisor:
                     )
             except REDIS_ERRORS as exc:
                 logger.warning("reaping failed (%s); retrying", exc)
+
+
+class _Stream:
+    """The turn's stream as a sink of its items: what of each its client may read."""
+
+    def __init__(self, writer: StreamWriter, record: TurnRecord) -> None:
+        self.writer = writer
+        self.record = record
+
+    async def take(self, item: Item) -> None:
+        for event in stream_events(item):
+            if _visible(event, self.record):
+                await self.writer.write(event)
+
+    async def fail(self, error: BaseException) -> None:
+        """Nothing: how the turn ends is written once it has stopped (`_end`)."""
 
 
 def _visible(event: Event, record: TurnRecord) -> bool:

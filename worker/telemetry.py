@@ -1,10 +1,10 @@
 """One turn's log lines and spans, written where its calls start and end (never per token).
 
-The supervisor makes a `TurnTelemetry` when it claims a turn (`claimed`), puts it on the
-turn's context and ends it with the turn (`ended`); the harnesses call it once per model
-call (`model_call`) and tool call (`tool_call`), and when the turn pauses for the user's
-decision (`paused`). A context built without a claim (a harness under test) gets one that
-logs but opens no span.
+The supervisor makes a `TurnTelemetry` when it claims a turn (`claimed`) and ends it with
+the turn (`ended`). In between it is one of the turn's sinks (worker/turn.py): it reads the
+calls' starts and ends from the items the harnesses yield (worker/calls.py), as the call
+records do, and closes the calls still open when the turn fails or stops (`fail`). One
+made without a claim (a test's) logs but opens no span.
 
 Lines, on the `bernard.worker` logger, each with `turn_id`, `conversation_id` and `user`:
 
@@ -31,7 +31,6 @@ turn, named and attributed after OpenTelemetry's GenAI conventions where one fit
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -42,15 +41,16 @@ from langchain_core.messages import BaseMessage, convert_to_openai_messages
 
 from shared import traces
 from shared.errors import ErrorCode
+from shared.events import AwaitingConfirmation, ToolCall
 from shared.settings import Settings
 from shared.turns import TurnRecord
+from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.llm import LlmError, LlmResult
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from worker.context import Proposal
-    from worker.harness.tool_call import PlannedCall, ToolOutcome
+    from worker.harness.tool_call import ToolOutcome
 
 __all__ = ["ModelCall", "ToolRun", "TurnTelemetry"]
 
@@ -66,11 +66,6 @@ def _ns(epoch_s: float) -> int:
 
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 1)
-
-
-def _stopped(error: BaseException) -> bool:
-    """Whether `error` stops the call rather than fails it (a cancel, a closed generator)."""
-    return isinstance(error, asyncio.CancelledError | GeneratorExit)
 
 
 def _end_span(span: Span | None, code: str | None, attributes: Mapping[str, Any]) -> None:
@@ -110,6 +105,10 @@ class TurnTelemetry:
         # The turn's running totals (the context's `usage`, which its calls add to).
         self.usage: Mapping[str, int] | None = None
         self._ended = False
+        # The calls open now: the model call (they are sequential) and the tool calls, by
+        # the model's tool call id.
+        self._model_call: ModelCall | None = None
+        self._tool_runs: dict[str, ToolRun] = {}
 
     @classmethod
     def claimed(cls, record: TurnRecord, settings: Settings, worker_id: str) -> TurnTelemetry:
@@ -176,16 +175,33 @@ class TurnTelemetry:
             attributes=attributes,
         )
 
-    def model_call(self, stage: str, model: str, messages: Sequence[BaseMessage]) -> ModelCall:
-        """A model call starting now with the prompt `messages`; end it with `done` or
-        `failed`."""
-        return ModelCall(self, stage, model, messages)
+    async def take(self, item: Item) -> None:
+        """Start or end the log line and span of the call `item` stands for, if any; note a
+        pause for the user's decision."""
+        match item:
+            case ModelCallStarted():
+                prompt = item.prompt
+                self._model_call = ModelCall(self, prompt.stage, prompt.model, item.messages)
+            case ModelCallEnded() if self._model_call is not None:
+                self._model_call.done(item.result)
+                self._model_call = None
+            case ToolCall():
+                self._tool_runs[item.id] = ToolRun(self, item)
+            case ToolCallEnded() if item.call.id in self._tool_runs:
+                self._tool_runs.pop(item.call.id).done(item.outcome)
+            case AwaitingConfirmation():
+                self.paused(item)
 
-    def tool_call(self, call: PlannedCall) -> ToolRun:
-        """A tool call starting now; end it with `done` or `failed`."""
-        return ToolRun(self, call)
+    async def fail(self, error: BaseException) -> None:
+        """The turn failed or was stopped (`error`): the calls still open end with it."""
+        if self._model_call is not None:
+            self._model_call.failed(error)
+            self._model_call = None
+        for run in self._tool_runs.values():
+            run.failed(error)
+        self._tool_runs.clear()
 
-    def paused(self, proposal: Proposal) -> None:
+    def paused(self, proposal: AwaitingConfirmation) -> None:
         """The turn stops to wait for the user's decision on `proposal`."""
         tool = proposal.tool_call["name"]
         fields: dict[str, Any] = {
@@ -315,7 +331,7 @@ class ModelCall:
             "latency_ms": _ms(self.started),
         }
         code: str | None = None
-        if _stopped(error):
+        if stopped(error):
             fields["status"] = "cancelled"
         else:
             fields["status"] = "error"
@@ -340,7 +356,7 @@ class ToolRun:
 
     __slots__ = ("_ended", "call", "span", "started", "turn")
 
-    def __init__(self, turn: TurnTelemetry, call: PlannedCall) -> None:
+    def __init__(self, turn: TurnTelemetry, call: ToolCall) -> None:
         self.turn = turn
         self.call = call
         self.started = time.perf_counter()
@@ -399,7 +415,7 @@ class ToolRun:
             return
         self._ended = True
         fields = self._fields()
-        code = None if _stopped(error) else str(ErrorCode.INTERNAL_ERROR)
+        code = None if stopped(error) else str(ErrorCode.INTERNAL_ERROR)
         fields["status"] = "cancelled" if code is None else "error"
         fields["error"] = code
         if code is not None:

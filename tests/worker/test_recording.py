@@ -7,14 +7,16 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
+from langchain_core.messages import AIMessage
 from redis.asyncio import Redis
 
 from shared.events import LlmCallComplete, LlmPrompt
 from shared.records import CallEvent, RecordKeeper
 from shared.turns import TurnRequest
 from tests.conftest import make_settings
+from worker.calls import ModelCallEnded, ModelCallStarted
 from worker.context import TurnContext
-from worker.llm import build_models
+from worker.llm import LlmResult, build_models
 from worker.recording import OrderedWrites, TurnRecording
 
 
@@ -110,12 +112,12 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
 
     recorder.record_calls = counted  # type: ignore[method-assign]
     recording = TurnRecording(recorder, ctx)
-    recording.observe(LlmPrompt(stage="router", model="r", messages=[]))
+    recording.observe(started("router", "r"))
     await asyncio.sleep(0)  # the router's start goes out
-    recording.observe(LlmCallComplete(stage="router", model="r", latency_ms=1.0))
-    recording.observe(LlmPrompt(stage="response", model="a", messages=[]))
+    recording.observe(ended("router", "r", 1.0))
+    recording.observe(started("response", "a"))
     await asyncio.sleep(0.05)
-    recording.observe(LlmCallComplete(stage="response", model="a", latency_ms=2.0))
+    recording.observe(ended("response", "a", 2.0))
     await recording.finish()
 
     assert writes == [
@@ -128,3 +130,12 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
         ("router", "completed"),
         ("response", "completed"),
     ]
+
+
+def started(stage: str, model: str) -> ModelCallStarted:
+    return ModelCallStarted(LlmPrompt(stage=stage, model=model, messages=[]), [])  # type: ignore[arg-type]
+
+
+def ended(stage: str, model: str, latency_ms: float) -> ModelCallEnded:
+    complete = LlmCallComplete(stage=stage, model=model, latency_ms=latency_ms)  # type: ignore[arg-type]
+    return ModelCallEnded(complete, LlmResult(AIMessage(content=""), None, latency_ms))

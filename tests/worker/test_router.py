@@ -31,6 +31,7 @@ from shared.events import (
 from shared.turns import TurnRequest
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream, tool_names
+from worker.calls import stream_events
 from worker.context import TurnContext
 from worker.harness.router import RESPOND_TOOL_NAME, ROUTER_PROMPT, router_harness
 from worker.harness.tool_call import cut_for_stream
@@ -60,7 +61,8 @@ def make_ctx(
 
 
 async def run(ctx: TurnContext) -> list[Event]:
-    return [event async for event in router_harness(ctx)]
+    """What the router's stream shows (worker/calls.py `stream_events`), in order."""
+    return [event async for item in router_harness(ctx) for event in stream_events(item)]
 
 
 def kinds(events: Sequence[Event]) -> list[str]:
@@ -295,7 +297,7 @@ async def test_progress_is_yielded_while_the_tool_is_still_running(
         assert (step.phase, step.message) == ("step", "Connecting to https://example.com")
         assert (progress.phase, progress.current, progress.total) == ("progress", 1, 2)
         release.set()
-        rest = [event async for event in events]
+        rest = [event async for item in events for event in stream_events(item)]
     assert kinds(rest)[:2] == ["tool_progress", "tool_result"]
     assert only(rest, ToolResult)[0].content == "<html>"
 

@@ -16,13 +16,14 @@ from typing import Any
 import orjson
 from langchain_core.messages import ToolMessage
 
-from shared.events import Event, ToolResult
+from shared.events import ToolResult
+from worker.calls import Item
 from worker.context import TurnContext
 from worker.harness.router import run_call
 from worker.harness.tool_call import PlannedCall, arguments_text
 
 
-async def resume_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
+async def resume_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     """Run what the user approved and tell the model what they declined (nothing to do for
     a turn that resumes nothing)."""
     tools = {tool.name: tool for tool in ctx.tools}

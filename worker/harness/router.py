@@ -40,12 +40,12 @@ from shared.errors import ErrorCode
 from shared.events import (
     AwaitingConfirmation,
     Error,
-    Event,
     LlmCallComplete,
     LlmPrompt,
     ToolCall,
     ToolResult,
 )
+from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded
 from worker.context import Proposal, TurnContext
 from worker.harness.tool_call import (
     PlannedCall,
@@ -77,25 +77,21 @@ ROUTER_PROMPT = (
 )
 
 
-async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
+async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     """Run the tool loop for `ctx`, yielding each event the moment it happens."""
     tools = {tool.name: tool for tool in ctx.tools}
     bound: list[BaseTool | dict[str, Any]] = [*ctx.tools, RESPOND_TOOL]
     model = ctx.router.name
     for _ in range(ctx.settings.max_router_steps):
         messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history, *ctx.tool_messages]
-        yield LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
-        call_log = ctx.telemetry.model_call("router", model, messages)
-        try:
-            result = await ctx.router.complete(messages, bound)
-        except BaseException as exc:
-            call_log.failed(exc)
-            raise
-        call_log.done(result)
+        prompt = LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
+        yield ModelCallStarted(prompt, messages)
+        result = await ctx.router.complete(messages, bound)
         ctx.add_usage(result.usage)
-        yield LlmCallComplete(
+        complete = LlmCallComplete(
             stage="router", model=model, latency_ms=result.latency_ms, usage=result.usage
         )
+        yield ModelCallEnded(complete, result)
         ctx.router_messages.append(result.message)
         planned, responded = _plan(result.message)
         ctx.responded = ctx.responded or responded
@@ -136,7 +132,6 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Event, None]:
                 # pauses here, its read tools done, and a decision resumes it as a new turn.
                 for proposal in proposals:
                     ctx.pending.append(proposal)
-                    ctx.telemetry.paused(proposal)
                     yield AwaitingConfirmation(**proposal.public())
                 return
         if responded or not planned:
@@ -199,31 +194,26 @@ async def run_call(
     call: PlannedCall,
     tools: Mapping[str, BaseTool],
     refused: str | None = None,
-) -> AsyncGenerator[Event, None]:
+) -> AsyncGenerator[Item, None]:
     """One call: `tool_call`, its progress live, `tool_result` (and `error` if it failed);
     with `refused`, the call ends in that error without running (tool_call.py `execute`)."""
     # The index counts calls across the whole turn, so clients that merge `delta.tool_calls`
     # by index never fold two router steps' calls into one.
     index = len(ctx.tool_calls)
     ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
-    yield ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
-    run_log = ctx.telemetry.tool_call(call)
+    started = ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
+    yield started
     running = execute(
         call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime, refused=refused
     )
-    try:
-        async with aclosing(running):
-            async for progress in running:
-                yield progress
-    except BaseException as exc:  # the turn was stopped while the tool ran
-        run_log.failed(exc)
-        raise
+    async with aclosing(running):
+        async for progress in running:
+            yield progress
     outcome = running.result
-    run_log.done(outcome)
     ctx.tool_messages.append(outcome.message)
     ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": outcome.content})
     streamed, truncated = cut_for_stream(outcome.content, ctx.settings.stream_tool_output_max_chars)
-    yield ToolResult(
+    shown = ToolResult(
         tool_call_id=call.id,
         name=call.name,
         content=streamed,
@@ -231,8 +221,7 @@ async def run_call(
         index=index,
         is_error=outcome.status == "error",
     )
-    if outcome.failure is not None:
-        yield outcome.failure
+    yield ToolCallEnded(started, shown, outcome)
 
 
 def _plan(message: AIMessage) -> tuple[list[PlannedCall], bool]:
