@@ -7,14 +7,14 @@ A turn is `queued` when the API creates it, `running` once a worker claims it, a
 `TurnStatus`). `TRANSITIONS` says what each move does from each status; the scripts below
 apply them over the turn's own keys (one hash slot), so a worker, a reaper and a cancel can
 race and still exactly one of them ends the turn, with exactly one `done` entry in its
-stream. shared/turns.py (`TurnStore`) runs them; tests/shared/test_lifecycle.py holds every
+stream. shared/turns.py (`TurnStore`) runs them; tests/shared/test_turn_lifecycle.py holds every
 row against Redis.
 
 Which ending a turn gets is decided here alone. Whoever stops a turn names what happened, a
 `Cause` — the worker running it (worker/supervisor.py: what its task raised, or why it was
 told to stop), any process that finds it stuck (a reaper, a reader waiting on it:
 `TurnStore.settle`), the API (a cancel, a deleted conversation, a creation that failed), or
-a reader that can read no further — and `ENDINGS` says how the turn ends for that cause: its
+a reader that can read no further — and `RULES` says how the turn ends for that cause: its
 error code (whose words, type and HTTP status are shared/endings.py's), which guard the
 ending script checks, and what follows. A reader's causes write nothing: they are what its
 client reads when the stream itself cannot say.
@@ -35,9 +35,9 @@ from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Event, TurnStatus
 
 __all__ = [
-    "ENDINGS",
     "FORGET_GRACE_S",
     "RENEWAL_STOPS",
+    "RULES",
     "SEALED_ID",
     "STRANDED_AFTER_S",
     "TRANSITIONS",
@@ -320,7 +320,7 @@ class Rule:
 
 
 _C, _E, _W, _G = Cause, ErrorCode, Who, Guard
-ENDINGS: dict[Cause, Rule] = {
+RULES: dict[Cause, Rule] = {
     rule.cause: rule
     for rule in (
         Rule(_C.CANCELLED, _E.TURN_CANCELLED, _W.WORKER, usage=True),
@@ -358,7 +358,7 @@ def ending_events_of(
     """What the stream of a turn stopped for `cause` ends with: its `done` (with `message`
     for the table's words, and `usage` if the ending carries it), after a failed turn's
     `error` event (shared/endings.py, `ending_events`)."""
-    rule = ENDINGS[cause]
+    rule = RULES[cause]
     events = ending_events(rule.code, message)
     done = events[-1]
     assert isinstance(done, Done)

@@ -31,11 +31,11 @@ from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, enc
 from shared.lifecycle import (
     CLAIM,
     CREATE,
-    ENDINGS,
     FINISH,
     FORGET,
     FORGET_GRACE_S,
     RENEW,
+    RULES,
     SEALED_ID,
     STRANDED_AFTER_S,
     Cause,
@@ -517,7 +517,7 @@ class TurnStore:
             if job or taken:  # a worker will take it yet
                 cause = None
         if cause is not None and await self.end(turn_id, owner, cause) is Finished.ENDED:
-            return ENDINGS[cause].status
+            return RULES[cause].status
         return status
 
     async def recent(
@@ -650,10 +650,10 @@ class TurnStore:
         *,
         usage: dict[str, int] | None = None,
     ) -> Finished:
-        """End the turn short of completing, as shared/lifecycle.py's `ENDINGS[cause]` says
+        """End the turn short of completing, as shared/lifecycle.py's `RULES[cause]` says
         (its code, under its guard), unless it already ended; `message` replaces the code's
         words, and `usage` goes into a `done` that carries it."""
-        rule = ENDINGS[cause]
+        rule = RULES[cause]
         if rule.who is Who.READER:
             raise ValueError(f"{cause} is a reader's ending: nothing is written for it")
         *before, done = ending_events_of(cause, message, usage=usage)

@@ -16,7 +16,7 @@ task catches `CancelledError`, writes its ending and returns normally, so arq ne
 (a worker shutting down), the turn ends `failed` with `worker_shutdown`.
 
 What the turn's task raised, or why it was stopped, is named as a `Cause` here (`_RAISED`,
-`_cause_of`); how the turn then ends is shared/lifecycle.py's `ENDINGS`, and nothing else.
+`_cause_of`); how the turn then ends is shared/lifecycle.py's `RULES`, and nothing else.
 Nothing that goes wrong inside a turn, the request it was given included, escapes as
 anything but a terminal `done`.
 
@@ -53,7 +53,7 @@ from shared.events import (
     MessageStored,
     TurnStatus,
 )
-from shared.lifecycle import ENDINGS, After, Cause
+from shared.lifecycle import RULES, After, Cause
 from shared.logs import TURN_FIELDS
 from shared.records import ConversationFullError, Recorder, RecordKeeper
 from shared.settings import Settings
@@ -245,7 +245,7 @@ class TurnSupervisor:
             status = await self._end(
                 telemetry, record, writer, cause, _message_of(exc), usage=usage
             )
-            if ENDINGS[cause].after is After.RAISE:
+            if RULES[cause].after is After.RAISE:
                 raise
             return status
         assert ctx is not None
@@ -266,12 +266,12 @@ class TurnSupervisor:
         *,
         usage: dict[str, int] | None = None,
     ) -> str:
-        """End the turn for `cause`, as shared/lifecycle.py's `ENDINGS` says, after what it
+        """End the turn for `cause`, as shared/lifecycle.py's `RULES` says, after what it
         yielded so far (`writer`), and log how; return what the job reports: the status it
         ended with, or "lost" for a turn over for this worker (then its ending is the one a
         reaper would write: nothing if it already ended, the orphaned stream dropped if its
         record is gone, the ending if nobody has written one yet)."""
-        rule = ENDINGS[cause]
+        rule = RULES[cause]
         if writer is not None:
             if rule.after is After.ABANDON:
                 writer.discard()
@@ -366,7 +366,7 @@ class TurnSupervisor:
                     self.cancel_local(turn_id, Cause.FAILED_OVER)
             try:
                 for turn_id in await self.store.reap_lapsed(skip=self._running):
-                    ending = ENDINGS[Cause.LEASE_LAPSED]
+                    ending = RULES[Cause.LEASE_LAPSED]
                     logger.warning(
                         "turn %s failed: its worker was lost",
                         turn_id,

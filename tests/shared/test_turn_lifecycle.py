@@ -20,8 +20,8 @@ from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, Error, Start, TurnStatus, encode
 from shared.lifecycle import (
-    ENDINGS,
     RENEWAL_STOPS,
+    RULES,
     STRANDED_AFTER_S,
     TRANSITIONS,
     After,
@@ -64,7 +64,7 @@ ENDING_ROWS = [
 
 
 def test_every_cause_has_one_ending() -> None:
-    assert sorted(ENDINGS) == sorted(row[0] for row in ENDING_ROWS)
+    assert sorted(RULES) == sorted(row[0] for row in ENDING_ROWS)
     assert sorted(Cause) == sorted(row[0] for row in ENDING_ROWS)
 
 
@@ -72,7 +72,7 @@ def test_every_cause_has_one_ending() -> None:
 def test_each_cause_ends_a_turn_one_way(
     cause: str, code: str, status: str, who: str, guard: str, after: str, usage: bool
 ) -> None:
-    rule = ENDINGS[Cause(cause)]
+    rule = RULES[Cause(cause)]
     assert (rule.code, rule.status, rule.who, rule.guard, rule.after, rule.usage) == (
         code,
         status,
@@ -342,7 +342,7 @@ async def test_settling_ends_a_turn_whose_worker_died_and_reads_the_rest(
 
 
 def test_who_ends_and_what_follows_are_the_only_values_the_table_uses() -> None:
-    assert {rule.who for rule in ENDINGS.values()} == set(Who)
-    assert {rule.after for rule in ENDINGS.values()} == set(After)
-    assert {rule.guard for rule in ENDINGS.values()} == set(Guard)
+    assert {rule.who for rule in RULES.values()} == set(Who)
+    assert {rule.after for rule in RULES.values()} == set(After)
+    assert {rule.guard for rule in RULES.values()} == set(Guard)
     assert {Renewal(r) for r in RENEWAL_STOPS} == {Renewal.CANCEL_REQUESTED, Renewal.OVER}
