@@ -171,7 +171,8 @@ class TurnSupervisor:
     # -- running one turn ----------------------------------------------------------------
 
     async def run(self, turn_id: str) -> str:
-        """The arq job: run the turn if it is still queued; return its final status."""
+        """The arq job: run the turn if it is still queued; return its final status (a plain
+        string, as arq stores it: "lost" for a turn over for this worker)."""
         claim = await self.store.claim(turn_id, self.worker_id, self.settings.lease_ttl_s)
         if claim.record is None:
             # A re-delivered job (after a crash or shutdown) must never run a turn twice.
@@ -181,7 +182,7 @@ class TurnSupervisor:
                 claim.outcome,
                 extra={"turn_id": turn_id, "status": claim.outcome},
             )
-            return claim.outcome
+            return str(claim.outcome)
         telemetry = TurnTelemetry.claimed(claim.record, self.settings, self.worker_id)
         if claim.cancel_requested:
             return await self._end(telemetry, claim.record, None, Cause.CANCELLED)
@@ -254,7 +255,7 @@ class TurnSupervisor:
             done.status = TurnStatus.AWAITING_CONFIRMATION
         await self.store.finish(record.id, record.owner, done, result=ctx.result())
         telemetry.ended(done.status)
-        return done.status
+        return str(done.status)
 
     async def _end(
         self,
