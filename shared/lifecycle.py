@@ -112,7 +112,10 @@ class Guard(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Move:
     """From any of `source`, `transition` has `outcome` and leaves the turn `target` (None:
-    as it was). `when` names what else decides between rows of the same source."""
+    as it was, but for FINISH's `ENDED`: the status of the `done` it appends). `when` names
+    what else decides between rows of the same source. CREATE's outcome is the status it
+    creates (its script returns the `start` entry's id); FORGET has no row: it moves no
+    status, and every read takes a forgotten turn for gone."""
 
     transition: Transition
     source: frozenset[TurnStatus | None]  # None: no record
