@@ -30,7 +30,7 @@ from collections.abc import Coroutine
 from dataclasses import asdict
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from redis.exceptions import RedisError
 
 from shared.events import ToolCall
