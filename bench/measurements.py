@@ -369,7 +369,7 @@ async def first_token(bench: Bench) -> Section:
 Client-observed time from sending `POST /v1/chat/completions` (`stream: true`, connection
 already open) to receiving the first SSE frame with non-empty `delta.content`. Every turn
 runs the router call (answered with `respond`), then streams its tokens.
-**Pipeline**: `uvicorn api.main:app` → Redis → `arq worker.main.WorkerSettings` → stream →
+**Pipeline**: `uvicorn api.main:app` → Redis → `python -m worker` → stream →
 API. **Baseline**: `uvicorn bench.baseline:app`, the same turn (`worker.turn.turn_items`)
 run inside the request, no queue, no stream (see "What the baseline is" below).
 Sequential: {sizes.ft_sequential} turns each of {sizes.ft_tokens} tokens sent as fast as the

@@ -1,7 +1,7 @@
 """The processes a benchmark run needs: Redis, the upstream, API, worker and baseline servers.
 
 Everything is a real child process started the way production starts it: the API is
-`uvicorn api.main:app`, the worker `arq worker.main.WorkerSettings`, configured only through
+`uvicorn api.main:app`, the worker `python -m worker`, configured only through
 the environment (`REDIS_URL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `BERNARD_*`). Each child
 logs to its own file in the run's work directory. Redis is a `redis-server` of our own on
 a free port (so `INFO commandstats` counts only Bernard's traffic) unless `--redis-url`
@@ -236,8 +236,8 @@ class Cluster:
         return self.baseline
 
     async def start_worker(self) -> Service:
-        """One more `arq worker.main.WorkerSettings` process; returns once it reported in."""
-        argv = [sys.executable, "-m", "arq", self.worker_target]
+        """One more `python -m worker` process; returns once it reported in."""
+        argv = [sys.executable, "-m", "worker", self.worker_target]
         service = self._spawn(f"worker{len(self.workers) + 1}", argv)
         self.workers.append(service)
         await self.wait_worker_registered(service)

@@ -118,7 +118,7 @@ def workers_check(count: int) -> Check:
         "Workers",
         "fail",
         "no worker reported in the last 15 s: turns stay queued",
-        "start one: arq worker.main.WorkerSettings (./run and bernard serve start one)",
+        "start one: python -m worker (./run and bernard serve start one)",
     )
 
 

@@ -50,7 +50,7 @@ class UpstreamUnavailable(RuntimeError):
 
 def worker_argv(python: str) -> list[str]:
     """The Procfile's `worker` command, run by `python`."""
-    return [python, "-m", "arq", "worker.main.WorkerSettings"]
+    return [python, "-m", "worker"]
 
 
 def api_argv(python: str, host: str, port: int) -> list[str]:

@@ -3,7 +3,7 @@
 Everything here is started by the test that uses it and stopped by it, in a `finally` or
 an `async with`: `RedisServer` (a throwaway `redis-server` on a free loopback port, which
 a test can restart or shut down without touching anybody else's Redis) and
-`ProcessGroup` (`uvicorn api.main:app` and `arq worker.main.WorkerSettings` children,
+`ProcessGroup` (`uvicorn api.main:app` and `python -m worker` children,
 configured through the same environment variables production uses). Every wait is
 bounded and polls without blocking the event loop, because the scripted upstream the
 children talk to runs in the test's own loop. A last-resort `atexit` hook kills any child
@@ -84,8 +84,9 @@ async def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
 
 
 # QuickShutdownWorkerSettings: Bernard's worker with arq's SIGTERM grace cut to 1 s, so a
-# test can see a turn outlive the grace (`arq tests.processes.QuickShutdownWorkerSettings`).
-# arq reads only a settings class's own `__dict__`, so the options are copied, not inherited.
+# test can see a turn outlive the grace
+# (`python -m worker tests.processes.QuickShutdownWorkerSettings`). arq reads only a settings
+# class's own `__dict__`, so the options are copied, not inherited.
 QuickShutdownWorkerSettings = type(
     "QuickShutdownWorkerSettings",
     (),
@@ -317,8 +318,8 @@ class ProcessGroup:
         name: str = "worker",
         settings_path: str = "worker.main.WorkerSettings",
     ) -> Process:
-        """Start `arq <settings_path>` and return at once; see `worker_ready`."""
-        return self._spawn(name, [str(BIN / "arq"), settings_path], settings)
+        """Start `python -m worker <settings_path>` and return at once; see `worker_ready`."""
+        return self._spawn(name, [sys.executable, "-m", "worker", settings_path], settings)
 
     async def worker_ready(
         self, process: Process, settings: Settings, timeout_s: float = 30.0
@@ -348,7 +349,7 @@ class ProcessGroup:
         settings_path: str = "worker.main.WorkerSettings",
         timeout_s: float = 30.0,
     ) -> Process:
-        """`arq <settings_path>`, returned once it has registered itself in Redis."""
+        """`python -m worker <settings_path>`, returned once it has registered itself in Redis."""
         process = self.spawn_worker(settings, name=name, settings_path=settings_path)
         return await self.worker_ready(process, settings, timeout_s)
 

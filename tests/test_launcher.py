@@ -476,7 +476,7 @@ def test_the_launcher_runs_the_procfile_commands() -> None:
     procfile = dict(
         line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line
     )
-    assert cli.worker_argv("python")[2:] == procfile["worker"].split()
+    assert cli.worker_argv("python") == procfile["worker"].split()
     api = cli.api_argv("python", "0.0.0.0", 8001)
     assert api[:3] == ["python", "-m", "uvicorn"]
     assert api[3:] == ["api.main:app", "--host", "0.0.0.0", "--port", "8001"]

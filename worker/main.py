@@ -1,4 +1,4 @@
-"""The arq entry point: `arq worker.main.WorkerSettings`.
+"""The worker's jobs and settings: `python -m worker` (worker/__main__.py) runs them.
 
 Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
 `summarize_conversation(owner, conversation_id, until, incarnation)` when a conversation
@@ -23,6 +23,7 @@ from arq import func
 from arq.worker import Worker
 from langchain_core.tools import BaseTool
 
+from compat.arq import worker_kwargs
 from shared.connection import connect, connect_data, queue_client
 from shared.logs import configure_logging
 from shared.queue import RUN_TURN, BackgroundLimits
@@ -32,7 +33,7 @@ from shared.settings import Settings, get_settings
 from shared.timers import FIRE_TIMER, fire_timer
 from shared.traces import configure_tracing, flush_tracing
 from worker.llm import Models, build_models
-from worker.queue import WakeWorker
+from worker.queue import WAKE_OPTIONS, WakeWorker
 from worker.summaries import summarize
 from worker.supervisor import TurnSupervisor
 from worker.titles import name_conversation
@@ -43,6 +44,13 @@ logger = logging.getLogger("bernard.worker")
 
 
 async def startup(ctx: dict[str, Any]) -> None:
+    if not ctx.get(WakeWorker.MARK):
+        # arq's own command line builds its plain `Worker`: no wake list, no background
+        # budgets, no fair order, half a second more before every turn.
+        raise RuntimeError(
+            "a Bernard worker runs as `python -m worker` (arq's command line would run it "
+            "without Bernard's job pickup)"
+        )
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings)
     traced = configure_tracing(settings, "bernard-worker")
@@ -210,11 +218,16 @@ def create_worker(
     return WakeWorker(**{**options, **overrides})
 
 
+def worker_from(settings_cls: Any) -> Worker:
+    """The worker a settings class (`WorkerSettings`, or one like it) describes."""
+    return WakeWorker(**worker_kwargs(settings_cls, *WAKE_OPTIONS))
+
+
 WorkerSettings = type(
     "WorkerSettings",
     (),
     {
-        "__doc__": "What `arq worker.main.WorkerSettings` reads (arq builds a `WakeWorker`).",
+        "__doc__": "What `python -m worker` builds its `WakeWorker` from (the environment's).",
         **worker_options(get_settings()),
     },
 )

@@ -1,12 +1,13 @@
-"""The worker's side of arq's internals (arq is pinned in pyproject.toml; the enqueue side
-is `shared.queue`).
+"""Which jobs a worker starts, and how it takes each (the enqueue side is `shared.queue`).
 
 arq polls its queue every `poll_delay` seconds, which adds about half of that to every
-turn's first token. `WakeWorker` instead blocks on a wake list that the API pushes each new
-job's id to, so an idle worker starts a job within a millisecond or two while issuing
-about two Redis commands a second. Starting a job is one script instead of arq's
-optimistic transaction (four round trips), and the started job leaves arq's queue in that
-same script, so polls cost the same with one turn running or a thousand.
+turn's first token. `WakeWorker` is a `compat.arq.WakingWorker` (an extension of arq's
+`Worker`, the one place that reaches past arq's interface): it blocks on a wake list that
+the API pushes each new job's id to, so an idle worker starts a job within a millisecond
+or two while issuing about two Redis commands a second. Starting a job is one script
+instead of arq's optimistic transaction (four round trips), and the started job leaves
+arq's queue in that same script, so polls cost the same with one turn running or a
+thousand.
 
 Where jobs start, `WakeWorker` departs from arq in three more ways (shared/queue.py says
 what live and background jobs are):
@@ -37,19 +38,16 @@ what live and background jobs are):
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import Counter
 from typing import Any
 
-import arq.worker
-import uvloop
 from arq.constants import in_progress_key_prefix
 from arq.utils import timestamp_ms
-from arq.worker import Worker
 from redis.exceptions import RedisError
 
+from compat.arq import WakingWorker
 from shared import keys
 from shared.connection import wait_until_reachable
 from shared.logs import configure_logging
@@ -62,11 +60,6 @@ from shared.queue import (
 )
 from worker.fairness import Candidate, fair_order
 
-# Fallback poll while idle: picks up deferred jobs, background jobs left for later, and a
-# token lost to a Redis restart.
-WAKE_TIMEOUT_S = 1
-# While every job slot is busy, how often to look for a free one.
-FULL_RECHECK_S = 0.05
 # How long a worker leaves alone the background jobs of an owner over their budget (or
 # all of them, over the queue's) before it tries one again.
 BACKGROUND_RECHECK_S = 0.5
@@ -121,12 +114,15 @@ _OVER_USER_BUDGET, _OVER_DEPLOYMENT_BUDGET = -1, -2
 WAKE_OPTIONS = ("background", "background_share")
 
 
-class WakeWorker(Worker):
+class WakeWorker(WakingWorker):
     """An arq `Worker` that waits on a wake list instead of sleeping between polls, admits
     background jobs, and starts a backlog in a fair order (see above).
 
     `background` are the budgets background jobs are admitted against; `background_share`
-    the share of `max_jobs` they may take (at least one slot)."""
+    the share of `max_jobs` they may take (at least one slot). It marks the jobs' context
+    (`MARK`): worker/main.py's start-up refuses a worker that is not one."""
+
+    MARK = "bernard_wake_worker"
 
     def __init__(
         self,
@@ -135,10 +131,8 @@ class WakeWorker(Worker):
         background_share: float,
         **kwargs: Any,
     ) -> None:
-        # arq sleeps `poll_delay` minus the iteration's duration; the wait below replaces it.
-        kwargs["poll_delay"] = 0
-        super().__init__(*args, **kwargs)
-        self.wake_key = keys.wake(self.queue_name)
+        super().__init__(*args, wake_list=keys.wake, **kwargs)
+        self.ctx[self.MARK] = True
         self.background = background
         self.background_slots = max(1, int(self.max_jobs * background_share))
         self._take: Any = None
@@ -154,8 +148,6 @@ class WakeWorker(Worker):
         # their background jobs are left alone.
         self._refused_until: dict[str, float] = {}
         self._all_refused_until = 0.0
-        # Whether this poll iteration read the queue (it had a free slot then).
-        self._polled = False
 
     async def main(self) -> None:
         """arq's `main`, once Redis answers: a worker started against a Redis that is down
@@ -169,7 +161,7 @@ class WakeWorker(Worker):
         try:
             await super().main()
         except (RedisError, OSError):
-            if self._pool is None:
+            if self.closed:
                 return  # `close` ran during start-up and closed the connections in use
             raise
 
@@ -182,20 +174,17 @@ class WakeWorker(Worker):
         except (RedisError, OSError, TimeoutError) as exc:
             logging.getLogger("bernard.worker").warning("shut down without Redis: %s", exc)
 
-    async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's `start_jobs` (same job slots and bookkeeping), one round trip per job; a
-        backlog in fair order, background jobs within their share and budgets."""
-        candidates = [_candidate(job_id.decode()) for job_id in job_ids]
-        if len(candidates) > self.max_jobs - self.job_counter:
+    async def start(self, job_ids: list[str]) -> None:
+        """Start what is due of `job_ids`, one round trip per job: a backlog in fair order,
+        background jobs within their share and budgets."""
+        candidates = [_candidate(job_id) for job_id in job_ids]
+        if len(candidates) > self.free_slots:
             candidates = fair_order(await self._with_owners(candidates), self._running_by_owner)
         for candidate in candidates:
             if candidate.background and not self._may_start_background(candidate.owner):
                 continue  # stays queued: a later poll looks at it again
-            await self.sem.acquire()
-            if self.job_counter >= self.max_jobs:
-                self.sem.release()
+            if not await self.take_slot():
                 return
-            self.job_counter += 1
             started = None
             try:
                 started = await self._start(candidate)
@@ -203,20 +192,17 @@ class WakeWorker(Worker):
                 if started is None:
                     # Started by another worker, a stale wake-up, over a budget, or Redis
                     # failed: free the slot.
-                    self.job_counter -= 1
-                    self.sem.release()
+                    self.give_slot()
             if started is None:
                 continue
             score, owner = started
             job_id = candidate.job_id
-            task = self.loop.create_task(self.run_job(job_id, score))
             self._running[job_id] = (owner, candidate.background)
             self._running_by_owner[owner] += 1
             self._background_running += candidate.background
             if candidate.background:
                 self._background_scores[job_id] = score
-            task.add_done_callback(functools.partial(self._job_done, job_id))
-            self.tasks[job_id] = task
+            self.launch(job_id, score, self._job_done)
 
     async def _start(self, candidate: Candidate) -> tuple[int, str | None] | None:
         """Take the job: (its score, its owner) once it is marked in progress, None when it
@@ -294,94 +280,31 @@ class WakeWorker(Worker):
             for c in candidates
         ]
 
-    def _job_done(self, job_id: str, _: asyncio.Task[None]) -> None:
-        self._release_sem_dec_counter_on_complete()
+    def _job_done(self, job_id: str) -> None:
         owner, background = self._running.pop(job_id, (None, False))
         self._running_by_owner[owner] -= 1
         if self._running_by_owner[owner] <= 0:
             del self._running_by_owner[owner]
         self._background_running -= background
 
-    async def finish_job(
-        self,
-        job_id: str,
-        finish: bool,
-        result_data: bytes | None,
-        result_timeout_s: float | None,
-        keep_result_forever: bool,
-        incr_score: int | None,
-        keep_in_progress: float | None,
-    ) -> None:
-        """arq's, then the background slots the job held are given back. A background job
-        that did not finish (cancelled by this worker's shutdown, or retried) goes back on
-        the queue, due when arq would have it (its score moved by `incr_score`, else now),
-        for another worker to run: a turn never runs twice (its claim refuses), so a turn's
-        job is left off."""
+    def took_off_queue(self, job_id: str) -> bool:
+        """A background job this worker started: `finished` puts it back if it did not end."""
+        return job_id in self._background_scores
+
+    async def finished(self, job_id: str, ended: bool, incr_score: int | None) -> None:
+        """Once arq recorded the job's end (or its failure to start or run): the background
+        slots it held are given back. A background job that did not end (cancelled by this
+        worker's shutdown, or retried) goes back on the queue, due when arq would have it
+        (its score moved by `incr_score`, else now), for another worker to run: a turn
+        never runs twice (its claim refuses), so a turn's job is left off."""
         score = self._background_scores.pop(job_id, None)
-        await super().finish_job(
-            job_id,
-            finish,
-            result_data,
-            result_timeout_s,
-            keep_result_forever,
-            # Not arq's ZINCRBY of a job no longer on the queue: due at once, whatever the delay.
-            incr_score if score is None else None,
-            keep_in_progress,
-        )
         await release_background(self.pool, self.queue_name, job_id)
-        if not finish and score is not None:
+        if not ended and score is not None:
             due = score + incr_score if incr_score else timestamp_ms()
             await requeue_background(self.pool, self.queue_name, job_id, due)
-
-    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
-        """arq's (a job that expired, failed to start or ran out of tries), then the
-        background slots it held are given back."""
-        await super().finish_failed_job(job_id, result_data)
-        await release_background(self.pool, self.queue_name, job_id)
-        self._background_scores.pop(job_id, None)
-
-    async def _poll_iteration(self) -> None:
-        if self._pool is None:
-            # `close` ran while a command was in flight: the cancel it sent was taken for a
-            # lost connection and retried. The worker is shutting down; stop polling.
-            raise asyncio.CancelledError
-        # arq's poll reads the queue only with a slot free.
-        self._polled = self.allow_pick_jobs and self.job_counter < self.max_jobs
-        await super()._poll_iteration()
-        if self.allow_pick_jobs and self.job_counter < self.max_jobs:
-            woken = await self.pool.blpop([self.wake_key], timeout=WAKE_TIMEOUT_S)  # type: ignore[misc]
-            if woken is None:
-                return
-            if not self.allow_pick_jobs:
-                # Told to stop taking jobs (SIGTERM) while blocked: pass it to another worker.
-                await self.pool.lpush(self.wake_key, woken[1])
-            elif self._polled:
-                # The poll found a slot, so it started every job then due: the wake-up
-                # names a newer one. Start it now rather than after another poll.
-                await self.start_jobs([woken[1]])
-            # Else the poll found every slot busy, and a backlog may be waiting: the next
-            # poll reads the woken job with it, in fair order.
-        else:
-            await asyncio.sleep(FULL_RECHECK_S)
 
 
 def _candidate(job_id: str) -> Candidate:
     """A job as its id tells it: a background job names its owner; a turn's does not."""
     owner = background_owner(job_id)
     return Candidate(job_id, owner, owner is not None)
-
-
-def _create_wake_worker(settings_cls: Any, **kwargs: Any) -> Worker:
-    # The command line's worker runs on uvloop, as uvicorn runs the API: arq's `Worker`
-    # makes its loop from the policy. Under 100 streaming turns the default loop's socket
-    # writes alone were 7 % of the worker's CPU (docs/benchmarks.md, cost per token).
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    # arq's `get_kwargs` keeps only what its own `Worker` takes.
-    own = {name: getattr(settings_cls, name) for name in WAKE_OPTIONS}
-    return WakeWorker(**{**arq.worker.get_kwargs(settings_cls), **own, **kwargs})
-
-
-# The `arq` command line always builds a plain `Worker` (arq.worker.run_worker calls the
-# module-level `create_worker`). Importing this module makes it build a `WakeWorker` on
-# uvloop, so the Procfile's `arq worker.main.WorkerSettings` gets fast pickup too.
-arq.worker.create_worker = _create_wake_worker

@@ -1,4 +1,5 @@
-"""The `arq` command line runs Bernard's `WakeWorker`, configured from the settings."""
+"""`python -m worker` runs Bernard's `WakeWorker`, configured from the settings; arq's own
+command line, which would run a plain `Worker`, is refused at start-up."""
 
 from __future__ import annotations
 
@@ -6,21 +7,31 @@ import arq.worker
 import pytest
 
 from tests.conftest import make_settings
-from worker.main import WorkerSettings, create_worker
+from worker.main import WorkerSettings, create_worker, startup, worker_from
 from worker.queue import WakeWorker
 
 
-async def test_the_arq_command_line_builds_a_wake_worker() -> None:
-    # `arq worker.main.WorkerSettings` goes through arq.worker.create_worker.
-    worker = arq.worker.create_worker(WorkerSettings)
+async def test_the_entry_point_builds_a_wake_worker() -> None:
+    worker = worker_from(WorkerSettings)
     assert isinstance(worker, WakeWorker)
     assert worker.poll_delay_s == 0, "the wake list replaces arq's sleep between polls"
     assert worker.max_jobs >= 100, "turns wait on the network: one worker runs many"
     assert worker.wake_key == f"{worker.queue_name}:wake"
+    assert worker.background_slots >= 1, "WakeWorker's own options are passed too"
+
+
+async def test_importing_the_worker_replaces_nothing_of_arqs_and_arqs_own_worker_is_refused() -> (
+    None
+):
+    assert arq.worker.create_worker.__module__ == "arq.worker"
+    plain = arq.worker.create_worker(WorkerSettings)
+    assert type(plain) is arq.worker.Worker
+    with pytest.raises(RuntimeError, match="python -m worker"):
+        await startup(plain.ctx)
 
 
 async def test_a_redelivered_job_gets_no_second_try() -> None:
-    worker = arq.worker.create_worker(WorkerSettings)
+    worker = worker_from(WorkerSettings)
     assert worker.functions["run_turn"].max_tries == 1
     assert worker.keep_result_s == 0
 

@@ -1,0 +1,161 @@
+"""compat/arq.py's departures from arq's interface, held to arq 0.28.0: each test fails when
+arq renames or changes what `WakingWorker` relies on."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import uuid
+from typing import Any
+
+import arq.worker
+import pytest
+from arq.connections import ArqRedis
+from arq.constants import in_progress_key_prefix
+from arq.worker import Worker, func
+
+from compat.arq import WakingWorker, worker_kwargs
+from tests.conftest import TEST_REDIS_URL
+
+
+def test_the_worker_internals_it_extends_are_there_with_their_signatures() -> None:
+    methods = {
+        "_poll_iteration": ["self"],
+        "start_jobs": ["self", "job_ids"],
+        "run_job": ["self", "job_id", "score"],
+        "finish_job": [
+            "self",
+            "job_id",
+            "finish",
+            "result_data",
+            "result_timeout_s",
+            "keep_result_forever",
+            "incr_score",
+            "keep_in_progress",
+        ],
+        "finish_failed_job": ["self", "job_id", "result_data"],
+        "_release_sem_dec_counter_on_complete": ["self"],
+    }
+    for name, parameters in methods.items():
+        assert list(inspect.signature(getattr(Worker, name)).parameters) == parameters, name
+    worker = Worker(functions=[func(_job, name="job")], redis_pool=_pool(), queue_name="q")
+    assert (worker.job_counter, worker.sem._value) == (0, worker.max_jobs + 1)
+    assert worker.tasks == {}
+    assert worker._pool is not None
+    assert worker.in_progress_timeout_s > 0
+
+
+def test_get_kwargs_keeps_what_arqs_worker_takes() -> None:
+    settings = {"queue_name": "q", "max_jobs": 3, "background": 1, "unknown": 2}
+    assert arq.worker.get_kwargs(settings) == {"queue_name": "q", "max_jobs": 3}
+    assert worker_kwargs(settings, "background") == {
+        "queue_name": "q",
+        "max_jobs": 3,
+        "background": 1,
+    }
+
+
+# Marks a queued job in progress and takes it off the queue (as worker/queue.py's does);
+# its score, or nil when it is not there or runs already.
+_TAKE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score then return false end
+redis.call('PSETEX', KEYS[1], 60000, '1')
+redis.call('ZREM', KEYS[2], ARGV[1])
+return score
+"""
+
+
+class _Worker(WakingWorker):
+    """Takes a job the plainest way (`_TAKE`) and notes what it was told."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(wake_list=lambda queue: f"{queue}:wake", **kwargs)
+        self.done: list[str] = []
+        self.finished_ids: list[str] = []
+        self.any_finished = asyncio.Event()
+        self.any_done = asyncio.Event()
+
+    async def start(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            if not await self.take_slot():
+                return
+            keys = [in_progress_key_prefix + job_id, self.queue_name]
+            score = await self.pool.eval(_TAKE, 2, *keys, job_id)  # type: ignore[misc]
+            if score is None:
+                self.give_slot()
+                continue
+            self.launch(job_id, int(float(score)), self._done)
+
+    def _done(self, job_id: str) -> None:
+        self.done.append(job_id)
+        self.any_done.set()
+
+    async def finished(self, job_id: str, ended: bool, incr_score: int | None) -> None:
+        self.finished_ids.append(job_id)
+        self.any_finished.set()
+
+
+ran: dict[str, float] = {}
+
+
+async def _job(ctx: dict[str, Any], name: str) -> str:
+    ran[name] = time.perf_counter()
+    return name
+
+
+def _pool() -> ArqRedis:
+    return ArqRedis.from_url(TEST_REDIS_URL)
+
+
+async def test_a_job_pushed_to_the_wake_list_starts_at_once_and_its_end_is_reported() -> None:
+    queue = f"test-compat-arq:{uuid.uuid4().hex}"
+    pool = _pool()
+    worker = _Worker(
+        functions=[func(_job, name="job")],
+        redis_pool=pool,
+        queue_name=queue,
+        handle_signals=False,
+        keep_result=0,
+    )
+    assert worker.poll_delay_s == 0
+    assert worker.wake_key == f"{queue}:wake"
+    run = asyncio.create_task(worker.async_run())
+    try:
+        await asyncio.sleep(0.3)  # its first poll found nothing: it waits on the wake list
+        job = await pool.enqueue_job("job", "first", _queue_name=queue)
+        assert job is not None
+        pushed = time.perf_counter()
+        await pool.lpush(worker.wake_key, job.job_id)
+        async with asyncio.timeout(5):
+            await worker.any_finished.wait()
+            await worker.any_done.wait()
+        assert worker.finished_ids == [job.job_id]
+        # arq's own poll would have started it up to `poll_delay` (0.5 s) later; the wake
+        # list within a few milliseconds (0.2 s leaves room for a slow box).
+        assert ran["first"] - pushed < 0.2
+        assert worker.done == [job.job_id], "the task's end is reported"
+        assert (worker.free_slots, worker.job_counter) == (worker.max_jobs, 0)
+        assert worker.sem._value == worker.max_jobs + 1, "its slot is given back"
+        assert worker.closed is False
+    finally:
+        await worker.close()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    assert worker.closed is True
+    await pool.delete(queue, worker.wake_key)
+
+
+async def test_a_slot_taken_and_given_back_leaves_the_count_as_it_was() -> None:
+    worker = _Worker(functions=[func(_job, name="job")], redis_pool=_pool(), max_jobs=1)
+    try:
+        assert await worker.take_slot()
+        assert worker.free_slots == 0
+        assert not await worker.take_slot(), "no slot past max_jobs"
+        worker.give_slot()
+        assert (worker.free_slots, worker.sem._value) == (1, 2)
+    finally:
+        await worker.pool.aclose()
