@@ -31,12 +31,16 @@ MAX_JSON_DEPTH = 64
 
 
 class OrjsonRequest(Request):
+    # The body once parsed (Starlette keeps its own in a private attribute; this is ours).
+    _parsed: Any = None
+    _was_parsed = False
+
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
+        if not self._was_parsed:
             body = orjson.loads(await self.body())
             check_depth(body)
-            self._json = body
-        return self._json
+            self._parsed, self._was_parsed = body, True
+        return self._parsed
 
 
 def check_depth(body: Any, limit: int = MAX_JSON_DEPTH) -> None:

@@ -12,7 +12,8 @@ handling). What this module changes is what a frame costs on the way out:
 - what a send costs: the library wraps every send in a cancel scope for its per-send
   timeout, which Bernard does not set (a client that stops reading is a socket write that
   blocks one relay, and its disconnect ends it); with no timeout the scope only costs,
-  about 4 µs a send, a tenth of the API's CPU per relayed frame at 100 streams.
+  about 4 µs a send, a tenth of the API's CPU per relayed frame at 100 streams
+  (compat/sse_starlette.py sends without it).
 
 tests/api/test_sse.py holds both to the library's own behaviour.
 """
@@ -22,8 +23,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import aclosing
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.types import Message, Send
+from sse_starlette import ServerSentEvent
+
+from compat.sse_starlette import UntimedSends, separator
 
 __all__ = ["SSE_HEADERS", "FrameResponse", "encode", "encoded"]
 
@@ -44,7 +46,7 @@ def _encode_one(event: ServerSentEvent) -> str:
     if (
         event.comment is not None
         or event.retry is not None
-        or event._sep != _SEP
+        or separator(event) != _SEP
         or not (_one_line(event.id) and _one_line(event.event) and _one_line(data))
     ):
         return event.encode().decode("utf-8")
@@ -72,7 +74,7 @@ async def encoded(
             yield encode(batch)
 
 
-class FrameResponse(EventSourceResponse):
+class FrameResponse(UntimedSends):
     """An SSE response of frame batches (each one chunk: `encoded`), or of a few frames
     known now (one chunk), with Bernard's stream headers."""
 
@@ -86,10 +88,6 @@ class FrameResponse(EventSourceResponse):
             headers={**SSE_HEADERS, **(headers or {})},
             ping=_NO_PING,
         )
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        # No per-send timeout is set (see the module's docstring): no scope to keep it.
-        await send(message)
 
 
 async def _once(chunk: bytes) -> AsyncGenerator[bytes, None]:

@@ -31,6 +31,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelMan
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, TimeoutError
 
+from compat.redis import unfit
 from shared.redaction import redact_url
 from shared.settings import Settings, is_cluster_url
 
@@ -149,26 +150,17 @@ class PromptPool(BlockingConnectionPool):
     with a zero-timeout read, which suspends the caller until the loop's next iteration:
     on a busy worker every command then waited behind everything else ready to run (the
     p99 of an XADD at 100 streams was 14 ms). redis-py 7 replaced that read (#4063); arq
-    pins redis < 6. This pool looks at what the connection has already received instead:
-    leftover bytes or the server's EOF mean it is not fit to reuse, so it reconnects. A
-    connection that dies unnoticed fails its command, which the client's retry policy
-    sends again on a fresh one.
+    pins redis < 6. This pool looks at what the connection has already received instead
+    (compat/redis.py): leftover bytes or the server's EOF mean it is not fit to reuse, so
+    it reconnects. A connection that dies unnoticed fails its command, which the client's
+    retry policy sends again on a fresh one.
     """
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
         await connection.connect()
-        if _unfit(connection):
+        if unfit(connection):
             await connection.disconnect()
             await connection.connect()
-
-
-def _unfit(connection: AbstractConnection) -> bool:
-    # `_reader` is the connection's asyncio.StreamReader; `_buffer` holds what arrived
-    # and nobody read (the same check redis-py 7 makes).
-    reader = getattr(connection, "_reader", None)
-    if reader is None:
-        return False
-    return bool(reader.at_eof() or getattr(reader, "_buffer", b""))
 
 
 class HiredisPacking:

@@ -18,9 +18,9 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, cast
 
+import anthropic
 import openai
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall
@@ -102,13 +102,7 @@ def _usage(message: AIMessage | AIMessageChunk) -> dict[str, int] | None:
 
 # Upstream errors from either SDK; both are generated from the same template, so their
 # status and timeout errors have the same shape.
-_SDK_ERRORS: tuple[type[Exception], ...] = (openai.APIError,)
-try:
-    import anthropic
-
-    _SDK_ERRORS += (anthropic.APIError,)
-except ImportError:  # pragma: no cover - langchain-anthropic is a dependency
-    anthropic = None  # type: ignore[assignment]
+_SDK_ERRORS: tuple[type[Exception], ...] = (openai.APIError, anthropic.APIError)
 
 
 def _translate(exc: Exception) -> LlmError:
@@ -438,16 +432,11 @@ ANTHROPIC_OPTIONS: dict[str, Callable[[Any], tuple[str, Any]] | None] = {
 
 
 def _anthropic(settings: Settings, model: str, http_client: Any) -> BaseChatModel:
-    from langchain_anthropic import ChatAnthropic
+    # On the worker's client: `ChatAnthropic`'s own is cached for the process.
+    from compat.langchain_anthropic import chat_anthropic
 
-    class OwnClientChatAnthropic(ChatAnthropic):
-        """`ChatAnthropic` on the worker's client: its own is cached for the process."""
-
-        @cached_property
-        def _async_client(self) -> Any:
-            return anthropic.AsyncClient(**self._client_params, http_client=http_client)
-
-    return OwnClientChatAnthropic(
+    return chat_anthropic(
+        http_client,
         model=model,
         base_url=settings.anthropic_base_url,
         api_key=settings.anthropic_api_key or "not-needed",

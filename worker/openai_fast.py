@@ -3,10 +3,10 @@ per-call and per-chunk work.
 
 What this keeps from LangChain and the SDK: the request payload `ChatOpenAI` builds (the
 messages, the bound tools, the call options), the answer as `ChatOpenAI` parses it (tool
-calls, usage, finish reason: `_create_chat_result`), and the SDK client itself with its
-base URL, key, retries and timeouts (`client.post`, the SDK's documented way to call a path
-it has no method for). What it leaves out, measured on this box (docs/benchmarks.md, cost
-per token):
+calls, usage, finish reason), both through compat/langchain_openai.py; and the SDK client
+itself with its base URL, key, retries and timeouts (`client.post`, the SDK's documented
+way to call a path it has no method for). What it leaves out, measured on this box
+(docs/benchmarks.md, cost per token):
 
 - the SDK's request transform, which walks the whole payload against its typed
   parameters and changes nothing in a plain JSON one: 0.9 ms for a short answer's request,
@@ -34,6 +34,8 @@ from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI
+
+from compat.langchain_openai import chat_result, request_payload
 
 # The header with which the SDK hands back a response before reading its body (what its
 # `with_streaming_response` sets).
@@ -77,7 +79,7 @@ async def openai_complete(
 ) -> AIMessage:
     """One whole answer; `bound` is what `bind_tools` bound (the tools, the tool choice).
     Sent on `client`, an SDK client configured as the model's."""
-    payload = model._get_request_payload(list(messages), **bound)
+    payload = request_payload(model, messages, bound)
     response = await _post(client, payload, stream=False)
     try:
         body = orjson.loads(response.content)
@@ -85,7 +87,7 @@ async def openai_complete(
         raise UpstreamStreamError(f"an answer that is not JSON: {response.text[:100]!r}") from exc
     not_objects = _calls_without_an_object(body)
     try:
-        result = model._create_chat_result(body)
+        result = chat_result(model, body)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise UpstreamStreamError(f"an answer that cannot be read: {exc}") from exc
     generation = result.generations[0]
@@ -112,7 +114,7 @@ def _calls_without_an_object(body: Any) -> list[InvalidToolCall]:
         message = body["choices"][0]["message"]
         calls = list(message.get("tool_calls") or ())
     except (KeyError, IndexError, TypeError, AttributeError):
-        return []  # `_create_chat_result` says what is wrong with it
+        return []  # `chat_result` says what is wrong with it
     kept: list[Any] = []
     found: list[InvalidToolCall] = []
     for call in calls:
@@ -153,7 +155,7 @@ async def openai_tokens(
     reason, latency ms)` (the message carries the whole text and the usage). Sent on
     `client`, as `openai_complete`."""
     started = time.perf_counter()
-    payload = model._get_request_payload(list(messages), **params)
+    payload = request_payload(model, messages, params)
     payload["stream"] = True
     payload["stream_options"] = {"include_usage": True}
     parts: list[str] = []

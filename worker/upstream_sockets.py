@@ -23,7 +23,7 @@ and timeouts are httpcore2's own (`ReadError`, `ReadTimeout`, `WriteError`,
 with anyio's backend (tests/worker/test_upstream_sockets.py runs both against the same
 servers). `use_asyncio_sockets` puts an SDK HTTP client on it; reaching the pool takes
 private attributes of httpx2 and httpcore2, as httpx has no argument for a backend
-(docs/benchmarks.md, "Still wrong or fragile").
+(compat/httpx2.py, compat/httpcore2.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 import httpcore2
+import httpx2
 from httpcore2 import AsyncNetworkBackend, AsyncNetworkStream
+
+from compat.httpcore2 import set_network_backend
+from compat.httpx2 import connection_pools
 
 __all__ = ["AsyncioBackend", "use_asyncio_sockets"]
 
@@ -285,10 +289,9 @@ def use_asyncio_sockets(client: Any) -> Any:
     """Put `client`'s connection pools (an httpx2 `AsyncClient`: its own transport and any
     proxy mounts) on `AsyncioBackend`; returns `client`. Pools of another HTTP library
     (the Anthropic SDK's httpx) are left as they are."""
+    if not isinstance(client, httpx2.AsyncClient):
+        return client
     backend = AsyncioBackend()
-    transports = [client._transport, *client._mounts.values()]
-    for transport in transports:
-        pool = getattr(transport, "_pool", None)
-        if isinstance(pool, httpcore2.AsyncConnectionPool):
-            pool._network_backend = backend
+    for pool in connection_pools(client):
+        set_network_backend(pool, backend)
     return client

@@ -18,8 +18,7 @@ opens: a slow service must never hold those up). Cancelling the awaiting task (t
 time is up, or the turn stopped) cancels the session: the request in flight ends by its own
 timeout, within the deadline, and nothing after it is sent (a play command never follows a
 lookup that was given up on). `requests` has no public way to bound a body it reads for
-its caller; `Response._content` is where it keeps a body it has read, and the session
-stores the bounded body there.
+its caller: the session reads it and hands it over (compat/requests.py).
 """
 
 from __future__ import annotations
@@ -33,6 +32,8 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 import requests
+
+from compat.requests import keep_body
 
 # One origin rule and one redirect limit for the tools on either HTTP client.
 from worker.tools.http import MAX_REDIRECTS, origin_of
@@ -142,7 +143,7 @@ class GuardedSession(requests.Session):
                 self._remaining()
         finally:
             response.close()
-        response._content = bytes(body)  # requests' own slot for a body it has read
+        keep_body(response, bytes(body))
         return response
 
     def _remaining(self) -> float:
