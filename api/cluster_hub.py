@@ -48,7 +48,7 @@ from redis.exceptions import (
 
 from api.hub import Reader, StreamReadError, oldest_cursor
 from shared import keys
-from shared.connection import REDIS_ERRORS
+from shared.connection import REDIS_ERRORS, backoff_s
 from shared.streams import parse_entries
 
 logger = logging.getLogger("bernard.api")
@@ -161,7 +161,7 @@ class ClusterHub:
 
     async def _rehome(self, turn_ids: list[str], attempt: int = 0) -> None:
         """Subscribe those streams where their slots live now, then read them at once."""
-        await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+        await asyncio.sleep(backoff_s(attempt))
         missing = []
         for turn_id in turn_ids:
             if turn_id not in self._readers or turn_id in self._watch_of:
@@ -205,7 +205,7 @@ class ClusterHub:
                 failures += 1
                 logger.warning("stream hub lost Redis (%s); retrying", exc)
                 self._marked.update(batch)
-                await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+                await asyncio.sleep(backoff_s(failures))
                 self._woken.set()
 
     async def _read(self, batch: list[str]) -> None:
@@ -359,7 +359,7 @@ class _NodeWatch:
                 if self.hub._watches.get(self.node.name) is self:
                     del self.hub._watches[self.node.name]
                 return
-            await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+            await asyncio.sleep(backoff_s(failures))
 
     def _handle(self, reply: Any) -> None:
         kind, channel = reply[0], reply[1].decode()

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
+from shared.connection import backoff_s
 from shared.streams import Entry, entry_key, parse_entries
 
 logger = logging.getLogger("bernard.api")
@@ -258,7 +259,7 @@ class _Lane:
             except (RedisError, OSError) as exc:
                 failures += 1
                 logger.warning("stream hub lost Redis (%s); retrying", exc)
-                await asyncio.sleep(min(0.05 * 2**failures, 1.0))
+                await asyncio.sleep(backoff_s(failures))
                 continue
             for raw_key, raw_entries in reply or []:
                 key = raw_key.decode()

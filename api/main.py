@@ -37,7 +37,8 @@ from api.routes import (
 )
 from api.state import AppState
 from api.store_guard import StoreGuard
-from shared.connection import REDIS_ERRORS, connect, connect_data, is_cluster, queue_client
+from shared.backends import Wake, backend_of
+from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
 from shared.errors import ErrorCode
 from shared.logs import configure_logging
 from shared.rate_limit import Rate, RateLimiter
@@ -49,6 +50,11 @@ from shared.turns import TurnStore
 logger = logging.getLogger("bernard.api")
 # A request gets its 503 after a few quick retries; the hub retries on its own for longer.
 _REQUEST_RETRIES = 3
+# The hub that reads turn streams the way the data role's readers are woken there.
+_HUBS: dict[Wake, type[StreamHub] | type[ClusterHub]] = {
+    Wake.XREAD: StreamHub,
+    Wake.CHANNEL: ClusterHub,
+}
 
 
 class BodyLimit:
@@ -123,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings, redis, lambda: connect(settings.queue_url, retries=_REQUEST_RETRIES)
         )
         hub_redis = connect_data(settings.redis_url)
-        hub: Hub = ClusterHub(hub_redis) if is_cluster(hub_redis) else StreamHub(hub_redis)
+        hub: Hub = _HUBS[backend_of(hub_redis).wake](hub_redis)
         store = TurnStore(
             redis,
             retention_s=settings.turn_retention_s,

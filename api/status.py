@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.connection import REDIS_ERRORS, describe, is_cluster, parse_url
+from shared.backends import backend_of
+from shared.connection import REDIS_ERRORS
 from shared.deployment import (
     Deployment,
     ModelFacts,
@@ -91,7 +92,7 @@ async def build_status(settings: Settings, data: Redis, queue: Redis) -> Status:
         models, services, redis, workers, servers = await asyncio.gather(
             _models(http, settings, published),
             _services(http, published),
-            _redis(settings, data, queue),
+            _redis(data, queue),
             _workers(queue),
             _mcp_servers(queue),
         )
@@ -196,24 +197,25 @@ async def _services(
     ]
 
 
-async def _redis(settings: Settings, data: Redis, queue: Redis) -> list[RedisStatus]:
-    roles: list[tuple[list[Literal["data", "queue"]], Redis, str]] = []
+async def _redis(data: Redis, queue: Redis) -> list[RedisStatus]:
+    roles: list[tuple[list[Literal["data", "queue"]], Redis]] = []
     if queue is data:
-        roles.append((["data", "queue"], data, settings.redis_url))
+        roles.append((["data", "queue"], data))
     else:
-        roles += [(["data"], data, settings.redis_url), (["queue"], queue, settings.queue_url)]
+        roles += [(["data"], data), (["queue"], queue)]
     return list(await asyncio.gather(*(_one_redis(*role) for role in roles)))
 
 
-async def _one_redis(roles: list[Literal["data", "queue"]], client: Redis, url: str) -> RedisStatus:
-    kind = "cluster" if is_cluster(client) else parse_url(url).kind
+async def _one_redis(roles: list[Literal["data", "queue"]], client: Redis) -> RedisStatus:
+    backend = backend_of(client)
+    kind, where = backend.kind, backend.describe()
     try:
         async with asyncio.timeout(REDIS_TIMEOUT_S):
             servers = await server_facts(client)
     except _REDIS_FAILURES as exc:
         reason = str(exc) or type(exc).__name__
-        return RedisStatus(roles=roles, kind=kind, url=describe(client), servers=[], error=reason)
-    return RedisStatus(roles=roles, kind=kind, url=describe(client), servers=servers, error=None)
+        return RedisStatus(roles=roles, kind=kind, url=where, servers=[], error=reason)
+    return RedisStatus(roles=roles, kind=kind, url=where, servers=servers, error=None)
 
 
 async def _mcp_servers(queue: Redis) -> list[McpServerStatus]:

@@ -25,10 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import Redis
 
 from api.errors import ApiError
-from shared.connection import REDIS_ERRORS, describe, is_cluster
+from shared.backends import backend_of
+from shared.connection import REDIS_ERRORS
 from shared.errors import ErrorCode
 
 logger = logging.getLogger("bernard.api")
@@ -135,10 +136,6 @@ class StoreGuard:
 
 async def _fills(redis: Redis) -> list[Fill]:
     """The fill of each server behind `redis`: each primary of a Cluster, else the one."""
-    if is_cluster(redis):
-        cluster: RedisCluster = redis  # type: ignore[assignment]
-        replies = await cluster.info("memory", target_nodes=RedisCluster.PRIMARIES)
-        if "used_memory" in replies:  # one primary: redis-py answers its reply alone
-            replies = {describe(redis): replies}
-        return [fill_of(str(node), info) for node, info in replies.items()]
-    return [fill_of(describe(redis), await redis.info("memory"))]
+    backend = backend_of(redis)
+    replies = await backend.servers_info("memory")
+    return [fill_of(node or backend.describe(), info) for node, info in replies.items()]

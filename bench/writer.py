@@ -3,7 +3,8 @@
 It appends text deltas to existing turns' streams at a fixed offered rate, one stream
 entry per token exactly as the worker's `StreamWriter` encodes them (`shared.events.encode`,
 which stamps `at`), then ends every turn with the same `TurnStore.finish` the worker uses.
-On a Redis Cluster it also publishes each stream's wake-up, as the worker does there.
+Each append carries its stream's wake-up, as the worker's do (shared/backends.py); on a
+Cluster it writes to each primary on a plain client of its own.
 With no LLM client in the loop, the API process is the only thing relaying, so the rate it
 sustains is its own.
 
@@ -18,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Any, cast
+from typing import Any
 
 import orjson
-from redis.asyncio import Redis, RedisCluster
 
 from shared import keys
-from shared.connection import connect_data, is_cluster
+from shared.backends import Backend, backend_of
+from shared.connection import connect_data
 from shared.events import Delta, Done, TurnStatus, encode
 from shared.turns import STREAM_FIELD, TurnStore
 from tests.upstream import echo_tokens
@@ -44,27 +45,22 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
     maxlen: int = spec["maxlen"]
     interval = len(turn_ids) / rate if rate > 0 else 0.0
     store = TurnStore(redis, retention_s=spec["retention_s"], stream_maxlen=maxlen)
-    shards = await _shards(redis, turn_ids)
+    backend = backend_of(redis)
+    shards = await backend.by_primary(turn_ids)
     entries = 0
     started = time.time()
     due = time.monotonic()
 
-    async def append(client: Redis, ids: list[str], index: int, wake: bool) -> None:
-        async with client.pipeline(transaction=False) as pipe:
+    async def append(shard: Backend, ids: list[str], index: int) -> None:
+        async with shard.client.pipeline(transaction=False) as pipe:
             for turn_id in ids:
                 payload = encode(Delta(text=tokens[turn_id][index]))
-                pipe.xadd(
-                    keys.events(turn_id), {STREAM_FIELD: payload}, maxlen=maxlen, approximate=True
-                )
-                if wake:
-                    pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
+                shard.append(pipe, turn_id, STREAM_FIELD, [payload], maxlen=maxlen)
             await pipe.execute()
 
     try:
         for index in range(spec["tokens"]):
-            await asyncio.gather(
-                *(append(client, ids, index, client is not redis) for client, ids in shards)
-            )
+            await asyncio.gather(*(append(shard, ids, index) for shard, ids in shards))
             entries += len(turn_ids)
             if interval:
                 due += interval
@@ -77,28 +73,11 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
             done = Done(status=TurnStatus.COMPLETED, finish_reason="stop")
             await store.finish(turn_id, (owner or b"").decode(), done)
     finally:
-        for client, _ in shards:
-            if client is not redis:
-                await client.aclose()
+        for shard, _ in shards:
+            if shard is not backend:
+                await shard.client.aclose()
         await redis.aclose()
     return {"started": started, "ended": ended, "entries": entries}
-
-
-async def _shards(redis: Redis, turn_ids: list[str]) -> list[tuple[Redis, list[str]]]:
-    """Where to send each turn's appends: `redis` for one server; on a Cluster a plain client
-    per primary with the turns whose streams it holds, so the writer pays no Cluster client
-    work per command (nothing moves slots during a run). These also publish each stream's
-    wake-up, as the worker's writes do there (shared/streams.py)."""
-    if not is_cluster(redis):
-        return [(redis, turn_ids)]
-    cluster = cast(RedisCluster, redis)
-    await cluster.initialize()
-    by_node: dict[tuple[str, int], list[str]] = {}
-    for turn_id in turn_ids:
-        node = cluster.get_node_from_key(keys.events(turn_id))
-        assert node is not None
-        by_node.setdefault((node.host, int(node.port)), []).append(turn_id)
-    return [(Redis(host=host, port=port), ids) for (host, port), ids in by_node.items()]
 
 
 def main() -> None:

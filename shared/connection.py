@@ -33,7 +33,7 @@ from redis.exceptions import ConnectionError, RedisClusterException, RedisError,
 
 from compat.redis import unfit
 from shared.redaction import redact_url
-from shared.settings import Settings, is_cluster_url
+from shared.settings import Settings
 
 # The name the rest of the code imports from here; the one implementation is
 # shared/redaction.py's, which knows every URL's credentials, not Redis's alone.
@@ -81,7 +81,7 @@ def parse_url(url: str) -> RedisAddress:
         raise ValueError(f"not a Redis URL: {redact_url(url)!r}")
     if scheme not in ("redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"):
         return RedisAddress("single", url)
-    kind: Kind = "cluster" if is_cluster_url(url) else "sentinel"
+    kind: Kind = "cluster" if scheme.endswith("+cluster") else "sentinel"
     parts = urlsplit(url)
     userinfo, at, hostlist = parts.netloc.rpartition("@")
     username = password = None
@@ -139,8 +139,19 @@ def _database(text: str, url: str) -> int:
     return int(text)
 
 
+# 50 ms doubling to 1 s: each client's retries, and every loop that waits for Redis to
+# come back (`backoff_s`).
+_BACKOFF = ExponentialBackoff(cap=1.0, base=0.05)
+
+
+def backoff_s(failures: int) -> float:
+    """How long a loop that has failed `failures` times in a row waits before it tries Redis
+    again: as the clients' own retries wait."""
+    return float(_BACKOFF.compute(failures))
+
+
 def _retry(retries: int = _RETRIES) -> Retry:
-    return Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
+    return Retry(_BACKOFF, retries)
 
 
 class PromptPool(BlockingConnectionPool):
@@ -317,7 +328,7 @@ def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 51
     """A client for the data role: `connect`'s, or a `RedisCluster` for a Cluster URL.
 
     A `RedisCluster` is typed as the `Redis` it stands in for: it offers the same commands,
-    and the few places that must treat it differently ask `is_cluster`. Its nodes are
+    and what differs is its backend's (shared/backends.py). Its nodes are
     reached directly (no pool lock to wait on), so `PromptPool` does not apply, and
     `max_connections` neither: a Cluster node past its limit fails the command at once
     rather than wait for a free connection (1,000 requests at once failed so), so each node
@@ -359,38 +370,6 @@ def queue_client(settings: Settings, data: Redis, own: Callable[[], ArqRedis]) -
     return own()
 
 
-def is_cluster(redis: object) -> bool:
-    """Whether `redis` is a Redis Cluster client (see `connect_data`)."""
-    return isinstance(redis, RedisCluster)
-
-
-def failovers(redis: object) -> int:
-    """How many failovers the client has followed so far: behind Sentinels, each new
-    primary its connections reached (`PromptSentinelPool`); 0 for anything else."""
-    pool = getattr(redis, "connection_pool", None)
-    return pool.failovers if isinstance(pool, PromptSentinelPool) else 0
-
-
-def describe(redis: Redis) -> str:
-    """Where `redis` connects, for people to read (never the password)."""
-    if is_cluster(redis):
-        nodes = cast(RedisCluster, redis).nodes_manager.startup_nodes.values()
-        return "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
-    pool = redis.connection_pool
-    if isinstance(pool, PromptSentinelPool):
-        hosts = ",".join(
-            f"{s.connection_pool.connection_kwargs['host']}:"
-            f"{s.connection_pool.connection_kwargs['port']}"
-            for s in pool.sentinel_manager.sentinels
-        )
-        return f"redis+sentinel://{hosts}/{pool.service_name}"
-    kwargs = pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}"
-    host, port, db = kwargs.get("host", "localhost"), kwargs.get("port", 6379), kwargs.get("db", 0)
-    return f"redis://{host}:{port}/{db}"
-
-
 async def wait_until_reachable(
     redis: Redis, logger: logging.Logger, *, every_s: float = 1.0, remind_s: float = 30.0
 ) -> None:
@@ -400,6 +379,9 @@ async def wait_until_reachable(
     A client from `connect` retries each command for some 30 s without a word; a process
     starting against a Redis that is down should say what it waits for from the start.
     """
+    from shared.backends import backend_of  # it builds on this module
+
+    where = backend_of(redis).describe()
     source = redis.connection_pool
     kwargs = {
         **source.connection_kwargs,
@@ -436,7 +418,7 @@ async def wait_until_reachable(
                     waited_since = reminded = now
                     logger.error(
                         "Redis at %s does not answer (%s); retrying every %g s",
-                        describe(redis),
+                        where,
                         exc,
                         every_s,
                     )
@@ -444,14 +426,14 @@ async def wait_until_reachable(
                     reminded = now
                     logger.error(
                         "still waiting for Redis at %s (%.0f s so far): %s",
-                        describe(redis),
+                        where,
                         now - waited_since,
                         exc,
                     )
                 await asyncio.sleep(every_s)
                 continue
             if waited_since is not None:
-                logger.info("Redis at %s answers; starting", describe(redis))
+                logger.info("Redis at %s answers; starting", where)
             return
     finally:
         await probe.aclose()

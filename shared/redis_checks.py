@@ -4,13 +4,13 @@ the facts `bernard doctor` and `GET /v1/status` judge."""
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any
 
 from pydantic import BaseModel
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
 
-from shared.connection import is_cluster
+from shared.backends import backend_of
 
 
 async def warn_if_evicting(redis: Redis, logger: logging.Logger) -> None:
@@ -58,21 +58,10 @@ async def server_facts(client: Redis) -> list[ServerFacts]:
     """The facts of the server behind `client`, or of each primary of a Cluster (a replica
     is read once it is promoted: the client knows the primaries alone). Redis errors
     propagate."""
-    if not is_cluster(client):
-        info = cast(dict[str, Any], await client.info())
-        try:
-            config = cast(dict[str, Any], await client.config_get("maxmemory-policy"))
-            policy: str | None = str(config.get("maxmemory-policy", ""))
-        except RedisError:
-            policy = None
-        return [_facts("", info, policy)]
-    cluster = cast(RedisCluster, client)
-    infos = cast(dict[str, Any], await cluster.info(target_nodes=RedisCluster.PRIMARIES))
+    backend = backend_of(client)
+    infos = await backend.servers_info()
     try:
-        configs = cast(
-            dict[str, Any],
-            await cluster.config_get("maxmemory-policy", target_nodes=RedisCluster.PRIMARIES),
-        )
+        configs = await backend.servers_config("maxmemory-policy")
     except RedisError:
         configs = {}
     return [

@@ -1,4 +1,4 @@
-"""Lua scripts inside pipelines, and transactions, on any client (shared/connection.py).
+"""Lua scripts inside pipelines, on any client (shared/connection.py).
 
 A script called on its own goes through redis-py's `register_script` (EVALSHA, loaded on
 the node that answers NOSCRIPT, a Cluster's included). Inside a pipeline it goes as an
@@ -6,10 +6,6 @@ EVAL of its text instead: redis-py runs a `SCRIPT EXISTS` round trip before ever
 pipeline that holds a registered script, and a Cluster pipeline cannot hold one at all
 (redis-py 5 awaits it as a command and so empties the pipeline). EVAL needs neither, and
 Redis caches the compiled script by its hash as it does for EVALSHA.
-
-A Cluster client's pipelines cannot be transactions either (redis-py 5); `atomic` gives
-MULTI/EXEC where the client can, and a plain pipeline of the same commands on a Cluster,
-where every such group here touches one key and its expiry.
 """
 
 from __future__ import annotations
@@ -17,20 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-
-from shared.connection import is_cluster
 
 
 def in_pipeline(pipe: Pipeline, script: str, keys: Sequence[str], args: Sequence[Any]) -> None:
     """Queue `script` on `pipe` with `keys` (all of one hash tag) and `args`."""
     pipe.execute_command("EVAL", script, len(keys), *keys, *args)
-
-
-def atomic(redis: Redis) -> Pipeline:
-    """A pipeline run as one transaction where `redis` can run one (see above)."""
-    return redis.pipeline(transaction=not is_cluster(redis))
 
 
 # KEYS: a set of leased slots, a sorted set scored by the time each lapses. ARGV: now,

@@ -17,11 +17,6 @@ MODEL_ID = "bernard-v1"
 LOCAL_USER = "local"
 
 
-def is_cluster_url(url: str) -> bool:
-    """Whether `url` names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`)."""
-    return url.split("://", 1)[0].lower() in ("redis+cluster", "rediss+cluster")
-
-
 class Settings(BaseSettings):
     """Every knob Bernard reads. Names are the environment variables, case-insensitive."""
 
@@ -191,7 +186,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _queue_is_one_primary(self) -> Settings:
-        if is_cluster_url(self.queue_url):
+        # The modules that read URLs build on this one.
+        from shared.backends import holds_queue
+        from shared.connection import parse_url
+
+        try:
+            kind = parse_url(self.queue_url).kind
+        except ValueError:
+            return self  # refused, saying why, where a client is made for it
+        if not holds_queue(kind):
             raise ValueError(
                 "the queue role cannot be a Redis Cluster (arq has no Cluster support): set "
                 "BERNARD_QUEUE_REDIS_URL to a plain Redis or a redis+sentinel:// URL"

@@ -21,11 +21,10 @@ record went with it). A worker that was stopped long enough for a reaper to end 
 (SIGSTOP, a frozen VM) learns so from its next write (`TurnOverError`), and nothing lands
 after the turn's `done`.
 
-On a Redis Cluster each turn's appends in a round are followed by an `SPUBLISH` on the
-stream's wake channel (`keys.stream_wake`, in the stream's own slot, so on the same node
-and after the appends): that is what the API's readers wait on there (api/cluster_hub.py).
-A Cluster pipeline sends each node its share at once, so a round costs one round trip
-whatever the number of shards.
+Each turn's appends in a round carry what wakes the stream's readers on the data role's
+topology (shared/backends.py: on a Cluster, an `SPUBLISH` on the stream's wake channel
+after them). A Cluster pipeline sends each node its share at once, so a round costs one
+round trip whatever the number of shards.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from shared import keys
-from shared.connection import is_cluster
+from shared.backends import backend_of
 from shared.events import Delta, Event, LlmCallComplete, LlmPrompt, Stamped, decode, encode
 from shared.turns import STREAM_FIELD
 
@@ -62,7 +60,7 @@ class StreamBatcher:
     def __init__(self, redis: Redis, *, maxlen: int) -> None:
         self.redis = redis
         self.maxlen = maxlen
-        self._wake = is_cluster(redis)
+        self.backend = backend_of(redis)
         # Turn id → events not sent yet, in order.
         self._pending: dict[str, list[Event]] = {}
         # Turns in the write in flight, and the errors writes raised, by turn.
@@ -137,7 +135,7 @@ class StreamBatcher:
             self._task = None
 
     async def _write(self, batch: dict[str, list[Event]]) -> None:
-        # The turn each reply is of; None for a wake-up's.
+        # The turn each entry's reply is of; None for a wake-up's.
         sent: list[str | None] = []
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id, events in batch.items():
@@ -146,18 +144,12 @@ class StreamBatcher:
                 except Exception as exc:  # this turn's events cannot be written: its alone
                     self._errors.setdefault(turn_id, exc)
                     continue
-                for payload in payloads:
-                    pipe.xadd(
-                        keys.events(turn_id),
-                        {STREAM_FIELD: payload},
-                        maxlen=self.maxlen,
-                        approximate=True,
-                        nomkstream=True,
-                    )
-                    sent.append(turn_id)
-                if self._wake:
-                    pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
-                    sent.append(None)
+                after = self.backend.append(
+                    pipe, turn_id, STREAM_FIELD, payloads, maxlen=self.maxlen, nomkstream=True
+                )
+                sent.extend([turn_id] * len(payloads))
+                if after:
+                    sent.extend([None] * after)
             # A round that fails whole (the connection lost) fails every turn in it: `_drain`.
             replies = await pipe.execute(raise_on_error=False)
         for of, reply in zip(sent, replies, strict=True):

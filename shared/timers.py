@@ -36,7 +36,7 @@ from arq.connections import ArqRedis
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.connection import is_cluster
+from shared.backends import backend_of
 from shared.conversation_state import ConversationMachine, Outcome, may_run
 from shared.events import TimerFired, encode
 from shared.queue import BackgroundKind, background_job_id
@@ -320,13 +320,11 @@ async def _announce(redis: Redis, owner: str, timer: Timer, retention_s: int) ->
 
 async def publish(redis: Redis, owner: str, event: Any, *, retention_s: int) -> None:
     """Append an event to the owner's event stream (`GET /v1/events`)."""
-    stream_id = keys.user_stream_id(owner)
-    stream = keys.events(stream_id)
+    stream_id, payload = keys.user_stream_id(owner), encode(event)
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.xadd(stream, {STREAM_FIELD: encode(event)}, maxlen=_EVENTS_MAXLEN, approximate=True)
-        pipe.expire(stream, retention_s)
-        if is_cluster(redis):  # its readers wait on its wake channel (api/cluster_hub.py)
-            pipe.execute_command("SPUBLISH", keys.stream_wake(stream_id), "")
+        backend_of(redis).append(
+            pipe, stream_id, STREAM_FIELD, [payload], maxlen=_EVENTS_MAXLEN, expire_s=retention_s
+        )
         await pipe.execute()
 
 

@@ -26,7 +26,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
-from shared.connection import is_cluster
+from shared.backends import backend_of
 from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, encode
 from shared.lifecycle import (
     CLAIM,
@@ -294,7 +294,7 @@ class TurnStore:
         self.retention_s = retention_s
         self.stream_maxlen = stream_maxlen
         self._one_client = self.queue is self.redis
-        self._cluster = is_cluster(redis)
+        self.backend = backend_of(redis)
         # The owner's active turns: queued or running, each leaving the set when it ends
         # (`finish`), or at its deadline should that never happen.
         self._admit = self.queue.register_script(_ADMIT)
@@ -621,14 +621,8 @@ class TurnStore:
             SEALED_ID,
             *payloads,
         ]
-        if self._cluster:
-            # The stream's readers wait on its wake channel (api/cluster_hub.py).
-            async with self.redis.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, FINISH, finish_keys, finish_args)
-                pipe.execute_command("SPUBLISH", keys.stream_wake(turn_id), "")
-                reply, _ = await pipe.execute()
-        else:
-            reply = await self._finish(keys=finish_keys, args=finish_args)
+        # Its `done` entry, and what wakes the stream's readers.
+        reply = await self.backend.run_and_wake(self._finish, finish_keys, finish_args, turn_id)
         finished = Finished(_text(reply))
         if finished is not Finished.REFUSED:
             async with self.queue.pipeline(transaction=False) as pipe:

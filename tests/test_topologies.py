@@ -32,7 +32,8 @@ import pytest
 
 from api.store_guard import StoreGuard
 from shared import keys
-from shared.connection import connect_data, failovers
+from shared.backends import backend_of
+from shared.connection import connect_data
 from shared.events import TimerFired
 from shared.settings import Settings
 from shared.timers import publish
@@ -280,11 +281,11 @@ async def test_a_failover_is_counted_by_the_client_that_follows_it(
     client = connect_data(quick_sentinel.url)
     try:
         await client.set("bernard:test:failover", "1")
-        assert failovers(client) == 0
+        assert backend_of(client).failovers() == 0
         quick_sentinel.primary.kill()
         await quick_sentinel.wait_failover(timeout_s=30)
         await client.get("bernard:test:failover")  # reconnects to the promoted replica
-        assert failovers(client) == 1
+        assert backend_of(client).failovers() == 1
     finally:
         await client.aclose()
 

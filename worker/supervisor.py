@@ -42,7 +42,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from shared import keys
-from shared.connection import REDIS_ERRORS, failovers
+from shared.backends import backend_of
+from shared.connection import REDIS_ERRORS
 from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.events import (
@@ -138,7 +139,7 @@ class TurnSupervisor:
             stream_maxlen=settings.stream_maxlen,
             queue=self.queue,
         )
-        self._failovers = failovers(redis)
+        self._failovers = backend_of(redis).failovers()
         self._running: dict[str, _Running] = {}
         self._background: list[asyncio.Task[None]] = []
         self._tools_published = 0.0  # `time.monotonic()` of the last publish
@@ -356,7 +357,7 @@ class TurnSupervisor:
                     await self._publish_tools()
                 except (RedisError, OSError) as exc:
                     logger.warning("publishing the tools failed (%s); retrying", exc)
-            seen = failovers(self.redis)
+            seen = backend_of(self.redis).failovers()
             if seen != self._failovers:
                 self._failovers = seen
                 logger.warning(
