@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import make_settings, run_api
 from tests.upstream import ScriptedUpstream
 from worker.main import shutdown, startup
+from worker.queue import WakeWorker
 
 
 @pytest.fixture
@@ -26,7 +27,8 @@ def unfrozen() -> Iterator[None]:
 
 @pytest.mark.usefixtures("unfrozen")
 async def test_the_worker_freezes_what_it_built_at_startup(upstream: ScriptedUpstream) -> None:
-    ctx = {"settings": make_settings(upstream)}
+    # As `python -m worker` builds it (worker/queue.py marks its context).
+    ctx = {"settings": make_settings(upstream), WakeWorker.MARK: True}
     assert gc.get_freeze_count() == 0
     await startup(ctx)
     try:
