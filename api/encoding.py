@@ -33,6 +33,7 @@ from shared.events import (
     ToolProgress,
     ToolResult,
 )
+from shared.results import TurnResult
 from shared.turns import TurnRecord
 
 DONE = "[DONE]"
@@ -64,11 +65,11 @@ def terminal_error(done: Done) -> dict[str, Any] | None:
 
 def final_event(record: TurnRecord) -> Done:
     """The `done` a finished turn's record stands for, as its stream ended with it."""
-    result = record.result or {}
+    result = record.result
     return Done(
         status=record.status,
-        finish_reason=result.get("finish_reason"),
-        usage=result.get("usage"),
+        finish_reason=result.finish_reason if result is not None else None,
+        usage=result.usage if result is not None else None,
         error=record.error,
     )
 
@@ -119,7 +120,8 @@ class _ChunkEncoder(ABC):
         marked = {"bernard": COMPACTED}
         frames = []
         if record.status == "completed":
-            frames.append(self._answer((record.result or {}).get("content", ""), marked))
+            content = record.result.content if record.result is not None else ""
+            frames.append(self._answer(content, marked))
         return [*frames, *self._ending(final_event(record), marked)]
 
 
@@ -184,9 +186,9 @@ class ChatEncoder(_ChunkEncoder):
                 return self._ending(event)
         return []
 
-    def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
+    def body(self, result: TurnResult, conversation_id: str | None) -> dict[str, Any]:
         """The non-stream `chat.completion` for a completed turn."""
-        message = {"role": "assistant", "content": result.get("content", ""), "refusal": None}
+        message = {"role": "assistant", "content": result.content, "refusal": None}
         return {
             **self.head,
             "object": "chat.completion",
@@ -195,17 +197,17 @@ class ChatEncoder(_ChunkEncoder):
                     "index": 0,
                     "message": message,
                     "logprobs": None,
-                    "finish_reason": result.get("finish_reason") or "stop",
+                    "finish_reason": result.finish_reason,
                 }
             ],
-            "usage": usage_body(result.get("usage")),
+            "usage": usage_body(result.usage),
             "bernard": {
                 "turn_id": self.record.id,
                 "conversation_id": conversation_id,
-                "tool_calls": result.get("tool_calls", []),
-                "tool_outputs": result.get("tool_outputs", []),
+                "tool_calls": result.tool_calls,
+                "tool_outputs": result.tool_outputs,
                 # Tool calls waiting for the user's decision (turn `awaiting_confirmation`).
-                "pending_confirmations": result.get("pending", []),
+                "pending_confirmations": result.pending,
             },
         }
 
@@ -240,14 +242,14 @@ class CompletionEncoder(_ChunkEncoder):
                 return self._ending(event)
         return []
 
-    def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
+    def body(self, result: TurnResult, conversation_id: str | None) -> dict[str, Any]:
         choice = {
-            "text": result.get("content", ""),
+            "text": result.content,
             "index": 0,
             "logprobs": None,
-            "finish_reason": result.get("finish_reason") or "stop",
+            "finish_reason": result.finish_reason,
         }
-        return {**self.head, "choices": [choice], "usage": usage_body(result.get("usage"))}
+        return {**self.head, "choices": [choice], "usage": usage_body(result.usage)}
 
 
 class ConversationEncoder:
@@ -320,16 +322,16 @@ class ConversationEncoder:
         conversation's: `GET /v1/conversations/{id}/messages`)."""
         return [self._done(final_event(record))]
 
-    def body(self, result: dict[str, Any], conversation_id: str | None) -> dict[str, Any]:
+    def body(self, result: TurnResult, conversation_id: str | None) -> dict[str, Any]:
         """The turn's outcome, as a polled turn object shows it."""
         return {
             "conversation_id": conversation_id,
-            "content": result.get("content", ""),
-            "finish_reason": result.get("finish_reason") or "stop",
-            "usage": usage_body(result.get("usage")),
-            "tool_calls": result.get("tool_calls", []),
-            "tool_outputs": result.get("tool_outputs", []),
-            "pending_confirmations": result.get("pending", []),
+            "content": result.content,
+            "finish_reason": result.finish_reason,
+            "usage": usage_body(result.usage),
+            "tool_calls": result.tool_calls,
+            "tool_outputs": result.tool_outputs,
+            "pending_confirmations": result.pending,
         }
 
 

@@ -39,6 +39,7 @@ from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, Done, Event, MessageStored
 from shared.lifecycle import Cause, ended
+from shared.results import TurnResult
 from shared.settings import MODEL_ID
 from shared.turns import TurnRecord, TurnRequest
 
@@ -231,7 +232,7 @@ async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
     _, done = await read_to_done(state, record)
     raise_if_failed(record, done)
     finished = await state.store.get(record.id)
-    result = (finished.result if finished else None) or {}
+    result = (finished.result if finished else None) or TurnResult()
     body = encoder_for(record).body(result, record.conversation_id)
     return JSONResponse(body, headers=turn_headers(record))
 

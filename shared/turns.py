@@ -49,6 +49,7 @@ from shared.lifecycle import (
 )
 from shared.queue import enqueue
 from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
+from shared.results import TurnResult
 from shared.scripts import TAKE_SLOT, in_pipeline
 
 logger = logging.getLogger("bernard.turns")
@@ -142,7 +143,7 @@ class TurnRecord:
     started_at: float | None = None
     finished_at: float | None = None
     error: dict[str, str] | None = None
-    result: dict[str, Any] | None = None
+    result: TurnResult | None = None
     # The W3C trace context of the request that created the turn (tracing on): the worker
     # continues that trace (shared/traces.py).
     traceparent: str | None = None
@@ -190,6 +191,7 @@ class TurnRecord:
             value = data.get(name)
             return orjson.loads(value) if value else None
 
+        result = json_field("result")
         request = orjson.loads(data["request"])
         if "messages" in data:
             request["messages"] = orjson.loads(data["messages"])
@@ -204,7 +206,7 @@ class TurnRecord:
             started_at=number("started_at"),
             finished_at=number("finished_at"),
             error=json_field("error"),
-            result=json_field("result"),
+            result=TurnResult.from_json(result) if result is not None else None,
             traceparent=data["traceparent"].decode() if "traceparent" in data else None,
             preview=data["preview"].decode() if "preview" in data else None,
         )
@@ -591,7 +593,7 @@ class TurnStore:
         done: Done,
         *,
         before: Sequence[Event] = (),
-        result: dict[str, Any] | None = None,
+        result: TurnResult | None = None,
         guard: Guard = Guard.ALWAYS,
     ) -> Finished:
         """End the turn: append `before` then `done`, set status, start retention. Once only

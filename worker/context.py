@@ -16,6 +16,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared.records import Archivist
+from shared.results import TurnResult
 from shared.settings import Settings
 from shared.turns import TurnRequest
 from worker.llm import Llm
@@ -118,16 +119,16 @@ class TurnContext:
             if name in self.usage:
                 self.usage[name] += value
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> TurnResult:
         """The turn's outcome as stored on the turn record (the API renders the envelope)."""
-        return {
-            "content": "".join(self.content),
-            "finish_reason": self.finish_reason,
-            "usage": self.usage,
-            "tool_calls": self.tool_calls,
-            "tool_outputs": self.tool_outputs,
-            "pending": [proposal.public() for proposal in self.pending],
-        }
+        return TurnResult(
+            content="".join(self.content),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            tool_calls=self.tool_calls,
+            tool_outputs=self.tool_outputs,
+            pending=[proposal.public() for proposal in self.pending],
+        )
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, Error, Start, ToolCall
 from shared.lifecycle import Cause, Finished, Renewal
+from shared.results import TurnResult
 from shared.streams import parse_entries
 from shared.turns import (
     SAMPLING_OPTIONS,
@@ -225,7 +226,7 @@ async def test_a_finished_record_reads_back_its_times_error_and_result_without_t
         1700000001.5,
         1700000002.5,
     )
-    assert (read.error, read.result) == (error, result)
+    assert (read.error, read.result) == (error, TurnResult(content="hi"))
 
 
 # -- admission ---------------------------------------------------------------------------
@@ -368,7 +369,7 @@ async def test_finishing_appends_the_events_then_a_sealing_done_and_starts_reten
         record.owner,
         done,
         before=[Delta(text="hi"), ToolCall(id="c", name="t", arguments="{}", index=0)],
-        result={"content": "hi"},
+        result=TurnResult(content="hi"),
     )
     assert finished is Finished.ENDED
     stream = await stream_of(redis, record.id)
@@ -380,7 +381,7 @@ async def test_finishing_appends_the_events_then_a_sealing_done_and_starts_reten
     assert stream[-1][0] == SEALED_ID
     finished = await store.get(record.id)
     assert finished is not None
-    assert finished.status == "completed" and finished.result == {"content": "hi"}
+    assert finished.status == "completed" and finished.result == TurnResult(content="hi")
     assert finished.error is None and finished.request.messages == []
     assert before <= (finished.finished_at or 0) <= time.time()
     for key in (keys.turn(record.id), keys.events(record.id)):

@@ -1,0 +1,39 @@
+"""What a completed (or paused) turn produced, as the worker stores it on the turn record
+and the API renders it (api/encodings/): one typed object instead of a dict read by key.
+
+The worker builds it (worker/context.py `TurnContext.result`); `TurnStore.finish` stores it
+as JSON, field for field (shared/turns.py), and `TurnRecord.from_redis` reads it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """A finished turn's outcome: its answer, why it stopped, what it cost, what ran."""
+
+    content: str = ""
+    finish_reason: str = "stop"
+    # prompt_tokens, completion_tokens, total_tokens (shared/events.py `Done.usage`).
+    usage: dict[str, int] = field(default_factory=dict)
+    # Each tool call the router made ({id, type, function}) and its output ({id, content}).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_outputs: list[dict[str, Any]] = field(default_factory=list)
+    # Tool calls waiting for the user's decision (turn `awaiting_confirmation`), as a
+    # client sees them (worker/context.py `Proposal.public`).
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TurnResult:
+        """The result a record holds; fields it lacks (written by an older worker) default."""
+        return cls(
+            content=data.get("content") or "",
+            finish_reason=data.get("finish_reason") or "stop",
+            usage=data.get("usage") or {},
+            tool_calls=data.get("tool_calls") or [],
+            tool_outputs=data.get("tool_outputs") or [],
+            pending=data.get("pending") or [],
+        )
