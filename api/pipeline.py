@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from typing import Any
 
 from fastapi import Response
@@ -25,7 +24,8 @@ from fastapi import Response
 from api.admission import Storing, admit_turn
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume, after_start
-from api.encoding import encoder_for, terminal_error, usage_body
+from api.encoding import Encoder, terminal_error
+from api.encodings import encoder_for
 from api.errors import RETRY_AFTER_S, ApiError
 from api.hub import StreamReadError
 from api.metrics import TURNS_CREATED
@@ -37,7 +37,7 @@ from shared import traces
 from shared.connection import REDIS_ERRORS
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
-from shared.events import AwaitingConfirmation, Done, Event, MessageStored
+from shared.events import Done, Event
 from shared.lifecycle import Cause, ended
 from shared.results import TurnResult
 from shared.settings import MODEL_ID
@@ -141,13 +141,10 @@ async def start_turn(
     )
     if request.background:
         return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
+    encoder = encoder_for(record)
     if attachment is not None:
-        return stream_response(
-            state, record, attachment, after_start(encoder_for(record), start_id)
-        )
-    if request.kind == "conversation":
-        return await wait_for_rows(state, record)
-    return await wait_for_body(state, record)
+        return stream_response(state, record, attachment, after_start(encoder, start_id), encoder)
+    return await wait_for_answer(state, record, encoder)
 
 
 def turn_headers(record: TurnRecord) -> dict[str, str]:
@@ -166,9 +163,14 @@ async def attach(state: AppState, record: TurnRecord) -> str:
 
 
 def stream_response(
-    state: AppState, record: TurnRecord, attachment: str, resume: Resume | None = None
+    state: AppState,
+    record: TurnRecord,
+    attachment: str,
+    resume: Resume | None = None,
+    encoder: Encoder | None = None,
 ) -> Response:
-    """SSE of the turn from `resume` for the stream `attachment` (see `attach`)."""
+    """SSE of the turn from `resume` for the stream `attachment` (see `attach`), by
+    `encoder` (the one `resume` was located with; else a fresh one of the turn's)."""
 
     async def on_detach(finished: bool) -> None:
         cancel = not finished and record.request.on_disconnect == "cancel"
@@ -176,7 +178,7 @@ def stream_response(
 
     events = relay(
         state.hub,
-        encoder_for(record),
+        encoder or encoder_for(record),
         record.id,
         resume=resume,
         keepalive_s=state.settings.keepalive_s,
@@ -227,30 +229,16 @@ def raise_if_failed(record: TurnRecord, done: Done) -> None:
         )
 
 
-async def wait_for_body(state: AppState, record: TurnRecord) -> Response:
-    """Read the turn's stream to its `done` entry and answer one JSON body."""
-    _, done = await read_to_done(state, record)
+async def wait_for_answer(state: AppState, record: TurnRecord, encoder: Encoder) -> Response:
+    """Read the turn's stream to its `done` entry, keeping what the encoding's answer is
+    built from, and answer one JSON body (a failed turn: its error envelope)."""
+    kept, done = await read_to_done(state, record, keep=encoder.keep)
     raise_if_failed(record, done)
-    finished = await state.store.get(record.id)
-    result = (finished.result if finished else None) or TurnResult()
-    body = encoder_for(record).body(result, record.conversation_id)
-    return JSONResponse(body, headers=turn_headers(record))
-
-
-async def wait_for_rows(state: AppState, record: TurnRecord) -> Response:
-    """A conversation turn's JSON answer: the rows it stored and any tool call it now
-    waits on."""
-    events, done = await read_to_done(state, record, keep=(AwaitingConfirmation, MessageStored))
-    raise_if_failed(record, done)
-    pending = [asdict(e) for e in events if isinstance(e, AwaitingConfirmation)]
-    body = {
-        "turn_id": record.id,
-        "status": done.status,
-        "messages": [event.row for event in events if isinstance(event, MessageStored)],
-        "pending_confirmation": pending[0] if pending else None,
-        "usage": usage_body(done.usage),
-    }
-    return JSONResponse(body, headers=turn_headers(record))
+    result = TurnResult()
+    if encoder.reads_result:
+        finished = await state.store.get(record.id)
+        result = (finished.result if finished else None) or result
+    return JSONResponse(encoder.answer(done, kept, result), headers=turn_headers(record))
 
 
 async def turn_exists(state: AppState, turn_id: str) -> bool:
@@ -269,7 +257,7 @@ def turn_object(record: TurnRecord) -> dict[str, Any]:
     """The `bernard.turn` resource."""
     result = None
     if record.status in ("completed", "awaiting_confirmation") and record.result is not None:
-        result = encoder_for(record).body(record.result, record.conversation_id)
+        result = encoder_for(record).body(record.result)
     error = terminal_error(Done(status=record.status, error=record.error))
     return {
         "id": record.id,

@@ -25,7 +25,7 @@ from contextlib import aclosing
 from fastapi import FastAPI
 from sse_starlette import ServerSentEvent
 
-from api.encoding import ChatEncoder
+from api.encodings.chat import ChatEncoder
 from api.schemas import ChatCompletionRequest
 from api.sse import FrameResponse
 from shared.endings import completed

@@ -588,16 +588,21 @@ async def test_every_write_of_a_step_waits_and_the_reads_run(
                 ("calculator", {"expression": "2 + 2"}),
                 ("save_note", {"text": "first"}),
                 ("save_note", {"text": "second"}),
+                ("save_note", {"text": "third"}),
             ]
         )
     )
     await conversation(users)
-    events = await post(users, "kitchen", "do three things", stream=True)
+    events = await post(users, "kitchen", "do four things", stream=True)
     assert isinstance(events, list)
     proposals = [data for name, data in events if name == "awaiting_confirmation"]
     results = [data for name, data in events if name == "tool_result"]
     assert [r["output"] for r in results] == ["4"], "the read ran at once"
-    assert [p["summary"] for p in proposals] == ["Remember “first”", "Remember “second”"]
+    assert [p["summary"] for p in proposals] == [
+        "Remember “first”",
+        "Remember “second”",
+        "Remember “third”",
+    ]
 
     one = await resume(
         users,
@@ -605,15 +610,38 @@ async def test_every_write_of_a_step_waits_and_the_reads_run(
         {"confirmation_id": proposals[0]["confirmation_id"], "decision": "approve"},
     )
     assert isinstance(one, httpx.Response)
-    assert one.json()["status"] == "awaiting_confirmation"
-    assert one.json()["pending_confirmation"]["confirmation_id"] == proposals[1]["confirmation_id"]
+    assert one.json() == {
+        "turn_id": None,
+        "status": "awaiting_confirmation",
+        "messages": [],
+        "pending_confirmation": proposals[1],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+    # Streamed, the same answer reads as a turn that paused reads (no turn ran).
+    two = await resume(
+        users,
+        "kitchen",
+        {"confirmation_id": proposals[1]["confirmation_id"], "decision": "approve"},
+        stream=True,
+    )
+    assert two == [
+        ("awaiting_confirmation", proposals[2]),
+        (
+            "done",
+            {
+                "turn_id": None,
+                "status": "awaiting_confirmation",
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            },
+        ),
+    ]
     assert await notes_of(users) == [], "nothing runs until every call is decided"
     upstream.script(Reply.text("Done."))
-    two = await resume(
-        users, "kitchen", {"confirmation_id": proposals[1]["confirmation_id"], "decision": "reject"}
+    three = await resume(
+        users, "kitchen", {"confirmation_id": proposals[2]["confirmation_id"], "decision": "reject"}
     )
-    assert isinstance(two, httpx.Response) and two.json()["status"] == "completed"
-    assert await notes_of(users) == ["first"]
+    assert isinstance(three, httpx.Response) and three.json()["status"] == "completed"
+    assert await notes_of(users) == ["first", "second"]
 
 
 async def test_paused_turns_hold_no_worker(upstream: ScriptedUpstream) -> None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import jsonschema
-import orjson
 from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import ServerSentEvent
 
 from api.admission import Storing, admit_storing
 from api.auth import Owner, TurnOwner
@@ -36,16 +34,19 @@ from api.conversations import (
     retitle,
     status_of,
 )
+from api.encodings.conversation import awaiting_frame, done_frame, rows_answer
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.negotiation import EVENT_STREAM, JSON, negotiate
 from api.pages import list_page
 from api.pipeline import UNFINISHED_TTL_S, start_turn
+from api.relay import sse
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
 from shared.conversation_state import ConversationMachine, Outcome, Status
 from shared.errors import ErrorCode
+from shared.events import Done, TurnStatus
 from shared.records import ConversationExistsError, Message, RecordKeeper, row_position
 from shared.turns import TurnRequest
 
@@ -362,16 +363,11 @@ def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> None:
 
 
 def _still_waiting(pending: dict[str, Any] | None, stream: bool) -> Response:
-    """The answer to a decision that leaves another of its turn's calls waiting."""
+    """The answer to a decision that leaves another of its turn's calls waiting: as a turn
+    that paused on `pending` answers (api/encodings/conversation.py), with no turn."""
+    done = Done(status=TurnStatus.AWAITING_CONFIRMATION)
     if not stream:
-        body: dict[str, Any] = {
-            "turn_id": None,
-            "status": "awaiting_confirmation",
-            "messages": [],
-            "pending_confirmation": pending,
-        }
-        return JSONResponse(body)
-    done = {"turn_id": None, "status": "awaiting_confirmation", "usage": None}
-    events = [ServerSentEvent(data=orjson.dumps(pending).decode(), event="awaiting_confirmation")]
-    events.append(ServerSentEvent(data=orjson.dumps(done).decode(), event="done"))
-    return FrameResponse(events)
+        return JSONResponse(rows_answer(None, done, [], pending))
+    return FrameResponse(
+        [sse(frame) for frame in (awaiting_frame(pending), done_frame(None, done))]
+    )

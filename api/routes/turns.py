@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from api.auth import Owner
 from api.conversations import pending_of
 from api.cursors import bad_cursor_is_400, locate, parse_cursor
-from api.encoding import encoder_for
+from api.encodings import encoder_for
 from api.errors import ApiError
 from api.hub import StreamReadError
 from api.pages import list_page
@@ -144,9 +144,10 @@ async def turn_events(
         if record.finished:
             return _compacted_replay(record)
         raise ApiError(404, f"turn '{turn_id}' has no events", code=ErrorCode.TURN_NOT_FOUND)
+    encoder = encoder_for(record)
     with bad_cursor_is_400(last_event_id):
-        resume = await locate(state.redis, encoder_for(record), turn_id, cursor)
-    return stream_response(state, record, await attach(state, record), resume)
+        resume = await locate(state.redis, encoder, turn_id, cursor)
+    return stream_response(state, record, await attach(state, record), resume, encoder)
 
 
 def _compacted_replay(record: TurnRecord) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from api.cursors import after_start, numbered, parse_cursor
-from api.encoding import encoder_for
+from api.encodings import encoder_for
 from shared.events import Start
 from shared.turns import SEALED_ID, TurnRecord, TurnRequest
 

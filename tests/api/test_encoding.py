@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from api.encoding import DONE, encoder_for
+from api.encoding import DONE
+from api.encodings import encoder_for
 from shared.events import Done
 from shared.turns import TurnRecord, TurnRequest
 

@@ -20,7 +20,8 @@ from sse_starlette import ServerSentEvent
 
 import api.relay
 from api.cursors import Resume, after_start
-from api.encoding import DONE, Encoder, encoder_for
+from api.encoding import DONE, Encoder
+from api.encodings import encoder_for
 from api.hub import StreamHub
 from api.relay import ending_frames, entry_events, relay
 from shared import keys

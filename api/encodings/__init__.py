@@ -1,0 +1,27 @@
+"""The registry of wire encodings: a turn's delivery names its encoding, and the encoder
+for it is built here (api/encoding.py says what an encoder does).
+
+Adding an encoding is its module beside these, one line in `ENCODINGS`, and the route that
+creates its turns with that name (and serves its stream: api/pipeline.py).
+"""
+
+from __future__ import annotations
+
+from api.encoding import Encoder
+from api.encodings.chat import ChatEncoder
+from api.encodings.completion import CompletionEncoder
+from api.encodings.conversation import ConversationEncoder
+from shared.turns import TurnRecord
+
+__all__ = ["ENCODINGS", "encoder_for"]
+
+ENCODINGS: dict[str, type[Encoder]] = {
+    "chat": ChatEncoder,
+    "completion": CompletionEncoder,
+    "conversation": ConversationEncoder,
+}
+
+
+def encoder_for(record: TurnRecord) -> Encoder:
+    """A fresh encoder of the turn's encoding, for one client's stream or answer."""
+    return ENCODINGS[record.request.kind](record)

@@ -1,0 +1,118 @@
+"""Every encoding (api/encodings/), event by event: the frames, keepalive, polled body and
+compacted replay each encoding gives, against tests/api/frames.json, which holds them
+literally as the wire carried them before the encoders moved into one module each (the
+bytes a client gets must not change)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.encoding import Frame, Named
+from api.encodings import encoder_for
+from shared.endings import completed, ended
+from shared.errors import ErrorCode
+from shared.events import (
+    AwaitingConfirmation,
+    Delta,
+    Done,
+    Error,
+    Event,
+    LlmCallComplete,
+    LlmPrompt,
+    Memory,
+    MessageStored,
+    Start,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+)
+from shared.results import TurnResult
+from shared.turns import TurnRecord, TurnRequest
+
+EXPECTED = json.loads((Path(__file__).parent / "frames.json").read_text())
+USAGE = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+EVENTS: dict[str, Event] = {
+    "start": Start(),
+    "delta": Delta(text="hé\n"),
+    "tool_call": ToolCall(id="c1", name="add", arguments='{"a": 1}', index=0),
+    "tool_progress": ToolProgress(
+        tool_call_id="c1", tool="add", phase="running", message="half", current=1.0, total=2.0
+    ),
+    "tool_result": ToolResult(tool_call_id="c1", name="add", content="2", index=0),
+    "tool_result_no_index": ToolResult(
+        tool_call_id="c1", name="add", content="oops", is_error=True
+    ),
+    "awaiting": AwaitingConfirmation(
+        confirmation_id="k1",
+        tool_call={"id": "c2", "name": "lights", "arguments": "{}"},
+        summary="Turn on the lights",
+        expires_at=1700000100.5,
+    ),
+    "message": MessageStored(row={"id": "msg_1", "role": "user", "content": "hi"}),
+    "llm_prompt": LlmPrompt(
+        stage="router", model="m", messages=[{"role": "user", "content": "hi"}]
+    ),
+    "llm_call_complete": LlmCallComplete(stage="response", model="m", latency_ms=12.5, usage=USAGE),
+    "memory": Memory(kept=1, stored=2, summary_covers=None, notes=0, tokens=10, budget=100),
+    "error": Error(message="the tool failed", code="tool_error"),
+    "done": completed("length", USAGE),
+    "done_failed": ended(ErrorCode.UPSTREAM_ERROR),
+    "done_paused": Done(status="awaiting_confirmation", finish_reason="stop", usage=USAGE),
+}
+# The turn's delivery options, by the names frames.json uses.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "chat": {"kind": "chat"},
+    "chat_usage": {"kind": "chat", "include_usage": True},
+    "chat_delta": {"kind": "chat", "tool_events": "delta"},
+    "chat_none": {"kind": "chat", "tool_events": "none"},
+    "completion": {"kind": "completion", "include_usage": True},
+    "conversation": {"kind": "conversation"},
+}
+RESULT = TurnResult(
+    content="hi",
+    finish_reason="stop",
+    usage=USAGE,
+    tool_calls=[{"id": "c1"}],
+    tool_outputs=[{"id": "c1", "content": "2"}],
+)
+
+
+def record(config: str) -> TurnRecord:
+    # Traced: the stream holds model-call traces only when the client asked for them.
+    request = TurnRequest(messages=[], trace=True, **CONFIGS[config])
+    return TurnRecord(
+        id="t1",
+        owner="o",
+        request=request,
+        model="bernard-v1",
+        created_at=1700000000.0,
+        conversation_id="conv_1",
+    )
+
+
+def wire(frames: list[Frame]) -> list[Any]:
+    return [{"event": f.event, "data": f.data} if isinstance(f, Named) else f for f in frames]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("event", EVENTS)
+def test_each_event_encodes_as_it_always_has(config: str, event: str) -> None:
+    frames = encoder_for(record(config)).frames(EVENTS[event])
+    assert wire(frames) == EXPECTED["frames"][f"{config} {event}"]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_keepalive_body_and_compacted_replay_are_as_they_always_were(config: str) -> None:
+    encoder = encoder_for(record(config))
+    keepalive = encoder.keepalive()
+    assert (wire([keepalive])[0] if keepalive is not None else None) == EXPECTED["keepalive"][
+        config
+    ]
+    assert encoder.body(RESULT) == EXPECTED["bodies"][config]
+    finished = record(config)
+    finished.status, finished.result = "completed", RESULT
+    assert wire(encoder_for(finished).compacted(finished)) == EXPECTED["compacted"][config]
