@@ -9,7 +9,7 @@ non-stream answers: the one a client waiting on the turn gets (`answer`, built f
 events it `keep`s and, if it `reads_result`, the turn's stored result) and the turn's
 outcome as a polled turn shows it (`body`).
 
-The encoder never reads Redis and never writes to the client: api/relay.py reads the
+The encoder never reads Redis and never writes to the client: api/session.py reads the
 stream, api/sse.py writes the frames. An encoder instance serves one client's stream and
 sees that stream's events in order from where the client resumes (api/cursors.py), so an
 encoding may number its frames (the Responses API's `sequence_number`) by keeping a count;

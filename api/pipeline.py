@@ -27,18 +27,17 @@ from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import encoder_for
 from api.errors import RETRY_AFTER_S, ApiError
-from api.hub import StreamReadError
 from api.metrics import TURNS_CREATED
 from api.relay import relay
 from api.responses import JSONResponse
+from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState
 from shared import traces
 from shared.connection import REDIS_ERRORS
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
-from shared.events import Done, Event
-from shared.lifecycle import Cause, ended
+from shared.events import Done
 from shared.results import TurnResult
 from shared.settings import MODEL_ID
 from shared.turns import TurnRecord, TurnRequest
@@ -176,7 +175,7 @@ def stream_response(
         cancel = not finished and record.request.on_disconnect == "cancel"
         await state.streams.close(record.owner, attachment, record.id, cancel_when_alone=cancel)
 
-    events = relay(
+    chunks = relay(
         state.hub,
         encoder or encoder_for(record),
         record.id,
@@ -186,30 +185,7 @@ def stream_response(
         alive=lambda: turn_exists(state, record.id),
         renew=lambda: state.streams.renew(record.owner, attachment),
     )
-    return FrameResponse(events, headers=turn_headers(record))
-
-
-async def read_to_done(
-    state: AppState, record: TurnRecord, keep: tuple[type[Event], ...] = ()
-) -> tuple[list[Event], Done]:
-    """The events of the turn's stream of the types in `keep`, and its `done` (`turn_lost`
-    if it vanished, `stream_unreadable` if Redis refuses to read it, as a relay ends:
-    api/relay.py). Only those are kept, not every token of a long turn."""
-    events: list[Event] = []
-    async with state.hub.read(record.id) as reader:
-        while True:
-            try:
-                _, stamped = await reader.next(wait_s=state.settings.keepalive_s)
-            except TimeoutError:
-                if await turn_exists(state, record.id):
-                    continue
-                return events, ended(Cause.RECORD_GONE)  # no `done` will ever come
-            except StreamReadError:
-                return events, ended(Cause.UNREADABLE)
-            if isinstance(stamped.event, Done):
-                return events, stamped.event
-            if isinstance(stamped.event, keep):
-                events.append(stamped.event)
+    return FrameResponse(chunks, headers=turn_headers(record))
 
 
 def raise_if_failed(record: TurnRecord, done: Done) -> None:
@@ -232,7 +208,13 @@ def raise_if_failed(record: TurnRecord, done: Done) -> None:
 async def wait_for_answer(state: AppState, record: TurnRecord, encoder: Encoder) -> Response:
     """Read the turn's stream to its `done` entry, keeping what the encoding's answer is
     built from, and answer one JSON body (a failed turn: its error envelope)."""
-    kept, done = await read_to_done(state, record, keep=encoder.keep)
+    session = StreamSession(
+        state.hub,
+        record.id,
+        state.settings.keepalive_s,
+        alive=lambda: turn_exists(state, record.id),
+    )
+    kept, done = await session.read_to_done(keep=encoder.keep)
     raise_if_failed(record, done)
     result = TurnResult()
     if encoder.reads_result:

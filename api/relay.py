@@ -1,71 +1,81 @@
-"""Relays a turn's stream to one client as SSE, the moment each entry lands.
+"""Relays a stream to one client as SSE bytes, the moment each entry lands.
 
 Frame ids are cursors (api/cursors.py): a client resuming from any id it got receives
 exactly the frames after it. The relay ends at the first `done` entry, whatever follows
 it, and always with a terminal frame: the turn's own, or `turn_lost` when the turn's
-record vanished, or `stream_unreadable` when Redis refused this reader's read.
+record vanished, or `stream_unreadable` when Redis refused this reader's read
+(api/session.py reads the stream; the encoder says what each event is on the wire).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 
 import anyio
-from sse_starlette import ServerSentEvent
 
-from api.attachments import RENEW_S
 from api.cursors import Resume, numbered
-from api.encoding import Encoder, Frame, Named
-from api.hub import Hub, StreamReadError
+from api.encoding import Frame, Framing, Named
+from api.hub import Hub
 from api.metrics import FRAMES_RELAYED, STREAMS_OPEN
+from api.session import QUIET, Alive, Broken, Renew, StreamSession
+from api.sse import PING, text
 from shared.events import Done
 from shared.lifecycle import Cause, ending_events_of
 from shared.streams import Entry
 
 Detach = Callable[[bool], Awaitable[None]]
-# Whether the turn's record still exists (see `relay`).
-Alive = Callable[[], Awaitable[bool]]
-# Called every `RENEW_S` while the stream is open (api/attachments.py).
-Renew = Callable[[], Awaitable[None]]
+
+__all__ = [
+    "Alive",
+    "Detach",
+    "Renew",
+    "ending_frames",
+    "entry_frames",
+    "fixed",
+    "relay",
+    "sse_text",
+]
 
 
-def sse(frame: Frame, frame_id: str | None = None) -> ServerSentEvent:
+def sse_text(frame: Frame, frame_id: str | None = None) -> str:
     """One frame on the wire (a named one with its `event:` line)."""
     if isinstance(frame, Named):
-        return ServerSentEvent(data=frame.data, event=frame.event, id=frame_id)
-    return ServerSentEvent(data=frame, id=frame_id)
+        return text(frame.data, frame.event, frame_id)
+    return text(frame, None, frame_id)
 
 
-def ending_frames(encoder: Encoder, cause: Cause) -> list[ServerSentEvent]:
+def fixed(frames: list[Frame]) -> bytes:
+    """Frames known at once (no ids: a replay or an answer that is not a stream's)."""
+    return "".join(sse_text(frame) for frame in frames).encode()
+
+
+def ending_frames(encoder: Framing, cause: Cause) -> list[Frame]:
     """The closing frames of a stream that cannot go on (shared/lifecycle.py: a reader's
     causes, `RECORD_GONE` and `UNREADABLE`)."""
-    return [sse(frame) for event in ending_events_of(cause) for frame in encoder.frames(event)]
+    return [frame for event in ending_events_of(cause) for frame in encoder.frames(event)]
 
 
-def entry_events(encoder: Encoder, entry: Entry) -> list[ServerSentEvent]:
-    """The SSE events of one entry, with their ids (api/cursors.py `numbered`)."""
+def entry_frames(encoder: Framing, entry: Entry) -> list[tuple[str, Frame]]:
+    """The frames of one entry, with their ids (api/cursors.py `numbered`)."""
     entry_id, stamped = entry
-    return [
-        sse(frame, frame_id)
-        for frame_id, frame in numbered(entry_id, encoder.frames(stamped.event))
-    ]
+    return numbered(entry_id, encoder.frames(stamped.event))
 
 
 async def relay(
     hub: Hub,
-    encoder: Encoder,
-    turn_id: str,
+    encoder: Framing,
+    stream_id: str,
     *,
     resume: Resume | None = None,
     keepalive_s: float,
     detach: Detach | None = None,
     alive: Alive | None = None,
     renew: Renew | None = None,
-) -> AsyncGenerator[list[ServerSentEvent], None]:
-    """SSE events of the turn from `resume` (api/cursors.py: `locate`) until its `done`,
-    in batches: every entry that has arrived by the time the client can take more goes
-    out together (api/sse.py writes a batch in one send).
+) -> AsyncGenerator[bytes, None]:
+    """The SSE bytes of the stream from `resume` (api/cursors.py: `locate`) until its
+    `done`, in chunks: every entry that has arrived by the time the client can take more
+    goes out in one (api/sse.py sends a chunk in one send).
 
     `detach(finished)` runs when the client goes away or the stream ends, shielded from
     the cancellation that a disconnect delivers. `alive()` is asked after every quiet
@@ -74,46 +84,31 @@ async def relay(
     """
     resume = resume or Resume()
     finished = resume.finished
+    session = StreamSession(hub, stream_id, keepalive_s, alive=alive, renew=renew)
     STREAMS_OPEN.inc()
-    renewed = time.monotonic()
     try:
         if resume.head:
-            yield [sse(frame, frame_id) for frame_id, frame in resume.head]
+            yield "".join(sse_text(frame, frame_id) for frame_id, frame in resume.head).encode()
         if finished:
             return
-        async with hub.read(turn_id, resume.after) as reader:
-            while True:
-                if renew is not None and time.monotonic() - renewed > RENEW_S:
-                    renewed = time.monotonic()
-                    await renew()
-                try:
-                    first = await reader.next(wait_s=keepalive_s)
-                except TimeoutError:
-                    if alive is not None and not await alive():
-                        yield ending_frames(encoder, Cause.RECORD_GONE)
-                        finished = True
-                        return
+        async with aclosing(session.watch(resume.after)) as seen:
+            async for batch in seen:
+                if batch is QUIET:
                     keepalive = encoder.keepalive()
-                    yield [
-                        ServerSentEvent(data=keepalive)
-                        if keepalive
-                        else ServerSentEvent(comment="ping")
-                    ]
-                    continue
-                except StreamReadError:
-                    yield ending_frames(encoder, Cause.UNREADABLE)
-                    return
-                batch: list[ServerSentEvent] = []
-                for entry in (first, *reader.ready()):
-                    batch += entry_events(encoder, entry)
-                    if isinstance(entry[1].event, Done):
-                        finished = True
-                        break
-                FRAMES_RELAYED.inc(len(batch))
-                if batch:
-                    yield batch
-                if finished:
-                    return
+                    yield (sse_text(keepalive) if keepalive is not None else PING).encode()
+                elif isinstance(batch, Broken):
+                    # A lost turn has nothing left to cancel; an unreadable stream's may run.
+                    finished = batch.cause == Cause.RECORD_GONE
+                    yield fixed(ending_frames(encoder, batch.cause))
+                else:
+                    chunk = []
+                    for entry_id, stamped in batch:
+                        frames = encoder.frames(stamped.event)
+                        chunk += [sse_text(f, i) for i, f in numbered(entry_id, frames)]
+                    finished = isinstance(batch[-1][1].event, Done)
+                    FRAMES_RELAYED.inc(len(chunk))
+                    if chunk:
+                        yield "".join(chunk).encode()
     finally:
         STREAMS_OPEN.dec()
         if detach is not None:

@@ -23,9 +23,9 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from fastapi import FastAPI
-from sse_starlette import ServerSentEvent
 
 from api.encodings.chat import ChatEncoder
+from api.relay import sse_text
 from api.schemas import ChatCompletionRequest
 from api.sse import FrameResponse
 from shared.endings import completed
@@ -58,11 +58,11 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
         record = TurnRecord(id=uuid.uuid4().hex, owner="local", request=request, model=MODEL_ID)
         encoder = ChatEncoder(record)
 
-        def frames(event: Event) -> list[ServerSentEvent]:
+        def frames(event: Event) -> bytes:
             frame_id = f"b{time.time():.6f}"
-            return [ServerSentEvent(data=f, id=frame_id) for f in encoder.frames(event)]
+            return "".join(sse_text(f, frame_id) for f in encoder.frames(event)).encode()
 
-        async def events() -> AsyncGenerator[list[ServerSentEvent], None]:
+        async def events() -> AsyncGenerator[bytes, None]:
             yield frames(Start())
             ctx = TurnContext.for_request(
                 record.id, request, settings, router, responder, tools=tools

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from types import SimpleNamespace
 
 import pytest
 import redis.asyncio as redis_asyncio
@@ -17,7 +16,7 @@ import redis.asyncio as redis_asyncio
 import worker.tools.catalog
 from api.cursors import parse_cursor
 from api.hub import StreamHub
-from api.pipeline import read_to_done
+from api.session import StreamSession
 from launcher.redis_server import free_port
 from shared import keys
 from shared.events import Delta, Done, MessageStored, encode
@@ -170,16 +169,16 @@ async def test_a_finished_turns_stream_and_record_expire(
 async def test_a_non_stream_read_keeps_only_the_events_asked_for(
     redis: redis_asyncio.Redis,
 ) -> None:
-    """A long turn's tokens are not held in memory until its `done` (api/pipeline.py)."""
+    """A long turn's tokens are not held in memory until its `done` (api/session.py)."""
     turn_id = uuid.uuid4().hex
     stored = MessageStored(row={"id": "m1", "role": "assistant", "content": "hi"})
     for event in (Delta(text="h"), stored, Delta(text="i"), Done(status="completed")):
         await redis.xadd(keys.events(turn_id), {STREAM_FIELD: encode(event)})
     hub = StreamHub(redis, block_ms=1000, lanes=1)
     await hub.start()
-    state = SimpleNamespace(settings=make_settings(), hub=hub)
+    session = StreamSession(hub, turn_id, make_settings().keepalive_s)
     try:
-        events, done = await read_to_done(state, SimpleNamespace(id=turn_id), keep=(MessageStored,))
+        events, done = await session.read_to_done(keep=(MessageStored,))
     finally:
         await hub.stop()
         await redis.delete(keys.events(turn_id))

@@ -40,7 +40,7 @@ from api.json_route import OrjsonRoute
 from api.negotiation import EVENT_STREAM, JSON, negotiate
 from api.pages import list_page
 from api.pipeline import UNFINISHED_TTL_S, start_turn
-from api.relay import sse
+from api.relay import fixed
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
@@ -368,6 +368,4 @@ def _still_waiting(pending: dict[str, Any] | None, stream: bool) -> Response:
     done = Done(status=TurnStatus.AWAITING_CONFIRMATION)
     if not stream:
         return JSONResponse(rows_answer(None, done, [], pending))
-    return FrameResponse(
-        [sse(frame) for frame in (awaiting_frame(pending), done_frame(None, done))]
-    )
+    return FrameResponse(fixed([awaiting_frame(pending), done_frame(None, done)]))

@@ -4,25 +4,23 @@ satellite, the playground): `timer_fired` when a timer rings (shared/timers.py).
 Named SSE events, each with its stream entry id; a client that reconnects with
 `Last-Event-ID` (or `?after=`) gets what it missed, as far back as the stream keeps (its
 latest 1,000 events). Without a cursor the stream starts with the next event. It counts as
-one of the user's open streams (`BERNARD_MAX_STREAMS_PER_USER`).
+one of the user's open streams (`BERNARD_MAX_STREAMS_PER_USER`). It is relayed as a turn's
+stream is (api/relay.py); should Redis refuse to read it, an `error` event
+(`stream_unreadable`) ends it, and the client reconnects with its last id.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncGenerator
-from dataclasses import asdict
 from typing import Annotated
 
-import anyio
-import orjson
 from fastapi import APIRouter, Depends, Header, Response
-from sse_starlette import ServerSentEvent
 
-from api.attachments import RENEW_S, TooManyStreamsError
+from api.attachments import TooManyStreamsError
 from api.auth import Owner
-from api.cursors import bad_cursor_is_400, parse_cursor
+from api.cursors import Resume, bad_cursor_is_400, parse_cursor
+from api.encodings.user_events import UserEventsEncoder
 from api.pipeline import too_many_streams
+from api.relay import relay
 from api.sse import FrameResponse
 from api.state import AppState, get_state
 from shared import keys
@@ -52,24 +50,16 @@ async def user_events(
     except TooManyStreamsError:
         raise too_many_streams(state) from None
 
-    async def frames() -> AsyncGenerator[list[ServerSentEvent], None]:
-        renewed = time.monotonic()
-        try:
-            async with state.hub.read(stream_id, start) as reader:
-                while True:
-                    if time.monotonic() - renewed > RENEW_S:
-                        renewed = time.monotonic()
-                        await state.streams.renew(owner, attachment)
-                    try:
-                        entry_id, stamped = await reader.next(wait_s=state.settings.keepalive_s)
-                    except TimeoutError:
-                        yield [ServerSentEvent(comment="ping")]
-                        continue
-                    event = stamped.event
-                    data = orjson.dumps(asdict(event)).decode()
-                    yield [ServerSentEvent(data=data, event=event.type, id=entry_id)]
-        finally:
-            with anyio.CancelScope(shield=True):
-                await state.streams.close(owner, attachment, cancel_when_alone=False)
+    async def detach(finished: bool) -> None:
+        await state.streams.close(owner, attachment, cancel_when_alone=False)
 
-    return FrameResponse(frames())
+    chunks = relay(
+        state.hub,
+        UserEventsEncoder(),
+        stream_id,
+        resume=Resume(after=start),
+        keepalive_s=state.settings.keepalive_s,
+        detach=detach,
+        renew=lambda: state.streams.renew(owner, attachment),
+    )
+    return FrameResponse(chunks)

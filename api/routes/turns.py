@@ -7,7 +7,6 @@ probed across users.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Annotated, Any
 
@@ -19,16 +18,15 @@ from api.conversations import pending_of
 from api.cursors import bad_cursor_is_400, locate, parse_cursor
 from api.encodings import encoder_for
 from api.errors import ApiError
-from api.hub import StreamReadError
 from api.pages import list_page
 from api.pipeline import attach, stream_response, turn_headers, turn_object
-from api.relay import sse
+from api.relay import fixed
+from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState, get_state
 from shared import keys
 from shared.cancel import request_cancel
 from shared.errors import ErrorCode
-from shared.events import Done
 from shared.lifecycle import Cause
 from shared.turns import TurnRecord
 
@@ -121,10 +119,7 @@ async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any
         # No worker has it yet, and there may be none: end it here, unless one took it
         # meanwhile (then that worker ends it, having heard the cancel).
         await state.store.end(turn_id, owner, Cause.CANCELLED_QUEUED)
-    with contextlib.suppress(TimeoutError, StreamReadError):
-        async with state.hub.read(turn_id) as reader:
-            while not isinstance((await reader.next(wait_s=CANCEL_WAIT_S))[1].event, Done):
-                pass
+    await StreamSession(state.hub, turn_id, CANCEL_WAIT_S).wait_for_done()
     return turn_object(await state.store.get(turn_id) or record)
 
 
@@ -153,5 +148,5 @@ async def turn_events(
 def _compacted_replay(record: TurnRecord) -> Response:
     """After the stream's retention: the stored result as one content frame, the ending
     (shared/endings.py), [DONE]."""
-    frames = [sse(frame) for frame in encoder_for(record).compacted(record)]
-    return FrameResponse(frames, headers=turn_headers(record))
+    frames = encoder_for(record).compacted(record)
+    return FrameResponse(fixed(frames), headers=turn_headers(record))

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -16,14 +17,14 @@ import orjson
 import pytest
 import redis.asyncio as redis_asyncio
 from prometheus_client import REGISTRY
-from sse_starlette import ServerSentEvent
 
-import api.relay
+import api.session
 from api.cursors import Resume, after_start
-from api.encoding import DONE, Encoder
+from api.encoding import DONE, Encoder, Frame
 from api.encodings import encoder_for
 from api.hub import StreamHub
-from api.relay import ending_frames, entry_events, relay
+from api.relay import ending_frames, entry_frames
+from api.relay import relay as relay_bytes
 from shared import keys
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
@@ -39,8 +40,43 @@ def encoder(kind: str = "chat", *, include_usage: bool = False) -> Encoder:
     return encoder_for(TurnRecord(id="t", owner="o", request=request, model="bernard-v1"))
 
 
-def frames_of(events: list[ServerSentEvent]) -> list[tuple[str | None, str | None]]:
+@dataclass(frozen=True)
+class Sent:
+    """One SSE frame as a client reads it."""
+
+    id: str | None = None
+    data: str | None = None
+    comment: str | None = None
+
+
+def parse(chunk: bytes) -> list[Sent]:
+    """The frames of one chunk (single-line fields: every frame these tests relay)."""
+    sent = []
+    for block in chunk.decode().split("\r\n\r\n")[:-1]:
+        fields: dict[str, str] = {}
+        for line in block.split("\r\n"):
+            name, _, value = line.partition(": ")
+            fields[name or "comment"] = value
+        sent.append(Sent(fields.get("id"), fields.get("data"), fields.get("comment")))
+    return sent
+
+
+async def relay(*args: Any, **options: Any) -> AsyncGenerator[list[Sent], None]:
+    """The relay's chunks, each read back as the client reads its frames."""
+    chunks = relay_bytes(*args, **options)
+    try:
+        async for chunk in chunks:
+            yield parse(chunk)
+    finally:
+        await chunks.aclose()
+
+
+def frames_of(events: list[Sent]) -> list[tuple[str | None, str | None]]:
     return [(event.id, event.data) for event in events]
+
+
+def unnamed(frames: list[Frame]) -> list[tuple[str | None, str | None]]:
+    return [(None, frame) for frame in frames if isinstance(frame, str)]
 
 
 @pytest.fixture
@@ -77,9 +113,7 @@ class Detaches:
         self.calls.append(finished)
 
 
-async def relayed(
-    hub: StreamHub, enc: Encoder, turn_id: str, **options: Any
-) -> list[ServerSentEvent]:
+async def relayed(hub: StreamHub, enc: Encoder, turn_id: str, **options: Any) -> list[Sent]:
     options.setdefault("keepalive_s", KEEPALIVE_S)
     async with asyncio.timeout(5):
         return [event async for batch in relay(hub, enc, turn_id, **options) for event in batch]
@@ -107,13 +141,13 @@ def test_one_frame_keeps_its_entry_id_and_several_are_numbered_from_zero(
     event: Event, include_usage: bool, ids: list[str]
 ) -> None:
     enc = encoder(include_usage=include_usage)
-    events = entry_events(enc, ("1-2", Stamped(event=event)))
-    assert [(e.id, e.data) for e in events] == list(zip(ids, enc.frames(event), strict=True))
+    frames = entry_frames(enc, ("1-2", Stamped(event=event)))
+    assert frames == list(zip(ids, enc.frames(event), strict=True))
 
 
 def test_an_entry_with_no_frame_for_this_client_gives_no_event() -> None:
     call = ToolCall(id="c", name="t", arguments="{}", index=0)
-    assert entry_events(encoder("completion"), ("1-2", Stamped(event=call))) == []
+    assert entry_frames(encoder("completion"), ("1-2", Stamped(event=call))) == []
 
 
 @pytest.mark.parametrize(
@@ -127,13 +161,12 @@ def test_a_stream_that_cannot_go_on_closes_with_an_error_and_its_done(
     done = ended(code)
     assert done.error is not None
     error = Error(message=done.error["message"], code=code)
-    events = ending_frames(enc, cause)
-    assert [(e.id, e.data) for e in events] == [
-        (None, frame) for frame in [*enc.frames(error), *enc.frames(done)]
-    ]
-    assert orjson.loads(events[0].data)["bernard"]["code"] == str(code)
-    assert orjson.loads(events[1].data)["error"]["code"] == str(code)
-    assert events[-1].data == DONE
+    frames = ending_frames(enc, cause)
+    assert frames == [*enc.frames(error), *enc.frames(done)]
+    assert isinstance(frames[0], str) and isinstance(frames[1], str)
+    assert orjson.loads(frames[0])["bernard"]["code"] == str(code)
+    assert orjson.loads(frames[1])["error"]["code"] == str(code)
+    assert frames[-1] == DONE
 
 
 # -- relaying a stream -------------------------------------------------------------------
@@ -299,7 +332,7 @@ async def test_a_stream_whose_turn_record_vanished_ends_with_turn_lost(
     events = await relayed(hub, enc, turn_id, alive=alive, detach=detach)
     assert frames_of(events) == [
         (None, enc.keepalive()),
-        *frames_of(ending_frames(enc, Cause.RECORD_GONE)),
+        *unnamed(ending_frames(enc, Cause.RECORD_GONE)),
     ]
     assert detach.calls == [True], "no `done` can ever come: nothing left to cancel"
 
@@ -311,7 +344,7 @@ async def test_a_stream_redis_refuses_to_read_ends_with_stream_unreadable(
     enc = encoder()
     detach = Detaches()
     events = await relayed(hub, enc, turn_id, detach=detach)
-    assert frames_of(events) == frames_of(ending_frames(enc, Cause.UNREADABLE))
+    assert frames_of(events) == unnamed(ending_frames(enc, Cause.UNREADABLE))
     assert detach.calls == [False]
 
 
@@ -334,7 +367,7 @@ async def test_a_short_stream_is_not_renewed(
 async def test_a_long_stream_renews_its_slot_once_per_renewal_period(
     hub: StreamHub, turn_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api.relay, "RENEW_S", 0.2)
+    monkeypatch.setattr(api.session, "RENEW_S", 0.2)
     renewals = []
 
     async def renew() -> None:

@@ -13,52 +13,36 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api.sse import SSE_HEADERS, FrameResponse, encode, encoded
+from api.sse import PING, SSE_HEADERS, FrameResponse, text
 
-FRAMES = [
-    ServerSentEvent(data='{"choices":[{"delta":{"content":"hi"}}]}', id="1700000000000-0"),
-    ServerSentEvent(data="[DONE]"),
-    ServerSentEvent(data="[DONE]", id="1-2:1"),
-    ServerSentEvent(data='{"text":"a"}', event="text_delta", id="5-0"),
-    ServerSentEvent(data="", id="1-0"),
-    ServerSentEvent(data='{"content":"é😀 ünïcode"}'),
-    ServerSentEvent(comment="ping"),
-    ServerSentEvent(data="two\nlines"),
-    ServerSentEvent(data="cr\rand\r\ncrlf"),
-    ServerSentEvent(data="x", id="bad\nid"),
-    ServerSentEvent(data="x", event="multi\nline"),
-    ServerSentEvent(data="x", retry=3000),
-    ServerSentEvent(data=42),
-    ServerSentEvent(event="named only"),
-    ServerSentEvent(),
-    ServerSentEvent(data="x", sep="\n"),
+# (data, event, id): what `text` writes, each as the library would.
+FIELDS = [
+    ('{"choices":[{"delta":{"content":"hi"}}]}', None, "1700000000000-0"),
+    ("[DONE]", None, None),
+    ("[DONE]", None, "1-2:1"),
+    ('{"text":"a"}', "text_delta", "5-0"),
+    ('{"text":"a"}', "text_delta", None),
+    ("", None, "1-0"),
+    ('{"content":"é😀 ünïcode"}', None, None),
+    ("two\nlines", None, None),
+    ("cr\rand\r\ncrlf", "named", "1-0"),
+    ("x", None, "bad\nid"),
+    ("x", "multi\nline", None),
+    ("x", "bad\rname", "1-0"),
 ]
+FRAMES = [ServerSentEvent(data=data, event=event, id=id_) for data, event, id_ in FIELDS]
 
 
-@pytest.mark.parametrize("frame", FRAMES, ids=lambda f: repr(f.encode())[:40])
-def test_one_frame_is_the_librarys_bytes(frame: ServerSentEvent) -> None:
-    assert encode([frame]) == frame.encode()
+@pytest.mark.parametrize(("data", "event", "frame_id"), FIELDS, ids=lambda f: repr(f)[:30])
+def test_one_frame_is_the_librarys_bytes(
+    data: str, event: str | None, frame_id: str | None
+) -> None:
+    library = ServerSentEvent(data=data, event=event, id=frame_id).encode()
+    assert text(data, event, frame_id).encode() == library
 
 
-def test_a_batch_is_its_frames_one_after_another() -> None:
-    assert encode(FRAMES) == b"".join(frame.encode() for frame in FRAMES)
-    assert encode([]) == b""
-
-
-async def test_closing_the_chunks_closes_the_batches_at_once() -> None:
-    closed = []
-
-    async def batches():  # type: ignore[no-untyped-def]
-        try:
-            yield [ServerSentEvent(data="a")]
-            yield [ServerSentEvent(data="b"), ServerSentEvent(data="c")]
-        finally:
-            closed.append(True)
-
-    chunks = encoded(batches())
-    assert await anext(chunks) == b"data: a\r\n\r\n"
-    await chunks.aclose()
-    assert closed == [True]
+def test_the_ping_is_the_librarys_comment() -> None:
+    assert PING.encode() == ServerSentEvent(comment="ping").encode() == b": ping\r\n\r\n"
 
 
 async def _served(response: Response) -> tuple[int, dict[str, str], bytes]:
@@ -68,14 +52,18 @@ async def _served(response: Response) -> tuple[int, dict[str, str], bytes]:
     return reply.status_code, dict(reply.headers), reply.content
 
 
-async def _batches() -> AsyncGenerator[list[ServerSentEvent], None]:
-    yield FRAMES[:3]
-    yield []
-    yield FRAMES[3:]
+def _chunk(frames: list[ServerSentEvent]) -> bytes:
+    return b"".join(frame.encode() for frame in frames)
+
+
+async def _chunks() -> AsyncGenerator[bytes, None]:
+    yield _chunk(FRAMES[:3])
+    yield b""
+    yield _chunk(FRAMES[3:])
 
 
 @pytest.mark.parametrize(
-    "frames", [_batches, lambda: list(FRAMES)], ids=["batches as they come", "frames known now"]
+    "frames", [_chunks, lambda: _chunk(FRAMES)], ids=["chunks as they come", "frames known now"]
 )
 async def test_a_frame_response_is_what_the_librarys_response_sends(frames: Any) -> None:
     """Status, headers and bytes: FrameResponse only sends them in fewer, cheaper sends."""
