@@ -25,7 +25,7 @@ from api.admission import Storing, admit_turn
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
-from api.encodings import encoder_for
+from api.encodings import ENCODINGS, encoder_for
 from api.errors import RETRY_AFTER_S, ApiError
 from api.metrics import TURNS_CREATED
 from api.relay import relay
@@ -87,12 +87,15 @@ async def start_turn(
     turn's. `storing` says what it stores in the owner's conversations (None: no
     conversation), for its admission to check against the storage budgets."""
     settings = state.settings
+    delivery = request.delivery
+    # The stream holds the rows the turn stores when its encoding shows them.
+    request.agent.rows = ENCODINGS[delivery.encoding].shows_rows
     turn_id = uuid.uuid4().hex
     await admit_turn(state, owner, turn_id, storing, ttl_s=UNFINISHED_TTL_S)
     attachment = None
     claimed: str | None = None
     try:
-        if request.stream and not request.background:
+        if delivery.stream and not delivery.background:
             try:
                 attachment = await state.streams.open(owner)
             except TooManyStreamsError:
@@ -125,20 +128,20 @@ async def start_turn(
         if claimed is not None and give_back is not None:
             await give_back(claimed, turn_id)
         raise
-    mode = "background" if request.background else "stream" if request.stream else "wait"
-    TURNS_CREATED.labels(request.kind, mode).inc()
+    mode = "background" if delivery.background else "stream" if delivery.stream else "wait"
+    TURNS_CREATED.labels(delivery.encoding, mode).inc()
     logger.info(
         "turn created",
         extra={
             "turn_id": turn_id,
             "conversation_id": record.conversation_id,
             "user": owner,
-            "kind": request.kind,
+            "kind": delivery.encoding,
             "mode": mode,
-            "resume": request.resume is not None,
+            "resume": request.agent.resume is not None,
         },
     )
-    if request.background:
+    if delivery.background:
         return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
     encoder = encoder_for(record)
     if attachment is not None:
@@ -172,7 +175,7 @@ def stream_response(
     `encoder` (the one `resume` was located with; else a fresh one of the turn's)."""
 
     async def on_detach(finished: bool) -> None:
-        cancel = not finished and record.request.on_disconnect == "cancel"
+        cancel = not finished and record.request.delivery.on_disconnect == "cancel"
         await state.streams.close(record.owner, attachment, record.id, cancel_when_alone=cancel)
 
     chunks = relay(

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
+from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
-from shared.turns import TurnRequest
 
 # What the model APIs take: token counts are 32-bit, a seed is 64-bit.
 _MAX_INT32 = 2**31 - 1
@@ -106,20 +106,28 @@ class _TurnBody(_Body):
         if self.background and not self.stream and self.on_disconnect == "cancel":
             raise invalid("a background turn always continues", "on_disconnect")
 
-    def turn_options(self) -> dict[str, Any]:
+    def delivery(self, encoding: str) -> Delivery:
+        """How the turn is delivered, in `encoding` (api/encodings/)."""
+        options = self.stream_options or StreamOptions()
+        return Delivery(
+            encoding=encoding,
+            stream=self.stream,
+            include_usage=options.include_usage,
+            tool_events=options.tool_events,
+            background=self.background,
+            # A request nobody streams has nobody to lose: only a streaming client's
+            # disconnect may stop the turn, and only when it did not ask to continue.
+            on_disconnect="cancel"
+            if self.stream and not self.background and self.on_disconnect != "continue"
+            else "continue",
+        )
+
+    def agent_options(self) -> dict[str, Any]:
+        """The options of the agent request (shared/requests.py `AgentRequest`)."""
         options = self.stream_options or StreamOptions()
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         return {
-            "stream": self.stream,
-            "include_usage": options.include_usage,
-            "tool_events": options.tool_events,
             "trace": options.trace,
-            "background": self.background,
-            # A request nobody streams has nobody to lose: only a streaming client's
-            # disconnect may stop the turn, and only when it did not ask to continue.
-            "on_disconnect": "cancel"
-            if self.stream and not self.background and self.on_disconnect != "continue"
-            else "continue",
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -217,9 +225,10 @@ class ChatCompletionRequest(_TurnBody):
             )
 
     def to_turn(self) -> TurnRequest:
-        options = self.turn_options()
+        options = self.agent_options()
         options["max_tokens"] = self.max_completion_tokens or self.max_tokens
-        return TurnRequest(kind="chat", messages=[_as_dict(m) for m in self.messages], **options)
+        messages = [_as_dict(m) for m in self.messages]
+        return TurnRequest(AgentRequest(messages, **options), self.delivery("chat"))
 
 
 class CompletionRequest(_TurnBody):
@@ -248,11 +257,10 @@ class CompletionRequest(_TurnBody):
         prompt = self._prompt()
         if not prompt:
             raise invalid("prompt must not be empty", "prompt")
-        return TurnRequest(
-            kind="completion",
-            messages=[{"role": "user", "content": prompt}],
-            **self.turn_options(),
+        agent = AgentRequest(
+            [{"role": "user", "content": prompt}], mode=RunMode.MODEL, **self.agent_options()
         )
+        return TurnRequest(agent, self.delivery("completion"))
 
 
 def _as_dict(message: ChatMessage) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def create_baseline_app(settings: Settings | None = None) -> FastAPI:
         async def events() -> AsyncGenerator[bytes, None]:
             yield frames(Start())
             ctx = TurnContext.for_request(
-                record.id, request, settings, router, responder, tools=tools
+                record.id, request.agent, settings, router, responder, tools=tools
             )
             async with aclosing(turn_items(ctx)) as items:
                 async for item in items:

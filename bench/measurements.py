@@ -53,8 +53,9 @@ from bench.stats import Summary, ratio
 from bench.upstream import Directive
 from bench.writer import synthetic_tokens
 from shared import keys
+from shared.requests import AgentRequest, TurnRequest
 from shared.settings import MODEL_ID
-from shared.turns import STREAM_FIELD, TurnRecord, TurnRequest, TurnStore
+from shared.turns import STREAM_FIELD, TurnRecord, TurnStore
 
 
 @dataclass
@@ -557,7 +558,7 @@ async def _synthetic_turns(redis: Redis, count: int) -> list[str]:
         record = TurnRecord(
             id=new_tag("cap") + os.urandom(4).hex(),
             owner="local",
-            request=TurnRequest(messages=[{"role": "user", "content": "relay"}]),
+            request=TurnRequest(AgentRequest([{"role": "user", "content": "relay"}])),
             model=MODEL_ID,
         )
         await store.create(record, ttl_s=3600, queue_name=None)

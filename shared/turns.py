@@ -16,8 +16,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Container, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from arq.constants import in_progress_key_prefix, job_key_prefix
@@ -49,61 +49,13 @@ from shared.lifecycle import (
 )
 from shared.queue import enqueue
 from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
+from shared.requests import TurnRequest
 from shared.results import TurnResult
 from shared.scripts import TAKE_SLOT, in_pipeline
 
 logger = logging.getLogger("bernard.turns")
 
-# How the turn's events reach clients: OpenAI chat chunks, legacy text completions, or
-# the conversation endpoints' named events (api/encoding.py).
-TurnKind = Literal["chat", "completion", "conversation"]
-ToolEventsMode = Literal["bernard", "delta", "none"]
-DisconnectPolicy = Literal["cancel", "continue"]
 STREAM_FIELD = "e"
-
-
-@dataclass(slots=True)
-class TurnRequest:
-    """What the worker needs to run a turn, as validated by the API."""
-
-    messages: list[dict[str, Any]]
-    kind: TurnKind = "chat"
-    stream: bool = True
-    include_usage: bool = False
-    tool_events: ToolEventsMode = "bernard"
-    trace: bool = False
-    on_disconnect: DisconnectPolicy = "cancel"
-    background: bool = False
-    # Sampling and cost options, passed to the response model as the client sent them.
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    user: str | None = None
-    # Continuing a paused turn: {"turn_id", "decisions": [{confirmation_id, tool_call,
-    # decision, arguments?}]} (worker/harness/resume.py).
-    resume: dict[str, Any] | None = None
-
-    def sampling(self) -> dict[str, Any]:
-        """The sampling options the client set, as model call keyword arguments."""
-        return {
-            name: value for name in SAMPLING_OPTIONS if (value := getattr(self, name)) is not None
-        }
-
-
-SAMPLING_OPTIONS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "user",
-)
 
 
 # How much of its user message a turn's `preview` keeps.
@@ -152,7 +104,7 @@ class TurnRecord:
 
     def __post_init__(self) -> None:
         if self.preview is None:
-            self.preview = preview_of(self.request.messages)
+            self.preview = preview_of(self.request.agent.messages)
 
     @property
     def finished(self) -> bool:
@@ -168,8 +120,8 @@ class TurnRecord:
             # The messages apart: the worker needs them once, and ending the turn drops them
             # (shared/lifecycle.py, FINISH), so a finished turn keeps its options but not
             # its whole prompt.
-            "request": orjson.dumps({**asdict(self.request), "messages": []}),
-            "messages": orjson.dumps(self.request.messages),
+            "request": orjson.dumps(self.request.stored()),
+            "messages": orjson.dumps(self.request.agent.messages),
         }
         if self.conversation_id:
             fields["conversation_id"] = self.conversation_id
@@ -200,7 +152,7 @@ class TurnRecord:
             owner=data["owner"].decode(),
             model=data["model"].decode(),
             status=TurnStatus(data["status"].decode()),
-            request=TurnRequest(**request),
+            request=TurnRequest.restored(request),
             created_at=float(data["created_at"]),
             conversation_id=data["conversation_id"].decode() if "conversation_id" in data else None,
             started_at=number("started_at"),

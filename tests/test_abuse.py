@@ -27,7 +27,8 @@ from api.hub import StreamHub, StreamReadError
 from shared import keys
 from shared.events import Delta
 from shared.records import Archivist, RecordKeeper
-from shared.turns import TurnRecord, TurnRequest, TurnStore
+from shared.requests import AgentRequest, TurnRequest
+from shared.turns import TurnRecord, TurnStore
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect, frames, text_of
@@ -328,7 +329,7 @@ async def test_a_turn_the_worker_cannot_build_fails_with_its_own_code_at_once(
         id=f"broken{time.time_ns()}",
         owner="alice",
         model="bernard-v1",
-        request=TurnRequest(messages=[{"role": "assistant", "tool_calls": [{"foo": 1}]}]),
+        request=TurnRequest(AgentRequest([{"role": "assistant", "tool_calls": [{"foo": 1}]}])),
     )
     await store.create(record, ttl_s=60, queue_name=users.settings.queue_name)
     started = time.monotonic()

@@ -39,8 +39,9 @@ from shared.logs import (
     log_handler,
     secrets_of,
 )
+from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings, get_settings
-from shared.turns import TurnRecord, TurnRequest, TurnStore
+from shared.turns import TurnRecord, TurnStore
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
@@ -690,7 +691,7 @@ def test_a_turn_record_carries_its_traceparent_through_redis() -> None:
     made = TurnRecord(
         id="t1",
         owner="alice",
-        request=TurnRequest(messages=[]),
+        request=TurnRequest(AgentRequest([])),
         model="bernard-v1",
         traceparent=traceparent,
     )
@@ -698,7 +699,7 @@ def test_a_turn_record_carries_its_traceparent_through_redis() -> None:
         k.encode(): v if isinstance(v, bytes) else v.encode() for k, v in made.to_redis().items()
     }
     assert TurnRecord.from_redis(raw).traceparent == traceparent
-    untraced = TurnRecord(id="t2", owner="a", request=TurnRequest(messages=[]), model="m")
+    untraced = TurnRecord(id="t2", owner="a", request=TurnRequest(AgentRequest([])), model="m")
     assert "traceparent" not in untraced.to_redis()
 
 

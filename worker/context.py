@@ -16,9 +16,9 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared.records import Archivist
+from shared.requests import AgentRequest
 from shared.results import TurnResult
 from shared.settings import Settings
-from shared.turns import TurnRequest
 from worker.llm import Llm
 from worker.tools.runtime import ToolRuntime
 
@@ -32,7 +32,7 @@ class TurnContext:
     """
 
     turn_id: str
-    request: TurnRequest
+    request: AgentRequest
     settings: Settings
     router: Llm
     responder: Llm
@@ -76,7 +76,7 @@ class TurnContext:
     def for_request(
         cls,
         turn_id: str,
-        request: TurnRequest,
+        request: AgentRequest,
         settings: Settings,
         router: Llm,
         responder: Llm,

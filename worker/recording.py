@@ -118,7 +118,7 @@ class TurnRecording:
                 limit=self.ctx.settings.max_conversation_bytes,
                 # A conversation's message is posted alone (POST .../messages), never part
                 # of a history resent: new even when it repeats the last one stored.
-                resent=self.ctx.request.kind != "conversation",
+                resent=self.ctx.request.resends_history,
             )
         except ConversationNotFoundError as exc:
             self.deleted = True

@@ -291,7 +291,7 @@ class TurnSupervisor:
     def _context(self, record: TurnRecord, telemetry: TurnTelemetry) -> TurnContext:
         ctx = TurnContext.for_request(
             record.id,
-            record.request,
+            record.request.agent,
             self.settings,
             self.router,
             self.responder,
@@ -397,11 +397,11 @@ class _Stream:
 def _visible(event: Event, record: TurnRecord) -> bool:
     """Whether the event goes into the stream, which holds what its client can read:
     model-call traces (the whole prompt, each call) only when the client asked to trace the
-    turn, stored rows only for a conversation client."""
+    turn, stored rows only when its encoding shows them (shared/requests.py)."""
     if isinstance(event, LlmPrompt | LlmCallComplete | Memory):
-        return record.request.trace
+        return record.request.agent.trace
     if isinstance(event, MessageStored):
-        return record.request.kind == "conversation"
+        return record.request.agent.rows
     return True
 
 

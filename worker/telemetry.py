@@ -138,7 +138,7 @@ class TurnTelemetry:
                     **attributes,
                     "gen_ai.operation.name": "invoke_agent",
                     "gen_ai.agent.name": _AGENT,
-                    "bernard.turn.kind": record.request.kind,
+                    "bernard.turn.mode": record.request.agent.mode.value,
                     "bernard.worker": worker_id,
                 },
             )
@@ -155,7 +155,7 @@ class TurnTelemetry:
             extra={
                 **telemetry.fields,
                 "queue_ms": queue_ms,
-                "kind": record.request.kind,
+                "mode": record.request.agent.mode.value,
                 "worker": worker_id,
             },
         )

@@ -1,10 +1,12 @@
 """The turn runner: chains the harnesses into one sequence of items, and hands every item to
 every sink of the turn.
 
-memory → router → response for a chat turn (memory → resume → router → response for one
+memory → router → response for an agent turn (memory → resume → router → response for one
 that carries the user's decisions on a paused turn's tool calls); the response harness
-alone for a legacy completion. Each harness is an async generator; the runner chains them
-into a `Sequencer` and passes their items on in order, the moment each is produced.
+alone for a turn that runs the model alone (`RunMode.MODEL`: a legacy completion). The
+runner reads only the agent request (shared/requests.py), never how the turn is delivered.
+Each harness is an async generator; the runner chains them into a `Sequencer` and passes
+their items on in order, the moment each is produced.
 
 Harnesses only yield: the stream's events, and each model or tool call's start and end
 described once (worker/calls.py). What happens to them is the sinks': the turn's stream
@@ -29,6 +31,7 @@ from typing import Protocol
 
 from shared.events import MessageStored
 from shared.records import Recorder, row_of
+from shared.requests import RunMode
 from worker.calls import Item
 from worker.context import TurnContext
 from worker.harness.memory import memory_harness
@@ -55,7 +58,7 @@ class Sink(Protocol):
 
 def harnesses(ctx: TurnContext) -> list[Harness]:
     """The harnesses this turn runs, in order."""
-    if ctx.request.kind == "completion":
+    if ctx.request.mode is RunMode.MODEL:
         return [response_harness]
     if ctx.request.resume:
         return [memory_harness, resume_harness, router_harness, response_harness]

@@ -24,4 +24,4 @@ ENCODINGS: dict[str, type[Encoder]] = {
 
 def encoder_for(record: TurnRecord) -> Encoder:
     """A fresh encoder of the turn's encoding, for one client's stream or answer."""
-    return ENCODINGS[record.request.kind](record)
+    return ENCODINGS[record.request.delivery.encoding](record)

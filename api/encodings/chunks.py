@@ -34,7 +34,7 @@ class ChunkEncoder(ABC):
 
     def __init__(self, record: TurnRecord) -> None:
         self.record = record
-        self.delivery = record.request
+        self.delivery = record.request.delivery
         self.head = {
             "id": f"{self.ID_PREFIX}-{record.id}",
             "object": self.CHUNK_OBJECT,

@@ -48,7 +48,7 @@ from shared.conversation_state import ConversationMachine, Outcome, Status
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
 from shared.records import ConversationExistsError, Message, RecordKeeper, row_position
-from shared.turns import TurnRequest
+from shared.requests import AgentRequest, Delivery, TurnRequest
 
 router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
@@ -240,11 +240,12 @@ async def post_message(
     _check_metadata(body.metadata)
     stream = _wants_stream(accept)
     request = TurnRequest(
-        kind="conversation",
-        messages=[{"role": "user", "content": body.content}],
-        stream=stream,
-        trace=body.trace,
-        on_disconnect="continue",
+        AgentRequest(
+            [{"role": "user", "content": body.content}],
+            trace=body.trace,
+            resends_history=False,
+        ),
+        Delivery("conversation", stream=stream, on_disconnect="continue"),
     )
     # The stored row holds at least the text's bytes: a message over the cap is refused
     # before its turn (api/admission.py).
@@ -281,11 +282,8 @@ async def resume(
     # The turn's record is built with this request; the claim below fills in what it
     # resumes before the record is stored.
     request = TurnRequest(
-        kind="conversation",
-        messages=[],
-        stream=stream,
-        trace=body.trace,
-        on_disconnect="continue",
+        AgentRequest([], trace=body.trace, resends_history=False),
+        Delivery("conversation", stream=stream, on_disconnect="continue"),
     )
 
     async def decide(turn_id: str) -> str:
@@ -300,7 +298,7 @@ async def resume(
             raise _StillWaiting
         if decision.outcome is not Outcome.RESUMED:
             raise decision_error(decision, conversation_id, body.confirmation_id)
-        request.resume = _resumed(proposal, decision.decided)
+        request.agent.resume = _resumed(proposal, decision.decided)
         return conversation_id
 
     async def unclaim(conversation_id: str, turn_id: str) -> None:

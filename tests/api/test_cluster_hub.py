@@ -22,9 +22,10 @@ from shared import keys
 from shared.connection import connect_data
 from shared.endings import completed
 from shared.events import Delta, Done, Start, TimerFired
+from shared.requests import AgentRequest, TurnRequest
 from shared.streams import StreamBatcher
 from shared.timers import publish
-from shared.turns import TurnRecord, TurnRequest, TurnStore
+from shared.turns import TurnRecord, TurnStore
 from tests.topologies import (
     RedisClusterTopology,
     redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
@@ -67,7 +68,7 @@ async def stored_turn(redis: Redis) -> TurnRecord:
     record = TurnRecord(
         id=uuid.uuid4().hex,
         owner="someone",
-        request=TurnRequest(messages=[{"role": "user", "content": "hi"}]),
+        request=TurnRequest(AgentRequest([{"role": "user", "content": "hi"}])),
         model="bernard-v1",
     )
     await TurnStore(redis, retention_s=60, stream_maxlen=100).create(

@@ -25,7 +25,8 @@ from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.lifecycle import Cause
 from shared.records import RecordKeeper
-from shared.turns import TurnRecord, TurnRequest, TurnStore
+from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.turns import TurnRecord, TurnStore
 
 RETENTION_S = 600
 
@@ -54,7 +55,7 @@ async def opened(redis: redis_asyncio.Redis, owner: str, conversation_id: str | 
     opened_id = await open_conversation(
         redis, store, owner, conversation_id, turn_id, retention_s=RETENTION_S
     )
-    request = TurnRequest(messages=[], kind="conversation")
+    request = TurnRequest(AgentRequest([]), Delivery("conversation"))
     record = TurnRecord(turn_id, owner, request, "bernard-v1", conversation_id=opened_id)
     await store.create(record, ttl_s=RETENTION_S, queue_name=None)
     await store.finish(turn_id, owner, completed("stop", None))
@@ -250,7 +251,7 @@ async def decided(redis: redis_asyncio.Redis, owner: str, resumer: str) -> Conve
 
 async def created(redis: redis_asyncio.Redis, owner: str, turn_id: str) -> TurnStore:
     store = turns(redis)
-    request = TurnRequest(messages=[], kind="conversation")
+    request = TurnRequest(AgentRequest([]), Delivery("conversation"))
     record = TurnRecord(turn_id, owner, request, "bernard-v1", conversation_id="den")
     await store.create(record, ttl_s=RETENTION_S, queue_name=None)
     return store

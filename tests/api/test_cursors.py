@@ -8,7 +8,8 @@ import pytest
 from api.cursors import after_start, numbered, parse_cursor
 from api.encodings import encoder_for
 from shared.events import Start
-from shared.turns import SEALED_ID, TurnRecord, TurnRequest
+from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.turns import SEALED_ID, TurnRecord
 
 
 @pytest.mark.parametrize(
@@ -53,7 +54,7 @@ def test_the_done_entrys_frames_are_named_done_and_parse_back_to_it() -> None:
 @pytest.mark.parametrize("kind", ["chat", "completion", "conversation"])
 def test_a_new_stream_starts_with_its_start_entrys_frames(kind: str) -> None:
     record = TurnRecord(
-        id="t1", owner="o", request=TurnRequest(messages=[], kind=kind), model="bernard"
+        id="t1", owner="o", request=TurnRequest(AgentRequest([]), Delivery(kind)), model="bernard"
     )
     encoder = encoder_for(record)
     resume = after_start(encoder, "7-1")

@@ -8,13 +8,14 @@ import pytest
 from api.encoding import DONE
 from api.encodings import encoder_for
 from shared.events import Done
-from shared.turns import TurnRecord, TurnRequest
+from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.turns import TurnRecord
 
 USAGE = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
 
 
 def finish_reason(kind: str, model_said: str | None) -> object:
-    request = TurnRequest(messages=[], kind=kind)  # type: ignore[arg-type]
+    request = TurnRequest(AgentRequest([]), Delivery(kind))
     frames = encoder_for(TurnRecord(id="t", owner="o", request=request, model="m")).frames(
         Done(status="completed", finish_reason=model_said, usage=USAGE)
     )

@@ -30,8 +30,9 @@ from shared.events import (
     ToolProgress,
     ToolResult,
 )
+from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
-from shared.turns import TurnRecord, TurnRequest
+from shared.turns import TurnRecord
 
 EXPECTED = json.loads((Path(__file__).parent / "frames.json").read_text())
 USAGE = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
@@ -83,7 +84,8 @@ RESULT = TurnResult(
 
 def record(config: str) -> TurnRecord:
     # Traced: the stream holds model-call traces only when the client asked for them.
-    request = TurnRequest(messages=[], trace=True, **CONFIGS[config])
+    options = dict(CONFIGS[config])
+    request = TurnRequest(AgentRequest([], trace=True), Delivery(options.pop("kind"), **options))
     return TurnRecord(
         id="t1",
         owner="o",

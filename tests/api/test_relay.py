@@ -30,13 +30,14 @@ from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Error, Event, Stamped, Start, ToolCall, encode
 from shared.lifecycle import Cause
-from shared.turns import STREAM_FIELD, TurnRecord, TurnRequest
+from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.turns import STREAM_FIELD, TurnRecord
 
 KEEPALIVE_S = 0.05
 
 
 def encoder(kind: str = "chat", *, include_usage: bool = False) -> Encoder:
-    request = TurnRequest(messages=[], kind=kind, include_usage=include_usage)  # type: ignore[arg-type]
+    request = TurnRequest(AgentRequest([]), Delivery(kind, include_usage=include_usage))
     return encoder_for(TurnRecord(id="t", owner="o", request=request, model="bernard-v1"))
 
 

@@ -24,8 +24,9 @@ from shared import keys
 from shared.connection import connect, queue_client
 from shared.endings import completed
 from shared.lifecycle import Cause, Finished
+from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings
-from shared.turns import STRANDED_AFTER_S, TooManyTurnsError, TurnRecord, TurnRequest, TurnStore
+from shared.turns import STRANDED_AFTER_S, TooManyTurnsError, TurnRecord, TurnStore
 from tests.conftest import TEST_REDIS_URL
 
 RETENTION_S = 300
@@ -53,7 +54,7 @@ class Roles:
         return TurnRecord(
             id=turn_id,
             owner=owner,
-            request=TurnRequest(messages=[{"role": "user", "content": "hi"}]),
+            request=TurnRequest(AgentRequest([{"role": "user", "content": "hi"}])),
             model="bernard-v1",
             created_at=time.time() - age_s,
         )

@@ -35,8 +35,9 @@ from shared.lifecycle import (
     ending_events_of,
     stuck,
 )
+from shared.requests import AgentRequest, TurnRequest
 from shared.streams import parse_entries
-from shared.turns import TurnRecord, TurnRequest, TurnStore
+from shared.turns import TurnRecord, TurnStore
 
 # -- the endings table -------------------------------------------------------------------
 
@@ -148,7 +149,7 @@ Setup = Callable[[TurnStore, str], Awaitable[None]]
 
 
 async def _queued(store: TurnStore, turn_id: str) -> None:
-    request = TurnRequest(messages=[{"role": "user", "content": "hi"}])
+    request = TurnRequest(AgentRequest([{"role": "user", "content": "hi"}]))
     record = TurnRecord(id=turn_id, owner=OWNER, request=request, model="bernard-v1")
     await store.create(record, ttl_s=60, queue_name=None)
 

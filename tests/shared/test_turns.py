@@ -21,15 +21,14 @@ from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, Error, Start, ToolCall
 from shared.lifecycle import Cause, Finished, Renewal
+from shared.requests import SAMPLING_OPTIONS, AgentRequest, Delivery, RunMode, TurnRequest
 from shared.results import TurnResult
 from shared.streams import parse_entries
 from shared.turns import (
-    SAMPLING_OPTIONS,
     SEALED_ID,
     STRANDED_AFTER_S,
     TooManyTurnsError,
     TurnRecord,
-    TurnRequest,
     TurnStore,
 )
 
@@ -91,7 +90,8 @@ def store(redis: redis_asyncio.Redis) -> TurnStore:
 def record_of(
     turn_id: str, owner: str, *, conversation_id: str | None = None, **options: object
 ) -> TurnRecord:
-    request = TurnRequest(messages=[{"role": "user", "content": "hello"}], **options)  # type: ignore[arg-type]
+    # The options of both halves, flat, as a record stores them (`TurnRequest.stored`).
+    request = TurnRequest.restored({"messages": [{"role": "user", "content": "hello"}], **options})
     return TurnRecord(
         id=turn_id,
         owner=owner,
@@ -124,7 +124,7 @@ async def claimed(store: TurnStore, scratch: Scratch, **options: object) -> Turn
 
 
 def test_a_request_passes_on_only_the_sampling_options_the_client_set() -> None:
-    assert TurnRequest(messages=[]).sampling() == {}
+    assert AgentRequest(messages=[]).sampling() == {}
 
 
 @pytest.mark.parametrize(
@@ -143,12 +143,12 @@ def test_a_request_passes_on_only_the_sampling_options_the_client_set() -> None:
 def test_a_sampling_option_set_to_a_falsy_value_is_still_passed_on(
     option: str, value: object
 ) -> None:
-    assert TurnRequest(messages=[], **{option: value}).sampling() == {option: value}  # type: ignore[arg-type]
+    assert AgentRequest(messages=[], **{option: value}).sampling() == {option: value}  # type: ignore[arg-type]
 
 
 def test_every_sampling_option_is_passed_on_together() -> None:
     values = {name: f"v-{name}" for name in SAMPLING_OPTIONS}
-    assert TurnRequest(messages=[], **values).sampling() == values  # type: ignore[arg-type]
+    assert AgentRequest(messages=[], **values).sampling() == values  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -179,6 +179,58 @@ def test_the_stored_hash_keeps_the_messages_apart_from_the_options() -> None:
     assert request["messages"] == [] and request["temperature"] == 0.2 and request["trace"]
     assert "conversation_id" not in fields
     assert record_of("t1", "alice", conversation_id="den").to_redis()["conversation_id"] == "den"
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "rows", "resends_history"),
+    [
+        ("chat", RunMode.AGENT, False, True),
+        ("completion", RunMode.MODEL, False, True),
+        ("conversation", RunMode.AGENT, True, False),
+    ],
+)
+def test_a_request_an_older_api_stored_runs_as_its_kind_said(
+    kind: str, mode: RunMode, rows: bool, resends_history: bool
+) -> None:
+    """Before the request had two halves, the record held `kind` alone, and the worker
+    read what to run and what to publish from it."""
+    older = {"messages": [], "kind": kind, "stream": False, "trace": True, "max_tokens": 7}
+    request = TurnRequest.restored(older)
+    assert request.agent == AgentRequest(
+        [], mode=mode, trace=True, rows=rows, resends_history=resends_history, max_tokens=7
+    )
+    assert request.delivery == Delivery(kind, stream=False)
+
+
+def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
+    request = TurnRequest(
+        AgentRequest([{"role": "user", "content": "hi"}], mode=RunMode.MODEL, rows=True),
+        Delivery("completion", include_usage=True),
+    )
+    stored = request.stored()
+    assert stored == {
+        "messages": [],
+        "mode": "model",
+        "trace": False,
+        "rows": True,
+        "resends_history": True,
+        "max_tokens": None,
+        "temperature": None,
+        "top_p": None,
+        "stop": None,
+        "seed": None,
+        "presence_penalty": None,
+        "frequency_penalty": None,
+        "user": None,
+        "resume": None,
+        "kind": "completion",
+        "stream": True,
+        "include_usage": True,
+        "tool_events": "bernard",
+        "on_disconnect": "cancel",
+        "background": False,
+    }
+    assert TurnRequest.restored({**stored, "messages": request.agent.messages}) == request
 
 
 async def test_a_record_reads_back_as_it_was_stored(
@@ -220,7 +272,7 @@ async def test_a_finished_record_reads_back_its_times_error_and_result_without_t
     }
     await redis.hset(keys.turn(record.id), mapping=fields)
     read = TurnRecord.from_redis(await redis.hgetall(keys.turn(record.id)))
-    assert read.request.messages == [] and read.conversation_id is None
+    assert read.request.agent.messages == [] and read.conversation_id is None
     assert (read.status, read.started_at, read.finished_at) == (
         "failed",
         1700000001.5,
@@ -382,7 +434,7 @@ async def test_finishing_appends_the_events_then_a_sealing_done_and_starts_reten
     finished = await store.get(record.id)
     assert finished is not None
     assert finished.status == "completed" and finished.result == TurnResult(content="hi")
-    assert finished.error is None and finished.request.messages == []
+    assert finished.error is None and finished.request.agent.messages == []
     assert before <= (finished.finished_at or 0) <= time.time()
     for key in (keys.turn(record.id), keys.events(record.id)):
         assert RETENTION_S - 5 <= await redis.ttl(key) <= RETENTION_S

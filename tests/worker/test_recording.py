@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from shared.events import LlmCallComplete, LlmPrompt
 from shared.records import CallEvent, RecordKeeper
-from shared.turns import TurnRequest
+from shared.requests import AgentRequest
 from tests.conftest import make_settings
 from worker.calls import ModelCallEnded, ModelCallStarted
 from worker.context import TurnContext
@@ -91,7 +91,7 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
     conversation_id = await keeper.create_conversation(active_turn="turn-1")
     settings = make_settings()
     models = build_models(settings)
-    request = TurnRequest(messages=[{"role": "user", "content": "hi"}])
+    request = AgentRequest(messages=[{"role": "user", "content": "hi"}])
     ctx = TurnContext.for_request(
         "turn-1",
         request,

@@ -28,7 +28,7 @@ from shared.events import (
     ToolProgress,
     ToolResult,
 )
-from shared.turns import TurnRequest
+from shared.requests import AgentRequest
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream, tool_names
 from worker.calls import stream_events
@@ -49,7 +49,7 @@ def make_ctx(
 ) -> TurnContext:
     settings = make_settings(upstream, **overrides)
     models = build_models(settings)
-    request = TurnRequest(messages=[{"role": "user", "content": question}], trace=trace)
+    request = AgentRequest(messages=[{"role": "user", "content": question}], trace=trace)
     return TurnContext.for_request(
         "turn-router-test",
         request,

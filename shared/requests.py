@@ -1,0 +1,117 @@
+"""A turn's request, in two halves: what the worker runs (`AgentRequest`) and how the API
+delivers what it produces (`Delivery`). The worker reads only the first: it never learns
+the wire encoding, which the API alone owns (api/encodings/).
+
+The record stores both as one flat JSON object (shared/turns.py `TurnRecord.to_redis`),
+the encoding's name under `kind`, as records always held it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any, Literal
+
+ToolEventsMode = Literal["bernard", "delta", "none"]
+DisconnectPolicy = Literal["cancel", "continue"]
+
+
+class RunMode(StrEnum):
+    """What the worker runs for a turn (worker/turn.py `harnesses`)."""
+
+    # Memory, the router with its tools (after a paused turn's decisions, if it carries
+    # them), then the response model.
+    AGENT = "agent"
+    # The response model alone, on the messages given (a legacy text completion).
+    MODEL = "model"
+
+
+@dataclass(slots=True)
+class AgentRequest:
+    """What the worker needs to run a turn, as validated by the API."""
+
+    messages: list[dict[str, Any]]
+    mode: RunMode = RunMode.AGENT
+    # Publish the model calls' traces (prompts, latency, usage, memory) in the stream.
+    trace: bool = False
+    # Publish each conversation row the turn stores (`message` events) in the stream.
+    rows: bool = False
+    # Whether the messages are the client's whole history, sent again with each turn (the
+    # chat API), or only the new message (the conversation endpoints): worker/recording.py
+    # stores only what is new.
+    resends_history: bool = True
+    # Sampling and cost options, passed to the response model as the client sent them.
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+    # Continuing a paused turn: {"turn_id", "decisions": [{confirmation_id, tool_call,
+    # decision, arguments?}]} (worker/harness/resume.py).
+    resume: dict[str, Any] | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling options the client set, as model call keyword arguments."""
+        return {
+            name: value for name in SAMPLING_OPTIONS if (value := getattr(self, name)) is not None
+        }
+
+
+SAMPLING_OPTIONS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """How the API delivers a turn: its wire encoding (a name in api/encodings/'s
+    registry) and the client's options for it. The worker never reads it."""
+
+    encoding: str = "chat"
+    stream: bool = True
+    include_usage: bool = False
+    tool_events: ToolEventsMode = "bernard"
+    on_disconnect: DisconnectPolicy = "cancel"
+    background: bool = False
+
+
+_AGENT_FIELDS = frozenset(f.name for f in fields(AgentRequest))
+_DELIVERY_FIELDS = frozenset(f.name for f in fields(Delivery)) - {"encoding"}
+
+
+@dataclass(slots=True)
+class TurnRequest:
+    """A turn's request: what to run, and how to deliver it."""
+
+    agent: AgentRequest
+    delivery: Delivery = field(default_factory=Delivery)
+
+    def stored(self) -> dict[str, Any]:
+        """Both halves as one flat object, without the messages (stored apart)."""
+        agent = {**asdict(self.agent), "messages": []}
+        delivery = asdict(self.delivery)
+        return {**agent, "kind": delivery.pop("encoding"), **delivery}
+
+    @classmethod
+    def restored(cls, data: dict[str, Any]) -> TurnRequest:
+        """The request `stored` wrote. One an older API wrote has no `mode`, `rows` and
+        `resends_history`: they were its `kind`'s (a completion ran the model alone; a
+        conversation's stream held its rows, and its message was new)."""
+        agent = {k: v for k, v in data.items() if k in _AGENT_FIELDS}
+        kind = data.get("kind", "chat")
+        agent.setdefault("mode", RunMode.MODEL if kind == "completion" else RunMode.AGENT)
+        agent.setdefault("rows", kind == "conversation")
+        agent.setdefault("resends_history", kind != "conversation")
+        agent["mode"] = RunMode(agent["mode"])
+        delivery = {k: v for k, v in data.items() if k in _DELIVERY_FIELDS}
+        return cls(AgentRequest(**agent), Delivery(encoding=kind, **delivery))
