@@ -38,9 +38,10 @@ from shared.connection import REDIS_ERRORS
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import Done
+from shared.requests import TurnRequest
 from shared.results import TurnResult
 from shared.settings import MODEL_ID
-from shared.turns import TurnRecord, TurnRequest
+from shared.turns import TurnRecord
 
 logger = logging.getLogger("bernard.api")
 

@@ -5,8 +5,8 @@ Unless it completed, that `Done` carries the error the client sees, built here f
 `ENDINGS`; the turn record stores the same error. Every way a client can learn the
 ending reads one of those two and renders it with the same code:
 
-- the live stream and a resumed one (api/encoding.py: the error frame),
-- the replay after the stream's retention (api/encoding.py, `compacted`),
+- the live stream and a resumed one (api/encodings/chunks.py: the error frame),
+- the replay after the stream's retention (api/encodings/, `compacted`),
 - the non-stream answer (api/pipeline.py: the HTTP status and envelope from `http_status`),
 - the polled turn object (api/pipeline.py, `turn_object`: the record's `error`).
 

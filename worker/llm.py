@@ -157,7 +157,7 @@ def _finish_reason(message: AIMessage | AIMessageChunk) -> str | None:
 class Llm:
     """A chat model under one name, called for whole messages or streamed.
 
-    `options` names the call options (`TurnRequest.sampling()`) this provider takes;
+    `options` names the call options (`AgentRequest.sampling()`) this provider takes;
     others are dropped rather than sent to an API that would refuse them. A callable
     maps one the provider spells differently (Anthropic's `metadata.user_id` for `user`).
     """
@@ -256,7 +256,7 @@ class Llm:
         and usage).
 
         `params` are call options (`max_tokens`, `stop`, `temperature`, ...:
-        `TurnRequest.sampling()`), passed as this provider takes them (`call_options`).
+        `AgentRequest.sampling()`), passed as this provider takes them (`call_options`).
         """
         if self.direct and not tools:
             return Streamed(lambda ended: self._direct_stream(messages, params, ended))
