@@ -6,8 +6,12 @@ tool mid-turn and look at the page meanwhile. Each test has its own user (an API
 its own), so the conversations a page lists are the test's. Every page fails its test on
 a console error or an uncaught exception.
 
+Every browser test runs at a desktop's width (1280 px) and a phone's (390 px): on the
+phone the conversations are a drawer the page's menu button opens.
+
 `BERNARD_PLAYGROUND_SCREENSHOTS=docs/screenshots` also saves the screenshots the README
-shows (they are not written otherwise, so a test run leaves the work tree alone).
+shows, at both widths (they are not written otherwise, so a test run leaves the work tree
+alone).
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ from typing import Any
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from playwright.async_api import (
+    Browser,
+    FloatRect,
+    Locator,
+    Page,
+    Request,
+    Route,
+    ViewportSize,
+    async_playwright,
+    expect,
+)
 from rich.console import Console
 
 from api.routes.playground import CSP, ROOT
@@ -51,6 +65,21 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 KEY = "key-page"
+
+
+@dataclass(frozen=True)
+class Viewport:
+    name: str
+    width: int
+    height: int
+
+    @property
+    def phone(self) -> bool:
+        return self.width < 720  # style.css: the drawer's breakpoint
+
+
+DESKTOP = Viewport("desktop", 1280, 800)
+PHONE = Viewport("phone", 390, 844)
 SHOTS = os.environ.get("BERNARD_PLAYGROUND_SCREENSHOTS")
 if SHOTS:
     Path(SHOTS).mkdir(parents=True, exist_ok=True)
@@ -85,10 +114,11 @@ class Playground:
 
     page: Page
     stack: Stack
+    viewport: Viewport
     errors: list[str] = field(default_factory=list)
 
     @property
-    def answer(self):  # the last answer bubble
+    def answer(self) -> Locator:  # the last answer bubble
         return self.page.locator(".bubble.assistant").last
 
     async def send(self, text: str) -> None:
@@ -101,7 +131,19 @@ class Playground:
 
     async def shot(self, name: str) -> None:
         if SHOTS:
-            await self.page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
+            suffix = "-phone" if self.viewport.phone else ""
+            await self.page.screenshot(path=str(Path(SHOTS) / f"{name}{suffix}.png"))
+
+    async def conversations(self) -> Locator:
+        """The listed conversations' buttons, in reach: on a phone, in the drawer opened."""
+        if self.viewport.phone and not await self.page.locator("#sidebar").is_visible():
+            await self.page.click("#menu")
+            await expect(self.page.locator("#sidebar")).to_be_in_viewport(ratio=1)
+        return self.page.locator("#conversations .open")
+
+    async def new_conversation(self) -> None:
+        await self.conversations()
+        await self.page.click("#new-conversation")
 
 
 @dataclass
@@ -110,6 +152,7 @@ class Pages:
     streams cut by a server going away are console errors of their own)."""
 
     browser: Browser
+    viewport: Viewport
     opened: list[Playground] = field(default_factory=list)
 
     async def open(
@@ -118,13 +161,14 @@ class Pages:
         """A fresh page of the stack's playground, with `key` already stored, on
         `conversation` if one is named (the URL's fragment); `script` runs before the
         page's own, in it and in every reload of it."""
-        context = await self.browser.new_context(viewport={"width": 1000, "height": 640})
+        size = ViewportSize(width=self.viewport.width, height=self.viewport.height)
+        context = await self.browser.new_context(viewport=size, is_mobile=self.viewport.phone)
         if key is not None:
             await context.add_init_script(f"localStorage.setItem('bernard.apiKey', {key!r})")
         if script:
             await context.add_init_script(script)
         page = await context.new_page()
-        playground = Playground(page, stack)
+        playground = Playground(page, stack, self.viewport)
         page.on(
             "console",
             lambda m: playground.errors.append(m.text) if m.type == "error" else None,
@@ -144,11 +188,11 @@ class Pages:
             await playground.page.context.close()
 
 
-@pytest.fixture
-async def pages(browser: Browser) -> AsyncIterator[Pages]:
-    """Pages of the playground; the test fails on any console error or uncaught exception
-    in them."""
-    opened = Pages(browser)
+@pytest.fixture(params=[DESKTOP, PHONE], ids=lambda v: f"{v.width}px")
+async def pages(browser: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Pages]:
+    """Pages of the playground, at a desktop's width and at a phone's; the test fails on any
+    console error or uncaught exception in them."""
+    opened = Pages(browser, request.param)
     yield opened
     await opened.close()
     assert [p.errors for p in opened.opened] == [[] for _ in opened.opened], "console errors"
@@ -268,7 +312,7 @@ async def test_reloading_mid_answer_reattaches_and_ends_with_the_uninterrupted_t
     uninterrupted = await playground.answer.inner_text()
     assert "That is all." in uninterrupted
 
-    await page.click("#new-conversation")
+    await playground.new_conversation()
     gate = upstream.script(Reply.text(ANSWER, block_after=6))
     await playground.send("otters, with a reload")
     await gate.wait_blocked()
@@ -533,15 +577,18 @@ async def test_a_failed_tool_is_red_and_a_long_result_is_collapsed(
         await playground.idle()
 
 
-async def test_approving_a_confirmation_with_edited_arguments_runs_the_tool(
+async def test_approving_a_confirmation_with_edited_arguments_runs_the_tool_in_its_card(
     stack: Stack, upstream: ScriptedUpstream, pages: Pages
 ) -> None:
+    """One card from proposal to result: the decision and the arguments that ran are shown
+    in it, no second card repeats them."""
     upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
     playground = await pages.open(stack)
     page = playground.page
     await playground.send("remember the door code")
     confirm = page.locator(".card.confirm")
     await expect(confirm.locator(".summary")).to_have_text("Remember “the door code is 1234”")
+    await expect(confirm.locator(".state")).to_have_text("waiting for your decision")
     await playground.idle()
     await playground.shot("confirmation")
     notes = NoteStore(stack.redis, stack.settings.api_key_users()[KEY], retention_s=60)
@@ -550,11 +597,16 @@ async def test_approving_a_confirmation_with_edited_arguments_runs_the_tool(
     await confirm.locator("textarea").fill('{"text": "the door code is 4321"}')
     upstream.script(Reply.text("Saved it."))
     await confirm.get_by_role("button", name="Approve").click()
-    await expect(confirm.locator(".state")).to_have_text("approved")
-    card = page.locator(".card.tool", has_text="save_note")
-    await expect(card.locator(".result pre")).to_have_text("Saved: the door code is 4321")
     await expect(playground.answer).to_have_text("Saved it.")
     await playground.idle()
+    await expect(page.locator(".card")).to_have_count(1)
+    await expect(confirm.locator(".state")).to_have_text("approved · done")
+    await expect(confirm.locator(".decision")).to_have_text("Approved with your edits")
+    await expect(confirm.locator(".summary")).to_have_class("summary proposed")
+    await expect(confirm.locator(".args")).to_have_text('{\n  "text": "the door code is 4321"\n}')
+    await expect(confirm.locator(".result pre")).to_have_text("Saved: the door code is 4321")
+    await expect(confirm.locator("textarea, button")).to_have_count(0)
+    await playground.shot("confirmation-approved")
     assert [note.text for note in await notes.all()] == ["the door code is 4321"]
 
 
@@ -563,18 +615,212 @@ async def test_a_confirmation_waiting_when_the_page_opens_can_be_rejected(
 ) -> None:
     upstream.script_router(Reply.tool_calls([("save_note", {"text": "a secret"})]))
     playground = await pages.open(stack)
+    page = playground.page
     await playground.send("remember a secret")
-    await expect(playground.page.locator(".card.confirm")).to_be_visible()
+    await expect(page.locator(".card.confirm")).to_be_visible()
     await playground.idle()
-    await playground.page.reload()  # the card comes back from the conversation's state
-    confirm = playground.page.locator(".card.confirm")
+    await page.reload()  # the card comes back from the conversation's state, once
+    confirm = page.locator(".card.confirm")
     await expect(confirm.locator(".summary")).to_have_text("Remember “a secret”")
+    await expect(page.locator(".card")).to_have_count(1)
+    await expect(confirm.locator(".state")).to_have_text("waiting for your decision")
     upstream.script(Reply.text("I will not."))
     await confirm.get_by_role("button", name="Reject").click()
     await expect(playground.answer).to_have_text("I will not.")
     await expect(confirm.locator(".state")).to_have_text("rejected")
+    await expect(confirm.locator(".decision")).to_have_text("Rejected: it did not run")
+    await page.reload()  # and as stored, decided
+    await expect(playground.answer).to_have_text("I will not.")
+    await expect(page.locator(".card")).to_have_count(1)
+    await expect(confirm.locator(".state")).to_have_text("rejected")
     notes = NoteStore(stack.redis, stack.settings.api_key_users()[KEY], retention_s=60)
     assert await notes.all() == []
+
+
+async def test_each_call_of_a_step_keeps_one_card_through_its_decisions(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    upstream.script_router(
+        Reply.tool_calls([("save_note", {"text": "milk"}), ("save_note", {"text": "eggs"})])
+    )
+    playground = await pages.open(stack)
+    page = playground.page
+    await playground.send("remember milk and eggs")
+    cards = page.locator(".card")
+    await expect(cards.locator(".state")).to_have_text(
+        ["waiting for your decision", "waiting for your decision"]
+    )
+    await playground.idle()
+    await cards.nth(0).get_by_role("button", name="Approve").click()
+    # The answer to the first decision repeats the second proposal: no card of its own.
+    await expect(cards.locator(".state")).to_have_text(
+        ["approved · runs once every call is decided", "waiting for your decision"]
+    )
+    await playground.idle()
+    upstream.script(Reply.text("Milk only."))
+    await cards.nth(1).get_by_role("button", name="Reject").click()
+    await expect(playground.answer).to_have_text("Milk only.")
+    await expect(cards.locator(".state")).to_have_text(["approved · done", "rejected"])
+    await playground.idle()
+    await page.reload()
+    await expect(playground.answer).to_have_text("Milk only.")
+    await expect(cards.locator(".state")).to_have_text(["done", "rejected"])
+
+
+# -- layout, first screen, titles, footer -----------------------------------------------------
+
+
+async def box(locator: Locator) -> FloatRect:
+    found = await locator.bounding_box()
+    assert found is not None
+    return found
+
+
+async def test_on_a_phone_the_conversations_are_a_drawer_and_the_chat_takes_the_width(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    upstream.script(Reply.text("About otters."))
+    playground = await pages.open(stack)
+    page = playground.page
+    await playground.send("otters")
+    await expect(playground.answer).to_have_text("About otters.")
+    await playground.idle()
+    width = playground.viewport.width
+    sidebar, menu, main = page.locator("#sidebar"), page.locator("#menu"), page.locator("main")
+    overflow = "document.documentElement.scrollWidth - innerWidth"
+    assert await page.evaluate(overflow) == 0, "nothing wider than the screen"
+    if not playground.viewport.phone:
+        await expect(menu).to_be_hidden()
+        await expect(sidebar).to_be_visible()
+        sidebar_width = (await box(sidebar))["width"]
+        assert (await box(main))["width"] == width - sidebar_width
+        return
+    await expect(sidebar).to_be_hidden()
+    assert (await box(main))["width"] == width
+    assert (await box(page.locator("#input")))["width"] > width * 0.6
+    await menu.click()
+    await expect(sidebar).to_be_in_viewport(ratio=1)
+    await expect(menu).to_have_attribute("aria-expanded", "true")
+    await playground.shot("drawer")
+    # A tap beside the drawer closes it; opening a conversation or a new one too.
+    await page.mouse.click(width - 10, 400)
+    await expect(sidebar).to_be_hidden()
+    await (await playground.conversations()).filter(has_text="otters").click()
+    await expect(sidebar).to_be_hidden()
+    await playground.new_conversation()
+    await expect(sidebar).to_be_hidden()
+    await expect(page.locator(".bubble")).to_have_count(0)
+    await page.set_viewport_size({"width": 360, "height": 740})
+    assert await page.evaluate(overflow) == 0, "nothing wider than the smallest phone"
+
+
+async def test_the_first_screen_suggests_what_this_servers_tools_can_do(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """The test stack's tools: calculator, get_time, notes and timers (no Home Assistant)."""
+    playground = await pages.open(stack)
+    page = playground.page
+    suggestions = page.locator(".welcome .suggestion")
+    await expect(suggestions).to_have_text(
+        [
+            "Set a timer for 10 minutes for the pasta",
+            "Remember that the spare key is under the blue pot",
+            "What is 17.5 % of 2,340?",
+            "What time is it in Tokyo?",
+        ]
+    )
+    await playground.shot("first-screen")
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "2340 * 0.175"})]))
+    upstream.script(Reply.text("It is 409.5."))
+    await suggestions.filter(has_text="17.5 %").click()
+    await expect(page.locator(".bubble.user")).to_have_text(["What is 17.5 % of 2,340?"])
+    await expect(playground.answer).to_have_text("It is 409.5.")
+    await expect(page.locator(".card.tool .result pre")).to_have_text("409.5")
+    await expect(page.locator(".welcome")).to_have_count(0)
+    await playground.idle()
+    await playground.new_conversation()  # and again for the next one
+    await expect(suggestions).to_have_count(4)
+
+
+async def test_the_lights_are_suggested_where_home_assistant_is(
+    upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    @tool
+    async def ha_call_service(domain: str, service: str, entity_id: str) -> str:
+        """Call a Home Assistant service."""
+        return "done"
+
+    async with stack_with_tools(upstream, pages, [ha_call_service]) as stack:
+        playground = await pages.open(stack)
+        await expect(playground.page.locator(".welcome .suggestion")).to_have_text(
+            ["Turn on the kitchen lights"]
+        )
+
+
+async def test_conversations_are_listed_by_title_or_first_message_never_by_id(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """Started elsewhere (curl, the CLI): listed under the server's `title` when it has
+    one, else the start of the first message."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    ids = []
+    for text in ("What is the capital of Peru?", "Tell me about owls " + "and more " * 20):
+        upstream.script(Reply.text("Lima."))
+        created = await stack.client.post("/v1/conversations", json={}, headers=headers)
+        ids.append(created.json()["id"])
+        answered = await stack.client.post(
+            f"/v1/conversations/{ids[-1]}/messages", json={"content": text}, headers=headers
+        )
+        assert answered.status_code == 200
+    empty = await stack.client.post("/v1/conversations", json={}, headers=headers)
+    titled = ids[0]
+
+    playground = await pages.open(stack)
+    page = playground.page
+
+    async def with_title(route: Route) -> None:
+        """The list as the server gives it once it has made a conversation's title."""
+        response = await route.fetch()
+        listed = await response.json()
+        for conversation in listed["data"]:
+            if conversation["id"] == titled:
+                conversation["title"] = "Peru's capital"
+        await route.fulfill(response=response, json=listed)
+
+    await page.route("**/v1/conversations?limit=100", with_title)
+    await page.reload()
+    items = await playground.conversations()
+    await expect(items).to_have_text(
+        [
+            "New conversation",
+            "Tell me about owls and more and more and more and more and more and more and mo…",
+            "Peru's capital",
+        ]
+    )
+    for item in await items.all():
+        assert "conv_" not in await item.inner_text()
+    assert empty.status_code == 201
+
+
+async def test_the_footer_says_what_the_server_runs(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    playground = await pages.open(stack)
+    footer = playground.page.locator("#status")
+    await expect(footer).to_contain_text("router-model (router) · response-model (response)")
+    await expect(footer).to_contain_text("1 worker alive", timeout=15_000)
+    await expect(footer).to_contain_text(re.compile(r"Bernard \d+\.\d+"))
+    await expect(footer.locator(".warn")).to_have_count(0)
+
+
+async def test_the_footer_says_when_the_model_is_the_offline_demo(pages: Pages) -> None:
+    async with run_stack(make_settings(api_keys=user_keys())) as stack:
+        try:
+            playground = await pages.open(stack)
+            footer = playground.page.locator("#status")
+            await expect(footer).to_contain_text("offline demo model (router, response)")
+        finally:
+            await pages.close()
 
 
 # -- controls --------------------------------------------------------------------------------
@@ -588,9 +834,87 @@ async def test_cancel_stops_the_running_turn(
     await playground.send("talk forever")
     await expect(playground.answer).to_contain_text("tick tick")
     await playground.page.click("#cancel")
-    await expect(playground.page.locator(".status-line")).to_have_text("Cancelled.")
-    await expect(playground.page.locator(".error-line").last).to_contain_text("turn_cancelled")
     await playground.idle()
+    # The user's own Cancel is no error: said once, in grey.
+    await expect(playground.page.locator(".status-line")).to_have_text(["Stopped."])
+    await expect(playground.page.locator(".error-line")).to_have_count(0)
+    await expect(playground.answer).to_contain_text("tick tick")
+
+
+async def test_a_failed_turn_says_its_error_once(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """The stream's `error` event and its `done` carry the same error: one red line."""
+    upstream.script(Reply.error(500, "boom"))
+    playground = await pages.open(stack)
+    await playground.send("fail, please")
+    await playground.idle()
+    await expect(playground.page.locator(".error-line")).to_have_text(
+        ["upstream_error: the upstream model failed (HTTP 500)"]
+    )
+
+
+async def test_a_message_typed_while_a_confirmation_waits_stays_in_the_box(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """It is kept with a hint saying why; "Reject it and send this" sends it as a voice
+    user means "no, …": the call declined, then the message."""
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "the code is 1234"})]))
+    playground = await pages.open(stack)
+    page = playground.page
+    await playground.send("remember the code")
+    await expect(page.locator(".card.confirm .state")).to_have_text("waiting for your decision")
+    await playground.idle()
+    posted: list[Request] = []
+    page.on("request", lambda r: posted.append(r) if r.method == "POST" else None)
+    await playground.send("no, the code is 9999")
+    hint = page.locator("#hint")
+    await expect(hint).to_be_visible()
+    await expect(hint).to_contain_text("A tool call above waits for your decision")
+    await expect(page.locator("#input")).to_have_value("no, the code is 9999")
+    await playground.shot("message-while-waiting")
+    assert posted == [], "nothing sent"
+    await expect(page.locator(".notice, .error-line")).to_have_count(0)
+
+    upstream.script(Reply.text("All right, I will not."))
+    upstream.script(Reply.text("Noted: 9999."))
+    await hint.get_by_role("button", name="Reject it and send this").click()
+    await expect(playground.answer).to_have_text("Noted: 9999.")
+    await playground.idle()
+    await expect(page.locator(".card.confirm .state")).to_have_text("rejected")
+    await expect(page.locator(".bubble.user")).to_have_text(
+        ["remember the code", "no, the code is 9999"]
+    )
+    await expect(page.locator("#input")).to_have_value("")
+    await expect(hint).to_be_hidden()
+
+
+async def test_a_message_to_a_conversation_busy_elsewhere_stays_in_the_box(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """Another client left a tool call waiting since the page opened the conversation: the
+    API's 409 becomes the hint and the waiting card, not a raw error."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    created = await stack.client.post("/v1/conversations", json={}, headers=headers)
+    conversation = created.json()["id"]
+    playground = await pages.open(stack, conversation=conversation)
+    page = playground.page
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "from the kitchen"})]))
+    elsewhere = await stack.client.post(
+        f"/v1/conversations/{conversation}/messages",
+        json={"content": "remember this, from the kitchen"},
+        headers=headers,
+    )
+    assert elsewhere.json()["status"] == "awaiting_confirmation"
+
+    await playground.send("and what else?")
+    await expect(page.locator("#hint")).to_contain_text("A tool call above waits for your decision")
+    await expect(page.locator("#input")).to_have_value("and what else?")
+    await expect(page.locator(".card.confirm .summary")).to_have_text("Remember “from the kitchen”")
+    await expect(page.locator(".notice, .error-line")).to_have_count(0)
+    await playground.idle()
+    # The 409 is the browser's own "Failed to load resource" console error: expected here.
+    playground.errors[:] = [e for e in playground.errors if "409" not in e]
 
 
 async def test_the_trace_toggle_shows_prompts_latency_and_usage(
@@ -641,12 +965,12 @@ async def test_conversations_are_listed_opened_and_deleted(
     await playground.send("otters")
     await expect(playground.answer).to_have_text("About otters.")
     await playground.idle()
-    await page.click("#new-conversation")
+    await playground.new_conversation()
     await expect(page.locator(".bubble")).to_have_count(0)
     await playground.send("owls")
     await expect(playground.answer).to_have_text("About owls.")
     await playground.idle()
-    items = page.locator("#conversations .open")
+    items = await playground.conversations()
     await expect(items).to_have_text(["owls", "otters"])
 
     await items.filter(has_text="otters").click()
@@ -654,6 +978,7 @@ async def test_conversations_are_listed_opened_and_deleted(
     otters = page.url.split("#", 1)[1]
     await page.reload()  # the open conversation is in the URL
     await expect(page.locator(".bubble")).to_have_text(["otters", "About otters."])
+    await playground.conversations()  # on a phone, the drawer open over the chat
     await playground.shot("conversations")
 
     delete = page.locator("#conversations li", has_text="otters").locator(".delete")

@@ -13,6 +13,12 @@
 // the same way, from that turn's first event. Model output is rendered as Markdown and
 // sanitized with DOMPurify before it reaches the page; tool arguments and results are only
 // ever set as text.
+//
+// Each tool call is one card from its proposal to its result, found by the call's id
+// whichever event or stored row names it. A message typed while a call waits for the
+// user's decision stays in the box with a hint (`showHint`). A new conversation opens on
+// prompts that fit the server's tools (`GET /v1/tools`); the footer says what the server
+// runs (`GET /v1/status`).
 "use strict";
 
 const KEY_STORE = "bernard.apiKey"; // localStorage: the bearer key
@@ -33,10 +39,19 @@ const ui = {
   keyInput: $("#key-input"),
   keyMessage: $("#key-message"),
   notices: $("#notices"),
+  hint: $("#hint"),
+  hintText: $("#hint-text"),
+  hintReject: $("#hint-reject"),
+  status: $("#status"),
+  menu: $("#menu"),
+  backdrop: $("#backdrop"),
 };
 let current = null; // the open conversation's id (null: a new one starts on send)
 let live = null; // the live turn, see the header
 let nodes = new Map(); // segment -> its element (not saved)
+let calls = new Map(); // tool call id -> its segment, in the conversation shown
+const STOPPED = "Stopped.";
+const ErrorCode = { CANCELLED: "turn_cancelled", BUSY: "conversation_busy" };
 
 // -- the API ---------------------------------------------------------------------------
 
@@ -66,6 +81,8 @@ async function api(method, path, { body, stream = false, headers = {} } = {}) {
 async function getJSON(path) {
   return (await api("GET", path)).json();
 }
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const conversationPath = (id) => `v1/conversations/${encodeURIComponent(id)}`;
 
@@ -182,8 +199,8 @@ function drawSegment(segment) {
     nodes.set(segment, node);
     ui.log.append(node);
   }
-  const draw = { user: drawUser, text: drawText, tool: drawTool, confirm: drawConfirm,
-    trace: drawTrace, error: drawError, status: drawStatus }[segment.kind];
+  const draw = { user: drawUser, text: drawText, call: drawCall, trace: drawTrace,
+    error: drawError, status: drawStatus }[segment.kind];
   draw(node, segment);
   if (following) scrollDown();
 }
@@ -210,14 +227,27 @@ function drawText(node, segment) {
   renderMarkdown(node, segment.text);
 }
 
-function drawTool(node, segment) {
+// One card per tool call, from its proposal (when it waits for the user's decision) to its
+// result: the decision and the arguments that ran are shown in place. A call's segment is
+// found by its id (`calls`), whichever event or stored row names it.
+function drawCall(node, segment) {
   const failed = segment.result?.is_error || segment.failed;
-  node.className = `card tool${failed ? " error" : ""}`;
-  const state = segment.result ? (failed ? "failed" : "done") : segment.stored ? "no result" : "running…";
+  const confirm = segment.decision ? ` confirm ${segment.decision}` : "";
+  node.className = `card tool${confirm}${failed ? " error" : ""}`;
   const head = el("div", "card-head");
-  head.append(el("span", "tool-name", segment.name), el("span", "state", state));
-  const parts = [head, el("pre", "args", prettyJSON(segment.arguments))];
-  if (!segment.result && segment.progress !== null) {
+  head.append(el("span", "tool-name", segment.name), el("span", "state", callState(segment)));
+  const parts = [head];
+  const edited = segment.proposed !== undefined && !sameJSON(segment.arguments, segment.proposed);
+  if (segment.summary) parts.push(el("p", `summary${edited ? " proposed" : ""}`, segment.summary));
+  if (segment.decision === "pending" || segment.decision === "sending") {
+    parts.push(...decisionControls(segment));
+  } else {
+    parts.push(el("pre", "args", prettyJSON(segment.arguments)));
+    const decided = { approve: edited ? "Approved with your edits" : "Approved",
+      reject: "Rejected: it did not run", closed: "Not decided" }[segment.decision];
+    if (decided) parts.push(el("p", "decision", decided));
+  }
+  if (running(segment) && segment.progress !== null) {
     const bar = el("progress");
     if (segment.progress !== undefined) bar.value = segment.progress;
     parts.push(bar);
@@ -227,8 +257,54 @@ function drawTool(node, segment) {
     for (const step of segment.steps) steps.append(el("li", "", step));
     parts.push(steps);
   }
-  if (segment.result) parts.push(resultBlock(segment.result.output));
+  // A rejected call's result is only what the model was told: the decision says it.
+  if (segment.result && segment.decision !== "reject") parts.push(resultBlock(segment.result.output));
+  if (segment.problem) parts.push(el("div", "problem", segment.problem));
   node.replaceChildren(...parts);
+}
+
+function decisionControls(segment) {
+  const args = el("textarea", "confirm-args");
+  args.value = segment.edited ?? prettyJSON(segment.proposed ?? segment.arguments);
+  args.rows = Math.min(10, args.value.split("\n").length + 1);
+  args.disabled = segment.decision !== "pending";
+  args.addEventListener("input", () => (segment.edited = args.value));
+  const approve = el("button", "approve", "Approve");
+  const reject = el("button", "reject danger", "Reject");
+  for (const [button, decision] of [[approve, "approve"], [reject, "reject"]]) {
+    button.type = "button";
+    button.disabled = segment.decision !== "pending";
+    button.addEventListener("click", () => decide(segment, decision, args.value));
+  }
+  const actions = el("div", "actions");
+  actions.append(approve, reject);
+  return [args, actions];
+}
+
+// Whether the call may still be running: its bar shows then. An approved call runs once
+// the turn carrying out its decision names it (`tool_call`).
+function running(segment) {
+  if (segment.result || segment.stored || segment.ended) return false;
+  return !segment.decision || (segment.decision === "approve" && segment.started);
+}
+
+function callState(segment) {
+  if (segment.decision === "pending") return "waiting for your decision";
+  if (segment.decision === "sending") return "sending…";
+  if (segment.decision === "waiting") return "waiting for a decision";
+  if (segment.decision === "reject") return "rejected";
+  if (segment.decision === "closed") return "closed";
+  const failed = segment.result?.is_error || segment.failed;
+  const outcome = segment.result ? (failed ? "failed" : "done")
+    : segment.ended === "cancelled" ? "stopped"
+    : segment.stored || segment.ended ? "no result"
+    : segment.decision === "approve" && !segment.started ? (segment.deferred ? "runs once every call is decided" : "starting…")
+    : "running…";
+  return segment.decision === "approve" ? `approved · ${outcome}` : outcome;
+}
+
+function sameJSON(a, b) {
+  return prettyJSON(a) === prettyJSON(b);
 }
 
 function resultBlock(output) {
@@ -239,33 +315,6 @@ function resultBlock(output) {
   block.append(el("summary", "", long ? `Result (${text.length} characters)` : "Result"));
   block.append(el("pre", "", text));
   return block;
-}
-
-function drawConfirm(node, segment) {
-  node.className = `card confirm ${segment.state}`;
-  const head = el("div", "card-head");
-  head.append(el("span", "tool-name", segment.tool_call.name), el("span", "state", confirmState(segment)));
-  const args = el("textarea", "confirm-args");
-  args.value = segment.edited ?? prettyJSON(segment.tool_call.arguments);
-  args.rows = Math.min(10, args.value.split("\n").length + 1);
-  args.disabled = segment.state !== "pending";
-  args.addEventListener("input", () => (segment.edited = args.value));
-  const approve = el("button", "approve", "Approve");
-  const reject = el("button", "reject danger", "Reject");
-  for (const [button, decision] of [[approve, "approve"], [reject, "reject"]]) {
-    button.type = "button";
-    button.disabled = segment.state !== "pending";
-    button.addEventListener("click", () => decide(segment, decision, args.value));
-  }
-  const actions = el("div", "actions");
-  actions.append(approve, reject);
-  const problem = el("div", "problem", segment.problem || "");
-  node.replaceChildren(head, el("p", "summary", segment.summary), args, actions, problem);
-}
-
-function confirmState(segment) {
-  return { pending: "waiting for your decision", sending: "sending…", approve: "approved",
-    reject: "rejected", closed: "closed" }[segment.state];
 }
 
 function drawTrace(node, segment) {
@@ -321,6 +370,7 @@ function saveQueuedLive() {
 }
 
 function startLive(conversationId, userText) {
+  ui.log.querySelector(".welcome")?.remove();
   live = { conversationId, turnId: null, lastEventId: null, segments: [] };
   if (userText) addSegment({ kind: "user", text: userText });
   saveLive();
@@ -332,17 +382,31 @@ function endLive() {
   live = null;
   sessionStorage.removeItem(LIVE_STORE);
   setBusy(false);
+  if (hintShown === "running") hideHint();
   refreshList();
 }
 
 function addSegment(segment) {
   live.segments.push(segment);
+  if (segment.kind === "call") calls.set(segment.id, segment);
   drawSegment(segment);
   return segment;
 }
 
-function toolSegment(callId) {
-  return live.segments.find((s) => s.kind === "tool" && s.id === callId);
+// An error once, however many events of the turn carry it (its `error` event, then `done`).
+function addError(code, message) {
+  if (code === ErrorCode.CANCELLED) return addStopped();
+  if (live.segments.some((s) => s.kind === "error" && s.code === code && s.message === message)) return;
+  addSegment({ kind: "error", code, message });
+}
+
+// The user's own Cancel is no error: the turn stopped.
+function addStopped() {
+  if (!live.segments.some((s) => s.kind === "status" && s.text === STOPPED)) addSegment({ kind: "status", text: STOPPED });
+}
+
+function newCall(data) {
+  return { kind: "call", id: data.id, name: data.name, arguments: data.arguments, steps: [], progress: undefined, result: null };
 }
 
 // One event of the live turn: update its segments, redraw what changed.
@@ -354,28 +418,55 @@ function applyEvent(name, data) {
       drawSoon(last);
     } else addSegment({ kind: "text", text: data.text });
   } else if (name === "tool_call") {
-    addSegment({ kind: "tool", id: data.id, name: data.name, arguments: data.arguments, steps: [], progress: undefined, result: null });
+    // A call the user approved is already on the page (its proposal): it runs there.
+    const call = calls.get(data.id);
+    if (!call) return addSegment(newCall(data));
+    Object.assign(call, { arguments: data.arguments, started: true, stored: false, progress: undefined });
+    drawSegment(call);
   } else if (name === "tool_progress") {
-    const tool = toolSegment(data.tool_call_id);
-    if (!tool) return;
-    if (data.current != null && data.total) tool.progress = data.current / data.total;
-    if (data.phase === "error") tool.failed = true;
-    if (data.message) tool.steps.push(data.message);
-    drawSegment(tool);
+    const call = calls.get(data.tool_call_id);
+    if (!call) return;
+    if (data.current != null && data.total) call.progress = data.current / data.total;
+    if (data.phase === "error") call.failed = true;
+    if (data.message) call.steps.push(data.message);
+    drawSegment(call);
   } else if (name === "tool_result") {
-    const tool = toolSegment(data.tool_call_id);
-    if (!tool) return;
-    tool.result = { output: data.output, is_error: data.is_error };
-    drawSegment(tool);
+    const call = calls.get(data.tool_call_id);
+    if (!call) return;
+    call.result = { output: data.output, is_error: data.is_error };
+    drawSegment(call);
   } else if (name === "awaiting_confirmation") {
-    addSegment({ kind: "confirm", ...data, state: "pending" });
+    const proposal = { confirmation_id: data.confirmation_id, summary: data.summary, proposed: data.tool_call.arguments };
+    const call = calls.get(data.tool_call.id);
+    if (call) {
+      // Already shown (a step's other proposal, repeated by the answer to a decision).
+      if (!call.decision || call.decision === "waiting") Object.assign(call, proposal, { decision: "pending" });
+      drawSegment(call);
+    } else addSegment({ ...newCall(data.tool_call), ...proposal, decision: "pending", progress: null });
   } else if (name === "trace") {
     addSegment({ kind: "trace", ...data });
   } else if (name === "error") {
-    addSegment({ kind: "error", code: data.code, message: data.message });
+    addError(data.code, data.message);
   } else if (name === "done") {
-    if (data.error) addSegment({ kind: "error", code: data.error.code, message: data.error.message });
-    if (data.status === "cancelled") addSegment({ kind: "status", text: "Cancelled." });
+    if (data.error) addError(data.error.code, data.error.message);
+    if (data.status === "cancelled") addStopped();
+    if (["cancelled", "failed"].includes(data.status)) {
+      for (const call of live.segments) {
+        if (call.kind === "call" && !call.result && call.decision !== "pending") {
+          call.ended = data.status;
+          drawSegment(call);
+        }
+      }
+    }
+    if (data.status === "awaiting_confirmation") {
+      // A decision that left others of its step waiting: nothing ran yet.
+      for (const call of live.segments) {
+        if (call.kind === "call" && call.decision === "approve" && !call.started) {
+          call.deferred = true;
+          drawSegment(call);
+        }
+      }
+    }
     if (data.usage?.total_tokens) addSegment({ kind: "trace", type: "usage", usage: data.usage });
   }
 }
@@ -427,7 +518,7 @@ async function reattach() {
         return endLive();
       }
     }
-    await new Promise((resolve) => setTimeout(resolve, 500 * (attempt + 1)));
+    await sleep(500 * (attempt + 1));
   }
   if (live?.turnId) addSegment({ kind: "status", text: "Lost the answer's stream: open the conversation again to see how it ended." });
   if (live) endLive();
@@ -441,24 +532,58 @@ function setBusy(busy) {
 
 // -- actions -----------------------------------------------------------------------------
 
-async function send(text) {
-  if (live) return;
+let sending = false; // a message is on its way, its turn not live yet
+
+// Send `text` as a message of the open conversation (of a new one if none is open). The
+// box keeps the text until the API takes it (`fromBox`): a conversation found busy (a
+// decision waits, or a turn started elsewhere runs) says so beside it, and nothing is lost.
+async function send(text, { fromBox = false } = {}) {
+  if (live || sending) return;
+  sending = true;
+  setBusy(true);
+  hideHint();
   let id = current;
-  if (!id) {
-    const created = await (await api("POST", "v1/conversations", { body: { metadata: { title: text.slice(0, 60) } } })).json();
-    id = created.id;
-    setCurrent(id);
-    refreshList();
+  let response;
+  try {
+    if (!id) {
+      id = (await (await api("POST", "v1/conversations", { body: {} })).json()).id;
+      previews.set(id, preview(text));
+      setCurrent(id);
+      refreshList();
+    }
+    const body = { content: text, trace: ui.trace.checked };
+    response = await api("POST", `${conversationPath(id)}/messages`, { body, stream: true });
+  } catch (error) {
+    setBusy(false);
+    if (error.code === ErrorCode.BUSY) return conversationBusy(id);
+    return notice(error.message, "error");
+  } finally {
+    sending = false;
   }
+  if (fromBox && ui.input.value.trim() === text) ui.input.value = "";
   startLive(id, text);
-  const body = { content: text, trace: ui.trace.checked };
-  await runTurn(() => api("POST", `${conversationPath(id)}/messages`, { body, stream: true }));
+  await runTurn(async () => response);
+}
+
+// The message found its conversation busy, changed elsewhere: show it as it stands (the
+// decision it waits for, or the turn it runs, which the page then follows), with the hint.
+async function conversationBusy(id) {
+  let conversation;
+  try {
+    conversation = await getJSON(conversationPath(id));
+  } catch {
+    return;
+  }
+  const waiting = conversation.status === "awaiting_confirmation";
+  const opened = openConversation(id);
+  if (waiting) await opened;
+  showHint(waiting ? "waiting" : "running");
 }
 
 async function decide(segment, decision, argumentsText) {
-  if (live) return;
+  if (live || sending) return;
   const body = { confirmation_id: segment.confirmation_id, decision, trace: ui.trace.checked };
-  if (decision === "approve" && argumentsText.trim() !== prettyJSON(segment.tool_call.arguments).trim()) {
+  if (decision === "approve" && !sameJSON(argumentsText, segment.proposed)) {
     try {
       body.arguments = JSON.parse(argumentsText);
     } catch (error) {
@@ -466,26 +591,165 @@ async function decide(segment, decision, argumentsText) {
       return drawSegment(segment);
     }
   }
-  segment.state = "sending";
+  segment.decision = "sending";
   segment.problem = "";
   drawSegment(segment);
+  let response;
   try {
-    const response = await api("POST", `${conversationPath(current)}/resume`, { body, stream: true });
-    segment.state = decision;
-    drawSegment(segment);
-    startLive(current, null);
-    await runTurn(async () => response);
+    response = await api("POST", `${conversationPath(current)}/resume`, { body, stream: true });
   } catch (error) {
-    segment.state = error.status === 400 ? "pending" : "closed";
+    segment.decision = error.status === 400 ? "pending" : "closed";
     segment.problem = error.message;
-    drawSegment(segment);
+    return drawSegment(segment);
   }
+  segment.decision = decision;
+  if (body.arguments) segment.arguments = JSON.stringify(body.arguments);
+  delete segment.edited;
+  startLive(current, null);
+  // The decided calls run (or are declined) in this turn: it keeps them, for a reload.
+  for (const call of calls.values()) {
+    if (["approve", "reject"].includes(call.decision) && !call.result) live.segments.push(call);
+  }
+  saveLive();
+  drawSegment(segment);
+  if (hintShown === "waiting" && !waitingCall()) hideHint();
+  await runTurn(async () => response);
 }
 
 async function cancel() {
   if (!live?.turnId) return;
   ui.cancel.disabled = true;
   await api("POST", `v1/turns/${encodeURIComponent(live.turnId)}/cancel`).catch(() => {});
+}
+
+// The call of the open conversation that waits for the user's decision, if one does.
+function waitingCall() {
+  return [...calls.values()].find((call) => call.decision === "pending");
+}
+
+// -- the hint beside the message box -------------------------------------------------------
+
+let hintShown = null; // "waiting" (a decision) or "running" (a turn started elsewhere)
+
+const HINTS = {
+  waiting: "A tool call above waits for your decision: approve or reject it, then send your message (it stays here).",
+  running: "An answer is still coming in this conversation (from another tab or device): your message stays here until it ends.",
+};
+
+function showHint(kind) {
+  hintShown = kind;
+  ui.hintText.textContent = HINTS[kind];
+  ui.hintReject.hidden = kind !== "waiting";
+  ui.hint.hidden = false;
+}
+
+function hideHint() {
+  hintShown = null;
+  ui.hint.hidden = true;
+}
+
+// As a voice user answers "no, dim it to 30 %": decline the waiting call, then send.
+async function rejectAndSend() {
+  const call = waitingCall();
+  const text = ui.input.value.trim();
+  if (!call || !text) return;
+  await decide(call, "reject", "");
+  if (!waitingCall() && !live) await send(text, { fromBox: true });
+}
+
+// -- the first screen: what this deployment's tools can do ---------------------------------
+
+// Prompts that exercise one tool each, shown when the server has that tool (`GET /v1/tools`).
+const SUGGESTIONS = [
+  ["ha_call_service", "Turn on the kitchen lights"],
+  ["plex_now_playing", "What is playing on Plex right now?"],
+  ["weather", "Will it rain in Paris tomorrow?"],
+  ["set_timer", "Set a timer for 10 minutes for the pasta"],
+  ["save_note", "Remember that the spare key is under the blue pot"],
+  ["wikipedia", "Who was Ada Lovelace?"],
+  ["web_search", "Search the web for this week's Debian news"],
+  ["calculator", "What is 17.5 % of 2,340?"],
+  ["get_time", "What time is it in Tokyo?"],
+];
+const MAX_SUGGESTIONS = 4;
+let toolNames = null; // the deployment's tools, once asked
+
+async function loadTools() {
+  try {
+    toolNames = new Set((await getJSON("v1/tools")).data.map((tool) => tool.name));
+  } catch {
+    toolNames = new Set();
+  }
+}
+
+function suggestions() {
+  const fit = SUGGESTIONS.filter(([tool]) => toolNames?.has(tool)).map(([, text]) => text);
+  return fit.length ? fit.slice(0, MAX_SUGGESTIONS) : ["Tell me a fun fact about otters"];
+}
+
+function showWelcome() {
+  if (current || live || ui.log.children.length || !toolNames) return;
+  const box = el("div", "welcome");
+  box.append(el("h2", "", "What can I do for you?"), el("p", "", "Try one of these, or write your own below."));
+  const grid = el("div", "suggestions");
+  for (const text of suggestions()) {
+    const button = el("button", "suggestion", text);
+    button.type = "button";
+    button.addEventListener("click", () => {
+      box.remove();
+      send(text).catch((error) => notice(error.message, "error"));
+    });
+    grid.append(button);
+  }
+  box.append(grid);
+  ui.log.append(box);
+}
+
+// -- the footer: the deployment as the server describes it (`GET /v1/status`) ---------------
+
+const STATUS_EVERY_MS = 30_000;
+const STATUS_NO_WORKER_MS = 5_000; // sooner while no worker is alive: one may be starting
+
+async function watchStatus() {
+  for (;;) {
+    let wait = STATUS_EVERY_MS;
+    try {
+      const status = await getJSON("v1/status");
+      drawStatusBar(status);
+      if (!status.workers.alive) wait = STATUS_NO_WORKER_MS;
+    } catch (error) {
+      if (error.status === 401) return; // starts again once a key is saved
+    }
+    await sleep(wait);
+  }
+}
+
+function drawStatusBar(status) {
+  const parts = [];
+  const byModel = new Map();
+  for (const model of status.models) {
+    byModel.set(model.model, [...(byModel.get(model.model) ?? []), model]);
+  }
+  if (!status.models.length) parts.push(["no worker has said which models it runs", "warn"]);
+  for (const [name, models] of byModel) {
+    const demo = models.some((m) => m.demo);
+    const roles = models.map((m) => m.role).join(", ");
+    parts.push([demo ? `${name}: offline demo model (${roles})` : `${name} (${roles})`, ""]);
+    const silent = models.find((m) => m.probe && !m.probe.reachable);
+    if (silent) parts.push([`${name} does not answer: ${silent.probe.detail}`, "warn"]);
+  }
+  const alive = status.workers.alive;
+  if (alive === null) parts.push(["workers unknown: the queue's Redis did not answer", "warn"]);
+  else if (alive === 0) parts.push(["no worker alive: answers wait", "warn"]);
+  else parts.push([`${alive} worker${alive === 1 ? "" : "s"} alive`, ""]);
+  parts.push([`Bernard ${status.version}`, ""]);
+  const nodes = [];
+  parts.forEach(([text, className], index) => {
+    if (index) nodes.push(" · ");
+    nodes.push(el("span", className, text));
+  });
+  ui.status.replaceChildren(...nodes);
+  ui.status.title = ui.status.textContent;
 }
 
 // -- conversations -----------------------------------------------------------------------
@@ -501,6 +765,22 @@ function markCurrent() {
   for (const item of ui.list.children) item.classList.toggle("current", item.dataset.id === current);
 }
 
+// A conversation is listed under its title (`title`, made by the server, or one a client
+// set in its metadata), else the start of its first message, never its id.
+const PREVIEW_CHARS = 80;
+const PREVIEWS_PER_REFRESH = 20;
+const previews = new Map(); // conversation id -> the start of its first message
+
+function preview(text) {
+  const line = text.replace(/\s+/g, " ").trim();
+  return line.length > PREVIEW_CHARS ? `${line.slice(0, PREVIEW_CHARS - 1)}…` : line;
+}
+
+function conversationTitle(conversation) {
+  return conversation.title || conversation.metadata?.title || previews.get(conversation.id)
+    || (conversation.message_count ? "Untitled conversation" : "New conversation");
+}
+
 async function refreshList() {
   let page;
   try {
@@ -510,15 +790,36 @@ async function refreshList() {
   }
   ui.list.replaceChildren(...page.data.map(listItem));
   markCurrent();
+  fillPreviews(page.data); // the list is usable meanwhile
+}
+
+// The first message of each listed conversation that has no title, once per page load.
+async function fillPreviews(conversations) {
+  const untitled = conversations.filter((c) => !c.title && !c.metadata?.title && c.message_count && !previews.has(c.id));
+  for (const conversation of untitled.slice(0, PREVIEWS_PER_REFRESH)) {
+    if (previews.has(conversation.id)) continue;
+    previews.set(conversation.id, "");
+    try {
+      const [first] = (await getJSON(`${conversationPath(conversation.id)}/messages?limit=1`)).data;
+      if (first?.role === "user") previews.set(conversation.id, preview(rowText(first)));
+    } catch {
+      continue;
+    }
+    const label = [...ui.list.children].find((item) => item.dataset.id === conversation.id)?.querySelector(".open");
+    if (label) label.textContent = conversationTitle(conversation);
+  }
 }
 
 function listItem(conversation) {
   const item = el("li");
   item.dataset.id = conversation.id;
-  const open = el("button", "open", conversation.metadata?.title || conversation.id);
+  const open = el("button", "open", conversationTitle(conversation));
   open.type = "button";
   open.title = `${conversation.id} · ${conversation.message_count} messages · ${conversation.status}`;
-  open.addEventListener("click", () => openConversation(conversation.id));
+  open.addEventListener("click", () => {
+    setDrawer(false);
+    openConversation(conversation.id);
+  });
   const remove = el("button", "delete quiet", "×");
   remove.type = "button";
   remove.title = "Delete this conversation";
@@ -540,10 +841,21 @@ async function removeConversation(id, button) {
 
 function newConversation() {
   if (live) return;
+  setDrawer(false);
   setCurrent(null);
   nodes = new Map();
+  calls = new Map();
   ui.log.replaceChildren();
+  hideHint();
+  showWelcome();
   ui.input.focus();
+}
+
+// On a narrow screen the conversations are a drawer (style.css), opened by the menu button.
+function setDrawer(open) {
+  document.body.classList.toggle("drawer-open", open);
+  ui.backdrop.hidden = !open;
+  ui.menu.setAttribute("aria-expanded", String(open));
 }
 
 async function allRows(id) {
@@ -571,7 +883,9 @@ async function openConversation(id) {
   }
   setCurrent(id);
   nodes = new Map();
+  calls = new Map();
   ui.log.replaceChildren();
+  if (hintShown === "waiting") hideHint();
   const joined = conversation.status === "running" && conversation.turn_id && !live;
   if (joined) {
     // Its events do not hold the user's message: that comes from its stored rows.
@@ -581,10 +895,9 @@ async function openConversation(id) {
     saveLive();
     setBusy(true);
   }
-  drawRows(rows.filter((row) => !live || row.turn_id !== live.turnId));
-  if (conversation.pending_confirmation && !live) {
-    drawSegment({ kind: "confirm", ...conversation.pending_confirmation, state: "pending" });
-  }
+  // The live turn's calls are its own (drawn with it, below), not its stored rows'.
+  for (const segment of live?.segments ?? []) if (segment.kind === "call") calls.set(segment.id, segment);
+  drawRows(rows.filter((row) => !live || row.turn_id !== live.turnId), conversation);
   if (live) live.segments.forEach(drawSegment);
   if (joined) await reattach();
 }
@@ -593,23 +906,51 @@ function rowText(row) {
   return typeof row.content === "string" ? row.content : (row.content || []).map((part) => part.text || "").join("");
 }
 
-function drawRows(rows) {
-  const tools = new Map();
+// What the worker tells the model of a call the user rejected (worker/harness/resume.py).
+const DECLINED = "The user declined:";
+
+function drawRows(rows, conversation) {
+  let lastCalls = [];
   for (const row of rows) {
     const text = rowText(row);
     if (row.role === "user") drawSegment({ kind: "user", text });
     else if (row.role === "assistant") {
       if (text) drawSegment({ kind: "text", text });
+      if (row.tool_calls?.length) lastCalls = [];
       for (const call of row.tool_calls || []) {
-        const segment = { kind: "tool", id: call.id, name: call.function.name, arguments: call.function.arguments, steps: [], progress: null, result: null, stored: true };
-        tools.set(call.id, segment);
+        if (calls.has(call.id)) continue; // the live turn shows it
+        const segment = { ...newCall({ id: call.id, name: call.function.name, arguments: call.function.arguments }), progress: null, stored: true };
+        calls.set(call.id, segment);
+        lastCalls.push(segment);
         drawSegment(segment);
       }
-    } else if (row.role === "tool" && tools.has(row.tool_call_id)) {
-      const segment = tools.get(row.tool_call_id);
+    } else if (row.role === "tool") {
+      const segment = calls.get(row.tool_call_id);
+      if (!segment?.stored) continue;
+      if (text.startsWith(DECLINED)) segment.decision = "reject";
       segment.result = { output: text, is_error: false };
       drawSegment(segment);
     }
+  }
+  if (conversation.status !== "awaiting_confirmation" || live) return;
+  // The last step's calls without a result wait for decisions: the first one offered
+  // (`pending_confirmation`) in its own card, the others after it.
+  const pending = conversation.pending_confirmation;
+  for (const segment of lastCalls) {
+    if (segment.result) continue;
+    segment.decision = "waiting";
+    drawSegment(segment);
+  }
+  if (!pending) return;
+  const proposal = { confirmation_id: pending.confirmation_id, summary: pending.summary, proposed: pending.tool_call.arguments, decision: "pending" };
+  const segment = calls.get(pending.tool_call.id);
+  if (segment) {
+    Object.assign(segment, proposal);
+    drawSegment(segment);
+  } else {
+    const added = { ...newCall(pending.tool_call), ...proposal, progress: null };
+    calls.set(added.id, added);
+    drawSegment(added);
   }
 }
 
@@ -627,7 +968,7 @@ async function watchEvents() {
     } catch (error) {
       if (error.status === 401) return; // starts again once a key is saved
     }
-    await new Promise((resolve) => setTimeout(resolve, 2000));
+    await sleep(2000);
   }
 }
 
@@ -656,6 +997,7 @@ function saveKey(event) {
 // -- start -------------------------------------------------------------------------------
 
 let watching = false;
+let watchingStatus = false;
 
 async function start() {
   await refreshList();
@@ -664,6 +1006,11 @@ async function start() {
     watching = true;
     watchEvents().finally(() => (watching = false));
   }
+  if (!watchingStatus) {
+    watchingStatus = true;
+    watchStatus().finally(() => (watchingStatus = false));
+  }
+  if (!toolNames) await loadTools();
   const saved = JSON.parse(sessionStorage.getItem(LIVE_STORE) || "null");
   const wanted = decodeURIComponent(location.hash.slice(1));
   if (saved && !live) {
@@ -674,6 +1021,7 @@ async function start() {
   } else if (wanted && !live) {
     await openConversation(wanted);
   }
+  showWelcome(); // unless a conversation is open
 }
 
 function bind() {
@@ -692,9 +1040,9 @@ function bind() {
   $("#composer").addEventListener("submit", (event) => {
     event.preventDefault();
     const text = ui.input.value.trim();
-    if (!text || live) return;
-    ui.input.value = "";
-    send(text).catch((error) => notice(error.message, "error"));
+    if (!text || live || sending) return;
+    if (waitingCall()) return showHint("waiting"); // the text stays in the box
+    send(text, { fromBox: true }).catch((error) => notice(error.message, "error"));
   });
   ui.input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -703,6 +1051,9 @@ function bind() {
     }
   });
   ui.cancel.addEventListener("click", cancel);
+  ui.hintReject.addEventListener("click", () => rejectAndSend().catch((error) => notice(error.message, "error")));
+  ui.menu.addEventListener("click", () => setDrawer(!document.body.classList.contains("drawer-open")));
+  ui.backdrop.addEventListener("click", () => setDrawer(false));
   $("#new-conversation").addEventListener("click", newConversation);
   $("#key-button").addEventListener("click", () => showKeyBox());
   $("#key-forget").addEventListener("click", () => {
