@@ -131,6 +131,11 @@ class Playground:
 
     async def shot(self, name: str) -> None:
         if SHOTS:
+            # As a deployment looks once its worker is up (the status lags its start).
+            if await self.page.locator("#keybox").is_hidden():
+                footer = self.page.locator("#status")
+                alive = re.compile(r"\d+ workers? alive")
+                await expect(footer).to_contain_text(alive, timeout=15_000)
             suffix = "-phone" if self.viewport.phone else ""
             await self.page.screenshot(path=str(Path(SHOTS) / f"{name}{suffix}.png"))
 
