@@ -19,9 +19,8 @@ library an upper bound in pyproject.toml. The departures, and why each is kept:
   about 430 µs of worker CPU per token down to 40).
 - `langchain_anthropic`: `ChatAnthropic` on the worker's HTTP client (sized to its
   concurrency, closed with it) instead of one cached for the process.
-- `sse_starlette`: a frame's separator (api/sse.py encodes default-separated frames
-  itself), and sends without the per-send cancel scope when no send timeout is set (best
-  of 15 rounds of 20,000 sends: 3.05 µs a send with the scope, 0.14 without).
+- `sse_starlette`: sends without the per-send cancel scope when no send timeout is set
+  (best of 15 rounds of 20,000 sends: 3.05 µs a send with the scope, 0.14 without).
 - `requests`: a body read by worker/tools/blocking.py (bounded in size and time) handed to
   the `Response` that requests would otherwise read whole.
 

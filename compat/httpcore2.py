@@ -5,7 +5,7 @@ that already exists.
 it was built with in `_network_backend`, read each time the pool opens a connection. So
 setting it there puts the pool's future connections on another backend
 (worker/upstream_sockets.py's `AsyncioBackend`; compat/httpx2.py finds the pools).
-tests/compat/test_httpcore2.py holds it.
+tests/compat/test_httpx2.py holds it.
 """
 
 from __future__ import annotations

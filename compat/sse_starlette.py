@@ -1,30 +1,21 @@
-"""sse-starlette (bounded in pyproject.toml), past its interface: a frame's line separator,
-and a response's sends without the per-send timeout scope when it has no timeout.
+"""sse-starlette (bounded in pyproject.toml), past its interface: a response's sends without
+the per-send timeout scope when it has no timeout.
 
-- `ServerSentEvent` keeps the separator it was built with (`sep=`) in `_sep` and offers no
-  way to read it; api/sse.py encodes frames itself only when it is the default one
-  (`separator`).
-- `EventSourceResponse._send_with_timeout(send, message)` carries every message of the
-  response, each in an anyio cancel scope for `send_timeout`, even when that is None (no
-  timeout): the scope alone cost about 4 µs a send, a tenth of the API's CPU per relayed
-  frame at 100 streams. `UntimedSends` sends straight through when there is no timeout
-  (and as the library does when there is one).
+`EventSourceResponse._send_with_timeout(send, message)` carries every message of the
+response, each in an anyio cancel scope for `send_timeout`, even when that is None (no
+timeout): the scope alone cost about 4 µs a send, a tenth of the API's CPU per relayed frame
+at 100 streams. `UntimedSends` sends straight through when there is no timeout (and as the
+library does when there is one).
 
-tests/compat/test_sse_starlette.py holds both.
+tests/compat/test_sse_starlette.py holds it.
 """
 
 from __future__ import annotations
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 from starlette.types import Message, Send
 
-__all__ = ["UntimedSends", "separator"]
-
-
-def separator(event: ServerSentEvent) -> str:
-    """The line separator `event` encodes with."""
-    sep: str = event._sep
-    return sep
+__all__ = ["UntimedSends"]
 
 
 class UntimedSends(EventSourceResponse):

@@ -1,4 +1,4 @@
-"""compat/sse_starlette.py: a frame's separator, and a response's sends without sse-starlette's
+"""compat/sse_starlette.py: a response's sends without sse-starlette's
 per-send cancel scope when it has no timeout (and with it when it has one)."""
 
 from __future__ import annotations
@@ -10,16 +10,9 @@ from typing import Any
 
 import pytest
 import sse_starlette.sse
-from sse_starlette import ServerSentEvent
 from starlette.types import Message
 
-from compat.sse_starlette import UntimedSends, separator
-
-
-def test_the_separator_is_the_one_the_event_was_built_with() -> None:
-    assert separator(ServerSentEvent(data="x")) == "\r\n"
-    assert separator(ServerSentEvent(data="x", sep="\n")) == "\n"
-    assert ServerSentEvent(data="x", sep="\n").encode() == b"data: x\n\n"
+from compat.sse_starlette import UntimedSends
 
 
 async def _chunks() -> AsyncGenerator[bytes, None]:
