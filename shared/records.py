@@ -132,6 +132,26 @@ end
 return length
 """
 
+# KEYS: meta, list. ARGV: the writing turn, then triples: index, the row there as read, the
+# row to put in its place. Replaces the rows only while the turn holds the conversation
+# (its active turn) and each is still as the caller read it, counting the bytes it changes
+# by in the metadata (`bytes`). Returns 1, or as `_APPEND`: -1 for no conversation, -2
+# when a row changed since the caller read it, -3 when the turn does not hold it.
+_AMEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[1] then return -3 end
+for i = 2, #ARGV, 3 do
+  if redis.call('LINDEX', KEYS[2], tonumber(ARGV[i])) ~= ARGV[i + 1] then return -2 end
+end
+local size = 0
+for i = 2, #ARGV, 3 do
+  redis.call('LSET', KEYS[2], tonumber(ARGV[i]), ARGV[i + 2])
+  size = size + #ARGV[i + 2] - #ARGV[i + 1]
+end
+redis.call('HINCRBY', KEYS[1], 'bytes', size)
+return 1
+"""
+
 # KEYS: summary, meta. ARGV: summary json, covers_to, retention s, incarnation ('' for
 # any). Stores the summary unless the conversation is gone or another incarnation (deleted,
 # then created again), or the summary there already covers as much or more (two summary
@@ -740,6 +760,76 @@ class Recorder(_Store):
             elif state == "rejected":
                 answer["content"] = f"The user declined: {answer['name']} was not run."
 
+    async def amend_tool_calls(
+        self,
+        conversation_id: str,
+        arguments: Mapping[str, str],
+        *,
+        turn_id: str,
+        window: int | None = None,
+    ) -> None:
+        """Give the stored tool calls named in `arguments` (tool call id → arguments as JSON
+        text) those arguments: the user approved them edited (worker/harness/resume.py), so
+        the history says the calls ran as they did, not as the model proposed them. Only
+        the latest `window` rows are looked at (the calls a turn resumes are at the end).
+
+        Written by the turn that carries the calls out, only while it holds the conversation
+        and each row is as read (`_AMEND`): a compare-and-set, never a blind overwrite.
+        Raises `ConversationNotFoundError` (`ConversationLostError` when `turn_id` does not
+        hold it).
+        """
+        if not arguments:
+            return
+        meta_key, list_key, _ = self._keys(conversation_id)
+        start = -window if window is not None else 0
+        for _ in range(_APPEND_RETRIES):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.llen(list_key)
+                pipe.lrange(list_key, start, -1)
+                length, raw = await pipe.execute()
+            triples: list[Any] = []
+            size = 0
+            for index, item in enumerate(raw, start=length - len(raw)):
+                amended = _with_arguments(orjson.loads(item), arguments)
+                if amended is not None:
+                    # Bytes, as counted (a decoding client reads text).
+                    old = item.encode() if isinstance(item, str) else item
+                    new = orjson.dumps(amended)
+                    triples += [index, old, new]
+                    size += len(new) - len(old)
+            if not triples:
+                return
+            async with self._redis.pipeline(transaction=False) as pipe:
+                in_pipeline(pipe, _AMEND, [meta_key, list_key], [turn_id, *triples])
+                budgets.account(
+                    pipe,
+                    self.owner,
+                    conversation_id,
+                    size,
+                    used_at=None,
+                    retention_s=self.retention_s,
+                )
+                reply, _ = await pipe.execute()
+            done = int(reply)
+            if done < 0:  # nothing was changed: the ledger gives back what it counted
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    budgets.account(
+                        pipe,
+                        self.owner,
+                        conversation_id,
+                        -size,
+                        used_at=None,
+                        retention_s=self.retention_s,
+                    )
+                    await pipe.execute()
+            if done == -1:
+                raise ConversationNotFoundError(conversation_id)
+            if done == -3:
+                raise ConversationLostError(conversation_id)
+            if done == 1:
+                return
+        raise RuntimeError(f"conversation {conversation_id} kept changing while amending")
+
     async def save_summary(
         self, conversation_id: str, text: str, covers_to: int, *, incarnation: str | None = None
     ) -> None:
@@ -972,6 +1062,24 @@ def _answers(
         for call in open_calls(history)
         if call.get("id") not in except_calls
     ]
+
+
+def _with_arguments(row: Message, arguments: Mapping[str, str]) -> Message | None:
+    """`row` with its tool calls named in `arguments` given those arguments; None when it
+    holds none of them, or holds them with these arguments already."""
+    calls = row.get("tool_calls") if row.get("role") == "assistant" else None
+    if not isinstance(calls, list):
+        return None
+    changed = False
+    amended = []
+    for call in calls:
+        function = call.get("function") or {}
+        new = arguments.get(call.get("id"))
+        if new is not None and function.get("arguments") != new:
+            call = {**call, "function": {**function, "arguments": new}}
+            changed = True
+        amended.append(call)
+    return {**row, "tool_calls": amended} if changed else None
 
 
 def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:

@@ -448,6 +448,54 @@ async def test_edited_arguments_run_when_they_fit_the_tools_schema(
     assert await notes_of(users) == ["the door code is 4321"]
 
 
+async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    """Approved with edited arguments, the call is stored as it ran (issue 24: shown 40 %,
+    ran 80 %): the stored tool-call message, the prompt of the turn that runs it and of the
+    next one, and the call record all hold the edited arguments, beside its result."""
+    await conversation(users)
+    confirmation = await pause(users, upstream)
+    upstream.script(Reply.text("Saved the new code."))
+    edited = await resume(
+        users,
+        "kitchen",
+        {
+            "confirmation_id": confirmation,
+            "decision": "approve",
+            "arguments": {"text": "the door code is 4321"},
+        },
+    )
+    assert isinstance(edited, httpx.Response) and edited.status_code == 200, edited.text
+    ran = '{"text": "the door code is 4321"}'
+    answering = upstream.router_requests[-1]["messages"]
+    assert [(m["role"], m["content"]) for m in answering[-2:]] == [
+        ("assistant", None),
+        ("tool", "Saved: the door code is 4321"),
+    ]
+    assert answering[-2]["tool_calls"][0]["function"]["arguments"] == ran
+
+    rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
+    assert [(row["role"], row["content"]) for row in rows["data"]] == [
+        ("user", "remember the door code"),
+        ("assistant", ""),
+        ("tool", "Saved: the door code is 4321"),
+        ("assistant", "Saved the new code."),
+    ]
+    call = rows["data"][1]["tool_calls"][0]
+    assert (call["function"]["name"], call["function"]["arguments"]) == ("save_note", ran)
+    assert rows["data"][2]["tool_call_id"] == call["id"]
+    records = await RecordKeeper(users.redis, alice(users)).calls("kitchen", kind="tool")
+    assert [(c["name"], c["arguments"]) for c in records] == [("save_note", ran)]
+
+    upstream.script(Reply.text("It is 4321."))
+    answered = await post(users, "kitchen", "what is the code?")
+    assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
+    prompt = upstream.router_requests[-1]["messages"]
+    called = [m for m in prompt if m.get("tool_calls")]
+    assert [m["tool_calls"][0]["function"]["arguments"] for m in called] == [ran]
+
+
 async def test_edited_arguments_nested_deeper_than_a_body_may_are_400_naming_them(
     users: Stack, upstream: ScriptedUpstream
 ) -> None:

@@ -47,6 +47,7 @@ from shared.records import (
 )
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
+from worker.harness.resume import edited_arguments
 
 __all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording"]
 
@@ -98,12 +99,22 @@ class TurnRecording:
 
         Tool calls a paused turn left waiting, and nobody decided on in time, are answered
         first ("not run"), but those this turn carries the decisions on: a prompt may not
-        hold a tool call without its result.
+        hold a tool call without its result. Those the user approved with edited arguments
+        get them in the stored message (`Recorder.amend_tool_calls`).
 
         Raises `ConversationGoneError` unless the turn holds its conversation.
         """
         decisions = (self.ctx.request.resume or {}).get("decisions", [])
         try:
+            # Calls the user approved edited run as edited: the paused turn's stored message
+            # says so before the history is read, so neither the prompt nor a client that
+            # reads the history finds the proposed arguments beside the edited call's result.
+            await self.recorder.amend_tool_calls(
+                self.conversation_id,
+                edited_arguments(decisions),
+                turn_id=self.ctx.turn_id,
+                window=self.ctx.settings.max_messages,
+            )
             continuation = await self.recorder.append_new_messages(
                 self.conversation_id,
                 self.ctx.request.messages,

@@ -17,7 +17,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from redis.asyncio import Redis
 
-from shared import keys
+from shared import budgets, keys
 from shared.connection import connect
 from shared.conversation_state import ConversationMachine, Deletion, Outcome
 from shared.records import (
@@ -25,6 +25,7 @@ from shared.records import (
     DECIDED_NOT_CARRIED_OUT,
     Archivist,
     ConversationExistsError,
+    ConversationLostError,
     ConversationNotFoundError,
     Recorder,
     RecordKeeper,
@@ -675,6 +676,50 @@ async def test_an_open_call_the_user_decided_on_is_answered_as_decided(
 
 def _call(call_id: str, name: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+EDITED = '{"text": "dim it to 80 %"}'
+
+
+async def test_the_calls_approved_edited_are_stored_with_the_arguments_that_ran(
+    keeper: RecordKeeper, client: Redis, owner: str
+) -> None:
+    """Only the call named changes, in its row, which keeps its id, turn and time; the bytes
+    it grows by count in the conversation and its owner's ledger."""
+    conversation_id = await keeper.create_conversation(active_turn="turn_2")
+    paused = {**ROUTER_STEP, "tool_calls": [_call("c1", "save_note"), _call("c2", "save_note")]}
+    stored = await keeper.append_messages(
+        conversation_id, [user("note two things"), paused], turn_id="turn_2"
+    )
+
+    await keeper.amend_tool_calls(conversation_id, {"c2": EDITED}, turn_id="turn_2")
+
+    edited = {
+        "id": "c2",
+        "type": "function",
+        "function": {"name": "save_note", "arguments": EDITED},
+    }
+    rows = await keeper.rows(conversation_id)
+    assert rows[0][1] == stored[1] | {"tool_calls": [_call("c1", "save_note"), edited]}
+    listed = await client.lrange(keys.conversation_messages(owner, conversation_id), 0, -1)
+    held = sum(len(item.encode() if isinstance(item, str) else item) for item in listed)
+    conversation = await keeper.get_conversation(conversation_id)
+    assert conversation is not None and conversation.bytes == held
+    usage = await budgets.read_usage(client, owner, retention_s=60)
+    assert usage.bytes == held
+
+
+async def test_only_the_turn_holding_the_conversation_amends_its_calls(
+    keeper: RecordKeeper,
+) -> None:
+    conversation_id = await keeper.create_conversation(active_turn="turn_3")
+    paused = {**ROUTER_STEP, "tool_calls": [_call("c1", "save_note")]}
+    await keeper.append_messages(conversation_id, [user("note it"), paused])
+
+    with pytest.raises(ConversationLostError):
+        await keeper.amend_tool_calls(conversation_id, {"c1": EDITED}, turn_id="turn_2")
+
+    assert await keeper.messages(conversation_id) == [user("note it"), paused]
 
 
 async def test_continuing_an_unknown_conversation_fails(keeper: RecordKeeper) -> None:

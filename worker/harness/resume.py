@@ -3,8 +3,9 @@
 A turn that paused (worker/harness/router.py) left its tool-call message in the
 conversation, its write calls without results. The turn that continues it starts here:
 each approved call runs (its `tool_call`, progress and `tool_result` stream as any call's),
-with the arguments the user may have edited; each rejected one gets a result telling the
-model the user declined, so it can answer accordingly. Then the router goes on as usual.
+with the arguments the user may have edited (the stored tool-call message then holds them
+too: worker/recording.py); each rejected one gets a result telling the model the user
+declined, so it can answer accordingly. Then the router goes on as usual.
 """
 
 from __future__ import annotations
@@ -40,6 +41,21 @@ async def resume_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         )
         ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": declined})
         yield ToolResult(tool_call_id=call.id, name=call.name, content=declined)
+
+
+def edited_arguments(decisions: list[dict[str, Any]]) -> dict[str, str]:
+    """The arguments each approved call runs with that the user edited (tool call id → JSON
+    text, as `_call` gives them), for the stored history to hold them in place of those
+    proposed (worker/recording.py); calls approved as proposed are left out."""
+    out: dict[str, str] = {}
+    for decision in decisions:
+        edited = decision.get("arguments")
+        if decision["decision"] != "approve" or edited is None:
+            continue
+        proposed = decision["tool_call"]
+        if edited != orjson.loads(proposed["arguments"] or "{}"):
+            out[proposed["id"]] = _call(decision).arguments
+    return out
 
 
 def _call(decision: dict[str, Any]) -> PlannedCall:
