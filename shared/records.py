@@ -448,6 +448,44 @@ class _Store:
             keys.conversation_calls(self.owner, conversation_id),
         )
 
+    async def _counted(
+        self,
+        script: str,
+        script_keys: list[str],
+        args: list[Any],
+        conversation_id: str,
+        size: int,
+        *,
+        used_at: float | None = None,
+    ) -> int:
+        """Run `script` (one that writes the conversation's list and answers a negative code
+        when it wrote nothing) with the owner's ledger counting `size` bytes in the same round
+        trip; its answer. The ledger gives the bytes back when nothing was written."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            in_pipeline(pipe, script, script_keys, args)
+            budgets.account(
+                pipe,
+                self.owner,
+                conversation_id,
+                size,
+                used_at=used_at,
+                retention_s=self.retention_s,
+            )
+            reply, _ = await pipe.execute()
+        answer = int(reply)
+        if answer < 0:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                budgets.account(
+                    pipe,
+                    self.owner,
+                    conversation_id,
+                    -size,
+                    used_at=None,
+                    retention_s=self.retention_s,
+                )
+                await pipe.execute()
+        return answer
+
 
 class Archivist(_Store):
     """Read-only access to conversations: what harnesses get to build their prompts."""
@@ -799,29 +837,9 @@ class Recorder(_Store):
                     size += len(new) - len(old)
             if not triples:
                 return
-            async with self._redis.pipeline(transaction=False) as pipe:
-                in_pipeline(pipe, _AMEND, [meta_key, list_key], [turn_id, *triples])
-                budgets.account(
-                    pipe,
-                    self.owner,
-                    conversation_id,
-                    size,
-                    used_at=None,
-                    retention_s=self.retention_s,
-                )
-                reply, _ = await pipe.execute()
-            done = int(reply)
-            if done < 0:  # nothing was changed: the ledger gives back what it counted
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    budgets.account(
-                        pipe,
-                        self.owner,
-                        conversation_id,
-                        -size,
-                        used_at=None,
-                        retention_s=self.retention_s,
-                    )
-                    await pipe.execute()
+            done = await self._counted(
+                _AMEND, [meta_key, list_key], [turn_id, *triples], conversation_id, size
+            )
             if done == -1:
                 raise ConversationNotFoundError(conversation_id)
             if done == -3:
@@ -971,41 +989,17 @@ class Recorder(_Store):
         size = sum(len(item) for item in items)
         # Appending messages is a use of the conversation: it moves up the owner's index.
         used_at = now if list_key == messages_key else None
-        async with self._redis.pipeline(transaction=False) as pipe:
-            in_pipeline(
-                pipe,
-                _APPEND,
-                script_keys,
-                [
-                    "" if expected_length is None else expected_length,
-                    repr(now),
-                    self.retention_s,
-                    turn_id or "",
-                    "" if limit is None else limit,
-                    *items,
-                ],
-            )
-            budgets.account(
-                pipe,
-                self.owner,
-                conversation_id,
-                size,
-                used_at=used_at,
-                retention_s=self.retention_s,
-            )
-            reply, _ = await pipe.execute()
-        length = int(reply)
-        if length < 0:  # nothing was appended: the ledger gives back what it counted
-            async with self._redis.pipeline(transaction=False) as pipe:
-                budgets.account(
-                    pipe,
-                    self.owner,
-                    conversation_id,
-                    -size,
-                    used_at=None,
-                    retention_s=self.retention_s,
-                )
-                await pipe.execute()
+        args = [
+            "" if expected_length is None else expected_length,
+            repr(now),
+            self.retention_s,
+            turn_id or "",
+            "" if limit is None else limit,
+            *items,
+        ]
+        length = await self._counted(
+            _APPEND, script_keys, args, conversation_id, size, used_at=used_at
+        )
         if length == -1:
             raise ConversationNotFoundError(conversation_id)
         if length == -3:
