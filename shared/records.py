@@ -879,26 +879,15 @@ class Recorder(_Store):
         )
         if held is None or _text(held) != turn_id or incarnation is None:
             return None
-        admission = await enqueue_background(
-            self._queue,
+        return await self._request_background(
             limits,
             BackgroundKind.SUMMARY,
-            self.owner,
             conversation_id,
             SUMMARIZE,
-            self.owner,
-            conversation_id,
             until,
             _text(incarnation),
+            refused="summary of %s not queued: %s; the next turn asks again",
         )
-        if admission in (Admission.OVER_USER_BUDGET, Admission.OVER_DEPLOYMENT_BUDGET):
-            logger.info(
-                "summary of %s not queued: %s; the next turn asks again",
-                conversation_id,
-                admission.value,
-                extra={"user": self.owner, "conversation_id": conversation_id},
-            )
-        return admission
 
     async def save_title(
         self,
@@ -921,19 +910,40 @@ class Recorder(_Store):
         """Queue the job that names the conversation (worker/titles.py), one per
         conversation at a time, as the owner's background job (shared/queue.py), as
         `request_summary` does."""
+        return await self._request_background(
+            limits,
+            BackgroundKind.TITLE,
+            conversation_id,
+            TITLE,
+            refused="title of %s not queued: %s",
+        )
+
+    async def _request_background(
+        self,
+        limits: BackgroundLimits,
+        kind: BackgroundKind,
+        conversation_id: str,
+        job: str,
+        *job_args: Any,
+        refused: str,
+    ) -> Admission:
+        """Queue the background job `job(owner, conversation_id, *job_args)` of `kind` for
+        the conversation (shared/queue.py); over a budget it is not queued, and `refused`
+        (formatted with the conversation and the admission) says so in the log."""
         admission = await enqueue_background(
             self._queue,
             limits,
-            BackgroundKind.TITLE,
+            kind,
             self.owner,
             conversation_id,
-            TITLE,
+            job,
             self.owner,
             conversation_id,
+            *job_args,
         )
         if admission in (Admission.OVER_USER_BUDGET, Admission.OVER_DEPLOYMENT_BUDGET):
             logger.info(
-                "title of %s not queued: %s",
+                refused,
                 conversation_id,
                 admission.value,
                 extra={"user": self.owner, "conversation_id": conversation_id},
