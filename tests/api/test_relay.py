@@ -87,14 +87,6 @@ async def turn_id(redis: redis_asyncio.Redis) -> AsyncIterator[str]:
     await redis.delete(keys.events(turn_id))
 
 
-@pytest.fixture
-async def hub(redis: redis_asyncio.Redis) -> AsyncIterator[StreamHub]:
-    running = StreamHub(redis, block_ms=200)
-    await running.start()
-    yield running
-    await running.stop()
-
-
 async def write(redis: redis_asyncio.Redis, turn_id: str, *events: Event) -> list[str]:
     ids = []
     for event in events:

@@ -30,14 +30,6 @@ async def stream_id(redis: redis_asyncio.Redis) -> AsyncIterator[str]:
     await redis.delete(keys.events(stream_id))
 
 
-@pytest.fixture
-async def hub(redis: redis_asyncio.Redis) -> AsyncIterator[StreamHub]:
-    running = StreamHub(redis, block_ms=200)
-    await running.start()
-    yield running
-    await running.stop()
-
-
 async def write(redis: redis_asyncio.Redis, stream_id: str, *events: Event) -> None:
     for event in events:
         await redis.xadd(keys.events(stream_id), {STREAM_FIELD: encode(event)})
