@@ -110,6 +110,23 @@ class ToolCall(Event):
 
 
 @dataclass(slots=True)
+class ClientToolCall(Event):
+    """The router called one of the client's own tools (`AgentRequest.client_tools`): the
+    client runs it, not Bernard. One per call; the turn then ends `completed` with
+    finish_reason "tool_calls", and the client's follow-up carries the results.
+
+    `arguments` is the whole JSON text; `index` is the call's place among this turn's
+    client calls (0, 1, ... as Chat Completions' `delta.tool_calls[].index`).
+    """
+
+    type: ClassVar[str] = "client_tool_call"
+    id: str
+    name: str
+    arguments: str
+    index: int
+
+
+@dataclass(slots=True)
 class ToolProgress(Event):
     """A running tool reported progress."""
 
@@ -213,6 +230,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LlmCallComplete,
         Memory,
         ToolCall,
+        ClientToolCall,
         ToolProgress,
         ToolResult,
         AwaitingConfirmation,

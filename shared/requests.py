@@ -52,6 +52,15 @@ class AgentRequest:
     # Continuing a paused turn: {"turn_id", "decisions": [{confirmation_id, tool_call,
     # decision, arguments?}]} (worker/harness/resume.py).
     resume: dict[str, Any] | None = None
+    # The client's own function tools, offered to the router beside Bernard's (issue 22):
+    # each in Chat Completions' shape, {"type": "function", "function": {"name",
+    # "description", "parameters", "strict"?}}. The router never runs one: calling it ends
+    # the turn with the call (`ClientToolCall`), and the client's follow-up carries the result.
+    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    # Chat Completions' shape: "none" | "auto" | "required" | {"type": "function",
+    # "function": {"name": ...}}; None is the client's silence (OpenAI's default, "auto").
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
 
     def sampling(self) -> dict[str, Any]:
         """The sampling options the client set, as model call keyword arguments."""

@@ -25,6 +25,9 @@ class TurnResult:
     # Tool calls waiting for the user's decision (turn `awaiting_confirmation`), as a
     # client sees them (worker/context.py `Proposal.public`).
     pending: list[dict[str, Any]] = field(default_factory=list)
+    # The client's own tools the router called ({id, type: "function", function: {name,
+    # arguments}}): the turn ended on them (finish_reason "tool_calls") for the client to run.
+    client_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TurnResult:
@@ -36,4 +39,5 @@ class TurnResult:
             tool_calls=data.get("tool_calls") or [],
             tool_outputs=data.get("tool_outputs") or [],
             pending=data.get("pending") or [],
+            client_calls=data.get("client_calls") or [],
         )

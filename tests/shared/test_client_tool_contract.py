@@ -1,0 +1,71 @@
+"""The contract for the client's own function tools (issue 22), as both processes store and
+read it: the request's tools and choice on the turn record (shared/requests.py), the
+`client_tool_call` event in the stream (shared/events.py), the calls on the result
+(shared/results.py)."""
+
+from __future__ import annotations
+
+import orjson
+
+from shared.events import ClientToolCall, decode, encode
+from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.results import TurnResult
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        "strict": True,
+    },
+}
+
+
+def test_a_requests_client_tools_and_choice_are_stored_and_read_back() -> None:
+    request = TurnRequest(
+        AgentRequest(
+            [{"role": "user", "content": "weather?"}],
+            client_tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            parallel_tool_calls=False,
+        ),
+        Delivery("chat"),
+    )
+    stored = orjson.loads(orjson.dumps(request.stored()))
+    assert stored["client_tools"] == [WEATHER]
+    assert stored["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
+    assert stored["parallel_tool_calls"] is False
+    restored = TurnRequest.restored({**stored, "messages": request.agent.messages})
+    assert restored == request
+
+
+def test_a_request_stored_before_client_tools_has_none_and_lets_the_model_choose() -> None:
+    older = {"messages": [], "kind": "chat", "stream": True, "trace": False}
+    agent = TurnRequest.restored(older).agent
+    assert (agent.client_tools, agent.tool_choice, agent.parallel_tool_calls) == ([], None, True)
+
+
+def test_a_client_tool_call_comes_back_from_its_stream_entry() -> None:
+    event = ClientToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}', index=1)
+    payload = encode(event, at=3.0)
+    assert orjson.loads(payload) == {
+        "type": "client_tool_call",
+        "id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+        "index": 1,
+        "at": 3.0,
+    }
+    assert decode(payload).event == event
+
+
+def test_a_results_client_calls_are_stored_and_read_back() -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+    }
+    result = TurnResult(content="", finish_reason="tool_calls", client_calls=[call])
+    assert TurnResult.from_json(orjson.loads(orjson.dumps(result))) == result
+    assert TurnResult.from_json({"content": "hi"}).client_calls == []
