@@ -38,10 +38,10 @@ from shared.conversation_state import (
     may_run,
 )
 from shared.errors import ErrorCode
-from shared.lifecycle import Cause
+from shared.lifecycle import FORGET_GRACE_S, Cause
 from shared.records import Conversation, Message, RecordKeeper
 from shared.titles import TitleSource, title_problem
-from shared.turns import FORGET_GRACE_S, TurnStore
+from shared.turns import TurnStore
 
 # The one grammar of the ids a client chooses. Neither end is a dot, so no id is a path's
 # `.` or `..` segment (which URL normalization removes: such a conversation could be made

@@ -3,7 +3,7 @@
 An entry that encodes to one frame has the entry id as its SSE `id` (`1700000000000-3`); an
 entry that encodes to several (the final `done`: finish, usage, `[DONE]`) numbers them
 `<entry id>:<k>`. The `done` entry's id is the sentinel that seals the stream
-(shared/turns.py, `SEALED_ID`, the largest id Redis has): its frames show it as `done`
+(shared/lifecycle.py, `SEALED_ID`, the largest id Redis has): its frames show it as `done`
 (`done:0`, `done:1`, ...), not as the 64-bit numbers. A client resumes with the last id it
 got (`Last-Event-ID` or `?after=`).
 
@@ -29,8 +29,8 @@ from api.encoding import Encoder, Frame
 from api.errors import invalid
 from shared import keys
 from shared.events import Done, Start
+from shared.lifecycle import SEALED_ID
 from shared.streams import Entry, entry_key, parse_entries
-from shared.turns import SEALED_ID
 
 U64_MAX = 2**64 - 1
 # `[0-9]`, not `\d`: `\d` also matches other scripts' digits ("٣-٣"), which Redis refuses.

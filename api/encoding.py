@@ -26,7 +26,7 @@ import orjson
 from shared.endings import error_of
 from shared.events import Done, Event
 from shared.results import TurnResult
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 DONE = "[DONE]"
 

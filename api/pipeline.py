@@ -41,7 +41,7 @@ from shared.events import Done
 from shared.requests import TurnRequest
 from shared.results import TurnResult
 from shared.settings import MODEL_ID
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 logger = logging.getLogger("bernard.api")
 

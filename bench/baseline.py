@@ -31,7 +31,7 @@ from api.sse import FrameResponse
 from shared.endings import completed
 from shared.events import Event, Start
 from shared.settings import MODEL_ID, Settings, get_settings
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 from worker.calls import stream_events
 from worker.context import TurnContext
 from worker.llm import build_models

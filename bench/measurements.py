@@ -55,7 +55,9 @@ from bench.writer import synthetic_tokens
 from shared import keys
 from shared.requests import AgentRequest, TurnRequest
 from shared.settings import MODEL_ID
-from shared.turns import STREAM_FIELD, TurnRecord, TurnStore
+from shared.streams import STREAM_FIELD
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 
 
 @dataclass

@@ -35,7 +35,7 @@ from bench.client import Call, Endpoint, chat_body, connect, request_bytes
 from bench.processes import Cluster
 from bench.upstream import Directive
 from shared import keys
-from shared.turns import STREAM_FIELD
+from shared.streams import STREAM_FIELD
 
 CHAT = "/v1/chat/completions"
 _tags = itertools.count(1)

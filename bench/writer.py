@@ -27,7 +27,8 @@ from shared import keys
 from shared.backends import Backend, backend_of
 from shared.connection import connect_data
 from shared.events import Delta, Done, TurnStatus, encode
-from shared.turns import STREAM_FIELD, TurnStore
+from shared.streams import STREAM_FIELD
+from shared.turns import TurnStore
 from tests.upstream import echo_tokens
 
 

@@ -11,7 +11,7 @@ after the other, and each sees the state the other left.
 What the statuses derive from, in the conversation's metadata hash:
 
 - `active_turn`: the turn that last claimed the conversation, and `active_since`, when. The
-  conversation is `running` while that turn may still run: its record (shared/turns.py)
+  conversation is `running` while that turn may still run: its record (shared/turn_record.py)
   says `queued` or `running`, or it has no record yet and claimed the conversation less
   than `STRANDED_AFTER_S` ago (the API creates the record just after the claim). Nothing
   here is told when a turn ends: its worker, a reaper or a cancel ends its record, and that
@@ -56,7 +56,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from shared import budgets, keys
-from shared.turns import STRANDED_AFTER_S
+from shared.lifecycle import STRANDED_AFTER_S
 
 __all__ = [
     "TABLE",

@@ -2,7 +2,7 @@
 delivers what it produces (`Delivery`). The worker reads only the first: it never learns
 the wire encoding, which the API alone owns (api/encodings/).
 
-The record stores both as one flat JSON object (shared/turns.py `TurnRecord.to_redis`),
+The record stores both as one flat JSON object (shared/turn_record.py `TurnRecord.to_redis`),
 the encoding's name under `kind`, as records always held it.
 """
 

@@ -15,7 +15,7 @@ token, 1.78 → 1.16 Redis commands per token, relay p99 at 1,000 streams not wo
 docs/benchmarks.md).
 
 Only the turn's own worker writes to its stream, and only while the turn runs: a turn's
-`done` entry seals its stream (shared/turns.py, `SEALED_ID`), after which Redis refuses
+`done` entry seals its stream (shared/lifecycle.py, `SEALED_ID`), after which Redis refuses
 every append, and an append never creates a stream that is gone (`NOMKSTREAM`: the turn's
 record went with it). A worker that was stopped long enough for a reaper to end its turn
 (SIGSTOP, a frozen VM) learns so from its next write (`TurnOverError`), and nothing lands
@@ -37,7 +37,10 @@ from redis.exceptions import ResponseError
 
 from shared.backends import backend_of
 from shared.events import Delta, Event, LlmCallComplete, LlmPrompt, Stamped, decode, encode
-from shared.turns import STREAM_FIELD
+
+# The field each entry of a turn's stream holds its encoded event under (shared/events.py
+# `encode`); shared/lifecycle.py's CREATE and FINISH write it as the literal 'e'.
+STREAM_FIELD = "e"
 
 Entry = tuple[str, Stamped]
 # Above this many pending events of one turn, `write` waits for Redis instead of buffering.

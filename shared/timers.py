@@ -41,7 +41,7 @@ from shared.conversation_state import ConversationMachine, Outcome, may_run
 from shared.events import TimerFired, encode
 from shared.queue import BackgroundKind, background_job_id
 from shared.records import RecordKeeper
-from shared.turns import STREAM_FIELD
+from shared.streams import STREAM_FIELD
 
 FIRE_TIMER = "fire_timer"
 MAX_TIMERS = 50

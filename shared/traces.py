@@ -10,7 +10,7 @@ a `..._TRACES_ENDPOINT`) itself. Bernard keeps the provider to itself rather tha
 it the process-wide one, so no library's instrumentation starts sending spans unasked.
 
 A turn's trace crosses processes on its record: the API stores the W3C `traceparent` of
-its request span on the turn (`current_traceparent`, shared/turns.py `TurnRecord`), and the
+its request span on the turn (`current_traceparent`, shared/turn_record.py `TurnRecord`), and the
 worker parents the queue wait and the turn on it (`parent_context`), so one trace holds the
 request, the wait, the turn, each model call and each tool call
 (api/access_log.py, worker/telemetry.py).

@@ -1,8 +1,10 @@
-"""Turn records in Redis, and the store that moves them between their states.
+"""The store of turns in Redis: `TurnStore` admits, creates, reads and moves turn records
+(shared/turn_record.py) between their states.
 
 The moves themselves (their scripts, their named results) and how a turn ends for each
 cause are shared/lifecycle.py's; `TurnStore` runs them. Its reads (`get`, `recent`) write
 nothing; `settle` is the read that writes: it ends a turn that never can end on its own.
+Admission's script (`_ADMIT`) is this module's, its reply named by `TurnAdmission`.
 
 The record and its stream live on the data role; arq's job, the running set and the
 owner's count of active turns on the queue role (shared/keys.py says why, and how each
@@ -16,7 +18,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Container, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -49,131 +52,19 @@ from shared.lifecycle import (
 )
 from shared.queue import enqueue
 from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
-from shared.requests import TurnRequest
 from shared.results import TurnResult
 from shared.scripts import TAKE_SLOT, in_pipeline
+from shared.turn_record import TurnRecord
 
 logger = logging.getLogger("bernard.turns")
 
-STREAM_FIELD = "e"
-
-
-# How much of its user message a turn's `preview` keeps.
-PREVIEW_CHARS = 80
-
-
-def preview_of(messages: list[dict[str, Any]]) -> str | None:
-    """What a turn is about: the start of the last user message it was given (the one it
-    answers), on one line, cut to `PREVIEW_CHARS`; None when it was given none (a resume)."""
-    for message in reversed(messages):
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: their text
-            content = " ".join(
-                str(part.get("text", "")) for part in content if isinstance(part, dict)
-            )
-        # Only its start is read: a message may be 100,000 characters (on the turn's way in).
-        text = " ".join(str(content or "")[: PREVIEW_CHARS * 4].split())
-        if not text:
-            return None
-        return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
-    return None
-
-
-@dataclass(slots=True)
-class TurnRecord:
-    """The turn hash, as one object."""
-
-    id: str
-    owner: str
-    request: TurnRequest
-    model: str
-    created_at: float = field(default_factory=time.time)
-    status: TurnStatus = TurnStatus.QUEUED
-    conversation_id: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    error: dict[str, str] | None = None
-    result: TurnResult | None = None
-    # The W3C trace context of the request that created the turn (tracing on): the worker
-    # continues that trace (shared/traces.py).
-    traceparent: str | None = None
-    # What the turn is about, for lists (`preview_of`); kept when the prompt is dropped.
-    preview: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.preview is None:
-            self.preview = preview_of(self.request.agent.messages)
-
-    @property
-    def finished(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    def to_redis(self) -> dict[str, bytes | str]:
-        fields: dict[str, bytes | str] = {
-            "id": self.id,
-            "owner": self.owner,
-            "model": self.model,
-            "status": self.status,
-            "created_at": repr(self.created_at),
-            # The messages apart: the worker needs them once, and ending the turn drops them
-            # (shared/lifecycle.py, FINISH), so a finished turn keeps its options but not
-            # its whole prompt.
-            "request": orjson.dumps(self.request.stored()),
-            "messages": orjson.dumps(self.request.agent.messages),
-        }
-        if self.conversation_id:
-            fields["conversation_id"] = self.conversation_id
-        if self.traceparent:
-            fields["traceparent"] = self.traceparent
-        if self.preview:
-            fields["preview"] = self.preview
-        return fields
-
-    @classmethod
-    def from_redis(cls, raw: dict[bytes, bytes]) -> TurnRecord:
-        data = {k.decode(): v for k, v in raw.items()}
-
-        def number(name: str) -> float | None:
-            value = data.get(name)
-            return float(value) if value else None
-
-        def json_field(name: str) -> Any:
-            value = data.get(name)
-            return orjson.loads(value) if value else None
-
-        result = json_field("result")
-        request = orjson.loads(data["request"])
-        if "messages" in data:
-            request["messages"] = orjson.loads(data["messages"])
-        return cls(
-            id=data["id"].decode(),
-            owner=data["owner"].decode(),
-            model=data["model"].decode(),
-            status=TurnStatus(data["status"].decode()),
-            request=TurnRequest.restored(request),
-            created_at=float(data["created_at"]),
-            conversation_id=data["conversation_id"].decode() if "conversation_id" in data else None,
-            started_at=number("started_at"),
-            finished_at=number("finished_at"),
-            error=json_field("error"),
-            result=TurnResult.from_json(result) if result is not None else None,
-            traceparent=data["traceparent"].decode() if "traceparent" in data else None,
-            preview=data["preview"].decode() if "preview" in data else None,
-        )
-
-
 __all__ = [
-    "FORGET_GRACE_S",
-    "SEALED_ID",
-    "STRANDED_AFTER_S",
-    "STREAM_FIELD",
+    "Admitted",
     "Claim",
     "TooManyTurnsError",
-    "TurnRecord",
-    "TurnRequest",
+    "TurnAdmission",
     "TurnStore",
+    "admission_of",
 ]
 
 
@@ -216,7 +107,8 @@ class TooManyTurnsError(Exception):
 # KEYS: active turns, rate bucket. ARGV: TAKE_SLOT's, then the refill per s ('' for no
 # limit), burst, cost. A turn's admission: its tokens (shared/rate_limit.py), then its
 # slot, in one step. Returns TAKE_SLOT's 1 or 0 (the tokens are spent: a refused attempt
-# is a request too), or minus the milliseconds until the bucket could pay.
+# is a request too), or minus the milliseconds until the bucket could pay: `admission_of`
+# names them.
 _ADMIT = f"""
 {TAKE_TOKENS_FUNCTION}
 if ARGV[6] ~= '' then
@@ -226,6 +118,36 @@ if ARGV[6] ~= '' then
 end
 {TAKE_SLOT}
 """
+
+
+class Admitted(StrEnum):
+    """What `_ADMIT` (and `TAKE_SLOT`, its second half) did with a turn."""
+
+    ADMITTED = "admitted"  # its tokens paid and its slot taken
+    AT_LIMIT = "at_limit"  # its tokens paid, but the owner has no slot left
+    RATE_LIMITED = "rate_limited"  # the bucket cannot pay yet: nothing taken
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAdmission:
+    """`_ADMIT`'s reply, named: what it did, and for `RATE_LIMITED` the milliseconds until
+    the bucket could pay."""
+
+    outcome: Admitted
+    wait_ms: int = 0
+
+
+def admission_of(reply: int | bytes) -> TurnAdmission:
+    """Name `_ADMIT`'s (or `TAKE_SLOT`'s) reply: 1 admitted, 0 at the limit, minus the
+    wait in ms when rate limited."""
+    value = int(reply)
+    if value < 0:
+        return TurnAdmission(Admitted.RATE_LIMITED, -value)
+    if value == 0:
+        return TurnAdmission(Admitted.AT_LIMIT)
+    if value == 1:
+        return TurnAdmission(Admitted.ADMITTED)
+    raise ValueError(f"no admission replies {value}")
 
 
 class TurnStore:
@@ -284,24 +206,23 @@ class TurnStore:
         slot_keys = [keys.active_turns(owner), keys.rate(owner)]
         read: list[Any] = []
         if beside is None:
-            admitted = int(await self._admit(keys=slot_keys, args=paid))
+            reply = await self._admit(keys=slot_keys, args=paid)
         elif self._one_client:
             async with self.queue.pipeline(transaction=False) as pipe:
                 in_pipeline(pipe, _ADMIT, slot_keys, paid)
                 beside(pipe)
                 reply, *read = await pipe.execute()
-            admitted = int(reply)
         else:
             reply, read = await asyncio.gather(
                 self._admit(keys=slot_keys, args=paid), self._read(beside)
             )
-            admitted = int(reply)
-        if admitted < 0:
-            raise RateLimitedError(-admitted)
-        if not admitted and await self._release_ended(owner, ttl_s=ttl_s):
+        admission = admission_of(reply)
+        if admission.outcome is Admitted.RATE_LIMITED:
+            raise RateLimitedError(admission.wait_ms)
+        if admission.outcome is Admitted.AT_LIMIT and await self._release_ended(owner, ttl_s=ttl_s):
             # The tokens are spent already: only the slot is taken again.
-            admitted = int(await self._take_slot(keys=slot_keys[:1], args=args))
-        if not admitted:
+            admission = admission_of(await self._take_slot(keys=slot_keys[:1], args=args))
+        if admission.outcome is Admitted.AT_LIMIT:
             raise TooManyTurnsError(owner)
         return read
 

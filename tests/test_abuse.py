@@ -28,7 +28,8 @@ from shared import keys
 from shared.events import Delta
 from shared.records import Archivist, RecordKeeper
 from shared.requests import AgentRequest, TurnRequest
-from shared.turns import TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect, frames, text_of

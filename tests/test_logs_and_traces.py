@@ -41,7 +41,8 @@ from shared.logs import (
 )
 from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings, get_settings
-from shared.turns import TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream

@@ -20,7 +20,7 @@ from api.session import StreamSession
 from launcher.redis_server import free_port
 from shared import keys
 from shared.events import Delta, Done, MessageStored, encode
-from shared.turns import STREAM_FIELD
+from shared.streams import STREAM_FIELD
 from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
 from tests.sse import collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream

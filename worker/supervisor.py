@@ -59,7 +59,8 @@ from shared.logs import TURN_FIELDS
 from shared.records import ConversationFullError, Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
-from shared.turns import TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 from worker.calls import Item, stream_events
 from worker.context import TurnContext
 from worker.leases import LeaseKeeper

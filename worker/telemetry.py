@@ -43,7 +43,7 @@ from shared import traces
 from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, ToolCall
 from shared.settings import Settings
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.llm import LlmError, LlmResult
 

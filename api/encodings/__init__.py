@@ -11,7 +11,7 @@ from api.encoding import Encoder
 from api.encodings.chat import ChatEncoder
 from api.encodings.completion import CompletionEncoder
 from api.encodings.conversation import ConversationEncoder
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 __all__ = ["ENCODINGS", "encoder_for"]
 

@@ -18,7 +18,7 @@ from api.encoding import (
 )
 from shared.events import Done, Event
 from shared.results import TurnResult
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 
 class ChunkEncoder(ABC):

@@ -25,7 +25,7 @@ from shared.events import (
     ToolResult,
 )
 from shared.results import TurnResult
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 
 class ConversationEncoder:

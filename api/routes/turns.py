@@ -28,7 +28,7 @@ from shared import keys
 from shared.cancel import request_cancel
 from shared.errors import ErrorCode
 from shared.lifecycle import Cause
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 router = APIRouter()
 State = Annotated[AppState, Depends(get_state)]

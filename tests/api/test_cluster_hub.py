@@ -25,7 +25,8 @@ from shared.events import Delta, Done, Start, TimerFired
 from shared.requests import AgentRequest, TurnRequest
 from shared.streams import StreamBatcher
 from shared.timers import publish
-from shared.turns import TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 from tests.topologies import (
     RedisClusterTopology,
     redis_cluster,  # noqa: F401  (a fixture, asked for by name below)

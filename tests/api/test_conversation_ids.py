@@ -26,7 +26,8 @@ from shared.errors import ErrorCode
 from shared.lifecycle import Cause
 from shared.records import RecordKeeper
 from shared.requests import AgentRequest, Delivery, TurnRequest
-from shared.turns import TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 
 RETENTION_S = 600
 

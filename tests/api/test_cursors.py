@@ -8,8 +8,9 @@ import pytest
 from api.cursors import after_start, numbered, parse_cursor
 from api.encodings import encoder_for
 from shared.events import Start
+from shared.lifecycle import SEALED_ID
 from shared.requests import AgentRequest, Delivery, TurnRequest
-from shared.turns import SEALED_ID, TurnRecord
+from shared.turn_record import TurnRecord
 
 
 @pytest.mark.parametrize(

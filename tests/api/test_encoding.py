@@ -9,7 +9,7 @@ from api.encoding import DONE
 from api.encodings import encoder_for
 from shared.events import Done
 from shared.requests import AgentRequest, Delivery, TurnRequest
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 USAGE = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
 

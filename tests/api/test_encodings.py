@@ -32,7 +32,7 @@ from shared.events import (
 )
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
-from shared.turns import TurnRecord
+from shared.turn_record import TurnRecord
 
 EXPECTED = json.loads((Path(__file__).parent / "frames.json").read_text())
 USAGE = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}

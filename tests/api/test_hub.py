@@ -18,8 +18,7 @@ from launcher.redis_server import free_port
 from shared import keys
 from shared.connection import connect_data
 from shared.events import Delta, Stamped, encode
-from shared.streams import Entry
-from shared.turns import STREAM_FIELD
+from shared.streams import STREAM_FIELD, Entry
 from tests.processes import private_redis
 
 

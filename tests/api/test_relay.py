@@ -31,7 +31,8 @@ from shared.errors import ErrorCode
 from shared.events import Delta, Error, Event, Stamped, Start, ToolCall, encode
 from shared.lifecycle import Cause
 from shared.requests import AgentRequest, Delivery, TurnRequest
-from shared.turns import STREAM_FIELD, TurnRecord
+from shared.streams import STREAM_FIELD
+from shared.turn_record import TurnRecord
 
 KEEPALIVE_S = 0.05
 

@@ -20,7 +20,7 @@ from shared import keys
 from shared.endings import completed
 from shared.events import Delta, Event, Start, TimerFired, encode
 from shared.lifecycle import Cause
-from shared.turns import STREAM_FIELD
+from shared.streams import STREAM_FIELD
 
 
 @pytest.fixture

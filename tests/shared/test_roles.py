@@ -23,10 +23,11 @@ from redis.exceptions import ConnectionError
 from shared import keys
 from shared.connection import connect, queue_client
 from shared.endings import completed
-from shared.lifecycle import Cause, Finished
+from shared.lifecycle import STRANDED_AFTER_S, Cause, Finished
 from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings
-from shared.turns import STRANDED_AFTER_S, TooManyTurnsError, TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TooManyTurnsError, TurnStore
 from tests.conftest import TEST_REDIS_URL
 
 RETENTION_S = 300

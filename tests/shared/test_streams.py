@@ -25,9 +25,16 @@ from shared.events import (
     ToolCall,
     encode,
 )
-from shared.lifecycle import Cause
-from shared.streams import _BUSY_ROUND, StreamBatcher, TurnOverError, entry_key, parse_entries
-from shared.turns import SEALED_ID, STREAM_FIELD, TurnStore
+from shared.lifecycle import SEALED_ID, Cause
+from shared.streams import (
+    _BUSY_ROUND,
+    STREAM_FIELD,
+    StreamBatcher,
+    TurnOverError,
+    entry_key,
+    parse_entries,
+)
+from shared.turns import TurnStore
 
 
 async def entries(redis: redis_asyncio.Redis, turn_id: str) -> list[object]:

@@ -37,7 +37,8 @@ from shared.lifecycle import (
 )
 from shared.requests import AgentRequest, TurnRequest
 from shared.streams import parse_entries
-from shared.turns import TurnRecord, TurnStore
+from shared.turn_record import TurnRecord
+from shared.turns import TurnStore
 
 # -- the endings table -------------------------------------------------------------------
 

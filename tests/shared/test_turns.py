@@ -20,17 +20,12 @@ from shared import keys
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, Error, Start, ToolCall
-from shared.lifecycle import Cause, Finished, Renewal
+from shared.lifecycle import SEALED_ID, STRANDED_AFTER_S, Cause, Finished, Renewal
 from shared.requests import SAMPLING_OPTIONS, AgentRequest, Delivery, RunMode, TurnRequest
 from shared.results import TurnResult
 from shared.streams import parse_entries
-from shared.turns import (
-    SEALED_ID,
-    STRANDED_AFTER_S,
-    TooManyTurnsError,
-    TurnRecord,
-    TurnStore,
-)
+from shared.turn_record import TurnRecord
+from shared.turns import Admitted, TooManyTurnsError, TurnAdmission, TurnStore, admission_of
 
 RETENTION_S = 300
 MAXLEN = 1000
@@ -285,6 +280,28 @@ async def test_a_finished_record_reads_back_its_times_error_and_result_without_t
 
 
 # -- admission ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "admission"),
+    [
+        (1, TurnAdmission(Admitted.ADMITTED)),
+        (b"1", TurnAdmission(Admitted.ADMITTED)),
+        (0, TurnAdmission(Admitted.AT_LIMIT)),
+        (b"0", TurnAdmission(Admitted.AT_LIMIT)),
+        (-1, TurnAdmission(Admitted.RATE_LIMITED, 1)),
+        (-2500, TurnAdmission(Admitted.RATE_LIMITED, 2500)),
+        (b"-40", TurnAdmission(Admitted.RATE_LIMITED, 40)),
+    ],
+)
+def test_the_admission_scripts_reply_is_named(reply: int | bytes, admission: TurnAdmission) -> None:
+    assert admission_of(reply) == admission
+
+
+@pytest.mark.parametrize("reply", [2, b"7"])
+def test_an_admission_reply_no_script_gives_is_refused(reply: int | bytes) -> None:
+    with pytest.raises(ValueError, match="no admission replies"):
+        admission_of(reply)
 
 
 async def test_an_owner_is_admitted_up_to_the_limit_and_no_further(
