@@ -39,7 +39,9 @@ from shared.conversation_state import (
 )
 from shared.errors import ErrorCode
 from shared.lifecycle import FORGET_GRACE_S, Cause
-from shared.records import Conversation, Message, RecordKeeper
+from shared.records.conversation import Conversation
+from shared.records.keeper import RecordKeeper
+from shared.records.messages import Message
 from shared.titles import TitleSource, title_problem
 from shared.turns import TurnStore
 

@@ -16,7 +16,7 @@ from bench.client import chat_body, connect, request_bytes
 from bench.report import SUMMARY_HEADERS, Section, Table, Verdict, summary_cells
 from bench.runner import CHAT, Bench, Turn, check_all, echo_directives, new_tag, wait_idle
 from bench.stats import Summary
-from shared.records import RecordKeeper
+from shared.records.keeper import RecordKeeper
 
 # The bound this measurement holds a long history's turns to, against a new conversation's.
 FLAT_MEDIAN_MS = 5.0

@@ -2,7 +2,7 @@
 
 **Bytes per conversation** (`BERNARD_MAX_CONVERSATION_BYTES`). A conversation counts what it
 stores (its messages and call records, as stored) in its own metadata (`bytes`), inside
-the append script (shared/records.py `_APPEND`), so the cap holds atomically: an append of
+the append script (shared/records/keeper.py `_APPEND`), so the cap holds atomically: an append of
 a request's messages that would take the conversation over it is refused whole, before
 anything of it is stored, however many append at once. What a turn appends once it runs
 (its tool results, call records and answer) is never refused: a turn must not lose its

@@ -25,7 +25,7 @@ What the statuses derive from, in the conversation's metadata hash:
 - `incarnation`: a fresh random id per creation, so a re-created id is another conversation.
 
 Who may write (the holder): a turn writes into its conversation (messages, call records, its
-proposals: shared/records.py `_APPEND`, `PAUSE` here) only while it is the active turn. A
+proposals: shared/records/keeper.py `_APPEND`, `PAUSE` here) only while it is the active turn. A
 turn that lost its conversation (deleted; re-created; or taken by another turn after a
 reaper ended this one while its worker stalled) writes nothing more. A writer that is no
 turn names the incarnation it read instead (the summary job), or appends only while the
@@ -397,10 +397,10 @@ return {'unclaimed'}
 
 # ARGV: 4 the active turn the caller found ended ('' for none), 5 how many messages the
 # caller found, 6 the row (its id counts on that length). Appends the row while the
-# conversation is idle, counted as `_APPEND` counts (shared/records.py); {'changed'} when
+# conversation is idle, counted as `_APPEND` counts (shared/records/keeper.py); {'changed'} when
 # the list no longer has that length (the caller reads it again). Idle, the history may
 # still end on tool calls without their results (a step nobody decided on in time,
-# decisions whose turn never ran): the next turn answers them first (shared/records.py
+# decisions whose turn never ran): the next turn answers them first (shared/records/keeper.py
 # `open_calls`), and a message now would stand between them and their answers.
 _ANNOUNCE = """
 local status = status_of(ARGV[4])

@@ -40,7 +40,7 @@ from shared.backends import backend_of
 from shared.conversation_state import ConversationMachine, Outcome, may_run
 from shared.events import TimerFired, encode
 from shared.queue import BackgroundKind, background_job_id
-from shared.records import RecordKeeper
+from shared.records.keeper import RecordKeeper
 from shared.streams import STREAM_FIELD
 
 FIRE_TIMER = "fire_timer"

@@ -3,7 +3,7 @@
 A conversation gets a short title in the background after its first exchange
 (worker/titles.py, a background job like a summary: shared/queue.py), or from its user
 (`PATCH /v1/conversations/{id}`, api/conversations.py). Both are stored in the
-conversation's metadata hash (shared/records.py: `title`, `title_source`); a user's title is
+conversation's metadata hash (shared/records/keeper.py: `title`, `title_source`); a user's title is
 never replaced by a generated one. Pure functions here, shared by the API (which checks what
 a user sends) and the worker (which tidies what the model answers).
 """

@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, tool
 from langchain_openai import ChatOpenAI
 
 from api.auth import LOCAL_USER
-from shared.records import Archivist
+from shared.records.keeper import Archivist
 from tests.conftest import Stack, make_settings, run_stack
 from tests.sse import Frame, collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream

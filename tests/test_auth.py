@@ -9,7 +9,7 @@ import pytest
 from starlette.requests import Request
 
 from api.auth import from_loopback
-from shared.records import Archivist
+from shared.records.keeper import Archivist
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import private_redis
 from tests.upstream import ScriptedUpstream

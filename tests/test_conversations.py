@@ -23,7 +23,7 @@ from httpx_sse import EventSource
 
 from shared import keys
 from shared.notes import NoteStore
-from shared.records import RecordKeeper
+from shared.records.keeper import RecordKeeper
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect

@@ -13,7 +13,7 @@ import pytest
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.notes import NoteStore
-from shared.records import RecordKeeper
+from shared.records.keeper import RecordKeeper
 from tests.conftest import make_settings, run_stack
 from tests.processes import wait_for
 from tests.upstream import Body, Reply, ScriptedUpstream

@@ -15,7 +15,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import BaseTool
 
-from shared.records import Archivist
+from shared.records.keeper import Archivist
 from shared.requests import AgentRequest
 from shared.results import TurnResult
 from shared.settings import Settings

@@ -35,16 +35,16 @@ from redis.exceptions import RedisError
 
 from shared.events import ToolCall
 from shared.queue import BackgroundLimits
-from shared.records import (
+from shared.records.call_log import (
     CallEvent,
-    ConversationNotFoundError,
-    Message,
-    Recorder,
     llm_completed,
     llm_started,
     tool_completed,
     tool_started,
 )
+from shared.records.conversation import ConversationNotFoundError
+from shared.records.keeper import Recorder
+from shared.records.messages import Message
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
 from worker.harness.resume import edited_arguments

@@ -21,7 +21,8 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from shared.records import Message, RecordKeeper
+from shared.records.keeper import RecordKeeper
+from shared.records.messages import Message
 from shared.settings import Settings
 from worker.llm import Llm, LlmError
 

@@ -56,7 +56,8 @@ from shared.events import (
 )
 from shared.lifecycle import RULES, After, Cause
 from shared.logs import TURN_FIELDS
-from shared.records import ConversationFullError, Recorder, RecordKeeper
+from shared.records.conversation import ConversationFullError
+from shared.records.keeper import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turn_record import TurnRecord

@@ -47,7 +47,9 @@ from api.state import AppState, get_state
 from shared.conversation_state import ConversationMachine, Outcome, Status
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
-from shared.records import ConversationExistsError, Message, RecordKeeper, row_position
+from shared.records.conversation import ConversationExistsError
+from shared.records.keeper import RecordKeeper
+from shared.records.messages import Message, row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
 
 router = APIRouter(route_class=OrjsonRoute)

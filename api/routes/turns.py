@@ -69,7 +69,7 @@ async def _turn_objects(
 ) -> list[dict[str, Any]]:
     """The turn objects, a paused turn's status saying whether it still waits: a turn that
     ended `awaiting_confirmation` keeps that status in its record for good, while its
-    proposals (shared/records.py) are decided, or lapse, later. One that no longer waits
+    proposals (shared/records/keeper.py) are decided, or lapse, later. One that no longer waits
     reads `decided` (each of its proposals was approved or rejected: the turns that
     carried out the decisions are turns of their own) or `expired` (none waits, not all
     were decided: they lapsed, or the conversation was deleted)."""

@@ -24,7 +24,7 @@ from shared.conversation_state import ConversationMachine, Outcome
 from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.lifecycle import Cause
-from shared.records import RecordKeeper
+from shared.records.keeper import RecordKeeper
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore

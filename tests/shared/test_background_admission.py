@@ -20,7 +20,7 @@ from shared.queue import (
     enqueue_background,
     release_background,
 )
-from shared.records import SUMMARIZE
+from shared.records.keeper import SUMMARIZE
 
 
 @pytest.fixture

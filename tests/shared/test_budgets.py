@@ -17,12 +17,9 @@ from redis.asyncio import Redis
 from shared import budgets, keys
 from shared.connection import connect
 from shared.conversation_state import ConversationMachine, Outcome
-from shared.records import (
-    ConversationFullError,
-    ConversationNotFoundError,
-    RecordKeeper,
-    llm_started,
-)
+from shared.records.call_log import llm_started
+from shared.records.conversation import ConversationFullError, ConversationNotFoundError
+from shared.records.keeper import RecordKeeper
 from tests.conftest import TEST_REDIS_URL
 
 RETENTION_S = 3600

@@ -29,7 +29,8 @@ from shared.conversation_state import (
     may_run,
     refusals,
 )
-from shared.records import ConversationLostError, RecordKeeper
+from shared.records.conversation import ConversationLostError
+from shared.records.keeper import RecordKeeper
 from tests.conftest import TEST_REDIS_URL
 
 ABSENT, IDLE, RUNNING, AWAITING = (

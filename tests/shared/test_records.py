@@ -20,22 +20,21 @@ from redis.asyncio import Redis
 from shared import budgets, keys
 from shared.connection import connect
 from shared.conversation_state import ConversationMachine, Deletion, Outcome
-from shared.records import (
-    APPROVED_STEP_LAPSED,
-    DECIDED_NOT_CARRIED_OUT,
-    Archivist,
+from shared.records.call_log import llm_completed, llm_started, tool_completed, tool_started
+from shared.records.conversation import (
     ConversationExistsError,
     ConversationLostError,
     ConversationNotFoundError,
+)
+from shared.records.history_diff import new_messages
+from shared.records.keeper import (
+    APPROVED_STEP_LAPSED,
+    DECIDED_NOT_CARRIED_OUT,
+    Archivist,
     Recorder,
     RecordKeeper,
-    llm_completed,
-    llm_started,
-    new_messages,
-    to_openai_message,
-    tool_completed,
-    tool_started,
 )
+from shared.records.messages import to_openai_message
 from tests.conftest import TEST_REDIS_URL
 
 

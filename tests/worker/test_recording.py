@@ -11,7 +11,8 @@ from langchain_core.messages import AIMessage
 from redis.asyncio import Redis
 
 from shared.events import LlmCallComplete, LlmPrompt
-from shared.records import CallEvent, RecordKeeper
+from shared.records.call_log import CallEvent
+from shared.records.keeper import RecordKeeper
 from shared.requests import AgentRequest
 from tests.conftest import make_settings
 from worker.calls import ModelCallEnded, ModelCallStarted

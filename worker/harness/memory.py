@@ -1,6 +1,6 @@
 """Memory: what of a conversation the turn's prompts hold, within the model's context.
 
-The records keep every message (shared/records.py); a prompt holds, within
+The records keep every message (shared/records/keeper.py); a prompt holds, within
 `BERNARD_CONTEXT_MAX_TOKENS` less the share kept for the answer:
 
 - the system prompt (the client's, pinned even when its conversation grew long),
@@ -32,7 +32,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.events import Event, Memory
 from shared.notes import NoteStore
-from shared.records import Message, row_position, to_openai_message
+from shared.records.messages import Message, row_position, to_openai_message
 from worker.context import TurnContext
 from worker.tokens import Encode, counter_for, message_tokens
 

@@ -1,4 +1,5 @@
-"""The record keeper: conversations, their messages and their LLM and tool calls, in Redis.
+"""The record keeper: conversations, their messages and their LLM and tool calls, stored in
+Redis (what it stores and raises: the other modules of shared/records/).
 
 Split by who may do what (seed 002): harnesses get an `Archivist`, which only reads; the
 turn runner gets a `Recorder`, which writes. `RecordKeeper` is both, and hands out each half
@@ -16,8 +17,8 @@ Layout, all under one hash tag so a Lua script may touch every key of a conversa
 - `keys.conversation_messages(owner, id)`: list of orjson messages in OpenAI chat shape,
   oldest first: `{role, content, name?, tool_call_id?, tool_calls?}`.
 - `keys.conversation_calls(owner, id)`: append-only list of call events (`started`, then
-  `completed`), merged per `call_id` on read. Appending instead of updating a record in
-  place keeps every write one race-free `RPUSH`.
+  `completed`: shared/records/call_log.py), merged per `call_id` on read. Appending instead
+  of updating a record in place keeps every write one race-free `RPUSH`.
 
 Every write renews the retention of all three keys: a conversation in use lives on, one
 left alone expires whole. A turn writes only while it holds the conversation (its active
@@ -26,8 +27,9 @@ that module's transitions, which the keeper's writers call. Every append is coun
 conversation (`bytes`) and in its owner's storage ledger (shared/budgets.py), and an append
 of a request's messages may be refused for the conversation's cap (`ConversationFullError`).
 
-Clients resend the whole history with every request; `new_messages()` picks out what is not
-stored yet, and `Recorder.append_new_messages()` does that and the append atomically.
+Clients resend the whole history with every request; `new_messages()`
+(shared/records/history_diff.py) picks out what is not stored yet, and
+`Recorder.append_new_messages()` does that and the append atomically.
 """
 
 from __future__ import annotations
@@ -36,52 +38,42 @@ import logging
 import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from langchain_core.messages import BaseMessage, convert_to_openai_messages
 from redis.asyncio import Redis
 
 from shared import budgets, keys
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.queue import Admission, BackgroundKind, BackgroundLimits, enqueue_background
+from shared.records.call_log import CallEvent, CallKind, calls_of
+from shared.records.conversation import (
+    Continuation,
+    Conversation,
+    ConversationExistsError,
+    ConversationFullError,
+    ConversationLostError,
+    ConversationNotFoundError,
+)
+from shared.records.history_diff import new_messages
+from shared.records.messages import Message, MessageLike, row_of, row_position, to_openai_message
 from shared.scripts import in_pipeline
 from shared.titles import TitleSource
 
 __all__ = [
+    "APPROVED_STEP_LAPSED",
+    "DECIDED_NOT_CARRIED_OUT",
+    "DEFAULT_RETENTION_S",
+    "SUMMARIZE",
+    "TITLE",
     "Archivist",
-    "CallEvent",
-    "CallKind",
-    "Continuation",
-    "Conversation",
-    "ConversationExistsError",
-    "ConversationFullError",
-    "ConversationLostError",
-    "ConversationNotFoundError",
-    "Message",
     "RecordKeeper",
     "Recorder",
-    "llm_completed",
-    "llm_started",
-    "new_call_id",
-    "new_messages",
     "open_calls",
-    "row_of",
-    "row_position",
-    "to_openai_message",
-    "tool_completed",
-    "tool_started",
 ]
 
 logger = logging.getLogger("bernard.records")
 
-Message = dict[str, Any]
-CallKind = Literal["llm", "tool"]
-MessageLike = Mapping[str, Any] | BaseMessage
-
-_OPTIONAL_FIELDS = ("name", "tool_call_id", "tool_calls")
-_SYSTEM_ROLES = frozenset({"system", "developer"})
 # Optimistic retries of append_new_messages before giving up: each retry means another
 # writer appended in between, which for one conversation is rare.
 _APPEND_RETRIES = 10
@@ -179,245 +171,6 @@ if ARGV[2] ~= 'user' and redis.call('HEXISTS', KEYS[1], 'title') == 1 then retur
 redis.call('HSET', KEYS[1], 'title', ARGV[1], 'title_source', ARGV[2])
 return 1
 """
-
-
-@dataclass(slots=True)
-class Continuation:
-    """What continuing a conversation stored: the `new` messages, the whole `history`
-    (oldest first) they now end, and the number of messages stored (`length`)."""
-
-    new: list[Message]
-    history: list[Message]
-    length: int
-
-
-class ConversationNotFoundError(LookupError):
-    """No conversation has this id."""
-
-
-class ConversationLostError(ConversationNotFoundError):
-    """The writing turn no longer holds the conversation: it was deleted (and perhaps
-    created again), or another turn holds it."""
-
-
-class ConversationExistsError(ValueError):
-    """A conversation with this id already exists."""
-
-
-class ConversationFullError(ValueError):
-    """Appending would take the conversation over its cap of bytes (shared/budgets.py)."""
-
-    def __init__(self, conversation_id: str, limit: int) -> None:
-        super().__init__(
-            f"the conversation '{conversation_id}' is full: what it stores would go over "
-            f"{limit} bytes (BERNARD_MAX_CONVERSATION_BYTES); start a new conversation or "
-            "delete this one"
-        )
-        self.limit = limit
-
-
-@dataclass(slots=True)
-class Conversation:
-    """A conversation's metadata."""
-
-    id: str
-    owner: str
-    created_at: float
-    updated_at: float
-    message_count: int
-    metadata: dict[str, Any] = field(default_factory=dict)
-    # What its status derives from (shared/conversation_state.py): the turn that last
-    # claimed it (running, or ended) and when, and the turn whose proposed calls wait for a
-    # decision until `paused_until`.
-    active_turn: str | None = None
-    active_since: float | None = None
-    paused_turn: str | None = None
-    paused_until: float | None = None
-    # A fresh id per creation: a re-created id is another incarnation.
-    incarnation: str | None = None
-    # What its messages and call records hold (shared/budgets.py).
-    bytes: int = 0
-    # Its title, generated after the first exchange or the user's (shared/titles.py).
-    title: str | None = None
-    title_source: TitleSource | None = None
-
-
-def new_call_id() -> str:
-    """A fresh id for an LLM or tool call record."""
-    return f"call_{uuid.uuid4().hex}"
-
-
-@dataclass(frozen=True, slots=True)
-class CallEvent:
-    """One entry of a conversation's call log: call `call_id` `started` or `completed`,
-    at `at` (epoch seconds), with what `entry` says of it. Built by `llm_started`,
-    `llm_completed`, `tool_started` and `tool_completed`; appended by
-    `Recorder.record_calls`."""
-
-    call_id: str
-    event: Literal["started", "completed"]
-    entry: Message
-    at: float = field(default_factory=time.time)
-
-    def encoded(self) -> bytes:
-        return orjson.dumps(
-            {"call_id": self.call_id, "event": self.event, "at": self.at, **self.entry}
-        )
-
-
-def llm_started(turn_id: str, stage: str, model: str) -> CallEvent:
-    """A model call began, under a fresh `call_id` (`new_call_id()`) its completion names.
-    The prompt is not stored: its messages are the conversation's own, stored once."""
-    entry: Message = {"kind": "llm", "turn_id": turn_id, "stage": stage, "model": model}
-    return CallEvent(new_call_id(), "started", entry)
-
-
-def llm_completed(
-    call_id: str,
-    *,
-    latency_ms: float,
-    usage: Mapping[str, int] | None = None,
-    error: str | None = None,
-) -> CallEvent:
-    """The model call `call_id` ended, with its token `usage` or its `error`."""
-    entry: Message = {
-        "kind": "llm",
-        "status": "failed" if error else "completed",
-        "latency_ms": latency_ms,
-        "usage": dict(usage) if usage is not None else None,
-        "error": error,
-    }
-    return CallEvent(call_id, "completed", entry)
-
-
-def tool_started(turn_id: str, *, tool_call_id: str, name: str, arguments: str) -> CallEvent:
-    """A tool began running. `tool_call_id` is the model's id for the call; the event's
-    `call_id` is ours (`new_call_id()`), unique even when a provider reuses tool call ids
-    across steps."""
-    entry: Message = {
-        "kind": "tool",
-        "turn_id": turn_id,
-        "tool_call_id": tool_call_id,
-        "name": name,
-        "arguments": arguments,
-    }
-    return CallEvent(new_call_id(), "started", entry)
-
-
-def tool_completed(
-    call_id: str,
-    *,
-    latency_ms: float,
-    content: str,
-    status: Literal["success", "error"] = "success",
-) -> CallEvent:
-    """The tool call `call_id` ended; `content` is stored whole, never cut."""
-    entry: Message = {
-        "kind": "tool",
-        "status": "completed" if status == "success" else "failed",
-        "latency_ms": latency_ms,
-        "content": content,
-    }
-    return CallEvent(call_id, "completed", entry)
-
-
-def to_openai_message(message: MessageLike) -> Message:
-    """`message` (an OpenAI-shaped mapping or a LangChain message) as a plain OpenAI dict.
-
-    Keeps `role` and `content` (`None` when absent) plus `name`, `tool_call_id` and
-    `tool_calls` when set; any other key is dropped. Raises `ValueError` without a role.
-    """
-    if isinstance(message, BaseMessage):
-        message = convert_to_openai_messages(message)
-    role = message.get("role")
-    if not isinstance(role, str) or not role:
-        raise ValueError(f"message without a role: {message!r}")
-    out: Message = {"role": role, "content": message.get("content")}
-    for name in _OPTIONAL_FIELDS:
-        if message.get(name) is not None:
-            out[name] = message[name]
-    return out
-
-
-def new_messages(
-    stored: Sequence[Mapping[str, Any]], requested: Sequence[MessageLike]
-) -> list[Message]:
-    """The messages of `requested` that continue `stored` rather than repeat it.
-
-    A client's request is usually the stored history, perhaps trimmed at the front and
-    without the tool messages it never saw, followed by the new messages. Both sides are
-    reduced to their user messages and the assistant messages with text, compared by
-    (role, text). The stored router steps (assistant messages carrying tool calls) never
-    reached the client as text, so they are left out of the comparison. The repeat ends
-    where the request first holds the whole stored history, or else where its longest
-    start that equals the end of the stored history ends; everything after it is new.
-    `stored` may be only the latest part of a longer history (see `append_new_messages`):
-    found whole in the request, it marks the repeat just the same.
-
-    - Nothing stored: the whole request is new, system messages included.
-    - No overlap: the request's trailing turn (the messages after its last assistant or
-      system message) is new.
-    - The request only repeats the stored history (a retry): nothing is new.
-
-    Linear in the size of both: a request and a history of thousands of messages cost
-    milliseconds, not the worker's event loop.
-    """
-    request = [to_openai_message(m) for m in requested]
-    history = [key for m in stored if (key := _match_key(m, stored=True)) is not None]
-    if not history:
-        return request
-    positions = [i for i, m in enumerate(request) if _match_key(m, stored=False) is not None]
-    sent = [_match_key(request[i], stored=False) for i in positions]
-    repeated = _find(history, sent)
-    if repeated is None:
-        repeated = _overlap(history, sent)
-    if repeated == 0:
-        return _trailing_turn(request)
-    return request[positions[repeated - 1] + 1 :]
-
-
-def _prefix_function(pattern: Sequence[object]) -> list[int]:
-    """Knuth-Morris-Pratt: for each i, the longest proper prefix of pattern[:i+1] that is
-    also its suffix."""
-    table = [0] * len(pattern)
-    k = 0
-    for i in range(1, len(pattern)):
-        while k and pattern[i] != pattern[k]:
-            k = table[k - 1]
-        if pattern[i] == pattern[k]:
-            k += 1
-        table[i] = k
-    return table
-
-
-def _find(pattern: Sequence[object], text: Sequence[object]) -> int | None:
-    """Where the first whole occurrence of `pattern` in `text` ends, or None."""
-    table = _prefix_function(pattern)
-    k = 0
-    for i, item in enumerate(text):
-        while k and item != pattern[k]:
-            k = table[k - 1]
-        if item == pattern[k]:
-            k += 1
-        if k == len(pattern):
-            return i + 1
-    return None
-
-
-def _overlap(history: Sequence[object], sent: Sequence[object]) -> int:
-    """The length of the longest start of `sent` that equals the end of `history`."""
-    if not sent:
-        return 0
-    table = _prefix_function(sent)
-    k = 0
-    for item in history:
-        if k == len(sent):
-            k = table[k - 1]
-        while k and item != sent[k]:
-            k = table[k - 1]
-        if item == sent[k]:
-            k += 1
-    return k
 
 
 class _Store:
@@ -635,14 +388,7 @@ class Archivist(_Store):
         """
         calls_key = self._keys(conversation_id)[2]
         raw = await self._redis.lrange(calls_key, 0, -1)  # type: ignore[misc]
-        merged: dict[str, Message] = {}
-        for item in raw:
-            entry = orjson.loads(item)
-            event, at = entry.pop("event"), entry.pop("at")
-            record = merged.setdefault(entry["call_id"], {"status": "running"})
-            record.update(entry)
-            record["started_at" if event == "started" else "completed_at"] = at
-        records = list(merged.values())
+        records = calls_of(raw)
         return [r for r in records if r["kind"] == kind] if kind is not None else records
 
 
@@ -1106,14 +852,6 @@ def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
     )
 
 
-def row_position(row_id: str) -> int:
-    """`msg_12` → 12: the 1-based position of a row id; `ValueError` for anything else."""
-    prefix, _, number = row_id.partition("_")
-    if prefix != "msg" or not number.isascii() or not number.isdigit() or len(number) > 12:
-        raise ValueError(f"not a message id: {row_id!r}")
-    return int(number)
-
-
 def _rows(messages: Sequence[Message], length: int, turn_id: str | None) -> list[Message]:
     """`messages` as the rows they become after the `length` already stored."""
     now = time.time()
@@ -1121,59 +859,6 @@ def _rows(messages: Sequence[Message], length: int, turn_id: str | None) -> list
         {**message, "id": f"msg_{length + k + 1}", "turn_id": turn_id, "created_at": now}
         for k, message in enumerate(messages)
     ]
-
-
-def row_of(stored: Message, index: int = 0) -> Message:
-    """A stored message as a client sees the row: the OpenAI fields, `id`, `turn_id`,
-    `created_at` (one stored before rows had ids gets the id of its `index`)."""
-    row = to_openai_message(stored)
-    row["id"] = stored.get("id") or f"msg_{index + 1}"
-    row["turn_id"] = stored.get("turn_id")
-    row["created_at"] = stored.get("created_at")
-    return row
-
-
-def _match_key(message: Mapping[str, Any], *, stored: bool) -> tuple[str, str] | None:
-    role = message.get("role")
-    if role not in ("user", "assistant"):
-        return None
-    if stored and role == "assistant" and message.get("tool_calls"):
-        return None
-    text = _content_text(message.get("content"))
-    if role == "assistant" and not text:
-        return None
-    return (role, text)
-
-
-def _content_text(content: Any) -> str:
-    # Clients may send text as a string or as content parts, and trim whitespace differently;
-    # both must compare equal to what was stored.
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content.strip()
-    if isinstance(content, list):
-        pieces = []
-        for part in content:
-            if isinstance(part, str):
-                pieces.append(part)
-            elif isinstance(part, Mapping) and part.get("type") == "text":
-                pieces.append(str(part.get("text", "")))
-            else:
-                pieces.append(_stable_json(part))
-        return "".join(pieces).strip()
-    return _stable_json(content)
-
-
-def _stable_json(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
-
-
-def _trailing_turn(request: list[Message]) -> list[Message]:
-    start = len(request)
-    while start > 0 and request[start - 1]["role"] not in {"assistant", *_SYSTEM_ROLES}:
-        start -= 1
-    return request[start:]
 
 
 def _text(value: bytes | str) -> str:

@@ -1,0 +1,144 @@
+"""What of a resent history is new: clients resend the whole conversation with every
+request, and `new_messages` picks out the messages that continue the stored history rather
+than repeat it (Knuth-Morris-Pratt over the messages' (role, text), linear in both).
+
+shared/records/keeper.py (`Recorder.append_new_messages`) runs it against the stored
+history and appends what it finds, atomically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from shared.records.messages import Message, MessageLike, to_openai_message
+
+__all__ = ["new_messages"]
+
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def new_messages(
+    stored: Sequence[Mapping[str, Any]], requested: Sequence[MessageLike]
+) -> list[Message]:
+    """The messages of `requested` that continue `stored` rather than repeat it.
+
+    A client's request is usually the stored history, perhaps trimmed at the front and
+    without the tool messages it never saw, followed by the new messages. Both sides are
+    reduced to their user messages and the assistant messages with text, compared by
+    (role, text). The stored router steps (assistant messages carrying tool calls) never
+    reached the client as text, so they are left out of the comparison. The repeat ends
+    where the request first holds the whole stored history, or else where its longest
+    start that equals the end of the stored history ends; everything after it is new.
+    `stored` may be only the latest part of a longer history (`Recorder.append_new_messages`):
+    found whole in the request, it marks the repeat just the same.
+
+    - Nothing stored: the whole request is new, system messages included.
+    - No overlap: the request's trailing turn (the messages after its last assistant or
+      system message) is new.
+    - The request only repeats the stored history (a retry): nothing is new.
+
+    Linear in the size of both: a request and a history of thousands of messages cost
+    milliseconds, not the worker's event loop.
+    """
+    request = [to_openai_message(m) for m in requested]
+    history = [key for m in stored if (key := _match_key(m, stored=True)) is not None]
+    if not history:
+        return request
+    positions = [i for i, m in enumerate(request) if _match_key(m, stored=False) is not None]
+    sent = [_match_key(request[i], stored=False) for i in positions]
+    repeated = _find(history, sent)
+    if repeated is None:
+        repeated = _overlap(history, sent)
+    if repeated == 0:
+        return _trailing_turn(request)
+    return request[positions[repeated - 1] + 1 :]
+
+
+def _prefix_function(pattern: Sequence[object]) -> list[int]:
+    """Knuth-Morris-Pratt: for each i, the longest proper prefix of pattern[:i+1] that is
+    also its suffix."""
+    table = [0] * len(pattern)
+    k = 0
+    for i in range(1, len(pattern)):
+        while k and pattern[i] != pattern[k]:
+            k = table[k - 1]
+        if pattern[i] == pattern[k]:
+            k += 1
+        table[i] = k
+    return table
+
+
+def _find(pattern: Sequence[object], text: Sequence[object]) -> int | None:
+    """Where the first whole occurrence of `pattern` in `text` ends, or None."""
+    table = _prefix_function(pattern)
+    k = 0
+    for i, item in enumerate(text):
+        while k and item != pattern[k]:
+            k = table[k - 1]
+        if item == pattern[k]:
+            k += 1
+        if k == len(pattern):
+            return i + 1
+    return None
+
+
+def _overlap(history: Sequence[object], sent: Sequence[object]) -> int:
+    """The length of the longest start of `sent` that equals the end of `history`."""
+    if not sent:
+        return 0
+    table = _prefix_function(sent)
+    k = 0
+    for item in history:
+        if k == len(sent):
+            k = table[k - 1]
+        while k and item != sent[k]:
+            k = table[k - 1]
+        if item == sent[k]:
+            k += 1
+    return k
+
+
+def _match_key(message: Mapping[str, Any], *, stored: bool) -> tuple[str, str] | None:
+    role = message.get("role")
+    if role not in ("user", "assistant"):
+        return None
+    if stored and role == "assistant" and message.get("tool_calls"):
+        return None
+    text = _content_text(message.get("content"))
+    if role == "assistant" and not text:
+        return None
+    return (role, text)
+
+
+def _content_text(content: Any) -> str:
+    # Clients may send text as a string or as content parts, and trim whitespace differently;
+    # both must compare equal to what was stored.
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, str):
+                pieces.append(part)
+            elif isinstance(part, Mapping) and part.get("type") == "text":
+                pieces.append(str(part.get("text", "")))
+            else:
+                pieces.append(_stable_json(part))
+        return "".join(pieces).strip()
+    return _stable_json(content)
+
+
+def _stable_json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
+def _trailing_turn(request: list[Message]) -> list[Message]:
+    start = len(request)
+    while start > 0 and request[start - 1]["role"] not in {"assistant", *_SYSTEM_ROLES}:
+        start -= 1
+    return request[start:]

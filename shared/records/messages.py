@@ -1,0 +1,55 @@
+"""A conversation's messages: OpenAI's chat shape (`to_openai_message`), and the rows a
+client sees them as (`row_of`, `row_position`: `msg_<position>`, 1-based).
+
+shared/records/keeper.py stores them; shared/records/history_diff.py compares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_openai_messages
+
+__all__ = ["Message", "MessageLike", "row_of", "row_position", "to_openai_message"]
+
+Message = dict[str, Any]
+MessageLike = Mapping[str, Any] | BaseMessage
+
+_OPTIONAL_FIELDS = ("name", "tool_call_id", "tool_calls")
+
+
+def to_openai_message(message: MessageLike) -> Message:
+    """`message` (an OpenAI-shaped mapping or a LangChain message) as a plain OpenAI dict.
+
+    Keeps `role` and `content` (`None` when absent) plus `name`, `tool_call_id` and
+    `tool_calls` when set; any other key is dropped. Raises `ValueError` without a role.
+    """
+    if isinstance(message, BaseMessage):
+        message = convert_to_openai_messages(message)
+    role = message.get("role")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"message without a role: {message!r}")
+    out: Message = {"role": role, "content": message.get("content")}
+    for name in _OPTIONAL_FIELDS:
+        if message.get(name) is not None:
+            out[name] = message[name]
+    return out
+
+
+def row_position(row_id: str) -> int:
+    """`msg_12` → 12: the 1-based position of a row id; `ValueError` for anything else."""
+    prefix, _, number = row_id.partition("_")
+    if prefix != "msg" or not number.isascii() or not number.isdigit() or len(number) > 12:
+        raise ValueError(f"not a message id: {row_id!r}")
+    return int(number)
+
+
+def row_of(stored: Message, index: int = 0) -> Message:
+    """A stored message as a client sees the row: the OpenAI fields, `id`, `turn_id`,
+    `created_at` (one stored before rows had ids gets the id of its `index`)."""
+    row = to_openai_message(stored)
+    row["id"] = stored.get("id") or f"msg_{index + 1}"
+    row["turn_id"] = stored.get("turn_id")
+    row["created_at"] = stored.get("created_at")
+    return row
