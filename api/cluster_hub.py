@@ -95,86 +95,87 @@ class ClusterHub:
         self._watches.clear()
 
     @contextlib.asynccontextmanager
-    async def read(self, turn_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
-        """Watch `turn_id`'s stream from strictly after `after` while the block runs."""
+    async def read(self, stream_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
+        """Watch the stream `stream_id` (key `keys.events(stream_id)`) from strictly after `after`
+        while the block runs."""
         if self._reader_task is None:
             raise RuntimeError("the stream hub is not running")
-        reader = Reader(turn_id, after)
-        readers = self._readers.setdefault(turn_id, set())
+        reader = Reader(stream_id, after)
+        readers = self._readers.setdefault(stream_id, set())
         first = not readers
         readers.add(reader)
         try:
             if first:
-                await self._subscribe(turn_id)
-            self.mark(turn_id)
+                await self._subscribe(stream_id)
+            self.mark(stream_id)
             yield reader
         finally:
             reader.close()
-            left = self._readers.get(turn_id)
+            left = self._readers.get(stream_id)
             if left is not None:
                 left.discard(reader)
                 if not left:
-                    del self._readers[turn_id]
-                    watch = self._watch_of.pop(turn_id, None)
+                    del self._readers[stream_id]
+                    watch = self._watch_of.pop(stream_id, None)
                     if watch is not None:
-                        watch.unsubscribe(keys.stream_wake(turn_id))
+                        watch.unsubscribe(keys.stream_wake(stream_id))
 
-    def mark(self, turn_id: str) -> None:
-        """Read `turn_id`'s stream in the next read."""
-        if turn_id in self._readers:
-            self._marked.add(turn_id)
+    def mark(self, stream_id: str) -> None:
+        """Read `stream_id`'s stream in the next read."""
+        if stream_id in self._readers:
+            self._marked.add(stream_id)
             self._woken.set()
 
     # -- subscriptions -----------------------------------------------------------------
 
-    async def _subscribe(self, turn_id: str) -> None:
+    async def _subscribe(self, stream_id: str) -> None:
         """Subscribe to the stream's wake channel where its slot lives; wait until Redis
         confirms (or `_SUBSCRIBE_WAIT_S`: the sweep covers a subscription that is late)."""
-        channel = keys.stream_wake(turn_id)
+        channel = keys.stream_wake(stream_id)
         try:
             await self.cluster.initialize()  # nothing once it knows the cluster
             node = self.cluster.get_node_from_key(channel)
         except REDIS_ERRORS as exc:
             logger.warning("stream hub cannot locate %s (%s); relying on the sweep", channel, exc)
-            self._later(self._rehome([turn_id]))
+            self._later(self._rehome([stream_id]))
             return
         if node is None:
-            self._later(self._rehome([turn_id]))
+            self._later(self._rehome([stream_id]))
             return
         watch = self._watches.get(node.name)
         if watch is None:
             watch = self._watches[node.name] = _NodeWatch(self, node)
-        self._watch_of[turn_id] = watch
+        self._watch_of[stream_id] = watch
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
                 await watch.subscribe(channel)
 
     def moved(self, channels: list[str]) -> None:
         """Those channels' slots are no longer where they were subscribed: find them again."""
-        turn_ids = []
+        stream_ids = []
         for channel in channels:
-            turn_id = keys.id_of(channel)
-            if self._watch_of.pop(turn_id, None) is not None or turn_id in self._readers:
-                turn_ids.append(turn_id)
-        if turn_ids:
-            self._later(self._rehome(turn_ids))
+            stream_id = keys.id_of(channel)
+            if self._watch_of.pop(stream_id, None) is not None or stream_id in self._readers:
+                stream_ids.append(stream_id)
+        if stream_ids:
+            self._later(self._rehome(stream_ids))
 
-    async def _rehome(self, turn_ids: list[str], attempt: int = 0) -> None:
+    async def _rehome(self, stream_ids: list[str], attempt: int = 0) -> None:
         """Subscribe those streams where their slots live now, then read them at once."""
         await asyncio.sleep(backoff_s(attempt))
         missing = []
-        for turn_id in turn_ids:
-            if turn_id not in self._readers or turn_id in self._watch_of:
+        for stream_id in stream_ids:
+            if stream_id not in self._readers or stream_id in self._watch_of:
                 continue
             try:
                 # A keyed command through the Cluster client: a MOVED answer or a lost node
                 # makes it learn where the slot lives now.
-                await self.cluster.exists(keys.events(turn_id))
+                await self.cluster.exists(keys.events(stream_id))
             except REDIS_ERRORS:
-                missing.append(turn_id)
+                missing.append(stream_id)
                 continue
-            await self._subscribe(turn_id)
-            self.mark(turn_id)
+            await self._subscribe(stream_id)
+            self.mark(stream_id)
         if missing:
             self._later(self._rehome(missing, attempt + 1))
 
@@ -194,7 +195,7 @@ class ClusterHub:
             except TimeoutError:
                 self._marked.update(self._readers)  # the sweep
             self._woken.clear()
-            batch = [turn_id for turn_id in self._marked if turn_id in self._readers]
+            batch = [stream_id for stream_id in self._marked if stream_id in self._readers]
             self._marked.clear()
             if not batch:
                 continue
@@ -211,10 +212,10 @@ class ClusterHub:
     async def _read(self, batch: list[str]) -> None:
         """Read each stream of `batch` from its readers' oldest cursor; hand entries out."""
         await self.cluster.initialize()  # nothing once it knows the cluster
-        cursors = {turn_id: oldest_cursor(self._readers[turn_id]) for turn_id in batch}
+        cursors = {stream_id: oldest_cursor(self._readers[stream_id]) for stream_id in batch}
         async with self.redis.pipeline(transaction=False) as pipe:
-            for turn_id in batch:
-                key = keys.events(turn_id)
+            for stream_id in batch:
+                key = keys.events(stream_id)
                 # Sent to the node that holds the stream: redis-py would otherwise ask a
                 # node where XREAD's keys are (`COMMAND GETKEYS`), one round trip per read.
                 pipe.execute_command(
@@ -223,32 +224,32 @@ class ClusterHub:
                     _READ_COUNT,
                     "STREAMS",
                     key,
-                    cursors[turn_id],
+                    cursors[stream_id],
                     target_nodes=self.cluster.get_node_from_key(key),
                 )
             replies = await pipe.execute(raise_on_error=False)
         retry = False
-        for turn_id, reply in zip(batch, replies, strict=True):
+        for stream_id, reply in zip(batch, replies, strict=True):
             if isinstance(reply, _PASSING):
                 # The slot is moving or its shard failing over: read it again shortly.
-                self._marked.add(turn_id)
+                self._marked.add(stream_id)
                 retry = True
                 continue
             if isinstance(reply, ResponseError):
                 logger.warning(
-                    "stream of turn %s cannot be read (%s); ending its readers", turn_id, reply
+                    "stream %s cannot be read (%s); ending its readers", stream_id, reply
                 )
-                for reader in self._readers.get(turn_id, set()):
+                for reader in self._readers.get(stream_id, set()):
                     reader.fail(StreamReadError(str(reply)))
                 continue
             if isinstance(reply, Exception):
                 raise reply
             for _, raw_entries in reply or []:
                 entries = parse_entries(raw_entries)
-                for reader in list(self._readers.get(turn_id, ())):
-                    reader.offer(cursors[turn_id], entries)
+                for reader in list(self._readers.get(stream_id, ())):
+                    reader.offer(cursors[stream_id], entries)
                 if len(entries) >= _READ_COUNT:
-                    self.mark(turn_id)  # more than one read's worth
+                    self.mark(stream_id)  # more than one read's worth
         if retry:
             await asyncio.sleep(0.05)
             self._woken.set()

@@ -1,4 +1,5 @@
-"""A few readers per API process for every turn stream its clients are watching.
+"""A few readers per API process for every stream its clients are watching: a turn's, or an
+owner's event stream (`GET /v1/events`, shared/keys.py `user_stream_id`), each by its id.
 
 A client per blocking connection would cost one Redis connection and one XREAD per
 client per entry. Instead the hub spreads the watched streams over at most `LANES` lanes;
@@ -50,7 +51,7 @@ class StreamReadError(Exception):
 
 
 class Reader:
-    """One client's view of one turn stream: entries strictly after `cursor`, in order.
+    """One client's view of one stream: entries strictly after `cursor`, in order.
 
     A reader waits for its next entry under one timer that it re-arms only when it fires
     early (the wait it was set for ended and a later one began): arming and cancelling a
@@ -58,8 +59,8 @@ class Reader:
     of 100 paced streams (docs/benchmarks.md, cost per token). `close()` drops the timer.
     """
 
-    def __init__(self, turn_id: str, cursor: str) -> None:
-        self.turn_id = turn_id
+    def __init__(self, stream_id: str, cursor: str) -> None:
+        self.stream_id = stream_id
         self.cursor = cursor
         self._entries: deque[Entry] = deque()
         self._error: StreamReadError | None = None
@@ -151,7 +152,7 @@ class Hub(Protocol):
     `ClusterHub` (api/cluster_hub.py), which cannot read streams of many slots together."""
 
     def read(
-        self, turn_id: str, after: str = "0-0"
+        self, stream_id: str, after: str = "0-0"
     ) -> contextlib.AbstractAsyncContextManager[Reader]: ...
 
     async def start(self) -> None: ...
@@ -160,7 +161,7 @@ class Hub(Protocol):
 
 
 class StreamHub:
-    """Fans entries of many turn streams out to their readers, a lane of turns per XREAD."""
+    """Fans entries of many streams out to their readers, a lane of streams per XREAD."""
 
     def __init__(self, redis: Redis, *, block_ms: int = 5000, lanes: int = LANES) -> None:
         self.redis = redis
@@ -180,27 +181,28 @@ class StreamHub:
             await lane.stop()
 
     @contextlib.asynccontextmanager
-    async def read(self, turn_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
-        """Watch `turn_id`'s stream from strictly after `after` while the block runs."""
-        lane = self._lane_of.get(turn_id) or self._free_lane()
-        self._lane_of[turn_id] = lane
-        reader = Reader(turn_id, after)
-        lane.readers.setdefault(turn_id, set()).add(reader)
+    async def read(self, stream_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
+        """Watch the stream `stream_id` (key `keys.events(stream_id)`) from strictly after `after`
+        while the block runs."""
+        lane = self._lane_of.get(stream_id) or self._free_lane()
+        self._lane_of[stream_id] = lane
+        reader = Reader(stream_id, after)
+        lane.readers.setdefault(stream_id, set()).add(reader)
         try:
             await lane.wake()
             yield reader
         finally:
             reader.close()
-            readers = lane.readers.get(turn_id)
+            readers = lane.readers.get(stream_id)
             if readers is not None:
                 readers.discard(reader)
                 if not readers:
-                    del lane.readers[turn_id]
-            if turn_id not in lane.readers:  # the last reader left, or all were failed
-                self._lane_of.pop(turn_id, None)
+                    del lane.readers[stream_id]
+            if stream_id not in lane.readers:  # the last reader left, or all were failed
+                self._lane_of.pop(stream_id, None)
 
     def _free_lane(self) -> _Lane:
-        """The lane with the fewest turns; a new one while there are fewer than `LANES`
+        """The lane with the fewest streams; a new one while there are fewer than `LANES`
         and none is empty."""
         if not self._started:
             raise RuntimeError("the stream hub is not running")
@@ -213,7 +215,7 @@ class StreamHub:
 
 
 class _Lane:
-    """One XREAD BLOCK loop over some of the hub's turn streams and the lane's wake stream."""
+    """One XREAD BLOCK loop over some of the hub's streams and the lane's wake stream."""
 
     def __init__(self, redis: Redis, wake_key: str, block_ms: int) -> None:
         self.redis = redis
@@ -240,8 +242,8 @@ class _Lane:
 
     def _streams(self) -> dict[Any, Any]:
         streams: dict[Any, Any] = {self.wake_key: self._wake_cursor}
-        for turn_id, readers in self.readers.items():
-            streams[keys.events(turn_id)] = oldest_cursor(readers)
+        for stream_id, readers in self.readers.items():
+            streams[keys.events(stream_id)] = oldest_cursor(readers)
         return streams
 
     async def _run(self) -> None:
@@ -266,23 +268,23 @@ class _Lane:
                 if key == self.wake_key:
                     self._wake_cursor = raw_entries[-1][0].decode()
                     continue
-                turn_id = keys.id_of(key)
+                stream_id = keys.id_of(key)
                 entries = parse_entries(raw_entries)
-                for reader in list(self.readers.get(turn_id, ())):
+                for reader in list(self.readers.get(stream_id, ())):
                     reader.offer(streams[key], entries)
 
     async def _fail_unreadable(self, streams: dict[Any, Any], exc: ResponseError) -> None:
-        """Read each turn stream alone once; fail the readers of those Redis refuses."""
-        turn_keys = [key for key in streams if key != self.wake_key]
+        """Read each stream alone once; fail the readers of those Redis refuses."""
+        stream_keys = [key for key in streams if key != self.wake_key]
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
-                for key in turn_keys:
+                for key in stream_keys:
                     pipe.xread({key: streams[key]}, count=1)
                 replies = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError):
             await asyncio.sleep(0.05)  # the connection failed meanwhile: the loop retries
             return
-        refused = [key for key, reply in zip(turn_keys, replies, strict=True) if _is_error(reply)]
+        refused = [key for key, reply in zip(stream_keys, replies, strict=True) if _is_error(reply)]
         if not refused:
             # Not any one turn's stream (the wake stream?): start it over rather than spin.
             logger.warning("stream hub read refused (%s); resetting its wake cursor", exc)
@@ -290,11 +292,9 @@ class _Lane:
             await asyncio.sleep(0.05)
             return
         for key in refused:
-            turn_id = keys.id_of(key)
-            logger.warning(
-                "stream of turn %s cannot be read (%s); ending its readers", turn_id, exc
-            )
-            for reader in self.readers.pop(turn_id, set()):
+            stream_id = keys.id_of(key)
+            logger.warning("stream %s cannot be read (%s); ending its readers", stream_id, exc)
+            for reader in self.readers.pop(stream_id, set()):
                 reader.fail(StreamReadError(str(exc)))
 
 
