@@ -8,7 +8,7 @@ route's path or the `X-Bernard-*` headers of the answer). Never headers, the que
 or the body. Health probes and metrics scrapes log at debug: a load balancer asks often.
 
 With tracing on (shared/traces.py), the request is a server span, current while the app
-runs, so the turn it creates stores its `traceparent` (api/pipeline.py) and the worker's
+runs, so the turn it creates stores its `traceparent` (api/turn_service.py) and the worker's
 spans join this trace.
 """
 

@@ -85,7 +85,7 @@ class Encoder(Framing, Protocol):
 
     def answer(self, done: Done, kept: list[Event], result: TurnResult) -> dict[str, Any]:
         """The non-stream answer of a turn that ended with `done` (its failures are the
-        error envelope: api/pipeline.py), from the events `keep` kept and its result
+        error envelope: api/turn_service.py), from the events `keep` kept and its result
         (an empty one unless `reads_result`)."""
         ...
 

@@ -7,8 +7,8 @@ ending reads one of those two and renders it with the same code:
 
 - the live stream and a resumed one (api/encodings/chunks.py: the error frame),
 - the replay after the stream's retention (api/encodings/, `compacted`),
-- the non-stream answer (api/pipeline.py: the HTTP status and envelope from `http_status`),
-- the polled turn object (api/pipeline.py, `turn_object`: the record's `error`).
+- the non-stream answer (api/turn_service.py: the HTTP status and envelope from `http_status`),
+- the polled turn object (api/turn_service.py, `turn_object`: the record's `error`).
 
 So a cancelled turn says `turn_cancelled` with type `cancelled` whichever way it is read.
 """

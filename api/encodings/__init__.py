@@ -2,7 +2,7 @@
 for it is built here (api/encoding.py says what an encoder does).
 
 Adding an encoding is its module beside these, one line in `ENCODINGS`, and the route that
-creates its turns with that name (and serves its stream: api/pipeline.py).
+creates its turns with that name (and serves its stream: api/turn_service.py).
 """
 
 from __future__ import annotations

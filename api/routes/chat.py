@@ -10,9 +10,9 @@ from api.admission import Storing
 from api.auth import TurnOwner
 from api.conversations import check_conversation_id, give_back, machine, open_conversation
 from api.json_route import OrjsonRoute
-from api.pipeline import UNFINISHED_TTL_S, check_model, start_turn
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
+from api.turn_service import UNFINISHED_TTL_S, check_model, start_turn
 
 router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]

@@ -39,11 +39,11 @@ from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.negotiation import EVENT_STREAM, JSON, negotiate
 from api.pages import list_page
-from api.pipeline import UNFINISHED_TTL_S, start_turn
 from api.relay import fixed
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
+from api.turn_service import UNFINISHED_TTL_S, start_turn
 from shared.conversation_state import ConversationMachine, Outcome, Status
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus

@@ -19,10 +19,10 @@ from api.attachments import TooManyStreamsError
 from api.auth import Owner
 from api.cursors import Resume, bad_cursor_is_400, parse_cursor
 from api.encodings.user_events import UserEventsEncoder
-from api.pipeline import too_many_streams
 from api.relay import relay
 from api.sse import FrameResponse
 from api.state import AppState, get_state
+from api.turn_service import too_many_streams
 from shared import keys
 from shared.streams import parse_entries
 

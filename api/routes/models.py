@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from api.auth import Owner
-from api.pipeline import check_model
+from api.turn_service import check_model
 from shared.settings import MODEL_ID
 
 router = APIRouter()

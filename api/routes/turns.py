@@ -19,11 +19,11 @@ from api.cursors import bad_cursor_is_400, locate, parse_cursor
 from api.encodings import encoder_for
 from api.errors import ApiError
 from api.pages import list_page
-from api.pipeline import attach, stream_response, turn_headers, turn_object
 from api.relay import fixed
 from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState, get_state
+from api.turn_service import attach, stream_response, turn_headers, turn_object
 from shared import keys
 from shared.cancel import request_cancel
 from shared.errors import ErrorCode

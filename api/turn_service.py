@@ -1,4 +1,6 @@
-"""From a validated request to a response: admit the turn, create it, enqueue it, answer.
+"""The turn service: from a validated request to a response: admit the turn, create it,
+enqueue it, answer. The routes (api/routes/) start their turns here, and answer with one
+(attach to it, stream it, wait for it, show it) through its functions.
 
 The answer depends only on the request: a stream relays the turn's stream as SSE, a
 background turn answers 202 with the turn object at once, anything else waits for the
