@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
+from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
 from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
 
@@ -27,6 +28,9 @@ _MAX_STOP = 4
 _MAX_TOOLS = 128
 _MAX_NAME_CHARS = 256
 _MAX_ID_CHARS = 256
+# OpenAI's rule for a function's name.
+_FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+_MAX_DESCRIPTION_CHARS = 16_384
 
 
 class _Body(BaseModel):
@@ -68,6 +72,34 @@ class ChatMessage(_Body):
         if isinstance(self.content, list):
             return "".join(part.text or "" for part in self.content)
         return self.content or ""
+
+
+class FunctionDefinition(_Body):
+    """A client tool's function: the model reads its name, description and schema."""
+
+    name: str = Field(pattern=_FUNCTION_NAME)
+    description: str | None = Field(None, max_length=_MAX_DESCRIPTION_CHARS)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ClientTool(_Body):
+    """One of the request's `tools`: only `function` tools are taken (`_tools_make_sense`
+    refuses another type by name, rather than pydantic's word for a mismatch)."""
+
+    type: str = Field(max_length=64)
+    function: FunctionDefinition | None = None
+
+
+class NamedFunction(_Body):
+    name: str = Field(min_length=1, max_length=_MAX_NAME_CHARS)
+
+
+class NamedToolChoice(_Body):
+    """`tool_choice` naming one function: `{"type": "function", "function": {"name"}}`."""
+
+    type: str = Field(max_length=64)
+    function: NamedFunction
 
 
 class StreamOptions(_Body):
@@ -159,8 +191,11 @@ class ChatCompletionRequest(_TurnBody):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=_MAX_INT32)
     response_format: dict[str, Any] | None = None
-    # Accepted and ignored (Bernard's tools are its own), but bounded as OpenAI bounds them.
-    tools: list[dict[str, Any]] | None = Field(None, max_length=_MAX_TOOLS)
+    # The client's own function tools, offered to the router beside Bernard's: a call of one
+    # ends the turn with finish_reason "tool_calls" (shared/client_tools.py).
+    tools: list[ClientTool] | None = Field(None, max_length=_MAX_TOOLS)
+    tool_choice: str | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     conversation_id: str | None = Field(None, max_length=_MAX_ID_CHARS)
 
     @model_validator(mode="after")
@@ -182,6 +217,63 @@ class ChatCompletionRequest(_TurnBody):
             if message.role in ("user", "system", "developer", "tool") and message.content is None:
                 raise invalid(f"a {message.role} message needs content", f"messages[{i}].content")
         return self
+
+    @model_validator(mode="after")
+    def _tools_make_sense(self) -> ChatCompletionRequest:
+        """Function tools only, each name once and none the router's own, and a
+        `tool_choice` that asks for what `tools` holds. A clash with one of Bernard's tools
+        is checked against the deployment's tools (api/client_tools.py)."""
+        names: set[str] = set()
+        for i, tool in enumerate(self.tools or ()):
+            if tool.type != "function":
+                raise invalid(
+                    f"tool type {tool.type!r} is not supported; only function tools are",
+                    f"tools[{i}].type",
+                )
+            if tool.function is None:
+                raise invalid("a function tool needs its function", f"tools[{i}].function")
+            name = tool.function.name
+            if name == RESPOND_TOOL_NAME:
+                raise invalid(
+                    f"tool name {name!r} is the name of Bernard's router's own tool; "
+                    "rename the tool",
+                    f"tools[{i}].function.name",
+                )
+            if name in names:
+                raise invalid(f"tool name {name!r} is given twice", f"tools[{i}].function.name")
+            names.add(name)
+        if names and self.stream_options and self.stream_options.tool_events == "delta":
+            # Bernard's own calls would be among `delta.tool_calls`, and the client would
+            # take them for calls of its tools.
+            raise invalid(
+                "stream_options.tool_events 'delta' cannot be used with tools: Bernard's own "
+                "tool calls would read as the client's; use 'bernard' or 'none'",
+                "stream_options.tool_events",
+            )
+        try:
+            choice = Choice.of(
+                self.tool_choice.model_dump()
+                if isinstance(self.tool_choice, NamedToolChoice)
+                else self.tool_choice
+            )
+        except ValueError as exc:
+            raise invalid(str(exc), "tool_choice") from exc
+        if choice.mode in (ChoiceMode.REQUIRED, ChoiceMode.NAMED) and not names:
+            raise invalid(f"tool_choice {choice.mode.value!r} needs tools", "tool_choice")
+        if choice.name is not None and choice.name not in names:
+            raise invalid(
+                f"tool_choice names function {choice.name!r}, which is not in tools",
+                "tool_choice.function.name",
+            )
+        return self
+
+    def client_tools(self) -> list[dict[str, Any]]:
+        """The request's tools as the router is offered them (shared/requests.py)."""
+        return [
+            {"type": "function", "function": tool.function.model_dump(exclude_none=True)}
+            for tool in self.tools or ()
+            if tool.function is not None
+        ]
 
     def check_honourable(self) -> None:
         super().check_honourable()
@@ -228,7 +320,19 @@ class ChatCompletionRequest(_TurnBody):
         options = self.agent_options()
         options["max_tokens"] = self.max_completion_tokens or self.max_tokens
         messages = [_as_dict(m) for m in self.messages]
-        return TurnRequest(AgentRequest(messages, **options), self.delivery("chat"))
+        tool_choice = (
+            self.tool_choice.model_dump()
+            if isinstance(self.tool_choice, NamedToolChoice)
+            else self.tool_choice
+        )
+        agent = AgentRequest(
+            messages,
+            client_tools=self.client_tools(),
+            tool_choice=tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls is not False,
+            **options,
+        )
+        return TurnRequest(agent, self.delivery("chat"))
 
 
 class CompletionRequest(_TurnBody):

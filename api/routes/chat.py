@@ -8,11 +8,13 @@ from fastapi import APIRouter, Depends, Header, Response
 
 from api.admission import Storing
 from api.auth import TurnOwner
+from api.client_tools import check_no_clash
 from api.conversations import check_conversation_id, give_back, machine, open_conversation
 from api.json_route import OrjsonRoute
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
 from api.turn_service import UNFINISHED_TTL_S, check_model, start_turn
+from shared.client_tools import tool_names
 
 router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
@@ -29,6 +31,8 @@ async def chat_completions(
     body.check_honourable()
     body.check_limits(state.settings)
     check_model(body.model)
+    turn = body.to_turn()
+    await check_no_clash(state.queue, tool_names(turn.agent.client_tools))
     requested = body.conversation_id or x_bernard_conversation_id
     if requested is not None:
         check_conversation_id(requested)
@@ -51,7 +55,7 @@ async def chat_completions(
         await give_back(transitions, state.store, conversation_id, turn_id)
 
     storing = Storing(requested)
-    return await start_turn(state, owner, body.to_turn(), conversation, unclaim, storing)
+    return await start_turn(state, owner, turn, conversation, unclaim, storing)
 
 
 @router.post("/completions")
