@@ -17,10 +17,11 @@ Replies are consumed one per chat-completion request, FIFO; with none queued the
 with its body and timings, including when its client disconnected before the stream ended.
 
 Bernard's router is a second caller with its own script: a request offering the `respond`
-tool is answered from `script_router()` replies, then by `router_responder`, and by default
-with a `respond` call that reports zero tokens. So a test about the answer scripts only the
-answer, and its token counts are the answer's. Router requests are logged apart, in
-`router_exchanges` / `router_requests`; `exchanges` and `requests` hold the others::
+tool (or opening with the router's prompt) is answered from `script_router()` replies, then
+by `router_responder`, and by default with a `respond` call that reports zero tokens. So a
+test about the answer scripts only the answer, and its token counts are the answer's. Router
+requests are logged apart, in `router_exchanges` / `router_requests`; `exchanges` and
+`requests` hold the others::
 
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6*7"})]))
     upstream.script(Reply.text("It is 42."))  # after the calculator ran, the router responds
@@ -102,9 +103,22 @@ def tool_names(body: Body) -> list[str]:
     return [t["function"]["name"] if "function" in t else t.get("name", "") for t in tools]
 
 
+# How Bernard's router prompt opens (worker/harness/router.py `ROUTER_PROMPT`).
+ROUTER_PROMPT_START = "You are the router of Bernard"
+
+
 def is_router_request(body: Body) -> bool:
-    """Whether a request is Bernard's router asking: it offers the `respond` tool."""
-    return ROUTER_TOOL in tool_names(body)
+    """Whether a request is Bernard's router asking: it offers the `respond` tool, or (when
+    a client's `tool_choice: "required"` withholds it) opens with the router's prompt."""
+    if ROUTER_TOOL in tool_names(body):
+        return True
+    system = body.get("system")  # Anthropic's
+    if system is None and body.get("messages"):
+        first = body["messages"][0]
+        system = first.get("content") if first.get("role") == "system" else None
+    if isinstance(system, list):
+        system = "".join(part.get("text", "") for part in system if isinstance(part, dict))
+    return isinstance(system, str) and system.startswith(ROUTER_PROMPT_START)
 
 
 def _arguments(args: dict[str, Any] | str) -> str:

@@ -71,6 +71,9 @@ class TurnContext:
     # Calls of tools that change the world, proposed by the router and waiting for the
     # user's decision: the turn ends `awaiting_confirmation` instead of answering.
     pending: list[Proposal] = field(default_factory=list)
+    # Calls of the client's own tools ({id, type, function: {name, arguments}}): the turn
+    # ends on them (finish_reason "tool_calls") without an answer, and the client runs them.
+    client_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def for_request(
@@ -109,6 +112,12 @@ class TurnContext:
         """Whether the turn stops here to wait for the user's decision on `pending`."""
         return bool(self.pending)
 
+    @property
+    def handed_over(self) -> bool:
+        """Whether the turn ends on calls of the client's own tools, for the client to run:
+        no answer is written (worker/harness/response.py) nor stored (worker/recording.py)."""
+        return bool(self.client_calls)
+
     def traced(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         """A prompt as its `llm_prompt` trace carries it: the whole prompt when the client
         asked to trace the turn, else nothing (converting it costs time per message)."""
@@ -128,6 +137,7 @@ class TurnContext:
             tool_calls=self.tool_calls,
             tool_outputs=self.tool_outputs,
             pending=[proposal.public() for proposal in self.pending],
+            client_calls=self.client_calls,
         )
 
 

@@ -189,10 +189,16 @@ class Llm:
         # binding, so no id in a key can be reused while it is cached.
         self._bound: dict[tuple[int, ...], tuple[Sequence[Any], Any]] = {}
 
-    def bind(self, tools: Sequence[BaseTool | dict[str, Any]]) -> Any:
-        """The model with `tools` bound (the model itself when there are none)."""
+    def bind(
+        self, tools: Sequence[BaseTool | dict[str, Any]], options: Mapping[str, Any] | None = None
+    ) -> Any:
+        """The model with `tools` bound (the model itself when there are none); with
+        `options` (`tool_choice`, `parallel_tool_calls`: a request's own, like its client
+        tools), bound for this call alone, not cached."""
         if not tools:
             return self.model
+        if options is not None:
+            return self.model.bind_tools(list(tools), **options)
         key = tuple(id(tool) for tool in tools)
         cached = self._bound.get(key)
         if cached is None:
@@ -225,10 +231,14 @@ class Llm:
         return out
 
     async def complete(
-        self, messages: Sequence[BaseMessage], tools: Sequence[BaseTool | dict[str, Any]] = ()
+        self,
+        messages: Sequence[BaseMessage],
+        tools: Sequence[BaseTool | dict[str, Any]] = (),
+        options: Mapping[str, Any] | None = None,
     ) -> LlmResult:
-        """One call with `tools` bound; the answer's `tool_calls` are already parsed."""
-        runnable = self.bind(tools)
+        """One call with `tools` bound (with `options`: `bind`); the answer's `tool_calls`
+        are already parsed."""
+        runnable = self.bind(tools, options)
         started = time.perf_counter()
         try:
             if self.direct:

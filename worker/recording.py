@@ -62,6 +62,11 @@ def _is_answer(row: Message) -> bool:
     return row.get("role") == "assistant" and not row.get("tool_calls")
 
 
+def _answered_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """The tool call ids a request's `tool` messages answer."""
+    return {str(m["tool_call_id"]) for m in messages if m.get("role") == "tool"}
+
+
 class ConversationGoneError(Exception):
     """The turn's conversation is gone (deleted, perhaps created again) or no longer held by
     the turn, before the turn began: it must not run."""
@@ -121,8 +126,10 @@ class TurnRecording:
                 window=self.ctx.settings.max_messages,
                 turn_id=self.ctx.turn_id,
                 answer_open_calls=EXPIRED_CALL,
-                # A turn carrying the decisions answers those calls itself.
-                except_calls={decision["tool_call"]["id"] for decision in decisions},
+                # A turn carrying the decisions answers those calls itself, and a client's
+                # follow-up the calls of its own tools it ran (its `tool` messages).
+                except_calls={decision["tool_call"]["id"] for decision in decisions}
+                | _answered_calls(self.ctx.request.messages),
                 # Refused whole over the cap: the turn ends `conversation_too_large` before
                 # any model call (worker/supervisor.py). What the turn stores later is
                 # never refused (shared/budgets.py).
@@ -202,7 +209,8 @@ class TurnRecording:
             return []
         ctx = self.ctx
         messages: list[BaseMessage] = list(ctx.tool_messages)
-        if not ctx.paused:
+        # A turn that paused, or ended on the client's tool calls, has no answer yet.
+        if not ctx.paused and not ctx.handed_over:
             messages.append(AIMessage(content="".join(ctx.content)))
         rows = await self._unless_deleted(
             self.recorder.append_messages(
@@ -222,7 +230,8 @@ class TurnRecording:
                 BackgroundLimits.of(ctx.settings),
                 turn_id=ctx.turn_id,
             )
-        if self._first_exchange and not ctx.paused and rows and ctx.settings.conversation_titles:
+        answered = not ctx.paused and not ctx.handed_over
+        if self._first_exchange and answered and rows and ctx.settings.conversation_titles:
             # Off the turn's path too (worker/titles.py); once per conversation, as only the
             # turn storing its first answer asks.
             try:

@@ -20,6 +20,8 @@ async def response_harness(ctx: TurnContext) -> AsyncIterator[Item]:
     """
     if ctx.paused:
         return  # waiting for the user's decision: the answer comes when the turn resumes
+    if ctx.handed_over:
+        return  # the client runs its tools: the answer comes after its follow-up
     messages = [*ctx.system(), *ctx.memory, *ctx.history, *ctx.tool_messages]
     model = ctx.responder.name
     prompt = LlmPrompt(stage="response", model=model, messages=ctx.traced(messages))

@@ -18,6 +18,13 @@ model reads why. At most `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION` ca
 step wait, and no more than the user's `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER` across
 conversations allows (shared/budgets.py); the others are refused the same way.
 
+The client's own function tools (`AgentRequest.client_tools`) are offered beside Bernard's
+as its `tool_choice` asks (worker/harness/client_calls.py). Bernard never runs one: when
+the model calls client tools, the step's own calls run as usual, then the router yields one
+`client_tool_call` per client call (their `index` 0, 1, ... in the model's order) and stops
+with finish_reason "tool_calls"; no answer is written, and the client's follow-up (an
+assistant message with those `tool_calls`, then `tool` messages) is the next turn's history.
+
 `respond` is the router's way of saying "I have what I need": it is kept on the context
 (`router_messages`, `responded`) and never streamed, and it is left out of the messages the
 response model sees, since an assistant tool call without a tool answer is an invalid prompt.
@@ -36,9 +43,11 @@ from langchain_core.messages.tool import tool_call
 from langchain_core.tools import BaseTool
 
 from shared import budgets
+from shared.client_tools import RESPOND_TOOL_NAME
 from shared.errors import ErrorCode
 from shared.events import (
     AwaitingConfirmation,
+    ClientToolCall,
     Error,
     LlmCallComplete,
     LlmPrompt,
@@ -47,6 +56,7 @@ from shared.events import (
 )
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded
 from worker.context import Proposal, TurnContext
+from worker.harness.client_calls import ClientOffer
 from worker.harness.tool_call import (
     PlannedCall,
     arguments_text,
@@ -59,7 +69,6 @@ from worker.tools.confirmation import parameters, requires_confirmation
 
 __all__ = ["RESPOND_TOOL", "RESPOND_TOOL_NAME", "ROUTER_PROMPT", "router_harness", "run_call"]
 
-RESPOND_TOOL_NAME = "respond"
 RESPOND_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -80,13 +89,15 @@ ROUTER_PROMPT = (
 async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     """Run the tool loop for `ctx`, yielding each event the moment it happens."""
     tools = {tool.name: tool for tool in ctx.tools}
-    bound: list[BaseTool | dict[str, Any]] = [*ctx.tools, RESPOND_TOOL]
+    offer = ClientOffer.of(ctx.request, tools)
     model = ctx.router.name
-    for _ in range(ctx.settings.max_router_steps):
+    steps = ctx.settings.max_router_steps
+    for step in range(steps):
+        bound, options = offer.binding(ctx.tools, RESPOND_TOOL, last_step=step == steps - 1)
         messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history, *ctx.tool_messages]
         prompt = LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
         yield ModelCallStarted(prompt, messages)
-        result = await ctx.router.complete(messages, bound)
+        result = await ctx.router.complete(messages, bound, options)
         ctx.add_usage(result.usage)
         complete = LlmCallComplete(
             stage="router", model=model, latency_ms=result.latency_ms, usage=result.usage
@@ -95,18 +106,27 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         ctx.router_messages.append(result.message)
         planned, responded = _plan(result.message)
         ctx.responded = ctx.responded or responded
+        own, handed = offer.split(planned)
         if planned:
-            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in planned]
+            kept = [*own, *handed]
+            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
             ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
-            waiting = [call for call in planned if _waits(ctx, call, tools)]
-            for call in planned:
+            waiting = [call for call in own if _waits(ctx, call, tools)]
+            for call in own:
                 if call not in waiting:
-                    async with aclosing(run_call(ctx, call, tools)) as events:
+                    running = run_call(ctx, call, tools, _misread(call, offer))
+                    async with aclosing(running) as events:
                         async for event in events:
                             yield event
             proposals: list[Proposal] = []
-            room, why = await _room_to_wait(ctx) if waiting else (0, "")
+            room, why = await _room_to_wait(ctx) if waiting and not handed else (0, "")
             for call in waiting:
+                if handed:  # the turn ends on the client's calls: nobody is asked
+                    refusal = "not run: the turn ended on the client's tool calls; call it again"
+                    async with aclosing(run_call(ctx, call, tools, refusal)) as events:
+                        async for event in events:
+                            yield event
+                    continue
                 if len(proposals) >= room:  # over a budget: refused unchecked
                     refusal = f"not run: {why}; ask for it again once those are decided"
                     async with aclosing(run_call(ctx, call, tools, refusal)) as events:
@@ -127,6 +147,22 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
                             yield event
                     continue
                 proposals.append(_propose(ctx, call, tools[call.name], checked.summary))
+            if handed:
+                # The client runs its own tools: the turn ends here, without an answer, and
+                # the client's follow-up carries the results (the router then goes on).
+                for index, call in enumerate(handed):
+                    ctx.client_calls.append(
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                    )
+                    yield ClientToolCall(
+                        id=call.id, name=call.name, arguments=call.arguments, index=index
+                    )
+                ctx.finish_reason = "tool_calls"
+                return
             if proposals:
                 # Tools that change the world run only once the user decides: the turn
                 # pauses here, its read tools done, and a decision resumes it as a new turn.
@@ -143,6 +179,14 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         ),
         code=ErrorCode.ROUTER_STEP_LIMIT,
     )
+
+
+def _misread(call: PlannedCall, offer: ClientOffer) -> str | None:
+    """Why a client tool's call runs here after all: its arguments are not a JSON object
+    (`ClientOffer.split`), which the model reads as the call's result."""
+    if call.name in offer.names and call.parse_error is not None:
+        return f"invalid arguments for tool '{call.name}': {call.parse_error}"
+    return None
 
 
 def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -> bool:
