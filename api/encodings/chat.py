@@ -5,6 +5,11 @@ Bernard's own events (tool calls, results, progress, traces, non-fatal errors) t
 those and reads the answer from `content` alone (../shared/notes/client-compatibility.md).
 With `tool_events: "delta"` tool calls and results go in the choice's delta instead; with
 `"none"` they are left out.
+
+Calls of the client's own tools (`client_tool_call`) are the choice's `tool_calls`, as
+OpenAI sends them: in the stream, a delta with each call's index, id, type and name, then
+one with its arguments (the SDKs join a call's pieces by `index`), and the finish chunk's
+finish_reason "tool_calls"; in the body, `message.tool_calls` with `content` null.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from api.encoding import Frame, json_frame, usage_body
 from api.encodings.chunks import ChunkEncoder
 from shared.events import (
     AwaitingConfirmation,
+    ClientToolCall,
     Delta,
     Done,
     Error,
@@ -63,6 +69,12 @@ class ChatEncoder(ChunkEncoder):
         match event:
             case Start():
                 return [self._chunk({"role": "assistant", "content": ""})]
+            case ClientToolCall(id=call_id, name=name, arguments=arguments, index=index):
+                # Whatever the tool-event mode: the call is the client's to run.
+                head = {"index": index, "id": call_id, "type": "function"}
+                named = {**head, "function": {"name": name, "arguments": ""}}
+                pieces = {"index": index, "function": {"arguments": arguments}}
+                return [self._chunk({"tool_calls": [named]}), self._chunk({"tool_calls": [pieces]})]
             case Delta(text=text):
                 return [self._chunk({"content": text})]
             case ToolCall() if mode == "delta":
@@ -94,9 +106,18 @@ class ChatEncoder(ChunkEncoder):
                 return self._ending(event)
         return []
 
+    def _replay(self, result: TurnResult, extra: dict[str, Any]) -> list[Frame]:
+        if not result.client_calls:
+            return [self._answer(result.content, extra)]
+        calls = [{"index": i, **call} for i, call in enumerate(result.client_calls)]
+        delta = {"role": "assistant", "content": None, "tool_calls": calls}
+        return [self._chunk(delta, None, extra)]
+
     def body(self, result: TurnResult) -> dict[str, Any]:
         """The non-stream `chat.completion` for a completed turn."""
-        message = {"role": "assistant", "content": result.content, "refusal": None}
+        message: dict[str, Any] = {"role": "assistant", "content": result.content, "refusal": None}
+        if result.client_calls:
+            message = {**message, "content": None, "tool_calls": result.client_calls}
         return {
             **self.head,
             "object": "chat.completion",

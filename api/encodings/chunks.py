@@ -72,9 +72,12 @@ class ChunkEncoder(ABC):
         marked = {"bernard": COMPACTED}
         frames = []
         if record.status == "completed":
-            content = record.result.content if record.result is not None else ""
-            frames.append(self._answer(content, marked))
+            frames = self._replay(record.result or TurnResult(), marked)
         return [*frames, *self._ending(final_event(record), marked)]
+
+    def _replay(self, result: TurnResult, extra: dict[str, Any]) -> list[Frame]:
+        """What a completed turn's compacted replay holds before its ending."""
+        return [self._answer(result.content, extra)]
 
     def answer(self, done: Done, kept: list[Event], result: TurnResult) -> dict[str, Any]:
         """The non-stream completion: the polled body."""

@@ -17,6 +17,7 @@ from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import (
     AwaitingConfirmation,
+    ClientToolCall,
     Delta,
     Done,
     Error,
@@ -63,6 +64,10 @@ EVENTS: dict[str, Event] = {
     "done": completed("length", USAGE),
     "done_failed": ended(ErrorCode.UPSTREAM_ERROR),
     "done_paused": Done(status="awaiting_confirmation", finish_reason="stop", usage=USAGE),
+    "client_tool_call": ClientToolCall(
+        id="call_9", name="get_weather", arguments='{"city": "Oslo"}', index=1
+    ),
+    "done_tool_calls": completed("tool_calls", USAGE),
 }
 # The turn's delivery options, by the names frames.json uses.
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -79,6 +84,19 @@ RESULT = TurnResult(
     usage=USAGE,
     tool_calls=[{"id": "c1"}],
     tool_outputs=[{"id": "c1", "content": "2"}],
+)
+
+# A turn that ended on calls of the client's own tools (issue 22).
+HANDED_OVER = TurnResult(
+    finish_reason="tool_calls",
+    usage=USAGE,
+    client_calls=[
+        {
+            "id": "call_9",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        }
+    ],
 )
 
 
@@ -118,3 +136,12 @@ def test_keepalive_body_and_compacted_replay_are_as_they_always_were(config: str
     finished = record(config)
     finished.status, finished.result = "completed", RESULT
     assert wire(encoder_for(finished).compacted(finished)) == EXPECTED["compacted"][config]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_turn_ended_on_client_calls_is_polled_and_replayed_with_them(config: str) -> None:
+    assert encoder_for(record(config)).body(HANDED_OVER) == EXPECTED["bodies_client_calls"][config]
+    finished = record(config)
+    finished.status, finished.result = "completed", HANDED_OVER
+    compacted = wire(encoder_for(finished).compacted(finished))
+    assert compacted == EXPECTED["compacted_client_calls"][config]
