@@ -430,3 +430,59 @@ async def test_langchain_streams_the_tool_call_whole(
     assert total.tool_calls == [
         {"name": "get_weather", "args": {"city": "Oslo"}, "id": "ls1", "type": "tool_call"}
     ]
+
+
+async def test_a_stored_conversation_keeps_the_client_call_and_result_once_each(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = sdk(stack)
+    conversation = {"conversation_id": "conv_client_tools"}
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "2+2"})], ids=["own"]))
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_c1"]))
+    first = await client.chat.completions.create(
+        model="bernard-v1",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        extra_body=conversation,
+    )
+    upstream.script(Reply.text("Sunny in Oslo."))
+    follow_up = [
+        *QUESTION,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": "call_c1", "content": "sunny"},
+    ]
+    second = await client.chat.completions.create(
+        model="bernard-v1",
+        messages=follow_up,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        extra_body=conversation,
+    )
+    assert second.choices[0].message.content == "Sunny in Oslo."
+    # The follow-up's router read the whole turn: Bernard's own call, its result, the
+    # client's call and its result, each once.
+    assert roles(upstream.router_requests[2]["messages"])[1:] == [
+        ("user", None),
+        ("assistant", "own"),
+        ("tool", "own"),
+        ("assistant", "call_c1"),
+        ("tool", "call_c1"),
+    ]
+    listed = await stack.client.get("/v1/conversations/conv_client_tools/messages")
+    assert listed.status_code == 200, listed.text
+    rows = listed.json()["data"]
+    assert [(r["role"], r.get("tool_call_id"), r["content"]) for r in rows] == [
+        ("user", None, "What is the weather in Oslo?"),
+        ("assistant", None, ""),  # Bernard's own call
+        ("tool", "own", "4"),
+        ("assistant", None, ""),  # the client's, stored from its follow-up
+        ("tool", "call_c1", "sunny"),
+        ("assistant", None, "Sunny in Oslo."),
+    ]
+    assert [[c["id"] for c in r.get("tool_calls") or ()] for r in rows] == [
+        [],
+        ["own"],
+        [],
+        ["call_c1"],
+        [],
+        [],
+    ]

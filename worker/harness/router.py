@@ -23,7 +23,8 @@ as its `tool_choice` asks (worker/harness/client_calls.py). Bernard never runs o
 the model calls client tools, the step's own calls run as usual, then the router yields one
 `client_tool_call` per client call (their `index` 0, 1, ... in the model's order) and stops
 with finish_reason "tool_calls"; no answer is written, and the client's follow-up (an
-assistant message with those `tool_calls`, then `tool` messages) is the next turn's history.
+assistant message with those `tool_calls`, then `tool` messages) is the next turn's history:
+the client's calls are stored from it, beside their results, not when they are made.
 
 `respond` is the router's way of saying "I have what I need": it is kept on the context
 (`router_messages`, `responded`) and never streamed, and it is left out of the messages the
@@ -107,10 +108,13 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         planned, responded = _plan(result.message)
         ctx.responded = ctx.responded or responded
         own, handed = offer.split(planned)
-        if planned:
-            kept = [*own, *handed]
-            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
+        if own:
+            # The client's calls are left out: the client's follow-up carries them, with
+            # their results, and they are stored from it (worker/recording.py). So no call
+            # the client never answers stays open in the conversation.
+            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in own]
             ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
+        if planned:
             waiting = [call for call in own if _waits(ctx, call, tools)]
             for call in own:
                 if call not in waiting:
