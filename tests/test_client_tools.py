@@ -94,9 +94,10 @@ async def test_openai_sdk_gets_the_client_tool_call_and_its_follow_up_gets_the_a
     assert upstream.requests == []
 
     upstream.script(Reply.text("It is 12 °C and sunny in Oslo."))
+    # The message object itself, as OpenAI's own function-calling guide passes it back.
     follow_up = [
         *QUESTION,
-        choice.message.model_dump(exclude_none=True),
+        choice.message,
         {"role": "tool", "tool_call_id": "call_w1", "content": "12 °C, sunny"},
     ]
     second = await client.chat.completions.create(
