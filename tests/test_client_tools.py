@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Too
 from langchain_openai import ChatOpenAI
 
 from tests.conftest import Stack
+from tests.sse import collect, wire
 from tests.upstream import Reply, ScriptedUpstream, tool_names
 
 WEATHER = {
@@ -487,3 +488,50 @@ async def test_a_stored_conversation_keeps_the_client_call_and_result_once_each(
         [],
         [],
     ]
+
+
+async def test_resuming_after_every_frame_of_a_handed_over_turn_gives_exactly_the_rest(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    """Each client call is one stream entry and two frames (its name, then its arguments):
+    a resume between them, or anywhere else, repeats and loses nothing."""
+    upstream.script_router(
+        Reply.tool_calls(
+            [("get_weather", {"city": "Oslo"}), ("world_clock", {"city": "Oslo"})],
+            ids=["call_r1", "call_r2"],
+        )
+    )
+    started = await stack.chat(
+        "Weather and time in Oslo?",
+        tools=[WEATHER, CLOCK],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    turn_id = started.headers["x-bernard-turn-id"]
+    events = f"/v1/turns/{turn_id}/events"
+    full = await collect(stack.client, "GET", events)
+    deltas = [f.json["choices"][0]["delta"] for f in full if not f.done and f.json["choices"]]
+    assert [d.get("tool_calls") for d in deltas if d.get("tool_calls")] == [
+        [
+            {
+                "index": 0,
+                "id": "call_r1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": ""},
+            }
+        ],
+        [{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}],
+        [
+            {
+                "index": 1,
+                "id": "call_r2",
+                "type": "function",
+                "function": {"name": "world_clock", "arguments": ""},
+            }
+        ],
+        [{"index": 1, "function": {"arguments": '{"city": "Oslo"}'}}],
+    ]
+    assert len({f.id for f in full}) == len(full), "every frame has its own id"
+    for k, frame in enumerate(full[:-1]):
+        rest = await collect(stack.client, "GET", events, headers={"Last-Event-ID": frame.id})
+        assert wire(full[: k + 1] + rest) == wire(full), f"resume after frame {k}"
