@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
@@ -37,10 +38,11 @@ def make_ctx(
     client_tools: list[dict[str, Any]],
     *,
     tools: list[BaseTool] | None = None,
+    settings: dict[str, Any] | None = None,
     **options: Any,
 ) -> TurnContext:
-    settings = make_settings(upstream)
-    models = build_models(settings)
+    configured = make_settings(upstream, **(settings or {}))
+    models = build_models(configured)
     request = AgentRequest(
         messages=[{"role": "user", "content": "Weather in Oslo?"}],
         client_tools=client_tools,
@@ -49,7 +51,7 @@ def make_ctx(
     return TurnContext.for_request(
         "turn-client-calls",
         request,
-        settings,
+        configured,
         models.router,
         models.responder,
         tools=default_tools() if tools is None else tools,
@@ -185,3 +187,38 @@ async def test_parallel_calls_off_keeps_the_first_client_call_alone(
     assert [(e.id, json.loads(e.arguments)) for e in handed] == [("a", {"city": "Oslo"})]
     assert ctx.tool_messages == []
     assert upstream.router_requests[0]["parallel_tool_calls"] is False
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "sent"),
+    [
+        ("required", {"type": "any", "disable_parallel_tool_use": True}),
+        (
+            {"type": "function", "function": {"name": "get_weather"}},
+            {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        ),
+    ],
+)
+async def test_an_anthropic_router_gets_the_choice_in_its_words_and_hands_the_call_over(
+    upstream: ScriptedUpstream, tool_choice: Any, sent: dict[str, Any]
+) -> None:
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["a1"]))
+    anthropic = {
+        "router_provider": "anthropic",
+        "anthropic_base_url": upstream.anthropic_base_url,
+        "anthropic_api_key": "test-key",
+    }
+    ctx = make_ctx(
+        upstream,
+        [function("get_weather")],
+        settings=anthropic,
+        tool_choice=tool_choice,
+        parallel_tool_calls=False,
+    )
+    events = await run(ctx)
+    assert [(e.id, e.name) for e in events if isinstance(e, ClientToolCall)] == [
+        ("a1", "get_weather")
+    ]
+    (request,) = upstream.router_requests
+    assert request["tool_choice"] == sent
+    assert "get_weather" in tool_names(request)

@@ -66,9 +66,11 @@ class ClientOffer:
         if not self.parallel:
             options["parallel_tool_calls"] = False
         if mode is ChoiceMode.REQUIRED:
-            # The model names no tool here: "required" (Anthropic's "any"), in the words
-            # each LangChain model translates for its provider.
-            options["tool_choice"] = "required"
+            # "any": the word both LangChain models translate for their provider (OpenAI's
+            # "required", Anthropic's {"type": "any"}), where ChatAnthropic would read
+            # "required" as a tool's name. ChatOpenAI reads "any" as one when a tool has
+            # that name, so then "required", which it passes on as is.
+            options["tool_choice"] = "required" if "any" in self.names else "any"
             if last_step:
                 return list(self.tools), options
             return [*own, *self.tools], options
