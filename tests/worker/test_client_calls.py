@@ -11,18 +11,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
-from shared.events import ClientToolCall, Event, ToolCall, ToolResult
+from shared.events import ClientToolCall, Event, Memory, ToolCall, ToolResult
 from shared.requests import AgentRequest
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream, tool_names
 from worker.calls import stream_events
 from worker.context import TurnContext
+from worker.harness.memory import memory_harness
 from worker.harness.router import router_harness
 from worker.llm import build_models
+from worker.tokens import counter_for
 from worker.tools import default_tools
 
 
@@ -222,3 +225,23 @@ async def test_an_anthropic_router_gets_the_choice_in_its_words_and_hands_the_ca
     (request,) = upstream.router_requests
     assert request["tool_choice"] == sent
     assert "get_weather" in tool_names(request)
+
+
+async def test_the_client_tools_schemas_are_counted_in_the_prompt_budget(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The router's prompt carries them: the history's share is smaller by their size."""
+    big = function("get_weather")
+    big["function"]["description"] = "weather " * 500
+
+    async def memory_of(client_tools: list[dict[str, Any]]) -> Memory:
+        ctx = make_ctx(upstream, client_tools)
+        (event,) = [e async for e in memory_harness(ctx) if isinstance(e, Memory)]
+        return event
+
+    without, beside = await memory_of([]), await memory_of([big])
+    count = counter_for(make_settings(upstream).response_model)
+    size = count(orjson.dumps(big).decode())
+    assert size > 500
+    assert without.budget - beside.budget == size
+    assert beside.tokens - without.tokens == size

@@ -156,6 +156,8 @@ async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
         max(count(ROUTER_PROMPT), count(settings.system_prompt))
         + sum(count(text) for text in memory)
         + sum(schema_tokens(tool, count) for tool in ctx.tools)
+        # The client's own tools go to the router beside Bernard's (worker/harness/router.py).
+        + sum(count(orjson.dumps(tool).decode()) for tool in ctx.request.client_tools)
     )
     budget = settings.context_max_tokens - settings.context_answer_tokens - fixed
     # Each row's tokens, counted once however often the loop below selects again.
