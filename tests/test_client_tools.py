@@ -9,6 +9,7 @@ with those calls and a `tool` message per call, reaches the router, which goes o
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -535,3 +536,29 @@ async def test_resuming_after_every_frame_of_a_handed_over_turn_gives_exactly_th
     for k, frame in enumerate(full[:-1]):
         rest = await collect(stack.client, "GET", events, headers={"Last-Event-ID": frame.id})
         assert wire(full[: k + 1] + rest) == wire(full), f"resume after frame {k}"
+
+
+async def test_a_background_turn_polled_holds_the_client_calls(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["bg1"]))
+    admitted = await stack.chat("Weather in Oslo?", tools=[WEATHER], background=True)
+    assert admitted.status_code == 202, admitted.text
+    turn_id = admitted.headers["x-bernard-turn-id"]
+    async with asyncio.timeout(10):
+        while True:
+            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+            if turn["status"] not in ("queued", "running"):
+                break
+            await asyncio.sleep(0.02)
+    assert turn["status"] == "completed"
+    choice = turn["result"]["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"] == [
+        {
+            "id": "bg1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        }
+    ]
