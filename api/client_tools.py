@@ -24,9 +24,12 @@ async def own_tool_names(queue: Redis) -> set[str]:
     return {str(tool.get("name")) for tool in orjson.loads(raw)} if raw else set()
 
 
-async def check_no_clash(queue: Redis, names: Sequence[str], param: str = "tools") -> None:
+async def check_no_clash(
+    queue: Redis, names: Sequence[str], param: str = "tools[{i}].function.name"
+) -> None:
     """Refuse with a 400 naming the first of `names` that is one of Bernard's own tools;
-    `param` is where the names are in the body (`tools[i].function.name`)."""
+    `param` says where the i-th name is in the body (Chat Completions' shape by default;
+    the Responses API's function tools hold it at `tools[{i}].name`)."""
     if not names:
         return
     own = await own_tool_names(queue)
@@ -35,5 +38,5 @@ async def check_no_clash(queue: Redis, names: Sequence[str], param: str = "tools
             raise invalid(
                 f"tool name {name!r} is taken by one of Bernard's own tools (GET /v1/tools); "
                 "rename the tool",
-                f"{param}[{i}].function.name",
+                param.format(i=i),
             )
