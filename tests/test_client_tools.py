@@ -448,6 +448,15 @@ async def test_a_stored_conversation_keeps_the_client_call_and_result_once_each(
         tools=[WEATHER],  # type: ignore[list-item]
         extra_body=conversation,
     )
+    # Handed over, the client's call is in the conversation, waiting for its result.
+    url = "/v1/conversations/conv_client_tools/messages"
+    waiting = (await stack.client.get(url)).json()["data"]
+    assert [(r["role"], [c["id"] for c in r.get("tool_calls") or ()]) for r in waiting] == [
+        ("user", []),
+        ("assistant", ["own"]),
+        ("tool", []),
+        ("assistant", ["call_c1"]),
+    ]
     upstream.script(Reply.text("Sunny in Oslo."))
     follow_up = [
         *QUESTION,
@@ -470,14 +479,14 @@ async def test_a_stored_conversation_keeps_the_client_call_and_result_once_each(
         ("assistant", "call_c1"),
         ("tool", "call_c1"),
     ]
-    listed = await stack.client.get("/v1/conversations/conv_client_tools/messages")
+    listed = await stack.client.get(url)
     assert listed.status_code == 200, listed.text
     rows = listed.json()["data"]
     assert [(r["role"], r.get("tool_call_id"), r["content"]) for r in rows] == [
         ("user", None, "What is the weather in Oslo?"),
         ("assistant", None, ""),  # Bernard's own call
         ("tool", "own", "4"),
-        ("assistant", None, ""),  # the client's, stored from its follow-up
+        ("assistant", None, ""),  # the client's, stored once though sent back
         ("tool", "call_c1", "sunny"),
         ("assistant", None, "Sunny in Oslo."),
     ]

@@ -10,10 +10,10 @@ turn's `done` finds every record. Harnesses never write.
 Each message is written exactly once: the request's new messages at the start (the
 client resends the whole history; `append_new_messages` keeps only what is new), and this
 turn's tool-call messages, tool results and final answer once the turn has completed. A turn
-that ends on calls of the client's own tools has no answer, and stores only Bernard's calls:
-the client's are new messages of its follow-up, with their results (worker/harness/router.py). A
-call's record holds what is not stored elsewhere (model, timing, usage; a tool's whole
-output), never the prompt, whose messages the conversation already holds.
+that ends on calls of the client's own tools has no answer: its calls wait for the results
+the client's follow-up brings (worker/harness/router.py). A call's record holds what is not
+stored elsewhere (model, timing, usage; a tool's whole output), never the prompt, whose
+messages the conversation already holds.
 
 A turn writes into its conversation only while it holds it (shared/conversation_state.py).
 One whose conversation is gone when it begins (deleted, or no longer its own) does not run:
@@ -62,6 +62,11 @@ EXPIRED_CALL = "Not run: the user did not confirm this in time."
 def _is_answer(row: Message) -> bool:
     """Whether a stored row is an answer of the assistant's (not a tool call's message)."""
     return row.get("role") == "assistant" and not row.get("tool_calls")
+
+
+def _answered_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """The ids of the tool calls a request's `tool` messages answer."""
+    return {str(m["tool_call_id"]) for m in messages if m.get("role") == "tool"}
 
 
 class ConversationGoneError(Exception):
@@ -123,8 +128,10 @@ class TurnRecording:
                 window=self.ctx.settings.max_messages,
                 turn_id=self.ctx.turn_id,
                 answer_open_calls=EXPIRED_CALL,
-                # A turn carrying the decisions answers those calls itself.
-                except_calls={decision["tool_call"]["id"] for decision in decisions},
+                # A turn carrying the decisions answers those calls itself, and a client's
+                # follow-up the calls of its own tools it ran (its `tool` messages).
+                except_calls={decision["tool_call"]["id"] for decision in decisions}
+                | _answered_calls(self.ctx.request.messages),
                 # Refused whole over the cap: the turn ends `conversation_too_large` before
                 # any model call (worker/supervisor.py). What the turn stores later is
                 # never refused (shared/budgets.py).

@@ -40,10 +40,16 @@ def new_messages(
       system message) is new.
     - The request only repeats the stored history (a retry): nothing is new.
 
+    Tool calls are told apart by their ids, which the client sends back as it got them: a
+    request's assistant message without text whose calls are all stored, and a tool
+    message answering a call whose result is stored, repeat what is stored (a client's own
+    tools' calls, stored when the turn handed them over: worker/harness/router.py; then
+    their results, which the follow-up carries, are new).
+
     Linear in the size of both: a request and a history of thousands of messages cost
     milliseconds, not the worker's event loop.
     """
-    request = [to_openai_message(m) for m in requested]
+    request = _not_stored_calls(stored, [to_openai_message(m) for m in requested])
     history = [key for m in stored if (key := _match_key(m, stored=True)) is not None]
     if not history:
         return request
@@ -55,6 +61,28 @@ def new_messages(
     if repeated == 0:
         return _trailing_turn(request)
     return request[positions[repeated - 1] + 1 :]
+
+
+def _not_stored_calls(stored: Sequence[Mapping[str, Any]], request: list[Message]) -> list[Message]:
+    """`request` without the tool calls and tool results `stored` holds (by call id)."""
+    calls: set[Any] = set()
+    answered: set[Any] = set()
+    for row in stored:
+        if row.get("role") == "assistant":
+            calls.update(call.get("id") for call in row.get("tool_calls") or ())
+        elif row.get("role") == "tool":
+            answered.add(row.get("tool_call_id"))
+    if not calls:
+        return request
+
+    def repeated(message: Message) -> bool:
+        if message["role"] == "tool":
+            return message.get("tool_call_id") in answered
+        ids = [call.get("id") for call in message.get("tool_calls") or ()]
+        text = _content_text(message.get("content"))
+        return message["role"] == "assistant" and bool(ids) and not text and calls.issuperset(ids)
+
+    return [message for message in request if not repeated(message)]
 
 
 def _prefix_function(pattern: Sequence[object]) -> list[int]:

@@ -536,6 +536,24 @@ HISTORY = [SYSTEM, user("2+2?"), ROUTER_STEP, TOOL_RESULT, assistant("4")]
             [TOOL_RESULT, user("u2")],
             id="everything after the overlap is new, whatever its role",
         ),
+        pytest.param(
+            [user("2+2?"), ROUTER_STEP],
+            [user("2+2?"), {**ROUTER_STEP, "content": ""}, TOOL_RESULT],
+            [TOOL_RESULT],
+            id="a client's own call sent back is stored: only its result is new",
+        ),
+        pytest.param(
+            [user("2+2?"), ROUTER_STEP, TOOL_RESULT],
+            [user("2+2?"), ROUTER_STEP, TOOL_RESULT],
+            [],
+            id="a call and its result sent again: nothing new",
+        ),
+        pytest.param(
+            [user("2+2?"), ROUTER_STEP, TOOL_RESULT, assistant("4")],
+            [user("2+2?"), {**ROUTER_STEP, "content": "4"}, TOOL_RESULT, user("next")],
+            [user("next")],
+            id="a stored call with text sent back still matches by its text",
+        ),
     ],
 )
 def test_new_messages_skip_what_the_client_resent(

@@ -100,10 +100,10 @@ async def test_the_client_calls_end_the_router_and_are_left_for_the_result_and_t
         }
     ]
     assert [c["id"] for c in ctx.result().tool_calls] == ["own1"]
-    # What the records store of the turn: Bernard's call and its result; the client's call
-    # is stored from its follow-up, beside its result, so it never stays open.
+    # What the records store of the turn: the step's message, both calls in it, and the
+    # result of Bernard's; the client's result comes with its follow-up.
     step, result = ctx.tool_messages
-    assert isinstance(step, AIMessage) and [c["id"] for c in step.tool_calls] == ["own1"]
+    assert isinstance(step, AIMessage) and [c["id"] for c in step.tool_calls] == ["own1", "cli1"]
     assert isinstance(result, ToolMessage) and result.tool_call_id == "own1"
 
 
@@ -188,7 +188,9 @@ async def test_parallel_calls_off_keeps_the_first_client_call_alone(
     events = await run(ctx)
     handed = [e for e in events if isinstance(e, ClientToolCall)]
     assert [(e.id, json.loads(e.arguments)) for e in handed] == [("a", {"city": "Oslo"})]
-    assert ctx.tool_messages == []
+    # The message the records keep holds only the call handed over: no call stays open.
+    (step,) = ctx.tool_messages
+    assert isinstance(step, AIMessage) and [c["id"] for c in step.tool_calls] == ["a"]
     assert upstream.router_requests[0]["parallel_tool_calls"] is False
 
 

@@ -22,9 +22,10 @@ The client's own function tools (`AgentRequest.client_tools`) are offered beside
 as its `tool_choice` asks (worker/harness/client_calls.py). Bernard never runs one: when
 the model calls client tools, the step's own calls run as usual, then the router yields one
 `client_tool_call` per client call (their `index` 0, 1, ... in the model's order) and stops
-with finish_reason "tool_calls"; no answer is written, and the client's follow-up (an
-assistant message with those `tool_calls`, then `tool` messages) is the next turn's history:
-the client's calls are stored from it, beside their results, not when they are made.
+with finish_reason "tool_calls"; no answer is written. The step's message, the client's
+calls in it, is stored like any other; the client's follow-up sends the calls back (which
+shared/records/history_diff.py knows by their ids) with a `tool` message for each, and the
+next turn's router reads them and goes on.
 
 `respond` is the router's way of saying "I have what I need": it is kept on the context
 (`router_messages`, `responded`) and never streamed, and it is left out of the messages the
@@ -108,13 +109,12 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         planned, responded = _plan(result.message)
         ctx.responded = ctx.responded or responded
         own, handed = offer.split(planned)
-        if own:
-            # The client's calls are left out: the client's follow-up carries them, with
-            # their results, and they are stored from it (worker/recording.py). So no call
-            # the client never answers stays open in the conversation.
-            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in own]
-            ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
         if planned:
+            # The client's calls are in the step's message: the records store it as it is,
+            # and the client's follow-up carries their results (worker/recording.py).
+            kept = [*own, *handed]
+            calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
+            ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
             waiting = [call for call in own if _waits(ctx, call, tools)]
             for call in own:
                 if call not in waiting:
