@@ -82,6 +82,7 @@ async def start_turn(
     conversation: Conversation | None = None,
     give_back: GiveBack | None = None,
     storing: Storing | None = None,
+    accepted: Callable[[TurnRecord], Response] | None = None,
 ) -> Response:
     """Admit the owner's new turn, create and enqueue it, and answer as the request asks.
 
@@ -145,6 +146,10 @@ async def start_turn(
         },
     )
     if delivery.background:
+        if accepted is not None:
+            answer = accepted(record)
+            answer.headers.update(turn_headers(record))
+            return answer
         return JSONResponse(turn_object(record), status_code=202, headers=turn_headers(record))
     encoder = encoder_for(record)
     if attachment is not None:

@@ -92,6 +92,9 @@ class Delivery:
     tool_events: ToolEventsMode = "bernard"
     on_disconnect: DisconnectPolicy = "cancel"
     background: bool = False
+    # What the encoding shows back of the request and nothing runs on (the Responses API's
+    # `instructions`, `metadata`, `tools`, `previous_response_id`...: api/encodings/responses.py).
+    echo: dict[str, Any] = field(default_factory=dict)
 
 
 _AGENT_FIELDS = frozenset(f.name for f in fields(AgentRequest))

@@ -227,6 +227,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "tool_events": "bernard",
         "on_disconnect": "cancel",
         "background": False,
+        "echo": {},
     }
     assert TurnRequest.restored({**stored, "messages": request.agent.messages}) == request
 
