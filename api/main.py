@@ -31,6 +31,7 @@ from api.routes import (
     health,
     models,
     playground,
+    responses,
     status,
     tools,
     turns,
@@ -188,7 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     errors.install(app)
     for prefix in ("/v1", "/api/v1"):
-        for module in (chat, conversations, events, models, status, tools, turns):
+        for module in (chat, conversations, events, models, responses, status, tools, turns):
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)

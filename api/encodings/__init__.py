@@ -11,6 +11,7 @@ from api.encoding import Encoder
 from api.encodings.chat import ChatEncoder
 from api.encodings.completion import CompletionEncoder
 from api.encodings.conversation import ConversationEncoder
+from api.encodings.responses import ResponsesEncoder
 from shared.turn_record import TurnRecord
 
 __all__ = ["ENCODINGS", "encoder_for"]
@@ -19,6 +20,7 @@ ENCODINGS: dict[str, type[Encoder]] = {
     "chat": ChatEncoder,
     "completion": CompletionEncoder,
     "conversation": ConversationEncoder,
+    "responses": ResponsesEncoder,
 }
 
 

@@ -1,0 +1,289 @@
+"""`/v1/responses`: OpenAI's Responses API on Bernard's turns (a response is a turn; its
+encoding is api/encodings/responses.py, its body api/responses_schema.py).
+
+- `POST /v1/responses` runs a turn: answered as one Response, streamed as OpenAI's events
+  (`stream`), or, `background`, answered at once with the queued Response (then polled or
+  streamed by id).
+- `GET /v1/responses/{id}`: the Response as it stands; with `stream=true`, its events from
+  the start or strictly after `starting_after` (a `sequence_number`), on any API process,
+  during the turn and after it ended.
+- `POST /v1/responses/{id}/cancel` stops the turn (and its upstream call) as
+  `POST /v1/turns/{id}/cancel` does; `DELETE /v1/responses/{id}` forgets it.
+- `GET /v1/responses/{id}/input_items`: the messages the response added to its conversation.
+
+Every response lives in one of its owner's conversations (api/conversations.py): a new one,
+the one `conversation` names, or the one `previous_response_id`'s response is in, which it
+must be the latest response of (409 otherwise: Bernard does not fork a conversation). A
+response of another user is a 404, as a turn is.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Response
+
+from api.admission import Storing
+from api.auth import Owner, TurnOwner
+from api.conversations import (
+    check_conversation_id,
+    conversation_not_found,
+    give_back,
+    machine,
+    open_conversation,
+)
+from api.cursors import Resume
+from api.encodings.responses import (
+    ResponsesEncoder,
+    response_id,
+    response_object,
+    response_status,
+    turn_id_of,
+)
+from api.errors import ApiError, invalid
+from api.json_route import OrjsonRoute
+from api.pages import list_page
+from api.relay import fixed
+from api.responses import JSONResponse
+from api.responses_schema import ResponsesRequest, chat_messages
+from api.session import StreamSession
+from api.sse import FrameResponse
+from api.state import AppState, get_state
+from api.turn_service import UNFINISHED_TTL_S, attach, check_model, start_turn, stream_response
+from shared import keys
+from shared.cancel import request_cancel
+from shared.errors import ErrorCode
+from shared.events import TurnStatus
+from shared.lifecycle import Cause
+from shared.records.keeper import RecordKeeper
+from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.results import TurnResult
+from shared.turn_record import TurnRecord
+
+router = APIRouter(route_class=OrjsonRoute)
+State = Annotated[AppState, Depends(get_state)]
+# As `POST /v1/turns/{id}/cancel` waits (api/routes/turns.py).
+CANCEL_WAIT_S = 5.0
+
+
+def response_not_found(response_id: str) -> ApiError:
+    return ApiError(
+        404,
+        f"no response with id '{response_id}'",
+        param="response_id",
+        code=ErrorCode.NOT_FOUND,
+    )
+
+
+async def _owned(state: AppState, response_id: str, owner: str) -> TurnRecord:
+    """The owner's response of that id, made by this API: else 404."""
+    turn_id = turn_id_of(response_id)
+    record = await state.store.get(turn_id) if turn_id else None
+    if record is None or record.owner != owner or record.request.delivery.encoding != "responses":
+        raise response_not_found(response_id)
+    return record
+
+
+def polled(record: TurnRecord) -> dict[str, Any]:
+    """The Response as it stands: finished, from its stored result; else queued or in
+    progress, with no output yet."""
+    encoder = ResponsesEncoder(record)
+    if record.finished:
+        return encoder.body(record.result or TurnResult())
+    return response_object(record, response_status(record.status, None), [])
+
+
+@router.post("/responses")
+async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest) -> Response:
+    """Run one turn as a Response: JSON, OpenAI's event stream, or queued (`background`)."""
+    check_model(body.model)
+    body.check_limits(state.settings)
+    items = body.items()
+    client_tools = body.client_tools()
+    if client_tools:
+        raise invalid(
+            "function tools are not supported yet: Bernard's own tools are always offered",
+            "tools",
+        )
+    messages = chat_messages(items)
+    if body.instructions:
+        messages.insert(0, {"role": "system", "content": body.instructions})
+    requested = body.conversation_id
+    if requested is not None:
+        check_conversation_id(requested, "conversation")
+    previous: TurnRecord | None = None
+    if body.previous_response_id is not None:
+        previous = await _owned(state, body.previous_response_id, owner)
+        requested = previous.conversation_id
+    echo: dict[str, Any] = {
+        "instructions": body.instructions,
+        "metadata": body.metadata,
+        "previous_response_id": body.previous_response_id,
+        "tools": body.tools,
+        "tool_choice": body.tool_choice,
+        "truncation": body.truncation,
+        "background": body.background,
+    }
+    request = TurnRequest(
+        AgentRequest(
+            messages,
+            # Only the new items: with `previous_response_id` or `conversation` the rest is
+            # the conversation's (worker/recording.py stores all of them).
+            resends_history=False,
+            max_tokens=body.max_output_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            user=body.user,
+            client_tools=client_tools,
+            tool_choice=body.chat_tool_choice(),
+            parallel_tool_calls=body.parallel_tool_calls,
+        ),
+        Delivery(
+            "responses",
+            stream=body.stream,
+            # A background response that is also streamed is streamed from the start; its
+            # client may leave and come back (`on_disconnect` continue) either way.
+            background=body.background and not body.stream,
+            on_disconnect="cancel" if body.stream and not body.background else "continue",
+            echo={k: v for k, v in echo.items() if v is not None},
+        ),
+    )
+    retention_s = state.settings.conversation_retention_s
+    turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
+
+    async def conversation(turn_id: str) -> str:
+        if previous is not None:
+            await _check_latest(state, owner, previous)
+        return await open_conversation(
+            state.redis,
+            state.store,
+            owner,
+            requested,
+            turn_id,
+            retention_s=retention_s,
+            turn_keep_s=turn_keep_s,
+        )
+
+    async def unclaim(conversation_id: str, turn_id: str) -> None:
+        transitions = machine(state.redis, owner, retention_s=retention_s)
+        await give_back(transitions, state.store, conversation_id, turn_id)
+
+    return await start_turn(
+        state,
+        owner,
+        request,
+        conversation,
+        unclaim,
+        Storing(requested),
+        accepted=lambda record: JSONResponse(polled(record)),
+    )
+
+
+async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> None:
+    """A response continues its previous response's conversation only from its latest
+    response (409 otherwise); 404 once that conversation is gone."""
+    conversation_id = previous.conversation_id or ""
+    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    found = await keeper.get_conversation(conversation_id)
+    if found is None:
+        raise conversation_not_found(conversation_id)
+    if found.active_turn != previous.id:
+        latest = response_id(found.active_turn) if found.active_turn else "none"
+        raise ApiError(
+            409,
+            f"response '{response_id(previous.id)}' is not the latest of its conversation "
+            f"'{conversation_id}' (that is '{latest}'): continue from the latest response; "
+            "Bernard does not fork a conversation",
+            param="previous_response_id",
+            code=ErrorCode.CONVERSATION_BUSY,
+        )
+
+
+@router.get("/responses/{response_id}")
+async def get_response(
+    response_id: str,
+    owner: Owner,
+    state: State,
+    stream: bool = False,
+    starting_after: Annotated[int | None, Query(ge=0)] = None,
+) -> Response:
+    """The Response; with `stream=true`, its events strictly after `starting_after`."""
+    record = await _owned(state, response_id, owner)
+    if not stream:
+        return JSONResponse(polled(record))
+    after = -1 if starting_after is None else starting_after
+    # The numbering is the encoder's count from the turn's first event: the stream is read
+    # from its start and the events up to `starting_after` are counted, not sent.
+    encoder = ResponsesEncoder(record, starting_after=after)
+    if not await state.redis.exists(keys.events(record.id)):
+        if record.finished:
+            return FrameResponse(fixed(encoder.compacted(record)))
+        raise ApiError(404, f"response '{response_id}' has no events", code=ErrorCode.NOT_FOUND)
+    return stream_response(state, record, await attach(state, record), Resume(), encoder)
+
+
+@router.post("/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, owner: Owner, state: State) -> dict[str, Any]:
+    """Stop the response's turn from any API process (its upstream call is closed); the
+    Response once it has ended. A finished response is answered as it is."""
+    record = await _stopped(state, await _owned(state, response_id, owner))
+    return polled(record)
+
+
+async def _stopped(state: AppState, record: TurnRecord) -> TurnRecord:
+    """The record once its turn has ended, cancelled if it had not (as
+    `POST /v1/turns/{id}/cancel` does: api/routes/turns.py)."""
+    if record.finished:
+        return record
+    await request_cancel(
+        state.redis, record.id, ttl_s=state.settings.turn_retention_s, queue=state.queue
+    )
+    if record.status == TurnStatus.QUEUED:
+        # No worker has it yet, and there may be none: end it here.
+        await state.store.end(record.id, record.owner, Cause.CANCELLED_QUEUED)
+    await StreamSession(state.hub, record.id, CANCEL_WAIT_S).wait_for_done()
+    return await state.store.get(record.id) or record
+
+
+@router.delete("/responses/{response_id}")
+async def delete_response(response_id: str, owner: Owner, state: State) -> dict[str, Any]:
+    """Forget the response (a running one is cancelled first): no route finds it again.
+    The messages it added stay in its conversation (`DELETE /v1/conversations/{id}`
+    removes them)."""
+    record = await _stopped(state, await _owned(state, response_id, owner))
+    await state.store.forget(owner, [record.id])
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.get("/responses/{response_id}/input_items")
+async def input_items(
+    response_id: str,
+    owner: Owner,
+    state: State,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> dict[str, Any]:
+    """The messages the response added to its conversation (the client's input, as stored:
+    instructions included), oldest first."""
+    record = await _owned(state, response_id, owner)
+    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    data: list[dict[str, Any]] = []
+    after: str | None = None
+    more = True
+    while more and record.conversation_id and len(data) <= limit:
+        rows, more = await keeper.rows(record.conversation_id, after=after, limit=100)
+        for row in rows:
+            if row.get("turn_id") == record.id and row.get("role") in ("user", "system"):
+                data.append(_input_item(row))
+        after = rows[-1]["id"] if rows else None
+        more = more and after is not None
+    return list_page(data[:limit], len(data) > limit)
+
+
+def _input_item(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "type": "message",
+        "role": row["role"],
+        "status": "completed",
+        "content": [{"type": "input_text", "text": row.get("content") or ""}],
+    }

@@ -1,0 +1,150 @@
+"""The Responses API (`/v1/responses`, api/routes/responses.py) through the official `openai`
+SDK, unmodified, against a running API and worker and the scripted upstream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import Stack
+from tests.upstream import Reply, ScriptedUpstream
+
+
+def sdk(stack: Stack) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
+
+
+def types_of(events: list[Any]) -> list[str]:
+    return [event.type for event in events]
+
+
+async def test_create_answers_one_response(stack: Stack, upstream: ScriptedUpstream) -> None:
+    upstream.script(Reply.text("Plain answer.", usage=(3, 2)))
+    response = await sdk(stack).responses.create(model="bernard-v1", input="hello")
+    assert response.object == "response"
+    assert response.status == "completed"
+    assert response.id.startswith("resp_")
+    assert response.output_text == "Plain answer."
+    assert response.usage is not None
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (3, 2)
+    assert response.usage.total_tokens == 5
+    assert response.error is None and response.incomplete_details is None
+    (message,) = response.output
+    assert message.type == "message" and message.role == "assistant"
+    assert upstream.requests[-1]["messages"][-1] == {"role": "user", "content": "hello"}
+
+
+async def test_instructions_and_input_items_reach_the_model(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text("Oui."))
+    response = await sdk(stack).responses.create(
+        model="bernard-v1",
+        instructions="Answer in French.",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Yes?"}]}],
+        metadata={"k": "v"},
+        temperature=0.5,
+        max_output_tokens=50,
+    )
+    assert response.output_text == "Oui."
+    assert response.instructions == "Answer in French."
+    assert response.metadata == {"k": "v"}
+    assert response.temperature == 0.5 and response.max_output_tokens == 50
+    sent = upstream.requests[-1]
+    assert {"role": "user", "content": "Yes?"} in sent["messages"]
+    assert any("Answer in French." in str(m.get("content")) for m in sent["messages"])
+    assert sent["temperature"] == 0.5
+
+
+async def test_a_length_cut_is_incomplete(stack: Stack, upstream: ScriptedUpstream) -> None:
+    upstream.script(Reply.text([f"w{i} " for i in range(10)]))
+    response = await sdk(stack).responses.create(
+        model="bernard-v1", input="hello", max_output_tokens=3
+    )
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.output_text == "w0 w1 w2 "
+
+
+async def test_create_streams_openais_event_sequence(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["Bonjour", " à", " tous"], usage=(4, 3)))
+    stream = await sdk(stack).responses.create(model="bernard-v1", input="hello", stream=True)
+    events = [event async for event in stream]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    kinds = types_of(events)
+    deltas = kinds.count("response.output_text.delta")
+    assert deltas >= 1  # the worker may join deltas that piled up
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * deltas,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == (
+        "Bonjour à tous"
+    )
+    final = events[-1].response
+    assert final.output_text == "Bonjour à tous"
+    assert final.usage is not None and final.usage.total_tokens == 7
+    assert final.id == events[0].response.id
+
+
+async def test_the_stream_helper_gives_the_final_response(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text(["one", " two"], usage=(2, 2)))
+    async with sdk(stack).responses.stream(model="bernard-v1", input="hello") as stream:
+        texts = [
+            event.delta async for event in stream if event.type == "response.output_text.delta"
+        ]
+        final = await stream.get_final_response()
+    assert "".join(texts) == "one two"
+    assert final.output_text == "one two"
+    assert final.status == "completed"
+    assert final.usage is not None and final.usage.total_tokens == 4
+
+
+async def test_a_failed_turn_streams_response_failed(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.error(500, "boom"))
+    stream = await sdk(stack).responses.create(model="bernard-v1", input="hello", stream=True)
+    events = [event async for event in stream]
+    assert types_of(events) == ["response.created", "response.in_progress", "response.failed"]
+    failed = events[-1].response
+    assert failed.status == "failed"
+    assert failed.error is not None and failed.error.code == "upstream_error"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"reasoning": {"effort": "low"}}, "reasoning"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, None),
+        ({"store": False}, "store"),
+        ({"temperature": 3}, "temperature"),
+    ],
+)
+async def test_what_bernard_cannot_honour_is_a_400_naming_it(
+    stack: Stack, extra: dict[str, Any], param: str | None
+) -> None:
+    body = {"model": "bernard-v1", "input": "hello", **extra}
+    response = await stack.client.post("/v1/responses", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    if param is not None:
+        assert error["param"] == param
+    else:
+        assert error["param"] == "input[0].content[0].type"
