@@ -1,0 +1,158 @@
+"""Responses that outlive their request (api/routes/responses.py), through the official
+`openai` SDK: background mode, polling, resuming a stream after any `sequence_number` on
+any API process, cancel (which closes the upstream call), delete, input items, and the
+per-user 404."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import Stack, make_settings, run_api, run_stack
+from tests.upstream import Reply, ScriptedUpstream
+
+
+def sdk(base_url: str, key: str = "anything") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
+
+
+async def poll(client: openai.AsyncOpenAI, response_id: str, wanted: set[str]) -> Any:
+    async with asyncio.timeout(10):
+        while True:
+            response = await client.responses.retrieve(response_id)
+            if response.status in wanted:
+                return response
+            await asyncio.sleep(0.02)
+
+
+def wire(events: list[Any]) -> list[dict[str, Any]]:
+    return [event.model_dump(mode="json") for event in events]
+
+
+async def events_of(client: openai.AsyncOpenAI, response_id: str, after: int | None) -> list[Any]:
+    if after is None:
+        stream = await client.responses.retrieve(response_id, stream=True)
+    else:
+        stream = await client.responses.retrieve(response_id, stream=True, starting_after=after)
+    return [event async for event in stream]
+
+
+async def test_background_answers_the_queued_response_at_once_then_polls_to_completed(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    gate = upstream.script(Reply.text(["in", " the", " background"], block_after_first=True))
+    client = sdk(stack.base_url)
+    queued = await client.responses.create(model="bernard-v1", input="hello", background=True)
+    assert queued.status in ("queued", "in_progress")
+    assert queued.background is True and queued.output == []
+    await gate.wait_blocked()
+    assert (await client.responses.retrieve(queued.id)).status == "in_progress"
+    gate.release()
+    done = await poll(client, queued.id, {"completed"})
+    assert done.output_text == "in the background"
+    assert done.id == queued.id and done.background is True
+    assert done.completed_at is not None
+
+
+async def test_resuming_after_every_sequence_number_gives_exactly_the_rest_on_any_api(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text([f"t{i} " for i in range(8)], usage=(3, 8)))
+    first = sdk(stack.base_url)
+    created = await first.responses.create(model="bernard-v1", input="hello", background=True)
+    await poll(first, created.id, {"completed"})
+    full = await events_of(first, created.id, None)
+    assert [e.sequence_number for e in full] == list(range(len(full)))
+    assert full[-1].type == "response.completed" and len(full) >= 9
+    async with run_api(stack.settings) as other_url:
+        other = sdk(other_url)
+        for n in range(len(full)):
+            client = other if n % 2 else first
+            rest = await events_of(client, created.id, n)
+            assert wire(rest) == wire(full[n + 1 :]), f"resume after {n}"
+
+
+async def test_a_dropped_stream_resumes_exactly_where_it_left(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    tokens = [f" w{i}" for i in range(20)]
+    upstream.script(Reply.text(tokens, chunk_delay=0.01))
+    client = sdk(stack.base_url)
+    seen: list[Any] = []
+    stream = await client.responses.create(
+        model="bernard-v1", input="hello", background=True, stream=True
+    )
+    async for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta":
+            break
+    await stream.close()  # the connection drops mid-answer
+    response_id = seen[0].response.id
+    seen += await events_of(client, response_id, seen[-1].sequence_number)
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert seen[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    assert text == "".join(tokens)
+    assert wire(seen) == wire(await events_of(client, response_id, None))
+
+
+async def test_cancel_stops_the_turn_and_closes_the_upstream_call(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    client = sdk(stack.base_url)
+    created = await client.responses.create(model="bernard-v1", input="hello", background=True)
+    await upstream.wait_requests(1)
+    cancelled = await client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    exchange = await upstream.wait_disconnect(timeout_s=5)
+    assert exchange.ended and exchange.completed_at is None
+    assert (await client.responses.retrieve(created.id)).status == "cancelled"
+    again = await client.responses.cancel(created.id)
+    assert again.status == "cancelled"
+    events = await events_of(client, created.id, None)
+    assert events[-1].type == "response.cancelled"
+    assert events[-1].response["status"] == "cancelled"  # a type the SDK does not know
+
+
+async def test_input_items_and_delete(stack: Stack, upstream: ScriptedUpstream) -> None:
+    upstream.script(Reply.text("Answer."))
+    client = sdk(stack.base_url)
+    response = await client.responses.create(
+        model="bernard-v1", input=[{"role": "user", "content": "the question"}]
+    )
+    items = await client.responses.input_items.list(response.id)
+    assert [(i.type, i.role, i.content[0].text) for i in items.data] == [  # type: ignore[union-attr]
+        ("message", "user", "the question")
+    ]
+    await client.responses.delete(response.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(response.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.delete(response.id)
+
+
+async def test_another_users_response_is_a_404_everywhere(upstream: ScriptedUpstream) -> None:
+    settings = make_settings(upstream, api_keys="key-alice:alice,key-bob:bob")
+    async with run_stack(settings) as stack:
+        upstream.script(Reply.text("Alice's."))
+        alice = sdk(stack.base_url, "key-alice")
+        bob = sdk(stack.base_url, "key-bob")
+        response = await alice.responses.create(model="bernard-v1", input="hello")
+        for attempt in (
+            bob.responses.retrieve(response.id),
+            bob.responses.cancel(response.id),
+            bob.responses.delete(response.id),
+            bob.responses.input_items.list(response.id),
+            bob.responses.create(
+                model="bernard-v1", input="more", previous_response_id=response.id
+            ),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                await attempt
+        with pytest.raises(openai.NotFoundError):
+            await events_of(bob, response.id, 0)
+        assert (await alice.responses.retrieve(response.id)).output_text == "Alice's."
