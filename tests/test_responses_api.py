@@ -148,3 +148,45 @@ async def test_what_bernard_cannot_honour_is_a_400_naming_it(
         assert error["param"] == param
     else:
         assert error["param"] == "input[0].content[0].type"
+
+
+async def test_previous_response_id_continues_its_conversation(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = sdk(stack)
+    upstream.script(Reply.text("Hello Ann."))
+    first = await client.responses.create(model="bernard-v1", input="My name is Ann.")
+    upstream.script(Reply.text("You are Ann."))
+    second = await client.responses.create(
+        model="bernard-v1", input="What is my name?", previous_response_id=first.id
+    )
+    assert second.output_text == "You are Ann."
+    assert second.previous_response_id == first.id
+    assert first.conversation is not None and second.conversation is not None
+    assert second.conversation.id == first.conversation.id
+    sent = [(m["role"], m["content"]) for m in upstream.requests[-1]["messages"]]
+    assert sent[-3:] == [
+        ("user", "My name is Ann."),
+        ("assistant", "Hello Ann."),
+        ("user", "What is my name?"),
+    ]
+    # Only from the conversation's latest response: Bernard does not fork.
+    with pytest.raises(openai.ConflictError) as stale:
+        await client.responses.create(
+            model="bernard-v1", input="Again?", previous_response_id=first.id
+        )
+    assert stale.value.param == "previous_response_id"  # type: ignore[attr-defined]
+    assert second.id in stale.value.message
+    # `conversation` names the same conversation.
+    upstream.script(Reply.text("Still Ann."))
+    third = await client.responses.create(
+        model="bernard-v1", input="And now?", conversation=first.conversation.id
+    )
+    assert third.conversation is not None and third.conversation.id == first.conversation.id
+    assert ("assistant", "You are Ann.") in [
+        (m["role"], m["content"]) for m in upstream.requests[-1]["messages"]
+    ]
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(
+            model="bernard-v1", input="x", previous_response_id="resp_nothing"
+        )
