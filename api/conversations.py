@@ -299,3 +299,20 @@ def confirmation_not_found(confirmation_id: str) -> ApiError:
         param="confirmation_id",
         code=ErrorCode.CONFIRMATION_NOT_FOUND,
     )
+
+
+def resumption(proposal: Message, decided: list[Message]) -> dict[str, Any]:
+    """What the turn carrying out a step's decisions resumes (worker/harness/resume.py),
+    given one of the step's proposals and the decisions `DECIDE` answered with."""
+    return {
+        "turn_id": proposal["turn_id"],
+        "decisions": [
+            {
+                "confirmation_id": one["confirmation_id"],
+                "tool_call": one["tool_call"],
+                "decision": "approve" if one["state"] == "approved" else "reject",
+                "arguments": one.get("arguments"),
+            }
+            for one in decided
+        ],
+    }

@@ -31,6 +31,7 @@ from api.conversations import (
     machine,
     pending_of,
     public_proposal,
+    resumption,
     retitle,
     status_of,
 )
@@ -49,7 +50,7 @@ from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
 from shared.records.conversation import ConversationExistsError
 from shared.records.keeper import RecordKeeper
-from shared.records.messages import Message, row_position
+from shared.records.messages import row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -300,7 +301,7 @@ async def resume(
             raise _StillWaiting
         if decision.outcome is not Outcome.RESUMED:
             raise decision_error(decision, conversation_id, body.confirmation_id)
-        request.agent.resume = _resumed(proposal, decision.decided)
+        request.agent.resume = resumption(proposal, decision.decided)
         return conversation_id
 
     async def unclaim(conversation_id: str, turn_id: str) -> None:
@@ -317,22 +318,6 @@ async def resume(
 
 class _StillWaiting(Exception):
     """The decision left another call of its step waiting: no turn starts."""
-
-
-def _resumed(proposal: Message, decided: list[Message]) -> dict[str, Any]:
-    """What the turn carrying out a step's decisions resumes (worker/harness/resume.py)."""
-    return {
-        "turn_id": proposal["turn_id"],
-        "decisions": [
-            {
-                "confirmation_id": one["confirmation_id"],
-                "tool_call": one["tool_call"],
-                "decision": "approve" if one["state"] == "approved" else "reject",
-                "arguments": one.get("arguments"),
-            }
-            for one in decided
-        ],
-    }
 
 
 async def _run(
