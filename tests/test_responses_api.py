@@ -3,17 +3,28 @@ SDK, unmodified, against a running API and worker and the scripted upstream."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
 import pytest
 
+from shared.notes import NoteStore
+from shared.settings import LOCAL_USER
 from tests.conftest import Stack
 from tests.upstream import Reply, ScriptedUpstream
 
 
 def sdk(stack: Stack) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
+
+
+NOTE = ("save_note", {"text": "the door code is 1234"})
+
+
+async def notes_of(stack: Stack) -> list[str]:
+    store = NoteStore(stack.redis, LOCAL_USER, retention_s=60)
+    return [note.text for note in await store.all()]
 
 
 def types_of(events: list[Any]) -> list[str]:
@@ -190,3 +201,114 @@ async def test_previous_response_id_continues_its_conversation(
         await client.responses.create(
             model="bernard-v1", input="x", previous_response_id="resp_nothing"
         )
+
+
+async def test_bernards_own_tool_calls_are_mcp_calls(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script(Reply.text("It is 42."))
+    async with sdk(stack).responses.stream(model="bernard-v1", input="6*7?") as stream:
+        events = [event async for event in stream]
+        final = await stream.get_final_response()
+    kinds = [kind for kind in types_of(events) if kind != "response.output_text.delta"]
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.progress",  # Bernard's own: the SDK passes it through
+        "response.mcp_call.progress",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    call, message = final.output
+    assert call.type == "mcp_call" and message.type == "message"
+    assert (call.server_label, call.name, call.output, call.error) == (
+        "bernard",
+        "calculator",
+        "42",
+        None,
+    )
+    assert json.loads(call.arguments) == {"expression": "6 * 7"}
+    assert final.output_text == "It is 42."
+    # Polled, the same items.
+    polled = await sdk(stack).responses.retrieve(final.id)
+    assert polled.output[0].model_dump() == call.model_dump()
+    assert (polled.output[1].id, polled.output_text) == (message.id, "It is 42.")
+
+
+async def test_a_call_needing_approval_ends_the_response_and_an_approval_continues_it(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = sdk(stack)
+    before = await notes_of(stack)  # the tests' user is the same in every test
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    paused = await client.responses.create(model="bernard-v1", input="remember the door code")
+    assert paused.status == "completed"
+    (request,) = paused.output
+    assert request.type == "mcp_approval_request"
+    assert (request.server_label, request.name) == ("bernard", "save_note")
+    assert json.loads(request.arguments) == {"text": "the door code is 1234"}
+    assert await notes_of(stack) == before, "nothing ran"
+
+    upstream.script(Reply.text("Saved it."))
+    stream = await client.responses.create(
+        model="bernard-v1",
+        previous_response_id=paused.id,
+        input=[
+            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+        ],
+        stream=True,
+    )
+    events = [event async for event in stream]
+    final = events[-1].response
+    assert final.status == "completed" and final.previous_response_id == paused.id
+    call = final.output[0]
+    assert (call.type, call.name) == ("mcp_call", "save_note")
+    assert final.output_text == "Saved it."
+    assert await notes_of(stack) == [*before, "the door code is 1234"]
+    # Decided once: the same approval again is refused.
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.create(
+            model="bernard-v1",
+            previous_response_id=paused.id,
+            input=[
+                {
+                    "type": "mcp_approval_response",
+                    "approval_request_id": request.id,
+                    "approve": False,
+                }
+            ],
+        )
+
+
+async def test_a_rejected_call_never_runs(stack: Stack, upstream: ScriptedUpstream) -> None:
+    client = sdk(stack)
+    before = await notes_of(stack)
+    upstream.script_router(Reply.tool_calls([NOTE]))
+    paused = await client.responses.create(model="bernard-v1", input="remember the door code")
+    upstream.script(Reply.text("Not saved."))
+    answer = await client.responses.create(
+        model="bernard-v1",
+        previous_response_id=paused.id,
+        input=[
+            {
+                "type": "mcp_approval_response",
+                "approval_request_id": paused.output[0].id,
+                "approve": False,
+            }
+        ],
+    )
+    assert answer.output_text == "Not saved."
+    assert await notes_of(stack) == before
+    declined = upstream.router_requests[-1]["messages"][-1]
+    assert declined["role"] == "tool" and "save_note" not in await notes_of(stack)

@@ -188,14 +188,14 @@ def result_output(turn_id: str, result: TurnResult) -> list[dict[str, Any]]:
     output: list[dict[str, Any]] = []
     outputs = {one.get("id"): one.get("content") for one in result.tool_outputs}
     for call in result.tool_calls:
-        function = call.get("function") or {}
-        content = outputs.get(call.get("id"))
+        # As the router records them: {id, name, arguments} (worker/harness/router.py).
+        function = call.get("function") or call
         output.append(
             mcp_call_item(
                 call["id"],
                 function.get("name", ""),
                 function.get("arguments", ""),
-                content,
+                outputs.get(call.get("id")),
                 False,
                 "completed",
             )

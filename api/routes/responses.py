@@ -28,9 +28,12 @@ from api.auth import Owner, TurnOwner
 from api.conversations import (
     check_conversation_id,
     conversation_not_found,
+    decision_error,
     give_back,
     machine,
     open_conversation,
+    pending_of,
+    resumption,
 )
 from api.cursors import Resume
 from api.encodings.responses import (
@@ -52,6 +55,7 @@ from api.state import AppState, get_state
 from api.turn_service import UNFINISHED_TTL_S, attach, check_model, start_turn, stream_response
 from shared import keys
 from shared.cancel import request_cancel
+from shared.conversation_state import Decision, Outcome
 from shared.errors import ErrorCode
 from shared.events import TurnStatus
 from shared.lifecycle import Cause
@@ -99,6 +103,9 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     check_model(body.model)
     body.check_limits(state.settings)
     items = body.items()
+    approvals = [item for item in items if item.get("type") == "mcp_approval_response"]
+    if approvals:
+        return await _decide(state, owner, body, approvals)
     client_tools = body.client_tools()
     if client_tools:
         raise invalid(
@@ -108,6 +115,7 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     messages = chat_messages(items)
     if body.instructions:
         messages.insert(0, {"role": "system", "content": body.instructions})
+    request = _turn_request(body, messages)
     requested = body.conversation_id
     if requested is not None:
         check_conversation_id(requested, "conversation")
@@ -115,39 +123,6 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     if body.previous_response_id is not None:
         previous = await _owned(state, body.previous_response_id, owner)
         requested = previous.conversation_id
-    echo: dict[str, Any] = {
-        "instructions": body.instructions,
-        "metadata": body.metadata,
-        "previous_response_id": body.previous_response_id,
-        "tools": body.tools,
-        "tool_choice": body.tool_choice,
-        "truncation": body.truncation,
-        "background": body.background,
-    }
-    request = TurnRequest(
-        AgentRequest(
-            messages,
-            # Only the new items: with `previous_response_id` or `conversation` the rest is
-            # the conversation's (worker/recording.py stores all of them).
-            resends_history=False,
-            max_tokens=body.max_output_tokens,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            user=body.user,
-            client_tools=client_tools,
-            tool_choice=body.chat_tool_choice(),
-            parallel_tool_calls=body.parallel_tool_calls,
-        ),
-        Delivery(
-            "responses",
-            stream=body.stream,
-            # A background response that is also streamed is streamed from the start; its
-            # client may leave and come back (`on_disconnect` continue) either way.
-            background=body.background and not body.stream,
-            on_disconnect="cancel" if body.stream and not body.background else "continue",
-            echo={k: v for k, v in echo.items() if v is not None},
-        ),
-    )
     retention_s = state.settings.conversation_retention_s
     turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
 
@@ -179,6 +154,43 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     )
 
 
+def _turn_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> TurnRequest:
+    """The turn a create runs: the messages (only the new ones: with
+    `previous_response_id` or `conversation` the rest is the conversation's, and
+    worker/recording.py stores all of them) and the body's options."""
+    echo: dict[str, Any] = {
+        "instructions": body.instructions,
+        "metadata": body.metadata,
+        "previous_response_id": body.previous_response_id,
+        "tools": body.tools,
+        "tool_choice": body.tool_choice,
+        "truncation": body.truncation,
+        "background": body.background,
+    }
+    return TurnRequest(
+        AgentRequest(
+            messages,
+            resends_history=False,
+            max_tokens=body.max_output_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            user=body.user,
+            client_tools=body.client_tools(),
+            tool_choice=body.chat_tool_choice(),
+            parallel_tool_calls=body.parallel_tool_calls,
+        ),
+        Delivery(
+            "responses",
+            stream=body.stream,
+            # A background response that is also streamed is streamed from the start; its
+            # client may leave and come back (`on_disconnect` continue) either way.
+            background=body.background and not body.stream,
+            on_disconnect="cancel" if body.stream and not body.background else "continue",
+            echo={k: v for k, v in echo.items() if v is not None},
+        ),
+    )
+
+
 async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> None:
     """A response continues its previous response's conversation only from its latest
     response (409 otherwise); 404 once that conversation is gone."""
@@ -197,6 +209,89 @@ async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> No
             param="previous_response_id",
             code=ErrorCode.CONVERSATION_BUSY,
         )
+
+
+async def _decide(
+    state: AppState, owner: str, body: ResponsesRequest, approvals: list[dict[str, Any]]
+) -> Response:
+    """Decide the calls a paused response proposed (its `mcp_approval_request` items), as
+    `POST /v1/conversations/{id}/resume` does one by one: the response continues its
+    previous response's conversation as a new turn that runs what was approved and tells
+    the model what was declined. Every call the paused response waits on must be decided
+    at once, and nothing else may come with the decisions (400 naming what)."""
+    if body.previous_response_id is None:
+        raise invalid(
+            "mcp_approval_response items need previous_response_id", "previous_response_id"
+        )
+    if len(approvals) != len(body.items()):
+        raise invalid("an input of mcp_approval_response items may hold nothing else", "input")
+    previous = await _owned(state, body.previous_response_id, owner)
+    conversation_id = previous.conversation_id or ""
+    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    waiting = {
+        p["confirmation_id"]: p
+        for p in pending_of(await keeper.proposals(conversation_id))
+        if p.get("turn_id") == previous.id
+    }
+    decisions: list[tuple[str, bool]] = []
+    for i, item in enumerate(approvals):
+        request_id, approve = item.get("approval_request_id"), item.get("approve")
+        if not isinstance(request_id, str) or request_id not in waiting:
+            raise ApiError(
+                404,
+                f"response '{body.previous_response_id}' waits on no approval request "
+                f"'{request_id}'",
+                param=f"input[{i}].approval_request_id",
+                code=ErrorCode.CONFIRMATION_NOT_FOUND,
+            )
+        if not isinstance(approve, bool):
+            raise invalid("approve must be true or false", f"input[{i}].approve")
+        unknown = sorted(set(item) - {"type", "id", "approval_request_id", "approve", "reason"})
+        if unknown:
+            raise invalid(f"unknown field {unknown[0]!r}", f"input[{i}]")
+        decisions.append((request_id, approve))
+    undecided = sorted(set(waiting) - {request_id for request_id, _ in decisions})
+    if undecided:
+        raise invalid(
+            f"decide every call the response waits on: '{undecided[0]}' is not decided",
+            "input",
+        )
+    request = _turn_request(body, [])
+    transitions = machine(
+        state.redis,
+        owner,
+        retention_s=state.settings.conversation_retention_s,
+        turn_keep_s=UNFINISHED_TTL_S + state.settings.turn_retention_s,
+    )
+
+    async def decide(turn_id: str) -> str:
+        for request_id, approve in decisions:
+            decision = await transitions.decide(
+                conversation_id,
+                request_id,
+                "approve" if approve else "reject",
+                turn_id=turn_id,
+            )
+            if decision.outcome is Outcome.RESUMED:
+                request.agent.resume = resumption(waiting[request_id], decision.decided)
+                return conversation_id
+            if decision.outcome is not Outcome.DECIDED:
+                raise decision_error(decision, conversation_id, request_id)
+        # Each call was decided, yet the step still waits: one it proposed lapsed meanwhile.
+        raise decision_error(Decision(Outcome.EXPIRED), conversation_id, decisions[-1][0])
+
+    async def unclaim(conversation_id: str, turn_id: str) -> None:
+        await give_back(transitions, state.store, conversation_id, turn_id)
+
+    return await start_turn(
+        state,
+        owner,
+        request,
+        decide,
+        unclaim,
+        Storing(conversation_id),
+        accepted=lambda record: JSONResponse(polled(record)),
+    )
 
 
 @router.get("/responses/{response_id}")
