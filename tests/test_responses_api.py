@@ -8,6 +8,8 @@ from typing import Any
 
 import openai
 import pytest
+from langchain_core.messages import AIMessageChunk, HumanMessage
+from langchain_openai import ChatOpenAI
 
 from shared.notes import NoteStore
 from shared.settings import LOCAL_USER
@@ -312,3 +314,27 @@ async def test_a_rejected_call_never_runs(stack: Stack, upstream: ScriptedUpstre
     assert await notes_of(stack) == before
     declined = upstream.router_requests[-1]["messages"][-1]
     assert declined["role"] == "tool" and "save_note" not in await notes_of(stack)
+
+
+async def test_langchain_chat_openai_speaks_the_responses_api(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    llm = ChatOpenAI(
+        model="bernard-v1",
+        base_url=f"{stack.base_url}/v1",
+        api_key="anything",  # type: ignore[arg-type]
+        max_retries=0,
+        use_responses_api=True,
+    )
+    upstream.script(Reply.text("Invoked.", usage=(5, 2)))
+    message = await llm.ainvoke([HumanMessage("hello")])
+    assert message.text == "Invoked."
+    assert message.response_metadata["id"].startswith("resp_")
+    assert message.usage_metadata is not None and message.usage_metadata["total_tokens"] == 7
+    upstream.script(Reply.text(["Lang", "Chain"], usage=(5, 2)))
+    total: AIMessageChunk | None = None
+    async for chunk in llm.astream([HumanMessage("hello")]):
+        assert isinstance(chunk, AIMessageChunk)
+        total = chunk if total is None else total + chunk
+    assert total is not None and total.text == "LangChain"
+    assert total.usage_metadata is not None and total.usage_metadata["total_tokens"] == 7
