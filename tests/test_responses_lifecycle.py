@@ -11,6 +11,7 @@ from typing import Any
 import openai
 import pytest
 
+from shared import keys
 from tests.conftest import Stack, make_settings, run_api, run_stack
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -156,3 +157,36 @@ async def test_another_users_response_is_a_404_everywhere(upstream: ScriptedUpst
         with pytest.raises(openai.NotFoundError):
             await events_of(bob, response.id, 0)
         assert (await alice.responses.retrieve(response.id)).output_text == "Alice's."
+
+
+async def test_after_the_streams_retention_the_replay_is_built_from_the_record(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script(Reply.text(["It", " is", " 42."], usage=(3, 3)))
+    client = sdk(stack.base_url)
+    response = await client.responses.create(model="bernard-v1", input="6*7?")
+    await stack.redis.delete(keys.events(response.id.removeprefix("resp_")))  # as if expired
+    replay = await events_of(client, response.id, None)
+    assert [e.type for e in replay] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in replay] == list(range(7))
+    assert replay[3].item.type == "mcp_call" and replay[3].item.output == "42"
+    assert replay[-1].response.output_text == "It is 42."
+    assert wire(await events_of(client, response.id, 3)) == wire(replay[4:])
+
+
+async def test_a_bad_starting_after_or_id_is_refused(stack: Stack) -> None:
+    bad = await stack.client.get("/v1/responses/resp_x?stream=true&starting_after=-1")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
+    for unknown in ("resp_nothing", "nothing", "resp_"):
+        missing = await stack.client.get(f"/v1/responses/{unknown}")
+        assert missing.status_code == 404, unknown
+        assert missing.json()["error"]["param"] == "response_id"
