@@ -91,6 +91,7 @@ async def test_a_dropped_stream_resumes_exactly_where_it_left(
         if event.type == "response.output_text.delta":
             break
     await stream.close()  # the connection drops mid-answer
+    assert (seen[0].response.status, seen[0].response.background) == ("queued", True)
     response_id = seen[0].response.id
     seen += await events_of(client, response_id, seen[-1].sequence_number)
     assert [e.sequence_number for e in seen] == list(range(len(seen)))

@@ -151,7 +151,9 @@ def response_object(
         "object": "response",
         "created_at": int(record.created_at),
         "status": status,
-        "background": record.request.delivery.background,
+        # As the client asked: a background response that is also streamed is delivered
+        # as a stream (api/routes/responses.py), yet is a background response.
+        "background": bool(echo.get("background")),
         "completed_at": int(finished_at) if finished_at and status == "completed" else None,
         "error": error,
         "incomplete_details": incomplete,
@@ -268,7 +270,11 @@ class ResponsesEncoder:
     def frames(self, event: Event) -> list[Frame]:
         match event:
             case Start():
-                queued = "queued" if self.record.request.delivery.background else "in_progress"
+                queued = (
+                    "queued"
+                    if self.record.request.delivery.echo.get("background")
+                    else "in_progress"
+                )
                 created = self._event("response.created", {"response": self._snapshot(queued)})
                 running = {"response": self._snapshot("in_progress")}
                 return created + self._event("response.in_progress", running)
