@@ -71,6 +71,11 @@ class ResponsesRequest(_Strict):
     parallel_tool_calls: bool = True
     tools: list[dict[str, Any]] | None = Field(None, max_length=_MAX_TOOLS)
     tool_choice: str | dict[str, Any] | None = None
+    # What OpenAI would add to the output (logprobs, encrypted reasoning...): none of it
+    # exists here, so only an empty list is taken (the Agents SDK always sends one).
+    include: list[str] | None = Field(None, max_length=0)
+    # The output's format: only plain text.
+    text: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ResponsesRequest:
@@ -86,6 +91,9 @@ class ResponsesRequest(_Strict):
                 "which DELETE /v1/responses/{id} or /v1/conversations/{id} removes",
                 "store",
             )
+        kind = ((self.text or {}).get("format") or {}).get("type", "text")
+        if kind != "text" or set(self.text or {}) - {"format"}:
+            raise invalid("only a text format of the output is supported", "text")
         if self.background and not self.store:
             raise invalid("a background response must be stored", "background")
         for key, value in (self.metadata or {}).items():

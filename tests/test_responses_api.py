@@ -71,6 +71,21 @@ async def test_instructions_and_input_items_reach_the_model(
     assert sent["temperature"] == 0.5
 
 
+async def test_what_the_agents_sdk_sends_by_default_is_taken(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text("Fine."))
+    body = {
+        "model": "bernard-v1",
+        "input": "hello",
+        "include": [],
+        "text": {"format": {"type": "text"}},
+    }
+    response = await stack.client.post("/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["output"][0]["content"][0]["text"] == "Fine."
+
+
 async def test_a_length_cut_is_incomplete(stack: Stack, upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text([f"w{i} " for i in range(10)]))
     response = await sdk(stack).responses.create(
@@ -147,6 +162,8 @@ async def test_a_failed_turn_streams_response_failed(
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, None),
         ({"store": False}, "store"),
+        ({"include": ["message.output_text.logprobs"]}, "include"),
+        ({"text": {"format": {"type": "json_schema"}}}, "text"),
         ({"temperature": 3}, "temperature"),
     ],
 )
