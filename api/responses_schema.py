@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
+from shared.client_tools import RESPOND_TOOL_NAME
 from shared.settings import MODEL_ID, Settings
 
 _MAX_INT32 = 2**31 - 1
@@ -112,9 +113,11 @@ class ResponsesRequest(_Strict):
         return self.conversation
 
     def client_tools(self) -> list[dict[str, Any]]:
-        """The client's function tools in Chat Completions' shape; any other type is a 400
-        naming it."""
+        """The client's function tools in Chat Completions' shape; any other type, a name
+        given twice or the router's own `respond` is a 400 naming it (a name Bernard's own
+        tools take is the route's to refuse: api/client_tools.py)."""
         tools = []
+        seen: set[str] = set()
         for i, tool in enumerate(self.tools or ()):
             kind = tool.get("type")
             if kind != "function":
@@ -126,6 +129,10 @@ class ResponsesRequest(_Strict):
             name = tool.get("name")
             if not isinstance(name, str) or not 1 <= len(name) <= _MAX_NAME_CHARS:
                 raise invalid("a function tool needs a name", f"tools[{i}].name")
+            if name in seen or name == RESPOND_TOOL_NAME:
+                why = "is given twice" if name in seen else "is the router's own"
+                raise invalid(f"tool name {name!r} {why}", f"tools[{i}].name")
+            seen.add(name)
             unknown = sorted(set(tool) - {"type", "name", "description", "parameters", "strict"})
             if unknown:
                 raise invalid(f"unknown field {unknown[0]!r} in a function tool", f"tools[{i}]")
@@ -137,14 +144,21 @@ class ResponsesRequest(_Strict):
         return tools
 
     def chat_tool_choice(self) -> str | dict[str, Any] | None:
-        """`tool_choice` in Chat Completions' shape (shared/requests.py)."""
+        """`tool_choice` in Chat Completions' shape (shared/requests.py); one naming no
+        function given, or `required` without tools, is a 400."""
         choice = self.tool_choice
-        if choice is None or choice in ("none", "auto", "required"):
+        names = {tool.get("name") for tool in self.tools or ()}
+        if choice is None or choice in ("none", "auto"):
+            return choice
+        if choice == "required":
+            if not names:
+                raise invalid('tool_choice "required" needs function tools', "tool_choice")
             return choice
         if isinstance(choice, dict) and choice.get("type") == "function":
             name = choice.get("name")
-            if isinstance(name, str) and name:
+            if isinstance(name, str) and name in names:
                 return {"type": "function", "function": {"name": name}}
+            raise invalid(f"tool_choice names no function given in tools: {name!r}", "tool_choice")
         raise invalid(
             'tool_choice must be "none", "auto", "required" or {"type": "function", "name": ...}',
             "tool_choice",
@@ -212,6 +226,20 @@ def message_text(item: dict[str, Any], where: str) -> str:
             )
         texts.append(part["text"])
     return "".join(texts)
+
+
+def answering(calls: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The follow-up of a response that ended on the client's calls (`calls`, as
+    `TurnResult.client_calls` holds them), when its input answers them with
+    `function_call_output` items alone (the call items are the previous response's, as
+    OpenAI keeps them): the assistant message with those calls goes first, as a chat
+    client resends it (what the router and the records expect: worker/harness/router.py)."""
+    if not calls or not messages or messages[0]["role"] != "tool":
+        return messages
+    answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
+    if not answered <= {call["id"] for call in calls}:
+        return messages
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *messages]
 
 
 def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -159,6 +159,10 @@ async def test_a_failed_turn_streams_response_failed(
     [
         ({"reasoning": {"effort": "low"}}, "reasoning"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "function", "name": "respond"}]}, "tools[0].name"),
+        ({"tools": [{"type": "function", "name": "calculator"}]}, "tools[0].name"),
+        ({"tool_choice": {"type": "function", "name": "nothing"}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, None),
         ({"store": False}, "store"),
@@ -355,3 +359,94 @@ async def test_langchain_chat_openai_speaks_the_responses_api(
         total = chunk if total is None else total + chunk
     assert total is not None and total.text == "LangChain"
     assert total.usage_metadata is not None and total.usage_metadata["total_tokens"] == 7
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city now.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+async def test_a_function_tool_round_trip(stack: Stack, upstream: ScriptedUpstream) -> None:
+    client = sdk(stack)
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_w1"]))
+    first = await client.responses.create(
+        model="bernard-v1",
+        input="What is the weather in Oslo?",
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert first.status == "completed"
+    (call,) = first.output
+    assert call.type == "function_call"
+    assert (call.call_id, call.name) == ("call_w1", "get_weather")
+    assert json.loads(call.arguments) == {"city": "Oslo"}
+    offered = upstream.router_requests[-1]["tools"]
+    assert "get_weather" in [tool["function"]["name"] for tool in offered]
+
+    upstream.script(Reply.text("It is 12 °C and sunny in Oslo."))
+    second = await client.responses.create(
+        model="bernard-v1",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": "call_w1", "output": "12 °C, sunny"}],
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert second.output_text == "It is 12 °C and sunny in Oslo."
+    heard = upstream.router_requests[-1]["messages"]
+    assert [m["role"] for m in heard[-3:]] == ["user", "assistant", "tool"]
+    assert heard[-2]["tool_calls"][0]["id"] == "call_w1"
+    assert heard[-1] == {"role": "tool", "tool_call_id": "call_w1", "content": "12 °C, sunny"}
+
+
+async def test_a_function_call_streams_as_openai_streams_it(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_s1"]))
+    async with sdk(stack).responses.stream(
+        model="bernard-v1",
+        input="What is the weather in Oslo?",
+        tools=[WEATHER],  # type: ignore[list-item]
+    ) as stream:
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_response()
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    (call,) = final.output
+    assert call.type == "function_call" and call.call_id == "call_s1"
+    assert json.loads(call.arguments) == {"city": "Oslo"}
+
+
+async def test_a_function_tool_round_trip_resending_the_whole_input(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = sdk(stack)
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_r1"]))
+    question = {"role": "user", "content": "What is the weather in Oslo?"}
+    first = await client.responses.create(
+        model="bernard-v1",
+        input=[question],  # type: ignore[list-item]
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    upstream.script(Reply.text("Sunny."))
+    output = {"type": "function_call_output", "call_id": "call_r1", "output": "sunny"}
+    second = await client.responses.create(
+        model="bernard-v1",
+        input=[question, first.output[0].model_dump(), output],  # type: ignore[list-item]
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert second.output_text == "Sunny."
+    heard = upstream.router_requests[-1]["messages"]
+    assert [m["role"] for m in heard[-3:]] == ["user", "assistant", "tool"]
+    assert heard[-2]["tool_calls"][0]["function"]["name"] == "get_weather"

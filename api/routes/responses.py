@@ -25,6 +25,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from api.admission import Storing
 from api.auth import Owner, TurnOwner
+from api.client_tools import own_tool_names
 from api.conversations import (
     check_conversation_id,
     conversation_not_found,
@@ -48,13 +49,14 @@ from api.json_route import OrjsonRoute
 from api.pages import list_page
 from api.relay import fixed
 from api.responses import JSONResponse
-from api.responses_schema import ResponsesRequest, chat_messages
+from api.responses_schema import ResponsesRequest, answering, chat_messages
 from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState, get_state
 from api.turn_service import UNFINISHED_TTL_S, attach, check_model, start_turn, stream_response
 from shared import keys
 from shared.cancel import request_cancel
+from shared.client_tools import tool_names
 from shared.conversation_state import Decision, Outcome
 from shared.errors import ErrorCode
 from shared.events import TurnStatus
@@ -107,21 +109,20 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     if approvals:
         return await _decide(state, owner, body, approvals)
     client_tools = body.client_tools()
-    if client_tools:
-        raise invalid(
-            "function tools are not supported yet: Bernard's own tools are always offered",
-            "tools",
-        )
-    messages = chat_messages(items)
-    if body.instructions:
-        messages.insert(0, {"role": "system", "content": body.instructions})
-    request = _turn_request(body, messages)
-    requested = body.conversation_id
-    if requested is not None:
-        check_conversation_id(requested, "conversation")
+    await _check_no_clash(state, client_tools)
     previous: TurnRecord | None = None
     if body.previous_response_id is not None:
         previous = await _owned(state, body.previous_response_id, owner)
+    messages = chat_messages(items)
+    if previous is not None and previous.result is not None:
+        messages = answering(previous.result.client_calls, messages)
+    if body.instructions:
+        messages.insert(0, {"role": "system", "content": body.instructions})
+    request = _turn_request(body, messages, client_tools)
+    requested = body.conversation_id
+    if requested is not None:
+        check_conversation_id(requested, "conversation")
+    if previous is not None:
         requested = previous.conversation_id
     retention_s = state.settings.conversation_retention_s
     turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
@@ -154,7 +155,11 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     )
 
 
-def _turn_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> TurnRequest:
+def _turn_request(
+    body: ResponsesRequest,
+    messages: list[dict[str, Any]],
+    client_tools: list[dict[str, Any]] | None = None,
+) -> TurnRequest:
     """The turn a create runs: the messages (only the new ones: with
     `previous_response_id` or `conversation` the rest is the conversation's, and
     worker/recording.py stores all of them) and the body's options."""
@@ -175,7 +180,7 @@ def _turn_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> Tur
             temperature=body.temperature,
             top_p=body.top_p,
             user=body.user,
-            client_tools=body.client_tools(),
+            client_tools=client_tools or [],
             tool_choice=body.chat_tool_choice(),
             parallel_tool_calls=body.parallel_tool_calls,
         ),
@@ -189,6 +194,20 @@ def _turn_request(body: ResponsesRequest, messages: list[dict[str, Any]]) -> Tur
             echo={k: v for k, v in echo.items() if v is not None},
         ),
     )
+
+
+async def _check_no_clash(state: AppState, client_tools: list[dict[str, Any]]) -> None:
+    """A client tool may not take the name of one of Bernard's own tools (400 naming it)."""
+    if not client_tools:
+        return
+    own = await own_tool_names(state.queue)
+    for i, name in enumerate(tool_names(client_tools)):
+        if name in own:
+            raise invalid(
+                f"tool name {name!r} is taken by one of Bernard's own tools (GET /v1/tools); "
+                "rename the tool",
+                f"tools[{i}].name",
+            )
 
 
 async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> None:
@@ -256,7 +275,7 @@ async def _decide(
             f"decide every call the response waits on: '{undecided[0]}' is not decided",
             "input",
         )
-    request = _turn_request(body, [])
+    request = _turn_request(body, [], body.client_tools())
     transitions = machine(
         state.redis,
         owner,
