@@ -25,7 +25,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from api.admission import Storing
 from api.auth import Owner, TurnOwner
-from api.client_tools import own_tool_names
+from api.client_tools import check_no_clash
 from api.conversations import (
     check_conversation_id,
     conversation_not_found,
@@ -109,7 +109,7 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     if approvals:
         return await _decide(state, owner, body, approvals)
     client_tools = body.client_tools()
-    await _check_no_clash(state, client_tools)
+    await check_no_clash(state.queue, tool_names(client_tools), "tools[{i}].name")
     previous: TurnRecord | None = None
     if body.previous_response_id is not None:
         previous = await _owned(state, body.previous_response_id, owner)
@@ -194,20 +194,6 @@ def _turn_request(
             echo={k: v for k, v in echo.items() if v is not None},
         ),
     )
-
-
-async def _check_no_clash(state: AppState, client_tools: list[dict[str, Any]]) -> None:
-    """A client tool may not take the name of one of Bernard's own tools (400 naming it)."""
-    if not client_tools:
-        return
-    own = await own_tool_names(state.queue)
-    for i, name in enumerate(tool_names(client_tools)):
-        if name in own:
-            raise invalid(
-                f"tool name {name!r} is taken by one of Bernard's own tools (GET /v1/tools); "
-                "rename the tool",
-                f"tools[{i}].name",
-            )
 
 
 async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> None:
