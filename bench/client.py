@@ -188,7 +188,9 @@ class Call(asyncio.Protocol):
         self.frames.append(Frame(wall, mono, event_id, data))
         if not self.first_frame.done():
             self.first_frame.set_result(None)
-        if self.first_content_at is None and b'"content"' in data and _has_content(data):
+        # Cheap tests first: a chat chunk's `content`, a Responses text delta's type.
+        maybe = b'"content"' in data or b"output_text.delta" in data
+        if self.first_content_at is None and maybe and _has_content(data):
             self.first_content_at = mono
             if not self.first_content.done():
                 self.first_content.set_result(mono)
@@ -233,10 +235,15 @@ class Call(asyncio.Protocol):
 
 
 def _has_content(data: bytes) -> bool:
+    """Whether the frame carries answer text: a chat chunk's `delta.content`, or a
+    Responses `response.output_text.delta` event's `delta`."""
     try:
-        choices = orjson.loads(data).get("choices") or []
+        body = orjson.loads(data)
     except orjson.JSONDecodeError:
         return False
+    if body.get("type") == "response.output_text.delta":
+        return bool(body.get("delta"))
+    choices = body.get("choices") or []
     return bool(choices and (choices[0].get("delta") or {}).get("content"))
 
 
@@ -281,6 +288,11 @@ async def request(
     call.send(request_bytes(endpoint, method, path, body, headers))
     await call.finished
     return call
+
+
+def responses_body(message: str) -> dict[str, object]:
+    """A streamed `/v1/responses` body with one user message."""
+    return {"model": "bernard-v1", "input": message, "stream": True}
 
 
 def chat_body(message: str, *, stream: bool = True, **extra: object) -> dict[str, object]:

@@ -288,20 +288,20 @@ async def first_token(bench: Bench) -> Section:
     sizes = bench.sizes
     api, base = bench.api, bench.baseline
     warm = sizes.warmup
-    for system, endpoint in (("pipeline", api), ("baseline", base)):
+    # "responses": the same pipeline, through `POST /v1/responses` (its own line).
+    for system, endpoint in (("pipeline", api), ("responses", api), ("baseline", base)):
         await drive(
             [endpoint], echo_directives("warm", warm, sizes.ft_tokens), system=system, concurrency=1
         )
     await wait_idle(bench)
 
     # Sequential: pipeline and baseline turns alternate, so drift hits both alike.
-    task = bench.ui.task("first token: sequential", 2 * sizes.ft_sequential)
-    seq: dict[str, list[Turn]] = {"pipeline": [], "baseline": []}
+    task = bench.ui.task("first token: sequential", 3 * sizes.ft_sequential)
+    seq: dict[str, list[Turn]] = {"pipeline": [], "responses": [], "baseline": []}
     meter = await Meter(bench).start()
     for i in range(sizes.ft_sequential):
-        order = [("pipeline", api), ("baseline", base)]
-        if i % 2:
-            order.reverse()
+        order = [("pipeline", api), ("responses", api), ("baseline", base)]
+        order = order[i % 3 :] + order[: i % 3]
         for system, endpoint in order:
             directive = Directive(tag=new_tag("fts"), tokens=sizes.ft_tokens)
             turn = await start_turn(endpoint, directive, system)
@@ -319,20 +319,20 @@ async def first_token(bench: Bench) -> Section:
         )
     )
     seq_pickup = await pickup_ms(bench.redis, seq["pipeline"])
-    parts = {system: await breakdown(bench, seq[system]) for system in seq}
+    parts = {system: await breakdown(bench, seq[system]) for system in ("pipeline", "baseline")}
     trace = await trace_turn(bench)
 
     # Concurrent: blocks of each system in turn, twice, starts spread over one turn's length.
-    conc: dict[str, list[Turn]] = {"pipeline": [], "baseline": []}
+    conc: dict[str, list[Turn]] = {"pipeline": [], "responses": [], "baseline": []}
     delay = sizes.ft_concurrent_delay_ms
     ctokens = sizes.ft_concurrent_tokens
     turn_s = ctokens * delay / 1000
     half = max(sizes.ft_concurrent_turns // 2, sizes.ft_concurrency)
-    task = bench.ui.task(f"first token: {sizes.ft_concurrency} concurrent", 4 * half)
+    task = bench.ui.task(f"first token: {sizes.ft_concurrency} concurrent", 6 * half)
     conc_meter: Meter | None = None
     cpu_lines = []
     for block in range(2):
-        order = [("pipeline", api), ("baseline", base)]
+        order = [("pipeline", api), ("responses", api), ("baseline", base)]
         if block:
             order.reverse()
         for system, endpoint in order:
@@ -380,7 +380,9 @@ upstream can, pipeline and baseline alternating. Concurrent: {sizes.ft_concurren
 loops per system, {2 * half} turns per system in two blocks, each turn streaming {ctokens}
 tokens {delay:g} ms apart (so about {sizes.ft_concurrency} streams are live at all times,
 {sizes.ft_concurrency * 1000 / delay:.0f} tokens/s in all, well below what the box can
-stream), loop starts spread over one turn's length. All figures in ms.
+stream), loop starts spread over one turn's length. **Responses**: the pipeline again,
+through `POST /v1/responses` (`stream: true`), to the first `response.output_text.delta`
+event, interleaved with the other two. All figures in ms.
 """,
     )
     table = Table(["run", "system", *SUMMARY_HEADERS], title="Time to first content frame (ms)")
@@ -392,25 +394,26 @@ stream), loop starts spread over one turn's length. All figures in ms.
     all_exact = True
     for label, runs in (("sequential", seq), (f"{sizes.ft_concurrency} concurrent", conc)):
         summaries = {s: Summary.of(t.first_token_ms for t in runs[s]) for s in runs}
-        for system in ("pipeline", "baseline"):
+        for system in ("pipeline", "responses", "baseline"):
             table.add(label, system, *summary_cells(summaries[system]))
-        added_median, added_p99 = _added(summaries["pipeline"], summaries["baseline"])
-        delta_table.add(
-            label,
-            signed(added_median),
-            signed(added_p99),
-            f"{ratio(summaries['pipeline'].median, summaries['baseline'].median):.2f}",
-            f"{ratio(summaries['pipeline'].p99, summaries['baseline'].p99):.2f}",
-        )
-        section.verdicts += [
-            Verdict(
-                f"{label}: adds < 5 ms at the median",
-                f"{signed(added_median)} ms",
-                added_median < 5,
-            ),
-            Verdict(f"{label}: adds < 20 ms at p99", f"{signed(added_p99)} ms", added_p99 < 20),
-        ]
-        for system in ("pipeline", "baseline"):
+        for system, named in (("pipeline", label), ("responses", f"{label}, Responses")):
+            added_median, added_p99 = _added(summaries[system], summaries["baseline"])
+            delta_table.add(
+                named,
+                signed(added_median),
+                signed(added_p99),
+                f"{ratio(summaries[system].median, summaries['baseline'].median):.2f}",
+                f"{ratio(summaries[system].p99, summaries['baseline'].p99):.2f}",
+            )
+            section.verdicts += [
+                Verdict(
+                    f"{named}: adds < 5 ms at the median",
+                    f"{signed(added_median)} ms",
+                    added_median < 5,
+                ),
+                Verdict(f"{named}: adds < 20 ms at p99", f"{signed(added_p99)} ms", added_p99 < 20),
+            ]
+        for system in ("pipeline", "responses", "baseline"):
             note, ok = _exactness_note(f"{label} {system}", runs[system])
             exact_notes.append(note)
             all_exact = all_exact and ok

@@ -31,13 +31,14 @@ from rich.progress import (
 )
 
 from api.cursors import parse_cursor
-from bench.client import Call, Endpoint, chat_body, connect, request_bytes
+from bench.client import Call, Endpoint, chat_body, connect, request_bytes, responses_body
 from bench.processes import Cluster
 from bench.upstream import Directive
 from shared import keys
 from shared.streams import STREAM_FIELD
 
 CHAT = "/v1/chat/completions"
+RESPONSES = "/v1/responses"
 _tags = itertools.count(1)
 _RUN = f"{int(time.time()) % 100000:05d}"
 
@@ -182,7 +183,7 @@ class Turn:
 
     directive: Directive
     call: Call
-    system: str  # "pipeline" or "baseline"
+    system: str  # "pipeline", "baseline", or "responses" (the pipeline through /v1/responses)
     expected: list[str] | None = None  # the tokens to check against, when not the directive's
 
     @property
@@ -266,7 +267,11 @@ class Bench:
 async def start_turn(endpoint: Endpoint, directive: Directive, system: str) -> Turn:
     """Open a connection and send the chat request; the turn streams in the background."""
     call = await connect(endpoint)
-    call.send(request_bytes(endpoint, "POST", CHAT, chat_body(directive.message())))
+    if system == "responses":
+        request = request_bytes(endpoint, "POST", RESPONSES, responses_body(directive.message()))
+    else:
+        request = request_bytes(endpoint, "POST", CHAT, chat_body(directive.message()))
+    call.send(request)
     return Turn(directive, call, system)
 
 
@@ -333,6 +338,8 @@ def check_turn(turn: Turn) -> str | None:
         return f"HTTP {call.status}: {bytes(call.body)[:200]!r}"
     if call.error:
         return call.error
+    if turn.system == "responses":
+        return _check_responses(turn)
     frames = call.frames
     if not frames or frames[-1].data != b"[DONE]":
         return "the stream does not end with [DONE]"
@@ -404,6 +411,33 @@ def check_all(turns: Iterable[Turn]) -> tuple[int, list[str]]:
         examples.setdefault(kind, f"{turn.directive.tag} ({turn.call.turn_id}): {problem}")
     problems = [f"{count} × {kind}, e.g. {examples[kind]}" for kind, count in kinds.items()]
     return exact, problems
+
+
+def _check_responses(turn: Turn) -> str | None:
+    """A Responses stream is exact when its events are numbered 0, 1, 2... with none
+    missing, its text deltas are runs of whole tokens that together are the upstream's,
+    and it ends with `response.completed`."""
+    events = [orjson.loads(frame.data) for frame in turn.call.frames]
+    if [event.get("sequence_number") for event in events] != list(range(len(events))):
+        return "sequence numbers are not 0, 1, 2, ..."
+    if not events or events[-1].get("type") != "response.completed":
+        return f"the stream ends with {events[-1].get('type') if events else None!r}"
+    expected = turn.expected if turn.expected is not None else turn.directive.expected_tokens()
+    k = 0
+    for event in events:
+        if event.get("type") != "response.output_text.delta":
+            continue
+        text = event["delta"]
+        j, length = k, 0
+        while length < len(text) and j < len(expected):
+            length += len(expected[j])
+            j += 1
+        if text != "".join(expected[k:j]):
+            return f"content diverges at token {k}: got {text[:40]!r}"
+        k = j
+    if k != len(expected):
+        return f"{k} of {len(expected)} tokens arrived"
+    return None
 
 
 # -- relay latency -----------------------------------------------------------------------
