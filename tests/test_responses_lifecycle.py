@@ -191,3 +191,31 @@ async def test_a_bad_starting_after_or_id_is_refused(stack: Stack) -> None:
         missing = await stack.client.get(f"/v1/responses/{unknown}")
         assert missing.status_code == 404, unknown
         assert missing.json()["error"]["param"] == "response_id"
+
+
+async def test_a_running_response_resumes_on_another_api_process(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    tokens = [f" r{i}" for i in range(12)]
+    gate = upstream.script(Reply.text(tokens, block_after=4))
+    first = sdk(stack.base_url)
+    seen: list[Any] = []
+    stream = await first.responses.create(
+        model="bernard-v1", input="hello", background=True, stream=True
+    )
+    async for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta":
+            break
+    await stream.close()
+    await gate.wait_blocked()
+    async with run_api(stack.settings) as other_url:
+        resumed = await sdk(other_url).responses.retrieve(
+            seen[0].response.id, stream=True, starting_after=seen[-1].sequence_number
+        )
+        gate.release()  # the rest is written while the other process relays it
+        seen += [event async for event in resumed]
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert seen[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    assert text == "".join(tokens)
