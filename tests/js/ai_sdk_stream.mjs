@@ -1,8 +1,9 @@
 // The AI SDK's streamText through its OpenAI provider, unmodified, pointed at Bernard:
 // --api chat is createOpenAI({baseURL}).chat(model) (Chat Completions), --api responses the
 // provider's default, createOpenAI({baseURL})(model) (the Responses API). Reports each text
-// delta, then the whole text, the finish reason (the SDK's and the wire's) and the usage; an
-// error part of the stream, or a throw, as an `error` line with exit code 1 (args.mjs).
+// delta, then the response's id (which API answered), the whole text, the finish reason (the
+// SDK's and the wire's) and the usage; an error part of the stream, or a throw, as an
+// `error` line with exit code 1 (args.mjs).
 import { createOpenAI } from '@ai-sdk/openai';
 import { streamText } from 'ai';
 
@@ -16,6 +17,7 @@ await main(async () => {
   const result = streamText({ model: models[opts.api](), prompt: opts.prompt, maxRetries: 0 });
   let text = '';
   let failed = false;
+  let responseId = null;
   for await (const part of result.fullStream) {
     if (part.type === 'text-delta') {
       text += part.text;
@@ -23,8 +25,11 @@ await main(async () => {
     } else if (part.type === 'error') {
       failed = true;
       emit('error', describe(part.error));
+    } else if (part.type === 'finish-step') {
+      responseId = part.response.id; // chatcmpl-... or resp_...: which API answered
     } else if (part.type === 'finish') {
       emit('final', {
+        response_id: responseId,
         text,
         finish_reason: part.finishReason,
         raw_finish_reason: part.rawFinishReason ?? null,
