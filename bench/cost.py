@@ -8,12 +8,13 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import orjson
 
-from bench.flames import Profile, summarize
+from bench.flames import summarize
+from bench.loads import load
 from bench.measurements import capacity_step
+from bench.paced import paced_rows
 from bench.report import Section, Table, Verdict, ms, num
 from bench.runner import (
     OTHER,
@@ -23,7 +24,6 @@ from bench.runner import (
     check_all,
     drive,
     echo_directives,
-    is_delta,
     wait_idle,
     wait_quiet,
 )
@@ -39,56 +39,13 @@ BURST_FIRST_TOKEN_RATIO = 3.0
 _CORES = os.cpu_count() or 1
 
 
-class Run:
-    """One load through 1 API + 1 worker: the turns, the wall time and each process's CPU."""
-
-    def __init__(self, turns: list[Turn], seconds: float, meter: Meter, tokens: int) -> None:
-        self.turns = turns
-        self.seconds = seconds
-        self.meter = meter
-        self.tokens = tokens
-        self.frames = sum(1 for t in turns for f in t.call.frames if is_delta(f.data))
-
-    def cpu(self, bench: Bench, role: str) -> float:
-        name = {
-            "worker": bench.cluster.workers[0].name,
-            "api": bench.cluster.apis[0].name,
-            "redis": "redis",
-        }[role]
-        return self.meter.cpu.get(name, math.nan)
-
-
-async def _load(
-    bench: Bench, streams: int, tokens: int, profile_dir: Path | None = None
-) -> tuple[Run, dict[str, list[tuple[str, int]]]]:
-    directives = echo_directives("cost", streams, tokens)
-    task = bench.ui.task(f"cost: {streams} × {tokens} tokens", len(directives))
-    profiles: dict[str, Profile] = {}
-    if profile_dir is not None:
-        for role, service in (("worker", bench.cluster.workers[0]), ("api", bench.cluster.apis[0])):
-            profile = Profile.start(service.pid, profile_dir / f"{role}.txt")
-            if profile is not None:
-                profiles[role] = profile
-    meter = await Meter(bench).start()
-    started = time.monotonic()
-    turns = await drive(
-        [bench.api],
-        directives,
-        system="pipeline",
-        concurrency=streams,
-        on_done=lambda _t: bench.ui.advance(task),
-    )
-    seconds = time.monotonic() - started
-    await meter.stop()
-    stacks = {role: profile.stop() for role, profile in profiles.items()}
-    bench.ui.done(task)
-    await wait_idle(bench)
-    return Run(turns, seconds, meter, streams * tokens), stacks
-
-
 async def cost_per_token(bench: Bench) -> Section:
     sizes = bench.sizes
     runs = ", ".join(f"{s:,} × {short} and × {long}" for s, short, long in sizes.cost_runs)
+    paced = ", ".join(
+        f"{s:,} answers at {rate:g} tokens/s of {short} and of {long} tokens"
+        for s, rate, short, long in sizes.paced_runs
+    )
     section = Section(
         "cost",
         "8. Cost per token (issue 12)",
@@ -101,6 +58,20 @@ the long run's CPU by its tokens (or frames). Frames for the API are the content
 client received: the worker joins the tokens that reach it together into one entry, so an
 unpaced frame carries several tokens (frames/turn), and the API is judged per token. CPU is
 each process's user + system time from /proc over the run.
+
+**Paced tokens** (issue 25). The upstream streams each answer at a model's pace (a token
+every 20 ms at 50 tokens/s, every 100 ms at 10 tokens/s), the answers starting spread over
+one token's time: {paced}. Each row runs its answers twice, short and long, at the same
+pace and concurrency; **µs/token** and **commands/token** are the long run less the short
+one, divided by the tokens it added: what a paced token costs each process and Redis, free
+of what a turn costs whatever its length (the all-in column divides the long run's CPU by
+its tokens, the turn's fixed work included). **Open at once** is how many answers were
+streaming on average (short / long run): on two cores the turns' fixed work can spread the
+starts out. **Tokens/frame** says how many tokens a content frame carried: 1.00 means each
+token travelled alone; above it, the processes fell behind the pace and tokens that waited
+went on together (cheaper per token, and no longer the case the row is about). Commands
+are `INFO commandstats` (a script's own commands counted). A last run of the first row's
+long answers under py-spy says where the API's and the worker's CPU goes (below).
 
 **Burst.** {sizes.burst_streams} clients start {sizes.burst_tokens}-token answers at once,
 the upstream sending a token every {sizes.burst_delay_ms:g} ms; the same load sent by the
@@ -141,9 +112,9 @@ relays, with every stream checked.
     ]
     for streams, short_tokens, long_tokens, repeat, repeats in loads:
         profiled_row = streams == sizes.cost_profiled_streams
-        short, _ = await _load(bench, streams, short_tokens)
+        short, _ = await load(bench, streams, short_tokens)
         profile_dir = bench.workdir if profiled_row and repeat == 0 else None
-        long, profiled = await _load(bench, streams, long_tokens, profile_dir)
+        long, profiled = await load(bench, streams, long_tokens, profile_dir)
         flames.update(profiled)
         cells = []
         for role, per in (("worker", "token"), ("api", "frame"), ("redis", "token")):
@@ -183,6 +154,7 @@ relays, with every stream checked.
         statistics.median(run[k] for run in profiled_runs) for k in range(4)
     )
 
+    await paced_rows(bench, section)
     fanout = await _fanout(bench, section)
     burst = await _burst(bench, section)
 

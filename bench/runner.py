@@ -83,6 +83,8 @@ class Sizes:
     # run of either moves by half between runs on a shared two-core box).
     cost_repeats: int
     cost_fanout_streams: int
+    # Paced answers (issue 25): (answers at once, tokens/s each, short, long answer tokens).
+    paced_runs: tuple[tuple[int, float, int, int], ...]
     cost_fanout_tokens: int
     burst_streams: int
     burst_tokens: int
@@ -125,6 +127,7 @@ class Sizes:
             cost_profiled_streams=100,
             cost_repeats=3,
             cost_fanout_streams=1000,
+            paced_runs=((100, 50, 5, 40), (1000, 50, 5, 30), (1000, 10, 5, 30)),
             cost_fanout_tokens=60,
             burst_streams=200,
             burst_tokens=100,
@@ -166,6 +169,7 @@ class Sizes:
             cost_profiled_streams=30,
             cost_repeats=1,
             cost_fanout_streams=200,
+            paced_runs=((30, 50, 5, 20), (100, 50, 5, 20), (100, 10, 5, 20)),
             cost_fanout_tokens=30,
             burst_streams=50,
             burst_tokens=50,
