@@ -571,3 +571,37 @@ async def test_a_background_turn_polled_holds_the_client_calls(
             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
         }
     ]
+
+
+async def test_a_client_call_never_answered_is_closed_before_the_next_question(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    """The client dropped the call and asks something else: the stored call gets a result
+    saying it did not run, so no prompt holds a call without one."""
+    client = sdk(stack)
+    conversation = {"conversation_id": "conv_dropped_call"}
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_d"]))
+    await client.chat.completions.create(
+        model="bernard-v1",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        extra_body=conversation,
+    )
+    upstream.script(Reply.text("Hello."))
+    answer = await client.chat.completions.create(
+        model="bernard-v1",
+        messages=[*QUESTION, {"role": "user", "content": "Never mind, hello."}],
+        tools=[WEATHER],  # type: ignore[list-item]
+        extra_body=conversation,
+    )
+    assert answer.choices[0].message.content == "Hello."
+    assert roles(upstream.router_requests[1]["messages"])[1:] == [
+        ("user", None),
+        ("assistant", "call_d"),
+        ("tool", "call_d"),
+        ("user", None),
+    ]
+    closed = upstream.router_requests[1]["messages"][3]
+    # The words a paused turn's lapsed proposal gets (worker/recording.py EXPIRED_CALL):
+    # the records do not yet tell a client's call from a proposal nobody decided on.
+    assert closed["content"] == "Not run: the user did not confirm this in time."
