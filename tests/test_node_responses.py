@@ -1,7 +1,8 @@
 """Node clients on Bernard's Responses API (POST /v1/responses) over real HTTP, unmodified:
 the `openai` SDK for Node's responses.create streaming, and responses.retrieve resuming a
-dropped stream after a sequence number; the AI SDK's default OpenAI provider,
-createOpenAI({baseURL})(model), streaming text with streamText.
+dropped stream mid-answer and a finished response after every sequence number, exactly; the
+AI SDK's default OpenAI provider, createOpenAI({baseURL})(model), streaming text with
+streamText.
 
 As tests/test_node_clients.py: scripts in tests/js/ run by tests/node_scripts.py, their JSON
 lines compared literally; skipped naming `bash tests/js/setup` where the clients are not
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Stack
-from tests.node_scripts import require_node_clients, started
+from tests.node_scripts import node, require_node_clients, started
 from tests.upstream import Reply, ScriptedUpstream, last_user_text
 
 USAGE_5_3 = {
@@ -152,3 +153,31 @@ async def test_ai_sdk_default_provider_streams_text_over_responses(
         "usage": {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8},
     }
     assert last_user_text(upstream.requests[-1]) == "Say hello"
+
+
+async def test_openai_node_responses_retrieve_is_exact_after_every_sequence_number(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text([f"t{i} " for i in range(6)], usage=(5, 6)))
+    run = await node("openai_responses_every.mjs", stack, "--prompt", "Count")
+    assert run.code == 0, run
+    (done,) = run.of("done")
+    assert done["status"] == "completed" and done["text"] == "t0 t1 t2 t3 t4 t5 "
+    (replay,) = run.of("replay")
+    whole = replay["events"]
+    assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
+    assert [e["type"] for e in whole[:4]] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert whole[-1]["type"] == "response.completed"
+    assert whole[-1]["response"]["id"] == done["response_id"]
+    text = "".join(e["delta"] for e in whole if e["type"] == "response.output_text.delta")
+    assert text == "t0 t1 t2 t3 t4 t5 "
+    resumes = run.of("resume")
+    assert [r["after"] for r in resumes] == list(range(len(whole)))
+    for resume in resumes:
+        n = resume["after"]
+        assert resume["events"] == whole[n + 1 :], f"resumed after {n}"
