@@ -78,6 +78,8 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
   conversations do, renewed on use; index entries of expired conversations are dropped
   as the index is read.
+  `webhooks` (the owner's log of webhook attempts) keeps the newest 100 and lives
+  `BERNARD_WEBHOOK_LOG_RETENTION_S` from the latest.
   `turns` (the index of the owner's turns, `GET /v1/turns`) is renewed at each turn's
   creation to the longest a turn can live (a week unfinished plus the turn retention),
   keeps the newest `TURN_INDEX_MAX` entries, and drops those of expired turns as it is read.
@@ -229,6 +231,11 @@ def pending_confirmations(owner: str) -> str:
 def rate(owner: str) -> str:
     """Hash holding the owner's token bucket (shared/budgets.py), on the queue role."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:rate"
+
+
+def webhook_deliveries(owner: str) -> str:
+    """List of the owner's webhook delivery attempts, newest first (shared/webhooks.py)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:webhooks"
 
 
 # The most entries an owner's turn index keeps (the newest); older turns still resolve by id.

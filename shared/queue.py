@@ -29,6 +29,10 @@ worker running the job empties when it ends.
 - A timer's job is queued when the timer is set, due days later maybe: it takes its slots
   when due, as a worker starts it (worker/queue.py); over either budget it is not started
   and waits on the queue, never dropped.
+- A webhook's delivery (shared/webhooks.py) is queued the same way (`enqueue_due`) as its
+  background turn ends, one per turn, and so is each retry: it holds no slot while it
+  waits. What bounds them is the turns themselves (each admitted against its owner's
+  budgets) and the retry window.
 
 Besides, a worker gives background jobs at most `BERNARD_WORKER_BACKGROUND_SHARE` of its
 slots, so live turns always find the rest (worker/queue.py).
@@ -64,6 +68,7 @@ class BackgroundKind(StrEnum):
     SUMMARY = "summary"
     TIMER = "timer"
     TITLE = "title"
+    WEBHOOK = "webhook"
 
 
 _KINDS = frozenset(kind.value for kind in BackgroundKind)
@@ -124,6 +129,18 @@ def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str) -> None:
     pipe.psetex(keys.job_owner(queue_name, turn_id), expires_extra_ms, owner)
     pipe.zadd(queue_name, {turn_id: now_ms})
     pipe.lpush(keys.wake(queue_name), turn_id)
+    pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
+
+
+def enqueue_due(pipe: Pipeline, queue_name: str, job_id: str, function: str, *args: Any) -> None:
+    """Queue `function(*args)` as the background job `job_id`, due now, in the caller's
+    pipeline, and wake one idle worker for it. Unadmitted here: its slots are taken as a
+    worker starts it, as a timer's are."""
+    now_ms = round(time.time() * 1000)
+    job = serialize_job(function, args, {}, None, now_ms)
+    pipe.psetex(job_key_prefix + job_id, expires_extra_ms, job)
+    pipe.zadd(queue_name, {job_id: now_ms})
+    pipe.lpush(keys.wake(queue_name), job_id)
     pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
 
 

@@ -171,6 +171,23 @@ class Settings(BaseSettings):
     # OTEL_* variables itself). Unset: no tracing is set up at all.
     otel_exporter_otlp_endpoint: str | None = None
 
+    # Signed webhooks (shared/webhooks.py): when a background turn ends, its end is POSTed
+    # to `webhook_url`, signed per Standard Webhooks with `webhook_secret` (`whsec_` and
+    # base64, as OpenAI's and the `openai` SDK's `client.webhooks.unwrap` take). A request
+    # may name its own `webhook_url` only on one of `webhook_hosts` (comma-separated host
+    # names). A failed delivery is tried again after each of `webhook_retry_delays`
+    # (comma-separated seconds), then given up; each attempt waits `webhook_timeout_s` at
+    # most. Each user's log of attempts (`GET /v1/webhooks/deliveries`) lives
+    # `webhook_log_retention_s` from its latest entry.
+    webhook_url: str | None = Field(None, alias="BERNARD_WEBHOOK_URL")
+    webhook_secret: str | None = Field(None, alias="BERNARD_WEBHOOK_SECRET")
+    webhook_hosts: str = Field("", alias="BERNARD_WEBHOOK_HOSTS")
+    webhook_retry_delays: str = Field(
+        "5,30,120,600,1800,3600,10800", alias="BERNARD_WEBHOOK_RETRY_DELAYS"
+    )
+    webhook_timeout_s: float = Field(10.0, gt=0, le=60, alias="BERNARD_WEBHOOK_TIMEOUT_S")
+    webhook_log_retention_s: int = Field(7 * 86_400, gt=0, alias="BERNARD_WEBHOOK_LOG_RETENTION_S")
+
     disconnect_grace_s: float = Field(5.0, alias="BERNARD_DISCONNECT_GRACE_S")
     lease_ttl_s: float = Field(5.0, alias="BERNARD_LEASE_TTL_S")
     lease_renew_s: float = Field(1.0, alias="BERNARD_LEASE_RENEW_S")
@@ -201,6 +218,14 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _webhooks_are_signed(self) -> Settings:
+        # The module that reads them builds on this one.
+        from shared.webhooks import check_webhook_settings
+
+        check_webhook_settings(self)
+        return self
+
     @property
     def queue_url(self) -> str:
         """Where the queue role lives: `BERNARD_QUEUE_REDIS_URL`, else `REDIS_URL`."""
@@ -228,6 +253,13 @@ class Settings(BaseSettings):
     def ha_domain_names(self) -> frozenset[str]:
         return _names(self.ha_domains)
 
+    def webhook_host_names(self) -> frozenset[str]:
+        return frozenset(name.lower() for name in _names(self.webhook_hosts))
+
+    def webhook_retry_delays_s(self) -> tuple[float, ...]:
+        """The waits before each delivery attempt after the first, in seconds."""
+        return tuple(float(delay) for delay in _names_in_order(self.webhook_retry_delays))
+
     def api_key_users(self) -> dict[str, str]:
         """Parse `BERNARD_API_KEYS` into {key: user}; empty when the server runs open."""
         pairs: dict[str, str] = {}
@@ -240,6 +272,10 @@ class Settings(BaseSettings):
 
 def _names(text: str) -> frozenset[str]:
     return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def _names_in_order(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 @lru_cache

@@ -1,0 +1,269 @@
+"""Signed webhooks: what is POSTed when a background turn ends, how it is signed, where it
+goes, and each user's log of the attempts.
+
+**When.** A background turn (`"background": true`) whose request had a webhook target
+(its own `webhook_url`, on a host of `BERNARD_WEBHOOK_HOSTS`, else the deployment's
+`BERNARD_WEBHOOK_URL`) carries it in its record (`TARGET_FIELD`, written as the turn is
+created). Whichever process ends the turn (its worker, a reaper, a cancel: the one call of
+`TurnStore.finish` that ends it, shared/turns.py) reads the target back from the ending
+script and queues one delivery job, `webhook:<owner>/<turn id>` (shared/queue.py
+`enqueue_due`), in the pipeline that releases the turn on the queue: no round trip more,
+and nothing the receiver does can slow the turn's ending.
+
+**What.** OpenAI's webhook event, `{"id": "evt_<turn id>", "object": "event", "created_at",
+"type", "data": {"id": <turn id>}}`, its type from the turn's `done` (`event_type`):
+`response.completed`, `response.failed`, `response.cancelled`, `response.incomplete` (cut
+at the length limit).
+
+**How signed.** Standard Webhooks (https://www.standardwebhooks.com), as OpenAI signs
+its own: headers `webhook-id` (the event's id, the same on every attempt, for the
+receiver's deduplication), `webhook-timestamp` (the attempt's time, in seconds) and
+`webhook-signature`: `v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}` under
+the secret's decoded bytes (`sign`). The `openai` SDK's `client.webhooks.unwrap` verifies
+it. (The `standardwebhooks` package does the same in ten lines of the standard library;
+those ten lines are here rather than a dependency.)
+
+**Retries.** worker/webhooks.py sends it; a failure is tried again after each of
+`BERNARD_WEBHOOK_RETRY_DELAYS`, from the queue, so a worker's restart in between loses
+nothing; then it is given up. At least once: a receiver deduplicates on `webhook-id`.
+
+**The log.** Each attempt is one entry of its owner's `DeliveryLog`: at most `LOG_MAX`,
+newest first, living `BERNARD_WEBHOOK_LOG_RETENTION_S` from the latest
+(`GET /v1/webhooks/deliveries`). Tests: tests/shared/test_webhooks.py (signing, targets),
+tests/test_webhooks.py (deliveries end to end).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import orjson
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from shared import keys
+from shared.events import Done, TurnStatus
+from shared.queue import BackgroundKind, background_job_id, enqueue_due
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
+
+DELIVER_WEBHOOK = "deliver_webhook"
+# The record's field holding a background turn's webhook target (`Target`), if it has one.
+TARGET_FIELD = "webhook"
+# The most attempts a user's log keeps (the newest).
+LOG_MAX = 100
+# The longest `webhook_url` a request may name.
+URL_MAX_CHARS = 2048
+# The retry window must end before arq's job key (a day from the enqueue) does.
+_WINDOW_MAX_S = 20 * 3600
+_SECRET_PREFIX = "whsec_"
+
+
+class WebhookSettingsError(ValueError):
+    """The webhook settings cannot work as given."""
+
+
+class WebhookTargetError(ValueError):
+    """A request's `webhook_url` may not be used; the message says why."""
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key of a `whsec_<base64>` secret; `WebhookSettingsError` when it is not one."""
+    if not secret.startswith(_SECRET_PREFIX):
+        raise WebhookSettingsError("BERNARD_WEBHOOK_SECRET must start with whsec_")
+    try:
+        key = base64.b64decode(secret[len(_SECRET_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        raise WebhookSettingsError(
+            "BERNARD_WEBHOOK_SECRET must be whsec_ followed by base64"
+        ) from None
+    if not key:
+        raise WebhookSettingsError("BERNARD_WEBHOOK_SECRET must not be empty")
+    return key
+
+
+def check_webhook_settings(settings: Settings) -> None:
+    """Refuse webhook settings that cannot work: a target without a secret to sign with, a
+    secret that is not `whsec_<base64>`, retry delays that are not positive numbers or
+    outlast the queue's hold on a job."""
+    if settings.webhook_secret is not None:
+        secret_key(settings.webhook_secret)
+    elif settings.webhook_url or settings.webhook_hosts.strip():
+        raise WebhookSettingsError(
+            "BERNARD_WEBHOOK_URL and BERNARD_WEBHOOK_HOSTS need BERNARD_WEBHOOK_SECRET "
+            "(whsec_ and base64) to sign with"
+        )
+    if settings.webhook_url:
+        _check_url(settings.webhook_url, "BERNARD_WEBHOOK_URL", WebhookSettingsError)
+    try:
+        delays = settings.webhook_retry_delays_s()
+    except ValueError:
+        raise WebhookSettingsError(
+            "BERNARD_WEBHOOK_RETRY_DELAYS must be comma-separated seconds"
+        ) from None
+    if any(delay <= 0 for delay in delays) or sum(delays) > _WINDOW_MAX_S:
+        raise WebhookSettingsError(
+            "BERNARD_WEBHOOK_RETRY_DELAYS must be positive seconds adding up to at most "
+            f"{_WINDOW_MAX_S} (20 hours)"
+        )
+
+
+def _check_url(url: str, name: str, error: type[ValueError]) -> str:
+    """The URL's host name, lower-cased; `error` when it is not an http(s) URL with one."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        raise error(f"{name} is not a URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise error(f"{name} must be an http:// or https:// URL")
+    return host.lower()
+
+
+def requested_target(url: str, settings: Settings) -> str:
+    """`url`, a request's own `webhook_url`, if it may be used: http(s), on a host of
+    `BERNARD_WEBHOOK_HOSTS`; else `WebhookTargetError` naming the host."""
+    if len(url) > URL_MAX_CHARS:
+        raise WebhookTargetError(f"webhook_url may hold at most {URL_MAX_CHARS} characters")
+    host = _check_url(url, "webhook_url", WebhookTargetError)
+    if host not in settings.webhook_host_names():
+        raise WebhookTargetError(
+            f"webhook_url's host {host!r} is not one this server may call (BERNARD_WEBHOOK_HOSTS)"
+        )
+    return url
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a turn's webhook goes: the URL, and the queue its delivery job goes on."""
+
+    url: str
+    queue: str
+
+    def stored(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def restored(cls, raw: bytes | str) -> Target:
+        return cls(**orjson.loads(raw))
+
+
+def event_type(done: Done) -> str:
+    """OpenAI's webhook event type for a turn that ended with `done`. A turn paused for a
+    confirmation, or ended on a client's tool call, has completed its response."""
+    if done.status is TurnStatus.FAILED:
+        return "response.failed"
+    if done.status is TurnStatus.CANCELLED:
+        return "response.cancelled"
+    if done.finish_reason == "length":
+        return "response.incomplete"
+    return "response.completed"
+
+
+def event_id(turn_id: str) -> str:
+    """The id of the event a turn's end sends, also its `webhook-id`: one per turn."""
+    return f"evt_{turn_id}"
+
+
+def event_body(turn_id: str, kind: str, created_at: int) -> bytes:
+    """The event's JSON body, as OpenAI's webhook events are."""
+    return orjson.dumps(
+        {
+            "id": event_id(turn_id),
+            "object": "event",
+            "created_at": created_at,
+            "type": kind,
+            "data": {"id": turn_id},
+        }
+    )
+
+
+def sign(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
+    """Standard Webhooks' `webhook-signature` value for one attempt."""
+    signed = b"%s.%d.%s" % (message_id.encode(), timestamp, body)
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def signed_headers(key: bytes, message_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The headers of one attempt."""
+    return {
+        "content-type": "application/json",
+        "webhook-id": message_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(key, message_id, timestamp, body),
+    }
+
+
+def delivery_job_id(owner: str, turn_id: str) -> str:
+    """The delivery job of a turn's end: one per turn."""
+    return background_job_id(BackgroundKind.WEBHOOK, owner, turn_id)
+
+
+def enqueue_delivery(
+    pipe: Pipeline, target: Target, owner: str, turn_id: str, done: Done, ended_at: float
+) -> None:
+    """Queue the delivery of the turn's end to `target`, in `pipe` (on the queue role)."""
+    enqueue_due(
+        pipe,
+        target.queue,
+        delivery_job_id(owner, turn_id),
+        DELIVER_WEBHOOK,
+        owner,
+        turn_id,
+        event_type(done),
+        target.url,
+        int(ended_at),
+    )
+
+
+def origin_of(url: str) -> str:
+    """What the log shows of a URL: scheme, host and port, never its path or query (a
+    deployment's URL may carry a token its users are not to read)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt at a delivery, as its owner's log shows it."""
+
+    event_id: str
+    turn_id: str
+    type: str
+    url: str  # `origin_of` the target
+    attempt: int  # 1 for the first
+    at: float  # when it was sent (epoch s)
+    status_code: int | None  # the receiver's answer; None when none came
+    error: str | None  # why it failed, when it did
+    # When it is tried again (epoch s); None once it was delivered or given up.
+    next_attempt_at: float | None
+    outcome: str  # "delivered", "retrying", "gave_up"
+
+
+class DeliveryLog:
+    """One user's log of webhook attempts (data role, `keys.webhook_deliveries`)."""
+
+    def __init__(self, redis: Redis, owner: str, *, retention_s: int) -> None:
+        self.redis = redis
+        self.key = keys.webhook_deliveries(owner)
+        self.retention_s = retention_s
+
+    async def add(self, attempt: Attempt) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lpush(self.key, orjson.dumps(asdict(attempt)))
+            pipe.ltrim(self.key, 0, LOG_MAX - 1)
+            pipe.expire(self.key, self.retention_s)
+            await pipe.execute()
+
+    async def recent(self) -> list[dict[str, Any]]:
+        """The attempts, newest first."""
+        raw = await self.redis.lrange(self.key, 0, LOG_MAX - 1)  # type: ignore[misc]
+        return [orjson.loads(entry) for entry in raw]

@@ -1,0 +1,156 @@
+"""Webhook signing, events and targets (shared/webhooks.py), against literal values: the
+Standard Webhooks specification's own test vector, and signatures computed once by hand
+(`hmac.new(key, b"{id}.{timestamp}.{body}", hashlib.sha256)`, base64) and written out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from shared.events import Done, TurnStatus
+from shared.settings import Settings
+from shared.webhooks import (
+    WebhookTargetError,
+    event_body,
+    event_type,
+    origin_of,
+    requested_target,
+    secret_key,
+    sign,
+    signed_headers,
+)
+
+# base64 of b"bernard webhook test key".
+SECRET = "whsec_YmVybmFyZCB3ZWJob29rIHRlc3Qga2V5"
+BODY = (
+    b'{"id":"evt_abc","object":"event","created_at":1764201600,'
+    b'"type":"response.completed","data":{"id":"abc"}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("secret", "message_id", "timestamp", "body", "signature"),
+    [
+        # The specification's test vector (https://www.standardwebhooks.com).
+        (
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            b'{"test": 2432232314}',
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+        ),
+        (SECRET, "evt_abc", 1764201600, BODY, "v1,qB8CDnsOVR6MawXH9lp23x27U+DJ3V/Sw6htAO4JDX4="),
+        # Another attempt of the same event: its time, so its signature, differ.
+        (SECRET, "evt_abc", 1764201605, BODY, "v1,LZ6c+X/AhfsqQ11vXkKH9JeNmCiYUqAIkdOhNjBcaAo="),
+        (
+            SECRET,
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            b'{"test": 2432232314}',
+            "v1,kBJneFHexC75CaM/40tO1SVMB6JfLt+T4pfmhBZOczw=",
+        ),
+    ],
+)
+def test_signatures_are_standard_webhooks(
+    secret: str, message_id: str, timestamp: int, body: bytes, signature: str
+) -> None:
+    assert sign(secret_key(secret), message_id, timestamp, body) == signature
+
+
+def test_an_attempt_carries_the_three_headers() -> None:
+    assert signed_headers(secret_key(SECRET), "evt_abc", 1764201600, BODY) == {
+        "content-type": "application/json",
+        "webhook-id": "evt_abc",
+        "webhook-timestamp": "1764201600",
+        "webhook-signature": "v1,qB8CDnsOVR6MawXH9lp23x27U+DJ3V/Sw6htAO4JDX4=",
+    }
+
+
+def test_the_body_is_openais_event() -> None:
+    assert event_body("abc", "response.completed", 1764201600) == BODY
+
+
+@pytest.mark.parametrize(
+    ("done", "kind"),
+    [
+        (Done(TurnStatus.COMPLETED, finish_reason="stop"), "response.completed"),
+        (Done(TurnStatus.COMPLETED, finish_reason="tool_calls"), "response.completed"),
+        (Done(TurnStatus.COMPLETED, finish_reason="length"), "response.incomplete"),
+        (Done(TurnStatus.AWAITING_CONFIRMATION), "response.completed"),
+        (Done(TurnStatus.FAILED, error={"code": "worker_lost"}), "response.failed"),
+        (Done(TurnStatus.CANCELLED), "response.cancelled"),
+    ],
+)
+def test_event_types(done: Done, kind: str) -> None:
+    assert event_type(done) == kind
+
+
+def settings(**values: Any) -> Settings:
+    return Settings(_env_file=None, **values)
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("http://hooks.example/in", None),
+        ("https://HOOKS.example:8443/in?x=1", None),
+        (
+            "https://evil.example/in",
+            "webhook_url's host 'evil.example' is not one this server may call "
+            "(BERNARD_WEBHOOK_HOSTS)",
+        ),
+        # A user name does not make another host an allowed one.
+        (
+            "https://hooks.example@evil.example/",
+            "webhook_url's host 'evil.example' is not one this server may call "
+            "(BERNARD_WEBHOOK_HOSTS)",
+        ),
+        ("ftp://hooks.example/in", "webhook_url must be an http:// or https:// URL"),
+        ("hooks.example/in", "webhook_url must be an http:// or https:// URL"),
+        ("http://[::1/in", "webhook_url is not a URL"),
+    ],
+)
+def test_a_requested_target_must_be_on_an_allowed_host(url: str, error: str | None) -> None:
+    allowed = settings(webhook_secret=SECRET, webhook_hosts="hooks.example, 127.0.0.1")
+    if error is None:
+        assert requested_target(url, allowed) == url
+    else:
+        with pytest.raises(WebhookTargetError) as raised:
+            requested_target(url, allowed)
+        assert str(raised.value) == error
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"webhook_url": "http://hooks.example/"}, "need BERNARD_WEBHOOK_SECRET"),
+        ({"webhook_hosts": "hooks.example"}, "need BERNARD_WEBHOOK_SECRET"),
+        ({"webhook_secret": "YmVybmFyZA=="}, "must start with whsec_"),
+        ({"webhook_secret": "whsec_not base64!"}, "whsec_ followed by base64"),
+        ({"webhook_secret": "whsec_"}, "must not be empty"),
+        ({"webhook_secret": SECRET, "webhook_url": "hooks.example"}, "http:// or https://"),
+        ({"webhook_retry_delays": "5,x"}, "comma-separated seconds"),
+        ({"webhook_retry_delays": "5,0"}, "positive seconds"),
+        ({"webhook_retry_delays": "36000,36001"}, "at most 72000"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused(values: dict[str, Any], error: str) -> None:
+    with pytest.raises(ValidationError, match=error):
+        settings(**values)
+
+
+def test_retry_delays_are_read_in_order() -> None:
+    assert settings(webhook_retry_delays="5, 30,0.5").webhook_retry_delays_s() == (5, 30, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://hooks.example/in?token=secret", "https://hooks.example"),
+        ("http://user:pass@hooks.example:8080/a/b", "http://hooks.example:8080"),
+    ],
+)
+def test_the_log_shows_only_a_targets_origin(url: str, origin: str) -> None:
+    assert origin_of(url) == origin
