@@ -3,9 +3,11 @@
 Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
 `summarize_conversation(owner, conversation_id, until, incarnation)` when a conversation
 outgrew its prompts; `title_conversation(owner, conversation_id)` after a conversation's
-first exchange. Each worker process runs up to `BERNARD_WORKER_CONCURRENCY` turns at once
-(turns wait on the network, not the CPU), picks new ones up through the wake list of
-`worker.queue`, and keeps no arq results: a turn's output lives in its stream.
+first exchange; `deliver_webhook(owner, turn_id, type, url, created_at)` when a background
+turn with a webhook ends (worker/webhooks.py). Each worker process runs up to
+`BERNARD_WORKER_CONCURRENCY` turns at once (turns wait on the network, not the CPU), picks
+new ones up through the wake list of `worker.queue`, and keeps no arq results: a turn's
+output lives in its stream.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
 from shared.timers import FIRE_TIMER, fire_timer
 from shared.traces import configure_tracing, flush_tracing
+from shared.webhooks import DELIVER_WEBHOOK
 from worker.llm import Models, build_models
 from worker.queue import WAKE_OPTIONS, WakeWorker
 from worker.summaries import summarize
@@ -39,6 +42,8 @@ from worker.supervisor import TurnSupervisor
 from worker.titles import name_conversation
 from worker.tools.runtime import http_client
 from worker.turn import run_to_sinks
+from worker.webhooks import CLIENT as WEBHOOK_CLIENT
+from worker.webhooks import deliver
 
 logger = logging.getLogger("bernard.worker")
 
@@ -111,6 +116,8 @@ async def shutdown(ctx: dict[str, Any]) -> None:
         await ctx["bernard_redis"].aclose()
         await ctx["models"].aclose()
         await ctx["http"].aclose()
+        if WEBHOOK_CLIENT in ctx:
+            await ctx[WEBHOOK_CLIENT].aclose()
         if ctx.get("traced"):
             flush_tracing()
 
@@ -174,6 +181,14 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             # (worker/queue.py); each only ever moves its conversation forward.
             func(summarize_conversation, name=SUMMARIZE, max_tries=3),
             func(title_conversation, name=TITLE, max_tries=3),
+            # Each attempt a run; its retries are its own (`Retry`), and a shutdown's
+            # cancellation costs a try too: a few to spare.
+            func(
+                deliver,
+                name=DELIVER_WEBHOOK,
+                max_tries=len(settings.webhook_retry_delays_s()) + 4,
+                timeout=settings.webhook_timeout_s + 10,
+            ),
         ],
         "on_startup": startup,
         "on_shutdown": shutdown,
