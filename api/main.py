@@ -35,6 +35,7 @@ from api.routes import (
     status,
     tools,
     turns,
+    webhooks,
 )
 from api.state import AppState
 from api.store_guard import StoreGuard
@@ -189,7 +190,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     errors.install(app)
     for prefix in ("/v1", "/api/v1"):
-        for module in (chat, conversations, events, models, responses, status, tools, turns):
+        for module in (
+            chat,
+            conversations,
+            events,
+            models,
+            responses,
+            status,
+            tools,
+            turns,
+            webhooks,
+        ):
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)

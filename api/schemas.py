@@ -19,6 +19,7 @@ from api.errors import invalid
 from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
 from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
+from shared.webhooks import URL_MAX_CHARS
 
 # What the model APIs take: token counts are 32-bit, a seed is 64-bit.
 _MAX_INT32 = 2**31 - 1
@@ -128,6 +129,9 @@ class _TurnBody(_Body):
     logprobs: bool | None = None
     background: bool = False
     on_disconnect: Literal["cancel", "continue"] | None = None
+    # Bernard's: where to POST a background turn's end instead of BERNARD_WEBHOOK_URL, on
+    # a host of BERNARD_WEBHOOK_HOSTS (api/turn_service.py checks it; shared/webhooks.py).
+    webhook_url: str | None = Field(None, max_length=URL_MAX_CHARS)
 
     def check_honourable(self) -> None:
         """Refuse known parameters with values Bernard cannot honour."""
@@ -147,6 +151,7 @@ class _TurnBody(_Body):
             include_usage=options.include_usage,
             tool_events=options.tool_events,
             background=self.background,
+            webhook_url=self.webhook_url,
             # A request nobody streams has nobody to lose: only a streaming client's
             # disconnect may stop the turn, and only when it did not ask to continue.
             on_disconnect="cancel"

@@ -28,7 +28,7 @@ from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import ENCODINGS, encoder_for
-from api.errors import RETRY_AFTER_S, ApiError
+from api.errors import RETRY_AFTER_S, ApiError, invalid
 from api.metrics import TURNS_CREATED
 from api.relay import relay
 from api.responses import JSONResponse
@@ -40,10 +40,11 @@ from shared.connection import REDIS_ERRORS
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import Done
-from shared.requests import TurnRequest
+from shared.requests import Delivery, TurnRequest
 from shared.results import TurnResult
-from shared.settings import MODEL_ID
+from shared.settings import MODEL_ID, Settings
 from shared.turn_record import TurnRecord
+from shared.webhooks import WebhookTargetError, requested_target
 
 logger = logging.getLogger("bernard.api")
 
@@ -75,6 +76,23 @@ def too_many_streams(state: AppState) -> ApiError:
     )
 
 
+def webhook_of(delivery: Delivery, settings: Settings) -> str | None:
+    """Where the turn's end is POSTed (shared/webhooks.py): a background turn's own
+    `webhook_url` when its host is allowed (else a 400 naming it), else the deployment's
+    `BERNARD_WEBHOOK_URL`; only a background turn has one."""
+    requested = delivery.webhook_url
+    if not delivery.background:
+        if requested is not None:
+            raise invalid("webhook_url is for a background turn (background: true)", "webhook_url")
+        return None
+    if requested is None:
+        return settings.webhook_url
+    try:
+        return requested_target(requested, settings)
+    except WebhookTargetError as exc:
+        raise invalid(str(exc), "webhook_url") from None
+
+
 async def start_turn(
     state: AppState,
     owner: str,
@@ -92,6 +110,7 @@ async def start_turn(
     conversation), for its admission to check against the storage budgets."""
     settings = state.settings
     delivery = request.delivery
+    delivery.webhook_url = webhook_of(delivery, settings)
     # The stream holds the rows the turn stores when its encoding shows them.
     request.agent.rows = ENCODINGS[delivery.encoding].shows_rows
     turn_id = uuid.uuid4().hex

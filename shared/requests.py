@@ -95,6 +95,11 @@ class Delivery:
     # What the encoding shows back of the request and nothing runs on (the Responses API's
     # `instructions`, `metadata`, `tools`, `previous_response_id`...: api/encodings/responses.py).
     echo: dict[str, Any] = field(default_factory=dict)
+    # Where a background turn's end is POSTed, signed (shared/webhooks.py): the request's
+    # own `webhook_url`, else the deployment's; None: nowhere. The API sets it as it
+    # creates the turn (api/turn_service.py), which also writes it where the turn's ending
+    # reads it: the record's `webhook` field (shared/turns.py `TurnStore.create`).
+    webhook_url: str | None = None
 
 
 _AGENT_FIELDS = frozenset(f.name for f in fields(AgentRequest))

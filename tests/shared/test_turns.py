@@ -228,6 +228,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "on_disconnect": "cancel",
         "background": False,
         "echo": {},
+        "webhook_url": None,
     }
     assert TurnRequest.restored({**stored, "messages": request.agent.messages}) == request
 
