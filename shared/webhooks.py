@@ -29,7 +29,7 @@ nothing; then it is given up. At least once: a receiver deduplicates on `webhook
 
 **The log.** Each attempt is one entry of its owner's `DeliveryLog`: at most `LOG_MAX`,
 newest first, living `BERNARD_WEBHOOK_LOG_RETENTION_S` from the latest
-(`GET /v1/webhooks/deliveries`). Tests: tests/shared/test_webhooks.py (signing, targets),
+(`GET /v1/webhooks/deliveries`). Tests: tests/shared/test_webhook_signing.py (signing, targets),
 tests/test_webhooks.py (deliveries end to end).
 """
 
