@@ -191,8 +191,9 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`),
 # sealed id, payload... Appends the payloads (the last is `done`, under the sealed id) and
 # drops the request's messages (the prompt: the conversation keeps them) only if the turn
-# has not ended yet and the guard holds. Returns a `Finished`. The data half of ending a
-# turn (`TurnStore.finish` releases it on the queue).
+# has not ended yet and the guard holds. Returns a `Finished`; `ended` with the record's
+# webhook target, {'ended', target}, when it has one (shared/webhooks.py). The data half
+# of ending a turn (`TurnStore.finish` releases it on the queue, and queues the webhook).
 FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
@@ -216,6 +217,8 @@ redis.call('EXPIRE', KEYS[2], ARGV[5])
 redis.call('DEL', KEYS[3])
 redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('DEL', KEYS[5])
+local webhook = redis.call('HGET', KEYS[1], 'webhook')
+if webhook then return {'ended', webhook} end
 return 'ended'
 """
 

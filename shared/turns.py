@@ -55,6 +55,7 @@ from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
 from shared.results import TurnResult
 from shared.scripts import TAKE_SLOT, in_pipeline
 from shared.turn_record import TurnRecord
+from shared.webhooks import TARGET_FIELD, Target, enqueue_delivery
 
 logger = logging.getLogger("bernard.turns")
 
@@ -273,6 +274,10 @@ class TurnStore:
         enqueue fail, the turn is ended `turn_lost` before the error goes on.
         """
         fields = [item for pair in record.to_redis().items() for item in pair]
+        webhook_url = record.request.delivery.webhook_url
+        if webhook_url is not None and queue_name is not None:
+            # Where its ending finds it (`finish`).
+            fields += [TARGET_FIELD, Target(webhook_url, queue_name).stored()]
         lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
         index = keys.turns(record.owner)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -498,7 +503,9 @@ class TurnStore:
         ]
         # Its `done` entry, and what wakes the stream's readers.
         reply = await self.backend.run_and_wake(self._finish, finish_keys, finish_args, turn_id)
-        finished = Finished(_text(reply))
+        # `ended` comes with the turn's webhook target when it has one.
+        webhook = Target.restored(reply[1]) if isinstance(reply, list) else None
+        finished = Finished(_text(reply[0] if isinstance(reply, list) else reply))
         if finished is not Finished.REFUSED:
             async with self.queue.pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.RUNNING_TURNS, turn_id)
@@ -507,7 +514,16 @@ class TurnStore:
                     pipe.hincrby(keys.METRICS, done.status, 1)
                     if done.error:
                         pipe.hincrby(keys.METRICS, f"{done.status}:{done.error['code']}", 1)
-                await pipe.execute()
+                    if webhook is not None:
+                        # The one call that ended the turn queues its one delivery; the
+                        # turn's end is written already, whatever becomes of it.
+                        enqueue_delivery(pipe, webhook, owner, turn_id, done, time.time())
+                try:
+                    await pipe.execute()
+                except BaseException:
+                    if webhook is not None:
+                        logger.error("the webhook of turn %s was not queued", turn_id)
+                    raise
         return finished
 
     async def end(

@@ -1,0 +1,360 @@
+"""Signed webhooks end to end (shared/webhooks.py, worker/webhooks.py): a background chat
+turn ends, and a receiver of our own on a loopback port gets the POST over real HTTP, which
+the official `openai` SDK's `client.webhooks.unwrap` verifies with the deployment's secret.
+Failures are retried from the queue (across a worker's restart) under one `webhook-id`, a
+receiver that hangs slows no turn, each attempt shows in its owner's log, and a request's
+own target is refused on a host not allowed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from shared import keys
+from shared.settings import Settings
+from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
+from tests.serving import serve
+from tests.upstream import Reply, ScriptedUpstream
+
+CHAT = "/v1/chat/completions"
+# base64 of b"bernard webhook test key".
+SECRET = "whsec_YmVybmFyZCB3ZWJob29rIHRlc3Qga2V5"
+HANG = -1
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on 127.0.0.1: answers each POST with the next of `answers` (a
+    status, or `HANG`: no answer until the test ends), then 200; keeps what it got."""
+
+    answers: list[int] = field(default_factory=list)
+    got: list[Received] = field(default_factory=list)
+    hanging: int = 0
+    port: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def _hook(self, request: Request) -> Response:
+        self.got.append(
+            Received(request.url.path, dict(request.headers), await request.body(), time.time())
+        )
+        self._changed.set()
+        answer = self.answers.pop(0) if self.answers else 200
+        if answer == HANG:
+            self.hanging += 1
+            self._changed.set()
+            await self._release.wait()
+            answer = 200
+        return Response(status_code=answer)
+
+    async def wait(self, count: int, timeout_s: float = 10.0) -> list[Received]:
+        async with asyncio.timeout(timeout_s):
+            while len(self.got) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.got
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Receiver]:
+        app = Starlette(routes=[Route("/{path:path}", self._hook, methods=["POST"])])
+        async with serve(app, lifespan="off") as port:
+            self.port = port
+            try:
+                yield self
+            finally:
+                self._release.set()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    async with Receiver().running() as running:
+        yield running
+
+
+def webhook_settings(upstream: ScriptedUpstream, receiver: Receiver, **overrides: Any) -> Settings:
+    """Webhooks to `receiver`, quick retries, and a user of the test's own (the suite's
+    tests share one Redis, so a user's log would hold earlier tests' attempts)."""
+    values: dict[str, Any] = {
+        # Two users: the first makes the turns, the second reads the logs of nobody else.
+        "api_keys": ",".join(f"key-{uuid.uuid4().hex}:user-{uuid.uuid4().hex[:8]}" for _ in "ab"),
+        "webhook_url": receiver.url(),
+        "webhook_secret": SECRET,
+        "webhook_hosts": "localhost",
+        "webhook_retry_delays": "0.3,0.3,0.3",
+        "webhook_timeout_s": 2.0,
+    }
+    return make_settings(upstream, **{**values, **overrides})
+
+
+def bearer(settings: Settings, user: int = 0) -> dict[str, str]:
+    key = list(settings.api_key_users())[user]
+    return {"authorization": f"Bearer {key}"}
+
+
+@contextlib.asynccontextmanager
+async def hooked_stack(settings: Settings) -> AsyncIterator[Stack]:
+    async with run_stack(settings) as running:
+        running.client.headers.update(bearer(settings))
+        yield running
+
+
+@pytest.fixture
+async def hooked(upstream: ScriptedUpstream, receiver: Receiver) -> AsyncIterator[Stack]:
+    async with hooked_stack(webhook_settings(upstream, receiver)) as running:
+        yield running
+
+
+def body(content: str = "hello", **extra: object) -> dict[str, object]:
+    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def unwrap(got: Received) -> Any:
+    """The event, as the official SDK verifies and parses it."""
+    return openai.OpenAI(api_key="unused").webhooks.unwrap(got.body, got.headers, secret=SECRET)
+
+
+async def wait_status(stack: Stack, turn_id: str, statuses: set[str]) -> dict[str, Any]:
+    async with asyncio.timeout(10):
+        while True:
+            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+            if turn["status"] in statuses:
+                return turn
+            await asyncio.sleep(0.01)
+
+
+async def deliveries(stack: Stack) -> list[dict[str, Any]]:
+    response = await stack.client.get("/v1/webhooks/deliveries")
+    assert response.status_code == 200
+    return response.json()["data"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "extra", "kind"),
+    [
+        (Reply.text(["all", " done"]), {}, "response.completed"),
+        (Reply.text(["one", " two", " three", " four"]), {"max_tokens": 2}, "response.incomplete"),
+        (Reply.error(500, "upstream broke"), {}, "response.failed"),
+    ],
+)
+async def test_a_background_turns_end_is_posted_signed_and_the_sdk_verifies_it(
+    hooked: Stack,
+    upstream: ScriptedUpstream,
+    receiver: Receiver,
+    reply: Reply,
+    extra: dict[str, Any],
+    kind: str,
+) -> None:
+    # A turn somebody waits on sends nothing: only a background one does.
+    upstream.script(Reply.text("waited on"))
+    waited = await hooked.client.post(CHAT, json=body())
+    assert waited.status_code == 200
+    upstream.script(reply)
+    turn = (await hooked.client.post(CHAT, json=body(background=True, **extra))).json()
+
+    (got,) = await receiver.wait(1)
+    event = unwrap(got)
+    assert event.type == kind
+    assert event.id == f"evt_{turn['id']}"
+    assert event.data.id == turn["id"]
+    assert event.object == "event"
+    assert got.path == "/hook"
+    assert got.headers["webhook-id"] == f"evt_{turn['id']}"
+    assert got.headers["content-type"] == "application/json"
+    ended = await wait_status(hooked, turn["id"], {"completed", "failed"})
+    assert abs(event.created_at - ended["finished_at"]) <= 1
+    await asyncio.sleep(0.3)
+    assert len(receiver.got) == 1, "one delivery per turn, none for the turn waited on"
+
+
+async def test_a_cancelled_background_turn_is_posted_as_cancelled(
+    hooked: Stack, upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    upstream.script(Reply.slow(interval=0.01))
+    turn = (await hooked.client.post(CHAT, json=body(background=True))).json()
+    await upstream.wait_requests(1)
+    await hooked.client.post(f"/v1/turns/{turn['id']}/cancel")
+    (got,) = await receiver.wait(1)
+    event = unwrap(got)
+    assert (event.type, event.data.id) == ("response.cancelled", turn["id"])
+
+
+async def test_failures_are_retried_under_one_webhook_id_and_logged(
+    hooked: Stack, upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    receiver.answers = [500, 500]
+    upstream.script(Reply.text("retried"))
+    turn = (await hooked.client.post(CHAT, json=body(background=True))).json()
+
+    got = await receiver.wait(3)
+    assert [g.headers["webhook-id"] for g in got] == [f"evt_{turn['id']}"] * 3
+    assert len({g.body for g in got}) == 1, "the same event each time"
+    assert all(unwrap(g).type == "response.completed" for g in got)
+    # Each retry waits its delay (0.3 s) at least.
+    assert got[1].at - got[0].at >= 0.3 and got[2].at - got[1].at >= 0.3
+    await asyncio.sleep(0.2)
+    log = await deliveries(hooked)
+    assert [(a["attempt"], a["status_code"], a["outcome"]) for a in log] == [
+        (3, 200, "delivered"),
+        (2, 500, "retrying"),
+        (1, 500, "retrying"),
+    ]
+    assert [a["error"] for a in log] == [None, "answered 500", "answered 500"]
+    assert log[0]["next_attempt_at"] is None
+    assert all(a["next_attempt_at"] > a["at"] for a in log[1:])
+    assert {(a["event_id"], a["turn_id"], a["type"]) for a in log} == {
+        (f"evt_{turn['id']}", turn["id"], "response.completed")
+    }
+    assert {a["url"] for a in log} == {f"http://127.0.0.1:{receiver.port}"}
+    user = next(iter(hooked.settings.api_key_users().values()))
+    assert 0 < await hooked.redis.ttl(keys.webhook_deliveries(user)) <= 7 * 86_400
+    # Nobody else reads it.
+    other = await hooked.client.get("/v1/webhooks/deliveries", headers=bearer(hooked.settings, 1))
+    assert other.json() == {"object": "list", "data": []}
+
+
+async def test_a_delivery_is_given_up_after_the_last_delay(
+    upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    receiver.answers = [503, 503, 503]
+    settings = webhook_settings(upstream, receiver, webhook_retry_delays="0.1,0.1")
+    async with hooked_stack(settings) as stack:
+        upstream.script(Reply.text("nobody takes it"))
+        await stack.client.post(CHAT, json=body(background=True))
+        await receiver.wait(3)
+        await asyncio.sleep(0.5)
+        assert len(receiver.got) == 3
+        log = await deliveries(stack)
+    assert [(a["attempt"], a["outcome"]) for a in log] == [
+        (3, "gave_up"),
+        (2, "retrying"),
+        (1, "retrying"),
+    ]
+
+
+async def test_a_worker_restart_between_attempts_still_delivers(
+    upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    receiver.answers = [500]
+    settings = webhook_settings(upstream, receiver, webhook_retry_delays="1.5")
+    async with (
+        run_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+    ):
+        async with run_worker(settings):
+            upstream.script(Reply.text("before the restart"))
+            turn = (await client.post(CHAT, json=body(background=True))).json()
+            await receiver.wait(1)
+            await asyncio.sleep(0.1)
+            stopping = time.monotonic()
+        # The worker stopped at once: no job of its own waited out the delay.
+        assert time.monotonic() - stopping < 1.0
+        # The worker that tried is gone; the retry waits on the queue for another.
+        assert len(receiver.got) == 1
+        async with run_worker(settings):
+            got = await receiver.wait(2)
+    assert [g.headers["webhook-id"] for g in got] == [f"evt_{turn['id']}"] * 2
+    assert unwrap(got[1]).data.id == turn["id"]
+    assert got[1].at - got[0].at >= 1.5
+
+
+async def test_a_hanging_receiver_slows_no_turn(
+    upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    receiver.answers = [HANG]
+    settings = webhook_settings(upstream, receiver, webhook_timeout_s=3.0)
+    async with hooked_stack(settings) as stack:
+        upstream.script(Reply.text("first"))
+        first = (await stack.client.post(CHAT, json=body(background=True))).json()
+        await receiver.wait(1)
+        assert receiver.hanging == 1
+        # While the first turn's delivery hangs, the next turns run and end at once, and
+        # their ends are posted beside it.
+        for text in ("second", "third"):
+            upstream.script(Reply.text(text))
+            started = time.monotonic()
+            turn = (await stack.client.post(CHAT, json=body(background=True))).json()
+            ended = await wait_status(stack, turn["id"], {"completed"})
+            assert time.monotonic() - started < 1.0, "its end waited on the receiver"
+            assert ended["result"]["choices"][0]["message"]["content"] == text
+        await receiver.wait(3)
+        assert receiver.hanging == 1
+        # The hung attempt is given up at its timeout and tried again.
+        got = await receiver.wait(4, timeout_s=6)
+        log = await deliveries(stack)
+    assert got[3].headers["webhook-id"] == f"evt_{first['id']}"
+    hung = next(a for a in log if a["turn_id"] == first["id"] and a["attempt"] == 1)
+    assert (hung["status_code"], hung["error"]) == (None, "no answer within 3 s")
+
+
+async def test_a_requests_own_target_only_on_an_allowed_host(
+    hooked: Stack, upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    refused = await hooked.client.post(
+        CHAT, json=body(background=True, webhook_url="https://evil.example/hook")
+    )
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["param"] == "webhook_url"
+    assert error["message"] == (
+        "webhook_url's host 'evil.example' is not one this server may call (BERNARD_WEBHOOK_HOSTS)"
+    )
+    not_background = await hooked.client.post(
+        CHAT, json=body(webhook_url=receiver.url("/mine", host="localhost"))
+    )
+    assert not_background.status_code == 400
+    assert not_background.json()["error"]["param"] == "webhook_url"
+
+    upstream.script(Reply.text("to my own hook"))
+    own = receiver.url("/mine", host="localhost")
+    turn = (await hooked.client.post(CHAT, json=body(background=True, webhook_url=own))).json()
+    (got,) = await receiver.wait(1)
+    assert got.path == "/mine"
+    assert unwrap(got).data.id == turn["id"]
+    await asyncio.sleep(0.3)
+    assert len(receiver.got) == 1, "nothing was created for the refused requests"
+
+
+async def test_an_ending_written_by_the_api_is_delivered_too(
+    upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    """Whoever ends the turn queues its delivery: here the API, cancelling a turn no worker
+    took yet; the first worker to come delivers it."""
+    settings = webhook_settings(upstream, receiver)
+    async with (
+        run_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+    ):
+        turn = (await client.post(CHAT, json=body(background=True))).json()
+        cancelled = await client.post(f"/v1/turns/{turn['id']}/cancel")
+        assert cancelled.json()["status"] == "cancelled"
+        assert receiver.got == []
+        async with run_worker(settings):
+            (got,) = await receiver.wait(1)
+            await asyncio.sleep(0.2)
+    event = unwrap(got)
+    assert (event.type, event.data.id) == ("response.cancelled", turn["id"])
+    assert upstream.requests == [], "the turn itself never ran"
