@@ -55,7 +55,7 @@ from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
 from shared.results import TurnResult
 from shared.scripts import TAKE_SLOT, in_pipeline
 from shared.turn_record import TurnRecord
-from shared.webhooks import TARGET_FIELD, Target, enqueue_delivery
+from shared.webhooks import TARGET_FIELD, Target, enqueue_delivery, subject_of
 
 logger = logging.getLogger("bernard.turns")
 
@@ -277,7 +277,8 @@ class TurnStore:
         webhook_url = record.request.delivery.webhook_url
         if webhook_url is not None and queue_name is not None:
             # Where its ending finds it (`finish`).
-            fields += [TARGET_FIELD, Target(webhook_url, queue_name).stored()]
+            subject = subject_of(record.request.delivery.encoding, record.id)
+            fields += [TARGET_FIELD, Target(webhook_url, queue_name, subject).stored()]
         lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
         index = keys.turns(record.owner)
         async with self.redis.pipeline(transaction=False) as pipe:

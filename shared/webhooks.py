@@ -11,7 +11,8 @@ script and queues one delivery job, `webhook:<owner>/<turn id>` (shared/queue.py
 and nothing the receiver does can slow the turn's ending.
 
 **What.** OpenAI's webhook event, `{"id": "evt_<turn id>", "object": "event", "created_at",
-"type", "data": {"id": <turn id>}}`, its type from the turn's `done` (`event_type`):
+"type", "data": {"id"}}`, `data.id` the id its client knows the turn by (`subject_of`: a
+Responses response's `resp_<turn id>`), its type from the turn's `done` (`event_type`):
 `response.completed`, `response.failed`, `response.cancelled`, `response.incomplete` (cut
 at the length limit).
 
@@ -140,12 +141,24 @@ def requested_target(url: str, settings: Settings) -> str:
     return url
 
 
+# The id a client knows a turn by, where it is not the turn id, by the turn's encoding: a
+# Responses response is `resp_<turn id>` (api/encodings/responses.py `RESPONSE_PREFIX`).
+_SUBJECT_PREFIXES = {"responses": "resp_"}
+
+
+def subject_of(encoding: str, turn_id: str) -> str:
+    """The id an event about the turn names (`data.id`): the one its client was given."""
+    return _SUBJECT_PREFIXES.get(encoding, "") + turn_id
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a turn's webhook goes: the URL, and the queue its delivery job goes on."""
+    """Where a turn's webhook goes: the URL, the queue its delivery job goes on, and the
+    id the event names (`subject_of`)."""
 
     url: str
     queue: str
+    subject: str
 
     def stored(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -172,15 +185,16 @@ def event_id(turn_id: str) -> str:
     return f"evt_{turn_id}"
 
 
-def event_body(turn_id: str, kind: str, created_at: int) -> bytes:
-    """The event's JSON body, as OpenAI's webhook events are."""
+def event_body(turn_id: str, kind: str, created_at: int, subject: str | None = None) -> bytes:
+    """The event's JSON body, as OpenAI's webhook events are; `data.id` is `subject`
+    (default: the turn id)."""
     return orjson.dumps(
         {
             "id": event_id(turn_id),
             "object": "event",
             "created_at": created_at,
             "type": kind,
-            "data": {"id": turn_id},
+            "data": {"id": subject or turn_id},
         }
     )
 
@@ -221,6 +235,7 @@ def enqueue_delivery(
         event_type(done),
         target.url,
         int(ended_at),
+        target.subject,
     )
 
 

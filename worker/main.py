@@ -3,7 +3,7 @@
 Jobs: `run_turn(turn_id)`; `fire_timer(owner, timer_id)` when a timer is due;
 `summarize_conversation(owner, conversation_id, until, incarnation)` when a conversation
 outgrew its prompts; `title_conversation(owner, conversation_id)` after a conversation's
-first exchange; `deliver_webhook(owner, turn_id, type, url, created_at)` when a background
+first exchange; `deliver_webhook(owner, turn_id, type, url, created_at, subject)` when a background
 turn with a webhook ends (worker/webhooks.py). Each worker process runs up to
 `BERNARD_WORKER_CONCURRENCY` turns at once (turns wait on the network, not the CPU), picks
 new ones up through the wake list of `worker.queue`, and keeps no arq results: a turn's

@@ -48,13 +48,20 @@ class Delivered(StrEnum):
 
 
 async def deliver(
-    ctx: dict[str, Any], owner: str, turn_id: str, kind: str, url: str, created_at: int
+    ctx: dict[str, Any],
+    owner: str,
+    turn_id: str,
+    kind: str,
+    url: str,
+    created_at: int,
+    subject: str | None = None,
 ) -> Delivered:
-    """One attempt at delivering the event `kind` of `owner`'s turn `turn_id` to `url`."""
+    """One attempt at delivering the event `kind` of `owner`'s turn `turn_id` to `url`,
+    naming the turn `subject` (shared/webhooks.py `subject_of`)."""
     settings: Settings = ctx["settings"]
     attempt = int(ctx.get("job_try") or 1)
     message_id = event_id(turn_id)
-    body = event_body(turn_id, kind, created_at)
+    body = event_body(turn_id, kind, created_at, subject)
     sent_at = time.time()
     status_code, error = None, None
     if settings.webhook_secret is None:
