@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +28,7 @@ from starlette.routing import Route
 from shared import keys
 from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
+from tests.processes import ProcessGroup
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -358,3 +361,32 @@ async def test_an_ending_written_by_the_api_is_delivered_too(
     event = unwrap(got)
     assert (event.type, event.data.id) == ("response.cancelled", turn["id"])
     assert upstream.requests == [], "the turn itself never ran"
+
+
+async def test_a_worker_killed_mid_attempt_loses_no_delivery(
+    upstream: ScriptedUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """SIGKILL while the receiver holds the POST: once the attempt's time is surely over,
+    another worker tries again."""
+    receiver.answers = [HANG]
+    settings = webhook_settings(upstream, receiver, webhook_timeout_s=1.0)
+    async with (
+        ProcessGroup(tmp_path / "logs") as procs,
+        run_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+    ):
+        doomed = await procs.worker(settings, name="doomed-worker")
+        upstream.script(Reply.text("its worker dies delivering"))
+        turn = (await client.post(CHAT, json=body(background=True))).json()
+        await receiver.wait(1)
+        doomed.send(signal.SIGKILL)
+        killed_at = time.monotonic()
+        await procs.worker(settings, name="fresh-worker")
+        got = await receiver.wait(2, timeout_s=20)
+    waited = got[1].at - got[0].at
+    print(f"\nworker SIGKILLed mid-attempt -> tried again {waited:.1f} s after the first")
+    assert time.monotonic() - killed_at < 20
+    assert [g.headers["webhook-id"] for g in got] == [f"evt_{turn['id']}"] * 2
+    assert unwrap(got[1]).data.id == turn["id"]
+    # Once the attempt's own time (1 s) and its margin (10 s) are over, not before.
+    assert 11 <= waited < 15

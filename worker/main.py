@@ -42,6 +42,7 @@ from worker.supervisor import TurnSupervisor
 from worker.titles import name_conversation
 from worker.tools.runtime import http_client
 from worker.turn import run_to_sinks
+from worker.webhooks import ATTEMPT_MARGIN_S as WEBHOOK_MARGIN_S
 from worker.webhooks import CLIENT as WEBHOOK_CLIENT
 from worker.webhooks import deliver
 
@@ -187,7 +188,7 @@ def worker_options(settings: Settings) -> dict[str, Any]:
                 deliver,
                 name=DELIVER_WEBHOOK,
                 max_tries=len(settings.webhook_retry_delays_s()) + 4,
-                timeout=settings.webhook_timeout_s + 10,
+                timeout=settings.webhook_timeout_s + WEBHOOK_MARGIN_S,
             ),
         ],
         "on_startup": startup,

@@ -4,7 +4,12 @@ says what is sent and when it is queued).
 
 Each attempt is one job run: sign with the attempt's time, POST (no redirect followed,
 the answer's body never read), within `BERNARD_WEBHOOK_TIMEOUT_S` in all, and log it in
-its owner's `DeliveryLog`. A 2xx answer delivers it. Anything else, or no answer, raises
+its owner's `DeliveryLog`. A worker takes a job off the queue as it starts it
+(worker/queue.py), so before it POSTs, the attempt puts its job back, due once the attempt
+is surely over, with arq's in-progress mark lapsing then too (`_hold`): should the worker
+die mid-attempt (SIGKILL, out of memory), another one tries again then, rather than the
+delivery being lost. An attempt that ends takes that entry off (arq's finish) or moves it
+to its retry. A 2xx answer delivers it. Anything else, or no answer, raises
 arq's `Retry` with the next of `BERNARD_WEBHOOK_RETRY_DELAYS`: the job goes back on the
 queue due then (worker/queue.py `finished`), holding no slot while it waits, so a worker
 that stops meanwhile loses nothing. Once the delays are used up it is given up.
@@ -20,6 +25,7 @@ from typing import Any
 
 import httpx
 from arq import Retry
+from arq.constants import in_progress_key_prefix
 from redis.exceptions import RedisError
 
 from shared.settings import Settings
@@ -37,6 +43,9 @@ logger = logging.getLogger("bernard.webhooks")
 
 # The worker's client for deliveries, made at its first one (worker/main.py closes it).
 CLIENT = "webhook_http"
+# Beyond `BERNARD_WEBHOOK_TIMEOUT_S`, what an attempt may take (its log entry; arq stops
+# the job there: worker/main.py), before another worker may take it for lost.
+ATTEMPT_MARGIN_S = 10.0
 
 
 class Delivered(StrEnum):
@@ -70,6 +79,7 @@ async def deliver(
         headers = signed_headers(
             secret_key(settings.webhook_secret), message_id, int(sent_at), body
         )
+        await _hold(ctx, settings)
         status_code, error = await _post(_client(ctx), url, body, headers, settings)
     delays = settings.webhook_retry_delays_s()
     # Without a secret no later attempt can do better.
@@ -105,6 +115,20 @@ async def deliver(
     if retry_in is not None:
         raise Retry(defer=retry_in)
     return outcome
+
+
+async def _hold(ctx: dict[str, Any], settings: Settings) -> None:
+    """Should this worker die during the attempt, have another try again once the attempt
+    is surely over: the job back on its queue, due then, and its in-progress mark lapsing
+    then (not at the turns' job timeout, minutes later)."""
+    job_id = ctx.get("job_id")
+    if not job_id:
+        return  # called outside a worker (no queue to hold on)
+    lapse_ms = round((settings.webhook_timeout_s + ATTEMPT_MARGIN_S) * 1000)
+    async with ctx["redis"].pipeline(transaction=False) as pipe:
+        pipe.zadd(settings.queue_name, {job_id: round(time.time() * 1000) + lapse_ms})
+        pipe.pexpire(in_progress_key_prefix + job_id, lapse_ms)
+        await pipe.execute()
 
 
 async def _post(
