@@ -390,3 +390,26 @@ async def test_a_worker_killed_mid_attempt_loses_no_delivery(
     assert unwrap(got[1]).data.id == turn["id"]
     # Once the attempt's own time (1 s) and its margin (10 s) are over, not before.
     assert 11 <= waited < 20
+
+
+async def test_a_turn_whose_worker_dies_is_posted_as_failed(
+    upstream: ScriptedUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The reaper that ends the turn `worker_lost` queues its delivery, as any ending does."""
+    settings = webhook_settings(upstream, receiver, lease_ttl_s=2.0, lease_renew_s=0.5)
+    gate = upstream.script(Reply.text(["first", " second"], block_after_first=True))
+    async with (
+        ProcessGroup(tmp_path / "logs") as procs,
+        run_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+    ):
+        doomed = await procs.worker(settings, name="doomed-worker")
+        turn = (await client.post(CHAT, json=body(background=True))).json()
+        await gate.wait_blocked()
+        doomed.send(signal.SIGKILL)
+        await procs.worker(settings, name="fresh-worker")
+        (got,) = await receiver.wait(1, timeout_s=20)
+        ended = (await client.get(f"/v1/turns/{turn['id']}")).json()
+    assert ended["error"]["code"] == "worker_lost"
+    event = unwrap(got)
+    assert (event.type, event.data.id) == ("response.failed", turn["id"])
