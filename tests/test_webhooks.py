@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from shared import keys
 from shared.settings import Settings
+from shared.webhooks import delivery_job_id
 from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
 from tests.processes import ProcessGroup
 from tests.serving import serve
@@ -191,6 +192,10 @@ async def test_a_background_turns_end_is_posted_signed_and_the_sdk_verifies_it(
     assert abs(event.created_at - ended["finished_at"]) <= 1
     await asyncio.sleep(0.3)
     assert len(receiver.got) == 1, "one delivery per turn, none for the turn waited on"
+    # Nothing of it is left on the queue to be sent again (`_hold`'s entry went with it).
+    job_id = delivery_job_id(next(iter(hooked.settings.api_key_users().values())), turn["id"])
+    assert await hooked.redis.zscore(hooked.settings.queue_name, job_id) is None
+    assert not await hooked.redis.exists(f"arq:job:{job_id}")
 
 
 async def test_a_cancelled_background_turn_is_posted_as_cancelled(
