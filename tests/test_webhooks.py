@@ -418,3 +418,19 @@ async def test_a_turn_whose_worker_dies_is_posted_as_failed(
     assert ended["error"]["code"] == "worker_lost"
     event = unwrap(got)
     assert (event.type, event.data.id) == ("response.failed", turn["id"])
+
+
+async def test_a_background_response_is_posted_under_its_response_id(
+    hooked: Stack, upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    """Through the Responses API and the official SDK: the event names the response by the
+    id its client holds (`resp_...`), as OpenAI's do."""
+    key = next(iter(hooked.settings.api_key_users()))
+    client = openai.AsyncOpenAI(base_url=f"{hooked.base_url}/v1", api_key=key, max_retries=0)
+    upstream.script(Reply.text("in the background"))
+    queued = await client.responses.create(model="bernard-v1", input="hello", background=True)
+    (got,) = await receiver.wait(1)
+    event = unwrap(got)
+    assert (event.type, event.data.id) == ("response.completed", queued.id)
+    assert queued.id.startswith("resp_")
+    assert (await client.responses.retrieve(event.data.id)).output_text == "in the background"
