@@ -189,12 +189,20 @@ async def test_previous_response_id_continues_its_conversation(
 ) -> None:
     client = sdk(stack)
     upstream.script(Reply.text("Hello Ann."))
-    first = await client.responses.create(model="bernard-v1", input="My name is Ann.")
+    first = await client.responses.create(
+        model="bernard-v1", input="My name is Ann.", instructions="Be brief."
+    )
     upstream.script(Reply.text("You are Ann."))
     second = await client.responses.create(
-        model="bernard-v1", input="What is my name?", previous_response_id=first.id
+        model="bernard-v1",
+        input="What is my name?",
+        previous_response_id=first.id,
+        instructions="Be brief.",
     )
     assert second.output_text == "You are Ann."
+    # The same instructions again are not stored again.
+    assert second.instructions == "Be brief."
+    assert [m["content"] for m in upstream.requests[-1]["messages"]].count("Be brief.") == 1
     assert second.previous_response_id == first.id
     assert first.conversation is not None and second.conversation is not None
     assert second.conversation.id == first.conversation.id

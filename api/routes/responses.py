@@ -116,7 +116,12 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     messages = chat_messages(items)
     if previous is not None and previous.result is not None:
         messages = answering(previous.result.client_calls, messages)
-    if body.instructions:
+    # Instructions go into the conversation as a system message, once: a client that sends
+    # the same ones with every response of a chain (as the SDKs' agents do) adds none again.
+    repeated = previous is not None and (
+        previous.request.delivery.echo.get("instructions") == body.instructions
+    )
+    if body.instructions and not repeated:
         messages.insert(0, {"role": "system", "content": body.instructions})
     request = _turn_request(body, messages, client_tools)
     requested = body.conversation_id
