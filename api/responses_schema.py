@@ -14,7 +14,7 @@ round trip, turned into Chat Completions' assistant `tool_calls` and `tool` mess
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -56,7 +56,8 @@ class ResponsesRequest(_Strict):
     )
 
     model: str = Field(MODEL_ID, max_length=_MAX_NAME_CHARS, json_schema_extra={"enum": [MODEL_ID]})
-    input: str | list[dict[str, Any]] = Field(max_length=_MAX_ITEMS)
+    # The bound is on the items alone: a string's length is `check_limits`' to judge.
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=_MAX_ITEMS)]
     instructions: str | None = None
     stream: bool = False
     background: bool = False
@@ -183,7 +184,7 @@ class ResponsesRequest(_Strict):
             )
         total = len(self.instructions or "")
         for i, item in enumerate(items):
-            size = sum(len(v) for v in _strings(item))
+            size = sum(len(v) for key in _SIZED for v in _strings(item.get(key)))
             if size > settings.max_message_chars:
                 raise invalid(
                     f"an input item may hold at most {settings.max_message_chars} characters "
@@ -199,11 +200,16 @@ class ResponsesRequest(_Strict):
             )
 
 
+# What of an input item counts toward the message limits: its text, not its labels.
+_SIZED = ("content", "arguments", "output")
+
+
 def _strings(value: Any) -> list[str]:
+    """The text in an item's field: a string, or the `text` of its parts."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+        return _strings(value.get("text"))
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return []

@@ -86,6 +86,27 @@ async def test_what_the_agents_sdk_sends_by_default_is_taken(
     assert response.json()["output"][0]["content"][0]["text"] == "Fine."
 
 
+async def test_a_long_input_is_taken_up_to_the_message_limit(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script(Reply.text("Long."))
+    long = "x" * 5000
+    response = await sdk(stack).responses.create(model="bernard-v1", input=long)
+    assert response.output_text == "Long."
+    assert upstream.requests[-1]["messages"][-1] == {"role": "user", "content": long}
+    limit = stack.settings.max_message_chars
+    upstream.script(Reply.text("At the limit."))
+    parts = [{"type": "input_text", "text": "x" * limit}]
+    at_limit = await sdk(stack).responses.create(
+        model="bernard-v1",
+        input=[{"role": "user", "content": parts}],  # type: ignore[list-item, misc]
+    )
+    assert at_limit.output_text == "At the limit."
+    with pytest.raises(openai.BadRequestError) as over:
+        await sdk(stack).responses.create(model="bernard-v1", input="x" * (limit + 1))
+    assert over.value.param == "input[0]"  # type: ignore[attr-defined]
+
+
 async def test_a_length_cut_is_incomplete(stack: Stack, upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text([f"w{i} " for i in range(10)]))
     response = await sdk(stack).responses.create(
