@@ -326,6 +326,9 @@ async def test_a_call_needing_approval_ends_the_response_and_an_approval_continu
     assert final.status == "completed" and final.previous_response_id == paused.id
     call = final.output[0]
     assert (call.type, call.name) == ("mcp_call", "save_note")
+    assert call.approval_request_id == request.id
+    polled = await client.responses.retrieve(final.id)
+    assert polled.output[0].approval_request_id == request.id
     assert final.output_text == "Saved it."
     assert await notes_of(stack) == [*before, "the door code is 1234"]
     # Decided once: the same approval again is refused.

@@ -91,7 +91,13 @@ def message_item(turn_id: str, text: str, status: str) -> dict[str, Any]:
 
 
 def mcp_call_item(
-    call_id: str, name: str, arguments: str, output: str | None, is_error: bool, status: str
+    call_id: str,
+    name: str,
+    arguments: str,
+    output: str | None,
+    is_error: bool,
+    status: str,
+    approval: str | None = None,
 ) -> dict[str, Any]:
     error = None
     if is_error and output is not None:
@@ -108,7 +114,8 @@ def mcp_call_item(
         "output": None if is_error else output,
         "error": error,
         "status": status,
-        "approval_request_id": None,
+        # The approval request the user approved it by (a call that needed one).
+        "approval_request_id": approval,
     }
 
 
@@ -185,8 +192,15 @@ def error_of(done: Done) -> dict[str, Any] | None:
     return {"code": error["code"], "message": error["message"]}
 
 
-def result_output(turn_id: str, result: TurnResult) -> list[dict[str, Any]]:
+def approvals_of(record: TurnRecord) -> dict[str, str]:
+    """The calls a response runs because the user approved them: tool call id → the
+    approval request's id (api/routes/responses.py sets them when it decides)."""
+    return dict(record.request.delivery.echo.get("approvals") or {})
+
+
+def result_output(record: TurnRecord, result: TurnResult) -> list[dict[str, Any]]:
     """A finished turn's output items, from its stored result, as its stream ended them."""
+    turn_id, approvals = record.id, approvals_of(record)
     output: list[dict[str, Any]] = []
     outputs = {one.get("id"): one.get("content") for one in result.tool_outputs}
     for call in result.tool_calls:
@@ -200,6 +214,7 @@ def result_output(turn_id: str, result: TurnResult) -> list[dict[str, Any]]:
                 outputs.get(call.get("id")),
                 False,
                 "completed",
+                approvals.get(call["id"]),
             )
         )
     output += [approval_item(pending) for pending in result.pending]
@@ -240,6 +255,7 @@ class ResponsesEncoder:
         self.output: list[dict[str, Any]] = []
         self.message: _Open | None = None
         self.calls: dict[str, _Open] = {}
+        self.approvals = approvals_of(record)
 
     def _event(self, kind: str, body: dict[str, Any]) -> list[Frame]:
         number = self.sequence
@@ -345,7 +361,8 @@ class ResponsesEncoder:
         return frames + self._done(opened, item)
 
     def _tool_call(self, event: ToolCall) -> list[Frame]:
-        item = mcp_call_item(event.id, event.name, "", None, False, "in_progress")
+        approval = self.approvals.get(event.id)
+        item = mcp_call_item(event.id, event.name, "", None, False, "in_progress", approval)
         opened, frames = self._add(item)
         opened.item = {**item, "arguments": event.arguments}
         self.calls[event.id] = opened
@@ -386,6 +403,7 @@ class ResponsesEncoder:
             event.content,
             event.is_error,
             status,
+            opened.item["approval_request_id"],
         )
         where = {"item_id": item["id"], "output_index": opened.index}
         frames = self._event(f"response.mcp_call.{status}", where)
@@ -408,7 +426,7 @@ class ResponsesEncoder:
         stored result (each added and done), and its ending."""
         frames = self.frames(Start())
         result = record.result if record.status != TurnStatus.FAILED else None
-        for item in result_output(record.id, result) if result is not None else []:
+        for item in result_output(record, result) if result is not None else []:
             opened, added = self._add(item)
             frames += added + self._done(opened, item)
         return frames + self._ending(final_event(record))
@@ -421,7 +439,7 @@ class ResponsesEncoder:
         return response_object(
             record,
             status,
-            result_output(record.id, result),
+            result_output(record, result),
             usage=result.usage,
             error=error_of(done),
             finished_at=record.finished_at,
@@ -433,7 +451,7 @@ class ResponsesEncoder:
         return response_object(
             self.record,
             status,
-            result_output(self.record.id, result),
+            result_output(self.record, result),
             usage=done.usage or result.usage,
             error=error_of(done),
             finished_at=time.time(),

@@ -284,6 +284,12 @@ async def _decide(
             )
             if decision.outcome is Outcome.RESUMED:
                 request.agent.resume = resumption(waiting[request_id], decision.decided)
+                # The approved calls' items name the approval they ran by.
+                request.delivery.echo["approvals"] = {
+                    one["tool_call"]["id"]: one["confirmation_id"]
+                    for one in decision.decided
+                    if one["state"] == "approved"
+                }
                 return conversation_id
             if decision.outcome is not Outcome.DECIDED:
                 raise decision_error(decision, conversation_id, request_id)
