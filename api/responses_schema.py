@@ -234,20 +234,6 @@ def message_text(item: dict[str, Any], where: str) -> str:
     return "".join(texts)
 
 
-def answering(calls: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The follow-up of a response that ended on the client's calls (`calls`, as
-    `TurnResult.client_calls` holds them), when its input answers them with
-    `function_call_output` items alone (the call items are the previous response's, as
-    OpenAI keeps them): the assistant message with those calls goes first, as a chat
-    client resends it (what the router and the records expect: worker/harness/router.py)."""
-    if not calls or not messages or messages[0]["role"] != "tool":
-        return messages
-    answered = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
-    if not answered <= {call["id"] for call in calls}:
-        return messages
-    return [{"role": "assistant", "content": None, "tool_calls": calls}, *messages]
-
-
 def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Input items as Chat Completions messages (what the worker runs on). Approval
     responses are not messages: the route takes them out first."""

@@ -432,6 +432,7 @@ async def test_a_function_tool_round_trip(stack: Stack, upstream: ScriptedUpstre
     heard = upstream.router_requests[-1]["messages"]
     assert [m["role"] for m in heard[-3:]] == ["user", "assistant", "tool"]
     assert heard[-2]["tool_calls"][0]["id"] == "call_w1"
+    assert sum(bool(m.get("tool_calls")) for m in heard) == 1, "the call once, before its result"
     assert heard[-1] == {"role": "tool", "tool_call_id": "call_w1", "content": "12 °C, sunny"}
 
 

@@ -49,7 +49,7 @@ from api.json_route import OrjsonRoute
 from api.pages import list_page
 from api.relay import fixed
 from api.responses import JSONResponse
-from api.responses_schema import ResponsesRequest, answering, chat_messages
+from api.responses_schema import ResponsesRequest, chat_messages
 from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState, get_state
@@ -113,9 +113,9 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     previous: TurnRecord | None = None
     if body.previous_response_id is not None:
         previous = await _owned(state, body.previous_response_id, owner)
+    # A follow-up of function_call_output items alone answers calls the previous response
+    # handed over, which its turn stored (worker/recording.py): they come before.
     messages = chat_messages(items)
-    if previous is not None and previous.result is not None:
-        messages = answering(previous.result.client_calls, messages)
     # Instructions go into the conversation as a system message, once: a client that sends
     # the same ones with every response of a chain (as the SDKs' agents do) adds none again.
     repeated = previous is not None and (
