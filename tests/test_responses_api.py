@@ -4,6 +4,7 @@ SDK, unmodified, against a running API and worker and the scripted upstream."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -12,8 +13,7 @@ from langchain_core.messages import AIMessageChunk, HumanMessage
 from langchain_openai import ChatOpenAI
 
 from shared.notes import NoteStore
-from shared.settings import LOCAL_USER
-from tests.conftest import Stack
+from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import Reply, ScriptedUpstream
 
 
@@ -24,8 +24,24 @@ def sdk(stack: Stack) -> openai.AsyncOpenAI:
 NOTE = ("save_note", {"text": "the door code is 1234"})
 
 
+# The approval tests save a note: their user is their own, or the note would be in every
+# later prompt of the session's shared user (its notes are part of each prompt).
+NOTE_USER = "responses-notes"
+
+
+@pytest.fixture
+async def note_stack(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    settings = make_settings(upstream, api_keys=f"key-notes:{NOTE_USER}")
+    async with run_stack(settings) as running:
+        yield running
+
+
+def note_sdk(stack: Stack) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="key-notes", max_retries=0)
+
+
 async def notes_of(stack: Stack) -> list[str]:
-    store = NoteStore(stack.redis, LOCAL_USER, retention_s=60)
+    store = NoteStore(stack.redis, NOTE_USER, retention_s=60)
     return [note.text for note in await store.all()]
 
 
@@ -299,10 +315,11 @@ async def test_bernards_own_tool_calls_are_mcp_calls(
 
 
 async def test_a_call_needing_approval_ends_the_response_and_an_approval_continues_it(
-    stack: Stack, upstream: ScriptedUpstream
+    note_stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
-    before = await notes_of(stack)  # the tests' user is the same in every test
+    stack = note_stack
+    client = note_sdk(stack)
+    before = await notes_of(stack)
     upstream.script_router(Reply.tool_calls([NOTE]))
     paused = await client.responses.create(model="bernard-v1", input="remember the door code")
     assert paused.status == "completed"
@@ -346,8 +363,9 @@ async def test_a_call_needing_approval_ends_the_response_and_an_approval_continu
         )
 
 
-async def test_a_rejected_call_never_runs(stack: Stack, upstream: ScriptedUpstream) -> None:
-    client = sdk(stack)
+async def test_a_rejected_call_never_runs(note_stack: Stack, upstream: ScriptedUpstream) -> None:
+    stack = note_stack
+    client = note_sdk(stack)
     before = await notes_of(stack)
     upstream.script_router(Reply.tool_calls([NOTE]))
     paused = await client.responses.create(model="bernard-v1", input="remember the door code")
