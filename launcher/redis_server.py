@@ -26,7 +26,8 @@ from pathlib import Path
 import redis
 
 from launcher.children import stop_process
-from shared.connection import REDIS_ERRORS, connect_data, parse_url
+from shared.backends import parse_url
+from shared.connection import REDIS_ERRORS, connect_data
 from shared.redaction import url_secrets
 
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
@@ -76,10 +77,10 @@ def ping_error(url: str, timeout_s: float = 0.5) -> str | None:
     shows the URL's passwords.
     """
     try:
-        kind = parse_url(url).kind
+        address = parse_url(url)
     except ValueError as exc:
         return error_text(exc, url)
-    if kind != "single":
+    if not address.backend.redis_py_url:
         return asyncio.run(_async_ping_error(url, timeout_s))
     try:
         client = redis.Redis.from_url(

@@ -1,9 +1,12 @@
 """One Redis backend per topology (one server, a primary behind Sentinels, a Cluster), behind
-one interface: what the rest of Bernard asks of the Redis a client reaches, without asking
-which topology it is.
+one interface: how its URL reads and its client is built, and what the rest of Bernard asks
+of the Redis a client reaches, without asking which topology it is.
 
-`backend_of(client)` gives the backend of a client from shared/connection.py. Each says
+A URL's scheme picks its backend (`parse_url`, from `_BY_SCHEME`); shared/connection.py's
+`connect` and `connect_data` build its client through it (`Backend.connect`), and
+`backend_of(client)` gives the backend of a client so built. Each says
 
+- which URLs name it (`schemes`, `parse`) and how its client is built (`connect`, `probe`);
 - how an append to a stream wakes that stream's readers (`append`, `woken`, `wake`): on one
   server or behind Sentinels a reader blocks on `XREAD` of the streams themselves, and the
   appended entry is its wake-up; on a Cluster a reader waits on the stream's sharded pub/sub
@@ -13,24 +16,136 @@ which topology it is.
   in one pipeline with the wake-up);
 - what its servers are and how each is doing (`describe`, `servers_info`,
   `servers_config`), and how many failovers its client followed (`failovers`);
-- whether arq's queue can live there (`holds_queue`: one primary, never a Cluster).
+- whether arq's queue can live there (`holds_queue`, `queue_refused`: one primary, never a
+  Cluster).
 
-Adding a topology is one class here (and its client in shared/connection.py).
+Adding a topology is one class here, its `kind` and its line in `_BACKENDS`; a topology
+whose readers wake by something new also needs a hub in api/ (api/main.py `_HUBS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import SSLConnection
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError, TimeoutError
 
 from shared import keys
-from shared.connection import Kind, PromptSentinelPool
+from shared.connection import (
+    RETRIES,
+    PromptPool,
+    hiredis_packing,
+    pool_options,
+    pooled_client,
+    retry_policy,
+)
+from shared.redaction import redact_url
 from shared.scripts import in_pipeline
+
+_SENTINEL_PORT = 26379
+_REDIS_PORT = 6379
+# A Cluster client retries a failed node briefly, then asks the cluster where the slot went
+# (each round re-reads the topology), for about as long as `RETRIES`: a shard's failover
+# takes the cluster's node timeout and an election.
+_NODE_RETRIES = 3
+_CLUSTER_ROUNDS = 20
+
+
+class Kind(StrEnum):
+    """Which topology a Redis URL names (`RedisAddress.kind`, `Backend.kind`, and
+    shared/status.py's `RedisStatus.kind`)."""
+
+    SINGLE = "single"
+    SENTINEL = "sentinel"
+    CLUSTER = "cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAddress:
+    """Where a role's Redis is, as its URL says (`parse_url`)."""
+
+    kind: Kind
+    url: str
+    hosts: tuple[tuple[str, int], ...] = ()
+    service: str | None = None
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl: bool = False
+    sentinel_password: str | None = None
+
+    @property
+    def backend(self) -> type[Backend]:
+        """The backend of that topology."""
+        return _BACKENDS[self.kind]
+
+
+def parse_url(url: str) -> RedisAddress:
+    """Read a Redis URL of any of the forms shared/connection.py lists; `ValueError` for one
+    it cannot use."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a Redis URL: {redact_url(url)!r}")
+    # Any other scheme is redis-py's to read, or to refuse, as one server.
+    return _BY_SCHEME.get(scheme.lower(), Backend).parse(url)
+
+
+@dataclass(frozen=True, slots=True)
+class _HostList:
+    """What a URL naming several hosts says before its topology reads its path and query."""
+
+    hosts: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    ssl: bool
+    query: dict[str, str]
+    path: list[str]
+
+
+def _host_list(url: str, default_port: int) -> _HostList:
+    parts = urlsplit(url)
+    userinfo, at, hostlist = parts.netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    return _HostList(
+        hosts=tuple(_host_port(item, default_port, url) for item in hostlist.split(",")),
+        username=username,
+        password=password,
+        ssl=parts.scheme.lower().startswith("rediss"),
+        query={name: values[-1] for name, values in parse_qs(parts.query).items()},
+        path=[piece for piece in parts.path.split("/") if piece],
+    )
+
+
+def _host_port(item: str, default_port: int, url: str) -> tuple[str, int]:
+    host, colon, port = item.strip().rpartition(":")
+    if not colon:
+        host, port = port, ""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or (port and not port.isdigit()):
+        raise ValueError(f"bad host:port {item!r} in {redact_url(url)!r}")
+    return host, int(port) if port else default_port
+
+
+def _database(text: str, url: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"bad database {text!r} in {redact_url(url)!r}")
+    return int(text)
 
 
 class Wake(StrEnum):
@@ -47,12 +162,49 @@ class Backend:
     """The Redis a client reaches, as one server (the base: every topology but a Cluster
     behaves so for what Bernard asks)."""
 
-    kind: ClassVar[Kind] = "single"
+    kind: ClassVar[Kind] = Kind.SINGLE
+    # The URL schemes that name this topology (one server: any scheme the others leave).
+    schemes: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix")
     wake: ClassVar[Wake] = Wake.XREAD
-    holds_queue: ClassVar[bool] = True
+    # Why arq's queue cannot live there, for the person who put it there ("": it can).
+    queue_refused: ClassVar[str] = ""
+    # Whether redis-py reads its URLs itself (`redis.Redis.from_url`, sync or asyncio).
+    redis_py_url: ClassVar[bool] = True
 
     def __init__(self, client: Redis) -> None:
         self.client = client
+
+    @classmethod
+    def parse(cls, url: str) -> RedisAddress:
+        """Its URL, as `parse_url` gives it; redis-py reads one server's itself."""
+        return RedisAddress(cls.kind, url)
+
+    @classmethod
+    def connect(
+        cls,
+        address: RedisAddress,
+        *,
+        retries: int = RETRIES,
+        max_connections: int = 512,
+        **kwargs: object,
+    ) -> Redis:
+        """A client of `address`'s servers that retries connection errors with backoff, as
+        shared/connection.py `connect` describes: arq's `ArqRedis` on a `PromptPool`."""
+        pool = PromptPool.from_url(address.url, **pool_options(retries, max_connections, kwargs))
+        return pooled_client(pool)
+
+    @classmethod
+    def built(cls, client: Redis) -> bool:
+        """Whether this backend's `connect` built `client` (`backend_of`); one server's
+        takes what no other backend does."""
+        return True
+
+    def probe(self) -> Redis:
+        """A client of the same server that tries each command once, and soon gives up
+        (shared/connection.py `wait_until_reachable`); closing it closes its pool."""
+        source = self.client.connection_pool
+        pool = ConnectionPool(connection_class=source.connection_class, **_probing(source))
+        return _owning(pool)
 
     def describe(self) -> str:
         """Where the client connects, for people to read (never the password)."""
@@ -124,10 +276,131 @@ class Backend:
         return 0
 
 
-class SentinelBackend(Backend):
-    """The primary that Sentinels name for a service (`PromptSentinelPool`)."""
+class PromptSentinelConnection(SentinelManagedConnection):
+    """A connection to the primary the Sentinels name, that asks them again at each try.
 
-    kind: ClassVar[Kind] = "sentinel"
+    redis-py's connects to the address they gave through `Connection.connect`, which runs
+    the whole retry policy (half a minute, for a restart) against that one address before
+    the Sentinels are asked again: after a failover every connection kept knocking on the
+    dead primary for as long. Here each try is one attempt at the address named now.
+    """
+
+    async def connect_to(self, address: Any) -> None:
+        retry, self.retry = self.retry, Retry(NoBackoff(), 0)
+        try:
+            await super().connect_to(address)
+        finally:
+            self.retry = retry
+
+
+class PromptSentinelSSLConnection(PromptSentinelConnection, SSLConnection):
+    pass
+
+
+class PromptSentinelPool(SentinelConnectionPool, PromptPool):
+    """The primary the Sentinels name, through a `PromptPool` (blocking, prompt checks).
+
+    It also counts failovers: each time the Sentinels name a primary other than the one its
+    connections last reached (`failovers`, read by worker/supervisor.py).
+    """
+
+    def __init__(self, service_name: str, sentinel_manager: Sentinel, **kwargs: Any) -> None:
+        super().__init__(service_name, sentinel_manager, **kwargs)
+        self.failovers = 0
+
+    async def get_master_address(self) -> Any:
+        before = self.master_address
+        address = await super().get_master_address()
+        if before is not None and address != before:
+            self.failovers += 1
+        return address
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:  # closing the client: the Sentinels' connections go too
+            for sentinel in self.sentinel_manager.sentinels:
+                await sentinel.aclose()
+
+
+class SentinelBackend(Backend):
+    """The primary that Sentinels name for a service (`PromptSentinelPool`):
+    `redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]`."""
+
+    kind: ClassVar[Kind] = Kind.SENTINEL
+    schemes: ClassVar[tuple[str, ...]] = ("redis+sentinel", "rediss+sentinel")
+    redis_py_url: ClassVar[bool] = False
+
+    @classmethod
+    def parse(cls, url: str) -> RedisAddress:
+        found = _host_list(url, _SENTINEL_PORT)
+        if set(found.query) - {"sentinel_password"}:
+            raise ValueError(f"unknown option(s) {sorted(found.query)} in {redact_url(url)!r}")
+        if not found.path or len(found.path) > 2:
+            raise ValueError(
+                f"name the Sentinel service: redis+sentinel://host:port/service "
+                f"(got {redact_url(url)!r})"
+            )
+        return RedisAddress(
+            cls.kind,
+            url,
+            hosts=found.hosts,
+            service=unquote(found.path[0]),
+            db=_database(found.path[1], url) if len(found.path) == 2 else 0,
+            username=found.username,
+            password=found.password,
+            ssl=found.ssl,
+            sentinel_password=found.query.get("sentinel_password"),
+        )
+
+    @classmethod
+    def connect(
+        cls,
+        address: RedisAddress,
+        *,
+        retries: int = RETRIES,
+        max_connections: int = 512,
+        **kwargs: object,
+    ) -> Redis:
+        """`Backend.connect`'s, on a `PromptSentinelPool`: a connection lost to a dead
+        primary reconnects to the one the Sentinels promote."""
+        assert address.service is not None
+        sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
+        if address.sentinel_password:
+            sentinel_kwargs["password"] = address.sentinel_password
+        if address.ssl:
+            sentinel_kwargs["ssl"] = True
+        sentinel = Sentinel(list(address.hosts), sentinel_kwargs=sentinel_kwargs)
+        options = pool_options(retries, max_connections, kwargs)
+        options["connection_class"] = (
+            PromptSentinelSSLConnection if address.ssl else PromptSentinelConnection
+        )
+        pool = PromptSentinelPool(
+            address.service,
+            sentinel,
+            is_master=True,
+            db=address.db,
+            username=address.username,
+            password=address.password,
+            **options,
+        )
+        return pooled_client(pool)
+
+    @classmethod
+    def built(cls, client: Redis) -> bool:
+        # A Cluster client has no `connection_pool`.
+        return isinstance(getattr(client, "connection_pool", None), PromptSentinelPool)
+
+    def probe(self) -> Redis:
+        source = self._pool
+        kwargs = _probing(source)
+        kwargs.pop("connection_pool", None)  # each Sentinel pool sets its own
+        pool = SentinelConnectionPool(
+            source.service_name,
+            source.sentinel_manager,
+            connection_class=source.connection_class,
+            **kwargs,
+        )
+        return _owning(pool)
 
     @property
     def _pool(self) -> PromptSentinelPool:
@@ -150,10 +423,13 @@ class SentinelBackend(Backend):
 class _ChannelWake(Backend):
     """A Cluster's, whole or one node of it: readers wait on each stream's channel."""
 
-    kind: ClassVar[Kind] = "cluster"
+    kind: ClassVar[Kind] = Kind.CLUSTER
     wake: ClassVar[Wake] = Wake.CHANNEL
     # arq's multi-key transactions (the job, the queue, in-progress) would cross slots.
-    holds_queue: ClassVar[bool] = False
+    queue_refused: ClassVar[str] = (
+        "arq (the queue role) cannot use a Redis Cluster (arq has no Cluster support): "
+        "BERNARD_QUEUE_REDIS_URL must name one primary (redis:// or redis+sentinel://)"
+    )
 
     def woken(self, pipe: Pipeline, stream_id: str) -> int:
         pipe.execute_command("SPUBLISH", keys.stream_wake(stream_id), "")
@@ -176,7 +452,68 @@ class ClusterNodeBackend(_ChannelWake):
 
 
 class ClusterBackend(_ChannelWake):
-    """A Redis Cluster (`RedisCluster`): streams spread over its primaries by slot."""
+    """A Redis Cluster (`RedisCluster`): streams spread over its primaries by slot;
+    `redis+cluster://[[user]:password@]host:port[,host:port...]`, the data role only."""
+
+    schemes: ClassVar[tuple[str, ...]] = ("redis+cluster", "rediss+cluster")
+    redis_py_url: ClassVar[bool] = False
+
+    @classmethod
+    def parse(cls, url: str) -> RedisAddress:
+        found = _host_list(url, _REDIS_PORT)
+        if found.query:
+            raise ValueError(f"unknown option(s) {sorted(found.query)} in {redact_url(url)!r}")
+        if found.path and found.path != ["0"]:
+            raise ValueError(f"a Redis Cluster has only database 0 (got {redact_url(url)!r})")
+        return RedisAddress(
+            cls.kind,
+            url,
+            hosts=found.hosts,
+            username=found.username,
+            password=found.password,
+            ssl=found.ssl,
+        )
+
+    @classmethod
+    def connect(
+        cls,
+        address: RedisAddress,
+        *,
+        retries: int = RETRIES,
+        max_connections: int = 512,
+        **kwargs: object,
+    ) -> Redis:
+        """A `RedisCluster`, typed as the `Redis` it stands in for: it offers the same
+        commands, and what differs is this backend's. Its nodes are reached directly (no
+        pool lock to wait on), so `PromptPool` does not apply, and `max_connections`
+        neither: a Cluster node past its limit fails the command at once rather than wait
+        for a free connection (1,000 requests at once failed so), so each node gets as many
+        connections as the process has commands in flight to it."""
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in address.hosts],
+            username=address.username,
+            password=address.password,
+            ssl=address.ssl,
+            retry=retry_policy(min(retries, _NODE_RETRIES)),
+            retry_on_error=[ConnectionError, TimeoutError, OSError],
+            cluster_error_retry_attempts=_CLUSTER_ROUNDS if retries > _NODE_RETRIES else retries,
+            # A MOVED answer (a slot that moved) updates that slot alone, never the whole
+            # client: redis-py 5 resets every node's connections every 5th MOVED by default,
+            # and a pipeline in flight meanwhile fails on the missing default node.
+            reinitialize_steps=0,
+            health_check_interval=30,
+            socket_connect_timeout=5.0,
+        )
+        # Every node's connections, the startup nodes' and those found later.
+        packed = hiredis_packing(cluster.connection_kwargs["connection_class"])
+        cluster.connection_kwargs["connection_class"] = packed
+        for node in cluster.nodes_manager.startup_nodes.values():
+            node.connection_class = packed
+        return cast(Redis, cluster)
+
+    @classmethod
+    def built(cls, client: Redis) -> bool:
+        return isinstance(client, RedisCluster)
 
     @property
     def _cluster(self) -> RedisCluster:
@@ -221,18 +558,36 @@ class ClusterBackend(_ChannelWake):
 
 def backend_of(client: Redis) -> Backend:
     """The backend of a client from shared/connection.py (`connect`, `connect_data`)."""
-    if isinstance(client, RedisCluster):
-        return ClusterBackend(client)
-    if isinstance(client.connection_pool, PromptSentinelPool):
-        return SentinelBackend(client)
-    return Backend(client)
+    backend = next(backend for backend in _BACKENDS.values() if backend.built(client))
+    return backend(client)
 
 
 def holds_queue(kind: Kind) -> bool:
     """Whether arq's queue can live on Redis of that topology."""
-    return _BACKENDS[kind].holds_queue
+    return not _BACKENDS[kind].queue_refused
 
 
+def _probing(source: ConnectionPool) -> dict[str, Any]:
+    """`source`'s connection options, less its retries and with short timeouts."""
+    return {
+        **source.connection_kwargs,
+        "retry": None,
+        "retry_on_error": [],
+        "socket_connect_timeout": 1.0,
+        "socket_timeout": 2.0,
+    }
+
+
+def _owning(pool: ConnectionPool) -> Redis:
+    probe = Redis(connection_pool=pool)
+    probe.auto_close_connection_pool = True  # its aclose() closes the pool
+    return probe
+
+
+# Every topology, by its kind; one server's last, since it takes any client (`built`).
 _BACKENDS: dict[Kind, type[Backend]] = {
-    backend.kind: backend for backend in (Backend, SentinelBackend, ClusterBackend)
+    backend.kind: backend for backend in (SentinelBackend, ClusterBackend, Backend)
+}
+_BY_SCHEME: dict[str, type[Backend]] = {
+    scheme: backend for backend in _BACKENDS.values() for scheme in backend.schemes
 }

@@ -9,6 +9,10 @@ error, for either role (shared/keys.py) and any of the three ways Redis is deplo
 - `redis+cluster://[[user]:password@]host:port[,host:port...]`: a Redis Cluster reached
   through any of those nodes (port 6379 when left out); the data role only (`connect_data`).
   `rediss+cluster://` speaks TLS.
+
+What differs by topology (reading its URL, building its client) is its backend's
+(shared/backends.py); `connect` and `connect_data` hand the URL to it. What is here serves
+every topology: the pool, hiredis packing, the retries and their backoff.
 """
 
 from __future__ import annotations
@@ -17,18 +21,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any, cast
 
 import hiredis
 from arq.connections import ArqRedis
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
-from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.connection import AbstractConnection, SSLConnection
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
-from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisClusterException, RedisError, TimeoutError
 
 from compat.redis import unfit
@@ -41,102 +41,12 @@ redact = redact_url
 
 # About 30 s of retries with backoff capped at 1 s: long enough for a Redis restart, or for
 # Sentinels to notice a dead primary and promote its replica.
-_RETRIES = 40
-# A Cluster client retries a failed node briefly, then asks the cluster where the slot went
-# (each round re-reads the topology), for about as long: a shard's failover takes the
-# cluster's node timeout and an election.
-_NODE_RETRIES = 3
-_CLUSTER_ROUNDS = 20
-_SENTINEL_PORT = 26379
-_REDIS_PORT = 6379
-
-Kind = Literal["single", "sentinel", "cluster"]
+RETRIES = 40
 
 # What a Redis call can raise when Redis is down or unreachable. A Cluster client raises
 # its own `RedisClusterException` (no `RedisError`) when no node answers or a slot has no
 # primary (a shard failing over); loops that must outlive an outage catch all three.
 REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
-
-
-@dataclass(frozen=True, slots=True)
-class RedisAddress:
-    """Where a role's Redis is, as its URL says (`parse_url`)."""
-
-    kind: Kind
-    url: str
-    hosts: tuple[tuple[str, int], ...] = ()
-    service: str | None = None
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    ssl: bool = False
-    sentinel_password: str | None = None
-
-
-def parse_url(url: str) -> RedisAddress:
-    """Read a Redis URL of any of the forms above; `ValueError` for one it cannot use."""
-    scheme, sep, _ = url.partition("://")
-    scheme = scheme.lower()
-    if not sep:
-        raise ValueError(f"not a Redis URL: {redact_url(url)!r}")
-    if scheme not in ("redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"):
-        return RedisAddress("single", url)
-    kind: Kind = "cluster" if scheme.endswith("+cluster") else "sentinel"
-    parts = urlsplit(url)
-    userinfo, at, hostlist = parts.netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-    hosts = tuple(
-        _host_port(item, _SENTINEL_PORT if kind == "sentinel" else _REDIS_PORT, url)
-        for item in hostlist.split(",")
-    )
-    query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
-    unknown = set(query) - {"sentinel_password"}
-    if unknown or (kind == "cluster" and query):
-        raise ValueError(f"unknown option(s) {sorted(query)} in {redact_url(url)!r}")
-    path = [piece for piece in parts.path.split("/") if piece]
-    service, db = None, 0
-    if kind == "sentinel":
-        if not path or len(path) > 2:
-            raise ValueError(
-                f"name the Sentinel service: redis+sentinel://host:port/service "
-                f"(got {redact_url(url)!r})"
-            )
-        service = unquote(path[0])
-        db = _database(path[1], url) if len(path) == 2 else 0
-    elif path and path != ["0"]:
-        raise ValueError(f"a Redis Cluster has only database 0 (got {redact_url(url)!r})")
-    return RedisAddress(
-        kind,
-        url,
-        hosts=hosts,
-        service=service,
-        db=db,
-        username=username,
-        password=password,
-        ssl=scheme.startswith("rediss"),
-        sentinel_password=query.get("sentinel_password"),
-    )
-
-
-def _host_port(item: str, default_port: int, url: str) -> tuple[str, int]:
-    host, colon, port = item.strip().rpartition(":")
-    if not colon:
-        host, port = port, ""
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or (port and not port.isdigit()):
-        raise ValueError(f"bad host:port {item!r} in {redact_url(url)!r}")
-    return host, int(port) if port else default_port
-
-
-def _database(text: str, url: str) -> int:
-    if not text.isdigit():
-        raise ValueError(f"bad database {text!r} in {redact_url(url)!r}")
-    return int(text)
 
 
 # 50 ms doubling to 1 s: each client's retries, and every loop that waits for Redis to
@@ -150,7 +60,8 @@ def backoff_s(failures: int) -> float:
     return float(_BACKOFF.compute(failures))
 
 
-def _retry(retries: int = _RETRIES) -> Retry:
+def retry_policy(retries: int = RETRIES) -> Retry:
+    """A client's retries: `retries` of them, waiting as `backoff_s` says."""
     return Retry(_BACKOFF, retries)
 
 
@@ -213,57 +124,37 @@ def hiredis_packing(connection_class: type[AbstractConnection]) -> type[Abstract
 _PACKED: dict[type[AbstractConnection], type[AbstractConnection]] = {}
 
 
-class PromptSentinelConnection(SentinelManagedConnection):
-    """A connection to the primary the Sentinels name, that asks them again at each try.
-
-    redis-py's connects to the address they gave through `Connection.connect`, which runs
-    the whole retry policy (half a minute, for a restart) against that one address before
-    the Sentinels are asked again: after a failover every connection kept knocking on the
-    dead primary for as long. Here each try is one attempt at the address named now.
-    """
-
-    async def connect_to(self, address: Any) -> None:
-        retry, self.retry = self.retry, Retry(NoBackoff(), 0)
-        try:
-            await super().connect_to(address)
-        finally:
-            self.retry = retry
-
-
-class PromptSentinelSSLConnection(PromptSentinelConnection, SSLConnection):
-    pass
+def pool_options(
+    retries: int, max_connections: int, overrides: dict[str, object]
+) -> dict[str, Any]:
+    """The options of a client's pool (a `PromptPool`'s, of any topology): it retries
+    connection errors with backoff (`retries` times) and waits for a free connection past
+    `max_connections`; `overrides` win."""
+    return {
+        "max_connections": max_connections,
+        "timeout": 30,
+        "retry": retry_policy(retries),
+        "retry_on_error": [ConnectionError, TimeoutError, OSError],
+        "health_check_interval": 30,
+        **overrides,
+    }
 
 
-class PromptSentinelPool(SentinelConnectionPool, PromptPool):
-    """The primary the Sentinels name, through a `PromptPool` (blocking, prompt checks).
-
-    It also counts failovers: each time the Sentinels name a primary other than the one its
-    connections last reached (`failovers`, read by worker/supervisor.py).
-    """
-
-    def __init__(self, service_name: str, sentinel_manager: Sentinel, **kwargs: Any) -> None:
-        super().__init__(service_name, sentinel_manager, **kwargs)
-        self.failovers = 0
-
-    async def get_master_address(self) -> Any:
-        before = self.master_address
-        address = await super().get_master_address()
-        if before is not None and address != before:
-            self.failovers += 1
-        return address
-
-    async def disconnect(self, inuse_connections: bool = True) -> None:
-        await super().disconnect(inuse_connections)
-        if inuse_connections:  # closing the client: the Sentinels' connections go too
-            for sentinel in self.sentinel_manager.sentinels:
-                await sentinel.aclose()
+def pooled_client(pool: ConnectionPool) -> ArqRedis:
+    """arq's `ArqRedis` on `pool`, packing its commands with hiredis and owning the pool."""
+    # After `from_url`, which picks the class for the URL's scheme (TLS, a Unix socket).
+    pool.connection_class = hiredis_packing(pool.connection_class)
+    client = ArqRedis(pool)
+    client.auto_close_connection_pool = True  # the client owns its pool: aclose() closes it
+    return client
 
 
 def connect(
-    url: str, *, retries: int = _RETRIES, max_connections: int = 512, **kwargs: object
+    url: str, *, retries: int = RETRIES, max_connections: int = 512, **kwargs: object
 ) -> ArqRedis:
     """A client for `url` (one server, or a primary behind Sentinels) that retries
-    connection errors with backoff; `ValueError` for a Cluster URL (see `connect_data`).
+    connection errors with backoff; `ValueError` for a URL of a topology arq cannot use
+    (a Cluster: see `connect_data`).
 
     It is arq's `ArqRedis` (a redis-py client that can also enqueue jobs), so one client
     serves both, the arq worker's own included. The API passes few `retries`: a request
@@ -273,91 +164,27 @@ def connect(
     its lock while it checks a connection, so under load every command of the process
     queued behind the previous one (redis/redis-py#3692); this one checks outside the lock,
     without waiting for the loop, and waits for a free connection rather than failing past
-    the limit. Behind Sentinels it is a `PromptSentinelPool`: a connection lost to a dead
-    primary reconnects to the one the Sentinels promote.
+    the limit. The URL's topology builds it (shared/backends.py `Backend.connect`).
     """
+    from shared.backends import parse_url  # it builds on this module
+
     address = parse_url(url)
-    if address.kind == "cluster":
-        raise ValueError(
-            "arq (the queue role) cannot use a Redis Cluster: BERNARD_QUEUE_REDIS_URL must "
-            "name one primary (redis:// or redis+sentinel://)"
-        )
-    options: dict[str, Any] = {
-        "max_connections": max_connections,
-        "timeout": 30,
-        "retry": _retry(retries),
-        "retry_on_error": [ConnectionError, TimeoutError, OSError],
-        "health_check_interval": 30,
-        **kwargs,
-    }
-    pool: ConnectionPool
-    if address.kind == "sentinel":
-        pool = _sentinel_pool(address, options)
-    else:
-        pool = PromptPool.from_url(url, **options)
-    # After `from_url`, which picks the class for the URL's scheme (TLS, a Unix socket).
-    pool.connection_class = hiredis_packing(pool.connection_class)
-    client = ArqRedis(pool)
-    client.auto_close_connection_pool = True  # the client owns its pool: aclose() closes it
-    return client
-
-
-def _sentinel_pool(address: RedisAddress, options: dict[str, Any]) -> PromptSentinelPool:
-    assert address.service is not None
-    sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
-    if address.sentinel_password:
-        sentinel_kwargs["password"] = address.sentinel_password
-    if address.ssl:
-        sentinel_kwargs["ssl"] = True
-    sentinel = Sentinel(list(address.hosts), sentinel_kwargs=sentinel_kwargs)
-    options["connection_class"] = (
-        PromptSentinelSSLConnection if address.ssl else PromptSentinelConnection
+    if address.backend.queue_refused:
+        raise ValueError(address.backend.queue_refused)
+    client = address.backend.connect(
+        address, retries=retries, max_connections=max_connections, **kwargs
     )
-    return PromptSentinelPool(
-        address.service,
-        sentinel,
-        is_master=True,
-        db=address.db,
-        username=address.username,
-        password=address.password,
-        **options,
-    )
+    return cast(ArqRedis, client)
 
 
-def connect_data(url: str, *, retries: int = _RETRIES, max_connections: int = 512) -> Redis:
-    """A client for the data role: `connect`'s, or a `RedisCluster` for a Cluster URL.
+def connect_data(url: str, *, retries: int = RETRIES, max_connections: int = 512) -> Redis:
+    """A client for the data role: `connect`'s, or a client of any topology that holds
+    data alone (a `RedisCluster`, typed as the `Redis` it stands in for), as the URL's
+    topology builds it (shared/backends.py `Backend.connect`)."""
+    from shared.backends import parse_url  # it builds on this module
 
-    A `RedisCluster` is typed as the `Redis` it stands in for: it offers the same commands,
-    and what differs is its backend's (shared/backends.py). Its nodes are
-    reached directly (no pool lock to wait on), so `PromptPool` does not apply, and
-    `max_connections` neither: a Cluster node past its limit fails the command at once
-    rather than wait for a free connection (1,000 requests at once failed so), so each node
-    gets as many connections as the process has commands in flight to it.
-    """
     address = parse_url(url)
-    if address.kind != "cluster":
-        return connect(url, retries=retries, max_connections=max_connections)
-    cluster = RedisCluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in address.hosts],
-        username=address.username,
-        password=address.password,
-        ssl=address.ssl,
-        retry=_retry(min(retries, _NODE_RETRIES)),
-        retry_on_error=[ConnectionError, TimeoutError, OSError],
-        cluster_error_retry_attempts=_CLUSTER_ROUNDS if retries > _NODE_RETRIES else retries,
-        # A MOVED answer (a slot that moved) updates that slot alone, never the whole client:
-        # redis-py 5 resets every node's connections every 5th MOVED by default, and a
-        # pipeline in flight meanwhile fails on the missing default node.
-        reinitialize_steps=0,
-        health_check_interval=30,
-        socket_connect_timeout=5.0,
-    )
-    # Every node's connections, the startup nodes' and those found later.
-    packed = hiredis_packing(cluster.connection_kwargs["connection_class"])
-    cluster.connection_kwargs["connection_class"] = packed
-    for node in cluster.nodes_manager.startup_nodes.values():
-        node.connection_class = packed
-    return cast(Redis, cluster)
+    return address.backend.connect(address, retries=retries, max_connections=max_connections)
 
 
 def queue_client(settings: Settings, data: Redis, own: Callable[[], ArqRedis]) -> ArqRedis:
@@ -381,27 +208,9 @@ async def wait_until_reachable(
     """
     from shared.backends import backend_of  # it builds on this module
 
-    where = backend_of(redis).describe()
-    source = redis.connection_pool
-    kwargs = {
-        **source.connection_kwargs,
-        "retry": None,
-        "retry_on_error": [],
-        "socket_connect_timeout": 1.0,
-        "socket_timeout": 2.0,
-    }
-    pool: ConnectionPool
-    if isinstance(source, SentinelConnectionPool):
-        kwargs.pop("connection_pool", None)  # each Sentinel pool sets its own
-        pool = SentinelConnectionPool(
-            source.service_name,
-            source.sentinel_manager,
-            connection_class=source.connection_class,
-            **kwargs,
-        )
-    else:
-        pool = ConnectionPool(connection_class=source.connection_class, **kwargs)
-    probe = Redis(connection_pool=pool)
+    backend = backend_of(redis)
+    where = backend.describe()
+    probe = backend.probe()
     waited_since: float | None = None
     reminded = 0.0
     try:
@@ -436,5 +245,4 @@ async def wait_until_reachable(
                 logger.info("Redis at %s answers; starting", where)
             return
     finally:
-        await probe.aclose()
-        await pool.disconnect()
+        await probe.aclose()  # and its pool

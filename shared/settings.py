@@ -204,18 +204,14 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _queue_is_one_primary(self) -> Settings:
         # The modules that read URLs build on this one.
-        from shared.backends import holds_queue
-        from shared.connection import parse_url
+        from shared.backends import parse_url
 
         try:
-            kind = parse_url(self.queue_url).kind
+            backend = parse_url(self.queue_url).backend
         except ValueError:
             return self  # refused, saying why, where a client is made for it
-        if not holds_queue(kind):
-            raise ValueError(
-                "the queue role cannot be a Redis Cluster (arq has no Cluster support): set "
-                "BERNARD_QUEUE_REDIS_URL to a plain Redis or a redis+sentinel:// URL"
-            )
+        if backend.queue_refused:
+            raise ValueError(backend.queue_refused)
         return self
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from shared.backends import Kind
 from shared.deployment import ModelFacts
 from shared.mcp_health import McpServerStatus
 from shared.redis_checks import ServerFacts
@@ -43,7 +44,7 @@ class RedisStatus(BaseModel):
     when one Redis serves them."""
 
     roles: list[Literal["data", "queue"]]
-    kind: Literal["single", "sentinel", "cluster"]
+    kind: Kind
     url: str  # never with its password
     servers: list[ServerFacts]
     error: str | None

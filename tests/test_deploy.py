@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.connection import parse_url
+from shared.backends import parse_url
 from shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

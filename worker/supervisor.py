@@ -20,7 +20,7 @@ What the turn's task raised, or why it was stopped, is named as a `Cause` here (
 Nothing that goes wrong inside a turn, the request it was given included, escapes as
 anything but a terminal `done`.
 
-When the data role fails over (its Sentinels name another primary: shared/connection.py,
+When the data role fails over (its Sentinels name another primary: shared/backends.py,
 `failovers`), the writes the old primary had not replicated are gone, so the streams of
 the turns running here may lack some of what their clients already received. Those turns
 end `failed` with `store_failover` rather than carry on as if nothing had happened

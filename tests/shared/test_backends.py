@@ -6,23 +6,29 @@ tests/test_topologies.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
+import time
 import uuid
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared import keys
 from shared.backends import (
     Backend,
     ClusterBackend,
     ClusterNodeBackend,
+    Kind,
     SentinelBackend,
     Wake,
     backend_of,
     holds_queue,
 )
-from shared.connection import Kind, backoff_s, connect, connect_data
+from shared.connection import backoff_s, connect, connect_data, wait_until_reachable
 from tests.conftest import TEST_REDIS_URL
 
 
@@ -138,3 +144,53 @@ async def test_a_script_that_appends_is_followed_by_the_wake_up_on_a_cluster_nod
         await pubsub.aclose()
         await client.delete(stream)
         await client.aclose()
+
+
+def _dead_port() -> int:
+    """A port nothing listens on (bound, then let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("url", "pool_class", "service"),
+    [
+        ("redis://127.0.0.1:{port}/3", ConnectionPool, None),
+        ("redis+sentinel://127.0.0.1:{port}/main/3", SentinelConnectionPool, "main"),
+    ],
+)
+async def test_a_probe_asks_the_same_servers_once_and_gives_up_soon(
+    url: str, pool_class: type[ConnectionPool], service: str | None
+) -> None:
+    client = connect(url.format(port=_dead_port()))
+    probe = backend_of(client).probe()
+    try:
+        assert type(probe.connection_pool) is pool_class
+        assert probe.connection_pool.connection_kwargs["db"] == 3
+        assert getattr(probe.connection_pool, "service_name", None) == service
+        started = time.monotonic()
+        with pytest.raises(RedisConnectionError):
+            await probe.ping()
+        # The client itself would retry for some 30 s.
+        assert time.monotonic() - started < 2.0
+    finally:
+        await probe.aclose()
+        await client.aclose()
+
+
+async def test_a_process_waits_for_its_redis_saying_so(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("test.backends")
+    up = connect(TEST_REDIS_URL)
+    down = connect(f"redis://127.0.0.1:{_dead_port()}/0")
+    try:
+        async with asyncio.timeout(5):
+            await wait_until_reachable(up, logger)
+        with caplog.at_level(logging.ERROR, logger="test.backends"), pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await wait_until_reachable(down, logger, every_s=0.1)
+        (said,) = [record.getMessage() for record in caplog.records]
+        assert said.startswith(f"Redis at {backend_of(down).describe()} does not answer")
+    finally:
+        await up.aclose()
+        await down.aclose()

@@ -1,12 +1,13 @@
 """Redis URLs for either role: one server, a primary behind Sentinels, a Cluster
-(shared/connection.py), and the settings that refuse a Cluster for the queue."""
+(shared/backends.py), and the settings that refuse a Cluster for the queue."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from shared.connection import RedisAddress, connect, parse_url
+from shared.backends import RedisAddress, parse_url
+from shared.connection import connect
 from shared.settings import Settings
 
 
