@@ -147,7 +147,8 @@ class _TurnBody(_Body):
         options = self.stream_options or StreamOptions()
         return Delivery(
             encoding=encoding,
-            stream=self.stream,
+            # A background chat turn answers 202 at once, streamed or not (README).
+            stream=self.stream and not self.background,
             include_usage=options.include_usage,
             tool_events=options.tool_events,
             background=self.background,

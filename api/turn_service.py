@@ -3,8 +3,9 @@ enqueue it, answer. The routes (api/routes/) start their turns here, and answer 
 (attach to it, stream it, wait for it, show it) through its functions.
 
 The answer depends only on the request: a stream relays the turn's stream as SSE, a
-background turn answers 202 with the turn object at once, anything else waits for the
-turn's `done` entry and answers one JSON body.
+background turn not streamed answers 202 with the turn object at once (a streamed one, as
+the Responses API has them, is streamed, and its end still goes to the webhook), anything
+else waits for the turn's `done` entry and answers one JSON body.
 
 Admission comes first, before anything is stored (api/admission.py: the memory guard,
 the user's rate, active turns and storage budgets); then a user may have
@@ -118,7 +119,7 @@ async def start_turn(
     attachment = None
     claimed: str | None = None
     try:
-        if delivery.stream and not delivery.background:
+        if delivery.stream:
             try:
                 attachment = await state.streams.open(owner)
             except TooManyStreamsError:
@@ -151,7 +152,7 @@ async def start_turn(
         if claimed is not None and give_back is not None:
             await give_back(claimed, turn_id)
         raise
-    mode = "background" if delivery.background else "stream" if delivery.stream else "wait"
+    mode = "stream" if delivery.stream else "background" if delivery.background else "wait"
     TURNS_CREATED.labels(delivery.encoding, mode).inc()
     logger.info(
         "turn created",
@@ -164,7 +165,7 @@ async def start_turn(
             "resume": request.agent.resume is not None,
         },
     )
-    if delivery.background:
+    if delivery.background and not delivery.stream:
         if accepted is not None:
             answer = accepted(record)
             answer.headers.update(turn_headers(record))

@@ -91,6 +91,8 @@ class Delivery:
     include_usage: bool = False
     tool_events: ToolEventsMode = "bernard"
     on_disconnect: DisconnectPolicy = "cancel"
+    # The client asked for a background turn: it runs on without a client, and its end is
+    # POSTed to the webhook; unless streamed, it is answered at once (api/turn_service.py).
     background: bool = False
     # What the encoding shows back of the request and nothing runs on (the Responses API's
     # `instructions`, `metadata`, `tools`, `previous_response_id`...: api/encodings/responses.py).

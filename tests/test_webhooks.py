@@ -434,3 +434,29 @@ async def test_a_background_response_is_posted_under_its_response_id(
     assert (event.type, event.data.id) == ("response.completed", queued.id)
     assert queued.id.startswith("resp_")
     assert (await client.responses.retrieve(event.data.id)).output_text == "in the background"
+
+
+async def test_a_streamed_background_response_is_posted_too(
+    hooked: Stack, upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    """`background` with `stream` (OpenAI's way of starting a resumable response) streams
+    from the start, and its end is still POSTed, to the request's own allowed target."""
+    key = next(iter(hooked.settings.api_key_users()))
+    client = openai.AsyncOpenAI(base_url=f"{hooked.base_url}/v1", api_key=key, max_retries=0)
+    upstream.script(Reply.text("streamed and hooked"))
+    own = receiver.url("/responses", host="localhost")
+    stream = await client.responses.create(
+        model="bernard-v1",
+        input="hello",
+        background=True,
+        stream=True,
+        extra_body={"webhook_url": own},
+    )
+    types = [event.type async for event in stream]
+    assert types[0] == "response.created"
+    assert types[-1] == "response.completed"
+    (got,) = await receiver.wait(1)
+    assert got.path == "/responses"
+    event = unwrap(got)
+    assert event.type == "response.completed"
+    assert (await client.responses.retrieve(event.data.id)).output_text == "streamed and hooked"

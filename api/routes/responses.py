@@ -192,10 +192,12 @@ def _turn_request(
         Delivery(
             "responses",
             stream=body.stream,
-            # A background response that is also streamed is streamed from the start; its
-            # client may leave and come back (`on_disconnect` continue) either way.
-            background=body.background and not body.stream,
+            # A background response that is also streamed is streamed from the start (as
+            # OpenAI's is); its client may leave and come back (`on_disconnect` continue),
+            # and its end is POSTed to the webhook either way.
+            background=body.background,
             on_disconnect="cancel" if body.stream and not body.background else "continue",
+            webhook_url=body.webhook_url,
             echo={k: v for k, v in echo.items() if v is not None},
         ),
     )
