@@ -5,7 +5,9 @@ The runner is the only writer (seed 002): the recording is one of the turn's sin
 (worker/calls.py: the whole tool output is in its call's end; the stream only carries a cut
 version). The writes run in order in the background (`OrderedWrites`), so no model call
 waits for a record, and all of them are in before the turn ends: a client that got the
-turn's `done` finds every record. Harnesses never write.
+turn's `done` finds every record. A model call's end goes out with the next write (the
+next call's start, or the turn's messages once it ends), as records observed while a write
+is in flight do. Harnesses never write.
 
 Each message is written exactly once: the request's new messages at the start (the
 client resends the whole history; `append_new_messages` keeps only what is new), and this
@@ -170,7 +172,10 @@ class TurnRecording:
                 call_id, _ = self._llm_call
                 self._llm_call = None
                 result = item.result
-                self._record(
+                # Held for the next write: what follows a model call's end at once is the
+                # next call's start or the turn's end, whose append of the turn's messages
+                # takes it along (`finish`): one write fewer per turn.
+                self._calls.append(
                     llm_completed(call_id, latency_ms=result.latency_ms, usage=result.usage)
                 )
             case ToolCall():
@@ -205,7 +210,8 @@ class TurnRecording:
     async def finish(self) -> list[Message]:
         """The turn completed or paused: wait for its call records, then store its
         tool-call messages, tool results and answer (a paused turn has none yet, but its
-        proposals); return the rows stored."""
+        proposals), with the call records not written yet (the last model call's end) in
+        the same step; return the rows stored."""
         await self._writes.drain()
         if self.deleted:
             return []
@@ -214,9 +220,14 @@ class TurnRecording:
         # A turn that paused, or ended on the client's tool calls, has no answer yet.
         if not ctx.paused and not ctx.handed_over:
             messages.append(AIMessage(content="".join(ctx.content)))
+        calls, self._calls = self._calls, []
         rows = await self._unless_deleted(
             self.recorder.append_messages(
-                self.conversation_id, messages, turn_id=ctx.turn_id, length=self._length
+                self.conversation_id,
+                messages,
+                turn_id=ctx.turn_id,
+                length=self._length,
+                calls=calls,
             )
         )
         if ctx.paused and not self.deleted:

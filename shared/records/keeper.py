@@ -93,27 +93,33 @@ APPROVED_STEP_LAPSED = (
 )
 
 # KEYS: meta, list[, calls]. ARGV: expected length ('' for any), now, retention s, the
-# writing turn ('' for a writer that is no turn), byte cap ('' for none), item...
+# writing turn ('' for a writer that is no turn), byte cap ('' for none), how many of the
+# items go to the list (the rest are call records, for the calls key), item...
 # Appends only to an existing conversation, so a stray write never creates a list without
 # its metadata; for a turn, only while it holds the conversation (its active turn), so a
 # turn that lost it (deleted, re-created) writes nothing; and with an expected length only
 # if the list still has it, so the history a caller compared against is the one it
 # extends; with a cap, only if the conversation's bytes stay within it. Counts the bytes
 # appended in the metadata (`bytes`). Appending messages (the calls key given) marks the
-# conversation used and renews the retention of all three keys; a call record renews its
-# own list's. Returns the new length, -1 for no conversation, -2 when the list changed
-# since the caller read it, -3 when the turn does not hold the conversation, -4 over the
-# cap.
+# conversation used and renews the retention of all three keys, and may carry call records
+# too (a turn's last ones go with its messages: one step, not two); a call record renews
+# its own list's. Returns the list's new length, -1 for no conversation, -2 when the list
+# changed since the caller read it, -3 when the turn does not hold the conversation, -4
+# over the cap.
 _APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return -3 end
 local length = redis.call('LLEN', KEYS[2])
 if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
 local size = 0
-for i = 6, #ARGV do size = size + #ARGV[i] end
-local held = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
-if ARGV[5] ~= '' and held + size > tonumber(ARGV[5]) then return -4 end
-for i = 6, #ARGV do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = 7, #ARGV do size = size + #ARGV[i] end
+if ARGV[5] ~= '' then
+  local held = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
+  if held + size > tonumber(ARGV[5]) then return -4 end
+end
+local last = 6 + tonumber(ARGV[6])
+for i = 7, last do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = last + 1, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
 redis.call('HINCRBY', KEYS[1], 'bytes', size)
 if KEYS[3] then
   redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
@@ -421,12 +427,15 @@ class Recorder(_Store):
         *,
         turn_id: str | None = None,
         length: int | None = None,
+        calls: Sequence[CallEvent] = (),
     ) -> list[Message]:
         """Append `messages` (in one atomic step) and return them as stored rows.
 
         `length` is how many messages the caller believes are stored (a turn knows it from
         its own `append_new_messages`): right, it saves reading it first; wrong, the
-        append is refused and the length read as without it.
+        append is refused and the length read as without it. `calls` go to the call log
+        in the same step (a turn's last call records, written with its answer: one script
+        and one ledger update where `record_calls` and this would be two).
 
         Written by a turn (`turn_id`), the rows are stored only while it holds the
         conversation.
@@ -437,13 +446,19 @@ class Recorder(_Store):
         """
         fresh = [to_openai_message(m) for m in messages]
         list_key = self._keys(conversation_id)[1]
+        records = [call.encoded() for call in calls]
         for _ in range(_APPEND_RETRIES):
             if length is None:
                 length = int(await self._redis.llen(list_key))  # type: ignore[misc]
             rows = _rows(fresh, length, turn_id)
             items = [orjson.dumps(row) for row in rows]
             pushed = await self._push(
-                conversation_id, list_key, items, expected_length=length, turn_id=turn_id
+                conversation_id,
+                list_key,
+                items,
+                expected_length=length,
+                turn_id=turn_id,
+                calls=records,
             )
             if pushed >= 0:
                 return rows
@@ -731,9 +746,11 @@ class Recorder(_Store):
         expected_length: int | None = None,
         turn_id: str | None = None,
         limit: int | None = None,
+        calls: Sequence[bytes] = (),
     ) -> int:
-        """Append `items`, counted in the conversation and its owner's ledger (in the same
-        round trip); the new length, or -2 if the list no longer has `expected_length`.
+        """Append `items` (and, with messages, the call records `calls` to the call log, in
+        the same step), counted in the conversation and its owner's ledger (in the same
+        round trip); the list's new length, or -2 if it no longer has `expected_length`.
         Raises `ConversationNotFoundError`, `ConversationLostError` when the writing turn
         `turn_id` does not hold the conversation, and with `limit`, `ConversationFullError`
         if the conversation's bytes would go over it."""
@@ -741,8 +758,10 @@ class Recorder(_Store):
         script_keys = [meta_key, list_key]
         if list_key == messages_key:
             script_keys.append(calls_key)
+        elif calls:
+            raise ValueError("call records go with messages, or on their own")
         now = time.time()
-        size = sum(len(item) for item in items)
+        size = sum(len(item) for item in items) + sum(len(call) for call in calls)
         # Appending messages is a use of the conversation: it moves up the owner's index.
         used_at = now if list_key == messages_key else None
         args = [
@@ -751,7 +770,9 @@ class Recorder(_Store):
             self.retention_s,
             turn_id or "",
             "" if limit is None else limit,
+            len(items),
             *items,
+            *calls,
         ]
         length = await self._counted(
             _APPEND, script_keys, args, conversation_id, size, used_at=used_at

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from shared import budgets, keys
 from shared.connection import connect
 from shared.conversation_state import ConversationMachine, Outcome
-from shared.records.call_log import llm_started
+from shared.records.call_log import llm_completed, llm_started
 from shared.records.conversation import ConversationFullError, ConversationNotFoundError
 from shared.records.keeper import RecordKeeper
 from tests.conftest import TEST_REDIS_URL
@@ -116,6 +116,28 @@ async def test_what_a_turn_stores_once_it_runs_is_never_refused(
     assert conversation.bytes == await stored_bytes(redis, owner, "c") > 300
     with pytest.raises(ConversationFullError):
         await keeper.append_new_messages("c", [user("next")], limit=300)
+
+
+async def test_call_records_appended_with_messages_are_counted_once(
+    keeper: RecordKeeper, redis: Redis, owner: str
+) -> None:
+    """A turn's last call records go in its answer's append (worker/recording.py finish):
+    the conversation and the ledger count both, as two appends would."""
+    await keeper.create_conversation("c")
+    await keeper.append_new_messages("c", [user("question")])
+    started = llm_started("t", "response", "m")
+    await keeper.record_calls("c", [started])
+    await keeper.append_messages(
+        "c",
+        [{"role": "assistant", "content": "answer"}],
+        calls=[llm_completed(started.call_id, latency_ms=1)],
+    )
+
+    stored = await stored_bytes(redis, owner, "c")
+    conversation = await keeper.get_conversation("c")
+    assert conversation is not None and conversation.bytes == stored
+    assert await usage(redis, owner) == budgets.Usage(bytes=stored, conversations=1)
+    assert await redis.llen(keys.conversation_calls(owner, "c")) == 2  # type: ignore[misc]
 
 
 async def test_the_ledger_counts_every_conversation_of_its_owner(

@@ -427,6 +427,53 @@ async def test_calls_of_a_turn_come_back_in_start_order_and_filter_by_kind(
     assert len({router, tool, response}) == 3
 
 
+async def test_call_records_appended_with_messages_follow_the_calls_already_logged(
+    keeper: RecordKeeper,
+) -> None:
+    """A turn's answer carries its last call records in the same append: they join the
+    call log after those written before, and the messages list gets only the messages."""
+    conversation_id = await keeper.create_conversation(active_turn="t1")
+    router = llm_started("t1", "router", "m")
+    response = llm_started("t1", "response", "m")
+    await keeper.record_calls(conversation_id, [router], turn_id="t1")
+    await keeper.record_calls(
+        conversation_id, [llm_completed(router.call_id, latency_ms=1), response], turn_id="t1"
+    )
+
+    rows = await keeper.append_messages(
+        conversation_id,
+        [assistant("4")],
+        turn_id="t1",
+        calls=[llm_completed(response.call_id, latency_ms=2)],
+    )
+
+    assert [row["id"] for row in rows] == ["msg_1"]
+    assert await keeper.messages(conversation_id) == [assistant("4")]
+    calls = await keeper.calls(conversation_id)
+    assert [(c["stage"], c["status"], c["latency_ms"]) for c in calls] == [
+        ("router", "completed", 1),
+        ("response", "completed", 2),
+    ]
+
+
+async def test_an_append_the_turn_may_not_make_writes_neither_messages_nor_calls(
+    keeper: RecordKeeper,
+) -> None:
+    conversation_id = await keeper.create_conversation(active_turn="t1")
+    response = llm_started("t2", "response", "m")
+
+    with pytest.raises(ConversationLostError):
+        await keeper.append_messages(
+            conversation_id,
+            [assistant("4")],
+            turn_id="t2",
+            calls=[llm_completed(response.call_id, latency_ms=2)],
+        )
+
+    assert await keeper.messages(conversation_id) == []
+    assert await keeper.calls(conversation_id) == []
+
+
 # --- the two halves -------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage
@@ -13,6 +14,7 @@ from redis.asyncio import Redis
 from shared.events import LlmCallComplete, LlmPrompt
 from shared.records.call_log import CallEvent
 from shared.records.keeper import RecordKeeper
+from shared.records.messages import Message
 from shared.requests import AgentRequest
 from tests.conftest import make_settings
 from worker.calls import ModelCallEnded, ModelCallStarted
@@ -87,8 +89,9 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
     keeper: RecordKeeper,
 ) -> None:
     """A router call's end and the response call's start are observed back to back, while
-    the router's start is still being written: they take one write, not two, and the log
-    keeps every entry in order."""
+    the router's start is still being written: they take one write, not two. The response
+    call's end goes out with the turn's answer, in its append. The log keeps every entry
+    in order."""
     conversation_id = await keeper.create_conversation(active_turn="turn-1")
     settings = make_settings()
     models = build_models(settings)
@@ -101,17 +104,34 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
         models.responder,
         conversation_id=conversation_id,
     )
+    ctx.content.append("hello")
     recorder = keeper.as_recorder()
-    writes: list[list[str]] = []
+    writes: list[tuple[list[str], list[str]]] = []
     record_calls = recorder.record_calls
+    append_messages = recorder.append_messages
 
     async def counted(
         conversation: str, events: Sequence[CallEvent], *, turn_id: str | None = None
     ) -> None:
-        writes.append([f"{e.entry['kind']} {e.event}" for e in events])
+        writes.append(([f"{e.entry['kind']} {e.event}" for e in events], []))
         await record_calls(conversation, events, turn_id=turn_id)
 
+    async def counted_messages(
+        conversation: str,
+        messages: Sequence[Any],
+        *,
+        turn_id: str | None = None,
+        length: int | None = None,
+        calls: Sequence[CallEvent] = (),
+    ) -> list[Message]:
+        rows = await append_messages(
+            conversation, messages, turn_id=turn_id, length=length, calls=calls
+        )
+        writes.append(([f"{e.entry['kind']} {e.event}" for e in calls], [r["role"] for r in rows]))
+        return rows
+
     recorder.record_calls = counted  # type: ignore[method-assign]
+    recorder.append_messages = counted_messages  # type: ignore[method-assign]
     recording = TurnRecording(recorder, ctx)
     recording.observe(started("router", "r"))
     await asyncio.sleep(0)  # the router's start goes out
@@ -119,18 +139,20 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
     recording.observe(started("response", "a"))
     await asyncio.sleep(0.05)
     recording.observe(ended("response", "a", 2.0))
+    await asyncio.sleep(0.05)
     await recording.finish()
 
     assert writes == [
-        ["llm started"],
-        ["llm completed", "llm started"],
-        ["llm completed"],
+        (["llm started"], []),
+        (["llm completed", "llm started"], []),
+        (["llm completed"], ["assistant"]),
     ]
     calls = await keeper.calls(conversation_id)
     assert [(c["stage"], c["status"]) for c in calls] == [
         ("router", "completed"),
         ("response", "completed"),
     ]
+    assert await keeper.messages(conversation_id) == [{"role": "assistant", "content": "hello"}]
 
 
 def started(stage: str, model: str) -> ModelCallStarted:
