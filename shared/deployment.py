@@ -4,7 +4,9 @@ The API does not call the models or the tools' services on a turn's behalf, and 
 environment may not be the workers'; so each worker, as it publishes its tools
 (worker/tools/catalog.py), also writes `keys.DEPLOYMENT`: the version it runs, its two
 models (provider, model, base URL, whether it is the offline demo model) and the service
-each of its tools reaches. URLs are written with their passwords hidden; no key is.
+each of its tools reaches (worker/tools/sources.py `services`: the tool sources declare
+them, and the API learns them only from here). URLs are written with their passwords
+hidden; no key is.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class ModelFacts(BaseModel):
 
 
 class ServiceFacts(BaseModel):
-    """A service a tool reaches, and the setting that names it."""
+    """A service a tool reaches, and the setting that names it (worker/tools/sources.py)."""
 
     tool: str  # the tool's name, or `ha_*` (`plex_*`) for Home Assistant's (Plex's)
     variable: str
@@ -73,29 +75,6 @@ def models_of(settings: Settings) -> list[ModelFacts]:
             ModelFacts(role=role, provider=provider, model=model, base_url=redact(base), demo=False)
         )
     return found
-
-
-def services_of(settings: Settings) -> list[ServiceFacts]:
-    """The service each configured tool reaches: the tools worker/tools/__init__.py
-    `enabled_tools` offers for these settings."""
-    named: list[tuple[str, str, str | None]] = [
-        ("web_search", "BERNARD_SEARXNG_URL", settings.searxng_url),
-        ("wikipedia", "BERNARD_WIKIPEDIA_URL", settings.wikipedia_url),
-    ]
-    if settings.open_meteo_url and settings.open_meteo_geocoding_url:
-        named += [
-            ("weather", "BERNARD_OPEN_METEO_URL", settings.open_meteo_url),
-            ("weather", "BERNARD_OPEN_METEO_GEOCODING_URL", settings.open_meteo_geocoding_url),
-        ]
-    if settings.ha_token:
-        named.append(("ha_*", "BERNARD_HA_URL", settings.ha_url))
-    if settings.plex_token:
-        named.append(("plex_*", "BERNARD_PLEX_URL", settings.plex_url))
-    return [
-        ServiceFacts(tool=tool, variable=variable, url=redact(url))
-        for tool, variable, url in named
-        if url
-    ]
 
 
 def models_request(

@@ -3,7 +3,7 @@
 A tool that reports progress takes `config: RunnableConfig` and calls
 `get_reporter(config)`; see `worker.tools.progress` for how the router passes the reporter.
 A tool that reaches another service is offered only when that service is configured
-(`enabled_tools`).
+(`enabled_tools`, from worker/tools/sources.py `SOURCES`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from worker.tools.home_assistant import home_assistant_tools
 from worker.tools.notes import delete_note, list_notes, save_note
 from worker.tools.progress import ProgressReporter, get_reporter, progress_config
 from worker.tools.search import web_search
+from worker.tools.sources import enabled_sources
 from worker.tools.time import get_time
 from worker.tools.timers import cancel_timer, list_timers, set_timer
 from worker.tools.weather import weather
@@ -57,19 +58,9 @@ def default_tools() -> list[BaseTool]:
 
 
 def enabled_tools(settings: Settings) -> list[BaseTool]:
-    """The tools a turn gets: the default ones and those whose service is configured."""
+    """The tools a turn gets: the default ones and those of each source whose service is
+    configured (worker/tools/sources.py `SOURCES`)."""
     tools = default_tools()
-    if settings.searxng_url:
-        tools.append(web_search)
-    if settings.wikipedia_url:
-        tools.append(wikipedia)
-    if settings.open_meteo_url and settings.open_meteo_geocoding_url:
-        tools.append(weather)
-    if settings.ha_url and settings.ha_token:
-        tools += home_assistant_tools(settings)
-    if settings.plex_url and settings.plex_token:
-        # Imported only when used: plexapi adds 60-200 ms to a worker's start.
-        from worker.tools.plex import plex_tools
-
-        tools += plex_tools(settings)
+    for source in enabled_sources(settings):
+        tools += source.tools(settings)
     return tools

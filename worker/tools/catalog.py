@@ -4,12 +4,13 @@ The API does not import the worker's tools; each worker, as it starts, writes th
 offers (name, description, argument schema, whether a call waits for confirmation) to
 `keys.TOOLS`, and again every `REPUBLISH_S` while it runs (worker/supervisor.py), and the
 API serves what is there. Beside them goes what the worker runs (its models, the services
-its tools reach: shared/deployment.py, `keys.DEPLOYMENT`), for `GET /v1/status`. Workers
-of one deployment share one configuration, so the last one to publish speaks for all; the
-entries expire a day after the last publish, so a day after the last worker stopped. An
-MCP server's tool is listed with its `server`; since those come and go as servers connect
-and change, a worker publishes again when they do (worker/supervisor.py), with its view of
-each server's health beside them (`publish_mcp_health`, read by shared/mcp_health.py).
+its tools reach: shared/deployment.py, worker/tools/sources.py, `keys.DEPLOYMENT`), for
+`GET /v1/status`. Workers of one deployment share one configuration, so the last one to
+publish speaks for all; the entries expire a day after the last publish, so a day after the
+last worker stopped. An MCP server's tool is listed with its `server`; since those come and
+go as servers connect and change, a worker publishes again when they do
+(worker/supervisor.py), with its view of each server's health beside them
+(`publish_mcp_health`, read by shared/mcp_health.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from langchain_core.tools import BaseTool
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.deployment import Deployment, models_of, services_of, version
+from shared.deployment import Deployment, models_of, version
 from shared.mcp_health import McpServerHealth, WorkerMcpHealth
 from shared.settings import Settings
 from worker.tools.confirmation import parameters, requires_confirmation
+from worker.tools.sources import services
 
 _TTL_S = 86_400
 # How often a running worker publishes its tools again: well within `_TTL_S`, so the entry
@@ -49,11 +51,12 @@ def catalog(tools: Sequence[BaseTool], settings: Settings) -> list[dict[str, Any
 
 
 def deployment(settings: Settings) -> Deployment:
-    """What a worker with `settings` runs, for `GET /v1/status` (shared/deployment.py)."""
+    """What a worker with `settings` runs, for `GET /v1/status` (shared/deployment.py): its
+    models, and the services its tool sources reach (worker/tools/sources.py)."""
     return Deployment(
         version=version(),
         models=models_of(settings),
-        services=services_of(settings),
+        services=services(settings),
         published_at=time.time(),
     )
 
