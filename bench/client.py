@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import orjson
 
@@ -26,14 +26,20 @@ class HttpError(Exception):
     """The server answered with a status other than the one expected."""
 
 
+# The Responses API's text delta event, named on its `event:` line (api/encodings/responses.py).
+TEXT_DELTA = b"response.output_text.delta"
+
+
 @dataclass(slots=True)
 class Frame:
-    """One SSE data frame as received: receipt times, its `id` and its raw `data`."""
+    """One SSE data frame as received: receipt times, its `id`, its raw `data`, and its
+    `event` name as sent (b"" for an unnamed frame, as every chat frame is)."""
 
     wall: float
     mono: float
     id: str
     data: bytes
+    event: bytes = b""
 
 
 @dataclass(slots=True)
@@ -177,20 +183,21 @@ class Call(asyncio.Protocol):
 
     def _event(self, lines: list[bytes], wall: float, mono: float) -> None:
         event_id = ""
+        name = b""
         data: bytes | None = None
         for line in lines:
             if line.startswith(b"data: "):
                 data = line[6:]
             elif line.startswith(b"id: "):
                 event_id = line[4:].decode()
+            elif line.startswith(b"event: "):
+                name = line[7:]
         if data is None:
             return
-        self.frames.append(Frame(wall, mono, event_id, data))
+        self.frames.append(Frame(wall, mono, event_id, data, name))
         if not self.first_frame.done():
             self.first_frame.set_result(None)
-        # Cheap tests first: a chat chunk's `content`, a Responses text delta's type.
-        maybe = b'"content"' in data or b"output_text.delta" in data
-        if self.first_content_at is None and maybe and _has_content(data):
+        if self.first_content_at is None and is_content(name, data):
             self.first_content_at = mono
             if not self.first_content.done():
                 self.first_content.set_result(mono)
@@ -234,17 +241,25 @@ class Call(asyncio.Protocol):
         return orjson.loads(bytes(self.body))
 
 
-def _has_content(data: bytes) -> bool:
-    """Whether the frame carries answer text: a chat chunk's `delta.content`, or a
-    Responses `response.output_text.delta` event's `delta`."""
+def is_content(event: bytes, data: bytes) -> bool:
+    """Whether a frame carries answer text: an unnamed (chat) frame's `delta.content`, or a
+    `response.output_text.delta` event's `delta`. The name and a substring decide first, so
+    only a frame that may carry text is parsed: about one per turn until the first is seen."""
+    if event:
+        return event == TEXT_DELTA and bool(_json(data).get("delta"))
+    if b'"content"' not in data:
+        return False
+    choices = _json(data).get("choices") or []
+    return bool(choices and (choices[0].get("delta") or {}).get("content"))
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    """A frame's JSON object; {} when it is not one (`[DONE]`, a comment)."""
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return False
-    if body.get("type") == "response.output_text.delta":
-        return bool(body.get("delta"))
-    choices = body.get("choices") or []
-    return bool(choices and (choices[0].get("delta") or {}).get("content"))
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def request_bytes(
