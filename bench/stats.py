@@ -65,3 +65,39 @@ def ratio(value: float, base: float) -> float:
     if not base or math.isnan(base) or math.isnan(value):
         return math.nan
     return value / base
+
+
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """One line's median against a reference line's, judged by the reference's own noise.
+
+    The noise is how far the reference's median moved within the run: the difference
+    between the medians of its two halves (its samples' first and second half in time, or
+    its two blocks), never less than `floor`. The line is within noise when its median is
+    no more than that above the reference's; below it by any amount passes (the target is
+    that the line costs no more), and `below` says when it is lower by more than the noise.
+    """
+
+    difference: float  # median(line) − median(reference), both halves together
+    noise: float
+
+    @classmethod
+    def of(
+        cls,
+        line: Iterable[float],
+        halves: tuple[Sequence[float], Sequence[float]],
+        floor: float = 1.0,
+    ) -> Noise:
+        first, second = Summary.of(halves[0]).median, Summary.of(halves[1]).median
+        reference = Summary.of([*halves[0], *halves[1]]).median
+        return cls(Summary.of(line).median - reference, max(floor, abs(first - second)))
+
+    @property
+    def within(self) -> bool:
+        """The line's median at most the noise above the reference's (False when missing)."""
+        return self.difference <= self.noise
+
+    @property
+    def below(self) -> bool:
+        """The line's median lower than the reference's by more than the noise."""
+        return self.difference < -self.noise
