@@ -69,28 +69,34 @@ def ratio(value: float, base: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Noise:
-    """One line's median against a reference line's, judged by the reference's own noise.
+    """One line's median against a reference line's, judged by how far either moved within
+    the run.
 
-    The noise is how far the reference's median moved within the run: the difference
-    between the medians of its two halves (its samples' first and second half in time, or
-    its two blocks), never less than `floor`. The line is within noise when its median is
-    no more than that above the reference's; below it by any amount passes (the target is
-    that the line costs no more), and `below` says when it is lower by more than the noise.
+    Each line's samples come in two halves (their first and second half in time, or two
+    blocks); the noise is the larger of the two lines' differences between the medians of
+    their halves, never less than `floor`: load from outside the run that lands on one half
+    moves that half's median, not the line's cost. The line is within noise when its median
+    is no more than the noise above the reference's; below it by any amount passes (the
+    target is that the line costs no more), and `below` says when it is lower by more.
     """
 
-    difference: float  # median(line) − median(reference), both halves together
+    difference: float  # median(line) − median(reference), each over both halves
     noise: float
+    halves: tuple[float, float, float, float]  # medians: line's first, second; reference's
 
     @classmethod
     def of(
         cls,
-        line: Iterable[float],
-        halves: tuple[Sequence[float], Sequence[float]],
+        line: tuple[Sequence[float], Sequence[float]],
+        reference: tuple[Sequence[float], Sequence[float]],
         floor: float = 1.0,
     ) -> Noise:
-        first, second = Summary.of(halves[0]).median, Summary.of(halves[1]).median
-        reference = Summary.of([*halves[0], *halves[1]]).median
-        return cls(Summary.of(line).median - reference, max(floor, abs(first - second)))
+        medians = tuple(Summary.of(half).median for half in (*line, *reference))
+        a, b, c, d = medians
+        spread = max(abs(a - b), abs(c - d))
+        whole = Summary.of([*line[0], *line[1]]).median
+        base = Summary.of([*reference[0], *reference[1]]).median
+        return cls(whole - base, max(floor, spread), (a, b, c, d))
 
     @property
     def within(self) -> bool:
