@@ -376,11 +376,12 @@ runs the router call (answered with `respond`), then streams its tokens.
 API. **Baseline**: `uvicorn bench.baseline:app`, the same turn (`worker.turn.turn_items`)
 run inside the request, no queue, no stream (see "What the baseline is" below).
 Sequential: {sizes.ft_sequential} turns each of {sizes.ft_tokens} tokens sent as fast as the
-upstream can, pipeline and baseline alternating. Concurrent: {sizes.ft_concurrency} client
-loops per system, {2 * half} turns per system in two blocks, each turn streaming {ctokens}
-tokens {delay:g} ms apart (so about {sizes.ft_concurrency} streams are live at all times,
-{sizes.ft_concurrency * 1000 / delay:.0f} tokens/s in all, well below what the box can
-stream), loop starts spread over one turn's length. **Responses**: the pipeline again,
+upstream can, chat, Responses and baseline in turn (each round starting one later).
+Concurrent: {sizes.ft_concurrency} client loops per system, {2 * half} turns per system in
+two blocks, each turn streaming {ctokens} tokens {delay:g} ms apart (so about
+{sizes.ft_concurrency} streams are live at all times, {sizes.ft_concurrency * 1000 / delay:.0f}
+tokens/s in all, well below what the box can stream), loop starts
+spread over one turn's length. **Responses**: the pipeline again,
 through `POST /v1/responses` (`stream: true`), to the first `response.output_text.delta`
 event, interleaved with the other two. Its line is within noise of the chat line when its
 median is no higher than the chat line's plus the noise: how far either line's median moved
