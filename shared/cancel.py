@@ -3,14 +3,31 @@
 The cancel key is the durable fact (a worker that starts the turn later still sees it);
 the published message is the fast path that lets the worker abort at once without polling.
 The key is the turn's, on the data role; the channel is on the queue role, which every
-worker listens to (shared/keys.py). The key goes first.
+worker listens to (shared/keys.py). The key goes first. Beside the message, the turn's
+entry in `keys.CANCELS` (queue role) is what a worker that missed the message finds at its
+next liveness renewal (shared/liveness.py).
 """
 
 from __future__ import annotations
 
+import time
+
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from shared import keys
+
+# How long a turn's entry in `keys.CANCELS` lasts: a worker renews its liveness every
+# second, so a cancel is seen in seconds, but one whose worker stalls must still find it.
+CANCEL_NOTICE_S = 3600
+
+
+def _notify(pipe: Pipeline, turn_id: str, ttl_s: int) -> None:
+    lasts_s = min(ttl_s, CANCEL_NOTICE_S)
+    pipe.zadd(keys.CANCELS, {turn_id: time.time() + lasts_s})
+    # Longer than any entry: the keepers drop lapsed entries, the TTL the set once idle.
+    pipe.expire(keys.CANCELS, CANCEL_NOTICE_S)
+    pipe.publish(keys.CANCEL_CHANNEL, turn_id)
 
 
 async def request_cancel(
@@ -22,8 +39,10 @@ async def request_cancel(
     if queue is redis:
         async with redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.cancel(turn_id), b"1", ex=ttl_s)
-            pipe.publish(keys.CANCEL_CHANNEL, turn_id)
+            _notify(pipe, turn_id, ttl_s)
             await pipe.execute()
         return
     await redis.set(keys.cancel(turn_id), b"1", ex=ttl_s)
-    await queue.publish(keys.CANCEL_CHANNEL, turn_id)
+    async with queue.pipeline(transaction=False) as pipe:
+        _notify(pipe, turn_id, ttl_s)
+        await pipe.execute()

@@ -5,8 +5,9 @@ to one server, and then nothing below costs a round trip more than one Redis did
 
 - **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
   `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`), the
-  owners of queued turns (`job_owner`), `RUNNING_TURNS`, `WORKERS`, `METRICS`, `TOOLS`,
-  `DEPLOYMENT`, `MCP_SERVERS`, `CANCEL_CHANNEL`, the per-user counters `active_turns`,
+  owners of queued turns (`job_owner`), `RUNNING_TURNS`, `WORKERS`, each worker's
+  liveness (`worker_alive`, `worker_turns`: shared/liveness.py), `CANCELS`, `METRICS`,
+  `TOOLS`, `DEPLOYMENT`, `MCP_SERVERS`, `CANCEL_CHANNEL`, the per-user counters `active_turns`,
   `open_streams`, `background_jobs` and `rate` (the token bucket), and the queue's
   `queued_background`. Small (entries per live turn, worker and user, not per token),
   touched a few times per turn, and each must be one consistent view: a user's limits hold
@@ -37,20 +38,24 @@ on each other's answer share one pipeline, so they still cost one round trip:
   and arq holds neither its job nor its in-progress key) and ends it `turn_lost`: the
   relay of a client waiting on it (after each quiet keepalive), and the admission of its
   owner at the limit. A turn nobody looks at again expires with its TTL.
-- claim: the queue half first (`RUNNING_TURNS` with a lease-long deadline), then the data
-  half (`queued` -> `running` under a lease). A worker dying between them leaves a
-  running-set entry whose turn has no lease: a reaper ends it `worker_lost`. A claim
-  refused because the turn has ended or is gone takes its entry back out.
-- finish: the data half ends the turn (once: seals the stream, drops the lease); then the
+- claim: the queue half first (`RUNNING_TURNS` with the deadline past which it is overdue
+  whatever its worker, and the worker's `worker_turns`), then the data half (`queued` ->
+  `running`, the record naming its worker). A worker dying between them leaves the turn
+  among a dead worker's: a reaper ends it `worker_lost`. A refused claim takes the turn out
+  of the worker's, and its running-set entry too if the turn has ended or is gone.
+- finish: the data half ends the turn (once: seals the stream); then the
   queue half releases it (`RUNNING_TURNS`, the owner's `active_turns` entry) and, only for
   the call that ended it, counts the ending (`METRICS`). A crash between them leaves the
   running-set entry: a reaper finds it, its finish returns "already ended", and the release
   runs then (the count of that one ending is lost). A turn ended while still queued has no
   running-set entry; its `active_turns` entry goes at the admission check of its owner.
-- reaping: the lapsed candidates come from `RUNNING_TURNS` (queue), the owners and the
-  ending from the data role; each ending is the finish above.
-- cancel: the cancel key (data: the durable fact, read at each lease renewal) before the
-  message on `CANCEL_CHANNEL` (queue: the fast path).
+- reaping: the candidates are the turns of workers whose `worker_alive` lapsed, and the
+  overdue entries of `RUNNING_TURNS` (queue); the owners and the ending come from the data
+  role; each ending is the finish above. No script spans the worker's key and the turn's:
+  the reaper looks at the one, then ends the other (shared/liveness.py says why that holds).
+- cancel: the cancel key (data: the durable fact, read by the claim) before the message on
+  `CANCEL_CHANNEL` and the entry in `CANCELS` (queue: the fast path, and what each
+  worker's liveness renewal reads in case it missed the message).
 - open stream: the count (`open_streams`, queue) and the turn's `attached` entry (data) are
   sent together; a refused stream takes its `attached` entry back.
 
@@ -60,8 +65,13 @@ replicated; docs/scaling.md says what that means for a turn and how its client i
 Every key either expires or has an owner that deletes it (tests/test_abuse.py walks them):
 
 - per turn (`turn`, `events`, `cancel`, `lease`, `attached`): a TTL from creation (a week
-  for a turn nobody runs), set to the retention when the turn ends; the lease lives
-  seconds; `attached` is deleted when the turn ends.
+  for a turn nobody runs), set to the retention when the turn ends; `attached` is deleted
+  when the turn ends. `lease` is only what a worker of before issue 25 renews (seconds).
+- per worker: `worker_alive` lives `BERNARD_LEASE_TTL_S` from its last renewal;
+  `worker_turns` an hour (`shared.liveness.TURNS_TTL_S`), renewed with it, emptied by the
+  worker as its turns end and by the reapers once it died. `CANCELS`: an hour from the last
+  cancel (`shared.cancel.CANCEL_NOTICE_S`), each entry lapsing at its score, lapsed ones
+  dropped at every worker's renewal.
 - per conversation: the retention (`BERNARD_CONVERSATION_RETENTION_S`), renewed on use;
   `DELETE /v1/conversations/{id}` removes them at once; the keys of every turn that ran on
   it (`conversation_turns`) lose their content at once and go a minute later, so the
@@ -105,9 +115,12 @@ PREFIX = "bernard"
 CANCEL_CHANNEL = f"{PREFIX}:cancel"
 RUNNING_TURNS = f"{PREFIX}:running"
 WORKERS = f"{PREFIX}:workers"
-# A worker renews its entry in `WORKERS` every lease renewal (1 s by default); one silent
+# A worker renews its entry in `WORKERS` with its liveness (1 s by default); one silent
 # this long is taken for dead (`GET /v1/status`, `bernard doctor`).
 WORKER_FRESH_S = 15
+# Sorted set of turns somebody asked to stop (score: when the entry lapses), on the queue
+# role: each worker's liveness script finds its cancelled turns in it (shared/liveness.py).
+CANCELS = f"{PREFIX}:cancels"
 METRICS = f"{PREFIX}:metrics"
 TOOLS = f"{PREFIX}:tools"
 DEPLOYMENT = f"{PREFIX}:deployment"
@@ -132,6 +145,18 @@ def cancel(turn_id: str) -> str:
 def lease(turn_id: str) -> str:
     """String a worker keeps alive while it runs the turn."""
     return f"{PREFIX}:{{{turn_id}}}:lease"
+
+
+def worker_alive(worker_id: str) -> str:
+    """String a worker keeps alive while it lives (queue role; shared/liveness.py): when it
+    lapses, any process ends the turns the worker ran `worker_lost`."""
+    return f"{PREFIX}:worker:{{{worker_id}}}:alive"
+
+
+def worker_turns(worker_id: str) -> str:
+    """Set of the turns a worker claimed and has not let go of (queue role;
+    shared/liveness.py): what a reaper ends once the worker's liveness lapses."""
+    return f"{PREFIX}:worker:{{{worker_id}}}:turns"
 
 
 def attached(turn_id: str) -> str:

@@ -67,8 +67,7 @@ class Transition(StrEnum):
     """What can happen to a turn's record. Each is one script."""
 
     CREATE = "create"  # the API stores the record and its stream: `queued`
-    CLAIM = "claim"  # a worker takes it: `running`, under the worker's lease
-    RENEW = "renew"  # the worker keeps its lease, and learns whether to go on
+    CLAIM = "claim"  # a worker takes it: `running`, its record naming the worker
     FINISH = "finish"  # it ends, once: its `done` is appended and seals the stream
     FORGET = "forget"  # its conversation was deleted: every read takes it for gone
 
@@ -81,7 +80,8 @@ class Claimed(StrEnum):
 
 
 class Renewal(StrEnum):
-    """RENEW's results: whether the turn goes on."""
+    """What a renewal of its worker's liveness finds of a running turn (shared/liveness.py,
+    worker/liveness.py): whether it goes on."""
 
     RENEWED = "renewed"
     CANCEL_REQUESTED = "cancel_requested"  # somebody asked it to stop
@@ -105,7 +105,11 @@ class Guard(StrEnum):
     """What FINISH checks before ending a turn, beside that it has not ended yet."""
 
     ALWAYS = "always"
-    LAPSED = "lapsed"  # only if no worker holds its lease
+    # Only if no worker of before issue 25 holds its per-turn lease (`keys.lease`, which
+    # such a worker renews: a deployment upgrades worker by worker). Whether the worker the
+    # record names lives is on the queue role, which no data script can read: the caller
+    # looks first (shared/liveness.py).
+    LAPSED = "lapsed"
     QUEUED = "queued"  # only if no worker took it yet
 
 
@@ -141,11 +145,8 @@ TRANSITIONS: tuple[Move, ...] = (
     _move(_T.CLAIM, QUEUED, Claimed.CLAIMED, RUNNING),
     _move(_T.CLAIM, None, Claimed.MISSING),
     *(_move(_T.CLAIM, status, status) for status in (RUNNING, *sorted(_ENDED))),
-    _move(_T.RENEW, RUNNING, Renewal.RENEWED, RUNNING, "no cancel asked for"),
-    _move(_T.RENEW, RUNNING, Renewal.CANCEL_REQUESTED, RUNNING, "a cancel asked for"),
-    _move(_T.RENEW, frozenset({None, QUEUED, *_ENDED}), Renewal.OVER),
     _move(_T.FINISH, frozenset({QUEUED, RUNNING}), _F.ENDED, None, "to the `done`'s status"),
-    _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `lapsed`, a worker holds the lease"),
+    _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `lapsed`, an old worker's lease"),
     _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `queued`"),
     _move(_T.FINISH, frozenset(_ENDED), _F.OVER),
     _move(_T.FINISH, None, _F.GONE),
@@ -169,16 +170,17 @@ end
 return start
 """
 
-# KEYS: turn, lease, cancel. ARGV: worker id, now, lease ms. Moves `queued` → `running`
-# under a lease and returns {'claimed', whether a cancel is already asked for, the record's
-# fields}; else {the status found, or 'missing'} (`Claimed`). One round trip (beside the
-# running set's entry) for everything a worker needs before the turn's first model call.
+# KEYS: turn, cancel. ARGV: worker id, now. Moves `queued` → `running` under the worker
+# the record now names (`worker`: whose liveness says whether the turn still runs,
+# shared/liveness.py) and returns {'claimed', whether a cancel is already asked for, the
+# record's fields}; else {the status found, or 'missing'} (`Claimed`). One round trip
+# (beside the queue half: the running set, the worker's turns) for everything a worker
+# needs before the turn's first model call.
 CLAIM = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= 'queued' then return {status or 'missing'} end
-redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[3])
-return {'claimed', redis.call('EXISTS', KEYS[3]), redis.call('HGETALL', KEYS[1])}
+redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[1])
+return {'claimed', redis.call('EXISTS', KEYS[2]), redis.call('HGETALL', KEYS[1])}
 """
 
 # The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
@@ -222,24 +224,14 @@ if webhook then return {'ended', webhook} end
 return 'ended'
 """
 
-# KEYS: lease, cancel, turn. ARGV: worker id, lease ms. Renews the lease and says whether
-# the turn goes on (`Renewal`).
-RENEW = """
-local status = redis.call('HGET', KEYS[3], 'status')
-if status ~= 'running' then return 'over' end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if redis.call('EXISTS', KEYS[2]) == 1 then return 'cancel_requested' end
-return 'renewed'
-"""
-
 # KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
 # whose conversation was deleted: its record loses what it held of the conversation (the
 # request, its messages, its preview, the result) and is marked `forgotten`, which every
 # read takes for gone; its stream keeps only its `done` entry. Both go after the grace,
 # which lets a client still reading the stream read its ending; the rest goes at once (an
-# ended turn's worker learns it is over from its record: RENEW). A write of its worker
-# still running finds the stream sealed, or gone, and never creates it again
-# (`NOMKSTREAM`: shared/streams.py). Returns 1.
+# ended turn's worker learns it is over at its next liveness renewal: shared/liveness.py).
+# A write of its worker still running finds the stream sealed, or gone, and never creates
+# it again (`NOMKSTREAM`: shared/streams.py). Returns 1.
 FORGET = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HDEL', KEYS[1], 'request', 'messages', 'preview', 'result')
@@ -279,7 +271,7 @@ class Cause(StrEnum):
     # Over for its worker: another process ended it, its record is gone, or its stream
     # refused a write (shared/streams.py, `TurnOverError`).
     OVER = "over"
-    LEASE_LAPSED = "lease_lapsed"  # running, and no worker renews its lease: it died
+    LEASE_LAPSED = "lease_lapsed"  # running, and its worker's liveness lapsed: it died
     STRANDED = "stranded"  # queued past `STRANDED_AFTER_S` with no job on the queue
     NOT_CREATED = "not_created"  # its creation failed after the record was stored
     RECORD_GONE = "record_gone"  # a reader waits on a turn whose record is gone
@@ -351,7 +343,7 @@ RULES: dict[Cause, Rule] = {
 }
 del _C, _E, _W, _G
 
-# Why the lease thread tells a turn running here to stop (worker/leases.py).
+# Why the liveness thread tells a turn running here to stop (worker/liveness.py).
 RENEWAL_STOPS: dict[Renewal, Cause] = {
     Renewal.CANCEL_REQUESTED: Cause.CANCELLED,
     Renewal.OVER: Cause.OVER,
@@ -389,7 +381,7 @@ STRANDED_AFTER_S = 30.0
 def stuck(
     status: TurnStatus | None, *, leased: bool, created_at: float, now: float
 ) -> Cause | None:
-    """Why a turn can never end on its own, if it cannot: `running` with no worker's lease
+    """Why a turn can never end on its own, if it cannot: `running` with no live worker
     (`LEASE_LAPSED`, as a reaper would end it), or `queued` past `STRANDED_AFTER_S`
     (`STRANDED`, if its job is not on the queue either: the caller looks). None for a turn
     that may still end, or has."""

@@ -37,7 +37,6 @@ from shared.lifecycle import (
     FINISH,
     FORGET,
     FORGET_GRACE_S,
-    RENEW,
     RULES,
     SEALED_ID,
     STRANDED_AFTER_S,
@@ -45,11 +44,11 @@ from shared.lifecycle import (
     Claimed,
     Finished,
     Guard,
-    Renewal,
     Who,
     ending_events_of,
     stuck,
 )
+from shared.liveness import Liveness
 from shared.queue import enqueue
 from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
 from shared.results import TurnResult
@@ -177,6 +176,7 @@ class TurnStore:
         self._admit = self.queue.register_script(_ADMIT)
         self._take_slot = self.queue.register_script(TAKE_SLOT)
         self._finish = redis.register_script(FINISH)
+        self.liveness = Liveness(self.queue)
 
     async def admit(
         self,
@@ -357,8 +357,8 @@ class TurnStore:
         """The turn's status, None once it is gone; first ends a turn that never can end
         on its own (shared/lifecycle.py, `stuck`), which is what makes it a write.
 
-        Those are a turn `running` with no worker's lease (`LEASE_LAPSED`, as a reaper
-        would) and one still `queued` past `STRANDED_AFTER_S` with no job on the queue
+        Those are a turn `running` whose worker's liveness lapsed (`LEASE_LAPSED`, as a
+        reaper would) and one still `queued` past `STRANDED_AFTER_S` with no job on the queue
         (`STRANDED`: its creation stopped between its halves, or a failover of the queue
         lost the job). Called by whoever waits on a quiet turn, so no turn waits forever on
         a worker that cannot come.
@@ -371,19 +371,28 @@ class TurnStore:
         round trip (only the turns it ends, or may end, take more)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
-                pipe.hmget(keys.turn(turn_id), ["status", "owner", "created_at"])
+                pipe.hmget(keys.turn(turn_id), ["status", "owner", "created_at", "worker"])
+                # The lease a worker of before issue 25 renews (shared/lifecycle.py, `Guard`).
                 pipe.exists(keys.lease(turn_id))
             replies = await pipe.execute()
+        stored, leases = replies[::2], replies[1::2]
+        # The workers of the running ones: whether each lives is on the queue role.
+        workers = [
+            _text(values[3]) if values[0] == b"running" and values[3] else "" for values in stored
+        ]
+        alive = await self.liveness.alive([w for w in workers if w])
         return [
-            await self._settle_one(turn_id, stored, bool(leased))
-            for turn_id, stored, leased in zip(turn_ids, replies[::2], replies[1::2], strict=True)
+            await self._settle_one(turn_id, values[:3], bool(lease) or worker in alive)
+            for turn_id, values, lease, worker in zip(
+                turn_ids, stored, leases, workers, strict=True
+            )
         ]
 
     async def _settle_one(
         self, turn_id: str, stored: list[bytes | None], leased: bool
     ) -> TurnStatus | None:
         """`settle` one turn, from its stored status, owner and creation time and whether a
-        worker's lease on it exists."""
+        live worker holds it."""
         raw_status, raw_owner, created_at = stored
         if raw_status is None:
             return None
@@ -440,26 +449,36 @@ class TurnStore:
             await self.redis.zrem(index, *gone)
         return found[:limit], len(found) > limit
 
-    async def claim(self, turn_id: str, worker_id: str, lease_ttl_s: float) -> Claim:
-        """Move `queued` → `running` under a lease, once the turn is on the reapers' list."""
+    async def claim(self, turn_id: str, worker_id: str, overdue_s: float) -> Claim:
+        """Move `queued` → `running` under `worker_id`, once the turn is on the reapers'
+        lists: among the worker's turns, which are ended should its liveness lapse
+        (shared/liveness.py), and in the running set, where it is overdue `overdue_s` from
+        now whatever its worker (`reap_lapsed`)."""
         now = time.time()
-        claim_keys = [keys.turn(turn_id), keys.lease(turn_id), keys.cancel(turn_id)]
-        claim_args = [worker_id, repr(now), int(lease_ttl_s * 1000)]
-        running = {turn_id: now + lease_ttl_s}
+        claim_keys = [keys.turn(turn_id), keys.cancel(turn_id)]
+        claim_args = [worker_id, repr(now)]
+        running = {turn_id: now + overdue_s}
         if self._one_client:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zadd(keys.RUNNING_TURNS, running)
+                Liveness.claiming(pipe, worker_id, turn_id)
                 in_pipeline(pipe, CLAIM, claim_keys, claim_args)
-                _, reply = await pipe.execute()
+                *_, reply = await pipe.execute()
         else:
-            await self.queue.zadd(keys.RUNNING_TURNS, running)
+            async with self.queue.pipeline(transaction=False) as pipe:
+                pipe.zadd(keys.RUNNING_TURNS, running)
+                Liveness.claiming(pipe, worker_id, turn_id)
+                await pipe.execute()
             async with self.redis.pipeline(transaction=False) as pipe:
                 in_pipeline(pipe, CLAIM, claim_keys, claim_args)
                 (reply,) = await pipe.execute()
         outcome = _claimed(reply[0])
         if outcome is not Claimed.CLAIMED:
-            if outcome is not TurnStatus.RUNNING:  # ended or gone: nothing renews or reaps it
-                await self.queue.zrem(keys.RUNNING_TURNS, turn_id)
+            async with self.queue.pipeline(transaction=False) as pipe:
+                if outcome is not TurnStatus.RUNNING:  # ended or gone: nothing reaps it
+                    pipe.zrem(keys.RUNNING_TURNS, turn_id)
+                pipe.srem(keys.worker_turns(worker_id), turn_id)  # another worker's, or none's
+                await pipe.execute()
             return Claim(outcome)
         fields = reply[2]
         record = TurnRecord.from_redis(dict(zip(fields[::2], fields[1::2], strict=True)))
@@ -478,7 +497,7 @@ class TurnStore:
         """End the turn: append `before` then `done`, set status, start retention. Once only
         (shared/lifecycle.py, FINISH).
 
-        `guard` `LAPSED` leaves alone a turn whose worker still renews its lease; `QUEUED`
+        `guard` `LAPSED` leaves alone a turn whose old worker still renews its lease; `QUEUED`
         one that a worker has taken. Then, unless the guard refused, release it on the queue
         (the running set, the owner's active turns) and, if this call ended it, count how it
         ended.
@@ -546,43 +565,46 @@ class TurnStore:
         assert isinstance(done, Done)
         return await self.finish(turn_id, owner, done, before=before, guard=rule.guard)
 
-    async def renew(
-        self, turn_ids: Sequence[str], worker_id: str, lease_ttl_s: float
-    ) -> dict[str, Renewal]:
-        """Renew the leases of `turn_ids` in one round trip; each maps to whether it goes on
-        (shared/lifecycle.py, RENEW)."""
-        if not turn_ids:
-            return {}
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for turn_id in turn_ids:
-                in_pipeline(
-                    pipe,
-                    RENEW,
-                    [keys.lease(turn_id), keys.cancel(turn_id), keys.turn(turn_id)],
-                    [worker_id, int(lease_ttl_s * 1000)],
-                )
-            replies = await pipe.execute()
-        return dict(zip(turn_ids, (Renewal(_text(r)) for r in replies), strict=True))
-
     async def reap_lapsed(self, *, skip: Container[str] = (), limit: int = 50) -> list[str]:
-        """End running turns whose lease lapsed (their worker died: `LEASE_LAPSED`); return
-        their ids.
+        """End the turns of workers whose liveness lapsed (they died: `LEASE_LAPSED`), then
+        running turns overdue whatever their worker (past the deadline their claim set: a
+        claim or a finish cut off between its halves); return the ids of those this call
+        ended, at most `limit` looked at.
 
-        Any process may call this: the turn ends once, whoever gets there first, and a
-        turn whose worker renewed its lease meanwhile is left alone.
+        Any process may call this: the turn ends once, whoever gets there first. What it
+        costs does not grow with the turns running: one look at each worker's liveness and
+        one range of the running set; only a dead worker's turns are read one by one.
         """
+        lost: list[str] = []
+        for worker_id in await self.liveness.lapsed():
+            turn_ids = [t for t in await self.liveness.turns_of(worker_id, limit) if t not in skip]
+            if not turn_ids:
+                await self.liveness.forget(worker_id)
+                continue
+            lost += await self.end_lapsed(turn_ids, worker_id=worker_id)
+            limit -= len(turn_ids)
+            if limit <= 0:
+                return lost
         due = await self.queue.zrangebyscore(
             keys.RUNNING_TURNS, "-inf", time.time(), start=0, num=limit
         )
-        candidates = [raw.decode() for raw in due if raw.decode() not in skip]
-        if not candidates:
+        overdue = [turn_id for turn_id in map(_text, due) if turn_id not in skip]
+        return lost + await self.end_lapsed(overdue)
+
+    async def end_lapsed(
+        self, turn_ids: Sequence[str], *, worker_id: str | None = None
+    ) -> list[str]:
+        """End `turns_ids` `LEASE_LAPSED`, as a reaper does (those another process ended are
+        left as they ended, and released), and let the worker `worker_id` go of them;
+        return the ids of those this call ended."""
+        if not turn_ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
-            for turn_id in candidates:
+            for turn_id in turn_ids:
                 pipe.hget(keys.turn(turn_id), "owner")
             owners = await pipe.execute()
-        lost = []
-        for turn_id, owner in zip(candidates, owners, strict=True):
+        lost, handled = [], []
+        for turn_id, owner in zip(turn_ids, owners, strict=True):
             # No record: the finish script only drops what is left of it.
             name = owner.decode() if isinstance(owner, bytes) else (owner or "")
             try:
@@ -594,9 +616,14 @@ class TurnStore:
                 # expires with its TTL.
                 logger.error("turn %s cannot be ended (%s); no longer reaping it", turn_id, exc)
                 await self.queue.zrem(keys.RUNNING_TURNS, turn_id)
+                handled.append(turn_id)
                 continue
+            if finished is not Finished.REFUSED:
+                handled.append(turn_id)
             if finished is Finished.ENDED:
                 lost.append(turn_id)
+        if worker_id is not None:
+            await self.liveness.let_go(worker_id, handled)
         return lost
 
 

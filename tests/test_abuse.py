@@ -766,6 +766,8 @@ async def test_after_a_realistic_session_every_key_expires_or_has_an_owner(
     assert total > 20, "the session wrote what a session writes"
     assert keys.background_jobs("alice") in walked
     assert keys.queued_background(settings.queue_name) in walked
+    # The worker's liveness (shared/liveness.py), and its turns while it runs any.
+    assert "alive" in {k.rsplit(":", 1)[1] for k in walked if k.startswith("bernard:worker:")}
     assert without_ttl == []
     assert without_ttl_after == []
 

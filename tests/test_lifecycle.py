@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import worker.liveness
 from shared import keys
 from shared.connection import connect
 from shared.lifecycle import Cause, Finished
@@ -297,6 +298,47 @@ async def test_a_saturated_worker_loop_is_not_mistaken_for_a_dead_worker(
         await stack.client.post(f"/v1/turns/{turn_id}/cancel")
         await wait_status(stack, turn_id, {"cancelled"})
     assert status == "running"
+
+
+async def test_a_wedged_worker_loop_loses_its_turns_as_a_dead_worker_does(
+    upstream: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop that stops beating for `STALL_LIMIT_S` stops its liveness being renewed: a
+    reaper elsewhere ends its turns `worker_lost`, and the worker, once it wakes, writes
+    nothing after that ending."""
+    monkeypatch.setattr(worker.liveness, "STALL_LIMIT_S", 0.3)
+    async with streaming_background_turn(upstream, lease_ttl_s=1.0) as (stack, turn_id):
+        reaper = threading.Thread(target=asyncio.run, args=(_reap_after(stack.settings, 1.8),))
+        reaper.start()
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:  # wedged: the loop never yields
+            pass
+        reaper.join()
+        await wait_status(stack, turn_id, {"failed"})
+        exchange = await upstream.wait_disconnect(timeout_s=5)
+        assert exchange.ended
+        error = (await stack.client.get(f"/v1/turns/{turn_id}")).json()["error"]
+        types = await stored_types(stack, turn_id)
+    assert error["code"] == "worker_lost"
+    assert types[-1] == "done" and types.count("done") == 1, "nothing after the end"
+
+
+async def test_a_cancel_whose_message_its_worker_missed_reaches_it_at_the_next_renewal(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The published message is the fast path; a worker that missed it (its subscription
+    reconnecting) finds the cancel among its turns' at its next liveness renewal, within
+    `BERNARD_LEASE_RENEW_S` (0.2 s here), as a lease renewal used to find it."""
+    async with streaming_background_turn(upstream) as (stack, turn_id):
+        # What `request_cancel` writes, but for the message (shared/cancel.py).
+        await stack.redis.set(keys.cancel(turn_id), b"1", ex=60)
+        await stack.redis.zadd(keys.CANCELS, {turn_id: time.time() + 60})
+        asked_at = time.monotonic()
+        exchange = await upstream.wait_disconnect(timeout_s=5)
+        stopped_after = time.monotonic() - asked_at
+        await wait_status(stack, turn_id, {"cancelled"})
+    assert exchange.ended
+    assert stopped_after < 1.0, stopped_after  # a renewal period and the upstream's close
 
 
 async def _reap_after(settings: Settings, delay_s: float) -> None:

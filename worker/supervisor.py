@@ -1,13 +1,13 @@
 """Runs turns on this worker process and guarantees each one ends.
 
-For every turn it claims, the supervisor writes the turn's events to its stream, keeps a
-lease on it (renewed from a thread of its own, `worker.leases`), and aborts it the moment
-a cancel arrives (published on a channel, with the cancel key checked at every lease
-renewal as a fallback). Once a second it also looks for turns whose worker stopped
-renewing (a SIGKILL, a lost machine) and ends them `failed` with `worker_lost`, so an
-attached client always gets a terminal frame. It publishes the tools the worker offers
-(`GET /v1/tools`) as it starts, every `REPUBLISH_S` after, and whenever they change (an
-MCP server's: worker/tools/toolbox.py).
+For every turn it claims, the supervisor writes the turn's events to its stream, counts
+it among this worker's (whose liveness a thread of its own renews, `worker.liveness`), and
+aborts it the moment a cancel arrives (published on a channel, with the cancels looked up
+at every liveness renewal as a fallback). Once a second it also looks for workers that
+stopped renewing (a SIGKILL, a lost machine) and ends their turns `failed` with
+`worker_lost`, so an attached client always gets a terminal frame. It publishes the tools
+the worker offers (`GET /v1/tools`) as it starts, every `REPUBLISH_S` after, and whenever
+they change (an MCP server's: worker/tools/toolbox.py).
 
 Cancellation, once: a stop request cancels the task running the turn, and names why (a
 shared/lifecycle.py `Cause`: cancelled, over for this worker, failed over). The cancelled
@@ -55,6 +55,7 @@ from shared.events import (
     TurnStatus,
 )
 from shared.lifecycle import RULES, After, Cause
+from shared.liveness import Liveness
 from shared.logs import TURN_FIELDS
 from shared.records.conversation import ConversationFullError
 from shared.records.keeper import Recorder, RecordKeeper
@@ -64,7 +65,7 @@ from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
 from worker.calls import Item, stream_events
 from worker.context import TurnContext
-from worker.leases import LeaseKeeper
+from worker.liveness import LivenessKeeper
 from worker.llm import Llm, LlmError
 from worker.recording import ConversationGoneError
 from worker.telemetry import TurnTelemetry
@@ -149,10 +150,11 @@ class TurnSupervisor:
     async def start(self) -> None:
         self.toolbox.start()  # MCP servers connect in the background
         await self._publish_tools()
-        self.leases = LeaseKeeper(
+        self.liveness = LivenessKeeper(
             self.settings, self.worker_id, self.cancel_local, asyncio.get_running_loop()
         )
-        self.leases.start()
+        await self.liveness.keep_once(Liveness(self.queue))
+        self.liveness.start()
         self._background = [
             asyncio.create_task(self._listen_for_cancels()),
             asyncio.create_task(self._beat_and_reap()),
@@ -160,23 +162,30 @@ class TurnSupervisor:
         ]
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.leases.stop)
+        await asyncio.to_thread(self.liveness.stop)
         for task in self._background:
             task.cancel()
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         with contextlib.suppress(RedisError):
-            await self.queue.zrem(keys.WORKERS, self.worker_id)
+            await Liveness(self.queue).withdraw(self.worker_id)
             await catalog.withdraw_mcp_health(self.queue, self.worker_id)
         await self.toolbox.stop()
+
+    @property
+    def _overdue_s(self) -> float:
+        """How long after its claim a turn still in the running set is overdue whatever its
+        worker: past its timeout, with a minute to write its ending (shared/turns.py,
+        `reap_lapsed`)."""
+        return self.settings.turn_timeout_s + 60.0
 
     # -- running one turn ----------------------------------------------------------------
 
     async def run(self, turn_id: str) -> str:
         """The arq job: run the turn if it is still queued; return its final status (a plain
         string, as arq stores it: "lost" for a turn over for this worker)."""
-        claim = await self.store.claim(turn_id, self.worker_id, self.settings.lease_ttl_s)
+        claim = await self.store.claim(turn_id, self.worker_id, self._overdue_s)
         if claim.record is None:
             # A re-delivered job (after a crash or shutdown) must never run a turn twice.
             logger.info(
@@ -191,7 +200,7 @@ class TurnSupervisor:
             return await self._end(telemetry, claim.record, None, Cause.CANCELLED)
         task = asyncio.create_task(self._execute(claim.record, telemetry))
         self._running[turn_id] = _Running(task)
-        self.leases.add(turn_id)
+        self.liveness.add(turn_id)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -202,7 +211,7 @@ class TurnSupervisor:
             raise
         finally:
             self._running.pop(turn_id, None)
-            self.leases.discard(turn_id)
+            self.liveness.discard(turn_id)
             telemetry.close()
 
     def cancel_local(self, turn_id: str, cause: Cause = Cause.CANCELLED) -> None:
@@ -349,11 +358,12 @@ class TurnSupervisor:
                     await asyncio.sleep(1.0)
 
     async def _beat_and_reap(self) -> None:
-        """Tell the lease thread this loop is alive; end the turns running here if the data
-        role failed over; end turns whose worker died; publish the tools again when due."""
+        """Tell the liveness thread this loop is alive; end the turns running here if the
+        data role failed over; end turns whose worker died; publish the tools again when
+        due."""
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
-            self.leases.beat()
+            self.liveness.beat()
             if time.monotonic() - self._tools_published >= catalog.REPUBLISH_S:
                 try:
                     await self._publish_tools()

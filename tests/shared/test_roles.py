@@ -126,10 +126,12 @@ async def test_each_move_writes_its_data_and_its_queue_keys_apart(roles: Roles) 
     assert await roles.data.exists(job_key_prefix + record.id, roles.queue_name) == 0
     assert await roles.queue.zscore(keys.active_turns(record.owner), record.id) is not None
 
-    assert (await store.claim(record.id, "worker-1", lease_ttl_s=30)).outcome == "claimed"
+    assert (await store.claim(record.id, "worker-1", overdue_s=30)).outcome == "claimed"
     assert await roles.queue.zscore(keys.RUNNING_TURNS, record.id) is not None
     assert await roles.data.zscore(keys.RUNNING_TURNS, record.id) is None
-    assert await roles.data.exists(keys.lease(record.id)) == 1
+    assert await roles.queue.sismember(keys.worker_turns("worker-1"), record.id) == 1
+    assert await roles.data.sismember(keys.worker_turns("worker-1"), record.id) == 0
+    assert await roles.data.hget(keys.turn(record.id), "worker") == b"worker-1"
 
     ended_before = int(await roles.queue.hget(keys.METRICS, "completed") or 0)
     assert await store.finish(record.id, record.owner, completed("stop", None)) is Finished.ENDED
@@ -173,13 +175,16 @@ async def test_a_turn_stranded_between_its_halves_ends_turn_lost_once_looked_at(
     assert await store.settle(uuid.uuid4().hex) is None
 
 
-async def test_a_running_turn_with_no_lease_ends_worker_lost_once_looked_at(roles: Roles) -> None:
+async def test_a_running_turn_whose_worker_lapsed_ends_worker_lost_once_looked_at(
+    roles: Roles,
+) -> None:
     store = roles.store()
     record = roles.record()
     await store.create(record, ttl_s=3600, queue_name=None)
-    await store.claim(record.id, "worker-1", lease_ttl_s=30)
+    await store.liveness.keep("worker-1", 30, stale_s=3600)  # on the queue role
+    await store.claim(record.id, "worker-1", overdue_s=30)
     assert await store.settle(record.id) == "running"
-    await roles.data.delete(keys.lease(record.id))  # no worker renews it any more
+    await roles.queue.delete(keys.worker_alive("worker-1"))  # the worker died
 
     assert await store.settle(record.id) == "failed"
     assert await status_of(roles, record.id) == ("failed", "worker_lost")
@@ -192,7 +197,7 @@ async def test_a_finish_cut_off_before_its_queue_half_is_released_by_the_reaper(
     record = roles.record()
     await store.admit(record.owner, record.id, limit=5, ttl_s=60)
     await store.create(record, ttl_s=3600, queue_name=None)
-    await store.claim(record.id, "worker-1", lease_ttl_s=0.2)
+    await store.claim(record.id, "worker-1", overdue_s=0.2)
     unreachable = connect("redis://127.0.0.1:1/0", retries=0)
     try:
         with pytest.raises(ConnectionError):  # the data half ran, the release did not
@@ -226,7 +231,7 @@ async def test_a_refused_claim_leaves_no_running_entry(roles: Roles) -> None:
     await store.create(record, ttl_s=3600, queue_name=None)
     await store.end(record.id, record.owner, Cause.CANCELLED)
 
-    assert (await store.claim(record.id, "worker-1", lease_ttl_s=30)).outcome == "cancelled"
+    assert (await store.claim(record.id, "worker-1", overdue_s=30)).outcome == "cancelled"
     assert await roles.queue.zscore(keys.RUNNING_TURNS, record.id) is None
 
 

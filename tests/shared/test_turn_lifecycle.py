@@ -101,7 +101,7 @@ def test_a_cancelled_turns_done_carries_the_usage_so_far_and_a_failed_ones_does_
     ]
 
 
-def test_the_lease_thread_stops_a_turn_for_a_cancel_or_when_it_is_over() -> None:
+def test_the_liveness_thread_stops_a_turn_for_a_cancel_or_when_it_is_over() -> None:
     assert RENEWAL_STOPS == {"cancel_requested": "cancelled", "over": "over"}
 
 
@@ -155,14 +155,22 @@ async def _queued(store: TurnStore, turn_id: str) -> None:
     await store.create(record, ttl_s=60, queue_name=None)
 
 
-async def _running(store: TurnStore, turn_id: str) -> None:
+async def _running(store: TurnStore, turn_id: str, worker: str = "worker-1") -> None:
     await _queued(store, turn_id)
-    assert (await store.claim(turn_id, "worker-1", 30)).outcome == "claimed"
+    await store.liveness.keep(worker, 30, stale_s=3600)
+    assert (await store.claim(turn_id, worker, 30)).outcome == "claimed"
 
 
-async def _running_lease_lapsed(store: TurnStore, turn_id: str) -> None:
+async def _running_worker_lapsed(store: TurnStore, turn_id: str) -> None:
+    """Its worker died: the worker's liveness key lapsed (shared/liveness.py)."""
+    await _running(store, turn_id, worker="worker-lapsed")
+    await store.redis.delete(keys.worker_alive("worker-lapsed"))
+
+
+async def _running_old_lease(store: TurnStore, turn_id: str) -> None:
+    """Under the lease a worker of before issue 25 renews."""
     await _running(store, turn_id)
-    await store.redis.delete(keys.lease(turn_id))
+    await store.redis.set(keys.lease(turn_id), b"old-worker", px=30_000)
 
 
 async def _running_cancel_asked(store: TurnStore, turn_id: str) -> None:
@@ -184,7 +192,8 @@ SETUPS: dict[str, tuple[Setup, str | None]] = {
     # name: how, the status it leaves (None: no record)
     "queued": (_queued, "queued"),
     "running": (_running, "running"),
-    "running, lease lapsed": (_running_lease_lapsed, "running"),
+    "running, worker lapsed": (_running_worker_lapsed, "running"),
+    "running, old lease": (_running_old_lease, "running"),
     "running, cancel asked": (_running_cancel_asked, "running"),
     "completed": (_completed, "completed"),
     "missing": (_missing, None),
@@ -207,11 +216,12 @@ FAILED = Done(status=TurnStatus.FAILED, error={"message": "m", "type": "t", "cod
     [
         ("queued", "always", "ended", "failed"),
         ("queued", "queued", "ended", "failed"),
-        ("queued", "lapsed", "ended", "failed"),  # a queued turn has no lease
+        ("queued", "lapsed", "ended", "failed"),  # a claim cut off between its halves
         ("running", "always", "ended", "failed"),
         ("running", "queued", "refused", "running"),
-        ("running", "lapsed", "refused", "running"),
-        ("running, lease lapsed", "lapsed", "ended", "failed"),
+        ("running, old lease", "lapsed", "refused", "running"),
+        # Whether the worker lives the caller looked up first (shared/liveness.py).
+        ("running, worker lapsed", "lapsed", "ended", "failed"),
         ("completed", "always", "over", "completed"),
         ("missing", "always", "gone", None),
     ],
@@ -270,34 +280,12 @@ async def test_claiming_takes_only_a_queued_turn(
 
 
 @pytest.mark.parametrize(
-    ("setup", "outcome", "leased_by"),
-    [
-        ("running", "renewed", b"worker-3"),
-        ("running, cancel asked", "cancel_requested", b"worker-3"),
-        ("queued", "over", None),
-        ("completed", "over", None),
-        ("missing", "over", None),
-    ],
-)
-async def test_renewing_keeps_a_running_turns_lease_and_says_whether_it_goes_on(
-    redis: redis_asyncio.Redis, store: TurnStore, setup: str, outcome: str, leased_by: bytes | None
-) -> None:
-    turn_id = uuid.uuid4().hex
-    store.written.append(turn_id)  # type: ignore[attr-defined]
-    prepare, status = SETUPS[setup]
-    await prepare(store, turn_id)
-    assert await store.renew([turn_id], "worker-3", 30) == {turn_id: outcome}
-    assert _in_table(Transition.RENEW, status, outcome)
-    assert await redis.get(keys.lease(turn_id)) == leased_by
-
-
-@pytest.mark.parametrize(
     ("cause", "setup", "outcome", "after"),
     [
         ("cancelled_queued", "queued", "ended", "cancelled"),
         ("cancelled_queued", "running", "refused", "running"),  # its worker heard the cancel
-        ("lease_lapsed", "running", "refused", "running"),
-        ("lease_lapsed", "running, lease lapsed", "ended", "failed"),
+        ("lease_lapsed", "running, old lease", "refused", "running"),
+        ("lease_lapsed", "running, worker lapsed", "ended", "failed"),
         ("not_created", "queued", "ended", "failed"),
         ("over", "completed", "over", "completed"),
     ],
@@ -323,7 +311,7 @@ async def test_settling_ends_a_turn_whose_worker_died_and_reads_the_rest(
 ) -> None:
     lapsed, live, stranded, gone = (uuid.uuid4().hex for _ in range(4))
     store.written += [lapsed, live, stranded]  # type: ignore[attr-defined]
-    await _running_lease_lapsed(store, lapsed)
+    await _running_worker_lapsed(store, lapsed)
     await _running(store, live)
     await _queued(store, stranded)
     await redis.hset(keys.turn(stranded), "created_at", repr(time.time() - STRANDED_AFTER_S - 5))

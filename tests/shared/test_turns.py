@@ -17,10 +17,12 @@ import redis.asyncio as redis_asyncio
 from arq.constants import job_key_prefix
 
 from shared import keys
+from shared.cancel import request_cancel
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import Delta, Done, Error, Start, ToolCall
-from shared.lifecycle import SEALED_ID, STRANDED_AFTER_S, Cause, Finished, Renewal
+from shared.lifecycle import SEALED_ID, STRANDED_AFTER_S, Cause, Finished
+from shared.liveness import Kept
 from shared.requests import SAMPLING_OPTIONS, AgentRequest, Delivery, RunMode, TurnRequest
 from shared.results import TurnResult
 from shared.streams import parse_entries
@@ -68,6 +70,7 @@ class Scratch:
             await self.redis.delete(*doomed)
         if self.turns:
             await self.redis.zrem(keys.RUNNING_TURNS, *self.turns)
+            await self.redis.zrem(keys.CANCELS, *self.turns)
 
 
 @pytest.fixture
@@ -108,11 +111,20 @@ async def created(
     return record
 
 
-async def claimed(store: TurnStore, scratch: Scratch, **options: object) -> TurnRecord:
+async def claimed(
+    store: TurnStore, scratch: Scratch, *, worker: str = "worker-1", **options: object
+) -> TurnRecord:
+    """A turn `running` under `worker`, which is alive unless the test lets it lapse."""
     record = await created(store, scratch, **options)
-    claim = await store.claim(record.id, "worker-1", lease_ttl_s=30)
+    await store.liveness.keep(worker, 60, stale_s=3600)
+    claim = await store.claim(record.id, worker, overdue_s=30)
     assert claim.outcome == "claimed"
     return record
+
+
+async def lapse(redis: redis_asyncio.Redis, worker: str) -> None:
+    """The worker died: its liveness key lapsed (its entry among the workers stays)."""
+    await redis.delete(keys.worker_alive(worker))
 
 
 # -- the request and the record ----------------------------------------------------------
@@ -391,20 +403,22 @@ async def test_a_turn_that_does_not_exist_reads_as_none(store: TurnStore) -> Non
 # -- claiming ----------------------------------------------------------------------------
 
 
-async def test_claiming_moves_a_queued_turn_to_running_under_a_lease(
+async def test_claiming_moves_a_queued_turn_to_running_under_its_worker(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
     record = await created(store, scratch)
     before = time.time()
-    claim = await store.claim(record.id, "worker-1", lease_ttl_s=7.5)
+    claim = await store.claim(record.id, "worker-1", overdue_s=7.5)
     after = time.time()
     assert claim.outcome == "claimed" and not claim.cancel_requested
     assert claim.record is not None
     assert claim.record.status == "running"
     assert claim.record.request == record.request  # the prompt comes with the claim
     assert before <= (claim.record.started_at or 0) <= after
-    assert await redis.get(keys.lease(record.id)) == b"worker-1"
-    assert 7000 < await redis.pttl(keys.lease(record.id)) <= 7500
+    assert await redis.hget(keys.turn(record.id), "worker") == b"worker-1"
+    assert await redis.sismember(keys.worker_turns("worker-1"), record.id) == 1
+    assert 3500 <= await redis.ttl(keys.worker_turns("worker-1")) <= 3600
+    assert await redis.exists(keys.lease(record.id)) == 0, "no lease per turn"
     deadline = await redis.zscore(keys.RUNNING_TURNS, record.id)
     assert before + 7.5 <= deadline <= after + 7.5
 
@@ -414,7 +428,7 @@ async def test_a_claim_hears_of_a_cancel_asked_before_it(
 ) -> None:
     record = await created(store, scratch)
     await redis.set(keys.cancel(record.id), b"1")
-    claim = await store.claim(record.id, "worker-1", lease_ttl_s=30)
+    claim = await store.claim(record.id, "worker-1", overdue_s=30)
     assert claim.outcome == "claimed" and claim.cancel_requested is True
 
 
@@ -422,9 +436,11 @@ async def test_a_turn_is_claimed_once_and_a_missing_one_never(
     store: TurnStore, scratch: Scratch
 ) -> None:
     record = await claimed(store, scratch)
-    again = await store.claim(record.id, "worker-2", lease_ttl_s=30)
+    again = await store.claim(record.id, "worker-2", overdue_s=30)
     assert (again.outcome, again.record) == ("running", None)
-    missing = await store.claim(scratch.turn_id(), "worker-2", lease_ttl_s=30)
+    assert await store.redis.sismember(keys.worker_turns("worker-2"), record.id) == 0
+    assert await store.redis.sismember(keys.worker_turns("worker-1"), record.id) == 1
+    missing = await store.claim(scratch.turn_id(), "worker-2", overdue_s=30)
     assert (missing.outcome, missing.record) == ("missing", None)
 
 
@@ -513,10 +529,13 @@ async def test_a_cancelled_turn_ends_with_its_done_alone(
     assert [type(e) for _, e in await stream_of(redis, record.id)] == [Start, Done]
 
 
-async def test_a_turn_whose_worker_holds_its_lease_is_not_ended_as_lapsed(
+async def test_a_turn_under_an_old_workers_lease_is_not_ended_as_lapsed(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
+    """A worker of before issue 25 renews a lease per turn: a deployment upgraded worker by
+    worker keeps its turns."""
     record = await claimed(store, scratch)
+    await redis.set(keys.lease(record.id), b"old-worker", px=5000)
     ended_now = await store.end(record.id, record.owner, Cause.LEASE_LAPSED)
     assert ended_now is Finished.REFUSED
     assert (await store.get(record.id)).status == "running"  # type: ignore[union-attr]
@@ -534,53 +553,107 @@ async def test_a_turn_a_worker_took_is_not_ended_as_queued(
     assert await store.end(queued.id, queued.owner, Cause.CANCELLED_QUEUED) is Finished.ENDED
 
 
-# -- leases ------------------------------------------------------------------------------
+# -- liveness ----------------------------------------------------------------------------
 
 
-async def test_renewing_says_for_each_turn_whether_it_goes_on(
+async def test_renewing_a_workers_liveness_says_which_of_its_turns_stop(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
-    going, asked, over = [await claimed(store, scratch) for _ in range(3)]
-    gone = scratch.turn_id()
-    await redis.set(keys.cancel(asked.id), b"1")
+    going, asked, over, released, stray = [
+        await claimed(store, scratch, worker="worker-9") for _ in range(5)
+    ]
+    other = await claimed(store, scratch, worker="worker-8")
+    await request_cancel(redis, asked.id, ttl_s=60)
+    await request_cancel(redis, other.id, ttl_s=60)  # another worker's: not worker-9's news
     await store.end(over.id, over.owner, Cause.OVER)
-    states = await store.renew([going.id, asked.id, over.id, gone], "worker-9", lease_ttl_s=12)
-    assert states == {
-        going.id: Renewal.RENEWED,
-        asked.id: Renewal.CANCEL_REQUESTED,
-        over.id: Renewal.OVER,
-        gone: Renewal.OVER,
-    }
-    assert await redis.get(keys.lease(going.id)) == b"worker-9"
-    assert 11_000 < await redis.pttl(keys.lease(going.id)) <= 12_000
+    await store.end(released.id, released.owner, Cause.CANCELLED)
+    kept = await store.liveness.keep("worker-9", 12, [released.id, stray.id], stale_s=3600)
+    assert kept == Kept(over=[over.id], cancelled=[asked.id], stray=[stray.id])
+    assert await redis.get(keys.worker_alive("worker-9")) == b"worker-9"
+    assert 11_000 < await redis.pttl(keys.worker_alive("worker-9")) <= 12_000
+    turns = await redis.smembers(keys.worker_turns("worker-9"))
+    # The over and the released ones leave; the stray stays for whoever ends it.
+    assert turns == {going.id.encode(), asked.id.encode(), stray.id.encode()}
+    assert await redis.zscore(keys.WORKERS, "worker-9") is not None
 
 
-async def test_only_running_turns_whose_lease_lapsed_are_reaped(
+async def test_only_the_turns_of_a_worker_whose_liveness_lapsed_are_reaped(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
-    lapsed, held, skipped, future = [await claimed(store, scratch) for _ in range(4)]
-    await redis.delete(keys.lease(lapsed.id), keys.lease(skipped.id))
-    # Due long ago, so they come before any other test's leftovers.
-    await redis.zadd(keys.RUNNING_TURNS, {lapsed.id: 1, held.id: 2, skipped.id: 3})
+    held = await claimed(store, scratch, worker="worker-live")
+    lapsed, skipped = [await claimed(store, scratch, worker="worker-dead") for _ in range(2)]
+    await lapse(redis, "worker-dead")
     reaped = await store.reap_lapsed(skip={skipped.id})
     assert lapsed.id in reaped
-    assert not {held.id, skipped.id, future.id} & set(reaped)
+    assert not {held.id, skipped.id} & set(reaped)
     failed = await store.get(lapsed.id)
     assert failed is not None and failed.status == "failed"
     assert failed.error is not None and failed.error["code"] == "worker_lost"
-    for alive in (held, skipped, future):
+    for alive in (held, skipped):
         assert (await store.get(alive.id)).status == "running"  # type: ignore[union-attr]
     assert await redis.zscore(keys.RUNNING_TURNS, lapsed.id) is None
-    assert await redis.zscore(keys.RUNNING_TURNS, held.id) == 2, "left for a later sweep"
     assert await redis.zscore(keys.active_turns(lapsed.owner), lapsed.id) is None
+    assert await redis.smembers(keys.worker_turns("worker-dead")) == {skipped.id.encode()}
+    assert await redis.zscore(keys.WORKERS, "worker-dead") is not None, "a turn is left"
 
 
-async def test_reaping_takes_at_most_limit_turns_a_sweep(
+async def test_a_worker_whose_liveness_lapses_has_every_turn_ended_then_leaves(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
+    turns = [await claimed(store, scratch, worker="worker-gone") for _ in range(70)]
+    await lapse(redis, "worker-gone")
+    first = await store.reap_lapsed(limit=50)
+    assert 0 < len(first) <= 50, "at most `limit` a sweep"
+    for _ in range(3):  # other tests' dead workers may come first
+        await store.reap_lapsed(limit=50)
+    for record in turns:
+        ended_lost = await store.get(record.id)
+        assert ended_lost is not None and ended_lost.error == {
+            **ended_lost.error,  # type: ignore[dict-item]
+            "code": "worker_lost",
+        }
+    assert await redis.exists(keys.worker_turns("worker-gone")) == 0
+    await store.reap_lapsed()
+    assert await redis.zscore(keys.WORKERS, "worker-gone") is None
+
+
+async def test_a_live_workers_thousand_turns_are_not_reaped_and_cost_the_sweep_nothing(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    turns = [await created(store, scratch) for _ in range(1000)]
+    await store.liveness.keep("worker-busy", 60, stale_s=3600)
+    for record in turns:
+        assert (await store.claim(record.id, "worker-busy", overdue_s=30)).outcome == "claimed"
+    for _ in range(5):  # what other tests' dead workers left
+        await store.reap_lapsed()
+    before = await _commands(redis)
+    assert await store.reap_lapsed() == []
+    swept = await _commands(redis) - before - 1  # the INFO of `before`
+    workers = await redis.zcard(keys.WORKERS)
+    # One range of the workers, one liveness look each, one range of the running set.
+    assert swept == 2 + workers, swept
+    async with redis.pipeline(transaction=False) as pipe:
+        for record in turns:
+            pipe.hget(keys.turn(record.id), "status")
+        statuses = await pipe.execute()
+    assert set(statuses) == {b"running"}
+    await redis.delete(keys.worker_turns("worker-busy"), keys.worker_alive("worker-busy"))
+    await redis.zrem(keys.WORKERS, "worker-busy")
+
+
+async def _commands(redis: redis_asyncio.Redis) -> int:
+    stats = await redis.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values())
+
+
+async def test_a_turn_overdue_whatever_its_worker_is_reaped(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """Past the deadline its claim set: its worker lost track of it, or the claim or the
+    finish was cut off between its halves."""
     turns = [await claimed(store, scratch) for _ in range(3)]
+    # Due long ago, so they come before any other test's leftovers.
     for n, record in enumerate(turns):
-        await redis.delete(keys.lease(record.id))
         await redis.zadd(keys.RUNNING_TURNS, {record.id: n + 1})
     first = await store.reap_lapsed(limit=2)
     assert first[:2] == [turns[0].id, turns[1].id]
@@ -602,7 +675,7 @@ async def test_a_turn_no_script_can_end_does_not_stop_the_sweep(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
     broken, lapsed = [await claimed(store, scratch) for _ in range(2)]
-    await redis.delete(keys.lease(broken.id), keys.lease(lapsed.id), keys.events(broken.id))
+    await redis.delete(keys.events(broken.id))
     await redis.set(keys.events(broken.id), "clobbered")  # the finish script's XADD fails
     await redis.zadd(keys.RUNNING_TURNS, {broken.id: 1, lapsed.id: 2})
     reaped = await store.reap_lapsed()
@@ -641,8 +714,8 @@ async def test_at_the_limit_each_old_entry_is_judged_by_its_own_turn(
     finished = [await claimed(store, scratch, owner=owner) for _ in range(2)]
     for record in finished:
         await store.end(record.id, owner, Cause.CANCELLED)
-    lapsed = await claimed(store, scratch, owner=owner)
-    await redis.delete(keys.lease(lapsed.id))  # its worker died
+    lapsed = await claimed(store, scratch, owner=owner, worker="worker-died")
+    await lapse(redis, "worker-died")
     gone = scratch.turn_id()
     admitted = [running[0].id, finished[0].id, gone, running[1].id, lapsed.id, finished[1].id]
     long_ago = time.time() + 60 - STRANDED_AFTER_S - 10  # admitted long enough ago to look at

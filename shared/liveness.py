@@ -1,0 +1,186 @@
+"""Whether a worker process lives: one key per worker, renewed once a period for all the
+turns it runs, instead of a lease per running turn (issue 25: at 1,000 slow streams the
+per-turn renewals were 29 of the 34 Redis commands a token cost).
+
+Everything here is on the queue role (shared/keys.py), which is one primary, never a
+Cluster, so one script may span a worker's keys and the deployment's running set:
+
+- `keys.worker_alive(w)`: set with a TTL of `BERNARD_LEASE_TTL_S` by the worker's keeper
+  thread every `BERNARD_LEASE_RENEW_S` (worker/liveness.py). A worker SIGKILLed, cut off,
+  or whose event loop is wedged stops renewing it; once it lapses the worker is dead to
+  everyone else.
+- `keys.worker_turns(w)`: the turns the worker claimed (`TurnStore.claim` adds each in the
+  claim's queue half, before the turn is `running`) and has not let go of. A reaper ends
+  these `worker_lost` once the worker's key lapsed (`TurnStore.reap_lapsed`), then drops
+  the worker from `keys.WORKERS`. Its TTL (`TURNS_TTL_S`) is renewed with the key.
+- What a lease renewal used to tell a turn (shared/lifecycle.py, `RENEWAL_STOPS`) comes
+  from the same script, for all the worker's turns at once: those no longer in the running
+  set are over (another process ended them), those in `keys.CANCELS` were asked to stop
+  (the pub/sub message is the fast path; this is the fallback if the worker missed it).
+
+The turn records are on the data role, maybe a Cluster, where no script may span a turn
+and a worker: ending a lapsed worker's turn checks the worker's key first, then runs the
+turn's own FINISH (shared/lifecycle.py). A worker that comes back between the two finds
+its turn ended, as it would have a moment later (its stream is sealed: shared/streams.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from shared import keys
+
+__all__ = ["CHUNK", "TURNS_TTL_S", "Kept", "Liveness"]
+
+# How long a worker's set of turns outlives its last renewal, and its entry in
+# `keys.WORKERS`: an hour for the reapers to end a dead worker's turns (they take seconds).
+TURNS_TTL_S = 3600
+# The most members one command of a script takes (Lua's `unpack` has a limit).
+CHUNK = 1000
+
+# Removes `members` from the set `key`, CHUNK at a time.
+_SREM_ALL = f"""
+local function srem_all(key, members)
+  for i = 1, #members, {CHUNK} do
+    redis.call('SREM', key, unpack(members, i, math.min(i + {CHUNK - 1}, #members)))
+  end
+end
+"""
+
+# KEYS: the worker's alive key, its turns, the running set, the cancels, the workers.
+# ARGV: worker id, ttl ms, turns ttl s, now, workers silent since (drop), then the turns
+# the worker let go of since its last call (at most CHUNK). Renews the worker's liveness
+# and says, of its turns: which are over (no longer in the running set: ended elsewhere),
+# which were asked to stop, and which it let go of while still running (its job returned
+# without a finish that landed: its caller ends them as a reaper would). The turns let go
+# of that are not running leave its set; the over ones too.
+KEEP = f"""
+{_SREM_ALL}
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[4])
+local stray = {{}}
+if #ARGV > 5 then
+  local released = {{unpack(ARGV, 6)}}
+  local scores = redis.call('ZMSCORE', KEYS[3], unpack(released))
+  local gone = {{}}
+  for i = 1, #released do
+    if scores[i] then stray[#stray + 1] = released[i] else gone[#gone + 1] = released[i] end
+  end
+  srem_all(KEYS[2], gone)
+end
+local over = redis.call('ZDIFF', 2, KEYS[2], KEYS[3])
+srem_all(KEYS[2], over)
+local cancelled = redis.call('ZINTER', 2, KEYS[2], KEYS[4])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return {{over, cancelled, stray}}
+"""
+
+# KEYS: the worker's alive key, its turns, the workers. ARGV: worker id. Drops a worker
+# from the workers once it is dead and none of its turns is left to end. Returns 1 if so.
+_FORGET_WORKER = """
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What renewing a worker's liveness found among its turns."""
+
+    over: list[str]  # ended by another process, or gone with the running set
+    cancelled: list[str]  # somebody asked them to stop
+    stray: list[str]  # let go of by the worker while still running: end them
+
+
+def _ids(raw: Sequence[bytes | str]) -> list[str]:
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in raw]
+
+
+class Liveness:
+    """The workers' liveness on the queue role `queue`."""
+
+    def __init__(self, queue: Redis) -> None:
+        self.queue = queue
+        self._keep = queue.register_script(KEEP)
+        self._forget = queue.register_script(_FORGET_WORKER)
+
+    async def keep(
+        self, worker_id: str, ttl_s: float, released: Sequence[str] = (), *, stale_s: float
+    ) -> Kept:
+        """Renew `worker_id`'s liveness for `ttl_s`, letting go of `released` (at most
+        `CHUNK`), and drop workers silent for `stale_s` from `keys.WORKERS`."""
+        now = time.time()
+        reply = await self._keep(
+            keys=[
+                keys.worker_alive(worker_id),
+                keys.worker_turns(worker_id),
+                keys.RUNNING_TURNS,
+                keys.CANCELS,
+                keys.WORKERS,
+            ],
+            args=[worker_id, int(ttl_s * 1000), TURNS_TTL_S, now, now - stale_s, *released],
+        )
+        over, cancelled, stray = reply
+        return Kept(_ids(over), _ids(cancelled), _ids(stray))
+
+    @staticmethod
+    def claiming(pipe: Pipeline, worker_id: str, turn_id: str) -> None:
+        """Queue, on a pipeline of the queue role, what claiming a turn adds: the turn among
+        the worker's, which a reaper ends should the worker die from now on."""
+        pipe.sadd(keys.worker_turns(worker_id), turn_id)
+        pipe.expire(keys.worker_turns(worker_id), TURNS_TTL_S)
+
+    async def let_go(self, worker_id: str, turn_ids: Sequence[str]) -> None:
+        """Take turns out of the worker's: a claim refused, or a dead worker's turn ended."""
+        if turn_ids:
+            await self.queue.srem(keys.worker_turns(worker_id), *turn_ids)  # type: ignore[misc]
+
+    async def lapsed(self) -> list[str]:
+        """The workers in `keys.WORKERS` whose liveness lapsed."""
+        workers = _ids(await self.queue.zrange(keys.WORKERS, 0, -1))
+        if not workers:
+            return []
+        async with self.queue.pipeline(transaction=False) as pipe:
+            for worker_id in workers:
+                pipe.exists(keys.worker_alive(worker_id))
+            alive = await pipe.execute()
+        return [w for w, live in zip(workers, alive, strict=True) if not live]
+
+    async def alive(self, worker_ids: Sequence[str]) -> set[str]:
+        """Which of `worker_ids` are alive."""
+        unique = sorted(set(worker_ids))
+        if not unique:
+            return set()
+        async with self.queue.pipeline(transaction=False) as pipe:
+            for worker_id in unique:
+                pipe.exists(keys.worker_alive(worker_id))
+            replies = await pipe.execute()
+        return {w for w, live in zip(unique, replies, strict=True) if live}
+
+    async def turns_of(self, worker_id: str, count: int) -> list[str]:
+        """Up to `count` of the worker's turns."""
+        raw = await self.queue.srandmember(keys.worker_turns(worker_id), count)  # type: ignore[misc]
+        return _ids(raw or [])
+
+    async def forget(self, worker_id: str) -> bool:
+        """Drop a dead worker none of whose turns is left from `keys.WORKERS`; whether it
+        went."""
+        reply = await self._forget(
+            keys=[keys.worker_alive(worker_id), keys.worker_turns(worker_id), keys.WORKERS],
+            args=[worker_id],
+        )
+        return bool(reply)
+
+    async def withdraw(self, worker_id: str) -> None:
+        """A worker stopping: it is dead from now on. Turns it still holds (their endings
+        failed) are a reaper's; with none, it leaves `keys.WORKERS` at once."""
+        await self.queue.delete(keys.worker_alive(worker_id))
+        await self.forget(worker_id)

@@ -1,0 +1,166 @@
+"""Keeps this worker's liveness from a thread of its own (shared/liveness.py).
+
+One key says "this worker lives"; when it lapses, any process ends the worker's turns
+`worker_lost`. Renewed from the worker's event loop, it lapsed whenever that loop was
+merely busy: at a thousand concurrent turns the renewal waited its turn for longer than
+the key lived, and live turns were failed by the reaper. This thread runs its own event
+loop and Redis clients, so a busy worker stays alive.
+
+What it must not do is keep a wedged worker alive. The worker's loop calls `beat()` every
+renewal period; if it has not for `STALL_LIMIT_S`, the thread stops renewing and the key
+lapses, as it would if the process had died.
+
+Each renewal also tells the turns running here what a lease renewal used to tell each
+(shared/lifecycle.py, `RENEWAL_STOPS`): asked to stop (a cancel whose pub/sub message this
+worker missed), or over (another process ended it; its record is gone). It costs a fixed
+number of commands a period however many turns run here: one script on the queue role, one
+`EXISTS` of all their records on the data role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from shared import keys
+from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
+from shared.lifecycle import RENEWAL_STOPS, Cause, Renewal
+from shared.liveness import CHUNK, Liveness
+from shared.settings import Settings
+from shared.turns import TurnStore
+
+logger = logging.getLogger("bernard.worker")
+
+# How long the worker's event loop may go without beating before its liveness lapses.
+STALL_LIMIT_S = 30.0
+# How long a worker's entry in `keys.WORKERS` outlives its last renewal.
+_STALE_WORKER_S = 3600.0
+
+StopTurn = Callable[[str, Cause], None]
+
+
+class LivenessKeeper:
+    """Renews this worker's liveness, and reports turns running here that must stop.
+
+    `stop_turn(turn_id, cause)` is called on the worker's loop, with the cause the renewal
+    names (shared/lifecycle.py, `RENEWAL_STOPS`): `CANCELLED` (somebody asked) or `OVER`
+    (the turn's record vanished, or another process ended it).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        worker_id: str,
+        stop_turn: StopTurn,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = worker_id
+        self.stop_turn = stop_turn
+        self.loop = loop
+        self._turns: set[str] = set()
+        # Turns whose job returned since the last renewal: they leave the worker's set.
+        self._released: set[str] = set()
+        self._lock = threading.Lock()
+        self._last_beat = time.monotonic()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bernard-liveness", daemon=True)
+
+    def add(self, turn_id: str) -> None:
+        with self._lock:
+            self._turns.add(turn_id)
+            self._released.discard(turn_id)
+
+    def discard(self, turn_id: str) -> None:
+        with self._lock:
+            self._turns.discard(turn_id)
+            self._released.add(turn_id)
+
+    def beat(self) -> None:
+        """The worker's loop is alive; called from it once per renewal period."""
+        self._last_beat = time.monotonic()
+
+    async def keep_once(self, liveness: Liveness) -> None:
+        """Renew now, on the caller's loop and clients: the worker is alive (and in
+        `keys.WORKERS`, where the reapers look) before it claims its first turn."""
+        await liveness.keep(self.worker_id, self.settings.lease_ttl_s, stale_s=_STALE_WORKER_S)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        asyncio.run(self._renew_forever())
+
+    async def _renew_forever(self) -> None:
+        # Clients of this thread's own loop: the data role, and the queue role (one client
+        # when one Redis holds both).
+        redis = connect_data(self.settings.redis_url)
+        queue = queue_client(self.settings, redis, lambda: connect(self.settings.queue_url))
+        store = TurnStore(
+            redis,
+            retention_s=self.settings.turn_retention_s,
+            stream_maxlen=self.settings.stream_maxlen,
+            queue=queue,
+        )
+        liveness = Liveness(queue)
+        try:
+            while not self._stopping.is_set():
+                await asyncio.sleep(self.settings.lease_renew_s)
+                if time.monotonic() - self._last_beat > STALL_LIMIT_S:
+                    logger.error("the worker's event loop is stuck; letting its liveness lapse")
+                    continue
+                try:
+                    await self._renew(store, liveness)
+                except REDIS_ERRORS as exc:
+                    logger.warning("liveness renewal failed (%s); retrying", exc)
+        finally:
+            if queue is not redis:
+                await queue.aclose()
+            await redis.aclose()
+
+    async def _renew(self, store: TurnStore, liveness: Liveness) -> None:
+        with self._lock:
+            released = list(self._released)[:CHUNK]
+            self._released.difference_update(released)
+        try:
+            kept = await liveness.keep(
+                self.worker_id, self.settings.lease_ttl_s, released, stale_s=_STALE_WORKER_S
+            )
+        except BaseException:
+            with self._lock:  # let go of them at the next renewal
+                self._released.update(t for t in released if t not in self._turns)
+            raise
+        with self._lock:
+            turns = list(self._turns)
+        stops: dict[str, Renewal] = dict.fromkeys(kept.cancelled, Renewal.CANCEL_REQUESTED)
+        stops.update(dict.fromkeys(kept.over, Renewal.OVER))
+        stops.update(dict.fromkeys(await _gone(store, turns), Renewal.OVER))
+        for turn_id, renewal in stops.items():
+            if turn_id in turns:
+                self.loop.call_soon_threadsafe(self.stop_turn, turn_id, RENEWAL_STOPS[renewal])
+        if kept.stray:
+            # Their jobs returned without an ending that landed: end them as a reaper would.
+            await store.end_lapsed(kept.stray, worker_id=self.worker_id)
+
+
+async def _gone(store: TurnStore, turn_ids: list[str]) -> list[str]:
+    """Those of `turn_ids` whose record is gone (a Redis restart without persistence): one
+    `EXISTS` of them all, and one of each only when some are missing."""
+    gone: list[str] = []
+    for start in range(0, len(turn_ids), CHUNK):
+        chunk = turn_ids[start : start + CHUNK]
+        if await store.redis.exists(*(keys.turn(t) for t in chunk)) == len(chunk):
+            continue
+        async with store.redis.pipeline(transaction=False) as pipe:
+            for turn_id in chunk:
+                pipe.exists(keys.turn(turn_id))
+            present = await pipe.execute()
+        gone += [t for t, here in zip(chunk, present, strict=True) if not here]
+    return gone
