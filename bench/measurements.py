@@ -1337,11 +1337,11 @@ async def worker_death(bench: Bench) -> Section:
                 notes.append(f"{label}: no first token within 30 s; trial skipped")
                 turn.call.abort()
                 continue
-            holder = await bench.redis.get(keys.lease(turn.call.turn_id))
+            holder = await bench.redis.hget(keys.turn(turn.call.turn_id), "worker")  # type: ignore[misc]
             pid = int(holder.decode().split(":")[1]) if holder else -1
             victim = next((w for w in cluster.workers if w.pid == pid), None)
             if victim is None:
-                notes.append(f"{label}: no lease holder found for a turn; trial skipped")
+                notes.append(f"{label}: no worker found for a turn; trial skipped")
                 turn.call.abort()
                 continue
             t0 = time.monotonic()
@@ -1374,12 +1374,13 @@ async def worker_death(bench: Bench) -> Section:
         "worker-death",
         "Issue 4: worker death → terminal frame",
         intro="""
-A turn streams slowly; once the client holds a content frame, the worker process holding
-the turn's lease (its id names the pid) gets SIGKILL. The figure is the kill to the
-client's `[DONE]` after the `worker_lost` error frame. The lease TTL is 5 s, renewed every
-1 s; lapsed leases are reaped by every worker (`TurnSupervisor._beat_and_reap`) and by
-every API process (`api.main._reap_forever`), each once per `BERNARD_LEASE_RENEW_S`, so
-with the only worker dead the API is the one that ends the turn.
+A turn streams slowly; once the client holds a content frame, the worker process its
+record names (its id names the pid) gets SIGKILL. The figure is the kill to the client's
+`[DONE]` after the `worker_lost` error frame. A worker's liveness key lives 5 s, renewed
+every 1 s (shared/liveness.py); the turns of a worker whose key lapsed are reaped by every
+worker (`TurnSupervisor._beat_and_reap`) and by every API process
+(`api.main._reap_forever`), each once per `BERNARD_LEASE_RENEW_S`, so with the only worker
+dead the API is the one that ends the turn.
 """,
         tables=[table],
         notes=notes,
