@@ -104,7 +104,7 @@ async def delete_conversation(
         active = deletion.active_turn
         # Ended here, so its ending is this one whoever runs it (a turn that ended already
         # is left as it ended); then the cancel stops its worker at once, rather than at
-        # its next write or lease renewal.
+        # its next write or liveness renewal.
         await store.end(active, owner, Cause.CONVERSATION_DELETED)
         await request_cancel(redis, active, ttl_s=FORGET_GRACE_S, queue=queue)
     await store.forget(owner, deletion.turn_ids)

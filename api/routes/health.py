@@ -17,7 +17,7 @@ from shared.connection import REDIS_ERRORS
 from shared.mcp_health import mcp_servers
 
 router = APIRouter()
-# A worker renews its entry every lease renewal (1 s by default); 15 s of silence is dead.
+# A worker renews its entry with its liveness (1 s by default); 15 s of silence is dead.
 _WORKER_FRESH_S = 15
 
 

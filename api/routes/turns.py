@@ -33,7 +33,8 @@ from shared.turn_record import TurnRecord
 router = APIRouter()
 State = Annotated[AppState, Depends(get_state)]
 # How long `cancel` waits for the turn to end before answering it as it then stands: a
-# running turn stops within milliseconds; a dead worker's within a lease.
+# running turn stops within milliseconds; a dead worker's once its liveness lapses
+# (shared/liveness.py).
 CANCEL_WAIT_S = 5.0
 
 

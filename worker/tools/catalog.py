@@ -80,7 +80,7 @@ async def publish_mcp_health(
     """This worker's view of its MCP servers (`keys.MCP_SERVERS`), dropping the views of
     workers no longer alive (`keys.WORKERS`)."""
     view = WorkerMcpHealth(published_at=time.time(), servers=list(servers))
-    # A worker enters `WORKERS` at its first lease renewal, maybe after this: its own field
+    # A worker enters `WORKERS` at its first liveness renewal, maybe after this: its own field
     # is never stale.
     async with redis.pipeline(transaction=False) as pipe:
         pipe.zrange(keys.WORKERS, 0, -1)
