@@ -14,7 +14,10 @@ Each renewal also tells the turns running here what a lease renewal used to tell
 (shared/lifecycle.py, `RENEWAL_STOPS`): asked to stop (a cancel whose pub/sub message this
 worker missed), or over (another process ended it; its record is gone). It costs a fixed
 number of commands a period however many turns run here: one script on the queue role, one
-`EXISTS` of all their records on the data role.
+`EXISTS` of all their records on the data role. On a Cluster that `EXISTS` is one per
+slot, so one per turn: there each renewal looks at a fifth of the records in turn
+(`_CLUSTER_RECORD_ROUNDS`), and a record lost with its shard is noticed within five
+periods (its stream went with it, so the turn's next write notices it before that).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from collections.abc import Callable
 
 from shared import keys
+from shared.backends import backend_of
 from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
 from shared.lifecycle import RENEWAL_STOPS, Cause, Renewal
 from shared.liveness import CHUNK, Liveness
@@ -38,6 +42,8 @@ logger = logging.getLogger("bernard.worker")
 STALL_LIMIT_S = 30.0
 # How long a worker's entry in `keys.WORKERS` outlives its last renewal.
 _STALE_WORKER_S = 3600.0
+# On a Cluster, the renewals over which every turn's record is looked at once.
+_CLUSTER_RECORD_ROUNDS = 5
 
 StopTurn = Callable[[str, Cause], None]
 
@@ -66,6 +72,7 @@ class LivenessKeeper:
         self._released: set[str] = set()
         self._lock = threading.Lock()
         self._last_beat = time.monotonic()
+        self._renewals = 0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bernard-liveness", daemon=True)
 
@@ -139,9 +146,14 @@ class LivenessKeeper:
             raise
         with self._lock:
             turns = list(self._turns)
+        self._renewals += 1
+        looked_at = turns
+        if backend_of(store.redis).kind == "cluster":
+            round_ = self._renewals % _CLUSTER_RECORD_ROUNDS
+            looked_at = [t for t in turns if hash(t) % _CLUSTER_RECORD_ROUNDS == round_]
         stops: dict[str, Renewal] = dict.fromkeys(kept.cancelled, Renewal.CANCEL_REQUESTED)
         stops.update(dict.fromkeys(kept.over, Renewal.OVER))
-        stops.update(dict.fromkeys(await _gone(store, turns), Renewal.OVER))
+        stops.update(dict.fromkeys(await _gone(store, looked_at), Renewal.OVER))
         for turn_id, renewal in stops.items():
             if turn_id in turns:
                 self.loop.call_soon_threadsafe(self.stop_turn, turn_id, RENEWAL_STOPS[renewal])
