@@ -323,16 +323,21 @@ async def test_a_wedged_worker_loop_loses_its_turns_as_a_dead_worker_does(
     assert types[-1] == "done" and types.count("done") == 1, "nothing after the end"
 
 
+@pytest.mark.parametrize("written", ["cancels", "cancel key"])
 async def test_a_cancel_whose_message_its_worker_missed_reaches_it_at_the_next_renewal(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, written: str
 ) -> None:
     """The published message is the fast path; a worker that missed it (its subscription
-    reconnecting) finds the cancel among its turns' at its next liveness renewal, within
-    `BERNARD_LEASE_RENEW_S` (0.2 s here), as a lease renewal used to find it."""
+    reconnecting) finds the cancel at its next liveness renewal, within
+    `BERNARD_LEASE_RENEW_S` (0.2 s here), as a lease renewal used to find it: among its
+    turns' in `keys.CANCELS` (queue role), or by the turn's cancel key (data role: all an
+    API of another cell reaches)."""
     async with streaming_background_turn(upstream) as (stack, turn_id):
-        # What `request_cancel` writes, but for the message (shared/cancel.py).
-        await stack.redis.set(keys.cancel(turn_id), b"1", ex=60)
-        await stack.redis.zadd(keys.CANCELS, {turn_id: time.time() + 60})
+        # Of what `request_cancel` writes (shared/cancel.py), one and no message.
+        if written == "cancels":
+            await stack.redis.zadd(keys.CANCELS, {turn_id: time.time() + 60})
+        else:
+            await stack.redis.set(keys.cancel(turn_id), b"1", ex=60)
         asked_at = time.monotonic()
         exchange = await upstream.wait_disconnect(timeout_s=5)
         stopped_after = time.monotonic() - asked_at

@@ -13,11 +13,13 @@ lapses, as it would if the process had died.
 Each renewal also tells the turns running here what a lease renewal used to tell each
 (shared/lifecycle.py, `RENEWAL_STOPS`): asked to stop (a cancel whose pub/sub message this
 worker missed), or over (another process ended it; its record is gone). It costs a fixed
-number of commands a period however many turns run here: one script on the queue role, one
-`EXISTS` of all their records on the data role. On a Cluster that `EXISTS` is one per
-slot, so one per turn: there each renewal looks at a fifth of the records in turn
-(`_CLUSTER_RECORD_ROUNDS`), and a record lost with its shard is noticed within five
-periods (its stream went with it, so the turn's next write notices it before that).
+number of commands a period however many turns run here: one script on the queue role, and
+on the data role one `EXISTS` of all their records and one of all their cancel keys (what
+an API whose queue role is another's, in another cell, can reach). On a Cluster such an
+`EXISTS` is one per slot, so one per turn: there each renewal looks at a fifth of the
+turns in turn (`_CLUSTER_RECORD_ROUNDS`), so a record lost with its shard, or another
+cell's cancel, is noticed within five periods (the turn's next write notices the first
+sooner: its stream went with it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from redis.asyncio import Redis
 
 from shared import keys
 from shared.backends import backend_of
@@ -153,7 +157,12 @@ class LivenessKeeper:
             looked_at = [t for t in turns if hash(t) % _CLUSTER_RECORD_ROUNDS == round_]
         stops: dict[str, Renewal] = dict.fromkeys(kept.cancelled, Renewal.CANCEL_REQUESTED)
         stops.update(dict.fromkeys(kept.over, Renewal.OVER))
-        stops.update(dict.fromkeys(await _gone(store, looked_at), Renewal.OVER))
+        # The data role's own word: a cancel key (set by an API of any cell, whose queue role
+        # and its `keys.CANCELS` may be another's: docs/scaling.md), a record gone.
+        asked = await _found(store.redis, keys.cancel, looked_at, present=True)
+        stops.update(dict.fromkeys(asked, Renewal.CANCEL_REQUESTED))
+        gone = await _found(store.redis, keys.turn, looked_at, present=False)
+        stops.update(dict.fromkeys(gone, Renewal.OVER))
         for turn_id, renewal in stops.items():
             if turn_id in turns:
                 self.loop.call_soon_threadsafe(self.stop_turn, turn_id, RENEWAL_STOPS[renewal])
@@ -162,17 +171,20 @@ class LivenessKeeper:
             await store.end_lapsed(kept.stray, worker_id=self.worker_id)
 
 
-async def _gone(store: TurnStore, turn_ids: list[str]) -> list[str]:
-    """Those of `turn_ids` whose record is gone (a Redis restart without persistence): one
-    `EXISTS` of them all, and one of each only when some are missing."""
-    gone: list[str] = []
+async def _found(
+    redis: Redis, key: Callable[[str], str], turn_ids: list[str], *, present: bool
+) -> list[str]:
+    """Those of `turn_ids` whose `key` exists (`present`) or not: one `EXISTS` of them all
+    (of each slot, on a Cluster), and one of each only when some are found."""
+    found: list[str] = []
     for start in range(0, len(turn_ids), CHUNK):
         chunk = turn_ids[start : start + CHUNK]
-        if await store.redis.exists(*(keys.turn(t) for t in chunk)) == len(chunk):
+        count = await redis.exists(*(key(t) for t in chunk))
+        if count == (0 if present else len(chunk)):
             continue
-        async with store.redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             for turn_id in chunk:
-                pipe.exists(keys.turn(turn_id))
-            present = await pipe.execute()
-        gone += [t for t, here in zip(chunk, present, strict=True) if not here]
-    return gone
+                pipe.exists(key(turn_id))
+            each = await pipe.execute()
+        found += [t for t, here in zip(chunk, each, strict=True) if bool(here) is present]
+    return found
