@@ -947,7 +947,7 @@ async def redis_cost(bench: Bench) -> Section:
 Commands Redis executed (`INFO commandstats`, which also counts the commands that Lua
 scripts run) over each stretch of the other measurements, divided by the turns and by the
 upstream tokens streamed in it. "All told": every command of every process (API, worker,
-arq's own bookkeeping, lease renewals, the reapers, keepalives), with nothing but Bernard
+arq's own bookkeeping, liveness renewals, the reapers, keepalives), with nothing but Bernard
 on this Redis. Idle is measured with 1 API + 1 worker and no turns.
 """,
     )
