@@ -53,17 +53,19 @@ end
 """
 
 # KEYS: the worker's alive key, its turns, the running set, the cancels, the workers.
-# ARGV: worker id, ttl ms, turns ttl s, now, workers silent since (drop), then the turns
-# the worker let go of since its last call (at most CHUNK). Renews the worker's liveness
-# and says, of its turns: which are over (no longer in the running set: ended elsewhere),
-# which were asked to stop, and which it let go of while still running (its job returned
-# without a finish that landed: its caller ends them as a reaper would). The turns let go
-# of that are not running leave its set; the over ones too.
+# ARGV: worker id, ttl ms, turns ttl s, now, workers silent since ('' to leave them), then
+# the turns the worker let go of since its last call (at most CHUNK). Renews the worker's
+# liveness and says, of its turns: which are over (no longer in the running set: ended
+# elsewhere), which were asked to stop, and which it let go of while still running (its
+# job returned without a finish that landed: its caller ends them as a reaper would). The
+# turns let go of that are not running leave its set; the over ones too. A worker with no
+# turn costs 4 commands a call (as `INFO commandstats` counts them), one with some 9.
 KEEP = f"""
 {_SREM_ALL}
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[5])
+if ARGV[5] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[5]) end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {{{{}}, {{}}, {{}}}} end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[4])
 local stray = {{}}
 if #ARGV > 5 then
@@ -113,10 +115,15 @@ class Liveness:
         self._forget = queue.register_script(_FORGET_WORKER)
 
     async def keep(
-        self, worker_id: str, ttl_s: float, released: Sequence[str] = (), *, stale_s: float
+        self,
+        worker_id: str,
+        ttl_s: float,
+        released: Sequence[str] = (),
+        *,
+        stale_s: float | None = None,
     ) -> Kept:
         """Renew `worker_id`'s liveness for `ttl_s`, letting go of `released` (at most
-        `CHUNK`), and drop workers silent for `stale_s` from `keys.WORKERS`."""
+        `CHUNK`), and drop workers silent for `stale_s` (if given) from `keys.WORKERS`."""
         now = time.time()
         reply = await self._keep(
             keys=[
@@ -126,7 +133,14 @@ class Liveness:
                 keys.CANCELS,
                 keys.WORKERS,
             ],
-            args=[worker_id, int(ttl_s * 1000), TURNS_TTL_S, now, now - stale_s, *released],
+            args=[
+                worker_id,
+                int(ttl_s * 1000),
+                TURNS_TTL_S,
+                now,
+                "" if stale_s is None else now - stale_s,
+                *released,
+            ],
         )
         over, cancelled, stray = reply
         return Kept(_ids(over), _ids(cancelled), _ids(stray))

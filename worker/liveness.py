@@ -44,8 +44,11 @@ logger = logging.getLogger("bernard.worker")
 
 # How long the worker's event loop may go without beating before its liveness lapses.
 STALL_LIMIT_S = 30.0
-# How long a worker's entry in `keys.WORKERS` outlives its last renewal.
+# How long a worker's entry in `keys.WORKERS` outlives its last renewal (the reapers drop
+# a dead worker's at once, once its turns are ended: this is for the rest), and how many
+# renewals apart the renewal drops those.
 _STALE_WORKER_S = 3600.0
+_STALE_EVERY = 60
 # On a Cluster, the renewals over which every turn's record is looked at once.
 _CLUSTER_RECORD_ROUNDS = 5
 
@@ -141,8 +144,9 @@ class LivenessKeeper:
             released = list(self._released)[:CHUNK]
             self._released.difference_update(released)
         try:
+            stale_s = _STALE_WORKER_S if self._renewals % _STALE_EVERY == 0 else None
             kept = await liveness.keep(
-                self.worker_id, self.settings.lease_ttl_s, released, stale_s=_STALE_WORKER_S
+                self.worker_id, self.settings.lease_ttl_s, released, stale_s=stale_s
             )
         except BaseException:
             with self._lock:  # let go of them at the next renewal
