@@ -33,7 +33,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.backends import backend_of
+from shared.backends import Kind, backend_of
 from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
 from shared.lifecycle import RENEWAL_STOPS, Cause, Renewal
 from shared.liveness import CHUNK, Liveness
@@ -156,7 +156,7 @@ class LivenessKeeper:
             turns = list(self._turns)
         self._renewals += 1
         looked_at = turns
-        if backend_of(store.redis).kind == "cluster":
+        if backend_of(store.redis).kind is Kind.CLUSTER:
             round_ = self._renewals % _CLUSTER_RECORD_ROUNDS
             looked_at = [t for t in turns if hash(t) % _CLUSTER_RECORD_ROUNDS == round_]
         stops: dict[str, Renewal] = dict.fromkeys(kept.cancelled, Renewal.CANCEL_REQUESTED)
