@@ -37,6 +37,7 @@ from launcher.redis_server import find_redis_binary, free_port, local_url, start
 from shared import keys
 from shared.connection import connect_data
 from shared.settings import Settings
+from tests.chat import body as chat_body
 from tests.serving import serve
 from tests.upstream import ScriptedUpstream
 from worker.main import create_worker
@@ -121,8 +122,7 @@ class Stack:
     redis: redis_asyncio.Redis
 
     async def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
-        payload = {"model": "bernard-v1", "messages": [{"role": "user", "content": content}]}
-        return await self.client.post("/v1/chat/completions", json={**payload, **body})
+        return await self.client.post("/v1/chat/completions", json=chat_body(content, **body))
 
 
 @contextlib.asynccontextmanager

@@ -30,6 +30,7 @@ from shared.records.keeper import Archivist, RecordKeeper
 from shared.requests import AgentRequest, TurnRequest
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
+from tests.chat import body
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect, frames, text_of
@@ -42,10 +43,6 @@ KEYS = "key-alice:alice,key-bob:bob"
 
 def as_user(user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer key-{user}"}
-
-
-def body(content: str = "hello", **extra: Any) -> dict[str, Any]:
-    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
 
 
 def error_of(response: httpx.Response, status: int) -> dict[str, Any]:

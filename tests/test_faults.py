@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from shared import keys
+from tests.chat import body
 from tests.conftest import make_settings, run_stack, run_worker
 from tests.processes import (
     ProcessGroup,
@@ -51,10 +52,6 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
     """A private Redis for one test, always stopped afterwards."""
     async with private_redis(tmp_path / "redis") as server:
         yield server
-
-
-def body(content: str, **extra: Any) -> dict[str, Any]:
-    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
 
 
 def requests_for(upstream: ScriptedUpstream, content: str) -> int:

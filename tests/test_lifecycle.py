@@ -18,15 +18,12 @@ from shared.lifecycle import Cause, Finished
 from shared.settings import Settings
 from shared.streams import parse_entries
 from shared.turns import TurnStore
+from tests.chat import body
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.sse import Frame, collect, frames
 from tests.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
-
-
-def body(content: str = "hello", **extra: Any) -> dict[str, Any]:
-    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
 
 
 async def wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 10) -> dict:

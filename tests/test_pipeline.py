@@ -21,15 +21,12 @@ from launcher.redis_server import free_port
 from shared import keys
 from shared.events import Delta, Done, MessageStored, encode
 from shared.streams import STREAM_FIELD
+from tests.chat import body
 from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
 from tests.sse import collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
-
-
-def body(content: str = "hello", **extra: object) -> dict[str, object]:
-    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
 
 
 async def test_stream_frames_follow_the_openai_chunk_sequence(

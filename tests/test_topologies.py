@@ -37,6 +37,7 @@ from shared.connection import connect_data
 from shared.events import TimerFired
 from shared.settings import Settings
 from shared.timers import publish
+from tests.chat import body
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import Frame, collect, error_code, frames, text_of, wire
@@ -95,10 +96,6 @@ async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     else:
         async with started_sentinel(tmp_path / "sentinel") as sentinel:
             yield Deployment("sentinel", sentinel.url, sentinel.url, sentinel)
-
-
-def body(content: str, **extra: Any) -> dict[str, Any]:
-    return {"model": "bernard-v1", "messages": [{"role": "user", "content": content}], **extra}
 
 
 async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
