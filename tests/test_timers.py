@@ -5,8 +5,11 @@ cancelled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ from shared.timers import (
     parse_duration,
     publish,
 )
-from tests.conftest import TEST_REDIS_URL, make_settings, run_stack
+from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.upstream import Reply, ScriptedUpstream
 from worker.tools.runtime import ToolRuntime, runtime_config
@@ -166,59 +169,116 @@ async def events_of(
     return got
 
 
-async def test_the_event_stream_resumes_after_the_last_event_id(upstream: ScriptedUpstream) -> None:
+@dataclass
+class User:
+    """A user with an API key on a running stack, their timers and their conversations."""
+
+    id: str
+    headers: dict[str, str]
+    stack: Stack
+    timers: TimerStore
+    archivist: Archivist
+
+    async def start_conversation(self, conversation_id: str) -> None:
+        created = await self.stack.client.post(
+            "/v1/conversations", json={"id": conversation_id}, headers=self.headers
+        )
+        assert created.status_code == 201, created.text
+
+    async def say(self, conversation_id: str, content: str) -> httpx.Response:
+        return await self.stack.client.post(
+            f"/v1/conversations/{conversation_id}/messages",
+            json={"content": content},
+            headers=self.headers,
+        )
+
+    def listen(self, count: int, timeout_s: float) -> asyncio.Task[list[tuple[str, str, dict]]]:
+        """The first `count` events of the user's event stream, read from now on."""
+        return asyncio.create_task(events_of(self.stack.base_url, self.headers, count, timeout_s))
+
+    async def contents(self, conversation_id: str) -> list[str]:
+        return [m["content"] for m in await self.archivist.messages(conversation_id)]
+
+    async def until_said(self, conversation_id: str, text: str) -> None:
+        async def said() -> bool:
+            return text in await self.contents(conversation_id)
+
+        await wait_for(said, timeout_s=10)
+
+    async def until_rung(self) -> None:
+        async def rang() -> bool:
+            return [t.state for t in await self.timers.all()] == ["fired"]
+
+        await wait_for(rang, timeout_s=5)
+
+
+@contextlib.asynccontextmanager
+async def signed_in(
+    upstream: ScriptedUpstream, *, worker: bool = True, **overrides: Any
+) -> AsyncIterator[User]:
+    """A new user, key `key-u`, on a stack of its own (`overrides` change its settings)."""
     user = owner()
-    settings = make_settings(upstream, api_keys=f"key-u:{user}")
-    headers = {"Authorization": "Bearer key-u"}
-    async with run_stack(settings, worker=False) as stack:
-        redis = connect(settings.redis_url)
-        try:
-            for label in ("first", "second"):
-                fired = TimerFired(timer_id=label, label=label, conversation_id=None, due_at=0)
-                await publish(redis, user, fired, retention_s=60)
-            entries = await redis.xrange(keys.events(keys.user_stream_id(user)))
-            first_id = entries[0][0].decode()
-            after_first = await events_of(stack.base_url, headers, 1, 5, after=first_id)
-            assert [(e, d["label"]) for _, e, d in after_first] == [("timer_fired", "second")]
-            waiting = asyncio.create_task(events_of(stack.base_url, headers, 1, 5))
-            await asyncio.sleep(0.3)  # connected: from the next event on
-            fired = TimerFired(timer_id="third", label="third", conversation_id=None, due_at=0)
-            await publish(redis, user, fired, retention_s=60)
-            assert [d["label"] for _, _, d in await waiting] == ["third"]
-            other = await stack.client.get("/v1/events", params={"after": "٣-٣"}, headers=headers)
-            assert other.status_code == 400
-            assert (await stack.client.get("/v1/events")).status_code == 401
-        finally:
-            await redis.aclose()
+    settings = make_settings(upstream, api_keys=f"key-u:{user}", **overrides)
+    async with run_stack(settings, worker=worker) as stack:
+        timers = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
+        yield User(
+            id=user,
+            headers={"Authorization": "Bearer key-u"},
+            stack=stack,
+            timers=timers,
+            archivist=Archivist(stack.redis, user),
+        )
+
+
+@pytest.fixture
+async def user(upstream: ScriptedUpstream) -> AsyncIterator[User]:
+    async with signed_in(upstream) as user:
+        yield user
+
+
+async def test_the_event_stream_resumes_after_the_last_event_id(upstream: ScriptedUpstream) -> None:
+    async with signed_in(upstream, worker=False) as user:
+        stack, redis = user.stack, user.stack.redis
+        for label in ("first", "second"):
+            fired = TimerFired(timer_id=label, label=label, conversation_id=None, due_at=0)
+            await publish(redis, user.id, fired, retention_s=60)
+        entries = await redis.xrange(keys.events(keys.user_stream_id(user.id)))
+        first_id = entries[0][0].decode()
+        after_first = await events_of(stack.base_url, user.headers, 1, 5, after=first_id)
+        assert [(e, d["label"]) for _, e, d in after_first] == [("timer_fired", "second")]
+        waiting = user.listen(1, 5)
+        await asyncio.sleep(0.3)  # connected: from the next event on
+        fired = TimerFired(timer_id="third", label="third", conversation_id=None, due_at=0)
+        await publish(redis, user.id, fired, retention_s=60)
+        assert [d["label"] for _, _, d in await waiting] == ["third"]
+        other = await stack.client.get("/v1/events", params={"after": "٣-٣"}, headers=user.headers)
+        assert other.status_code == 400
+        assert (await stack.client.get("/v1/events")).status_code == 401
 
 
 async def test_a_timer_set_in_a_turn_rings_in_its_conversation_and_on_the_event_stream(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, user: User
 ) -> None:
-    user = owner()
-    settings = make_settings(upstream, api_keys=f"key-u:{user}")
-    headers = {"Authorization": "Bearer key-u"}
     upstream.script_router(Reply.tool_calls([("set_timer", {"duration": "1s", "label": "tea"})]))
     upstream.script(Reply.text("Timer set."))
-    async with run_stack(settings) as stack:
-        listening = asyncio.create_task(events_of(stack.base_url, headers, 1, 10))
-        await asyncio.sleep(0.3)
-        answer = await stack.client.post(
-            "/v1/chat/completions",
-            json={
-                "model": "bernard-v1",
-                "conversation_id": "kitchen",
-                "messages": [{"role": "user", "content": "tea timer, one second"}],
-            },
-            headers=headers,
-        )
-        assert answer.status_code == 200, answer.text
-        outputs = answer.json()["bernard"]["tool_outputs"]
-        assert outputs[0]["content"].startswith("Timer “tea” set for 1 s")
-        [(_, event, data)] = await listening
-        assert (event, data["label"], data["conversation_id"]) == ("timer_fired", "tea", "kitchen")
-        rows = await Archivist(stack.redis, user).messages("kitchen")
-        assert rows[-1] == {"role": "assistant", "content": "⏰ Your timer “tea” is done."}
+    listening = user.listen(1, 10)
+    await asyncio.sleep(0.3)
+    answer = await user.stack.client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "bernard-v1",
+            "conversation_id": "kitchen",
+            "messages": [{"role": "user", "content": "tea timer, one second"}],
+        },
+        headers=user.headers,
+    )
+    assert answer.status_code == 200, answer.text
+    outputs = answer.json()["bernard"]["tool_outputs"]
+    assert outputs[0]["content"].startswith("Timer “tea” set for 1 s")
+    [(_, event, data)] = await listening
+    assert (event, data["label"], data["conversation_id"]) == ("timer_fired", "tea", "kitchen")
+    rows = await user.archivist.messages("kitchen")
+    assert rows[-1] == {"role": "assistant", "content": "⏰ Your timer “tea” is done."}
 
 
 def well_formed(rows: list[dict[str, Any]]) -> bool:
@@ -241,52 +301,36 @@ RANG = "⏰ Your timer “tea” is done."
 
 
 async def test_a_timer_ringing_while_a_call_waits_for_a_decision_is_said_once_it_is_decided(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, user: User
 ) -> None:
     """The conversation waits for the user's decision on a tool call when the timer rings:
     the user hears it at once on the event stream, and the conversation says it after the
     call's result and the answer, never between the call and its result (the resumed turn
     then stored an orphan result, and every later prompt had a call without one)."""
-    user = owner()
-    settings = make_settings(upstream, api_keys=f"key-u:{user}")
-    headers = {"Authorization": "Bearer key-u"}
-    async with run_stack(settings) as stack:
-        created = await stack.client.post(
-            "/v1/conversations", json={"id": "kitchen"}, headers=headers
-        )
-        assert created.status_code == 201, created.text
-        upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
-        paused = await stack.client.post(
-            "/v1/conversations/kitchen/messages",
-            json={"content": "remember the door code"},
-            headers=headers,
-        )
-        assert paused.json()["status"] == "awaiting_confirmation", paused.text
-        listening = asyncio.create_task(events_of(stack.base_url, headers, 1, 10))
-        await asyncio.sleep(0.3)
-        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
-        await store.set(0.5, "tea", "kitchen")
-        [(_, event, data)] = await listening
-        assert (event, data["label"]) == ("timer_fired", "tea"), "heard on time"
-        await asyncio.sleep(1.5)  # its job ran, and tried again, while the call waited
-        archivist = Archivist(stack.redis, user)
-        assert RANG not in [m["content"] for m in await archivist.messages("kitchen")]
+    await user.start_conversation("kitchen")
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
+    paused = await user.say("kitchen", "remember the door code")
+    assert paused.json()["status"] == "awaiting_confirmation", paused.text
+    listening = user.listen(1, 10)
+    await asyncio.sleep(0.3)
+    await user.timers.set(0.5, "tea", "kitchen")
+    [(_, event, data)] = await listening
+    assert (event, data["label"]) == ("timer_fired", "tea"), "heard on time"
+    await asyncio.sleep(1.5)  # its job ran, and tried again, while the call waited
+    assert RANG not in await user.contents("kitchen")
 
-        upstream.script(Reply.text("Saved it."))
-        confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
-        approved = await stack.client.post(
-            "/v1/conversations/kitchen/resume",
-            json={"confirmation_id": confirmation, "decision": "approve"},
-            headers=headers,
-        )
-        assert approved.status_code == 200, approved.text
+    upstream.script(Reply.text("Saved it."))
+    confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
+    approved = await user.stack.client.post(
+        "/v1/conversations/kitchen/resume",
+        json={"confirmation_id": confirmation, "decision": "approve"},
+        headers=user.headers,
+    )
+    assert approved.status_code == 200, approved.text
 
-        async def said() -> bool:
-            return RANG in [m["content"] for m in await archivist.messages("kitchen")]
-
-        await wait_for(said, timeout_s=10)
-        rows = await archivist.messages("kitchen")
-        timers = await store.all()
+    await user.until_said("kitchen", RANG)
+    rows = await user.archivist.messages("kitchen")
+    timers = await user.timers.all()
     assert [(m["role"], m["content"]) for m in rows] == [
         ("user", "remember the door code"),
         ("assistant", ""),
@@ -307,43 +351,21 @@ async def test_a_timer_ringing_after_a_call_lapsed_undecided_is_said_after_the_n
     """The call waited past its time: the conversation is idle, but its history ends on the
     call, which the next turn answers "not run"; the timer's message comes after that turn,
     never between the call and its answer."""
-    user = owner()
-    settings = make_settings(upstream, api_keys=f"key-u:{user}", confirmation_ttl_s=1)
-    headers = {"Authorization": "Bearer key-u"}
-    async with run_stack(settings) as stack:
-        created = await stack.client.post(
-            "/v1/conversations", json={"id": "kitchen"}, headers=headers
-        )
-        assert created.status_code == 201, created.text
+    async with signed_in(upstream, confirmation_ttl_s=1) as user:
+        await user.start_conversation("kitchen")
         upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
-        paused = await stack.client.post(
-            "/v1/conversations/kitchen/messages",
-            json={"content": "remember the door code"},
-            headers=headers,
-        )
+        paused = await user.say("kitchen", "remember the door code")
         assert paused.json()["status"] == "awaiting_confirmation", paused.text
         await asyncio.sleep(1.2)  # lapsed
-        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
-        await store.set(0.2, "tea", "kitchen")
-
-        async def rang() -> bool:
-            return [t.state for t in await store.all()] == ["fired"]
-
-        await wait_for(rang, timeout_s=5)
+        await user.timers.set(0.2, "tea", "kitchen")
+        await user.until_rung()
         await asyncio.sleep(0.5)
-        archivist = Archivist(stack.redis, user)
-        assert RANG not in [m["content"] for m in await archivist.messages("kitchen")]
+        assert RANG not in await user.contents("kitchen")
         upstream.script(Reply.text("Never mind then."))
-        moved_on = await stack.client.post(
-            "/v1/conversations/kitchen/messages", json={"content": "forget it"}, headers=headers
-        )
+        moved_on = await user.say("kitchen", "forget it")
         assert moved_on.status_code == 200, moved_on.text
-
-        async def said() -> bool:
-            return RANG in [m["content"] for m in await archivist.messages("kitchen")]
-
-        await wait_for(said, timeout_s=10)
-        rows = await archivist.messages("kitchen")
+        await user.until_said("kitchen", RANG)
+        rows = await user.archivist.messages("kitchen")
     assert [(m["role"], m["content"]) for m in rows] == [
         ("user", "remember the door code"),
         ("assistant", ""),
@@ -356,43 +378,20 @@ async def test_a_timer_ringing_after_a_call_lapsed_undecided_is_said_after_the_n
 
 
 async def test_a_timer_ringing_while_a_turn_runs_is_said_after_its_answer(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, user: User
 ) -> None:
-    user = owner()
-    settings = make_settings(upstream, api_keys=f"key-u:{user}")
-    headers = {"Authorization": "Bearer key-u"}
-    async with run_stack(settings) as stack:
-        created = await stack.client.post(
-            "/v1/conversations", json={"id": "kitchen"}, headers=headers
-        )
-        assert created.status_code == 201, created.text
-        held = upstream.script(Reply.text("Otters hold hands.", block_after_first=True))
-        asking = asyncio.create_task(
-            stack.client.post(
-                "/v1/conversations/kitchen/messages",
-                json={"content": "tell me about otters"},
-                headers=headers,
-            )
-        )
-        await held.wait_blocked()
-        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
-        await store.set(0.3, "tea", "kitchen")
-
-        async def rang() -> bool:
-            return [t.state for t in await store.all()] == ["fired"]
-
-        await wait_for(rang, timeout_s=5)
-        await asyncio.sleep(0.3)
-        held.release()
-        assert (await asking).status_code == 200
-        archivist = Archivist(stack.redis, user)
-
-        async def said() -> bool:
-            return RANG in [m["content"] for m in await archivist.messages("kitchen")]
-
-        await wait_for(said, timeout_s=10)
-        await asyncio.sleep(1.2)  # time for a second message, were there one
-        rows = await archivist.messages("kitchen")
+    await user.start_conversation("kitchen")
+    held = upstream.script(Reply.text("Otters hold hands.", block_after_first=True))
+    asking = asyncio.create_task(user.say("kitchen", "tell me about otters"))
+    await held.wait_blocked()
+    await user.timers.set(0.3, "tea", "kitchen")
+    await user.until_rung()
+    await asyncio.sleep(0.3)
+    held.release()
+    assert (await asking).status_code == 200
+    await user.until_said("kitchen", RANG)
+    await asyncio.sleep(1.2)  # time for a second message, were there one
+    rows = await user.archivist.messages("kitchen")
     assert [(m["role"], m["content"]) for m in rows] == [
         ("user", "tell me about otters"),
         ("assistant", "Otters hold hands."),
@@ -401,28 +400,22 @@ async def test_a_timer_ringing_while_a_turn_runs_is_said_after_its_answer(
 
 
 async def test_a_timer_whose_job_stopped_after_it_rang_is_heard_and_said_by_its_next_run(
-    upstream: ScriptedUpstream,
+    user: User,
 ) -> None:
     """A job moved the timer to `fired` and was stopped there (its worker shut down; the job
     runs again, worker/queue.py): the next run publishes the event and says it, once."""
-    user = owner()
-    settings = make_settings(upstream, api_keys=f"key-u:{user}")
-    headers = {"Authorization": "Bearer key-u"}
-    async with run_stack(settings) as stack:
-        created = await stack.client.post("/v1/conversations", json={"id": "hall"}, headers=headers)
-        assert created.status_code == 201, created.text
-        listening = asyncio.create_task(events_of(stack.base_url, headers, 1, 5))
-        await asyncio.sleep(0.3)
-        store = TimerStore(stack.redis, user, retention_s=60, queue_name=settings.queue_name)
-        timer = await store.set(0.5, "bread", "hall")
-        moved, _ = await store.move(timer.id, "fired")  # as the stopped run did
-        assert moved
-        [(_, event, data)] = await listening
-        assert (event, data["label"]) == ("timer_fired", "bread")
-        await asyncio.sleep(1.0)  # time for a second ring, were there one
-        stream = await stack.redis.xrange(keys.events(keys.user_stream_id(user)))
-        rows = await Archivist(stack.redis, user).messages("hall")
-        timers = await store.all()
+    await user.start_conversation("hall")
+    listening = user.listen(1, 5)
+    await asyncio.sleep(0.3)
+    timer = await user.timers.set(0.5, "bread", "hall")
+    moved, _ = await user.timers.move(timer.id, "fired")  # as the stopped run did
+    assert moved
+    [(_, event, data)] = await listening
+    assert (event, data["label"]) == ("timer_fired", "bread")
+    await asyncio.sleep(1.0)  # time for a second ring, were there one
+    stream = await user.stack.redis.xrange(keys.events(keys.user_stream_id(user.id)))
+    rows = await user.archivist.messages("hall")
+    timers = await user.timers.all()
     assert len(stream) == 1
     assert [m["content"] for m in rows] == ["⏰ Your timer “bread” is done."]
     assert [(t.state, t.heard, t.announced) for t in timers] == [("fired", True, True)]
