@@ -10,6 +10,7 @@ import asyncio
 import io
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -52,6 +53,15 @@ def settings_for(upstream: ScriptedUpstream | None, **overrides: Any) -> tuple[S
         upstream, api_keys=f"{OWNER_KEY}:{owner}", conversation_titles=True, **overrides
     )
     return settings, owner
+
+
+@pytest.fixture
+async def stack(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    """A stack that names conversations, its one user's key in HEADERS (tests/conftest.py's
+    `stack` with conversation titles on)."""
+    settings, _ = settings_for(upstream)
+    async with run_stack(settings) as stack:
+        yield stack
 
 
 async def exchange(stack: Stack, conversation_id: str, content: str) -> None:
@@ -130,18 +140,16 @@ def test_what_a_user_may_name_a_conversation(title: str, problem: str | None) ->
 
 
 async def test_the_first_exchange_names_the_conversation_once_off_the_turns_path(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, stack: Stack
 ) -> None:
-    settings, _ = settings_for(upstream)
     seen: list[Body] = []
     upstream.responder = titling("Otters asleep", seen)
-    async with run_stack(settings) as stack:
-        await exchange(stack, "otters", "Do otters really hold hands while they sleep?")
-        assert await titled(stack, "otters") == "Otters asleep"
-        listed = (await stack.client.get("/v1/conversations", headers=HEADERS)).json()["data"]
-        # A second exchange asks nothing more.
-        await exchange(stack, "otters", "And sea lions?")
-        await asyncio.sleep(0.5)
+    await exchange(stack, "otters", "Do otters really hold hands while they sleep?")
+    assert await titled(stack, "otters") == "Otters asleep"
+    listed = (await stack.client.get("/v1/conversations", headers=HEADERS)).json()["data"]
+    # A second exchange asks nothing more.
+    await exchange(stack, "otters", "And sea lions?")
+    await asyncio.sleep(0.5)
 
     assert [c["title"] for c in listed if c["id"] == "otters"] == ["Otters asleep"]
     assert len(seen) == 1
@@ -154,9 +162,8 @@ async def test_the_first_exchange_names_the_conversation_once_off_the_turns_path
 
 
 async def test_a_conversation_a_chat_completion_started_is_named_too(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, stack: Stack
 ) -> None:
-    settings, _ = settings_for(upstream)
     seen: list[Body] = []
     upstream.responder = titling("Otters asleep", seen)
     history = [
@@ -164,14 +171,13 @@ async def test_a_conversation_a_chat_completion_started_is_named_too(
         {"role": "assistant", "content": "They do, holding hands."},
         {"role": "user", "content": "Where?"},
     ]
-    async with run_stack(settings) as stack:
-        answer = await stack.client.post(
-            "/v1/chat/completions",
-            json={"model": "bernard-v1", "messages": history},
-            headers=HEADERS,
-        )
-        conversation_id = answer.headers["x-bernard-conversation-id"]
-        title = await titled(stack, conversation_id)
+    answer = await stack.client.post(
+        "/v1/chat/completions",
+        json={"model": "bernard-v1", "messages": history},
+        headers=HEADERS,
+    )
+    conversation_id = answer.headers["x-bernard-conversation-id"]
+    title = await titled(stack, conversation_id)
 
     assert title == "Otters asleep"
     # Named after the history's first exchange, which the client sent whole.
@@ -181,28 +187,26 @@ async def test_a_conversation_a_chat_completion_started_is_named_too(
 
 
 async def test_a_first_turn_that_waits_for_a_decision_is_named_once_its_answer_is_in(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, stack: Stack
 ) -> None:
-    settings, _ = settings_for(upstream)
     seen: list[Body] = []
     upstream.responder = titling("Door code", seen)
-    async with run_stack(settings) as stack:
-        await stack.client.post("/v1/conversations", json={"id": "door"}, headers=HEADERS)
-        upstream.script_router(Reply.tool_calls([("save_note", {"text": "the code is 1234"})]))
-        paused = await stack.client.post(
-            "/v1/conversations/door/messages",
-            json={"content": "remember the door code is 1234"},
-            headers=HEADERS,
-        )
-        await asyncio.sleep(0.5)
-        untitled = await title_of(stack, "door")
-        confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
-        resumed = await stack.client.post(
-            "/v1/conversations/door/resume",
-            json={"confirmation_id": confirmation, "decision": "approve"},
-            headers=HEADERS,
-        )
-        title = await titled(stack, "door")
+    await stack.client.post("/v1/conversations", json={"id": "door"}, headers=HEADERS)
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "the code is 1234"})]))
+    paused = await stack.client.post(
+        "/v1/conversations/door/messages",
+        json={"content": "remember the door code is 1234"},
+        headers=HEADERS,
+    )
+    await asyncio.sleep(0.5)
+    untitled = await title_of(stack, "door")
+    confirmation = paused.json()["pending_confirmation"]["confirmation_id"]
+    resumed = await stack.client.post(
+        "/v1/conversations/door/resume",
+        json={"confirmation_id": confirmation, "decision": "approve"},
+        headers=HEADERS,
+    )
+    title = await titled(stack, "door")
 
     assert paused.json()["status"] == "awaiting_confirmation"
     assert untitled is None, "no answer yet: nothing to name it after"
@@ -269,20 +273,18 @@ async def background_slots(stack: Stack, owner: str) -> int:
 
 
 async def test_a_title_the_user_set_is_never_replaced_by_the_generated_one(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, stack: Stack
 ) -> None:
-    settings, _ = settings_for(upstream)
     held = Reply.text("Generated title", block_after=0)
     upstream.responder = titling(held)
-    async with run_stack(settings) as stack:
-        await exchange(stack, "mine", "Do otters sleep?")
-        await held.wait_blocked()  # the job asked the model; the user names it meanwhile
-        changed = await stack.client.patch(
-            "/v1/conversations/mine", json={"title": "  Otter facts\n"}, headers=HEADERS
-        )
-        held.release()
-        await asyncio.sleep(0.5)
-        shown = await title_of(stack, "mine")
+    await exchange(stack, "mine", "Do otters sleep?")
+    await held.wait_blocked()  # the job asked the model; the user names it meanwhile
+    changed = await stack.client.patch(
+        "/v1/conversations/mine", json={"title": "  Otter facts\n"}, headers=HEADERS
+    )
+    held.release()
+    await asyncio.sleep(0.5)
+    shown = await title_of(stack, "mine")
 
     assert changed.status_code == 200, changed.text
     assert changed.json()["title"] == "Otter facts"
@@ -291,21 +293,17 @@ async def test_a_title_the_user_set_is_never_replaced_by_the_generated_one(
 
 
 async def test_a_conversation_deleted_and_created_again_does_not_get_the_old_title(
-    upstream: ScriptedUpstream,
+    upstream: ScriptedUpstream, stack: Stack
 ) -> None:
-    settings, _ = settings_for(upstream)
     held = Reply.text("Old words", block_after=0)
     upstream.responder = titling(held)
-    async with run_stack(settings) as stack:
-        await exchange(stack, "again", "Do otters sleep?")
-        await held.wait_blocked()
-        deleted = await stack.client.delete("/v1/conversations/again", headers=HEADERS)
-        created = await stack.client.post(
-            "/v1/conversations", json={"id": "again"}, headers=HEADERS
-        )
-        held.release()
-        await asyncio.sleep(0.5)
-        shown = await title_of(stack, "again")
+    await exchange(stack, "again", "Do otters sleep?")
+    await held.wait_blocked()
+    deleted = await stack.client.delete("/v1/conversations/again", headers=HEADERS)
+    created = await stack.client.post("/v1/conversations", json={"id": "again"}, headers=HEADERS)
+    held.release()
+    await asyncio.sleep(0.5)
+    shown = await title_of(stack, "again")
 
     assert deleted.status_code == 200 and created.status_code == 201
     assert shown is None
