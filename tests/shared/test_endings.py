@@ -112,8 +112,8 @@ def test_each_ending_reads_the_same_whichever_way_a_client_reads_it(
     code: str, status: str, kind: str, words: str, http: int, retry: bool
 ) -> None:
     error = {"message": words, "type": kind, "code": code}
-    done = ended(ErrorCode(code))
-    assert done == Done(status=status, error=error)  # type: ignore[arg-type]
+    done = Done(status=status, error=error)  # type: ignore[arg-type]
+    assert ended(ErrorCode(code)) == done
     expected = [Error(message=words, code=code), done] if status == "failed" else [done]
     assert ending_events(ErrorCode(code)) == expected
     assert http_status(code) == http
