@@ -39,6 +39,7 @@ from shared.connection import connect_data
 from shared.settings import Settings
 from tests.chat import body as chat_body
 from tests.serving import serve
+from tests.sse import Frame, collect
 from tests.upstream import ScriptedUpstream
 from worker.main import create_worker
 
@@ -123,6 +124,11 @@ class Stack:
 
     async def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
         return await self.client.post("/v1/chat/completions", json=chat_body(content, **body))
+
+    async def replay(self, turn_id: str, after: str | None = None) -> list[Frame]:
+        """The turn's stream read again (GET /v1/turns/{id}/events), from after `after`."""
+        headers = {"Last-Event-ID": after} if after else {}
+        return await collect(self.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
 
 
 @contextlib.asynccontextmanager

@@ -32,7 +32,7 @@ from tests.processes import (
     wait_for,
 )
 from tests.sse import Frame, collect, error_code, frames, is_keepalive, text_of, wire
-from tests.upstream import Reply, ScriptedUpstream, last_user_text
+from tests.upstream import Reply, ScriptedUpstream, requests_for
 
 CHAT = "/v1/chat/completions"
 # Issue 4's liveness target: a terminal frame within 10 s of a worker's death.
@@ -52,11 +52,6 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
     """A private Redis for one test, always stopped afterwards."""
     async with private_redis(tmp_path / "redis") as server:
         yield server
-
-
-def requests_for(upstream: ScriptedUpstream, content: str) -> int:
-    """How many upstream calls a turn with this prompt has made."""
-    return sum(last_user_text(request) == content for request in upstream.requests)
 
 
 def finished_normally(collected: list[Frame]) -> bool:

@@ -35,11 +35,6 @@ async def wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: f
             await asyncio.sleep(0.02)
 
 
-async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
-    headers = {"Last-Event-ID": after} if after else {}
-    return await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
-
-
 async def stored_types(stack: Stack, turn_id: str) -> list[str]:
     """The types of the entries in the turn's stream as Redis holds them (joined deltas
     counted once): what any reader could ever be sent, not what one relay sent."""
@@ -67,12 +62,12 @@ async def test_resuming_after_every_frame_gives_exactly_the_rest_of_the_stream(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     turn_id = await finished_turn(stack, upstream)
-    full = await replay(stack, turn_id)
+    full = await stack.replay(turn_id)
     # Role, content (deltas may be coalesced), two traces, finish, usage, [DONE].
     assert full[-1].done and len(full) >= 8
     assert len({f.id for f in full}) == len(full), "every frame has its own id"
     for k, frame in enumerate(full[:-1]):
-        rest = await replay(stack, turn_id, after=frame.id)
+        rest = await stack.replay(turn_id, after=frame.id)
         assert wire(full[: k + 1] + rest) == wire(full), f"resume after frame {k}"
 
 
@@ -80,7 +75,7 @@ async def test_resume_with_the_after_query_parameter(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     turn_id = await finished_turn(stack, upstream)
-    full = await replay(stack, turn_id)
+    full = await stack.replay(turn_id)
     rest = await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events?after={full[3].id}")
     assert wire(rest) == wire(full[4:])
 
@@ -109,7 +104,7 @@ async def test_a_client_that_keeps_dropping_and_resuming_misses_and_repeats_noth
                 taken += 1
                 if taken >= chunk:
                     break
-    assert wire(seen) == wire(await replay(stack, turn_id))
+    assert wire(seen) == wire(await stack.replay(turn_id))
 
 
 async def test_background_turn_answers_202_then_runs_with_nobody_attached(
@@ -124,7 +119,7 @@ async def test_background_turn_answers_202_then_runs_with_nobody_attached(
     done = await wait_status(stack, turn["id"], {"completed"})
     assert done["result"]["choices"][0]["message"]["content"] == "in the background"
     assert done["started_at"] <= done["finished_at"]
-    events = await replay(stack, turn["id"])
+    events = await stack.replay(turn["id"])
     assert "".join(f.content for f in events) == "in the background"
     assert events[-1].done
 
@@ -145,7 +140,7 @@ async def test_cancelling_a_background_turn_closes_the_upstream(
     again = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
     assert done["status"] == "cancelled"
-    events = await replay(stack, turn["id"])
+    events = await stack.replay(turn["id"])
     assert events[-2].json["error"]["code"] == "turn_cancelled" and events[-1].done
 
 
@@ -214,9 +209,9 @@ async def test_after_retention_events_answer_with_a_compacted_replay(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     turn_id = await finished_turn(stack, upstream)
-    live = await replay(stack, turn_id)
+    live = await stack.replay(turn_id)
     await stack.redis.delete(keys.events(turn_id))
-    replayed = await replay(stack, turn_id)
+    replayed = await stack.replay(turn_id)
     assert replayed[-1].done
     assert all(f.bernard == {"type": "replay", "compacted": True} for f in replayed[:-1])
     assert "".join(f.content for f in replayed) == "".join(f"t{i} " for i in range(12))
@@ -364,7 +359,7 @@ async def test_a_turn_ended_elsewhere_stops_running_on_its_worker(
         exchange = await upstream.wait_disconnect(timeout_s=5)
         assert exchange.ended
         await asyncio.sleep(0.5)
-        events = await replay(stack, turn_id)
+        events = await stack.replay(turn_id)
         types = await stored_types(stack, turn_id)
     assert types[-1] == "done" and types.count("done") == 1, "nothing after the end"
     assert events[-2].json["error"]["code"] == "worker_lost"
@@ -415,10 +410,10 @@ async def test_a_turn_ends_the_same_live_replayed_compacted_and_polled(
                 store = TurnStore(stack.redis, retention_s=60, stream_maxlen=100)
                 await store.end(turn_id, "local", Cause.OVER)
             live += [frame async for frame in stream]
-        replayed = await replay(stack, turn_id)
+        replayed = await stack.replay(turn_id)
         polled = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
         await stack.redis.delete(keys.events(turn_id))
-        compacted = await replay(stack, turn_id)
+        compacted = await stack.replay(turn_id)
 
     seen = terminal(live)
     assert terminal(replayed) == terminal(compacted) == seen

@@ -59,7 +59,13 @@ from tests.topologies import (
     started_sentinel,
     topologies_missing,
 )
-from tests.upstream import Reply, ScriptedUpstream, echo_responder, echo_tokens, last_user_text
+from tests.upstream import (
+    Reply,
+    ScriptedUpstream,
+    echo_responder,
+    echo_tokens,
+    requests_for,
+)
 
 pytestmark = [
     pytest.mark.topology,
@@ -98,21 +104,12 @@ async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
             yield Deployment("sentinel", sentinel.url, sentinel.url, sentinel)
 
 
-async def replay(stack: Stack, turn_id: str, after: str | None = None) -> list[Frame]:
-    headers = {"Last-Event-ID": after} if after else {}
-    return await collect(stack.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
-
-
 async def status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 20) -> dict:
     async def reached() -> bool:
         return (await stack.client.get(f"/v1/turns/{turn_id}")).json()["status"] in wanted
 
     await wait_for(reached, timeout_s)
     return dict((await stack.client.get(f"/v1/turns/{turn_id}")).json())
-
-
-def requests_for(upstream: ScriptedUpstream, content: str) -> int:
-    return sum(last_user_text(request) == content for request in upstream.requests)
 
 
 # -- the key cases, on both deployments --------------------------------------------------
@@ -128,7 +125,7 @@ async def test_a_streamed_turn_arrives_whole_in_order_and_replays_the_same(
             turn_id = sse.headers["x-bernard-turn-id"]
             live = [frame async for frame in frames(sse)]
         check_exact(live, echo_tokens(prompt, 60))
-        assert wire(await replay(stack, turn_id)) == wire(live)
+        assert wire(await stack.replay(turn_id)) == wire(live)
         assert (await status(stack, turn_id, {"completed"}))["status"] == "completed"
 
 
@@ -139,10 +136,10 @@ async def test_resuming_after_every_frame_gives_exactly_the_rest(
     async with run_stack(deployment.settings(upstream)) as stack:
         response = await stack.client.post(CHAT, json=body("resume me", stream=True))
         turn_id = response.headers["x-bernard-turn-id"]
-        full = await replay(stack, turn_id)
+        full = await stack.replay(turn_id)
         assert full[-1].done and text_of(full) == "".join(f"t{i} " for i in range(8))
         for k, frame in enumerate(full[:-1]):
-            rest = await replay(stack, turn_id, after=frame.id)
+            rest = await stack.replay(turn_id, after=frame.id)
             assert wire(full[: k + 1] + rest) == wire(full), f"resume after frame {k}"
 
 
@@ -156,7 +153,7 @@ async def test_cancelling_a_background_turn_stops_it_and_closes_the_upstream(
         cancelled = await stack.client.post(f"/v1/turns/{turn['id']}/cancel")
         assert cancelled.json()["status"] == "cancelled"
         assert (await upstream.wait_disconnect(timeout_s=10)).ended
-        events = await replay(stack, turn["id"])
+        events = await stack.replay(turn["id"])
         assert events[-2].json["error"]["code"] == "turn_cancelled" and events[-1].done
 
 
@@ -169,7 +166,7 @@ async def test_a_background_turn_runs_with_nobody_attached(
         assert response.status_code == 202
         done = await status(stack, response.json()["id"], {"completed"})
         assert done["result"]["choices"][0]["message"]["content"] == "in the background"
-        events = await replay(stack, done["id"])
+        events = await stack.replay(done["id"])
         assert text_of(events) == "in the background" and events[-1].done
 
 
@@ -262,7 +259,7 @@ async def test_a_primary_killed_mid_turn_fails_over_and_the_client_is_told_never
         turn = await status(stack, turn_id, {"failed"})
         assert turn["error"]["code"] == code
         # A client resuming now gets what the new primary holds, ending the same way.
-        replayed = await replay(stack, turn_id)
+        replayed = await stack.replay(turn_id)
         assert replayed[-1].done and error_code(replayed) == code
 
         # New turns work on the promoted replica.
@@ -315,7 +312,7 @@ async def test_a_turns_slot_moving_to_another_node_mid_stream_leaves_the_stream_
                     live += [frame async for frame in stream]
             assert moved >= 2 and moved_back >= 2, "the turn's keys moved with the slot"
             check_exact(live, echo_tokens(prompt, tokens))
-            assert wire(await replay(stack, turn_id)) == wire(live)
+            assert wire(await stack.replay(turn_id)) == wire(live)
             assert (await status(stack, turn_id, {"completed"}))["status"] == "completed"
 
 

@@ -97,6 +97,11 @@ def last_user_text(body: Body) -> str:
     return ""
 
 
+def requests_for(upstream: ScriptedUpstream, content: str) -> int:
+    """How many upstream calls a turn with this prompt has made."""
+    return sum(last_user_text(request) == content for request in upstream.requests)
+
+
 def tool_names(body: Body) -> list[str]:
     """The names of the function tools a request offers (OpenAI's or Anthropic's shape)."""
     tools = body.get("tools") or []
