@@ -813,42 +813,46 @@ def of(events: list[tuple[str, Any]], name: str) -> list[Any]:
     return [data for event, data in events if event == name]
 
 
-async def test_a_service_call_waits_for_approval_and_then_runs_once(
-    home: FakeHomeAssistant, upstream: ScriptedUpstream
-) -> None:
-    upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
+@pytest.fixture
+async def kitchen(home: FakeHomeAssistant, upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    """Alice's stack with the fake Home Assistant's tools, her conversation "kitchen" made."""
     async with run_stack(alices_settings(home, upstream)) as stack:
         await start(stack)
-        asked = await named(
-            stack, "/v1/conversations/kitchen/messages", {"content": "kitchen light at 40%"}
-        )
-        (proposal,) = of(asked, "awaiting_confirmation")
-        assert proposal["summary"] == "Turn on light.kitchen at 40 % brightness"
-        assert json.loads(proposal["tool_call"]["arguments"]) == KITCHEN_ON
-        assert of(asked, "done")[0]["status"] == "awaiting_confirmation"
-        assert home.service_calls == [], "nothing reaches Home Assistant before the decision"
+        yield stack
 
-        upstream.script(Reply.text("The kitchen light is on."))
-        home.hold("/api/services/light/")
-        async with stack.client.stream(
-            "POST",
-            "/v1/conversations/kitchen/resume",
-            json={"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
-            headers={**ALICE, **SSE},
-        ) as response:
-            events = EventSource(response).aiter_sse()
-            seen: list[tuple[str, Any]] = []
-            while not of(seen, "tool_progress"):
-                sse = await anext(events)
-                seen.append((sse.event, json.loads(sse.data)))
-            # The step reaches the client while Home Assistant holds its answer.
-            await home.wait_held()
-            assert (
-                of(seen, "tool_progress")[0]["message"] == "Calling light.turn_on for light.kitchen"
-            )
-            assert not of(seen, "tool_result")
-            home.release()
-            seen += [(sse.event, json.loads(sse.data)) async for sse in events]
+
+async def test_a_service_call_waits_for_approval_and_then_runs_once(
+    home: FakeHomeAssistant, upstream: ScriptedUpstream, kitchen: Stack
+) -> None:
+    upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
+    asked = await named(
+        kitchen, "/v1/conversations/kitchen/messages", {"content": "kitchen light at 40%"}
+    )
+    (proposal,) = of(asked, "awaiting_confirmation")
+    assert proposal["summary"] == "Turn on light.kitchen at 40 % brightness"
+    assert json.loads(proposal["tool_call"]["arguments"]) == KITCHEN_ON
+    assert of(asked, "done")[0]["status"] == "awaiting_confirmation"
+    assert home.service_calls == [], "nothing reaches Home Assistant before the decision"
+
+    upstream.script(Reply.text("The kitchen light is on."))
+    home.hold("/api/services/light/")
+    async with kitchen.client.stream(
+        "POST",
+        "/v1/conversations/kitchen/resume",
+        json={"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+        headers={**ALICE, **SSE},
+    ) as response:
+        events = EventSource(response).aiter_sse()
+        seen: list[tuple[str, Any]] = []
+        while not of(seen, "tool_progress"):
+            sse = await anext(events)
+            seen.append((sse.event, json.loads(sse.data)))
+        # The step reaches the client while Home Assistant holds its answer.
+        await home.wait_held()
+        assert of(seen, "tool_progress")[0]["message"] == "Calling light.turn_on for light.kitchen"
+        assert not of(seen, "tool_result")
+        home.release()
+        seen += [(sse.event, json.loads(sse.data)) async for sse in events]
 
     (result,) = of(seen, "tool_result")
     assert (result["is_error"], result["output"]) == (
@@ -862,21 +866,19 @@ async def test_a_service_call_waits_for_approval_and_then_runs_once(
 
 
 async def test_a_rejected_service_call_never_reaches_home_assistant(
-    home: FakeHomeAssistant, upstream: ScriptedUpstream
+    home: FakeHomeAssistant, upstream: ScriptedUpstream, kitchen: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
-    async with run_stack(alices_settings(home, upstream)) as stack:
-        await start(stack)
-        asked = await stack.client.post(
-            "/v1/conversations/kitchen/messages", json={"content": "light"}, headers=ALICE
-        )
-        confirmation = asked.json()["pending_confirmation"]["confirmation_id"]
-        upstream.script(Reply.text("Fine, it stays off."))
-        rejected = await stack.client.post(
-            "/v1/conversations/kitchen/resume",
-            json={"confirmation_id": confirmation, "decision": "reject"},
-            headers=ALICE,
-        )
+    asked = await kitchen.client.post(
+        "/v1/conversations/kitchen/messages", json={"content": "light"}, headers=ALICE
+    )
+    confirmation = asked.json()["pending_confirmation"]["confirmation_id"]
+    upstream.script(Reply.text("Fine, it stays off."))
+    rejected = await kitchen.client.post(
+        "/v1/conversations/kitchen/resume",
+        json={"confirmation_id": confirmation, "decision": "reject"},
+        headers=ALICE,
+    )
     assert rejected.json()["status"] == "completed"
     assert rejected.json()["messages"][0]["content"] == (
         "The user declined: ha_call_service was not run."
@@ -916,41 +918,37 @@ async def test_a_domain_outside_the_allow_list_is_never_proposed_nor_called(
 
 
 async def test_an_approval_cannot_move_the_call_to_another_domain(
-    home: FakeHomeAssistant, upstream: ScriptedUpstream
+    home: FakeHomeAssistant, upstream: ScriptedUpstream, kitchen: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
-    async with run_stack(alices_settings(home, upstream)) as stack:
-        await start(stack)
-        asked = await stack.client.post(
-            "/v1/conversations/kitchen/messages", json={"content": "light"}, headers=ALICE
-        )
-        confirmation = asked.json()["pending_confirmation"]["confirmation_id"]
-        edited = await stack.client.post(
-            "/v1/conversations/kitchen/resume",
-            json={
-                "confirmation_id": confirmation,
-                "decision": "approve",
-                "arguments": {
-                    "domain": "lock",
-                    "service": "unlock",
-                    "entity_id": "lock.front_door",
-                },
+    asked = await kitchen.client.post(
+        "/v1/conversations/kitchen/messages", json={"content": "light"}, headers=ALICE
+    )
+    confirmation = asked.json()["pending_confirmation"]["confirmation_id"]
+    edited = await kitchen.client.post(
+        "/v1/conversations/kitchen/resume",
+        json={
+            "confirmation_id": confirmation,
+            "decision": "approve",
+            "arguments": {
+                "domain": "lock",
+                "service": "unlock",
+                "entity_id": "lock.front_door",
             },
-            headers=ALICE,
-        )
+        },
+        headers=ALICE,
+    )
     assert (edited.status_code, edited.json()["error"]["param"]) == (400, "arguments.domain")
     assert home.service_calls == []
 
 
 async def test_a_call_that_cannot_run_is_never_proposed_and_the_model_hears_why(
-    home: FakeHomeAssistant, upstream: ScriptedUpstream
+    home: FakeHomeAssistant, upstream: ScriptedUpstream, kitchen: Stack
 ) -> None:
     too_hot = service("climate", "set_temperature", "climate.hall", temperature=40)
     upstream.script_router(Reply.tool_calls([("ha_call_service", too_hot)]))
     upstream.script(Reply.text("The hall thermostat only goes up to 30°."))
-    async with run_stack(alices_settings(home, upstream)) as stack:
-        await start(stack)
-        events = await named(stack, "/v1/conversations/kitchen/messages", {"content": "40°!"})
+    events = await named(kitchen, "/v1/conversations/kitchen/messages", {"content": "40°!"})
     assert not of(events, "awaiting_confirmation")
     (result,) = of(events, "tool_result")
     assert (result["is_error"], result["output"]) == (
