@@ -127,6 +127,35 @@ def result_text(result: dict[str, Any]) -> str:
     return str(result.get("content", result.get("output")))
 
 
+@contextlib.asynccontextmanager
+async def serving_alone(
+    tmp_path: Path, upstream: ScriptedUpstream, name: str, server: Server, tool: str
+) -> AsyncIterator[Stack]:
+    """Alice's stack with `server` as its one MCP server, once the worker offers its `tool`
+    (a server's tools are listed together)."""
+    async with run_stack(mcp_settings(tmp_path, upstream, {name: server.entry})) as stack:
+        await offered(stack, tool)
+        yield stack
+
+
+@pytest.fixture
+async def home_stack(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> AsyncIterator[Stack]:
+    async with serving_alone(tmp_path, upstream, "home", home_server, "home__get_light") as stack:
+        yield stack
+
+
+@pytest.fixture
+async def files_stack(
+    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+) -> AsyncIterator[Stack]:
+    async with serving_alone(
+        tmp_path, upstream, "files", files_server, "files__read_file"
+    ) as stack:
+        yield stack
+
+
 # -- the catalog -------------------------------------------------------------------------
 
 
@@ -370,12 +399,10 @@ async def test_a_turn_calls_a_servers_tool_and_streams_its_progress_before_the_r
 
 
 async def test_a_server_that_reports_progress_without_end_streams_a_bounded_number_of_events(
-    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+    upstream: ScriptedUpstream, home_stack: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("home__chatter", {"times": 1000})]))
-    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
-        await offered(stack, "home__chatter")
-        events, _ = await ask(stack, "chat", "chatter")
+    events, _ = await ask(home_stack, "chat", "chatter")
     progress = of(events, "tool_progress")
     assert len(progress) == 200
     assert (progress[-1]["current"], progress[-1]["total"]) == (200.0, 1000.0)
@@ -384,13 +411,11 @@ async def test_a_server_that_reports_progress_without_end_streams_a_bounded_numb
 
 
 async def test_an_error_result_is_a_tool_error_the_model_reads_and_the_turn_completes(
-    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+    upstream: ScriptedUpstream, home_stack: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("home__broken", {})]))
     upstream.script(Reply.text("The bridge is unplugged."))
-    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
-        await offered(stack, "home__broken")
-        events, said = await ask(stack, "conversation", "what's wrong?")
+    events, said = await ask(home_stack, "conversation", "what's wrong?")
     (result,) = of(events, "tool_result")
     said_by_server = "Error executing tool broken: the light bridge is unplugged"
     assert (result["output"], result["is_error"]) == (f"Error: {said_by_server}", True)
@@ -401,12 +426,10 @@ async def test_an_error_result_is_a_tool_error_the_model_reads_and_the_turn_comp
 
 
 async def test_arguments_the_tools_schema_refuses_never_reach_the_server(
-    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+    home_server: Server, upstream: ScriptedUpstream, home_stack: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("home__get_light", {"entity": 7})]))
-    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
-        await offered(stack, "home__get_light")
-        events, _ = await ask(stack, "chat", "porch?")
+    events, _ = await ask(home_stack, "chat", "porch?")
     (result,) = of(events, "tool_result")
     assert (result["content"], result["is_error"]) == (
         "Error: invalid arguments for tool 'home__get_light': arguments.entity: 7 is not of "
@@ -421,17 +444,15 @@ async def test_arguments_the_tools_schema_refuses_never_reach_the_server(
 
 @pytest.mark.parametrize("wire", ["chat", "conversation"])
 async def test_a_write_tool_waits_for_approval_and_reaches_the_server_only_after(
-    wire: str, tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+    wire: str, home_server: Server, upstream: ScriptedUpstream, home_stack: Stack
 ) -> None:
     args = {"entity": "light.kitchen", "brightness": 40}
     upstream.script_router(Reply.tool_calls([("home__set_light", args)]))
-    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
-        await offered(stack, "home__set_light")
-        conversation_id, proposal = await paused(stack, wire, "kitchen light to 40")
-        assert proposal["summary"] == 'set_light on “home”: entity="light.kitchen", brightness=40'
-        assert home_server.seen() == [], "nothing reaches the server before the decision"
-        upstream.script(Reply.text("Done."))
-        decided = await decide(stack, conversation_id, proposal["confirmation_id"], "approve")
+    conversation_id, proposal = await paused(home_stack, wire, "kitchen light to 40")
+    assert proposal["summary"] == 'set_light on “home”: entity="light.kitchen", brightness=40'
+    assert home_server.seen() == [], "nothing reaches the server before the decision"
+    upstream.script(Reply.text("Done."))
+    decided = await decide(home_stack, conversation_id, proposal["confirmation_id"], "approve")
     (result,) = of(decided, "tool_result")
     assert (result["output"], result["is_error"]) == ("light.kitchen is now at 40 %", False)
     assert [(c["tool"], c["arguments"]) for c in home_server.seen()] == [("set_light", args)]
@@ -439,55 +460,50 @@ async def test_a_write_tool_waits_for_approval_and_reaches_the_server_only_after
 
 
 async def test_a_rejected_destructive_call_never_reaches_the_server(
-    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+    files_server: Server, upstream: ScriptedUpstream, files_stack: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("files__delete_file", {"name": "notes.txt"})]))
-    async with run_stack(mcp_settings(tmp_path, upstream, {"files": files_server.entry})) as stack:
-        await offered(stack, "files__delete_file")
-        conversation_id, proposal = await paused(stack, "conversation", "delete my notes")
-        assert proposal["summary"] == 'delete_file on “files”: name="notes.txt"'
-        upstream.script(Reply.text("Kept."))
-        decided = await decide(stack, conversation_id, proposal["confirmation_id"], "reject")
+    conversation_id, proposal = await paused(files_stack, "conversation", "delete my notes")
+    assert proposal["summary"] == 'delete_file on “files”: name="notes.txt"'
+    upstream.script(Reply.text("Kept."))
+    decided = await decide(files_stack, conversation_id, proposal["confirmation_id"], "reject")
     (result,) = of(decided, "tool_result")
     assert result["output"] == "The user declined: files__delete_file was not run."
     assert files_server.seen() == []
 
 
 async def test_an_edited_approval_runs_with_the_arguments_as_edited_and_checked(
-    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+    home_server: Server, upstream: ScriptedUpstream, home_stack: Stack
 ) -> None:
     upstream.script_router(
         Reply.tool_calls([("home__set_light", {"entity": "light.kitchen", "brightness": 40})])
     )
-    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
-        await offered(stack, "home__set_light")
-        conversation_id, proposal = await paused(stack, "conversation", "kitchen light to 40")
-        url = f"/v1/conversations/{conversation_id}/resume"
-        refused = await stack.client.post(
-            url,
-            json={
-                "confirmation_id": proposal["confirmation_id"],
-                "decision": "approve",
-                "arguments": {"entity": "light.kitchen", "brightness": "dim"},
-            },
-            headers=ALICE,
-        )
-        assert refused.status_code == 400
-        assert (
-            refused.json()["error"]["message"]
-            == "arguments.brightness: 'dim' is not of type 'integer'"
-        )
-        upstream.script(Reply.text("Dimmed."))
-        body = {
+    conversation_id, proposal = await paused(home_stack, "conversation", "kitchen light to 40")
+    url = f"/v1/conversations/{conversation_id}/resume"
+    refused = await home_stack.client.post(
+        url,
+        json={
             "confirmation_id": proposal["confirmation_id"],
             "decision": "approve",
-            "arguments": {"entity": "light.kitchen", "brightness": 10},
-        }
-        async with stack.client.stream(
-            "POST", url, json=body, headers={**ALICE, "Accept": "text/event-stream"}
-        ) as response:
-            assert response.status_code == 200
-            await response.aread()
+            "arguments": {"entity": "light.kitchen", "brightness": "dim"},
+        },
+        headers=ALICE,
+    )
+    assert refused.status_code == 400
+    assert (
+        refused.json()["error"]["message"] == "arguments.brightness: 'dim' is not of type 'integer'"
+    )
+    upstream.script(Reply.text("Dimmed."))
+    body = {
+        "confirmation_id": proposal["confirmation_id"],
+        "decision": "approve",
+        "arguments": {"entity": "light.kitchen", "brightness": 10},
+    }
+    async with home_stack.client.stream(
+        "POST", url, json=body, headers={**ALICE, "Accept": "text/event-stream"}
+    ) as response:
+        assert response.status_code == 200
+        await response.aread()
     assert [(c["tool"], c["arguments"]) for c in home_server.seen()] == [
         ("set_light", {"entity": "light.kitchen", "brightness": 10})
     ]
@@ -607,34 +623,30 @@ async def test_a_slow_server_is_a_tool_error_at_its_timeout_and_the_call_is_canc
 
 
 async def test_a_cancelled_turn_cancels_its_call_on_the_server(
-    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+    home_server: Server, upstream: ScriptedUpstream, home_stack: Stack
 ) -> None:
     upstream.script_router(Reply.tool_calls([("home__wait", {"seconds": 60})]))
-    async with run_stack(mcp_settings(tmp_path, upstream, {"home": home_server.entry})) as stack:
-        await offered(stack, "home__wait")
-        turn = asyncio.create_task(ask(stack, "chat", "wait"))
-        await wait_for(lambda: home_server.seen("wait"), 30, interval_s=0.05)
-        (running,) = (await stack.client.get("/v1/turns", headers=ALICE)).json()["data"]
-        cancelled = await stack.client.post(f"/v1/turns/{running['id']}/cancel", headers=ALICE)
-        assert cancelled.status_code == 200, cancelled.text
-        await wait_for(lambda: home_server.seen("wait cancelled"), 10, interval_s=0.05)
-        await asyncio.wait_for(turn, 10)
+    turn = asyncio.create_task(ask(home_stack, "chat", "wait"))
+    await wait_for(lambda: home_server.seen("wait"), 30, interval_s=0.05)
+    (running,) = (await home_stack.client.get("/v1/turns", headers=ALICE)).json()["data"]
+    cancelled = await home_stack.client.post(f"/v1/turns/{running['id']}/cancel", headers=ALICE)
+    assert cancelled.status_code == 200, cancelled.text
+    await wait_for(lambda: home_server.seen("wait cancelled"), 10, interval_s=0.05)
+    await asyncio.wait_for(turn, 10)
 
 
 async def test_a_stdio_server_that_crashes_is_started_again(
-    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+    files_server: Server, upstream: ScriptedUpstream, files_stack: Stack
 ) -> None:
-    async with run_stack(mcp_settings(tmp_path, upstream, {"files": files_server.entry})) as stack:
-        await offered(stack, "files__crash")
-        upstream.script_router(Reply.tool_calls([("files__crash", {})]))
-        upstream.script(Reply.text("It fell over."))
-        events, said = await ask(stack, "chat", "crash")
-        (crashed,) = of(events, "tool_result")
-        await servers_in(stack, "ready", "files")
-        upstream.script_router(Reply.tool_calls([("files__pid", {})]))
-        upstream.script(Reply.text("Back."))
-        events, _ = await ask(stack, "chat", "pid?")
-        (answered,) = of(events, "tool_result")
+    upstream.script_router(Reply.tool_calls([("files__crash", {})]))
+    upstream.script(Reply.text("It fell over."))
+    events, said = await ask(files_stack, "chat", "crash")
+    (crashed,) = of(events, "tool_result")
+    await servers_in(files_stack, "ready", "files")
+    upstream.script_router(Reply.tool_calls([("files__pid", {})]))
+    upstream.script(Reply.text("Back."))
+    events, _ = await ask(files_stack, "chat", "pid?")
+    (answered,) = of(events, "tool_result")
     assert crashed["is_error"]
     assert crashed["content"] == (
         "Error: the connection to the MCP server “files” ended during the call (Connection "
