@@ -15,6 +15,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from shared.notes import NoteStore
 from shared.records.keeper import RecordKeeper
 from tests.conftest import make_settings, run_stack
+from tests.messages import assistant, user
 from tests.processes import wait_for
 from tests.upstream import Body, Reply, ScriptedUpstream
 from worker.harness import memory
@@ -28,14 +29,6 @@ from worker.harness.memory import (
 from worker.summaries import SUMMARY_PROMPT
 from worker.tokens import MESSAGE_OVERHEAD, estimate, message_tokens
 from worker.tools import calculator, get_time
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
 
 
 def call(call_id: str) -> dict[str, Any]:

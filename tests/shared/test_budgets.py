@@ -21,6 +21,7 @@ from shared.records.call_log import llm_completed, llm_started
 from shared.records.conversation import ConversationFullError, ConversationNotFoundError
 from shared.records.keeper import RecordKeeper
 from tests.conftest import TEST_REDIS_URL
+from tests.messages import user
 
 RETENTION_S = 3600
 
@@ -43,10 +44,6 @@ async def redis(owner: str) -> AsyncIterator[Redis]:
 @pytest.fixture
 def keeper(redis: Redis, owner: str) -> RecordKeeper:
     return RecordKeeper(redis, owner, retention_s=RETENTION_S)
-
-
-def user(text: str) -> dict[str, str]:
-    return {"role": "user", "content": text}
 
 
 async def stored_bytes(redis: Redis, owner: str, conversation_id: str) -> int:

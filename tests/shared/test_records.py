@@ -36,6 +36,7 @@ from shared.records.keeper import (
 )
 from shared.records.messages import to_openai_message
 from tests.conftest import TEST_REDIS_URL
+from tests.messages import assistant, user
 
 
 @pytest.fixture
@@ -62,14 +63,6 @@ async def client(request: pytest.FixtureRequest, owner: str) -> AsyncIterator[Re
 @pytest.fixture
 def keeper(client: Redis, owner: str) -> RecordKeeper:
     return RecordKeeper(client, owner)
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
 
 
 SYSTEM = {"role": "system", "content": "Be brief."}
