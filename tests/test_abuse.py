@@ -35,14 +35,11 @@ from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.sse import collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
+from tests.users import as_user
 from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"
 KEYS = "key-alice:alice,key-bob:bob"
-
-
-def as_user(user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer key-{user}"}
 
 
 def error_of(response: httpx.Response, status: int) -> dict[str, Any]:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import re
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from tests.fakes.searxng import FakeSearxng
 from tests.processes import BIN, ProcessGroup, settings_env, wait_for
 from tests.terminal import Terminal, has_tmux
 from tests.upstream import Body, Reply, ScriptedUpstream
+from tests.users import ALICE, BOB, keys_for_two
 from worker.tools import default_tools
 from worker.tools.progress import get_reporter
 
@@ -39,12 +39,6 @@ pytestmark = pytest.mark.skipif(not has_tmux(), reason="needs tmux (.ci/run inst
 CHAT = "/v1/chat/completions"
 NOTE = ("save_note", {"text": "the door code is 1234"})
 PROMPT = "you>"
-
-
-def two_users() -> str:
-    """`BERNARD_API_KEYS` for users no other test has."""
-    run = uuid.uuid4().hex[:8]
-    return f"key-alice:alice-{run},key-bob:bob-{run}"
 
 
 def bernard(*args: str) -> list[str]:
@@ -94,10 +88,6 @@ async def worker_reported_in(stack: Stack) -> None:
     await wait_for(ready, 20)
 
 
-ALICE = {"Authorization": "Bearer key-alice"}
-BOB = {"Authorization": "Bearer key-bob"}
-
-
 # -- chat ------------------------------------------------------------------------------------------
 
 
@@ -117,7 +107,7 @@ async def test_chat_draws_a_tools_live_progress_then_its_result_and_the_answer_a
 
     upstream.script_router(Reply.tool_calls([("survey", {"topic": "otters"})]))
     upstream.script(Reply.text(["Otters", " are", " **fine**", "."]))
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with (
         run_stack(settings, tools=[*default_tools(), survey]) as stack,
         terminal(tmp_path) as term,
@@ -147,7 +137,7 @@ async def test_chat_draws_a_tools_live_progress_then_its_result_and_the_answer_a
 async def test_chat_asks_before_a_tool_that_changes_things_and_runs_it_once_approved(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice", tmp_path))
         await term.wait_for(PROMPT)
@@ -175,7 +165,7 @@ async def test_chat_asks_before_a_tool_that_changes_things_and_runs_it_once_appr
 async def test_two_calls_of_one_step_are_drawn_once_each_and_each_question_says_which(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     gate_code = ("save_note", {"text": "the gate code is 9"})
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await term.start(bernard("chat"), cli_env(settings, stack.base_url, "key-alice", tmp_path))
@@ -219,7 +209,7 @@ async def test_e_opens_the_arguments_in_the_editor_and_asks_again_when_they_are_
     editor = tmp_path / "editor"
     editor.write_text(EDITOR_SCRIPT)
     editor.chmod(0o755)
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         env = cli_env(settings, stack.base_url, "key-alice", tmp_path)
         env["EDITOR"] = str(editor)
@@ -247,7 +237,7 @@ async def test_e_opens_the_arguments_in_the_editor_and_asks_again_when_they_are_
 async def test_chat_in_a_conversation_that_waits_asks_at_once_and_a_no_runs_nothing(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await stack.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
         upstream.script_router(Reply.tool_calls([NOTE]))
@@ -276,7 +266,7 @@ async def test_chat_resumes_after_the_api_restarts_mid_answer_and_shows_every_to
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     tokens = [f"{' ' if n else ''}tok{n}" for n in range(40)]
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     port = free_port()
     async with ProcessGroup(tmp_path / "logs") as procs, terminal(tmp_path) as term:
         await procs.worker(settings)
@@ -308,7 +298,7 @@ WORDS = [f"{' ' if n else ''}word{n}" for n in range(120)]
 async def test_ctrl_c_mid_answer_stops_the_turn_or_leaves_it_running_and_comes_back_to_the_prompt(
     upstream: ScriptedUpstream, tmp_path: Path, answer: str, ends: str
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     gate = upstream.script(Reply.text(WORDS, block_after=100))
     try:
         async with run_stack(settings) as stack, terminal(tmp_path, width=60, height=12) as term:
@@ -362,7 +352,7 @@ async def conversation_contents(stack: Stack, conversation_id: str) -> list[str]
 async def test_the_line_edits_like_a_shell_and_sends_several_lines_and_pastes_whole(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await term.start(
             bernard("chat", "-c", "keys"), cli_env(settings, stack.base_url, "key-alice", tmp_path)
@@ -402,7 +392,7 @@ async def test_the_line_edits_like_a_shell_and_sends_several_lines_and_pastes_wh
 async def test_up_recalls_what_was_sent_in_an_earlier_session(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack:
         env = cli_env(settings, stack.base_url, "key-alice", tmp_path)
         async with terminal(tmp_path) as first:
@@ -463,7 +453,7 @@ async def test_serve_runs_bernard_until_ctrl_c(tmp_path: Path) -> None:
 async def test_turns_list_shows_the_callers_turns_and_what_each_was_about(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         made = {}
         for who, headers in (("alice", ALICE), ("bob", BOB)):
@@ -497,7 +487,7 @@ async def test_conversations_list_shows_titles_and_rename_sets_ones_own(
         return Reply.text("They hold hands.")
 
     upstream.responder = respond
-    settings = make_settings(upstream, api_keys=two_users(), conversation_titles=True)
+    settings = make_settings(upstream, api_keys=keys_for_two(), conversation_titles=True)
     async with run_stack(settings) as stack:
         for conversation_id in ("otters", "hall"):
             await stack.client.post(
@@ -532,7 +522,7 @@ async def test_turns_tail_follows_a_running_turn_to_its_end(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
     gate = upstream.script(Reply.text(["first", " and", " last"], block_after=1))
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     try:
         async with run_stack(settings) as stack, terminal(tmp_path) as term:
             started = await stack.client.post(
@@ -571,7 +561,7 @@ async def test_doctor_in_another_terminal_reports_the_server_as_it_is_and_exits_
     """Run as a second terminal would: none of the server's settings in the environment,
     and outside the project folder."""
     async with FakeSearxng() as searxng:
-        settings = make_settings(upstream, api_keys=two_users(), searxng_url=searxng.base_url)
+        settings = make_settings(upstream, api_keys=keys_for_two(), searxng_url=searxng.base_url)
         async with run_stack(settings) as stack, terminal(tmp_path) as term:
             await worker_reported_in(stack)
             env = {
@@ -607,7 +597,7 @@ async def test_doctor_in_another_terminal_reports_the_server_as_it_is_and_exits_
 async def test_doctor_with_a_key_the_server_refuses_fails_saying_so(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await term.start(
             bernard("doctor"), cli_env(settings, stack.base_url, "key-mallory", tmp_path)
@@ -624,7 +614,7 @@ async def test_doctor_with_a_key_the_server_refuses_fails_saying_so(
 async def test_doctor_with_a_dead_redis_fails_with_the_fix_and_exits_1(
     upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:
-    settings = make_settings(upstream, api_keys=two_users())
+    settings = make_settings(upstream, api_keys=keys_for_two())
     dead = f"redis://127.0.0.1:{free_port()}/0"
     async with run_stack(settings) as stack, terminal(tmp_path) as term:
         await term.start(

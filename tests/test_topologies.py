@@ -47,7 +47,6 @@ from tests.test_conversation_races import (
     route,
     streamed,
 )
-from tests.test_conversations import ALICE, keys_for_two
 from tests.test_exactness import STREAMS
 from tests.test_exactness import check as check_exact
 from tests.test_timers import events_of
@@ -66,6 +65,7 @@ from tests.upstream import (
     echo_tokens,
     requests_for,
 )
+from tests.users import ALICE, keys_for_two
 
 pytestmark = [
     pytest.mark.topology,

@@ -6,7 +6,6 @@ it; the index expires on its own and drops the turns that expired as it is read.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,16 +15,12 @@ from api.routes.turns import waiting_status
 from shared import keys
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import Reply, ScriptedUpstream
-
-ALICE = {"Authorization": "Bearer key-alice"}
-BOB = {"Authorization": "Bearer key-bob"}
+from tests.users import ALICE, BOB, keys_for_two
 
 
 @pytest.fixture
 async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
-    run = uuid.uuid4().hex[:8]
-    keys_for_two = f"key-alice:alice-{run},key-bob:bob-{run}"
-    async with run_stack(make_settings(upstream, api_keys=keys_for_two)) as stack:
+    async with run_stack(make_settings(upstream, api_keys=keys_for_two())) as stack:
         yield stack
 
 

@@ -17,9 +17,9 @@ from tests.conftest import TEST_REDIS_URL, make_settings, run_api, run_stack, ru
 from tests.fakes.searxng import FakeSearxng
 from tests.processes import wait_for
 from tests.upstream import ScriptedUpstream
+from tests.users import ALICE
 
 KEYS = "key-alice:alice"
-ALICE = {"Authorization": "Bearer key-alice"}
 
 
 async def status_of(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
