@@ -125,6 +125,10 @@ class Stack:
     async def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
         return await self.client.post("/v1/chat/completions", json=chat_body(content, **body))
 
+    async def background_jobs(self, owner: str) -> int:
+        """The owner's background jobs queued or running, as their budget counts them."""
+        return int(await self.redis.zcard(keys.background_jobs(owner)))
+
     async def replay(self, turn_id: str, after: str | None = None) -> list[Frame]:
         """The turn's stream read again (GET /v1/turns/{id}/events), from after `after`."""
         headers = {"Last-Event-ID": after} if after else {}

@@ -28,6 +28,7 @@ from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.processes import wait_for
 from tests.sse import frames
 from tests.upstream import Body, Exchange, Reply, ScriptedUpstream, last_user_text
+from tests.users import as_user
 from worker.main import create_worker
 from worker.summaries import SUMMARY_PROMPT
 
@@ -40,10 +41,6 @@ MEMORY = {
     "summary_threshold_messages": 20,
 }
 CROWDED = 160
-
-
-def as_user(user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer key-{user}"}
 
 
 @dataclass(frozen=True)
@@ -126,11 +123,6 @@ async def first_token_s(client: httpx.AsyncClient, user: str, content: str) -> f
     return first
 
 
-async def background_entries(stack: Stack, owner: str) -> int:
-    """The owner's background jobs queued or running, as their budget counts them."""
-    return int(await stack.redis.zcard(keys.background_jobs(owner)))
-
-
 async def summary_jobs(stack: Stack, owner: str) -> int:
     """The owner's summary jobs arq holds (queued or running)."""
     pattern = f"{job_key_prefix}{background_job_id(BackgroundKind.SUMMARY, owner, '')}*"
@@ -179,7 +171,7 @@ async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
         await wait_for(lambda: len(held) >= 2, timeout_s=5)
         await asyncio.sleep(1.5)
         assert len([ex for ex in summary_calls(upstream) if not ex.ended]) == 2, "the share"
-        assert await background_entries(stack, users.alice) == 3, "the budget"
+        assert await stack.background_jobs(users.alice) == 3, "the budget"
         assert await summary_jobs(stack, users.alice) == 3, "the others were never queued"
 
         for reply in held:
@@ -276,7 +268,7 @@ async def test_a_summary_its_worker_stopped_at_shutdown_runs_on_another_worker(
 
 
 async def _all_gone(stack: Stack, owner: str) -> bool:
-    return await background_entries(stack, owner) == 0 and await summary_jobs(stack, owner) == 0
+    return await stack.background_jobs(owner) == 0 and await summary_jobs(stack, owner) == 0
 
 
 async def _conversation_of(stack: Stack, owner: str, tag: str) -> str:

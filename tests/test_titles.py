@@ -257,7 +257,7 @@ async def test_a_failed_title_call_leaves_the_conversation_untitled_and_the_turn
         await wait_for(lambda: seen, 10)
 
         async def released() -> bool:
-            return await background_slots(stack, owner) == 0
+            return await stack.background_jobs(owner) == 0
 
         await wait_for(released, 10)
         shown = await title_of(stack, "failed")
@@ -265,11 +265,6 @@ async def test_a_failed_title_call_leaves_the_conversation_untitled_and_the_turn
 
     assert shown is None
     assert [row["role"] for row in rows["data"]] == ["user", "assistant"]
-
-
-async def background_slots(stack: Stack, owner: str) -> int:
-    """The owner's background jobs queued or running, as their budget counts them."""
-    return int(await stack.redis.zcard(keys.background_jobs(owner)))
 
 
 async def test_a_title_the_user_set_is_never_replaced_by_the_generated_one(
