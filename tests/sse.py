@@ -71,3 +71,23 @@ def error_code(collected: list[Frame]) -> str | None:
 
 def text_of(collected: list[Frame]) -> str:
     return "".join(frame.content for frame in collected)
+
+
+async def named_events(response: httpx.Response) -> list[tuple[str, Any]]:
+    """The (event, data) pairs of a named-event stream (the conversation API's), to its end."""
+    return [(sse.event, orjson.loads(sse.data)) async for sse in EventSource(response).aiter_sse()]
+
+
+async def named(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> list[tuple[str, Any]]:
+    """POST `body` to `url` asking for a named-event stream; its (event, data) pairs."""
+    sse_headers = {**headers, "Accept": "text/event-stream"}
+    async with client.stream("POST", url, json=body, headers=sse_headers) as response:
+        assert response.status_code == 200, await response.aread()
+        return await named_events(response)
+
+
+def of(events: list[tuple[str, Any]], name: str) -> list[Any]:
+    """The data of each event called `name`, in order."""
+    return [data for event, data in events if event == name]

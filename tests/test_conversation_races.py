@@ -15,16 +15,13 @@ each run by its argument, so a call that ran twice, or ran unapproved, is seen.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 import redis.asyncio as redis_asyncio
-from httpx_sse import EventSource
 from langchain_core.tools import BaseTool, tool
 
 from shared import keys
@@ -33,8 +30,10 @@ from shared.lifecycle import STRANDED_AFTER_S
 from shared.records.keeper import DECIDED_NOT_CARRIED_OUT, RecordKeeper
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.processes import wait_for
-from tests.test_conversations import ALICE, SSE, alice, keys_for_two
+from tests.sse import named_events
+from tests.test_conversations import SSE, alice
 from tests.upstream import Body, Reply, ScriptedUpstream, last_user_text
+from tests.users import ALICE, keys_for_two
 
 FLIP = "flip "  # a message starting so makes the router propose flip_switch(<the rest>)
 
@@ -216,11 +215,6 @@ async def test_a_decision_whose_turn_was_never_created_holds_the_conversation_30
 # -- deleting while a turn runs ----------------------------------------------------------------
 
 
-async def streamed(response: httpx.Response) -> list[tuple[str, Any]]:
-    """The (event, data) pairs of a named-event stream, to its end."""
-    return [(sse.event, json.loads(sse.data)) async for sse in EventSource(response).aiter_sse()]
-
-
 def turn_keys(turn_id: str) -> str:
     return f"{keys.PREFIX}:{{{turn_id}}}:*"
 
@@ -253,7 +247,7 @@ async def test_a_conversation_deleted_and_created_again_never_gets_the_old_turns
             )
             assert new.status_code == 200, new.text
             gate.release()  # the old turn's upstream sends the rest of its answer
-            old_events = await streamed(old)
+            old_events = await named_events(old)
         assert old_events[-1] == (
             "done",
             {
@@ -351,7 +345,7 @@ async def test_a_deleted_conversations_turns_are_404_on_every_read_route_at_once
                 for key in [k async for k in redis.scan_iter(match=turn_keys(turn_id))]:
                     value = await redis.dump(key)
                     assert value is None or b"secret" not in value, key
-            events = await streamed(second)
+            events = await named_events(second)
         assert events[-1][1]["error"]["code"] == "conversation_deleted"
         gate.release()
     for turn_id in (ended, running):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,9 @@ from shared.notes import NoteStore
 from shared.records.keeper import RecordKeeper
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.sse import collect
+from tests.sse import collect, named_events
 from tests.upstream import Reply, ScriptedUpstream
-
-ALICE = {"Authorization": "Bearer key-alice"}
-BOB = {"Authorization": "Bearer key-bob"}
-
-
-def keys_for_two() -> str:
-    """`BERNARD_API_KEYS` for a test's own alice and bob: users no other test has, so the
-    conversations and notes a test finds are its own."""
-    run = uuid.uuid4().hex[:8]
-    return f"key-alice:alice-{run},key-bob:bob-{run}"
+from tests.users import ALICE, BOB, keys_for_two
 
 
 def alice(stack: Stack) -> str:
@@ -78,9 +68,7 @@ async def named(stack: Stack, method: str, url: str, **kwargs: Any) -> list[tupl
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["cache-control"] == "no-cache"
         assert response.headers["x-accel-buffering"] == "no"
-        return [
-            (sse.event, json.loads(sse.data)) async for sse in EventSource(response).aiter_sse()
-        ]
+        return await named_events(response)
 
 
 def kinds(events: list[tuple[str, Any]]) -> list[str]:

@@ -40,12 +40,11 @@ from shared.timers import publish
 from tests.chat import body
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.sse import Frame, collect, error_code, frames, text_of, wire
+from tests.sse import Frame, collect, error_code, frames, named_events, text_of, wire
 from tests.test_conversation_races import (
     Switches,
     approve_while_a_message_arrives,
     route,
-    streamed,
 )
 from tests.test_exactness import STREAMS
 from tests.test_exactness import check as check_exact
@@ -374,7 +373,7 @@ async def test_a_conversations_moves_are_atomic_and_a_deletion_forgets_its_turns
             assert (await stack.client.delete("/v1/conversations/den", headers=ALICE)).is_success
             gone = await stack.client.get(f"/v1/turns/{turn_id}", headers=ALICE)
             assert gone.status_code == 404
-            events = await streamed(running)
+            events = await named_events(running)
         gate.release()
     assert events[-1][1]["error"]["code"] == "conversation_deleted"
 

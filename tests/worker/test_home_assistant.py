@@ -27,7 +27,9 @@ from tests.conftest import Stack, make_settings, run_stack
 from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
 from tests.fakes.searxng import Seen
 from tests.serving import serve
+from tests.sse import named, of
 from tests.upstream import Reply, ScriptedUpstream
+from tests.users import ALICE
 from tests.worker.test_web_tools import call
 from worker.tools import enabled_tools
 from worker.tools.catalog import catalog
@@ -785,7 +787,6 @@ def test_the_summary_hides_no_option_of_the_call(
 
 # -- calling a service: through the pipeline, confirmed by the user -----------------------------
 
-ALICE = {"Authorization": "Bearer key-alice"}
 SSE = {"Accept": "text/event-stream"}
 
 
@@ -802,17 +803,6 @@ async def start(stack: Stack, conversation_id: str = "kitchen") -> None:
     assert created.status_code == 201, created.text
 
 
-async def named(stack: Stack, url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The (event, data) pairs of a conversation's named-event stream."""
-    async with stack.client.stream("POST", url, json=body, headers={**ALICE, **SSE}) as response:
-        assert response.status_code == 200, await response.aread()
-        return [(s.event, json.loads(s.data)) async for s in EventSource(response).aiter_sse()]
-
-
-def of(events: list[tuple[str, Any]], name: str) -> list[Any]:
-    return [data for event, data in events if event == name]
-
-
 @pytest.fixture
 async def kitchen(home: FakeHomeAssistant, upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
     """Alice's stack with the fake Home Assistant's tools, her conversation "kitchen" made."""
@@ -826,7 +816,10 @@ async def test_a_service_call_waits_for_approval_and_then_runs_once(
 ) -> None:
     upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_ON)]))
     asked = await named(
-        kitchen, "/v1/conversations/kitchen/messages", {"content": "kitchen light at 40%"}
+        kitchen.client,
+        "/v1/conversations/kitchen/messages",
+        {"content": "kitchen light at 40%"},
+        ALICE,
     )
     (proposal,) = of(asked, "awaiting_confirmation")
     assert proposal["summary"] == "Turn on light.kitchen at 40 % brightness"
@@ -906,7 +899,9 @@ async def test_a_domain_outside_the_allow_list_is_never_proposed_nor_called(
     more = {"ha_domains": allowed} if allowed else {}
     async with run_stack(alices_settings(home, upstream, **more)) as stack:
         await start(stack)
-        events = await named(stack, "/v1/conversations/kitchen/messages", {"content": "do it"})
+        events = await named(
+            stack.client, "/v1/conversations/kitchen/messages", {"content": "do it"}, ALICE
+        )
     assert not of(events, "awaiting_confirmation")
     (result,) = of(events, "tool_result")
     assert result["is_error"] is True
@@ -948,7 +943,9 @@ async def test_a_call_that_cannot_run_is_never_proposed_and_the_model_hears_why(
     too_hot = service("climate", "set_temperature", "climate.hall", temperature=40)
     upstream.script_router(Reply.tool_calls([("ha_call_service", too_hot)]))
     upstream.script(Reply.text("The hall thermostat only goes up to 30°."))
-    events = await named(kitchen, "/v1/conversations/kitchen/messages", {"content": "40°!"})
+    events = await named(
+        kitchen.client, "/v1/conversations/kitchen/messages", {"content": "40°!"}, ALICE
+    )
     assert not of(events, "awaiting_confirmation")
     (result,) = of(events, "tool_result")
     assert (result["is_error"], result["output"]) == (
@@ -982,18 +979,20 @@ async def test_the_demo_model_turns_on_the_demo_homes_kitchen_light_once_approve
         ):
             await start(stack)
             asked = await named(
-                stack,
+                stack.client,
                 "/v1/conversations/kitchen/messages",
                 {"content": "Turn on the kitchen light"},
+                ALICE,
             )
             (proposal,) = of(asked, "awaiting_confirmation")
             assert proposal["summary"] == "Turn on light.kitchen"
             assert (await ha.get("/api/states/light.kitchen")).json()["state"] == "off"
 
             approved = await named(
-                stack,
+                stack.client,
                 "/v1/conversations/kitchen/resume",
                 {"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+                ALICE,
             )
             light = (await ha.get("/api/states/light.kitchen")).json()
 

@@ -32,8 +32,10 @@ from tests.conftest import Stack, make_settings, run_stack
 from tests.mcp_servers import BearerToken, Seen, home, read_seen
 from tests.processes import wait_for
 from tests.serving import serve
+from tests.sse import of
 from tests.upstream import Reply, ScriptedUpstream
-from tests.worker.test_plex import ALICE, ask, decide, of, paused
+from tests.users import ALICE
+from tests.worker.test_plex import ask, decide, paused
 from worker.tools.mcp.config import McpConfigError
 from worker.tools.toolbox import Toolbox
 

@@ -11,7 +11,6 @@ Plex sees no command before the approval, and none after a rejection.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as redis_asyncio
-from httpx_sse import EventSource
 from langchain_core.tools import BaseTool
 
 from launcher.redis_server import free_port
@@ -27,8 +25,9 @@ from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_stack
 from tests.fakes.plex import FakePlex
 from tests.fakes.searxng import Seen
-from tests.sse import collect
+from tests.sse import collect, named, of
 from tests.upstream import Reply, ScriptedUpstream
+from tests.users import ALICE
 from tests.worker.test_web_tools import call
 from worker.harness.tool_call import PlannedCall, arguments_text, execute
 from worker.tools import enabled_tools
@@ -427,7 +426,6 @@ async def test_the_fake_answers_json_when_asked_and_401_without_the_token(
 
 # -- through the pipeline: both wire modes ----------------------------------------------------
 
-ALICE = {"Authorization": "Bearer key-alice"}
 SSE = {"Accept": "text/event-stream"}
 CHAT = "/v1/chat/completions"
 
@@ -473,17 +471,6 @@ def alices(plex: FakePlex, upstream: ScriptedUpstream) -> Settings:
     return plex_settings(plex, upstream, api_keys=f"key-alice:alice-{uuid.uuid4().hex[:8]}")
 
 
-async def named(stack: Stack, url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The (event, data) pairs of a conversation's named-event stream."""
-    async with stack.client.stream("POST", url, json=body, headers={**ALICE, **SSE}) as response:
-        assert response.status_code == 200, await response.aread()
-        return [(s.event, json.loads(s.data)) async for s in EventSource(response).aiter_sse()]
-
-
-def of(events: list[tuple[str, Any]], name: str) -> list[Any]:
-    return [data for event, data in events if event == name]
-
-
 def chat(question: str) -> dict[str, Any]:
     return {
         "model": "bernard-v1",
@@ -499,7 +486,8 @@ async def ask(stack: Stack, wire: str, question: str) -> tuple[list[tuple[str, A
     if wire == "conversation":
         created = await stack.client.post("/v1/conversations", json={"id": "den"}, headers=ALICE)
         assert created.status_code == 201, created.text
-        events = await named(stack, "/v1/conversations/den/messages", {"content": question})
+        url = "/v1/conversations/den/messages"
+        events = await named(stack.client, url, {"content": question}, ALICE)
         said = "".join(d["text"] for d in of(events, "text_delta"))
         return events, said
     frames = await collect(stack.client, "POST", CHAT, json=chat(question), headers=ALICE)
@@ -536,7 +524,7 @@ async def decide(
     stack: Stack, conversation_id: str, confirmation_id: str, decision: str
 ) -> list[tuple[str, Any]]:
     body = {"confirmation_id": confirmation_id, "decision": decision}
-    return await named(stack, f"/v1/conversations/{conversation_id}/resume", body)
+    return await named(stack.client, f"/v1/conversations/{conversation_id}/resume", body, ALICE)
 
 
 async def paused(stack: Stack, wire: str, question: str) -> tuple[str, dict[str, Any]]:
