@@ -26,6 +26,7 @@ from fastapi import Response
 
 from api.admission import Storing, admit_turn
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
+from api.conversations import give_back, machine
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import ENCODINGS, encoder_for
@@ -52,10 +53,8 @@ logger = logging.getLogger("bernard.api")
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 UNFINISHED_TTL_S = 7 * 86_400
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
-# given the admitted turn's id; and gives it back (given its id and the turn's), should the
-# turn then not be created.
+# given the admitted turn's id.
 Conversation = Callable[[str], Awaitable[str | None]]
-GiveBack = Callable[[str, str], Awaitable[None]]
 
 
 def check_model(model: str) -> None:
@@ -99,15 +98,14 @@ async def start_turn(
     owner: str,
     request: TurnRequest,
     conversation: Conversation | None = None,
-    give_back: GiveBack | None = None,
     storing: Storing | None = None,
     accepted: Callable[[TurnRecord], Response] | None = None,
 ) -> Response:
     """Admit the owner's new turn, create and enqueue it, and answer as the request asks.
 
     `conversation` claims the turn's conversation once the turn is admitted; should the
-    turn then not be created, `give_back` is called with the conversation's id and the
-    turn's. `storing` says what it stores in the owner's conversations (None: no
+    turn then not be created, the claim is given back (api/conversations.py `give_back`).
+    `storing` says what it stores in the owner's conversations (None: no
     conversation), for its admission to check against the storage budgets."""
     settings = state.settings
     delivery = request.delivery
@@ -149,8 +147,14 @@ async def start_turn(
         if attachment is not None:
             with contextlib.suppress(*REDIS_ERRORS):
                 await state.streams.close(owner, attachment, cancel_when_alone=False)
-        if claimed is not None and give_back is not None:
-            await give_back(claimed, turn_id)
+        if claimed is not None:
+            transitions = machine(
+                state.redis,
+                owner,
+                retention_s=settings.conversation_retention_s,
+                turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+            )
+            await give_back(transitions, state.store, claimed, turn_id)
         raise
     mode = "stream" if delivery.stream else "background" if delivery.background else "wait"
     TURNS_CREATED.labels(delivery.encoding, mode).inc()

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Response
 from api.admission import Storing
 from api.auth import TurnOwner
 from api.client_tools import check_no_clash
-from api.conversations import check_conversation_id, give_back, machine, open_conversation
+from api.conversations import check_conversation_id, open_conversation
 from api.json_route import OrjsonRoute
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
@@ -50,12 +50,8 @@ async def chat_completions(
             turn_keep_s=turn_keep_s,
         )
 
-    async def unclaim(conversation_id: str, turn_id: str) -> None:
-        transitions = machine(state.redis, owner, retention_s=retention_s)
-        await give_back(transitions, state.store, conversation_id, turn_id)
-
     storing = Storing(requested)
-    return await start_turn(state, owner, turn, conversation, unclaim, storing)
+    return await start_turn(state, owner, turn, conversation, storing)
 
 
 @router.post("/completions")

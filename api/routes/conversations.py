@@ -26,7 +26,6 @@ from api.conversations import (
     conversation_object,
     decision_error,
     delete_conversation,
-    give_back,
     is_conversation_id,
     machine,
     pending_of,
@@ -304,12 +303,9 @@ async def resume(
         request.agent.resume = resumption(proposal, decision.decided)
         return conversation_id
 
-    async def unclaim(conversation_id: str, turn_id: str) -> None:
-        await give_back(transitions, state.store, conversation_id, turn_id)
-
     try:
         storing = Storing(conversation_id)
-        return await start_turn(state, owner, request, decide, unclaim, storing)
+        return await start_turn(state, owner, request, decide, storing)
     except _StillWaiting:
         # Another call of the same step still waits: nothing runs until all are decided.
         left = pending_of(await keeper.proposals(conversation_id))
@@ -329,11 +325,8 @@ async def _run(
         await claim_conversation(keeper, transitions, state.store, conversation_id, turn_id)
         return conversation_id
 
-    async def unclaim(conversation_id: str, turn_id: str) -> None:
-        await give_back(transitions, state.store, conversation_id, turn_id)
-
     storing = Storing(conversation_id, adds=adds)
-    return await start_turn(state, owner, request, claim, unclaim, storing)
+    return await start_turn(state, owner, request, claim, storing)
 
 
 def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> None:

@@ -30,7 +30,6 @@ from api.conversations import (
     check_conversation_id,
     conversation_not_found,
     decision_error,
-    give_back,
     machine,
     open_conversation,
     pending_of,
@@ -145,16 +144,11 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
             turn_keep_s=turn_keep_s,
         )
 
-    async def unclaim(conversation_id: str, turn_id: str) -> None:
-        transitions = machine(state.redis, owner, retention_s=retention_s)
-        await give_back(transitions, state.store, conversation_id, turn_id)
-
     return await start_turn(
         state,
         owner,
         request,
         conversation,
-        unclaim,
         Storing(requested),
         accepted=lambda record: JSONResponse(polled(record)),
     )
@@ -298,15 +292,11 @@ async def _decide(
         # Each call was decided, yet the step still waits: one it proposed lapsed meanwhile.
         raise decision_error(Decision(Outcome.EXPIRED), conversation_id, decisions[-1][0])
 
-    async def unclaim(conversation_id: str, turn_id: str) -> None:
-        await give_back(transitions, state.store, conversation_id, turn_id)
-
     return await start_turn(
         state,
         owner,
         request,
         decide,
-        unclaim,
         Storing(conversation_id),
         accepted=lambda record: JSONResponse(polled(record)),
     )
