@@ -152,15 +152,23 @@ def owner() -> str:
 
 
 async def events_of(
-    base_url: str, headers: dict[str, str], count: int, timeout_s: float, **params: str
+    base_url: str,
+    headers: dict[str, str],
+    count: int,
+    timeout_s: float,
+    connected: asyncio.Event | None = None,
+    **params: str,
 ) -> list[tuple[str, str, dict[str, Any]]]:
-    """The first `count` (id, event, data) of `GET /v1/events`."""
+    """The first `count` (id, event, data) of `GET /v1/events`; `connected` is set once
+    the answer's headers arrived (the route has fixed where "from now on" starts)."""
     got: list[tuple[str, str, dict[str, Any]]] = []
     async with (
         httpx.AsyncClient(base_url=base_url, timeout=30) as client,
         client.stream("GET", "/v1/events", headers=headers, params=params) as response,
     ):
         assert response.status_code == 200, await response.aread()
+        if connected is not None:
+            connected.set()
         async with asyncio.timeout(timeout_s):
             async for sse in EventSource(response).aiter_sse():
                 got.append((sse.id, sse.event, json.loads(sse.data)))
@@ -192,9 +200,19 @@ class User:
             headers=self.headers,
         )
 
-    def listen(self, count: int, timeout_s: float) -> asyncio.Task[list[tuple[str, str, dict]]]:
-        """The first `count` events of the user's event stream, read from now on."""
-        return asyncio.create_task(events_of(self.stack.base_url, self.headers, count, timeout_s))
+    async def listen(
+        self, count: int, timeout_s: float
+    ) -> asyncio.Task[list[tuple[str, str, dict]]]:
+        """The first `count` events of the user's event stream, read from now on: returned
+        once connected, so an event published after it is one of them (a fixed sleep was
+        not enough on a loaded box)."""
+        connected = asyncio.Event()
+        listening = asyncio.create_task(
+            events_of(self.stack.base_url, self.headers, count, timeout_s, connected)
+        )
+        async with asyncio.timeout(10):
+            await connected.wait()
+        return listening
 
     async def contents(self, conversation_id: str) -> list[str]:
         return [m["content"] for m in await self.archivist.messages(conversation_id)]
@@ -246,8 +264,7 @@ async def test_the_event_stream_resumes_after_the_last_event_id(upstream: Script
         first_id = entries[0][0].decode()
         after_first = await events_of(stack.base_url, user.headers, 1, 5, after=first_id)
         assert [(e, d["label"]) for _, e, d in after_first] == [("timer_fired", "second")]
-        waiting = user.listen(1, 5)
-        await asyncio.sleep(0.3)  # connected: from the next event on
+        waiting = await user.listen(1, 5)
         fired = TimerFired(timer_id="third", label="third", conversation_id=None, due_at=0)
         await publish(redis, user.id, fired, retention_s=60)
         assert [d["label"] for _, _, d in await waiting] == ["third"]
@@ -261,8 +278,7 @@ async def test_a_timer_set_in_a_turn_rings_in_its_conversation_and_on_the_event_
 ) -> None:
     upstream.script_router(Reply.tool_calls([("set_timer", {"duration": "1s", "label": "tea"})]))
     upstream.script(Reply.text("Timer set."))
-    listening = user.listen(1, 10)
-    await asyncio.sleep(0.3)
+    listening = await user.listen(1, 10)
     answer = await user.stack.client.post(
         "/v1/chat/completions",
         json={
@@ -311,8 +327,7 @@ async def test_a_timer_ringing_while_a_call_waits_for_a_decision_is_said_once_it
     upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
     paused = await user.say("kitchen", "remember the door code")
     assert paused.json()["status"] == "awaiting_confirmation", paused.text
-    listening = user.listen(1, 10)
-    await asyncio.sleep(0.3)
+    listening = await user.listen(1, 10)
     await user.timers.set(0.5, "tea", "kitchen")
     [(_, event, data)] = await listening
     assert (event, data["label"]) == ("timer_fired", "tea"), "heard on time"
@@ -405,8 +420,7 @@ async def test_a_timer_whose_job_stopped_after_it_rang_is_heard_and_said_by_its_
     """A job moved the timer to `fired` and was stopped there (its worker shut down; the job
     runs again, worker/queue.py): the next run publishes the event and says it, once."""
     await user.start_conversation("hall")
-    listening = user.listen(1, 5)
-    await asyncio.sleep(0.3)
+    listening = await user.listen(1, 5)
     timer = await user.timers.set(0.5, "bread", "hall")
     moved, _ = await user.timers.move(timer.id, "fired")  # as the stopped run did
     assert moved
