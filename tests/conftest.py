@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import redis.asyncio as redis_asyncio
 from langchain_core.tools import BaseTool
+from langchain_openai import ChatOpenAI
 from redis import Redis as SyncRedis
 
 from api.main import create_app
@@ -124,6 +126,20 @@ class Stack:
 
     async def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
         return await self.client.post("/v1/chat/completions", json=chat_body(content, **body))
+
+    def openai(self, key: str = "anything") -> openai.AsyncOpenAI:
+        """The official `openai` SDK pointed at this stack's API, never retrying."""
+        return openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key=key, max_retries=0)
+
+    def langchain(self, **options: Any) -> ChatOpenAI:
+        """LangChain's `ChatOpenAI` pointed at this stack's API, never retrying."""
+        return ChatOpenAI(
+            model="bernard-v1",
+            base_url=f"{self.base_url}/v1",
+            api_key="anything",  # type: ignore[arg-type]
+            max_retries=0,
+            **options,
+        )
 
     async def background_jobs(self, owner: str) -> int:
         """The owner's background jobs queued or running, as their budget counts them."""

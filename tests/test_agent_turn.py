@@ -15,12 +15,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import openai
 import pytest
 from langchain_core.messages import AIMessageChunk
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
-from langchain_openai import ChatOpenAI
 
 from api.auth import LOCAL_USER
 from shared.records.keeper import Archivist
@@ -727,7 +725,7 @@ async def test_the_openai_stream_helper_parses_every_mode(
     stack: Stack, upstream: ScriptedUpstream, mode: str
 ) -> None:
     two_steps(upstream)
-    client = openai.AsyncOpenAI(base_url=stack.base_url + "/v1", api_key="x", max_retries=0)
+    client = stack.openai()
     async with client.chat.completions.stream(
         model="bernard-v1",
         messages=[{"role": "user", "content": "What is 6 * 7?"}],
@@ -748,11 +746,7 @@ async def test_langchain_chat_openai_parses_every_mode(
     stack: Stack, upstream: ScriptedUpstream, mode: str
 ) -> None:
     two_steps(upstream)
-    llm = ChatOpenAI(
-        model="bernard-v1",
-        base_url=stack.base_url + "/v1",
-        api_key="x",
-        max_retries=0,
+    llm = stack.langchain(
         stream_usage=True,
         extra_body={"stream_options": {"include_usage": True, "tool_events": mode, "trace": True}},
     )

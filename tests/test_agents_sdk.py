@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import openai
 import pytest
 from agents import (
     Agent,
@@ -37,7 +36,7 @@ def weather_agent(stack: Stack, asked: list[str]) -> Agent:
         asked.append(city)
         return "12 °C, sunny"
 
-    client = openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
+    client = stack.openai()
     return Agent(
         name="Weather",
         instructions="Answer with the weather.",

@@ -16,10 +16,6 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 QUESTION = [{"role": "user", "content": "What is the weather in Oslo?"}]
 
 
-def sdk(stack: Stack) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
-
-
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
@@ -71,7 +67,7 @@ async def test_client_tools_bernard_cannot_honour_are_a_400_naming_why(
     stack: Stack, upstream: ScriptedUpstream, body: dict[str, Any], param: str, words: str
 ) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        await sdk(stack).chat.completions.create(
+        await stack.openai().chat.completions.create(
             model="bernard-v1",
             messages=QUESTION,  # type: ignore[arg-type]
             extra_body=body,

@@ -13,9 +13,7 @@ import asyncio
 import json
 from typing import Any
 
-import openai
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
-from langchain_openai import ChatOpenAI
 
 from tests.conftest import Stack
 from tests.sse import collect, wire
@@ -44,19 +42,6 @@ CLOCK = {
 QUESTION = [{"role": "user", "content": "What is the weather in Oslo?"}]
 
 
-def sdk(stack: Stack) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
-
-
-def langchain(stack: Stack) -> ChatOpenAI:
-    return ChatOpenAI(
-        model="bernard-v1",
-        base_url=f"{stack.base_url}/v1",
-        api_key="anything",  # type: ignore[arg-type]
-        max_retries=0,
-    )
-
-
 def roles(messages: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     """Each message as (role, the tool call id it carries or answers)."""
     out = []
@@ -69,7 +54,7 @@ def roles(messages: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
 async def test_openai_sdk_gets_the_client_tool_call_and_its_follow_up_gets_the_answer(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     upstream.script_router(
         Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_w1"], usage=(5, 4))
     )
@@ -124,7 +109,7 @@ async def test_openai_sdk_streams_the_client_tool_call_in_deltas(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_s1"]))
-    stream = await sdk(stack).chat.completions.create(
+    stream = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=QUESTION,  # type: ignore[arg-type]
         tools=[WEATHER],  # type: ignore[list-item]
@@ -155,7 +140,7 @@ async def test_openai_sdk_streams_the_client_tool_call_in_deltas(
 async def test_openai_sdk_stream_helper_accumulates_the_call_and_the_loop_completes(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_h1"]))
     async with client.chat.completions.stream(
         model="bernard-v1",
@@ -193,7 +178,7 @@ async def test_openai_sdk_stream_helper_accumulates_the_call_and_the_loop_comple
 async def test_parallel_client_calls_come_with_their_indexes_and_are_answered_together(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     upstream.script_router(
         Reply.tool_calls(
             [("get_weather", {"city": "Oslo"}), ("world_clock", {"city": "Oslo"})],
@@ -257,7 +242,7 @@ async def test_without_parallel_tool_calls_one_client_call_is_handed_over(
             ids=["call_o1", "call_o2"],
         )
     )
-    completion = await sdk(stack).chat.completions.create(
+    completion = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=QUESTION,  # type: ignore[arg-type]
         tools=[WEATHER, CLOCK],  # type: ignore[list-item]
@@ -295,7 +280,7 @@ async def test_tool_choice_none_offers_no_client_tool(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text("No tools for you."))
-    completion = await sdk(stack).chat.completions.create(
+    completion = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=QUESTION,  # type: ignore[arg-type]
         tools=[WEATHER],  # type: ignore[list-item]
@@ -312,7 +297,7 @@ async def test_tool_choice_none_runs_no_client_call_the_model_makes_anyway(
 ) -> None:
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["x1"]))
     upstream.script(Reply.text("I cannot check the weather."))
-    completion = await sdk(stack).chat.completions.create(
+    completion = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=QUESTION,  # type: ignore[arg-type]
         tools=[WEATHER],  # type: ignore[list-item]
@@ -328,7 +313,7 @@ async def test_tool_choice_required_makes_the_router_call_a_tool_and_hand_over_a
 ) -> None:
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "1+1"})], ids=["c"]))
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["r1"]))
-    completion = await sdk(stack).chat.completions.create(
+    completion = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=QUESTION,  # type: ignore[arg-type]
         tools=[WEATHER],  # type: ignore[list-item]
@@ -350,7 +335,7 @@ async def test_tool_choice_required_offers_only_the_client_tools_on_the_last_ste
     async with run_stack(make_settings(upstream, max_router_steps=2)) as stack:
         upstream.script_router(Reply.tool_calls([("calculator", {"expression": "2"})]))
         upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["l"]))
-        completion = await sdk(stack).chat.completions.create(
+        completion = await stack.openai().chat.completions.create(
             model="bernard-v1",
             messages=QUESTION,  # type: ignore[arg-type]
             tools=[WEATHER],  # type: ignore[list-item]
@@ -365,7 +350,7 @@ async def test_a_named_tool_choice_is_passed_to_the_router(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script_router(Reply.tool_calls([("world_clock", {"city": "Oslo"})], ids=["n1"]))
-    completion = await sdk(stack).chat.completions.create(
+    completion = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=QUESTION,  # type: ignore[arg-type]
         tools=[WEATHER, CLOCK],  # type: ignore[list-item]
@@ -387,7 +372,7 @@ async def test_langchain_bind_tools_gets_tool_calls_and_completes_the_loop(
         """The weather in a city now."""
         return "sunny"
 
-    model = langchain(stack).bind_tools([get_weather])
+    model = stack.langchain().bind_tools([get_weather])
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["lc1"]))
     question = HumanMessage("What is the weather in Oslo?")
     asked = await model.ainvoke([question])
@@ -426,7 +411,7 @@ async def test_langchain_streams_the_tool_call_whole(
 
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["ls1"]))
     total: AIMessageChunk | None = None
-    async for chunk in langchain(stack).bind_tools([get_weather]).astream(["Weather in Oslo?"]):
+    async for chunk in stack.langchain().bind_tools([get_weather]).astream(["Weather in Oslo?"]):
         assert isinstance(chunk, AIMessageChunk)
         total = chunk if total is None else total + chunk
     assert total is not None
@@ -438,7 +423,7 @@ async def test_langchain_streams_the_tool_call_whole(
 async def test_a_stored_conversation_keeps_the_client_call_and_result_once_each(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     conversation = {"conversation_id": "conv_client_tools"}
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "2+2"})], ids=["own"]))
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_c1"]))
@@ -578,7 +563,7 @@ async def test_a_client_call_never_answered_is_closed_before_the_next_question(
 ) -> None:
     """The client dropped the call and asks something else: the stored call gets a result
     saying it did not run, so no prompt holds a call without one."""
-    client = sdk(stack)
+    client = stack.openai()
     conversation = {"conversation_id": "conv_dropped_call"}
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_d"]))
     await client.chat.completions.create(

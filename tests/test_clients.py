@@ -5,7 +5,6 @@ from __future__ import annotations
 import openai
 import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
-from langchain_openai import ChatOpenAI
 
 from tests.conftest import Stack
 from tests.upstream import Reply, ScriptedUpstream
@@ -13,25 +12,11 @@ from tests.upstream import Reply, ScriptedUpstream
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
-def sdk(stack: Stack) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
-
-
-def langchain(stack: Stack) -> ChatOpenAI:
-    return ChatOpenAI(
-        model="bernard-v1",
-        base_url=f"{stack.base_url}/v1",
-        api_key="anything",  # type: ignore[arg-type]
-        max_retries=0,
-        stream_usage=True,
-    )
-
-
 async def test_openai_sdk_streams_the_answer_and_usage(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["Bonjour", " à", " tous"], usage=(4, 3)))
-    stream = await sdk(stack).chat.completions.create(
+    stream = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=MESSAGES,  # type: ignore[arg-type]
         stream=True,
@@ -53,7 +38,7 @@ async def test_openai_sdk_stream_helper_accumulates_the_final_message(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["one", " two"], usage=(2, 2)))
-    async with sdk(stack).chat.completions.stream(
+    async with stack.openai().chat.completions.stream(
         model="bernard-v1",
         messages=MESSAGES,  # type: ignore[arg-type]
         stream_options={"include_usage": True},
@@ -68,7 +53,7 @@ async def test_openai_sdk_stream_helper_accumulates_the_final_message(
 
 async def test_openai_sdk_non_stream_answer(stack: Stack, upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text("Plain answer.", usage=(3, 2)))
-    completion = await sdk(stack).chat.completions.create(
+    completion = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=MESSAGES,  # type: ignore[arg-type]
     )
@@ -79,13 +64,13 @@ async def test_openai_sdk_non_stream_answer(stack: Stack, upstream: ScriptedUpst
 
 async def test_openai_sdk_raises_typed_errors_from_the_envelope(stack: Stack) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
-        await sdk(stack).chat.completions.create(
+        await stack.openai().chat.completions.create(
             model="gpt-unknown",
             messages=MESSAGES,  # type: ignore[arg-type]
         )
     assert caught.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as bad:
-        await sdk(stack).chat.completions.create(model="bernard-v1", messages=[])
+        await stack.openai().chat.completions.create(model="bernard-v1", messages=[])
     assert bad.value.param == "messages"
 
 
@@ -93,7 +78,7 @@ async def test_openai_sdk_raises_on_a_mid_stream_error_frame(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.error(500, "boom"))
-    stream = await sdk(stack).chat.completions.create(
+    stream = await stack.openai().chat.completions.create(
         model="bernard-v1",
         messages=MESSAGES,  # type: ignore[arg-type]
         stream=True,
@@ -104,7 +89,7 @@ async def test_openai_sdk_raises_on_a_mid_stream_error_frame(
 
 
 async def test_openai_sdk_lists_the_model(stack: Stack) -> None:
-    models = await sdk(stack).models.list()
+    models = await stack.openai().models.list()
     assert [m.id for m in models.data] == ["bernard-v1"]
 
 
@@ -113,7 +98,7 @@ async def test_langchain_chat_openai_streams_from_bernard(
 ) -> None:
     upstream.script(Reply.text(["Lang", "Chain"], usage=(5, 2)))
     total: AIMessageChunk | None = None
-    async for chunk in langchain(stack).astream([HumanMessage("hello")]):
+    async for chunk in stack.langchain(stream_usage=True).astream([HumanMessage("hello")]):
         assert isinstance(chunk, AIMessageChunk)
         total = chunk if total is None else total + chunk
     assert total is not None
@@ -126,5 +111,5 @@ async def test_langchain_chat_openai_invokes_bernard(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text("Invoked.", usage=(1, 1)))
-    message = await langchain(stack).ainvoke([HumanMessage("hello")])
+    message = await stack.langchain(stream_usage=True).ainvoke([HumanMessage("hello")])
     assert message.content == "Invoked."

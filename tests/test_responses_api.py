@@ -10,16 +10,10 @@ from typing import Any
 import openai
 import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
-from langchain_openai import ChatOpenAI
 
 from shared.notes import NoteStore
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import Reply, ScriptedUpstream
-
-
-def sdk(stack: Stack) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="anything", max_retries=0)
-
 
 NOTE = ("save_note", {"text": "the door code is 1234"})
 
@@ -36,10 +30,6 @@ async def note_stack(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
         yield running
 
 
-def note_sdk(stack: Stack) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{stack.base_url}/v1", api_key="key-notes", max_retries=0)
-
-
 async def notes_of(stack: Stack) -> list[str]:
     store = NoteStore(stack.redis, NOTE_USER, retention_s=60)
     return [note.text for note in await store.all()]
@@ -51,7 +41,7 @@ def types_of(events: list[Any]) -> list[str]:
 
 async def test_create_answers_one_response(stack: Stack, upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text("Plain answer.", usage=(3, 2)))
-    response = await sdk(stack).responses.create(model="bernard-v1", input="hello")
+    response = await stack.openai().responses.create(model="bernard-v1", input="hello")
     assert response.object == "response"
     assert response.status == "completed"
     assert response.id.startswith("resp_")
@@ -69,7 +59,7 @@ async def test_instructions_and_input_items_reach_the_model(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text("Oui."))
-    response = await sdk(stack).responses.create(
+    response = await stack.openai().responses.create(
         model="bernard-v1",
         instructions="Answer in French.",
         input=[{"role": "user", "content": [{"type": "input_text", "text": "Yes?"}]}],
@@ -107,25 +97,25 @@ async def test_a_long_input_is_taken_up_to_the_message_limit(
 ) -> None:
     upstream.script(Reply.text("Long."))
     long = "x" * 5000
-    response = await sdk(stack).responses.create(model="bernard-v1", input=long)
+    response = await stack.openai().responses.create(model="bernard-v1", input=long)
     assert response.output_text == "Long."
     assert upstream.requests[-1]["messages"][-1] == {"role": "user", "content": long}
     limit = stack.settings.max_message_chars
     upstream.script(Reply.text("At the limit."))
     parts = [{"type": "input_text", "text": "x" * limit}]
-    at_limit = await sdk(stack).responses.create(
+    at_limit = await stack.openai().responses.create(
         model="bernard-v1",
         input=[{"role": "user", "content": parts}],  # type: ignore[list-item, misc]
     )
     assert at_limit.output_text == "At the limit."
     with pytest.raises(openai.BadRequestError) as over:
-        await sdk(stack).responses.create(model="bernard-v1", input="x" * (limit + 1))
+        await stack.openai().responses.create(model="bernard-v1", input="x" * (limit + 1))
     assert over.value.param == "input[0]"  # type: ignore[attr-defined]
 
 
 async def test_a_length_cut_is_incomplete(stack: Stack, upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text([f"w{i} " for i in range(10)]))
-    response = await sdk(stack).responses.create(
+    response = await stack.openai().responses.create(
         model="bernard-v1", input="hello", max_output_tokens=3
     )
     assert response.status == "incomplete"
@@ -138,7 +128,7 @@ async def test_create_streams_openais_event_sequence(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["Bonjour", " à", " tous"], usage=(4, 3)))
-    stream = await sdk(stack).responses.create(model="bernard-v1", input="hello", stream=True)
+    stream = await stack.openai().responses.create(model="bernard-v1", input="hello", stream=True)
     events = [event async for event in stream]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     kinds = types_of(events)
@@ -168,7 +158,7 @@ async def test_the_stream_helper_gives_the_final_response(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["one", " two"], usage=(2, 2)))
-    async with sdk(stack).responses.stream(model="bernard-v1", input="hello") as stream:
+    async with stack.openai().responses.stream(model="bernard-v1", input="hello") as stream:
         texts = [
             event.delta async for event in stream if event.type == "response.output_text.delta"
         ]
@@ -183,7 +173,7 @@ async def test_a_failed_turn_streams_response_failed(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.error(500, "boom"))
-    stream = await sdk(stack).responses.create(model="bernard-v1", input="hello", stream=True)
+    stream = await stack.openai().responses.create(model="bernard-v1", input="hello", stream=True)
     events = [event async for event in stream]
     assert types_of(events) == ["response.created", "response.in_progress", "response.failed"]
     failed = events[-1].response
@@ -224,7 +214,7 @@ async def test_what_bernard_cannot_honour_is_a_400_naming_it(
 async def test_previous_response_id_continues_its_conversation(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     upstream.script(Reply.text("Hello Ann."))
     first = await client.responses.create(
         model="bernard-v1", input="My name is Ann.", instructions="Be brief."
@@ -276,7 +266,7 @@ async def test_bernards_own_tool_calls_are_mcp_calls(
 ) -> None:
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     upstream.script(Reply.text("It is 42."))
-    async with sdk(stack).responses.stream(model="bernard-v1", input="6*7?") as stream:
+    async with stack.openai().responses.stream(model="bernard-v1", input="6*7?") as stream:
         events = [event async for event in stream]
         final = await stream.get_final_response()
     kinds = [kind for kind in types_of(events) if kind != "response.output_text.delta"]
@@ -309,7 +299,7 @@ async def test_bernards_own_tool_calls_are_mcp_calls(
     assert json.loads(call.arguments) == {"expression": "6 * 7"}
     assert final.output_text == "It is 42."
     # Polled, the same items.
-    polled = await sdk(stack).responses.retrieve(final.id)
+    polled = await stack.openai().responses.retrieve(final.id)
     assert polled.output[0].model_dump() == call.model_dump()
     assert (polled.output[1].id, polled.output_text) == (message.id, "It is 42.")
 
@@ -318,7 +308,7 @@ async def test_a_call_needing_approval_ends_the_response_and_an_approval_continu
     note_stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     stack = note_stack
-    client = note_sdk(stack)
+    client = stack.openai("key-notes")
     before = await notes_of(stack)
     upstream.script_router(Reply.tool_calls([NOTE]))
     paused = await client.responses.create(model="bernard-v1", input="remember the door code")
@@ -365,7 +355,7 @@ async def test_a_call_needing_approval_ends_the_response_and_an_approval_continu
 
 async def test_a_rejected_call_never_runs(note_stack: Stack, upstream: ScriptedUpstream) -> None:
     stack = note_stack
-    client = note_sdk(stack)
+    client = stack.openai("key-notes")
     before = await notes_of(stack)
     upstream.script_router(Reply.tool_calls([NOTE]))
     paused = await client.responses.create(model="bernard-v1", input="remember the door code")
@@ -390,13 +380,7 @@ async def test_a_rejected_call_never_runs(note_stack: Stack, upstream: ScriptedU
 async def test_langchain_chat_openai_speaks_the_responses_api(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    llm = ChatOpenAI(
-        model="bernard-v1",
-        base_url=f"{stack.base_url}/v1",
-        api_key="anything",  # type: ignore[arg-type]
-        max_retries=0,
-        use_responses_api=True,
-    )
+    llm = stack.langchain(use_responses_api=True)
     upstream.script(Reply.text("Invoked.", usage=(5, 2)))
     message = await llm.ainvoke([HumanMessage("hello")])
     assert message.text == "Invoked."
@@ -424,7 +408,7 @@ WEATHER = {
 
 
 async def test_a_function_tool_round_trip(stack: Stack, upstream: ScriptedUpstream) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_w1"]))
     first = await client.responses.create(
         model="bernard-v1",
@@ -458,7 +442,7 @@ async def test_a_function_call_streams_as_openai_streams_it(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_s1"]))
-    async with sdk(stack).responses.stream(
+    async with stack.openai().responses.stream(
         model="bernard-v1",
         input="What is the weather in Oslo?",
         tools=[WEATHER],  # type: ignore[list-item]
@@ -482,7 +466,7 @@ async def test_a_function_call_streams_as_openai_streams_it(
 async def test_a_function_tool_round_trip_resending_the_whole_input(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = sdk(stack)
+    client = stack.openai()
     upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_r1"]))
     question = {"role": "user", "content": "What is the weather in Oslo?"}
     first = await client.responses.create(

@@ -426,7 +426,7 @@ async def test_a_background_response_is_posted_under_its_response_id(
     """Through the Responses API and the official SDK: the event names the response by the
     id its client holds (`resp_...`), as OpenAI's do."""
     key = next(iter(hooked.settings.api_key_users()))
-    client = openai.AsyncOpenAI(base_url=f"{hooked.base_url}/v1", api_key=key, max_retries=0)
+    client = hooked.openai(key)
     upstream.script(Reply.text("in the background"))
     queued = await client.responses.create(model="bernard-v1", input="hello", background=True)
     (got,) = await receiver.wait(1)
@@ -442,7 +442,7 @@ async def test_a_streamed_background_response_is_posted_too(
     """`background` with `stream` (OpenAI's way of starting a resumable response) streams
     from the start, and its end is still POSTed, to the request's own allowed target."""
     key = next(iter(hooked.settings.api_key_users()))
-    client = openai.AsyncOpenAI(base_url=f"{hooked.base_url}/v1", api_key=key, max_retries=0)
+    client = hooked.openai(key)
     upstream.script(Reply.text("streamed and hooked"))
     own = receiver.url("/responses", host="localhost")
     stream = await client.responses.create(
