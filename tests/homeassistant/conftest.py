@@ -181,8 +181,3 @@ async def satellites(ha: HomeAssistantApi) -> AsyncIterator[dict[str, Satellite]
     finally:
         for satellite in made.values():
             await ha.remove_entry(satellite.entry_id)
-
-
-def log_since(home: HomeAssistant, mark: int) -> str:
-    """What Home Assistant logged after `mark` (a length of `home.log()` taken earlier)."""
-    return home.log()[mark:]

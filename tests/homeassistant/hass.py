@@ -15,6 +15,7 @@ websocket commands (`command`), including an Assist pipeline run from a device
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -72,9 +73,27 @@ class HomeAssistant:
 
     def log(self) -> str:
         """Everything Home Assistant logged so far (its log file and its console)."""
-        log_file = self.config_dir / "home-assistant.log"
-        texts = [p.read_text(errors="replace") for p in (log_file, self.output) if p.exists()]
-        return "\n".join(texts)
+        return "\n".join(text for text in self._logs() if text)
+
+    def _logs(self) -> list[str]:
+        """Its log file and its console, as written so far."""
+        files = (self.config_dir / "home-assistant.log", self.output)
+        return [p.read_text(errors="replace") if p.exists() else "" for p in files]
+
+    def log_mark(self) -> tuple[int, ...]:
+        """Where its log file and its console end now (for `logged_since`): one mark for
+        each, since a mark into the two joined would skip what the first wrote since."""
+        return tuple(len(text) for text in self._logs())
+
+    async def logged_since(self, mark: tuple[int, ...], text: str, timeout_s: float = 10) -> str:
+        """What it logged since `mark`, once `text` is in it (or after `timeout_s`): Home
+        Assistant writes its log from a queue, a moment after the call that logged."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            since = "\n".join(log[at:] for log, at in zip(self._logs(), mark, strict=True))
+            if text in since or time.monotonic() > deadline:
+                return since
+            await asyncio.sleep(0.05)
 
     def stop(self) -> None:
         if self.process.poll() is None:
