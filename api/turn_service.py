@@ -39,6 +39,7 @@ from api.sse import FrameResponse
 from api.state import AppState
 from shared import traces
 from shared.connection import REDIS_ERRORS
+from shared.conversation_state import ConversationMachine
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import Done
@@ -55,6 +56,18 @@ UNFINISHED_TTL_S = 7 * 86_400
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
 # given the admitted turn's id.
 Conversation = Callable[[str], Awaitable[str | None]]
+
+
+def conversation_machine(state: AppState, owner: str) -> ConversationMachine:
+    """The owner's conversations' transitions as every route runs them: a turn holding one
+    keeps it while the turn may still run or be read (`UNFINISHED_TTL_S` + retention)."""
+    settings = state.settings
+    return machine(
+        state.redis,
+        owner,
+        retention_s=settings.conversation_retention_s,
+        turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+    )
 
 
 def check_model(model: str) -> None:
@@ -148,13 +161,7 @@ async def start_turn(
             with contextlib.suppress(*REDIS_ERRORS):
                 await state.streams.close(owner, attachment, cancel_when_alone=False)
         if claimed is not None:
-            transitions = machine(
-                state.redis,
-                owner,
-                retention_s=settings.conversation_retention_s,
-                turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
-            )
-            await give_back(transitions, state.store, claimed, turn_id)
+            await give_back(conversation_machine(state, owner), state.store, claimed, turn_id)
         raise
     mode = "stream" if delivery.stream else "background" if delivery.background else "wait"
     TURNS_CREATED.labels(delivery.encoding, mode).inc()

@@ -27,7 +27,6 @@ from api.conversations import (
     decision_error,
     delete_conversation,
     is_conversation_id,
-    machine,
     pending_of,
     public_proposal,
     resumption,
@@ -43,8 +42,8 @@ from api.relay import fixed
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
-from api.turn_service import UNFINISHED_TTL_S, start_turn
-from shared.conversation_state import ConversationMachine, Outcome, Status
+from api.turn_service import conversation_machine, start_turn
+from shared.conversation_state import Outcome, Status
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
 from shared.records.conversation import ConversationExistsError
@@ -95,16 +94,6 @@ class ResumeRequest(_Body):
 
 def _keeper(state: AppState, owner: str) -> RecordKeeper:
     return RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
-
-
-def _machine(state: AppState, owner: str) -> ConversationMachine:
-    settings = state.settings
-    return machine(
-        state.redis,
-        owner,
-        retention_s=settings.conversation_retention_s,
-        turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
-    )
 
 
 def _wants_stream(accept: str | None) -> bool:
@@ -280,7 +269,7 @@ async def resume(
     if body.decision == "approve" and body.arguments is not None:
         _check_arguments(body.arguments, proposal.get("parameters") or {})
     stream = _wants_stream(accept)
-    transitions = _machine(state, owner)
+    transitions = conversation_machine(state, owner)
     # The turn's record is built with this request; the claim below fills in what it
     # resumes before the record is stored.
     request = TurnRequest(
@@ -319,7 +308,7 @@ class _StillWaiting(Exception):
 async def _run(
     state: AppState, owner: str, conversation_id: str, request: TurnRequest, *, adds: int = 0
 ) -> Response:
-    keeper, transitions = _keeper(state, owner), _machine(state, owner)
+    keeper, transitions = _keeper(state, owner), conversation_machine(state, owner)
 
     async def claim(turn_id: str) -> str:
         await claim_conversation(keeper, transitions, state.store, conversation_id, turn_id)

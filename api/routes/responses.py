@@ -30,7 +30,6 @@ from api.conversations import (
     check_conversation_id,
     conversation_not_found,
     decision_error,
-    machine,
     open_conversation,
     pending_of,
     resumption,
@@ -52,7 +51,14 @@ from api.responses_schema import ResponsesRequest, chat_messages
 from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState, get_state
-from api.turn_service import UNFINISHED_TTL_S, attach, check_model, start_turn, stream_response
+from api.turn_service import (
+    UNFINISHED_TTL_S,
+    attach,
+    check_model,
+    conversation_machine,
+    start_turn,
+    stream_response,
+)
 from shared import keys
 from shared.cancel import request_cancel
 from shared.client_tools import tool_names
@@ -263,12 +269,7 @@ async def _decide(
             "input",
         )
     request = _turn_request(body, [], body.client_tools())
-    transitions = machine(
-        state.redis,
-        owner,
-        retention_s=state.settings.conversation_retention_s,
-        turn_keep_s=UNFINISHED_TTL_S + state.settings.turn_retention_s,
-    )
+    transitions = conversation_machine(state, owner)
 
     async def decide(turn_id: str) -> str:
         for request_id, approve in decisions:
