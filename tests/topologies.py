@@ -165,6 +165,15 @@ class RedisClusterTopology:
         """Move the slot of `key`, keys and all, to `to`, the way `redis-cli --cluster
         reshard` does (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches, SETSLOT NODE on
         every primary); returns how many keys moved. Clients see ASK and MOVED meanwhile."""
+        source = await self.primary_of(key)
+        moved = await self.move_keys(key, to, batch)
+        await self.hand_over(key, source, to)
+        return moved
+
+    async def move_keys(self, key: str, to: ClusterNode, batch: int = 10) -> int:
+        """The first half of `migrate_slot`: the slot of `key` migrating from its primary to
+        `to`, and its keys moved there; the old primary still owns it (and answers ASK for
+        the keys it no longer holds) until `hand_over`. Returns how many keys moved."""
         slot = key_slot(key.encode())
         source = await self.primary_of(key)
         if source is to:
@@ -182,10 +191,19 @@ class RedisClusterTopology:
                     "MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys
                 )
                 moved += len(keys)
-            for node in await self.primaries():
-                async with node.client() as client:
-                    await client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         return moved
+
+    async def hand_over(self, key: str, source: ClusterNode, to: ClusterNode) -> None:
+        """The second half of `migrate_slot`: the slot of `key` owned by `to`. The target
+        first, then the source, then the rest, as `redis-cli --cluster reshard` does: were
+        the source told first, it would answer MOVED to the target while the target, still
+        importing, answered MOVED back."""
+        slot = key_slot(key.encode())
+        target_id = await to.node_id()
+        others = [n for n in await self.primaries() if n is not source and n is not to]
+        for node in [to, source, *others]:
+            async with node.client() as client:
+                await client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
 
 class SentinelServer(RedisServer):
