@@ -41,6 +41,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, TimeoutError
 
+from compat.redis_cluster import AskingCluster
 from shared import keys
 from shared.connection import (
     RETRIES,
@@ -488,8 +489,9 @@ class ClusterBackend(_ChannelWake):
         pool lock to wait on), so `PromptPool` does not apply, and `max_connections`
         neither: a Cluster node past its limit fails the command at once rather than wait
         for a free connection (1,000 requests at once failed so), so each node gets as many
-        connections as the process has commands in flight to it."""
-        cluster = RedisCluster(
+        connections as the process has commands in flight to it. Its ASK redirects (a slot
+        migrating) hold: compat/redis_cluster.py."""
+        cluster = AskingCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in address.hosts],
             username=address.username,
             password=address.password,

@@ -80,4 +80,9 @@ def test_the_api_process_loads_no_compat_module_of_the_workers_libraries() -> No
     loaded = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert loaded == ["compat.asyncio_streams", "compat.redis", "compat.sse_starlette"]
+    assert loaded == [
+        "compat.asyncio_streams",
+        "compat.redis",
+        "compat.redis_cluster",
+        "compat.sse_starlette",
+    ]
