@@ -5,7 +5,8 @@
   initialize handshake; `server/discover` is an unknown method to it) as Home Assistant's
   MCP server does: lights to read and set, a door to unlock, progress while it counts
   (and as fast as it can), an error result, a call that waits (and says when it was
-  cancelled), and a tool that adds a tool (`notifications/tools/list_changed`).
+  cancelled), an event log as long as asked for, and a tool that adds a tool
+  (`notifications/tools/list_changed`).
 - `files`, over stdio (a child of the worker), on the SDK's defaults (it speaks the 2026
   protocol too; its tool list changes reach `subscriptions/listen`): files to read (with
   progress) and delete, the process id, and a tool that crashes the process mid-call.
@@ -126,6 +127,14 @@ def home(seen: Seen) -> MCPServer:
             seen("wait cancelled")
             raise
         return f"waited {seconds:g}s"
+
+    @mcp.tool(annotations=READ)
+    async def history(lines: int, ctx: Context) -> str:
+        """The house's event log, `lines` lines of it (a result as long as one likes, after
+        a progress message as long)."""
+        seen("history", lines=lines)
+        await ctx.report_progress(0, lines, "Reading the event log, line by line; " * 20)
+        return "\n".join(f"event {n:06d}: light.porch turned on" for n in range(lines))
 
     @mcp.tool(annotations=READ)
     async def add_scene(ctx: Context) -> str:

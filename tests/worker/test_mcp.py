@@ -58,10 +58,17 @@ class Server:
 
 @pytest.fixture
 async def home_server(tmp_path: Path) -> AsyncIterator[Server]:
+    async with serving_home(tmp_path) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def serving_home(tmp_path: Path, *, json_response: bool = False) -> AsyncIterator[Server]:
     """`home` in the test's own loop, behind its bearer token; the token reaches the config
-    through the environment (`${HOME_MCP_TOKEN}`)."""
+    through the environment (`${HOME_MCP_TOKEN}`). It answers each call with an event
+    stream (the SDK's default), or with `json_response`, a JSON body."""
     seen = tmp_path / "home.jsonl"
-    app = BearerToken(home(Seen(str(seen))).streamable_http_app(), TOKEN)
+    app = BearerToken(home(Seen(str(seen))).streamable_http_app(json_response=json_response), TOKEN)
     os.environ["HOME_MCP_TOKEN"] = TOKEN
     try:
         async with serve(app) as port:
@@ -200,6 +207,7 @@ async def test_get_tools_lists_each_servers_tools_with_their_server_schema_and_c
         "home__chatter": False,
         "home__broken": False,
         "home__wait": False,
+        "home__history": False,
         "home__add_scene": False,
         "files__read_file": False,
         "files__delete_file": True,  # destructive
@@ -312,7 +320,7 @@ async def test_get_status_and_bernard_doctor_report_each_mcp_server(
             "name": "home",
             "transport": "http",
             "state": "ready",
-            "tools": 8,
+            "tools": 9,
             "ready_workers": 1,
             "workers": 1,
             "error": None,
@@ -321,7 +329,7 @@ async def test_get_status_and_bernard_doctor_report_each_mcp_server(
     found = [(c.status, c.name, c.detail) for c in checks if c.name.startswith("MCP ")]
     assert found == [
         ("warn", "MCP gone", "down on 1 of 1 worker: ConnectError: All connection attempts failed"),
-        ("ok", "MCP home", "ready on 1 worker: 8 tools"),
+        ("ok", "MCP home", "ready on 1 worker: 9 tools"),
     ]
 
 
@@ -425,6 +433,69 @@ async def test_an_error_result_is_a_tool_error_the_model_reads_and_the_turn_comp
     assert of(events, "done")[0]["status"] == "completed"
     router_saw = upstream.router_requests[1]["messages"][-1]
     assert router_saw["content"] == f"Error: {said_by_server}"
+
+
+async def test_a_result_over_the_cap_reaches_the_model_and_the_conversation_cut_saying_so(
+    tmp_path: Path, home_server: Server, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("home__history", {"lines": 100})]))
+    upstream.script(Reply.text("Lots happened."))
+    entries = {"home": home_server.entry}
+    settings = mcp_settings(tmp_path, upstream, entries, mcp_result_max_chars=80)
+    async with run_stack(settings) as stack:
+        await offered(stack, "home__history")
+        events, said = await ask(stack, "conversation", "what happened?")
+        page = await stack.client.get("/v1/conversations/den/messages", headers=ALICE)
+    # 100 lines of 35 characters and their 99 newlines: 3,599 characters, the first 80 read.
+    cut = (
+        "event 000000: light.porch turned on\nevent 000001: light.porch turned on\nevent 00"
+        "\n…[cut: the server sent 3519 characters more]"
+    )
+    (progress,) = of(events, "tool_progress")
+    assert progress["message"] == "Reading the event log, line by line; " * 5 + "Reading the…"
+    (result,) = of(events, "tool_result")
+    assert (result["output"], result["is_error"]) == (cut, False)
+    assert (said, of(events, "done")[0]["status"]) == ("Lots happened.", "completed")
+    assert upstream.router_requests[1]["messages"][-1]["content"] == cut
+    assert [row["content"] for row in page.json()["data"] if row["role"] == "tool"] == [cut]
+
+
+@pytest.mark.parametrize(
+    ("json_response", "why"),
+    [
+        (False, "SSE stream failed: Server-sent event exceeded the 65536 byte limit."),
+        (
+            True,
+            "Failed to parse JSON response: the answer is longer than 65536 bytes, the most "
+            "Bernard reads of one (BERNARD_MCP_RESPONSE_MAX_BYTES)",
+        ),
+    ],
+)
+async def test_an_answer_over_the_byte_cap_fails_its_call_alone_and_is_never_read_whole(
+    json_response: bool, why: str, tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    """The answer (as an event stream, or as a JSON body) is refused past the cap while it
+    is read; the session goes on: another turn's call in flight on it completes."""
+    async with serving_home(tmp_path, json_response=json_response) as server:
+        entries = {"home": server.entry}
+        settings = mcp_settings(tmp_path, upstream, entries, mcp_response_max_bytes=65_536)
+        async with run_stack(settings) as stack:
+            await offered(stack, "home__history")
+            upstream.script_router(Reply.tool_calls([("home__wait", {"seconds": 1})]))
+            waiting = asyncio.create_task(ask(stack, "chat", "wait a second"))
+            await wait_for(lambda: server.seen("wait"), 10.0)
+            # 5,000 lines: 180 KB of text.
+            upstream.script_router(Reply.tool_calls([("home__history", {"lines": 5000})]))
+            events, said = await ask(stack, "chat", "what happened?")
+            waited, said_too = await waiting
+    (other,) = of(waited, "tool_result")
+    assert (other["content"], other["is_error"]) == ("waited 1s", False)
+    (result,) = of(events, "tool_result")
+    assert (result["content"], result["is_error"]) == (
+        f"Error: could not read the answer of the MCP server “home” ({why}); the call may have run",
+        True,
+    )
+    assert said == said_too == "Hello from the scripted upstream."
 
 
 async def test_arguments_the_tools_schema_refuses_never_reach_the_server(

@@ -44,6 +44,8 @@ class Toolbox:
             self.mcp = McpServers(
                 load_config(settings.mcp_config),
                 timeout_s=settings.tool_timeout_s,
+                result_max_chars=settings.mcp_result_max_chars,
+                response_max_bytes=settings.mcp_response_max_bytes,
                 reserved={tool.name for tool in self.builtin},
                 limit=max(MAX_TOOLS - 1 - len(self.builtin), 0),
             )

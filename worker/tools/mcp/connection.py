@@ -19,6 +19,15 @@ The tools the server lists are kept on the connection; `notifications/tools/list
 them listed again. While a server is down its last tools stay offered, and a call is
 answered at once with why the server cannot be reached.
 
+What one answer may bring in is bounded: over HTTP, a body other than an event stream (a
+JSON answer, which the SDK reads whole) is read up to `response_max_bytes`, counted as the
+bytes arrive (compressed, when the server compresses), and the call fails beyond; each
+server-sent event is bounded by the SDK at the same size (an event stream may stay open for
+the session's life, so its events are bounded, not its total). Either failure loses that
+answer alone: the session goes on carrying every other call. The SDK's stdio transport has
+no such bound (it reads each line whole), so a stdio server's answer is bounded only after
+it was read, by what the model reads of it (`result_max_chars`: worker/tools/mcp/output.py).
+
 The protocol era is the SDK's choice (`mode="auto"`: `server/discover`, else the
 `initialize` handshake of the 2025 protocol, as Home Assistant speaks it).
 """
@@ -45,6 +54,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CONNECTION_CLOSED,
+    PARSE_ERROR,
     REQUEST_TIMEOUT,
     CallToolResult,
     Implementation,
@@ -70,6 +80,10 @@ MAX_TOOLS = 64
 _MAX_PAGES = 10
 # HTTP: the SDK's own limits (a response stream may stay open long between events).
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+# How the SDK begins the error it answers a call with when the event stream of that call's
+# answer could not be read (an event over its size, or malformed): that answer is lost, not
+# the session, which goes on carrying every other call.
+_ANSWER_STREAM_FAILED = "SSE stream failed"
 _REFUSALS = {
     401: "the server refused the credentials (HTTP {status}): check its headers",
     403: "the server refused the credentials (HTTP {status}): check its headers",
@@ -101,10 +115,15 @@ class Connection:
         config: ServerConfig,
         *,
         timeout_s: float,
+        result_max_chars: int,
+        response_max_bytes: int,
         changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.name = name
         self.config = config
+        # What one call may bring in (BERNARD_MCP_RESULT_MAX_CHARS, _RESPONSE_MAX_BYTES).
+        self.result_max_chars = result_max_chars
+        self.response_max_bytes = response_max_bytes
         # A call's limit, and the handshake's: the server's own, within the tool timeout.
         self.timeout_s = min(config.timeout_s or timeout_s, timeout_s)
         self.state = State.CONNECTING
@@ -168,6 +187,13 @@ class Connection:
                 tool, arguments, read_timeout_seconds=self.timeout_s, progress_callback=progress
             )
         except MCPError as exc:
+            if exc.code == PARSE_ERROR or (
+                exc.code == CONNECTION_CLOSED and exc.message.startswith(_ANSWER_STREAM_FAILED)
+            ):
+                raise ToolException(
+                    f"Error: could not read the answer of {server} ({exc.message}); the call "
+                    "may have run"
+                ) from exc
             if exc.code == CONNECTION_CLOSED:
                 self._lose(exc.message)
                 raise ToolException(
@@ -305,7 +331,7 @@ class Connection:
 
     def _transport(self) -> Transport:
         if isinstance(self.config, HttpServer):
-            return _http(self.config, self._answered)
+            return _http(self.config, self._answered, self.response_max_bytes)
         return _stdio(self.config)
 
     async def _answered(self, response: httpx2.Response) -> None:
@@ -333,16 +359,57 @@ def _notifies(client: Client) -> bool:
 
 @asynccontextmanager
 async def _http(
-    config: HttpServer, answered: Callable[[httpx2.Response], Awaitable[None]]
+    config: HttpServer, answered: Callable[[httpx2.Response], Awaitable[None]], max_bytes: int
 ) -> AsyncIterator[tuple[Any, Any]]:
-    hooks = {"response": [answered]}
+    hooks = {"response": [answered, _bounded(max_bytes)]}
     async with (
         httpx2.AsyncClient(
             headers=config.headers, timeout=_HTTP_TIMEOUT, event_hooks=hooks
         ) as http,
-        streamable_http_client(config.url, http_client=http) as streams,
+        streamable_http_client(
+            config.url, http_client=http, max_sse_event_size=max_bytes
+        ) as streams,
     ):
         yield streams
+
+
+class AnswerTooLarge(httpx2.StreamError):
+    """A server's answer is longer than Bernard reads of one. A `StreamError`: the SDK
+    answers the call it was reading with a parse error, and the session goes on."""
+
+
+def _bounded(max_bytes: int) -> Callable[[httpx2.Response], Awaitable[None]]:
+    """A response hook (it runs before the body is read): a body that is not an event
+    stream is read at most `max_bytes` (see the module docstring)."""
+
+    async def bound(response: httpx2.Response) -> None:
+        kind = response.headers.get("content-type", "").lower()
+        if not kind.startswith("text/event-stream"):
+            response.stream = _Capped(response.stream, max_bytes)
+
+    return bound
+
+
+class _Capped(httpx2.AsyncByteStream):
+    """A response body that raises `AnswerTooLarge` once more than `limit` bytes came."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        read = 0
+        async for chunk in self._stream:
+            read += len(chunk)
+            if read > self._limit:
+                raise AnswerTooLarge(
+                    f"the answer is longer than {self._limit} bytes, the most Bernard reads "
+                    "of one (BERNARD_MCP_RESPONSE_MAX_BYTES)"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 def _stdio(config: StdioServer) -> Transport:

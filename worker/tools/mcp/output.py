@@ -3,12 +3,16 @@
 - Text blocks are the text, in order.
 - Structured content is kept: as the text when the result has no text, after it when the
   text does not already say it (servers are asked to mirror it as JSON text, and the SDK's
-  own wraps a plain value as `{"result": value}`), and whole in the artifact.
+  own wraps a plain value as `{"result": value}`), and in the artifact (below).
 - Images, audio and binary resources are referenced (their type and size), never inlined:
   the model reads text. An embedded text resource is inlined up to `INLINE_RESOURCE_CHARS`,
   referenced beyond; a resource link is referenced.
-- The whole is cut at `MAX_CHARS`, saying how much was left out, as every tool's output is
-  bounded.
+- The whole is cut at `max_chars` (`BERNARD_MCP_RESULT_MAX_CHARS`), saying how much was
+  left out, as every tool's output is bounded: what the model reads is what the turn streams
+  and the conversation stores. Blocks past the cut are counted, not rendered; structured
+  content is not written out as JSON once the text fills the cut.
+- The artifact is bounded the same way: structured content is kept whole only within
+  `max_chars` of JSON (its size beyond), and at most `MAX_REFERENCES` blocks are referenced.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from mcp.types import (
     TextResourceContents,
 )
 
-__all__ = ["INLINE_RESOURCE_CHARS", "MAX_CHARS", "Output", "render"]
+__all__ = ["INLINE_RESOURCE_CHARS", "MAX_REFERENCES", "Output", "render"]
 
-MAX_CHARS = 20_000
 INLINE_RESOURCE_CHARS = 4_000
+# Blocks the artifact refers to, at most: a result of a million tiny images is one line.
+MAX_REFERENCES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +48,79 @@ class Output:
     artifact: dict[str, Any] | None = None
 
 
-def render(result: CallToolResult, *, max_chars: int = MAX_CHARS) -> Output:
+def render(result: CallToolResult, *, max_chars: int) -> Output:
     """`result` as the model reads it (see the module docstring)."""
-    parts = [_block(block) for block in result.content]
-    text = "\n".join(part for part in parts if part)
+    text = _Cut(max_chars)
+    references: list[dict[str, Any]] = []
+    unread = 0  # blocks past the cut, or past `MAX_REFERENCES`, the artifact does not list
+    for block in result.content:
+        if text.cut:  # past the cut: counted, not rendered
+            text.skip(_length(block))
+            unread += not isinstance(block, TextContent)  # each other block is referred to
+            continue
+        text.add(_block(block))
+        reference = _reference(block)
+        if reference is None:
+            continue
+        if len(references) < MAX_REFERENCES:
+            references.append(reference)
+        else:
+            unread += 1
     structured = result.structured_content
-    if structured is not None and not _says(text, structured):
-        shown = json.dumps(structured, ensure_ascii=False)
-        text = f"{text}\nStructured content: {shown}" if text else shown
     artifact: dict[str, Any] = {}
     if structured is not None:
-        artifact["structured_content"] = structured
-    references = [_reference(block) for block in result.content]
-    if any(references):
-        artifact["content"] = [r for r in references if r]
-    return Output(text=_cut(text, max_chars), artifact=artifact or None)
+        shown = json.dumps(structured, ensure_ascii=False)
+        if not text.cut and not _says(text.so_far, structured):
+            text.add(f"Structured content: {shown}" if text.so_far else shown)
+        if len(shown) <= max_chars:
+            artifact["structured_content"] = structured
+        else:  # the text carries what fits; the artifact never holds more than it
+            artifact["structured_content_chars"] = len(shown)
+    if references:
+        artifact["content"] = references
+    if unread:
+        artifact["content_not_listed"] = unread
+    return Output(text=text.text(), artifact=artifact or None)
+
+
+class _Cut:
+    """A result's parts joined by newlines, kept up to `limit` characters; `left_out`
+    counts the characters beyond (the parts past the cut are only measured)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parts: list[str] = []
+        self._kept = 0
+        self.left_out = 0
+
+    @property
+    def cut(self) -> bool:
+        return self.left_out > 0
+
+    @property
+    def so_far(self) -> str:
+        return "".join(self._parts)
+
+    def add(self, part: str) -> None:
+        if not part:
+            return
+        if self._kept or self.left_out:
+            part = f"\n{part}"
+        room = self.limit - self._kept
+        if len(part) > room:
+            self.left_out += len(part) - room
+            part = part[:room]
+        self._parts.append(part)
+        self._kept += len(part)
+
+    def skip(self, length: int) -> None:
+        if length:
+            self.left_out += 1 + length  # and the newline before it
+
+    def text(self) -> str:
+        if not self.left_out:
+            return self.so_far
+        return f"{self.so_far}\n…[cut: the server sent {self.left_out} characters more]"
 
 
 def _block(block: ContentBlock) -> str:
@@ -80,6 +143,11 @@ def _block(block: ContentBlock) -> str:
         size = _size(_decoded_bytes(resource.blob))
         return f"[resource <{resource.uri}>{mime}, {size}, not shown]"
     return ""  # pragma: no cover - a content type of a protocol newer than this client
+
+
+def _length(block: ContentBlock) -> int:
+    """How many characters `_block` renders `block` as, without copying a text block."""
+    return len(block.text) if isinstance(block, TextContent) else len(_block(block))
 
 
 def _reference(block: ContentBlock) -> dict[str, Any] | None:
@@ -135,9 +203,3 @@ def _size(count: int) -> str:
     if count < 1024 * 1024:
         return f"{count / 1024:.0f} KB"
     return f"{count / (1024 * 1024):.1f} MB"
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n…[cut: the server sent {len(text) - limit} characters more]"

@@ -31,21 +31,32 @@ _STOP_S = 10.0
 
 
 class McpServers:
-    """The servers of `config`; `reserved` are names their tools may not take (the
-    built-in tools'), and `limit` the most tools they may offer together."""
+    """The servers of `config`, each call within `timeout_s` and bringing in at most
+    `result_max_chars` and `response_max_bytes` (worker/tools/mcp/connection.py); `reserved`
+    are names their tools may not take (the built-in tools'), and `limit` the most tools
+    they may offer together."""
 
     def __init__(
         self,
         config: McpConfig,
         *,
         timeout_s: float,
+        result_max_chars: int,
+        response_max_bytes: int,
         reserved: Collection[str] = (),
         limit: int = 100,
     ) -> None:
         self.reserved = frozenset(reserved)
         self.limit = limit
         self.connections = [
-            Connection(name, server, timeout_s=timeout_s, changed=self._changed)
+            Connection(
+                name,
+                server,
+                timeout_s=timeout_s,
+                result_max_chars=result_max_chars,
+                response_max_bytes=response_max_bytes,
+                changed=self._changed,
+            )
             for name, server in config.servers.items()
         ]
         self._tools: list[McpTool] = []

@@ -4,7 +4,8 @@ schema and description, under its namespaced name (worker/tools/mcp/names.py).
 A call is checked against the tool's input schema before it is sent (a call that fails it
 never reaches the server, and the model reads why), runs on the worker's session with the
 server (worker/tools/mcp/connection.py), turns each `notifications/progress` into a
-`tool_progress` event as it arrives (`MAX_PROGRESS` at most), and its result into text
+`tool_progress` event as it arrives (`MAX_PROGRESS` at most, each message cut at
+`PROGRESS_CHARS`), and its result into text within the connection's `result_max_chars`
 (worker/tools/mcp/output.py);
 an `isError` result or any failure is an error the model reads. Stopping the call (the
 turn is cancelled, or the tool's time is up) cancels the request: the SDK sends MCP's
@@ -44,6 +45,9 @@ DESCRIPTION_CHARS = 1000
 # The most progress events one call streams: a server may notify as often as it likes,
 # each event is a stream entry (and a frame for every client).
 MAX_PROGRESS = 200
+# A progress message's length at most: a server's message may be as long as it likes, and
+# each one is streamed to every client of the turn.
+PROGRESS_CHARS = 200
 
 
 def waits(annotations: ToolAnnotations | None, confirm: Confirm) -> bool:
@@ -122,13 +126,14 @@ class McpTool(BaseTool):
                 reported += 1
                 if reported > MAX_PROGRESS:
                     return
+                said = trim(message, PROGRESS_CHARS) if message else None
                 if total:
-                    reporter.progress(progress, total, message)
+                    reporter.progress(progress, total, said)
                 else:
-                    reporter.step(message or f"{progress:g} done")
+                    reporter.step(said or f"{progress:g} done")
 
             result = await self.connection.call(self.remote.name, args, report)
-            output = render(result)
+            output = render(result, max_chars=self.connection.result_max_chars)
             if result.is_error:
                 said = output.text or "the tool failed without saying why"
                 raise ToolException(f"Error: {said}")
