@@ -316,6 +316,10 @@ _PAUSE = """
 local status = status_of('')
 if REFUSE[status] then return {REFUSE[status]} end
 if redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return {'not_holder'} end
+-- The earlier steps are over (this turn holds the conversation: their decisions resumed
+-- it, or they lapsed) and their calls answered in the history: their proposals go, so the
+-- hash holds one step's, however many steps the conversation takes.
+redis.call('DEL', KEYS[2])
 for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
 redis.call('EXPIRE', KEYS[2], retention_s)
 redis.call('HSET', KEYS[1], 'paused_turn', ARGV[4], 'paused_until', ARGV[5])

@@ -298,7 +298,8 @@ def conversation_summary(owner: str, conversation_id: str) -> str:
 
 
 def conversation_proposals(owner: str, conversation_id: str) -> str:
-    """Hash of a conversation's tool calls that waited for the user's decision, by id."""
+    """Hash of the tool calls of a conversation's latest step that waited for the user's
+    decision, by id (an earlier step's leave when the next one pauses)."""
     return f"{_conversation(owner, conversation_id)}:proposals"
 
 

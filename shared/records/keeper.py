@@ -312,8 +312,9 @@ class Archivist(_Store):
         return orjson.loads(raw) if raw else None
 
     async def proposals(self, conversation_id: str) -> list[Message]:
-        """Every tool call of the conversation that waited for a decision, oldest first,
-        with its `state` (pending, approved, rejected or expired)."""
+        """The tool calls of the conversation's latest step that waited for a decision
+        (`PAUSE` drops an earlier step's), oldest first, with its `state` (pending,
+        approved, rejected or expired)."""
         key = keys.conversation_proposals(self.owner, conversation_id)
         raw = await self._redis.hvals(key)  # type: ignore[misc]
         found = [orjson.loads(value) for value in raw]

@@ -341,6 +341,32 @@ async def test_a_new_message_after_a_step_lapsed_undecided_lapses_its_calls(
     assert [p["state"] for p in proposals] == ["expired"]
 
 
+async def test_a_steps_proposals_leave_when_the_next_step_pauses_however_many_steps(
+    machine: ConversationMachine,
+) -> None:
+    """The hash holds the latest step's calls: an earlier step's go, answered or lapsed
+    undecided (a new message went on), and deciding one of them finds nothing."""
+    stored = machine.keys(ID)[1]
+    await machine.create(ID, turn_id="turn-0")
+    for step in range(11):
+        turn, following = f"turn-{step}", f"turn-{step + 1}"
+        answered = step % 2 == 0
+        # 8 calls: as many as a step may propose (the per-conversation budget's default).
+        calls = [proposal(f"c{step}-{n}", turn, ttl_s=600 if answered else -1) for n in range(8)]
+        assert await machine.pause(ID, turn, calls) is Outcome.PAUSED
+        assert await machine._redis.hlen(stored) == 8, f"step {step}"  # type: ignore[misc]
+        if answered:
+            for call in calls:
+                await machine.decide(ID, call["confirmation_id"], "approve", turn_id=following)
+        else:
+            assert (await machine.start(ID, following, ended=turn)).outcome is Outcome.STARTED
+    fields = await machine._redis.hkeys(stored)  # type: ignore[misc]
+    assert sorted(field.decode() for field in fields) == [f"c10-{n}" for n in range(8)]
+    for earlier in ("c8-0", "c9-0"):  # answered, lapsed
+        decided = await machine.decide(ID, earlier, "approve", turn_id="turn-late")
+        assert decided.outcome is Outcome.NO_PROPOSAL
+
+
 async def test_unclaiming_the_turn_of_a_steps_decisions_lets_them_be_made_again(
     machine: ConversationMachine,
 ) -> None:
