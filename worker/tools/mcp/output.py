@@ -104,12 +104,13 @@ class _Cut:
     def add(self, part: str) -> None:
         if not part:
             return
-        if self._kept or self.left_out:
-            part = f"\n{part}"
-        room = self.limit - self._kept
-        if len(part) > room:
-            self.left_out += len(part) - room
-            part = part[:room]
+        sep = "\n" if self._kept or self.left_out else ""
+        length, room = len(sep) + len(part), self.limit - self._kept
+        if length > room:  # sliced before it is joined: a long part is never copied whole
+            self.left_out += length - room
+            part = f"{sep}{part[: max(room - len(sep), 0)]}"[:room]
+        else:
+            part = f"{sep}{part}"
         self._parts.append(part)
         self._kept += len(part)
 
