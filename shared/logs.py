@@ -24,9 +24,10 @@ What never reaches a line: request bodies, headers (so no `Authorization`), and,
 messages (which may quote what the client sent); the call sites check
 `Settings.log_prompts`. Behind them the formatter replaces every secret the settings hold
 (upstream API keys, the Home Assistant token, `BERNARD_API_KEYS` keys, a Redis password,
-the credentials inside any URL the settings name, OTLP exporter header values) wherever it
-appears, and the credentials inside any URL a line holds (shared/redaction.py), with
-`BERNARD_LOG_PROMPTS` on as well.
+the credentials inside any URL the settings name, OTLP exporter header values) and every
+secret declared elsewhere and handed to `hide_in_logs` wherever it appears, and the
+credentials inside any URL a line holds (shared/redaction.py), with `BERNARD_LOG_PROMPTS`
+on as well.
 
 Nor does a control character, in either format: a request's path, a header a client sent,
 an exception's message are the client's words, and ESC would drive the operator's terminal
@@ -57,6 +58,7 @@ __all__ = [
     "TextFormatter",
     "configure_logging",
     "escape_controls",
+    "hide_in_logs",
     "log_format",
     "log_handler",
     "secrets_of",
@@ -106,8 +108,42 @@ def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> t
     for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
         for pair in environ.get(name, "").split(","):
             values.append(pair.partition("=")[2].strip())
+    return _longest_first(values)
+
+
+def _longest_first(values: Iterable[str | None]) -> tuple[str, ...]:
+    # Longest first: a secret inside a longer one would otherwise leave the rest of it.
     found = {value for value in values if value and len(value) >= _MIN_SECRET_CHARS}
     return tuple(sorted(found, key=len, reverse=True))
+
+
+# Secrets declared outside `Settings`, which this module does not read (a tool source's own
+# settings, declared beside its tools). Process-wide, as logging is: every formatter, made
+# before or after, hides them from the next line on.
+_hidden: tuple[str, ...] = ()
+
+
+def hide_in_logs(values: Iterable[str]) -> None:
+    """Hide each of `values` (not the shortest: `_MIN_SECRET_CHARS`) wherever a line holds
+    it, from now on, in every format."""
+    global _hidden
+    _hidden = _longest_first({*_hidden, *values})
+
+
+class _Secrets:
+    """A formatter's secrets: its settings' and those handed to `hide_in_logs`, merged
+    again only when the latter changed."""
+
+    def __init__(self, own: Iterable[str]) -> None:
+        self.own = tuple(own)
+        self._seen: tuple[str, ...] | None = None
+        self._all = self.own
+
+    def all(self) -> tuple[str, ...]:
+        if self._seen is not _hidden:
+            self._seen = _hidden
+            self._all = _longest_first({*self.own, *_hidden})
+        return self._all
 
 
 # C0, DEL and C1: the characters a terminal acts on rather than shows.
@@ -146,7 +182,7 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self.secrets = tuple(secrets)
+        self.secrets = _Secrets(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -163,7 +199,7 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = record.exc_text
         # orjson escapes C0 itself; this catches DEL and C1, which can only be in strings.
         text = escape_controls(orjson.dumps(line, default=str).decode())
-        return _redact(text, self.secrets)
+        return _redact(text, self.secrets.all())
 
 
 class TextFormatter(logging.Formatter):
@@ -171,7 +207,7 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        self.secrets = tuple(secrets)
+        self.secrets = _Secrets(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
         # As `logging.Formatter.format`, each part escaped: the head on one line, then the
@@ -193,7 +229,7 @@ class TextFormatter(logging.Formatter):
             trace.append(self.formatStack(record.stack_info))
         for part in trace:
             text += "".join(f"\n{escape_controls(line)}" for line in part.splitlines())
-        return _redact(text, self.secrets)
+        return _redact(text, self.secrets.all())
 
 
 def _text_value(value: Any) -> str:

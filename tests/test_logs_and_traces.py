@@ -32,9 +32,11 @@ from starlette.routing import Route
 
 from shared import traces
 from shared.logs import (
+    REDACTED,
     JsonFormatter,
     TextFormatter,
     escape_controls,
+    hide_in_logs,
     log_format,
     log_handler,
     secrets_of,
@@ -500,6 +502,15 @@ def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
         "bernard-key-2",
         "otlp-secret-1",
     }  # "abc" and "ab" are too short to look for
+
+
+def test_a_secret_handed_over_later_is_hidden_by_a_formatter_made_before() -> None:
+    """Merged with the formatter's own, longest first: the longer secret that holds one of
+    the formatter's is hidden whole, not left with its tail showing."""
+    formatter = JsonFormatter(["own-secret-1"])
+    hide_in_logs(["own-secret-1-and-more", "tiny"])
+    line = json.loads(formatter.format(record("own-secret-1-and-more, own-secret-1, tiny")))
+    assert line["message"] == f"{REDACTED}, {REDACTED}, tiny"  # "tiny" is too short to hide
 
 
 def test_a_text_line_appends_the_fields_as_key_value() -> None:
