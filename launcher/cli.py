@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.markup import escape
 
@@ -79,9 +81,20 @@ class DemoHome:
         return {"BERNARD_HA_URL": self.url, "BERNARD_HA_TOKEN": self.token}
 
 
-def demo_home_for(settings: Settings) -> DemoHome | None:
-    """The demo home to start: only on the offline demo model with no Home Assistant set."""
-    if not settings.demo_mode or settings.ha_url:
+class HomeAssistantSet(BaseSettings):
+    """Home Assistant's address as the worker reads it (worker/tools/home_assistant.py
+    `HomeAssistantSettings` declares it; the launcher imports shared/ only), for the one
+    question the launcher asks of it: whether a demo home should stand in."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
+
+
+def demo_home_for(settings: Settings, ha_url: str | None) -> DemoHome | None:
+    """The demo home to start: only on the offline demo model with no Home Assistant set
+    (`ha_url`, from `HomeAssistantSet`)."""
+    if not settings.demo_mode or ha_url:
         return None
     return DemoHome(port=free_port(), token=secrets.token_urlsafe(24))
 
@@ -318,7 +331,7 @@ def serve(console: Console) -> int:
             console.print(upstream, markup=False)
         notes = [note] if (note := local_conversations_note(settings, redis.url)) else []
 
-        home = demo_home_for(settings)
+        home = demo_home_for(settings, HomeAssistantSet().ha_url)
         if home is not None:  # before the worker, so it stops after it
             env.update(home.env())
             supervisor.spawn("demo-home", demo_home_argv(sys.executable, home.port), env)

@@ -23,11 +23,12 @@ What never reaches a line: request bodies, headers (so no `Authorization`), and,
 `BERNARD_LOG_PROMPTS=1`, prompts, message content, tool arguments and outputs, and error
 messages (which may quote what the client sent); the call sites check
 `Settings.log_prompts`. Behind them the formatter replaces every secret the settings hold
-(upstream API keys, the Home Assistant token, `BERNARD_API_KEYS` keys, a Redis password,
-the credentials inside any URL the settings name, OTLP exporter header values) and every
-secret declared elsewhere and handed to `hide_in_logs` wherever it appears, and the
-credentials inside any URL a line holds (shared/redaction.py), with `BERNARD_LOG_PROMPTS`
-on as well.
+(upstream API keys, `BERNARD_API_KEYS` keys, a Redis password, the credentials inside any
+URL the settings name, OTLP exporter header values) and every secret declared elsewhere and
+handed to `hide_in_logs` (a tool source's token and URL credentials: the worker hands over
+what worker/tools/settings.py `ToolSettings.secrets` finds as it starts) wherever it
+appears, and the credentials inside any URL a line holds (shared/redaction.py), with
+`BERNARD_LOG_PROMPTS` on as well.
 
 Nor does a control character, in either format: a request's path, a header a client sent,
 an exception's message are the client's words, and ESC would drive the operator's terminal
@@ -86,21 +87,13 @@ def secrets_of(settings: Settings, environ: Mapping[str, str] = os.environ) -> t
     urls = (
         settings.openai_base_url,
         settings.anthropic_base_url,
-        settings.ha_url,
-        settings.plex_url,
-        settings.searxng_url,
-        settings.wikipedia_url,
-        settings.open_meteo_url,
-        settings.open_meteo_geocoding_url,
         settings.otel_exporter_otlp_endpoint,
     )
     values: list[str | None] = [
         *(secret for url in urls for secret in url_secrets(url)),
         settings.openai_api_key,
         settings.anthropic_api_key,
-        settings.ha_token,
         settings.metrics_key,
-        settings.plex_token,
         *url_secrets(settings.redis_url),
         *url_secrets(settings.queue_url),
         *settings.api_key_users(),

@@ -136,22 +136,10 @@ class Settings(BaseSettings):
     auto_approve_tools: str = Field("", alias="BERNARD_AUTO_APPROVE_TOOLS")
     confirmation_ttl_s: int = Field(3600, alias="BERNARD_CONFIRMATION_TTL_S")
 
-    # Tools that reach other services (worker/tools/). A tool is offered to the router only
-    # when its service is configured; an empty URL turns off a tool that has a default.
+    # Tools that reach other services (worker/tools/): each request's limit, shared by all of
+    # them. What each service is (its URL, its token) its source declares in its own module
+    # (worker/tools/settings.py `SourceSettings`), read from the same environment and `.env`.
     tool_http_timeout_s: float = Field(10.0, alias="BERNARD_TOOL_HTTP_TIMEOUT_S")
-    searxng_url: str | None = Field(None, alias="BERNARD_SEARXNG_URL")
-    wikipedia_url: str = Field("https://en.wikipedia.org", alias="BERNARD_WIKIPEDIA_URL")
-    open_meteo_url: str = Field("https://api.open-meteo.com", alias="BERNARD_OPEN_METEO_URL")
-    open_meteo_geocoding_url: str = Field(
-        "https://geocoding-api.open-meteo.com", alias="BERNARD_OPEN_METEO_GEOCODING_URL"
-    )
-    ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
-    ha_token: str | None = Field(None, alias="BERNARD_HA_TOKEN")
-    ha_domains: str = Field(
-        "light,switch,fan,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
-    )
-    plex_url: str | None = Field(None, alias="BERNARD_PLEX_URL")
-    plex_token: str | None = Field(None, alias="BERNARD_PLEX_TOKEN")
     # MCP servers whose tools join the router's (worker/tools/mcp/): the path of a JSON file
     # in the `mcpServers` format. Unset: none.
     mcp_config: str | None = Field(None, alias="BERNARD_MCP_CONFIG")
@@ -250,9 +238,6 @@ class Settings(BaseSettings):
 
     def cors_origin_list(self) -> list[str]:
         return sorted(_names(self.cors_origins))
-
-    def ha_domain_names(self) -> frozenset[str]:
-        return _names(self.ha_domains)
 
     def webhook_host_names(self) -> frozenset[str]:
         return frozenset(name.lower() for name in _names(self.webhook_hosts))

@@ -44,6 +44,8 @@ from tests.serving import serve
 from tests.sse import Frame, collect
 from tests.upstream import ScriptedUpstream
 from worker.main import create_worker
+from worker.tools.settings import ToolSettings
+from worker.tools.sources import SOURCES, read_tool_settings
 
 
 def _session_redis() -> str:
@@ -99,10 +101,6 @@ def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) ->
         "disconnect_grace_s": 0.0,
         "router_model": "router-model",
         "response_model": "response-model",
-        # Tools whose service has a public default stay off: tests never reach the internet.
-        "wikipedia_url": "",
-        "open_meteo_url": "",
-        "open_meteo_geocoding_url": "",
         # A conversation's title is one more router call, in the background: tests that
         # count or script the upstream's calls would meet it at random. Title tests turn it
         # on (tests/test_titles.py).
@@ -111,8 +109,46 @@ def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) ->
     if upstream is not None:
         values["openai_base_url"] = upstream.base_url
         values["openai_api_key"] = "test-key"
+    # `Settings` ignores a name it does not have (an operator's `.env` holds others): here
+    # one is a mistake, a tool source's setting given to the wrong class (make_tool_settings).
+    unknown = set(overrides) - set(Settings.model_fields)
+    assert not unknown, f"not fields of Settings: {sorted(unknown)}"
     values.update(overrides)
     return Settings(**values)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A test's settings and its tool sources' (worker/tools/settings.py), from one set of
+    values: a test of a tool sets the service's URL and the timeout alike."""
+
+    settings: Settings
+    tools: ToolSettings
+
+    def stack(self, **options: Any) -> contextlib.AbstractAsyncContextManager[Stack]:
+        """`run_stack` on these settings and these tool settings."""
+        return run_stack(self.settings, tool_settings=self.tools, **options)
+
+
+def make_config(upstream: ScriptedUpstream | None = None, **overrides: Any) -> Config:
+    """`make_settings` and `make_tool_settings`, each given the fields it declares."""
+    declared = {name for source in SOURCES for name in source.settings.model_fields}
+    tools = {name: value for name, value in overrides.items() if name in declared}
+    rest = {name: value for name, value in overrides.items() if name not in declared}
+    return Config(make_settings(upstream, **rest), make_tool_settings(**tools))
+
+
+def make_tool_settings(**overrides: Any) -> ToolSettings:
+    """Each tool source's settings for one test (worker/tools/sources.py
+    `read_tool_settings`): `overrides` by field name, whichever source declares it."""
+    values: dict[str, Any] = {
+        # Tools whose service has a public default stay off: tests never reach the internet.
+        "wikipedia_url": "",
+        "open_meteo_url": "",
+        "open_meteo_geocoding_url": "",
+    }
+    values.update(overrides)
+    return read_tool_settings(**values)
 
 
 @dataclass
@@ -159,10 +195,18 @@ async def run_api(settings: Settings) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def run_worker(
-    settings: Settings, tools: Sequence[BaseTool] | None = None
+    settings: Settings,
+    tools: Sequence[BaseTool] | None = None,
+    tool_settings: ToolSettings | None = None,
 ) -> AsyncIterator[None]:
-    """An in-process `WakeWorker`; `tools` replaces the default tools when given."""
-    worker = create_worker(settings, tools=tools, handle_signals=False)
+    """An in-process `WakeWorker`; `tools` replaces the default tools when given, and its
+    tool sources' settings are `tool_settings` (default: `make_tool_settings()`)."""
+    worker = create_worker(
+        settings,
+        tools=tools,
+        tool_settings=tool_settings if tool_settings is not None else make_tool_settings(),
+        handle_signals=False,
+    )
     task = asyncio.create_task(worker.async_run())
     async with asyncio.timeout(10):
         while "supervisor" not in worker.ctx:  # started: its on_startup ran
@@ -182,12 +226,16 @@ async def run_worker(
 
 @contextlib.asynccontextmanager
 async def run_stack(
-    settings: Settings, *, worker: bool = True, tools: Sequence[BaseTool] | None = None
+    settings: Settings,
+    *,
+    worker: bool = True,
+    tools: Sequence[BaseTool] | None = None,
+    tool_settings: ToolSettings | None = None,
 ) -> AsyncIterator[Stack]:
     async with contextlib.AsyncExitStack() as stack:
         base_url = await stack.enter_async_context(run_api(settings))
         if worker:
-            await stack.enter_async_context(run_worker(settings, tools))
+            await stack.enter_async_context(run_worker(settings, tools, tool_settings))
         client = await stack.enter_async_context(
             httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0))
         )

@@ -24,7 +24,7 @@ from shared.connection import connect
 from shared.queue import BackgroundKind, background_job_id
 from shared.settings import Settings
 from shared.timers import TimerStore
-from tests.conftest import Stack, make_settings, run_stack, run_worker
+from tests.conftest import Stack, make_settings, make_tool_settings, run_stack, run_worker
 from tests.processes import wait_for
 from tests.sse import frames
 from tests.upstream import Body, Exchange, Reply, ScriptedUpstream, last_user_text
@@ -247,7 +247,7 @@ async def test_a_summary_its_worker_stopped_at_shutdown_runs_on_another_worker(
     upstream.responder = slow_summaries(held)
     settings = settings_for(upstream, users)
     async with run_stack(settings, worker=False) as stack:
-        first = create_worker(settings, handle_signals=False)
+        first = create_worker(settings, tool_settings=make_tool_settings(), handle_signals=False)
         running = asyncio.create_task(first.async_run())
         body = {"model": "bernard-v1", "messages": crowded("stopped"), "conversation_id": "den"}
         answer = await stack.client.post(CHAT, json=body, headers=as_user("alice"))

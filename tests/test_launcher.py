@@ -42,7 +42,7 @@ from launcher.redis_server import (
 from shared.redaction import redact_url
 from shared.settings import Settings
 from tests.conftest import TEST_REDIS_URL
-from worker.tools.home_assistant import area_template
+from worker.tools.home_assistant import HomeAssistantSettings, area_template
 
 ROOT = Path(__file__).resolve().parent.parent
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -576,16 +576,34 @@ def test_the_demo_home_runs_only_for_the_demo_model_without_home_assistant(
     values: dict[str, str], started: bool
 ) -> None:
     no_llm: dict[str, str | None] = dict.fromkeys(
-        ("openai_base_url", "openai_api_key", "anthropic_base_url", "anthropic_api_key", "ha_url")
+        ("openai_base_url", "openai_api_key", "anthropic_base_url", "anthropic_api_key")
     )
-    home = cli.demo_home_for(Settings(_env_file=None, **{**no_llm, **values}))
+    llm = {name: value for name, value in values.items() if name != "ha_url"}
+    settings = Settings(_env_file=None, **{**no_llm, **llm})
+    ha_url = cli.HomeAssistantSet(_env_file=None, ha_url=values.get("ha_url")).ha_url
+    home = cli.demo_home_for(settings, ha_url)
     assert (home is not None) == started
     if home is not None:
         assert home.url == f"http://127.0.0.1:{home.port}"
         assert home.env() == {"BERNARD_HA_URL": home.url, "BERNARD_HA_TOKEN": home.token}
         assert len(home.token) >= 32
-        other = cli.demo_home_for(Settings(_env_file=None, **{**no_llm, **values}))
+        other = cli.demo_home_for(settings, ha_url)
         assert other is not None and other.token != home.token, "a new token each run"
+
+
+def test_the_launcher_reads_home_assistants_url_where_the_worker_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The launcher declares the one variable apart (it imports shared/ only): the same name
+    as the worker's, from the environment and from `.env` alike."""
+    assert cli.HomeAssistantSet.model_fields["ha_url"].alias == "BERNARD_HA_URL"
+    assert HomeAssistantSettings.model_fields["ha_url"].alias == "BERNARD_HA_URL"
+    monkeypatch.delenv("BERNARD_HA_URL", raising=False)
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("BERNARD_HA_URL=http://from-dotenv:8123\n")
+    assert cli.HomeAssistantSet(_env_file=dotenv).ha_url == "http://from-dotenv:8123"
+    monkeypatch.setenv("BERNARD_HA_URL", "http://from-env:8123")
+    assert cli.HomeAssistantSet(_env_file=dotenv).ha_url == "http://from-env:8123"
 
 
 STATE_KEYS = {

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import Field, SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -48,6 +49,8 @@ from shared.turns import TurnStore
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
+from worker.tools.home_assistant import HomeAssistantSettings
+from worker.tools.settings import SourceSettings, ToolSettings
 
 PROMPT = "my grandmother's secret recipe is purple-walrus-7"
 ANSWER = "Here is the answer you wanted, friend."
@@ -125,7 +128,6 @@ def secret_settings(upstream: ScriptedUpstream, **overrides: Any) -> Settings:
         # A user of this test's own, so the conversations it finds are its own.
         api_keys=f"{USER_KEY}:alice-{uuid.uuid4().hex[:8]}",
         openai_api_key=UPSTREAM_KEY,
-        ha_token=HA_TOKEN,
         **overrides,
     )
 
@@ -238,7 +240,7 @@ async def test_log_prompts_adds_prompts_and_arguments_but_never_keys(
     assert EXPRESSION in tool["arguments"] and tool["output"] == "7006652"
     response = lines.named("model call", turn_id=turn_id, stage="response")[0]
     assert response["output"]["content"] == ANSWER
-    for key in (USER_KEY, UPSTREAM_KEY, HA_TOKEN):
+    for key in (USER_KEY, UPSTREAM_KEY):
         assert key not in lines.text
 
 
@@ -482,26 +484,63 @@ def test_secrets_are_every_key_token_and_password_the_settings_hold() -> None:
     settings = Settings(
         redis_url="redis://:hunter2-redis@127.0.0.1:6379/0",
         openai_base_url="https://proxy-user:proxy-pa55@llm.lan/v1",
-        ha_url="https://ha.lan/?access_token=ha-url-token",
         openai_api_key="sk-openai-123",
         anthropic_api_key="sk-ant-456",
-        ha_token="ha-token-789",
-        plex_token="plex-token-012",
         api_keys="bernard-key-1:alice,bernard-key-2:bob,abc:carol",
     )
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=otlp-secret-1,short=ab"}
     assert set(secrets_of(settings, environ)) == {
         "hunter2-redis",
         "proxy-pa55",
-        "ha-url-token",
         "sk-openai-123",
         "sk-ant-456",
-        "ha-token-789",
-        "plex-token-012",
         "bernard-key-1",
         "bernard-key-2",
         "otlp-secret-1",
     }  # "abc" and "ab" are too short to look for
+
+
+class LockerSettings(SourceSettings):
+    """A tool source as a new one declares its settings, in its own module: nothing in
+    shared/ names it, and its secret is marked only by its type."""
+
+    locker_url: str | None = Field(None, alias="BERNARD_TEST_LOCKER_URL")
+    locker_key: SecretStr | None = Field(None, alias="BERNARD_TEST_LOCKER_KEY")
+    locker_shelf: str = Field("hall-cupboard-7", alias="BERNARD_TEST_LOCKER_SHELF")
+
+
+async def test_the_secrets_tool_sources_declare_are_hidden_once_the_worker_starts(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The worker hands the logs what each source's settings declare secret (a `SecretStr`
+    field, the credentials inside a URL field); shared/logs.py lists none of them."""
+    settings = make_settings(upstream)
+    tool_settings = ToolSettings(
+        [
+            HomeAssistantSettings(_env_file=None, ha_url="http://ha.lan:8123", ha_token=HA_TOKEN),
+            LockerSettings(
+                _env_file=None,
+                locker_url="https://keeper:locker-url-pass@locker.lan/?token=locker-query-tok",
+                locker_key="locker-key-3141",
+            ),
+        ]
+    )
+    with captured(settings) as lines:
+        async with run_worker(settings, tool_settings=tool_settings):
+            logging.getLogger("bernard.test").info(
+                "reached %s with %s, then %s and %s and %s on %s",
+                "the locker",
+                "locker-key-3141",
+                HA_TOKEN,
+                "locker-url-pass",
+                "locker-query-tok",
+                "hall-cupboard-7",
+            )
+    (line,) = [line for line in lines.all() if line["logger"] == "bernard.test"]
+    assert line["message"] == (
+        f"reached the locker with {REDACTED}, then {REDACTED} and {REDACTED} and {REDACTED} "
+        "on hall-cupboard-7"
+    )
 
 
 def test_a_secret_handed_over_later_is_hidden_by_a_formatter_made_before() -> None:

@@ -25,7 +25,7 @@ from launcher.redis_server import free_port
 from shared.notes import NoteStore
 from shared.settings import Settings
 from shared.titles import TITLE_PROMPT
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Stack, make_config, make_settings, run_stack
 from tests.fakes.searxng import FakeSearxng
 from tests.processes import BIN, ProcessGroup, settings_env, wait_for
 from tests.terminal import Terminal, has_tmux
@@ -561,8 +561,9 @@ async def test_doctor_in_another_terminal_reports_the_server_as_it_is_and_exits_
     """Run as a second terminal would: none of the server's settings in the environment,
     and outside the project folder."""
     async with FakeSearxng() as searxng:
-        settings = make_settings(upstream, api_keys=keys_for_two(), searxng_url=searxng.base_url)
-        async with run_stack(settings) as stack, terminal(tmp_path) as term:
+        config = make_config(upstream, api_keys=keys_for_two(), searxng_url=searxng.base_url)
+        settings = config.settings
+        async with config.stack() as stack, terminal(tmp_path) as term:
             await worker_reported_in(stack)
             env = {
                 name: value

@@ -27,7 +27,7 @@ from langchain_core.tools import BaseTool
 
 from compat.arq import worker_kwargs
 from shared.connection import connect, connect_data, queue_client
-from shared.logs import configure_logging
+from shared.logs import configure_logging, hide_in_logs
 from shared.queue import RUN_TURN, BackgroundLimits
 from shared.records.keeper import SUMMARIZE, TITLE
 from shared.redis_checks import warn_if_evicting
@@ -41,6 +41,8 @@ from worker.summaries import summarize
 from worker.supervisor import TurnSupervisor
 from worker.titles import name_conversation
 from worker.tools.runtime import http_client
+from worker.tools.settings import ToolSettings
+from worker.tools.sources import read_tool_settings
 from worker.turn import run_to_sinks
 from worker.webhooks import ATTEMPT_MARGIN_S as WEBHOOK_MARGIN_S
 from worker.webhooks import CLIENT as WEBHOOK_CLIENT
@@ -59,6 +61,10 @@ async def startup(ctx: dict[str, Any]) -> None:
         )
     settings: Settings = ctx.get("settings") or get_settings()
     configure_logging(settings)
+    # Each tool source's own settings, declared in its module (worker/tools/settings.py);
+    # their secrets join those the logs hide (shared/logs.py knows no tool source).
+    tool_settings: ToolSettings = ctx.get("tool_settings") or read_tool_settings()
+    hide_in_logs(tool_settings.secrets())
     traced = configure_tracing(settings, "bernard-worker")
     redis = connect_data(settings.redis_url)
     # The queue role: the data client when one Redis holds both, else arq's own client.
@@ -72,8 +78,9 @@ async def startup(ctx: dict[str, Any]) -> None:
         responder=models.responder,
         run_to_sinks=run_to_sinks,
         worker_id=worker_id,
-        # None: the tools the settings enable. Set by `create_worker(tools=...)` (tests).
+        # None: the tools the tool settings enable. Set by `create_worker(tools=...)` (tests).
         tools=ctx.get("tools"),
+        tool_settings=tool_settings,
         http=(http := http_client(settings, ctx.get("tool_transport"))),
         queue=queue,
     )
@@ -217,18 +224,22 @@ def create_worker(
     settings: Settings,
     *,
     tools: Sequence[BaseTool] | None = None,
+    tool_settings: ToolSettings | None = None,
     tool_transport: httpx.AsyncBaseTransport | None = None,
     **overrides: Any,
 ) -> Worker:
     """A worker for `settings`, as the embedded mode and the tests run it.
 
-    `tools` replaces the tools the router may call (default: those the settings enable,
-    `enabled_tools`); `tool_transport` replaces the transport of the tools' HTTP client.
+    `tools` replaces the tools the router may call (default: those the tool settings enable,
+    `enabled_tools`); `tool_settings` replaces each tool source's settings (default: read
+    from the environment, `read_tool_settings`); `tool_transport` replaces the transport of
+    the tools' HTTP client.
     """
     options = worker_options(settings)
     options["ctx"] = {
         "settings": settings,
         "tools": list(tools) if tools is not None else None,
+        "tool_settings": tool_settings,
         "tool_transport": tool_transport,
     }
     return WakeWorker(**{**options, **overrides})

@@ -71,6 +71,7 @@ from worker.recording import ConversationGoneError
 from worker.telemetry import TurnTelemetry
 from worker.tools import catalog
 from worker.tools.runtime import ToolRuntime
+from worker.tools.settings import ToolSettings
 from worker.tools.toolbox import Toolbox
 from worker.turn import Sink
 
@@ -119,6 +120,7 @@ class TurnSupervisor:
         responder: Llm,
         run_to_sinks: TurnRunner,
         worker_id: str,
+        tool_settings: ToolSettings,
         tools: Sequence[BaseTool] | None = None,
         http: httpx.AsyncClient | None = None,
         queue: Redis | None = None,
@@ -131,8 +133,10 @@ class TurnSupervisor:
         self.responder = responder
         self.run_to_sinks = run_to_sinks
         self.worker_id = worker_id
+        # Each tool source's own settings (worker/tools/settings.py).
+        self.tool_settings = tool_settings
         # The tools it offers (worker/tools/toolbox.py): `tools` replaces the built-in ones.
-        self.toolbox = Toolbox(settings, tools)
+        self.toolbox = Toolbox(settings, tools, tool_settings)
         # The HTTP client the tools share (worker/tools/runtime.py); the worker owns it.
         self.http = http
         self.streams = StreamBatcher(redis, maxlen=settings.stream_maxlen)
@@ -319,6 +323,7 @@ class TurnSupervisor:
             settings=self.settings,
             http=self.http,
             conversation_id=record.conversation_id,
+            tool_settings=self.tool_settings,
         )
         telemetry.usage = ctx.usage
         return ctx
@@ -338,7 +343,9 @@ class TurnSupervisor:
                 await asyncio.sleep(0.5)
 
     async def _publish_tools(self) -> None:
-        await catalog.publish_tools(self.queue, self.toolbox.tools(), self.settings)
+        await catalog.publish_tools(
+            self.queue, self.toolbox.tools(), self.settings, self.tool_settings
+        )
         health = self.toolbox.mcp_health()
         if health is not None:
             await catalog.publish_mcp_health(self.queue, self.worker_id, health)

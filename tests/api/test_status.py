@@ -13,7 +13,14 @@ import pytest
 from api.status import STATUS_CACHE_S, StatusCache, reaches
 from launcher.redis_server import free_port
 from shared.status import Status, WorkersStatus
-from tests.conftest import TEST_REDIS_URL, make_settings, run_api, run_stack, run_worker
+from tests.conftest import (
+    TEST_REDIS_URL,
+    make_config,
+    make_settings,
+    run_api,
+    run_stack,
+    run_worker,
+)
 from tests.fakes.searxng import FakeSearxng
 from tests.processes import wait_for
 from tests.upstream import ScriptedUpstream
@@ -33,8 +40,8 @@ async def test_status_says_what_the_workers_run_and_that_it_all_answers(
     upstream: ScriptedUpstream,
 ) -> None:
     async with FakeSearxng() as searxng:
-        settings = make_settings(upstream, api_keys=KEYS, searxng_url=searxng.base_url)
-        async with run_stack(settings) as stack:
+        config = make_config(upstream, api_keys=KEYS, searxng_url=searxng.base_url)
+        async with config.stack() as stack:
 
             async def reported_in() -> bool:
                 body = await status_of(stack.client, stack.base_url)
@@ -123,10 +130,10 @@ async def test_on_the_demo_model_status_says_so_and_probes_nothing() -> None:
 
 async def test_an_upstream_and_a_service_that_do_not_answer_are_named() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    settings = make_settings(
+    config = make_config(
         None, api_keys=KEYS, searxng_url=dead, openai_base_url=f"{dead}/v1", openai_api_key="k"
     )
-    async with run_stack(settings) as stack:
+    async with config.stack() as stack:
         body = await status_of(stack.client, stack.base_url)
 
     model = body["models"][0]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Config, Stack, make_config
 from tests.homeassistant.hass import (
     HomeAssistant,
     HomeAssistantApi,
@@ -81,8 +81,8 @@ async def entities_of(ha: HomeAssistantApi, entry_id: str) -> list[dict[str, Any
     return [e for e in entries if e["config_entry_id"] == entry_id]
 
 
-def bernard_settings(upstream: ScriptedUpstream, home: HomeAssistant, user: str) -> Any:
-    return make_settings(
+def bernard_settings(upstream: ScriptedUpstream, home: HomeAssistant, user: str) -> Config:
+    return make_config(
         upstream,
         api_keys=f"{KEY}:{user}",
         ha_url=home.url,
@@ -117,7 +117,7 @@ async def assist(
 ) -> AsyncIterator[Assist]:
     await reset_house(ha)
     user = f"household-{uuid.uuid4().hex[:8]}"
-    async with run_stack(bernard_settings(upstream, home_assistant, user)) as stack:
+    async with bernard_settings(upstream, home_assistant, user).stack() as stack:
         created = await ha.flow("bernard", {"url": stack.base_url, "api_key": KEY})
         assert created["type"] == "create_entry", created
         entry_id = created["result"]["entry_id"]

@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any
 
-from tests.conftest import run_stack
 from tests.homeassistant.conftest import KEY, Assist, Satellite, bernard_settings
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
 from tests.processes import wait_for
@@ -381,7 +380,7 @@ async def use_voice(assist: Assist, voice: str) -> None:
 async def test_bernard_unreachable_is_a_spoken_apology(
     ha: HomeAssistantApi, home_assistant: HomeAssistant, upstream: ScriptedUpstream
 ) -> None:
-    async with run_stack(bernard_settings(upstream, home_assistant, "household-gone")) as stack:
+    async with bernard_settings(upstream, home_assistant, "household-gone").stack() as stack:
         created = await ha.flow("bernard", {"url": stack.base_url, "api_key": KEY})
         entry_id = created["result"]["entry_id"]
     try:
@@ -406,7 +405,7 @@ async def test_bernard_unreachable_is_a_spoken_apology(
 async def test_the_config_flow_names_a_bad_key_and_an_unreachable_url(
     ha: HomeAssistantApi, home_assistant: HomeAssistant, upstream: ScriptedUpstream
 ) -> None:
-    async with run_stack(bernard_settings(upstream, home_assistant, "household-flow")) as stack:
+    async with bernard_settings(upstream, home_assistant, "household-flow").stack() as stack:
         bad_key = await ha.flow("bernard", {"url": stack.base_url, "api_key": "wrong-key"})
         url = stack.base_url
     unreachable = await ha.flow("bernard", {"url": url, "api_key": KEY})

@@ -25,8 +25,7 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Config, Stack, make_config
 from tests.homeassistant.conftest import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
 from tests.processes import wait_for
@@ -138,17 +137,17 @@ def status(events: list[tuple[str, Any]]) -> str:
 
 
 def settings_for(
-    upstream: ScriptedUpstream, home: HomeAssistant, token: str | None = None
-) -> Settings:
+    upstream: ScriptedUpstream, home: HomeAssistant, token: str | None = None, **more: Any
+) -> Config:
     user = f"house-{uuid.uuid4().hex[:8]}"
-    return make_settings(
-        upstream, api_keys=f"{KEY}:{user}", ha_url=home.url, ha_token=token or home.token
+    return make_config(
+        upstream, api_keys=f"{KEY}:{user}", ha_url=home.url, ha_token=token or home.token, **more
     )
 
 
 @contextlib.asynccontextmanager
-async def bernard(settings: Settings) -> AsyncIterator[Stack]:
-    async with run_stack(settings) as stack:
+async def bernard(config: Config) -> AsyncIterator[Stack]:
+    async with config.stack() as stack:
         made = await stack.client.post(
             "/v1/conversations", json={"id": CONVERSATION}, headers=HEADERS
         )
@@ -683,7 +682,7 @@ async def user_token(ha: HomeAssistantApi, username: str, password: str) -> str:
     return str(tokens.json()["access_token"])
 
 
-async def list_kitchen(upstream: ScriptedUpstream, settings: Settings) -> tuple[bool, str]:
+async def list_kitchen(upstream: ScriptedUpstream, settings: Config) -> tuple[bool, str]:
     """What the model reads of listing the kitchen's entities with these settings."""
     upstream.script_router(Reply.tool_calls([("ha_list_entities", {"area": "Kitchen"})]))
     upstream.script(Reply.text("I could not read the house."))
@@ -755,9 +754,7 @@ async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again
     await reset_house(ha)
     # Bernard waits 2.5 s for each request (the reads before the call too); the script takes
     # 5 s, and Home Assistant runs a call to its end whatever happens to its request.
-    settings = settings_for(upstream, home_assistant).model_copy(
-        update={"tool_http_timeout_s": 2.5}
-    )
+    settings = settings_for(upstream, home_assistant, tool_http_timeout_s=2.5)
     async with bernard(settings) as stack:
         await calls.clear()
         house = House(stack, upstream, ha, calls)

@@ -22,8 +22,7 @@ from httpx_sse import EventSource
 from langchain_core.tools import BaseTool
 
 from launcher.demo_home import create_app
-from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Config, Stack, make_config
 from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
 from tests.fakes.searxng import Seen
 from tests.serving import serve
@@ -35,6 +34,7 @@ from worker.tools import enabled_tools
 from worker.tools.catalog import catalog
 from worker.tools.home_assistant import (
     MAX_LISTED,
+    HomeAssistantSettings,
     area_template,
     call_service_tool,
     describe_call,
@@ -60,17 +60,18 @@ REFUSED = (
 
 def ha_settings(
     fake: FakeHomeAssistant, upstream: ScriptedUpstream | None = None, **overrides: Any
-) -> Settings:
+) -> Config:
     values = {"ha_url": fake.base_url, "ha_token": FakeHomeAssistant.token, **overrides}
-    return make_settings(upstream, **values)
+    return make_config(upstream, **values)
 
 
 def service(domain: str, name: str, entity: str, **data: Any) -> dict[str, Any]:
     return {"domain": domain, "service": name, "entity_id": entity, "data": data or None}
 
 
-def service_tool(settings: Settings) -> BaseTool:
-    (tool,) = [t for t in home_assistant_tools(settings) if t.name == "ha_call_service"]
+def service_tool(config: Config) -> BaseTool:
+    home = config.tools.of(HomeAssistantSettings)
+    (tool,) = [t for t in home_assistant_tools(home) if t.name == "ha_call_service"]
     return tool
 
 
@@ -348,7 +349,7 @@ async def test_a_bad_token_while_listing_by_area_is_blamed_on_the_token_not_on_a
 def test_the_tools_are_offered_only_when_home_assistant_is_configured(
     overrides: dict[str, str], offered: list[str]
 ) -> None:
-    names = [t.name for t in enabled_tools(make_settings(**overrides))]
+    names = [t.name for t in enabled_tools(make_config(**overrides).tools)]
     assert [n for n in names if n.startswith("ha_")] == offered
 
 
@@ -356,11 +357,11 @@ def test_the_tools_are_offered_only_when_home_assistant_is_configured(
 
 
 def test_the_service_tool_lists_only_the_allowed_domains_and_waits_for_confirmation() -> None:
-    settings = make_settings(
-        ha_url="http://ha.local", ha_token="t", ha_domains="switch, light,light"
-    )
+    config = make_config(ha_url="http://ha.local", ha_token="t", ha_domains="switch, light,light")
     (listed,) = [
-        t for t in catalog(enabled_tools(settings), settings) if t["name"] == "ha_call_service"
+        t
+        for t in catalog(enabled_tools(config.tools), config.settings)
+        if t["name"] == "ha_call_service"
     ]
     assert listed["requires_confirmation"] is True
     assert listed["parameters"]["properties"]["domain"]["enum"] == ["light", "switch"]
@@ -673,7 +674,9 @@ async def test_a_fan_can_be_called_with_the_default_domains(
 ) -> None:
     settings = ha_settings(home)
     (listed,) = [
-        t for t in catalog(enabled_tools(settings), settings) if t["name"] == "ha_call_service"
+        t
+        for t in catalog(enabled_tools(settings.tools), settings.settings)
+        if t["name"] == "ha_call_service"
     ]
     assert listed["parameters"]["properties"]["domain"]["enum"] == [
         "climate",
@@ -792,7 +795,7 @@ SSE = {"Accept": "text/event-stream"}
 
 def alices_settings(
     fake: FakeHomeAssistant, upstream: ScriptedUpstream | None, **more: Any
-) -> Settings:
+) -> Config:
     return ha_settings(fake, upstream, api_keys=f"key-alice:alice-{uuid.uuid4().hex[:8]}", **more)
 
 
@@ -806,7 +809,7 @@ async def start(stack: Stack, conversation_id: str = "kitchen") -> None:
 @pytest.fixture
 async def kitchen(home: FakeHomeAssistant, upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
     """Alice's stack with the fake Home Assistant's tools, her conversation "kitchen" made."""
-    async with run_stack(alices_settings(home, upstream)) as stack:
+    async with alices_settings(home, upstream).stack() as stack:
         await start(stack)
         yield stack
 
@@ -897,7 +900,7 @@ async def test_a_domain_outside_the_allow_list_is_never_proposed_nor_called(
     upstream.script_router(Reply.tool_calls([("ha_call_service", args)]))
     upstream.script(Reply.text("I may not do that."))
     more = {"ha_domains": allowed} if allowed else {}
-    async with run_stack(alices_settings(home, upstream, **more)) as stack:
+    async with alices_settings(home, upstream, **more).stack() as stack:
         await start(stack)
         events = await named(
             stack.client, "/v1/conversations/kitchen/messages", {"content": "do it"}, ALICE
@@ -964,7 +967,7 @@ async def test_the_demo_model_turns_on_the_demo_homes_kitchen_light_once_approve
     token = "demo-token"
     async with serve(create_app(token)) as port:
         base = f"http://127.0.0.1:{port}"
-        settings = make_settings(
+        config = make_config(
             None,  # no upstream: the offline demo model
             openai_base_url=None,
             openai_api_key=None,
@@ -972,10 +975,10 @@ async def test_the_demo_model_turns_on_the_demo_homes_kitchen_light_once_approve
             ha_url=base,
             ha_token=token,
         )
-        assert settings.demo_mode
+        assert config.settings.demo_mode
         async with (
             httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}) as ha,
-            run_stack(settings) as stack,  # the tools the settings enable
+            config.stack() as stack,  # the tools the settings enable
         ):
             await start(stack)
             asked = await named(

@@ -21,8 +21,7 @@ import redis.asyncio as redis_asyncio
 from langchain_core.tools import BaseTool
 
 from launcher.redis_server import free_port
-from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Config, Stack, make_config
 from tests.fakes.plex import FakePlex
 from tests.fakes.searxng import Seen
 from tests.sse import collect, named, of
@@ -81,9 +80,9 @@ CALLS: list[tuple[BaseTool, dict[str, Any]]] = [
 
 def plex_settings(
     fake: FakePlex | None, upstream: ScriptedUpstream | None = None, **more: Any
-) -> Settings:
+) -> Config:
     values = {"plex_url": fake.base_url if fake else None, "plex_token": FakePlex.token, **more}
-    return make_settings(upstream, **values)
+    return make_config(upstream, **values)
 
 
 @pytest.fixture
@@ -304,7 +303,7 @@ async def test_an_offline_server_is_a_clear_error(
     tool: BaseTool, args: dict[str, Any], redis: redis_asyncio.Redis
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    settings = make_settings(plex_url=url, plex_token=FakePlex.token)
+    settings = make_config(plex_url=url, plex_token=FakePlex.token)
     outcome, _ = await call(tool, args, settings, redis)
     assert (outcome.status, outcome.content) == (
         "error",
@@ -326,7 +325,7 @@ async def test_a_server_that_does_not_answer_in_time_is_a_clear_error(
 async def test_a_tool_without_plex_configured_says_so(
     tool: BaseTool, args: dict[str, Any], redis: redis_asyncio.Redis
 ) -> None:
-    outcome, _ = await call(tool, args, make_settings(), redis)
+    outcome, _ = await call(tool, args, make_config(), redis)
     assert (outcome.status, outcome.content) == ("error", NOT_CONFIGURED)
 
 
@@ -345,8 +344,14 @@ async def test_a_play_given_up_on_sends_no_command_afterwards(
     settings = plex_settings(plex)
     args = {"item_id": "102", "client": "Living Room TV"}
     planned = PlannedCall(id="c1", name="plex_play", args=args, arguments=arguments_text(args))
-    async with http_client(settings) as http:
-        runtime = ToolRuntime(owner="t", redis=redis, settings=settings, http=http)
+    async with http_client(settings.settings) as http:
+        runtime = ToolRuntime(
+            owner="t",
+            redis=redis,
+            settings=settings.settings,
+            http=http,
+            tool_settings=settings.tools,
+        )
         running = execute(planned, {"plex_play": plex_play}, timeout_s=0.5, runtime=runtime)
         waiting = asyncio.ensure_future(asyncio.wait_for(plex.wait_held(), 5))
         progress = [p async for p in running]
@@ -381,15 +386,15 @@ async def test_a_play_given_up_on_sends_no_command_afterwards(
 def test_the_tools_are_offered_only_when_plex_is_configured(
     overrides: dict[str, str], offered: list[str]
 ) -> None:
-    settings = make_settings(**overrides)
-    listed = {t["name"]: t for t in catalog(enabled_tools(settings), settings)}
+    config = make_config(**overrides)
+    listed = {t["name"]: t for t in catalog(enabled_tools(config.tools), config.settings)}
     assert [n for n in listed if n.startswith("plex_")] == offered
     waits = {n: listed[n]["requires_confirmation"] for n in offered}
     assert waits == {n: n in ("plex_play", "plex_control") for n in offered}
 
 
 async def test_get_tools_lists_the_plex_tools_with_their_arguments(plex: FakePlex) -> None:
-    async with run_stack(plex_settings(plex)) as stack:
+    async with plex_settings(plex).stack() as stack:
         tools = {t["name"]: t for t in (await stack.client.get("/v1/tools")).json()["data"]}
     assert tools["plex_control"]["parameters"]["properties"]["action"]["enum"] == [
         "pause",
@@ -467,7 +472,7 @@ WRITES = {
 }
 
 
-def alices(plex: FakePlex, upstream: ScriptedUpstream) -> Settings:
+def alices(plex: FakePlex, upstream: ScriptedUpstream) -> Config:
     return plex_settings(plex, upstream, api_keys=f"key-alice:alice-{uuid.uuid4().hex[:8]}")
 
 
@@ -505,7 +510,7 @@ async def test_a_read_turn_calls_plex_and_streams_progress_and_result(
     name, args, output = READS[action]
     upstream.script_router(Reply.tool_calls([(name, args)]))
     upstream.script(Reply.text("Here it is."))
-    async with run_stack(alices(plex, upstream)) as stack:
+    async with alices(plex, upstream).stack() as stack:
         events, said = await ask(stack, wire, "plex?")
     (result,) = of(events, "tool_result")
     progress = of(events, "tool_progress")
@@ -548,7 +553,7 @@ async def test_a_remote_control_turn_waits_for_approval_then_reaches_the_player(
     if action == "resume":
         plex.sessions[0]["state"] = "paused"
     upstream.script_router(Reply.tool_calls([(name, args)]))
-    async with run_stack(alices(plex, upstream)) as stack:
+    async with alices(plex, upstream).stack() as stack:
         conversation_id, proposal = await paused(stack, wire, "plex, do it")
         assert proposal["summary"] == summary
         assert plex.commands == [], "nothing reaches a player before the decision"
@@ -568,7 +573,7 @@ async def test_a_rejected_play_never_reaches_plexs_players(
 ) -> None:
     name, args, _, _, _ = WRITES["play"]
     upstream.script_router(Reply.tool_calls([(name, args)]))
-    async with run_stack(alices(plex, upstream)) as stack:
+    async with alices(plex, upstream).stack() as stack:
         conversation_id, proposal = await paused(stack, wire, "play blink")
         upstream.script(Reply.text("Fine."))
         decided = await decide(stack, conversation_id, proposal["confirmation_id"], "reject")
@@ -586,7 +591,7 @@ async def test_a_play_on_an_unknown_player_is_never_proposed_and_the_model_hears
         Reply.tool_calls([("plex_play", {"item_id": "101", "client": "Bedroom TV"})])
     )
     upstream.script(Reply.text("Which player?"))
-    async with run_stack(alices(plex, upstream)) as stack:
+    async with alices(plex, upstream).stack() as stack:
         events, said = await ask(stack, wire, "play the matrix in the bedroom")
     assert not of(events, "awaiting_confirmation")
     (result,) = of(events, "tool_result")

@@ -19,8 +19,7 @@ from langchain_core.tools import BaseTool, ToolException
 
 from launcher.redis_server import free_port
 from shared.events import ToolProgress
-from shared.settings import Settings
-from tests.conftest import make_settings, run_stack
+from tests.conftest import Config, make_config
 from tests.fakes.home_assistant import FakeHomeAssistant
 from tests.fakes.mediawiki import FakeMediaWiki
 from tests.fakes.open_meteo import FakeOpenMeteo
@@ -190,18 +189,20 @@ CASES = {
 
 def settings_for(
     case: Case, base_url: str, upstream: ScriptedUpstream | None = None, **overrides: Any
-) -> Settings:
+) -> Config:
     values = {**dict.fromkeys(case.urls, base_url), **case.extra, **overrides}
-    return make_settings(upstream, **values)
+    return make_config(upstream, **values)
 
 
 async def call(
-    tool: BaseTool, args: dict[str, Any], settings: Settings, redis: redis_asyncio.Redis
+    tool: BaseTool, args: dict[str, Any], config: Config, redis: redis_asyncio.Redis
 ) -> tuple[ToolOutcome, list[tuple[str, str]]]:
     """Run `tool` as the router does; its outcome and its progress as (phase, message)."""
     planned = PlannedCall(id="call_1", name=tool.name, args=args, arguments=arguments_text(args))
-    async with http_client(settings) as http:
-        runtime = ToolRuntime(owner="t", redis=redis, settings=settings, http=http)
+    async with http_client(config.settings) as http:
+        runtime = ToolRuntime(
+            owner="t", redis=redis, settings=config.settings, http=http, tool_settings=config.tools
+        )
         running = execute(planned, {tool.name: tool}, timeout_s=10, runtime=runtime)
         progress = [item async for item in running]
     assert all(isinstance(p, ToolProgress) for p in progress)
@@ -321,7 +322,7 @@ async def test_an_empty_or_huge_query_is_refused_before_any_request(
 async def test_web_search_sends_the_query_to_searxngs_json_api(
     searxng: FakeSearxng, redis: redis_asyncio.Redis
 ) -> None:
-    settings = make_settings(searxng_url=searxng.base_url + "/")
+    settings = make_config(searxng_url=searxng.base_url + "/")
     await call(web_search, {"query": "  sea\n otters "}, settings, redis)
     assert searxng.requests == [Seen("/search", {"q": "sea otters", "format": "json"})]
 
@@ -330,7 +331,7 @@ async def test_web_search_sends_the_query_to_searxngs_json_api(
 async def test_web_search_shows_at_most_max_results_between_1_and_10(
     asked: int, shown: int, searxng: FakeSearxng, redis: redis_asyncio.Redis
 ) -> None:
-    settings = make_settings(searxng_url=searxng.base_url)
+    settings = make_config(searxng_url=searxng.base_url)
     outcome, _ = await call(web_search, {"query": "otters", "max_results": asked}, settings, redis)
     numbered = [line for line in outcome.content.splitlines() if line[:1].isdigit()]
     assert [line.split(".")[0] for line in numbered] == [str(i) for i in range(1, shown + 1)]
@@ -340,7 +341,7 @@ async def test_web_search_with_no_results_says_so(
     searxng: FakeSearxng, redis: redis_asyncio.Redis
 ) -> None:
     searxng.mode = "empty"
-    settings = make_settings(searxng_url=searxng.base_url)
+    settings = make_config(searxng_url=searxng.base_url)
     outcome, progress = await call(web_search, {"query": "xqzzv plorbnik"}, settings, redis)
     assert (outcome.status, outcome.content) == ("success", "No results for “xqzzv plorbnik”.")
     assert progress[1:] == [("step", "Retrieved 0 results"), ("complete", "Formatting results")]
@@ -351,7 +352,7 @@ async def test_a_searxng_that_refuses_json_tells_the_model_why(
 ) -> None:
     searxng.mode = "forbidden"  # what SearXNG answers when `json` is not in search.formats
     outcome, _ = await call(
-        web_search, {"query": "otters"}, make_settings(searxng_url=searxng.base_url), redis
+        web_search, {"query": "otters"}, make_config(searxng_url=searxng.base_url), redis
     )
     assert outcome.content == (
         "Error: the search service (SearXNG) refused the request (HTTP 403); "
@@ -366,7 +367,7 @@ async def test_wikipedia_searches_then_reads_the_best_match(
     mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
     await call(
-        wikipedia, {"query": "Ada Lovelace"}, make_settings(wikipedia_url=mediawiki.base_url), redis
+        wikipedia, {"query": "Ada Lovelace"}, make_config(wikipedia_url=mediawiki.base_url), redis
     )
     search = {
         "action": "query",
@@ -384,7 +385,7 @@ async def test_wikipedia_searches_then_reads_the_best_match(
 async def test_wikipedia_skips_a_disambiguation_page_for_the_next_match(
     mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
-    settings = make_settings(wikipedia_url=mediawiki.base_url)
+    settings = make_config(wikipedia_url=mediawiki.base_url)
     outcome, progress = await call(wikipedia, {"query": "Mercury"}, settings, redis)
     title, extract, tail = outcome.content.split("\n\n")
     assert title == "Mercury (planet)"
@@ -411,7 +412,7 @@ async def test_wikipedia_skips_a_disambiguation_page_for_the_next_match(
 async def test_wikipedia_with_only_disambiguation_pages_asks_for_a_narrower_query(
     mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
-    settings = make_settings(wikipedia_url=mediawiki.base_url)
+    settings = make_config(wikipedia_url=mediawiki.base_url)
     outcome, _ = await call(wikipedia, {"query": "Columbus"}, settings, redis)
     assert (outcome.status, outcome.content) == (
         "success",
@@ -425,7 +426,7 @@ async def test_wikipedia_with_only_disambiguation_pages_asks_for_a_narrower_quer
 async def test_wikipedia_skips_a_hit_whose_page_is_gone(
     mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
-    settings = make_settings(wikipedia_url=mediawiki.base_url)
+    settings = make_config(wikipedia_url=mediawiki.base_url)
     outcome, _ = await call(wikipedia, {"query": "Lovelace"}, settings, redis)
     assert (outcome.status, outcome.content) == ("success", ADA_LOVELACE)
 
@@ -446,7 +447,7 @@ async def test_wikipedia_with_no_match_says_so(
     query: str, mode: str, answer: str, mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
     mediawiki.mode = mode
-    settings = make_settings(wikipedia_url=mediawiki.base_url)
+    settings = make_config(wikipedia_url=mediawiki.base_url)
     outcome, _ = await call(wikipedia, {"query": query}, settings, redis)
     assert (outcome.status, outcome.content) == ("success", answer)
 
@@ -463,7 +464,7 @@ async def test_wikipedia_reports_an_api_error_and_a_failing_summary(
     mode: str, only: str | None, error: str, mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
     mediawiki.mode, mediawiki.only = mode, only
-    settings = make_settings(wikipedia_url=mediawiki.base_url)
+    settings = make_config(wikipedia_url=mediawiki.base_url)
     outcome, _ = await call(wikipedia, {"query": "Ada Lovelace"}, settings, redis)
     assert (outcome.status, outcome.content) == ("error", error)
 
@@ -495,7 +496,7 @@ def test_wiki_base_refuses_what_is_not_a_language_code(lang: str) -> None:
 async def test_wikipedia_on_a_self_hosted_wiki_ignores_lang_and_checks_it(
     mediawiki: FakeMediaWiki, redis: redis_asyncio.Redis
 ) -> None:
-    settings = make_settings(wikipedia_url=mediawiki.base_url)
+    settings = make_config(wikipedia_url=mediawiki.base_url)
     outcome, _ = await call(wikipedia, {"query": "Ada Lovelace", "lang": "de"}, settings, redis)
     assert outcome.content == ADA_LOVELACE
     bad, _ = await call(wikipedia, {"query": "Ada Lovelace", "lang": "german"}, settings, redis)
@@ -641,7 +642,7 @@ async def test_a_turn_calls_the_tool_streams_its_progress_and_result_then_the_an
     upstream.script(Reply.text("Here is what I found."))
     async with (
         case.fake() as fake,
-        run_stack(settings_for(case, fake.base_url, upstream), tools=[case.tool]) as stack,
+        settings_for(case, fake.base_url, upstream).stack(tools=[case.tool]) as stack,
     ):
         got = await collect(stack.client, "POST", CHAT, json=chat_body("look it up", mode))
 
@@ -675,7 +676,7 @@ async def test_a_service_over_its_time_gives_an_error_result_and_the_turn_goes_o
     upstream.script(Reply.text("The service is slow right now."))
     async with case.fake("slow", delay_s=5) as fake:
         settings = settings_for(case, fake.base_url, upstream, tool_http_timeout_s=0.2)
-        async with run_stack(settings, tools=[case.tool]) as stack:
+        async with settings.stack(tools=[case.tool]) as stack:
             got = await collect(stack.client, "POST", CHAT, json=chat_body("look it up", "bernard"))
     (result,) = bernard_of(got, "tool_result")
     assert result["content"] == f"Error: {case.service} did not answer within 0.2s"
@@ -700,7 +701,7 @@ async def test_progress_reaches_the_client_while_the_service_has_not_answered(
     async with case.fake() as fake:
         fake.hold()
         async with (
-            run_stack(settings_for(case, fake.base_url, upstream), tools=[case.tool]) as stack,
+            settings_for(case, fake.base_url, upstream).stack(tools=[case.tool]) as stack,
             stack.client.stream("POST", CHAT, json=chat_body("look it up", mode)) as response,
         ):
             stream = frames(response)

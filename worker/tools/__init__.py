@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from langchain_core.tools import BaseTool
 
-from shared.settings import Settings
 from worker.tools.calculator import calculator
 from worker.tools.home_assistant import home_assistant_tools
 from worker.tools.notes import delete_note, list_notes, save_note
 from worker.tools.progress import ProgressReporter, get_reporter, progress_config
 from worker.tools.search import web_search
+from worker.tools.settings import ToolSettings
 from worker.tools.sources import enabled_sources
 from worker.tools.time import get_time
 from worker.tools.timers import cancel_timer, list_timers, set_timer
@@ -57,10 +57,10 @@ def default_tools() -> list[BaseTool]:
     ]
 
 
-def enabled_tools(settings: Settings) -> list[BaseTool]:
+def enabled_tools(tool_settings: ToolSettings) -> list[BaseTool]:
     """The tools a turn gets: the default ones and those of each source whose service is
     configured (worker/tools/sources.py `SOURCES`)."""
     tools = default_tools()
-    for source in enabled_sources(settings):
-        tools += source.tools(settings)
+    for source in enabled_sources(tool_settings):
+        tools += source.offered(tool_settings)
     return tools

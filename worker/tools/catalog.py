@@ -28,6 +28,7 @@ from shared.deployment import Deployment, models_of, version
 from shared.mcp_health import McpServerHealth, WorkerMcpHealth
 from shared.settings import Settings
 from worker.tools.confirmation import parameters, requires_confirmation
+from worker.tools.settings import ToolSettings
 from worker.tools.sources import services
 
 _TTL_S = 86_400
@@ -50,22 +51,25 @@ def catalog(tools: Sequence[BaseTool], settings: Settings) -> list[dict[str, Any
     ]
 
 
-def deployment(settings: Settings) -> Deployment:
+def deployment(settings: Settings, tool_settings: ToolSettings) -> Deployment:
     """What a worker with `settings` runs, for `GET /v1/status` (shared/deployment.py): its
     models, and the services its tool sources reach (worker/tools/sources.py)."""
     return Deployment(
         version=version(),
         models=models_of(settings),
-        services=services(settings),
+        services=services(tool_settings),
         published_at=time.time(),
     )
 
 
-async def publish_tools(redis: Redis, tools: Sequence[BaseTool], settings: Settings) -> None:
+async def publish_tools(
+    redis: Redis, tools: Sequence[BaseTool], settings: Settings, tool_settings: ToolSettings
+) -> None:
     """The tools, and what the worker runs beside them (`keys.DEPLOYMENT`)."""
     async with redis.pipeline(transaction=False) as pipe:
         pipe.set(keys.TOOLS, orjson.dumps(catalog(tools, settings)), ex=_TTL_S)
-        pipe.set(keys.DEPLOYMENT, deployment(settings).model_dump_json(), ex=_TTL_S)
+        deployed = deployment(settings, tool_settings)
+        pipe.set(keys.DEPLOYMENT, deployed.model_dump_json(), ex=_TTL_S)
         await pipe.execute()
 
 

@@ -59,16 +59,17 @@ from typing import Any, Literal, TypeGuard
 import httpx
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, SecretStr, create_model
 
-from shared.settings import Settings
 from worker.tools.http import ServiceError, request_json, trim
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
+from worker.tools.settings import SourceSettings
 
 __all__ = [
     "MAX_ATTRIBUTES",
     "MAX_LISTED",
+    "HomeAssistantSettings",
     "area_template",
     "call_service_tool",
     "check_call",
@@ -77,6 +78,22 @@ __all__ = [
     "ha_list_entities",
     "home_assistant_tools",
 ]
+
+
+class HomeAssistantSettings(SourceSettings):
+    """Where Home Assistant is, the token that lets Bernard in, and the domains (comma-
+    separated) whose services Bernard may call. Both the URL and the token set: the tools
+    are offered."""
+
+    ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
+    ha_token: SecretStr | None = Field(None, alias="BERNARD_HA_TOKEN")
+    ha_domains: str = Field(
+        "light,switch,fan,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
+    )
+
+    def ha_domain_names(self) -> frozenset[str]:
+        return frozenset(name.strip() for name in self.ha_domains.split(",") if name.strip())
+
 
 SERVICE = "Home Assistant"
 MAX_LISTED = 40  # entities in one list; the model narrows by domain or area for the rest
@@ -141,7 +158,7 @@ async def ha_list_entities(
     with reporter.reporting_errors():
         kind = _domain(domain) if domain is not None and domain.strip() else None
         where = _area(area) if area is not None and area.strip() else None
-        base, headers = _service(get_runtime(config).settings)
+        base, headers = _service(get_runtime(config).tool_settings.of(HomeAssistantSettings))
         # The states first: a bad token fails here, so a 401 on the template that follows
         # can only mean the token is not an administrator's.
         reporter.step(f"Asking Home Assistant for its {f'{kind} ' if kind else ''}entities")
@@ -176,7 +193,7 @@ async def ha_get_state(entity_id: str, config: RunnableConfig) -> str:
     reporter = get_reporter(config)
     with reporter.reporting_errors():
         entity = _entity_id(entity_id)
-        base, headers = _service(get_runtime(config).settings)
+        base, headers = _service(get_runtime(config).tool_settings.of(HomeAssistantSettings))
         reporter.step(f"Reading the state of {entity}")
         state = await _state_of(config, base, headers, entity)
         if state is None:
@@ -227,7 +244,7 @@ async def _checked(
 ) -> _Call:
     """The call once everything Home Assistant would refuse without saying why is ruled out;
     reads the entity's state and the service's description, changes nothing."""
-    settings = get_runtime(config).settings
+    settings = get_runtime(config).tool_settings.of(HomeAssistantSettings)
     allowed = settings.ha_domain_names()
     domain, service = _domain(domain), _service_name(service)
     if domain not in allowed:
@@ -267,7 +284,7 @@ async def _call_service(
     reporter = get_reporter(config)
     with reporter.reporting_errors():
         call = await _checked(config, domain, service, entity_id, data)
-        base, headers = _service(get_runtime(config).settings)
+        base, headers = _service(get_runtime(config).tool_settings.of(HomeAssistantSettings))
         what = f"{call.domain}.{call.service}"
         reporter.step(f"Calling {what} for {call.entity}")
         try:
@@ -364,7 +381,7 @@ def call_service_tool(domains: Iterable[str]) -> BaseTool:
     return call
 
 
-def home_assistant_tools(settings: Settings) -> list[BaseTool]:
+def home_assistant_tools(settings: HomeAssistantSettings) -> list[BaseTool]:
     """The Home Assistant tools for `settings`: the reads, and the call when any domain is
     allowed."""
     tools: list[BaseTool] = [ha_list_entities, ha_get_state]
@@ -476,13 +493,14 @@ def _value(value: Any, *, quote: bool = True) -> str:
 # -- checking what the model sent --------------------------------------------------------------
 
 
-def _service(settings: Settings) -> tuple[str, dict[str, str]]:
+def _service(settings: HomeAssistantSettings) -> tuple[str, dict[str, str]]:
     """Home Assistant's base URL and the headers that authorize a request to it."""
     if not (settings.ha_url and settings.ha_token):
         raise ToolException(
             "Error: Home Assistant is not configured (BERNARD_HA_URL and BERNARD_HA_TOKEN)"
         )
-    return settings.ha_url.rstrip("/"), {"Authorization": f"Bearer {settings.ha_token}"}
+    token = settings.ha_token.get_secret_value()
+    return settings.ha_url.rstrip("/"), {"Authorization": f"Bearer {token}"}
 
 
 def _domain(domain: str) -> str:

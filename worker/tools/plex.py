@@ -40,7 +40,6 @@ from plexapi.client import PlexClient
 from plexapi.exceptions import BadRequest, NotFound, Unauthorized
 from plexapi.server import PlexServer
 
-from shared.settings import Settings
 from worker.tools.blocking import (
     Cancelled,
     DeadlineExceeded,
@@ -51,6 +50,7 @@ from worker.tools.blocking import (
     run_blocking,
 )
 from worker.tools.http import MAX_BODY_BYTES, trim
+from worker.tools.plex_settings import PlexSettings
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 
@@ -248,7 +248,7 @@ async def plex_control(action: Action, client: str, config: RunnableConfig) -> s
     return f"{done} {what} on {where}."
 
 
-def plex_tools(settings: Settings) -> list[BaseTool]:
+def plex_tools(settings: PlexSettings) -> list[BaseTool]:
     """The Plex tools: offered when BERNARD_PLEX_URL and BERNARD_PLEX_TOKEN are set."""
     if not (settings.plex_url and settings.plex_token):
         return []
@@ -285,12 +285,13 @@ _NO_PLAYERS = (
 async def _run(config: RunnableConfig, work: Callable[[PlexServer], T]) -> T:
     """`work` against the configured server, in the blocking tools' threads; every failure
     a `ToolException` the model reads."""
-    settings = get_runtime(config).settings
-    if not (settings.plex_url and settings.plex_token):
+    runtime = get_runtime(config)
+    plex, settings = runtime.tool_settings.of(PlexSettings), runtime.settings
+    if not (plex.plex_url and plex.plex_token):
         raise ToolException(
             "Error: Plex is not configured (BERNARD_PLEX_URL and BERNARD_PLEX_TOKEN)"
         )
-    url, token = settings.plex_url.rstrip("/"), settings.plex_token
+    url, token = plex.plex_url.rstrip("/"), plex.plex_token.get_secret_value()
     session = GuardedSession(
         url,
         deadline_s=settings.tool_timeout_s,

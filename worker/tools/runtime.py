@@ -14,7 +14,7 @@ The router passes it in the tool's `RunnableConfig` beside the progress reporter
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -23,6 +23,7 @@ from langchain_core.tools import ToolException
 from redis.asyncio import Redis
 
 from shared.settings import Settings
+from worker.tools.settings import ToolSettings
 
 RUNTIME_KEY = "bernard"
 
@@ -37,6 +38,8 @@ class ToolRuntime:
     conversation_id: str | None = None
     # The queue role (shared/keys.py), where timers' jobs go; None: the same as `redis`.
     queue: Redis | None = None
+    # Each tool source's own settings (worker/tools/settings.py); none: its tools say so.
+    tool_settings: ToolSettings = field(default_factory=ToolSettings)
 
     def client(self) -> httpx.AsyncClient:
         """The worker's HTTP client; a tool error when the turn runs without one."""

@@ -14,17 +14,24 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException, tool
+from pydantic import Field
 
 from worker.tools.http import quoted, request_json, trim
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
+from worker.tools.settings import SourceSettings
 
-__all__ = ["MAX_RESULTS", "SNIPPET_CHARS", "web_search"]
+__all__ = ["MAX_RESULTS", "SNIPPET_CHARS", "WebSearchSettings", "web_search"]
 
 MAX_RESULTS = 10
 SNIPPET_CHARS = 300
 MAX_QUERY_CHARS = 500
 SERVICE = "the search service (SearXNG)"
+
+
+class WebSearchSettings(SourceSettings):
+    # Unset: no web search (there is no public instance to default to).
+    searxng_url: str | None = Field(None, alias="BERNARD_SEARXNG_URL")
 
 
 @tool
@@ -42,7 +49,7 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
             raise ToolException("Error: the search query is empty")
         if len(query) > MAX_QUERY_CHARS:
             raise ToolException(f"Error: the search query is longer than {MAX_QUERY_CHARS} chars")
-        base = get_runtime(config).settings.searxng_url
+        base = get_runtime(config).tool_settings.of(WebSearchSettings).searxng_url
         if not base:
             raise ToolException("Error: web search is not configured (BERNARD_SEARXNG_URL)")
         reporter.step(f"Searching the web for {quoted(query)}")

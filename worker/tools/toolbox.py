@@ -18,6 +18,7 @@ from langchain_core.tools import BaseTool
 from shared.mcp_health import McpServerHealth
 from shared.settings import Settings
 from worker.tools import enabled_tools
+from worker.tools.settings import ToolSettings
 
 if TYPE_CHECKING:
     from worker.tools.mcp.servers import McpServers
@@ -29,12 +30,21 @@ MAX_TOOLS = 128
 
 
 class Toolbox:
-    """The tools of `settings` (or `builtin`, when given, for Bernard's own), plus the MCP
-    servers'. Reading `BERNARD_MCP_CONFIG` happens here: a file that cannot be used raises
-    `McpConfigError` (worker/tools/mcp/config.py), and the worker does not start."""
+    """The tools `tool_settings` enable (or `builtin`, when given, for Bernard's own), plus
+    the MCP servers'. Reading `BERNARD_MCP_CONFIG` happens here: a file that cannot be used
+    raises `McpConfigError` (worker/tools/mcp/config.py), and the worker does not start."""
 
-    def __init__(self, settings: Settings, builtin: Sequence[BaseTool] | None = None) -> None:
-        self.builtin = list(builtin) if builtin is not None else enabled_tools(settings)
+    def __init__(
+        self,
+        settings: Settings,
+        builtin: Sequence[BaseTool] | None = None,
+        tool_settings: ToolSettings | None = None,
+    ) -> None:
+        self.builtin = (
+            list(builtin)
+            if builtin is not None
+            else enabled_tools(tool_settings if tool_settings is not None else ToolSettings())
+        )
         self.mcp: McpServers | None = None
         if settings.mcp_config:
             # Imported only when used: the MCP SDK adds about a second to a worker's start.

@@ -18,18 +18,31 @@ from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException, tool
+from pydantic import Field
 
 from worker.tools.http import request_json
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
+from worker.tools.settings import SourceSettings
 
-__all__ = ["MAX_DAYS", "WMO_CODES", "weather"]
+__all__ = ["MAX_DAYS", "WMO_CODES", "WeatherSettings", "weather"]
 
 MAX_DAYS = 16  # the forecast API's limit
 MAX_LOCATION_CHARS = 200
 SERVICE = "the weather service (Open-Meteo)"
+
+
+class WeatherSettings(SourceSettings):
+    # Either URL empty turns the tool off.
+    open_meteo_url: str = Field("https://api.open-meteo.com", alias="BERNARD_OPEN_METEO_URL")
+    open_meteo_geocoding_url: str = Field(
+        "https://geocoding-api.open-meteo.com", alias="BERNARD_OPEN_METEO_GEOCODING_URL"
+    )
+
+
 CURRENT = "temperature_2m,weather_code,wind_speed_10m,relative_humidity_2m"
 DAILY = "temperature_2m_max,temperature_2m_min,precipitation_sum,weather_code"
+
 IMPERIAL = {
     "temperature_unit": "fahrenheit",
     "wind_speed_unit": "mph",
@@ -88,7 +101,7 @@ async def weather(
             raise ToolException("Error: the location is empty")
         if len(location) > MAX_LOCATION_CHARS:
             raise ToolException(f"Error: the location is longer than {MAX_LOCATION_CHARS} chars")
-        settings = get_runtime(config).settings
+        settings = get_runtime(config).tool_settings.of(WeatherSettings)
         if not (settings.open_meteo_url and settings.open_meteo_geocoding_url):
             raise ToolException("Error: the weather service is not configured")
         reporter.step(f"Locating “{location}”")

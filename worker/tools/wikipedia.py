@@ -22,12 +22,14 @@ from urllib.parse import quote, urlsplit
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException, tool
+from pydantic import Field
 
 from worker.tools.http import quoted, request_json, trim
 from worker.tools.progress import ProgressReporter, get_reporter
 from worker.tools.runtime import get_runtime
+from worker.tools.settings import SourceSettings
 
-__all__ = ["EXTRACT_CHARS", "wiki_base", "wikipedia"]
+__all__ = ["EXTRACT_CHARS", "WikipediaSettings", "wiki_base", "wikipedia"]
 
 EXTRACT_CHARS = 1500
 MAX_QUERY_CHARS = 300
@@ -35,6 +37,11 @@ SEARCH_LIMIT = 5
 SERVICE = "Wikipedia"
 _LANG = re.compile(r"[a-z]{2,3}")
 _PUBLIC_HOST = re.compile(r"[a-z][a-z-]*\.wikipedia\.org")
+
+
+class WikipediaSettings(SourceSettings):
+    # An empty URL turns the tool off.
+    wikipedia_url: str = Field("https://en.wikipedia.org", alias="BERNARD_WIKIPEDIA_URL")
 
 
 @tool
@@ -76,7 +83,7 @@ async def _look_up(
         raise ToolException("Error: the query is empty")
     if len(query) > MAX_QUERY_CHARS:
         raise ToolException(f"Error: the query is longer than {MAX_QUERY_CHARS} characters")
-    configured = get_runtime(config).settings.wikipedia_url
+    configured = get_runtime(config).tool_settings.of(WikipediaSettings).wikipedia_url
     if not configured:
         raise ToolException("Error: Wikipedia is not configured (BERNARD_WIKIPEDIA_URL)")
     base = wiki_base(configured, lang)
