@@ -193,16 +193,22 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`),
 # sealed id, payload... Appends the payloads (the last is `done`, under the sealed id) and
 # drops the request's messages (the prompt: the conversation keeps them) only if the turn
-# has not ended yet and the guard holds. Returns a `Finished`; `ended` with the record's
-# webhook target, {'ended', target}, when it has one (shared/webhooks.py). The data half
-# of ending a turn (`TurnStore.finish` releases it on the queue, and queues the webhook).
+# has not ended yet and the guard holds. Returns a `Finished`; `ended` or `over` with the
+# record's webhook target, {'ended', target}, when it has one: a target left on an ended
+# turn is a delivery no job has taken yet (its job deletes it: shared/webhooks.py), which
+# the call that ended it may have died before queueing. The data half of ending a turn
+# (`TurnStore.finish` releases it on the queue, and queues the webhook).
 FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   redis.call('DEL', KEYS[2])
   return 'gone'
 end
-if status ~= 'queued' and status ~= 'running' then return 'over' end
+if status ~= 'queued' and status ~= 'running' then
+  local pending = redis.call('HGET', KEYS[1], 'webhook')
+  if pending then return {'over', pending} end
+  return 'over'
+end
 if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 'refused' end
 if ARGV[7] == 'queued' and status ~= 'queued' then return 'refused' end
 for i = 9, #ARGV do

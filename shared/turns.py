@@ -30,7 +30,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
 from shared.backends import backend_of
-from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, encode
+from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, decode, encode
 from shared.lifecycle import (
     CLAIM,
     CREATE,
@@ -503,6 +503,7 @@ class TurnStore:
         ended.
         """
         payloads = [encode(event) for event in [*before, done]]
+        now = time.time()
         finish_keys = [
             keys.turn(turn_id),
             keys.events(turn_id),
@@ -512,7 +513,7 @@ class TurnStore:
         ]
         finish_args = [
             done.status,
-            repr(time.time()),
+            repr(now),
             orjson.dumps(done.error) if done.error else "",
             orjson.dumps(result) if result is not None else "",
             self.retention_s,
@@ -523,9 +524,15 @@ class TurnStore:
         ]
         # Its `done` entry, and what wakes the stream's readers.
         reply = await self.backend.run_and_wake(self._finish, finish_keys, finish_args, turn_id)
-        # `ended` comes with the turn's webhook target when it has one.
+        # `ended` comes with the turn's webhook target when it has one, `over` when no
+        # delivery job took it yet.
         webhook = Target.restored(reply[1]) if isinstance(reply, list) else None
         finished = Finished(_text(reply[0] if isinstance(reply, list) else reply))
+        ending: tuple[Done, float] | None = None
+        if finished is Finished.OVER and webhook is not None:
+            # The call that ended it may have died before its queue half (or be about to run
+            # it): queued again, under the same job id, so at most one waits on the queue.
+            ending = await self._ending_of(turn_id)
         if finished is not Finished.REFUSED:
             async with self.queue.pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.RUNNING_TURNS, turn_id)
@@ -535,16 +542,31 @@ class TurnStore:
                     if done.error:
                         pipe.hincrby(keys.METRICS, f"{done.status}:{done.error['code']}", 1)
                     if webhook is not None:
-                        # The one call that ended the turn queues its one delivery; the
-                        # turn's end is written already, whatever becomes of it.
-                        enqueue_delivery(pipe, webhook, owner, turn_id, done, time.time())
+                        # The call that ended the turn queues its delivery; should it die
+                        # first, the next call that finds the turn ended queues it (above).
+                        enqueue_delivery(pipe, webhook, owner, turn_id, done, now)
+                elif webhook is not None and ending is not None:
+                    enqueue_delivery(pipe, webhook, owner, turn_id, *ending)
                 try:
                     await pipe.execute()
                 except BaseException:
                     if webhook is not None:
-                        logger.error("the webhook of turn %s was not queued", turn_id)
+                        # Left pending in the record: the reaper's ending queues it.
+                        logger.error("the webhook of turn %s was not queued yet", turn_id)
                     raise
         return finished
+
+    async def _ending_of(self, turn_id: str) -> tuple[Done, float] | None:
+        """The `done` an ended turn's stream closes with, and when the turn ended; None if
+        its stream no longer holds it (forgotten, trimmed away)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(keys.events(turn_id), SEALED_ID, SEALED_ID)
+            pipe.hget(keys.turn(turn_id), "finished_at")
+            entries, finished_at = await pipe.execute()
+        if not entries or finished_at is None:
+            return None
+        done = decode(entries[0][1][b"e"]).event
+        return (done, float(finished_at)) if isinstance(done, Done) else None
 
     async def end(
         self,

@@ -10,6 +10,16 @@ script and queues one delivery job, `webhook:<owner>/<turn id>` (shared/queue.py
 `enqueue_due`), in the pipeline that releases the turn on the queue: no round trip more,
 and nothing the receiver does can slow the turn's ending.
 
+**Across a crash.** The ending (data role) and that pipeline (queue role, maybe another
+server) are two steps. The target stays in the ended record until the delivery job's
+first attempt takes it out (`taken`, in the pipeline that logs the attempt): while it is
+there, the delivery is pending, on the data role, with the record's TTL. A process that
+dies between the two steps leaves the turn on the queue role's lists (the running set,
+its worker's turns), so a reaper ends it again (`TurnStore.reap_lapsed`): the ending
+script answers "over" with the pending target, and that finish queues the delivery, under
+the same job id, with the event the turn's `done` names. One reaper sweep after the dead
+worker's liveness lapses (`BERNARD_LEASE_TTL_S`) is how late it comes.
+
 **What.** OpenAI's webhook event, `{"id": "evt_<turn id>", "object": "event", "created_at",
 "type", "data": {"id"}}`, `data.id` the id its client knows the turn by (`subject_of`: a
 Responses response's `resp_<turn id>`), its type from the turn's `done` (`event_type`):
@@ -239,6 +249,13 @@ def enqueue_delivery(
     )
 
 
+def taken(pipe: Pipeline, turn_id: str) -> None:
+    """Its job took the turn's delivery: the target leaves the ended record, so a later
+    ending of the turn (FINISH's "over") no longer queues it. HDEL creates no key: a
+    record gone meanwhile stays gone."""
+    pipe.hdel(keys.turn(turn_id), TARGET_FIELD)
+
+
 def origin_of(url: str) -> str:
     """What the log shows of a URL: scheme, host and port, never its path or query (a
     deployment's URL may carry a token its users are not to read)."""
@@ -272,10 +289,12 @@ class DeliveryLog:
         self.retention_s = retention_s
 
     async def add(self, attempt: Attempt) -> None:
+        """Log the attempt and, in the same round trip, take its turn's delivery (`taken`)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.lpush(self.key, orjson.dumps(asdict(attempt)))
             pipe.ltrim(self.key, 0, LOG_MAX - 1)
             pipe.expire(self.key, self.retention_s)
+            taken(pipe, attempt.turn_id)
             await pipe.execute()
 
     async def recent(self) -> list[dict[str, Any]]:

@@ -26,10 +26,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from shared import keys
+from shared.connection import connect
 from shared.settings import Settings
 from shared.webhooks import delivery_job_id
 from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
-from tests.processes import ProcessGroup
+from tests.processes import ProcessGroup, private_redis, wait_for
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -460,3 +461,60 @@ async def test_a_streamed_background_response_is_posted_too(
     event = unwrap(got)
     assert event.type == "response.completed"
     assert (await client.responses.retrieve(event.data.id)).output_text == "streamed and hooked"
+
+
+async def test_a_finish_cut_off_before_its_queue_half_still_delivers(
+    upstream: ScriptedUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """The worker dies between the turn's ending (data role) and the queue pipeline that
+    would queue its delivery: the queue role's writes are paused, the worker writes the
+    ending, is SIGKILLed with its queue half waiting, and the pause is lifted. The reaper
+    that releases the dead worker's turn queues the delivery; the receiver gets one event."""
+    async with private_redis(tmp_path / "queue") as queue_server:
+        settings = webhook_settings(
+            upstream,
+            receiver,
+            queue_redis_url=queue_server.url,
+            lease_ttl_s=2.0,
+            lease_renew_s=0.5,
+        )
+        gate = upstream.script(Reply.text(["ended", " unannounced"], block_after_first=True))
+        queue, data = connect(queue_server.url), connect(settings.redis_url)
+        async with (
+            ProcessGroup(tmp_path / "logs") as procs,
+            run_api(settings) as base_url,
+            httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+        ):
+            doomed = await procs.worker(settings, name="doomed-worker")
+            turn = (await client.post(CHAT, json=body(background=True))).json()
+            await gate.wait_blocked()
+            await queue.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")
+            try:
+                gate.release()
+
+                async def ended() -> bool:
+                    return await data.hget(keys.turn(turn["id"]), "status") == b"completed"
+
+                await wait_for(ended, 10, interval_s=0.01)
+                doomed.send(signal.SIGKILL)
+                killed_at = time.time()
+                await doomed.wait_exit(5)
+            finally:
+                await queue.execute_command("CLIENT", "UNPAUSE")
+            user = next(iter(settings.api_key_users().values()))
+            job_key = f"arq:job:{delivery_job_id(user, turn['id'])}"
+            # Its liveness lapses (2 s), then the API's reaper (every 0.5 s) queues it.
+            await wait_for(lambda: queue.exists(job_key), 10, interval_s=0.01)
+            late = time.time() - killed_at
+            print(f"\nworker SIGKILLed between its finish's halves -> queued {late:.1f} s after")
+            assert late < 5
+            await procs.worker(settings, name="fresh-worker")
+            (got,) = await receiver.wait(1, timeout_s=20)
+            # Nothing more comes: the reaper's queueing and the worker's (never sent) are
+            # one delivery.
+            await asyncio.sleep(1.5)
+        await queue.aclose()
+        await data.aclose()
+    assert [g.headers["webhook-id"] for g in receiver.got] == [f"evt_{turn['id']}"]
+    event = unwrap(got)
+    assert (event.type, event.data.id) == ("response.completed", turn["id"])

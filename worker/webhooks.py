@@ -4,15 +4,17 @@ says what is sent and when it is queued).
 
 Each attempt is one job run: sign with the attempt's time, POST (no redirect followed,
 the answer's body never read), within `BERNARD_WEBHOOK_TIMEOUT_S` in all, and log it in
-its owner's `DeliveryLog`. A worker takes a job off the queue as it starts it
-(worker/queue.py), so before it POSTs, the attempt puts its job back, due once the attempt
-is surely over, with arq's in-progress mark lapsing then too (`_hold`): should the worker
-die mid-attempt (SIGKILL, out of memory), another one tries again then, rather than the
-delivery being lost. An attempt that ends takes that entry off (arq's finish) or moves it
-to its retry. A 2xx answer delivers it. Anything else, or no answer, raises
-arq's `Retry` with the next of `BERNARD_WEBHOOK_RETRY_DELAYS`: the job goes back on the
-queue due then (worker/queue.py `finished`), holding no slot while it waits, so a worker
-that stops meanwhile loses nothing. Once the delays are used up it is given up.
+its owner's `DeliveryLog`, which takes the pending delivery off the turn's record in the
+same round trip (shared/webhooks.py `taken`: from then on the queue alone holds it). A
+worker takes a job off the queue as it starts it (worker/queue.py), so before it POSTs,
+the attempt puts its job back, due once the attempt is surely over, with arq's
+in-progress mark lapsing then too (`_hold`): should the worker die mid-attempt (SIGKILL,
+out of memory), another one tries again then, rather than the delivery being lost. An
+attempt that ends takes that entry off (arq's finish) or moves it to its retry. A 2xx
+answer delivers it. Anything else, or no answer, raises arq's `Retry` with the next of
+`BERNARD_WEBHOOK_RETRY_DELAYS`: the job goes back on the queue due then
+(worker/queue.py `finished`), holding no slot while it waits, so a worker that stops
+meanwhile loses nothing. Once the delays are used up it is given up.
 """
 
 from __future__ import annotations

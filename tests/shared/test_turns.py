@@ -15,6 +15,7 @@ import orjson
 import pytest
 import redis.asyncio as redis_asyncio
 from arq.constants import job_key_prefix
+from arq.jobs import deserialize_job
 
 from shared import keys
 from shared.cancel import request_cancel
@@ -28,6 +29,7 @@ from shared.results import TurnResult
 from shared.streams import parse_entries
 from shared.turn_record import TurnRecord
 from shared.turns import Admitted, TooManyTurnsError, TurnAdmission, TurnStore, admission_of
+from shared.webhooks import DELIVER_WEBHOOK, delivery_job_id, taken
 
 RETENTION_S = 300
 MAXLEN = 1000
@@ -765,3 +767,71 @@ async def test_an_owners_turns_page_newest_first_and_say_when_more_follow(
         assert await store.recent(owner, after="never-listed", limit=2) == ([], False)
     finally:
         await redis.delete(keys.turns(owner))
+
+
+class _CutOff:
+    """A queue role the process died on before its pipeline reached it: every pipeline's
+    `execute` fails, and nothing of it is sent."""
+
+    def __init__(self, queue: redis_asyncio.Redis) -> None:
+        self.queue = queue
+
+    def pipeline(self, transaction: bool = True) -> object:
+        pipe = self.queue.pipeline(transaction=transaction)
+
+        async def execute(raise_on_error: bool = True) -> list[object]:
+            raise ConnectionError("the process died here")
+
+        pipe.execute = execute  # type: ignore[method-assign]
+        return pipe
+
+
+async def test_a_webhook_a_finish_died_before_queueing_is_queued_by_the_next_ending(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """FINISH ended the turn, then its queue half never ran: the turn stays on the running
+    set and its worker's list, so the reaper ends it again; FINISH answers "over" with the
+    target no delivery took yet, and that call queues the delivery of the turn's own ending
+    (completed, at its `finished_at`), not of the reaper's. Once a delivery attempt took it
+    (`taken`), a later ending queues nothing."""
+    queue = scratch.queue()
+    owner = scratch.owner()
+    record = record_of(scratch.turn_id(), owner, background=True, webhook_url="http://h/hook")
+    await store.create(record, ttl_s=3600, queue_name=queue)
+    await store.liveness.keep("worker-cut", 60, stale_s=3600)
+    assert (await store.claim(record.id, "worker-cut", overdue_s=30)).outcome == "claimed"
+    job_key = job_key_prefix + delivery_job_id(owner, record.id)
+    scratch.turns.append(delivery_job_id(owner, record.id))  # its job key goes at the end
+    try:
+        store.queue = _CutOff(redis)  # type: ignore[assignment]
+        with pytest.raises(ConnectionError):
+            await store.finish(record.id, owner, completed("stop", None))
+    finally:
+        store.queue = redis
+    assert await redis.hget(keys.turn(record.id), "status") == b"completed"
+    assert await redis.exists(job_key) == 0, "the delivery was lost with the process"
+
+    await lapse(redis, "worker-cut")
+    assert await store.reap_lapsed() == [], "it had ended: the reaper only releases it"
+    job = deserialize_job(await redis.get(job_key))
+    finished_at = await redis.hget(keys.turn(record.id), "finished_at")
+    assert (job.function, job.args) == (
+        DELIVER_WEBHOOK,
+        (
+            owner,
+            record.id,
+            "response.completed",
+            "http://h/hook",
+            int(float(finished_at)),
+            record.id,
+        ),
+    )
+    assert await redis.zscore(queue, delivery_job_id(owner, record.id)) is not None
+    assert await redis.zscore(keys.RUNNING_TURNS, record.id) is None
+
+    await redis.delete(job_key)
+    async with redis.pipeline(transaction=False) as pipe:
+        taken(pipe, record.id)
+        await pipe.execute()
+    assert await store.end(record.id, owner, Cause.OVER) is Finished.OVER
+    assert await redis.exists(job_key) == 0, "a delivery its job took is not queued again"
