@@ -47,8 +47,11 @@ on each other's answer share one pipeline, so they still cost one round trip:
   queue half releases it (`RUNNING_TURNS`, the owner's `active_turns` entry) and, only for
   the call that ended it, counts the ending (`METRICS`). A crash between them leaves the
   running-set entry: a reaper finds it, its finish returns "already ended", and the release
-  runs then (the count of that one ending is lost). A turn ended while still queued has no
-  running-set entry; its `active_turns` entry goes at the admission check of its owner.
+  runs then (the count of that one ending is lost), with the webhook's delivery if no job
+  took it yet (the target left in the record: shared/webhooks.py). A turn ended while still
+  queued has no running-set entry; its `active_turns` entry goes at the admission check of
+  its owner (its webhook, should that crash come between, is not queued again: the refused
+  claim of its job does not look for one).
 - reaping: the candidates are the turns of workers whose `worker_alive` lapsed, and the
   overdue entries of `RUNNING_TURNS` (queue); the owners and the ending come from the data
   role; each ending is the finish above. No script spans the worker's key and the turn's:
