@@ -22,13 +22,17 @@ def in_pipeline(pipe: Pipeline, script: str, keys: Sequence[str], args: Sequence
 
 
 # KEYS: a set of leased slots, a sorted set scored by the time each lapses. ARGV: now,
-# limit, member, the member's lapse, the set's TTL s (at least any member's lapse). Drops
-# the lapsed members, then takes a slot for `member` below `limit`, in one step, so the
-# limit holds across processes. Returns 1 taken, 0 at the limit. A user's queued and
-# running turns (shared/turns.py `admit`) and open streams (api/attachments.py) count so.
+# limit, member, the member's lapse, the set's TTL s (at least any member's lapse). Takes
+# a slot for `member` below `limit`, in one step, so the limit holds across processes;
+# the lapsed members are dropped only when the set is at the limit (below it, they cannot
+# change the answer, and the set never holds more than `limit` members: one command fewer
+# per slot taken). Returns 1 taken, 0 at the limit. A user's queued and running turns
+# (shared/turns.py `admit`) and open streams (api/attachments.py) count so.
 TAKE_SLOT = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
