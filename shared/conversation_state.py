@@ -289,9 +289,18 @@ local status = status_of('')
 if REFUSE[status] then return {REFUSE[status]} end
 -- What an earlier conversation of this id left behind is not this one's.
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-redis.call('HSET', KEYS[1], 'id', ARGV[4], 'owner', ARGV[5], 'created_at', ARGV[1],
-           'updated_at', ARGV[1], 'metadata', ARGV[6], 'incarnation', ARGV[7])
-if ARGV[8] ~= '' then hold(ARGV[8]) end
+local fields = {'id', ARGV[4], 'owner', ARGV[5], 'created_at', ARGV[1], 'updated_at', ARGV[1],
+                'metadata', ARGV[6], 'incarnation', ARGV[7]}
+-- `hold` in the same HSET: a new hash has no paused turn to clear, and the set of turns
+-- just emptied none to drop.
+if ARGV[8] ~= '' then
+  for _, item in ipairs({'active_turn', ARGV[8], 'active_since', ARGV[1]}) do
+    table.insert(fields, item)
+  end
+  redis.call('ZADD', KEYS[3], now, ARGV[8])
+  redis.call('EXPIRE', KEYS[3], retention_s)
+end
+redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('EXPIRE', KEYS[1], retention_s)
 return {'created'}
 """
