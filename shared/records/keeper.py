@@ -105,26 +105,30 @@ APPROVED_STEP_LAPSED = (
 # too (a turn's last ones go with its messages: one step, not two); a call record renews
 # its own list's. Returns the list's new length, -1 for no conversation, -2 when the list
 # changed since the caller read it, -3 when the turn does not hold the conversation, -4
-# over the cap.
+# over the cap. The metadata is read in one HMGET (a field found is a conversation found:
+# only a miss asks EXISTS why), and an append of messages writes its bytes and use in one
+# HSET: each command here runs on every append of every turn.
 _APPEND = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return -3 end
+local meta = redis.call('HMGET', KEYS[1], 'active_turn', 'bytes')
+if ARGV[4] ~= '' and meta[1] ~= ARGV[4] then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+  return -3
+end
+if not meta[1] and not meta[2] and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local length = redis.call('LLEN', KEYS[2])
 if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
 local size = 0
 for i = 7, #ARGV do size = size + #ARGV[i] end
-if ARGV[5] ~= '' then
-  local held = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')
-  if held + size > tonumber(ARGV[5]) then return -4 end
-end
+local held = tonumber(meta[2] or '0')
+if ARGV[5] ~= '' and held + size > tonumber(ARGV[5]) then return -4 end
 local last = 6 + tonumber(ARGV[6])
 for i = 7, last do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
 for i = last + 1, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
-redis.call('HINCRBY', KEYS[1], 'bytes', size)
 if KEYS[3] then
-  redis.call('HSET', KEYS[1], 'updated_at', ARGV[2])
+  redis.call('HSET', KEYS[1], 'bytes', string.format('%d', held + size), 'updated_at', ARGV[2])
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 else
+  redis.call('HINCRBY', KEYS[1], 'bytes', size)
   redis.call('EXPIRE', KEYS[2], ARGV[3])
 end
 return length
