@@ -93,11 +93,19 @@ end
 # its use ('' for an append that is no use: call records), retention s. Counts the bytes
 # of a conversation the index lists (one deleted or expired is no longer the owner's to
 # count) and, for a use, moves it up the index. Returns 1 counted, 0 not listed.
+# The ledger must outlive each entry it counts, which lives until its index score (the
+# conversation's last use, or its creation) plus the retention and `GRACE_S`: a use renews
+# it; an append that is no use renews it only when the conversation's entry held nothing
+# before (the ledger itself may be new then), as its score may be its creation's, which
+# renewed nothing here. Later appends that are no use find the ledger renewed past their
+# entry's expiry already: one EXPIRE fewer each (a turn's call records, a tool's output).
 _ACCOUNT = f"""
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+local held = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[1], '*', ARGV[2])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) + {GRACE_S})
+if ARGV[3] ~= '' or held == tonumber(ARGV[2]) then
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) + {GRACE_S})
+end
 if ARGV[3] ~= '' then
   redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[1])
   redis.call('EXPIRE', KEYS[2], ARGV[4])

@@ -208,6 +208,31 @@ async def test_an_expired_conversation_stops_counting_when_the_ledger_is_read(
     assert await redis.zrange(keys.conversations(owner), 0, -1) == [b"new"]
 
 
+async def test_the_ledger_outlives_every_conversation_it_counts(
+    keeper: RecordKeeper, redis: Redis, owner: str
+) -> None:
+    """A use renews the ledger past its conversation's expiry; call records renew it only
+    for a conversation they are the first bytes of (its index entry may be its creation's,
+    which renewed nothing), as later ones find it renewed already."""
+    ledger = keys.usage(owner)
+    lives = RETENTION_S + budgets.GRACE_S
+    await keeper.create_conversation("used")
+    await keeper.append_new_messages("used", [user("question")])
+    assert lives - 5 <= await redis.ttl(ledger) <= lives
+
+    await redis.expire(ledger, 100)  # as if its last use were long ago
+    await keeper.record_calls("used", [llm_started("t", "router", "m")])
+    assert await redis.ttl(ledger) <= 100
+
+    await keeper.create_conversation("calls only")
+    await keeper.record_calls("calls only", [llm_started("t", "router", "m")])
+    assert lives - 5 <= await redis.ttl(ledger) <= lives
+
+    await redis.expire(ledger, 100)
+    await keeper.append_messages("used", [{"role": "assistant", "content": "answer"}])
+    assert lives - 5 <= await redis.ttl(ledger) <= lives
+
+
 async def test_usage_says_whether_a_conversation_is_the_owners(
     keeper: RecordKeeper, redis: Redis, owner: str
 ) -> None:
