@@ -197,16 +197,18 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # record's webhook target, {'ended', target}, when it has one: a target left on an ended
 # turn is a delivery no job has taken yet (its job deletes it: shared/webhooks.py), which
 # the call that ended it may have died before queueing. The data half of ending a turn
-# (`TurnStore.finish` releases it on the queue, and queues the webhook).
+# (`TurnStore.finish` releases it on the queue, and queues the webhook). The lease is only
+# read (`Guard.LAPSED`): an old worker's lapses in seconds by itself, and nothing reads it
+# once the turn has ended. Each command here runs once a turn.
 FINISH = """
-local status = redis.call('HGET', KEYS[1], 'status')
+local read = redis.call('HMGET', KEYS[1], 'status', 'webhook')
+local status = read[1]
 if not status then
   redis.call('DEL', KEYS[2])
   return 'gone'
 end
 if status ~= 'queued' and status ~= 'running' then
-  local pending = redis.call('HGET', KEYS[1], 'webhook')
-  if pending then return {'over', pending} end
+  if read[2] then return {'over', read[2]} end
   return 'over'
 end
 if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 'refused' end
@@ -216,17 +218,16 @@ for i = 9, #ARGV do
   if i == #ARGV then id = ARGV[8] end
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], id, 'e', ARGV[i])
 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
+local fields = {'status', ARGV[1], 'finished_at', ARGV[2]}
+if ARGV[3] ~= '' then table.insert(fields, 'error'); table.insert(fields, ARGV[3]) end
+if ARGV[4] ~= '' then table.insert(fields, 'result'); table.insert(fields, ARGV[4]) end
+redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HDEL', KEYS[1], 'messages')
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[3]) end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[4]) end
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-redis.call('DEL', KEYS[3])
 redis.call('EXPIRE', KEYS[4], ARGV[5])
 redis.call('DEL', KEYS[5])
-local webhook = redis.call('HGET', KEYS[1], 'webhook')
-if webhook then return {'ended', webhook} end
+if read[2] then return {'ended', read[2]} end
 return 'ended'
 """
 
