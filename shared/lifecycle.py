@@ -175,12 +175,30 @@ return start
 # shared/liveness.py) and returns {'claimed', whether a cancel is already asked for, the
 # record's fields}; else {the status found, or 'missing'} (`Claimed`). One round trip
 # (beside the queue half: the running set, the worker's turns) for everything a worker
-# needs before the turn's first model call.
+# needs before the turn's first model call. The record is read once, before the move, and
+# answered as the move leaves it: its status read from it, its moved fields put in it.
 CLAIM = """
-local status = redis.call('HGET', KEYS[1], 'status')
+local record = redis.call('HGETALL', KEYS[1])
+local moved = {status = 'running', started_at = ARGV[2], worker = ARGV[1]}
+local status
+for i = 1, #record, 2 do
+  if record[i] == 'status' then status = record[i + 1] end
+end
 if status ~= 'queued' then return {status or 'missing'} end
 redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[1])
-return {'claimed', redis.call('EXISTS', KEYS[2]), redis.call('HGETALL', KEYS[1])}
+for i = 1, #record, 2 do
+  if moved[record[i]] then
+    record[i + 1] = moved[record[i]]
+    moved[record[i]] = nil
+  end
+end
+for _, name in ipairs({'status', 'started_at', 'worker'}) do
+  if moved[name] then
+    table.insert(record, name)
+    table.insert(record, moved[name])
+  end
+end
+return {'claimed', redis.call('EXISTS', KEYS[2]), record}
 """
 
 # The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
