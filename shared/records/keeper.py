@@ -20,8 +20,9 @@ Layout, all under one hash tag so a Lua script may touch every key of a conversa
   `completed`: shared/records/call_log.py), merged per `call_id` on read. Appending instead
   of updating a record in place keeps every write one race-free `RPUSH`.
 
-Every write renews the retention of all three keys: a conversation in use lives on, one
-left alone expires whole. A turn writes only while it holds the conversation (its active
+Every append of messages renews the retention of all three keys: a conversation in use
+lives on, one left alone expires whole (call records appended between them give their list
+the same retention when they start it, and find it at least the metadata's otherwise). A turn writes only while it holds the conversation (its active
 turn: shared/conversation_state.py says why); creating, deciding, pausing and deleting are
 that module's transitions, which the keeper's writers call. Every append is counted, in the
 conversation (`bytes`) and in its owner's storage ledger (shared/budgets.py), and an append
@@ -102,12 +103,16 @@ APPROVED_STEP_LAPSED = (
 # extends; with a cap, only if the conversation's bytes stay within it. Counts the bytes
 # appended in the metadata (`bytes`). Appending messages (the calls key given) marks the
 # conversation used and renews the retention of all three keys, and may carry call records
-# too (a turn's last ones go with its messages: one step, not two); a call record renews
-# its own list's. Returns the list's new length, -1 for no conversation, -2 when the list
-# changed since the caller read it, -3 when the turn does not hold the conversation, -4
-# over the cap. The metadata is read in one HMGET (a field found is a conversation found:
-# only a miss asks EXISTS why), and an append of messages writes its bytes and use in one
-# HSET: each command here runs on every append of every turn.
+# too (a turn's last ones go with its messages: one step, not two). Call records alone give
+# their list a retention only when they start it: a list already there lives as long as
+# the metadata at least (what renews the metadata renews it: an append of messages, or
+# ANNOUNCE; CREATE empties it), and the conversation ends with its metadata. Returns the
+# list's new length, -1 for no conversation, -2 when the list changed since the caller read
+# it, -3 when the turn does not hold the conversation, -4 over the cap. The metadata is read
+# in one HMGET (a field found is a conversation found: only a miss asks EXISTS why), the
+# list's length only for a caller that expects one (else the RPUSH answers it), and an
+# append of messages writes its bytes and use in one HSET: each command here runs on every
+# append of every turn.
 _APPEND = """
 local meta = redis.call('HMGET', KEYS[1], 'active_turn', 'bytes')
 if ARGV[4] ~= '' and meta[1] ~= ARGV[4] then
@@ -115,13 +120,16 @@ if ARGV[4] ~= '' and meta[1] ~= ARGV[4] then
   return -3
 end
 if not meta[1] and not meta[2] and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local length = redis.call('LLEN', KEYS[2])
-if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
+local last = 6 + tonumber(ARGV[6])
+local length = 0
+if ARGV[1] ~= '' or last == 6 then
+  length = redis.call('LLEN', KEYS[2])
+  if ARGV[1] ~= '' and length ~= tonumber(ARGV[1]) then return -2 end
+end
 local size = 0
 for i = 7, #ARGV do size = size + #ARGV[i] end
 local held = tonumber(meta[2] or '0')
 if ARGV[5] ~= '' and held + size > tonumber(ARGV[5]) then return -4 end
-local last = 6 + tonumber(ARGV[6])
 for i = 7, last do length = redis.call('RPUSH', KEYS[2], ARGV[i]) end
 for i = last + 1, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
 if KEYS[3] then
@@ -129,7 +137,7 @@ if KEYS[3] then
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
 else
   redis.call('HINCRBY', KEYS[1], 'bytes', size)
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  if length == last - 6 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
 end
 return length
 """

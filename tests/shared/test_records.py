@@ -136,6 +136,28 @@ async def test_conversation_keys_share_one_hash_slot_and_expire(
         assert 0 < await client.ttl(key) <= keeper.retention_s
 
 
+async def test_call_records_start_their_list_with_the_retention_and_messages_renew_it(
+    client: Redis, owner: str
+) -> None:
+    """Call records give their list the retention when they start it; on a list already
+    there they leave it as long as the metadata's (an append of messages renews both)."""
+    keeper = RecordKeeper(client, owner, retention_s=100)
+    conversation_id = await keeper.create_conversation()
+    meta = keys.conversation(owner, conversation_id)
+    calls = keys.conversation_calls(owner, conversation_id)
+    await keeper.record_calls(conversation_id, [llm_started("turn_1", "router", "m")])
+    assert 95 <= await client.ttl(calls) <= 100
+
+    for key in (meta, calls):
+        await client.expire(key, 50)  # as if set 50 s ago
+    await keeper.record_calls(conversation_id, [llm_started("turn_1", "response", "m")])
+    assert 45 <= await client.ttl(calls) <= 50
+
+    await keeper.append_messages(conversation_id, [user("hi")])
+    for key in (meta, calls):
+        assert 95 <= await client.ttl(key) <= 100
+
+
 async def test_using_a_conversation_renews_its_retention(client: Redis, owner: str) -> None:
     keeper = RecordKeeper(client, owner, retention_s=100)
     conversation_id = await keeper.create_conversation()
