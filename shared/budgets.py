@@ -99,17 +99,20 @@ end
 # before (the ledger itself may be new then), as its score may be its creation's, which
 # renewed nothing here. Later appends that are no use find the ledger renewed past their
 # entry's expiry already: one EXPIRE fewer each (a turn's call records, a tool's output).
+# A use moves the entry first (`CH`: 1 when it is there and moved), so only a use at the
+# very score it had, or an append that is no use, asks ZSCORE whether the index lists it.
 _ACCOUNT = f"""
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+local used = ARGV[3] ~= ''
+if not (used and redis.call('ZADD', KEYS[2], 'XX', 'CH', ARGV[3], ARGV[1]) == 1)
+   and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return 0
+end
 local held = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[1], '*', ARGV[2])
-if ARGV[3] ~= '' or held == tonumber(ARGV[2]) then
+if used or held == tonumber(ARGV[2]) then
   redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]) + {GRACE_S})
 end
-if ARGV[3] ~= '' then
-  redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[1])
-  redis.call('EXPIRE', KEYS[2], ARGV[4])
-end
+if used then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
 return 1
 """
 
