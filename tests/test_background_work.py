@@ -380,6 +380,8 @@ async def test_a_saturated_worker_starts_another_users_first_turn_before_a_backl
             await wait_for(lambda gate=gate: gate in gated, timeout_s=10)
             gated[gate].release()
         await wait_for(lambda: _all_status(stack, [*running, *backlog], "completed"), timeout_s=10)
+        for turn_id in backlog:  # read once, as its job was taken, and gone with it
+            assert await stack.redis.exists(keys.job_owner(settings.queue_name, turn_id)) == 0
 
 
 async def _status(stack: Stack, turn_id: str) -> str:

@@ -82,15 +82,14 @@ _START = """
 redis.call('PSETEX', KEYS[1], ARGV[3], '1')
 redis.call('ZREM', KEYS[2], ARGV[1])
 """
-# A turn's job. KEYS[3]: its owner key. Returns {score, owner} once the job is marked in
-# progress, nil when another worker has it (or it is not due).
+# A turn's job. KEYS[3]: its owner key, read and deleted in one GETDEL (Redis 6.2, as
+# GETEX and ZMSCORE elsewhere). Returns {score, owner} once the job is marked in progress,
+# nil when another worker has it (or it is not due).
 _TAKE = (
     _DUE
     + _START
     + """
-local owner = redis.call('GET', KEYS[3])
-if owner then redis.call('DEL', KEYS[3]) end
-return {score, owner}
+return {score, redis.call('GETDEL', KEYS[3])}
 """
 )
 # A background job. KEYS[3], KEYS[4]: its owner's and the queue's background slots. ARGV[4..8]:
