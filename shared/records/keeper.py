@@ -512,11 +512,14 @@ class Recorder(_Store):
         start = -window if window is not None else 0
         for _ in range(_APPEND_RETRIES):
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.exists(meta_key)
                 pipe.llen(list_key)
                 pipe.lrange(list_key, start, -1)
-                exists, length, raw = await pipe.execute()
-            if not exists:
+                # A turn's append is made whatever it finds, and says whether the
+                # conversation is there (`_push`): only another writer asks first.
+                if turn_id is None:
+                    pipe.exists(meta_key)
+                length, raw, *exists = await pipe.execute()
+            if exists == [0]:
                 raise ConversationNotFoundError(conversation_id)
             if window == 0:
                 raw = []

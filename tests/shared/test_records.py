@@ -287,6 +287,9 @@ async def test_appending_to_an_unknown_conversation_fails_and_writes_nothing(
         await keeper.append_messages("conv_missing", [user("hi")])
     with pytest.raises(ConversationNotFoundError):
         await keeper.record_calls("conv_missing", [llm_started("turn_1", "router", "m")])
+    for turn_id in (None, "turn_1"):  # a turn's append finds out by appending
+        with pytest.raises(ConversationNotFoundError):
+            await keeper.append_new_messages("conv_missing", [user("hi")], turn_id=turn_id)
 
     assert await client.keys(owned_keys(owner)) == []
 
