@@ -207,7 +207,7 @@ return {'claimed', redis.call('EXISTS', KEYS[2]), record}
 # and it costs no command beyond the XADD itself (shared/streams.py).
 SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 
-# KEYS: turn, events, lease, cancel, attached.
+# KEYS: turn, events, lease, attached.
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`),
 # sealed id, payload... Appends the payloads (the last is `done`, under the sealed id) and
 # drops the request's messages (the prompt: the conversation keeps them) only if the turn
@@ -217,7 +217,10 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # the call that ended it may have died before queueing. The data half of ending a turn
 # (`TurnStore.finish` releases it on the queue, and queues the webhook). The lease is only
 # read (`Guard.LAPSED`): an old worker's lapses in seconds by itself, and nothing reads it
-# once the turn has ended. Each command here runs once a turn.
+# once the turn has ended; nor the cancel key, which is never touched here: it is set with
+# a TTL of the turns' retention at most (shared/cancel.py), so it goes no later than the
+# record, and nothing reads it once the turn has ended either. Each command here runs once
+# a turn.
 FINISH = """
 local read = redis.call('HMGET', KEYS[1], 'status', 'webhook')
 local status = read[1]
@@ -243,8 +246,7 @@ redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HDEL', KEYS[1], 'messages')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-redis.call('EXPIRE', KEYS[4], ARGV[5])
-redis.call('DEL', KEYS[5])
+redis.call('DEL', KEYS[4])
 if read[2] then return {'ended', read[2]} end
 return 'ended'
 """

@@ -508,7 +508,6 @@ class TurnStore:
             keys.turn(turn_id),
             keys.events(turn_id),
             keys.lease(turn_id),
-            keys.cancel(turn_id),
             keys.attached(turn_id),
         ]
         finish_args = [
