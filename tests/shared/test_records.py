@@ -827,3 +827,44 @@ async def test_reading_the_summary_renews_it_as_appending_renews_the_messages(
     await client.expire(key, 5)  # as if written a retention ago, in a conversation in use
     assert (await keeper.summary(conversation_id) or {})["text"] == "they talked about lights"
     assert await client.ttl(key) > keeper.retention_s - 60
+
+
+async def _commands(client: Redis) -> int:
+    """Every command Redis ran so far, those of Lua scripts included (INFO counts itself)."""
+    stats = await client.info("commandstats")
+    return sum(int(value["calls"]) for value in stats.values())
+
+
+async def test_recording_a_turn_costs_the_commands_it_did_when_this_was_written(
+    keeper: RecordKeeper, client: Redis
+) -> None:
+    """What worker/recording.py writes of a chat turn that called the router and answered,
+    each append with its owner's ledger (docs/benchmarks.md, "Redis cost"): a command more
+    here is one more on every turn. Counted with INFO commandstats, which counts what the
+    scripts run; no other client uses this Redis meanwhile (tests run one at a time)."""
+    conversation_id = await keeper.create_conversation(active_turn="turn_1")
+    router = llm_started("turn_1", "router", "m")
+    response = llm_started("turn_1", "response", "m")
+    before = await _commands(client)
+
+    begun = await keeper.append_new_messages(
+        conversation_id, [user("hi")], window=50, turn_id="turn_1", limit=10**6
+    )
+    await keeper.record_calls(conversation_id, [router], turn_id="turn_1")
+    await keeper.record_calls(
+        conversation_id, [llm_completed(router.call_id, latency_ms=1), response], turn_id="turn_1"
+    )
+    await keeper.append_messages(
+        conversation_id,
+        [assistant("hello")],
+        turn_id="turn_1",
+        length=begun.length,
+        calls=[llm_completed(response.call_id, latency_ms=1)],
+    )
+
+    spent = await _commands(client) - before - 1  # the INFO of `before`
+    # The history read (LLEN, LRANGE); each append: its script (EVAL, HMGET, RPUSH per item,
+    # HSET or HINCRBY of the bytes, LLEN where a length is expected, EXPIRE of what it
+    # renews) and the ledger's (EVAL, ZADD XX CH or ZSCORE, HINCRBY twice, EXPIRE of what a
+    # use renews): 2 + (8 + 6) + (5 + 4) + (5 + 4) + (9 + 6).
+    assert spent == 49, spent
