@@ -835,3 +835,37 @@ async def test_a_webhook_a_finish_died_before_queueing_is_queued_by_the_next_end
         await pipe.execute()
     assert await store.end(record.id, owner, Cause.OVER) is Finished.OVER
     assert await redis.exists(job_key) == 0, "a delivery its job took is not queued again"
+
+
+async def test_a_turn_costs_the_commands_it_did_when_this_was_written(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """A turn's own moves, as a streamed chat turn makes them (its job's queueing aside):
+    admitted, created with its stream watched, claimed, finished. A command more here is
+    one more on every turn (docs/benchmarks.md, "Redis cost"). The second turn is counted:
+    the first loads the scripts."""
+    worker = f"worker-{uuid.uuid4().hex}"
+    spent = []
+    for _ in range(2):
+        record = record_of(scratch.turn_id(), scratch.owner())
+        before = await _commands(redis)
+        await store.admit(record.owner, record.id, limit=5, ttl_s=3600)
+        await store.create(
+            record,
+            ttl_s=3600,
+            queue_name=None,
+            attachment="stream-1",
+            attachment_expiry=time.time() + 60,
+        )
+        assert (await store.claim(record.id, worker, overdue_s=30)).outcome == "claimed"
+        await store.finish(
+            record.id, record.owner, completed("stop", None), result=TurnResult(content="hi")
+        )
+        spent.append(await _commands(redis) - before - 1)  # the INFO of `before`
+    await redis.delete(keys.worker_turns(worker))
+    # Admit: EVAL, ZCARD, ZADD, EXPIRE. Create: EVAL, HSET and EXPIRE of the record, XADD and
+    # EXPIRE of the stream, ZADD and EXPIRE of the watchers; the owner's index: ZADD,
+    # ZREMRANGEBYRANK, EXPIRE. Claim: ZADD running, SADD and EXPIRE of the worker's turns,
+    # EVAL, HGETALL, HSET, EXISTS. Finish: EVALSHA, HMGET, XADD, HSET, HDEL, EXPIRE twice,
+    # DEL; ZREM twice, HINCRBY. 4 + 10 + 7 + 11.
+    assert spent[1] == 32, spent
