@@ -22,9 +22,10 @@ Layout, all under one hash tag so a Lua script may touch every key of a conversa
 
 Every append of messages renews the retention of all three keys: a conversation in use
 lives on, one left alone expires whole (call records appended between them give their list
-the same retention when they start it, and find it at least the metadata's otherwise). A turn writes only while it holds the conversation (its active
-turn: shared/conversation_state.py says why); creating, deciding, pausing and deleting are
-that module's transitions, which the keeper's writers call. Every append is counted, in the
+the same retention when they start it, and find it at least the metadata's otherwise). A
+turn writes only while it holds the conversation (its active turn:
+shared/conversation_state.py says why); creating, deciding, pausing and deleting are that
+module's transitions, which the keeper's writers call. Every append is counted, in the
 conversation (`bytes`) and in its owner's storage ledger (shared/budgets.py), and an append
 of a request's messages may be refused for the conversation's cap (`ConversationFullError`).
 
