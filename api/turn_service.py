@@ -215,7 +215,12 @@ def stream_response(
 
     async def on_detach(finished: bool) -> None:
         cancel = not finished and record.request.delivery.on_disconnect == "cancel"
-        await state.streams.close(record.owner, attachment, record.id, cancel_when_alone=cancel)
+        # Once the turn has ended, its set of watchers is nobody's concern: the ending
+        # deleted it with the `done` (shared/lifecycle.py, FINISH), and a stream attached
+        # after that lapses with it (`ATTACHMENT_TTL_S`). Only the owner's count of open
+        # streams is left to give back: one command fewer on every streamed turn.
+        turn_id = None if finished else record.id
+        await state.streams.close(record.owner, attachment, turn_id, cancel_when_alone=cancel)
 
     chunks = relay(
         state.hub,
