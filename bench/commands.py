@@ -7,18 +7,28 @@ they hold on a shared machine; no CPU figure is given here for that reason.
 
 A row is `streams×tokens@delay_ms`: that many answers at once (started over one `delay_ms`,
 as the relay section does), each `tokens` tokens a token every `delay_ms`.
+
+`python -m bench.commands --turn` instead attributes a turn's fixed cost (issue 21): the
+commands of 2 × 10 sequential 1-token turns (`INFO commandstats`, the idle rate taken out),
+then every command of one more such turn, from its request until its processes are quiet,
+as MONITOR saw it, by process (`lua`: run by a script). Run it at two commits and diff the
+listings to see what a change added or removed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
 
+from bench.measurements import _ports_by_process
 from bench.processes import BENCH_ENV, Cluster
 from bench.runner import Bench, Meter, Sizes, Ui, check_all, drive, echo_directives, wait_idle
 
@@ -82,11 +92,97 @@ async def _measure(rows: list[tuple[int, int, float]]) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+async def _one_turn(bench: Bench) -> list[str]:
+    """Every command of one sequential 1-token turn, from its request until the processes
+    are quiet, as MONITOR saw it: `ms process command` lines, then the count by process."""
+    monitor_client = bench.cluster.redis()
+    seen: list[dict[str, object]] = []
+
+    async def listen() -> None:
+        async with monitor_client.monitor() as monitor:
+            async for command in monitor.listen():
+                seen.append(command)
+
+    listener = asyncio.create_task(listen())
+    await asyncio.sleep(0.3)
+    ports = _ports_by_process(bench)
+    sent = time.time()
+    await drive([bench.api], echo_directives("turn", 1, 1), system="pipeline", concurrency=1)
+    await wait_idle(bench)
+    listener.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await listener
+    await monitor_client.aclose()
+    lines, by = [], Counter[str]()
+    for command in seen:
+        at = float(command["time"])  # type: ignore[arg-type]
+        if at < sent:
+            continue
+        who = ports.get(
+            str(command.get("client_port", "")),
+            "lua" if command.get("client_type") == "lua" else "?",
+        )
+        by[who] += 1
+        lines.append(f"{(at - sent) * 1000:9.2f} {who:8} {str(command['command'])[:120]}")
+    counts = ", ".join(f"{who} {n}" for who, n in sorted(by.items()))
+    return [*lines, f"one turn, by process (? and the liveness ticks are idle work): {counts}"]
+
+
+async def _turn_cost() -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="bernard-turn-"))
+    cluster = Cluster.create(workdir, None, BENCH_ENV)
+    ui = Ui(Console(stderr=True))
+    try:
+        with ui.progress:
+            await cluster.start_upstream()
+            await cluster.start_api()
+            await cluster.start_worker()
+            redis = cluster.redis()
+            bench = Bench(cluster=cluster, redis=redis, sizes=Sizes.quick(), ui=ui, workdir=workdir)
+            await drive(
+                [bench.api], echo_directives("warm", 5, 1), system="pipeline", concurrency=1
+            )
+            await wait_idle(bench)
+            idle = await Meter(bench).start()
+            await asyncio.sleep(5)
+            await idle.stop()
+            rate = idle.cost.total / idle.cost.seconds
+            per_turn = []
+            commands: Counter[str] = Counter()
+            for _ in range(2):
+                meter = await Meter(bench).start()
+                await drive(
+                    [bench.api], echo_directives("rc", 10, 1), system="pipeline", concurrency=1
+                )
+                await wait_idle(bench)
+                await meter.stop()
+                per_turn.append((meter.cost.total - rate * meter.cost.seconds) / 10)
+                commands.update(meter.cost.commands)
+            listing = await _one_turn(bench)
+            await redis.aclose()
+        top = ", ".join(f"{k} {v / 20:.1f}" for k, v in commands.most_common())
+        print("\n".join(listing))
+        print(
+            f"commands per sequential 1-token turn, idle ({rate:.1f}/s) taken out: "
+            f"{per_turn[0]:.1f}, {per_turn[1]:.1f} (two stretches of 10 turns); by command, "
+            f"idle included: {top}"
+        )
+    finally:
+        cluster.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rows", nargs="*", default=list(DEFAULT_ROWS), help="streamsxtokens@ms")
+    parser.add_argument(
+        "--turn", action="store_true", help="instead: the commands of one turn, attributed"
+    )
     args = parser.parse_args()
-    asyncio.run(_measure([_row(r) for r in args.rows]))
+    if args.turn:
+        asyncio.run(_turn_cost())
+    else:
+        asyncio.run(_measure([_row(r) for r in args.rows]))
 
 
 if __name__ == "__main__":
