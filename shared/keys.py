@@ -50,8 +50,8 @@ on each other's answer share one pipeline, so they still cost one round trip:
   runs then (the count of that one ending is lost), with the webhook's delivery if no job
   took it yet (the target left in the record: shared/webhooks.py). A turn ended while still
   queued has no running-set entry; its `active_turns` entry goes at the admission check of
-  its owner (its webhook, should that crash come between, is not queued again: the refused
-  claim of its job does not look for one).
+  its owner, and its webhook, should that crash come between, is queued by the refused
+  claim of its job (`TurnStore.claim`).
 - reaping: the candidates are the turns of workers whose `worker_alive` lapsed, and the
   overdue entries of `RUNNING_TURNS` (queue); the owners and the ending come from the data
   role; each ending is the finish above. No script spans the worker's key and the turn's:

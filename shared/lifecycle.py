@@ -173,7 +173,9 @@ return start
 # KEYS: turn, cancel. ARGV: worker id, now. Moves `queued` → `running` under the worker
 # the record now names (`worker`: whose liveness says whether the turn still runs,
 # shared/liveness.py) and returns {'claimed', whether a cancel is already asked for, the
-# record's fields}; else {the status found, or 'missing'} (`Claimed`). One round trip
+# record's fields}; else {the status found, or 'missing'} (`Claimed`), with the record's
+# webhook target and owner when it has a target (an ended turn's delivery that no job took
+# yet: FINISH). One round trip
 # (beside the queue half: the running set, the worker's turns) for everything a worker
 # needs before the turn's first model call. The record is read once, before the move, and
 # answered as the move leaves it: its status read from it, its moved fields put in it.
@@ -184,7 +186,14 @@ local status
 for i = 1, #record, 2 do
   if record[i] == 'status' then status = record[i + 1] end
 end
-if status ~= 'queued' then return {status or 'missing'} end
+if status ~= 'queued' then
+  local found = {webhook = false, owner = false}
+  for i = 1, #record, 2 do
+    if found[record[i]] == false then found[record[i]] = record[i + 1] end
+  end
+  if found.webhook then return {status, found.webhook, found.owner} end
+  return {status or 'missing'}
+end
 redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[1])
 for i = 1, #record, 2 do
   if moved[record[i]] then

@@ -474,10 +474,17 @@ class TurnStore:
                 (reply,) = await pipe.execute()
         outcome = _claimed(reply[0])
         if outcome is not Claimed.CLAIMED:
+            # A turn that ended while queued (a cancel, say) whose ending process died before
+            # queueing its webhook: its job is the one thing left that finds it (FINISH).
+            ended = outcome not in (TurnStatus.RUNNING, Claimed.MISSING)
+            webhook = Target.restored(reply[1]) if ended and len(reply) > 1 else None
+            ending = await self._ending_of(turn_id) if webhook is not None else None
             async with self.queue.pipeline(transaction=False) as pipe:
                 if outcome is not TurnStatus.RUNNING:  # ended or gone: nothing reaps it
                     pipe.zrem(keys.RUNNING_TURNS, turn_id)
                 pipe.srem(keys.worker_turns(worker_id), turn_id)  # another worker's, or none's
+                if webhook is not None and ending is not None:
+                    enqueue_delivery(pipe, webhook, _text(reply[2]), turn_id, *ending)
                 await pipe.execute()
             return Claim(outcome)
         fields = reply[2]

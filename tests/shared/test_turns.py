@@ -837,6 +837,54 @@ async def test_a_webhook_a_finish_died_before_queueing_is_queued_by_the_next_end
     assert await redis.exists(job_key) == 0, "a delivery its job took is not queued again"
 
 
+async def test_a_webhook_a_queued_turns_ending_died_before_queueing_is_queued_by_its_claim(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """A turn cancelled while queued, whose cancelling process died before its queue half:
+    nothing reaps a turn no worker took, but its job is still queued, and the claim that
+    job's worker makes (refused: the turn is over) queues the delivery of the turn's own
+    ending. A claim of a turn that is running elsewhere queues nothing."""
+    queue = scratch.queue()
+    owner = scratch.owner()
+    record = record_of(scratch.turn_id(), owner, background=True, webhook_url="http://h/hook")
+    await store.create(record, ttl_s=3600, queue_name=queue)
+    job_key = job_key_prefix + delivery_job_id(owner, record.id)
+    scratch.turns.append(delivery_job_id(owner, record.id))  # its job key goes at the end
+    try:
+        store.queue = _CutOff(redis)  # type: ignore[assignment]
+        with pytest.raises(ConnectionError):
+            await store.end(record.id, owner, Cause.CANCELLED_QUEUED)
+    finally:
+        store.queue = redis
+    assert await redis.hget(keys.turn(record.id), "status") == b"cancelled"
+    assert await redis.exists(job_key) == 0, "the delivery was lost with the process"
+
+    worker = f"worker-{uuid.uuid4().hex}"
+    assert (await store.claim(record.id, worker, overdue_s=30)).outcome == "cancelled"
+    job = deserialize_job(await redis.get(job_key))
+    finished_at = await redis.hget(keys.turn(record.id), "finished_at")
+    assert (job.function, job.args) == (
+        DELIVER_WEBHOOK,
+        (
+            owner,
+            record.id,
+            "response.cancelled",
+            "http://h/hook",
+            int(float(finished_at)),
+            record.id,
+        ),
+    )
+    assert await redis.zscore(queue, delivery_job_id(owner, record.id)) is not None
+
+    running = record_of(scratch.turn_id(), owner, background=True, webhook_url="http://h/hook")
+    await store.create(running, ttl_s=3600, queue_name=queue)
+    assert (await store.claim(running.id, worker, overdue_s=30)).outcome == "claimed"
+    assert (await store.claim(running.id, "another", overdue_s=30)).outcome == "running"
+    assert await redis.exists(job_key_prefix + delivery_job_id(owner, running.id)) == 0
+    await redis.delete(keys.worker_turns(worker))
+    await redis.zrem(keys.RUNNING_TURNS, running.id)
+
+
 async def test_a_turn_costs_the_commands_it_did_when_this_was_written(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
