@@ -24,6 +24,7 @@ from bench.runner import (
     check_all,
     drive,
     echo_directives,
+    is_delta,
     wait_idle,
     wait_quiet,
 )
@@ -76,7 +77,11 @@ long answers under py-spy says where the API's and the worker's CPU goes (below)
 **Burst.** {sizes.burst_streams} clients start {sizes.burst_tokens}-token answers at once,
 the upstream sending a token every {sizes.burst_delay_ms:g} ms; the same load sent by the
 same client straight to the upstream runs before and after it, and the ratios take the
-faster of those two.
+faster of those two. The burst saturates both cores, so its CPU seconds move with the
+box (runs of one commit on the shared box put the API at 1.3 to 2.6 s and the worker at
+2.6 to 4.2 s): **content frames/turn** and **Redis commands/turn** count the work itself,
+and say whether a change in CPU is the code's or the box's (fewer frames a turn means the
+worker fell behind and joined tokens, which costs less).
 
 **Relay fan-out.** {sizes.cost_fanout_streams:,} clients attached to turns whose tokens a
 synthetic worker (`python -m bench.writer`) writes as fast as it can: what one API process
@@ -268,7 +273,17 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
     sizes = bench.sizes
     assert bench.cluster.upstream is not None
     table = Table(
-        ["path", "turns", "wall s", "first token p50 ms", "p99 ms", "tokens/s", "exact"],
+        [
+            "path",
+            "turns",
+            "wall s",
+            "first token p50 ms",
+            "p99 ms",
+            "tokens/s",
+            "content frames/turn",
+            "Redis commands/turn",
+            "exact",
+        ],
         title=(
             f"Burst: {sizes.burst_streams} answers of {sizes.burst_tokens} tokens started at "
             f"once, a token every {sizes.burst_delay_ms:g} ms"
@@ -327,6 +342,11 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
             ms(first.median, 0),
             ms(first.p99, 0),
             num(len(turns) * sizes.burst_tokens / seconds),
+            *(
+                (f"{_frames(turns) / len(turns):.1f}", f"{meter.cost.total / len(turns):.1f}")
+                if system == "pipeline"
+                else ("—", "—")
+            ),
             f"{exact}/{len(turns)}",
         )
         results[system].append((seconds, first))
@@ -347,6 +367,11 @@ def _burst_cpu(bench: Bench, meter: Meter) -> list[str]:
     seconds = [meter.cpu.get(name, 0.0) for name in names]
     total = sum(meter.cpu.values())
     return [f"{s:.2f}" for s in seconds] + [f"{total:.2f}", f"{total / _CORES:.2f}"]
+
+
+def _frames(turns: Sequence[Turn]) -> int:
+    """The content frames the turns' clients received (a frame may carry several tokens)."""
+    return sum(1 for turn in turns for frame in turn.call.frames if is_delta(frame.data))
 
 
 def _exact_count(turns: Sequence[Turn]) -> int:
