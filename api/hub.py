@@ -62,6 +62,9 @@ class Reader:
     def __init__(self, stream_id: str, cursor: str) -> None:
         self.stream_id = stream_id
         self.cursor = cursor
+        # The cursor as it sorts (`entry_key`), kept beside it: the hub compares cursors at
+        # every read, and parsing one is most of what a comparison costs.
+        self.cursor_key = entry_key(cursor)
         self._entries: deque[Entry] = deque()
         self._error: StreamReadError | None = None
         # The wait in progress, and when it gives up (the loop's clock).
@@ -80,14 +83,15 @@ class Reader:
         A batch read from a later cursor than ours (it was in flight when we joined) would
         leave a gap: skip it; the next read starts at our cursor.
         """
-        cursor = entry_key(self.cursor)
+        cursor = self.cursor_key
         if entry_key(read_from) > cursor:
             return
         for entry_id, stamped in entries:
             key = entry_key(entry_id)
             if key > cursor:
                 self._entries.append((entry_id, stamped))
-                self.cursor, cursor = entry_id, key
+                self.cursor, self.cursor_key = entry_id, key
+                cursor = key
         if self._entries:
             self._wake()
 
@@ -144,7 +148,11 @@ class Reader:
 
 def oldest_cursor(readers: Iterable[Reader]) -> str:
     """Where a read of the stream serves every one of `readers`: the oldest cursor."""
-    return min((r.cursor for r in readers), key=entry_key)
+    return min(readers, key=_cursor_key).cursor
+
+
+def _cursor_key(reader: Reader) -> tuple[int, int]:
+    return reader.cursor_key
 
 
 class Hub(Protocol):
@@ -187,17 +195,13 @@ class StreamHub:
         lane = self._lane_of.get(stream_id) or self._free_lane()
         self._lane_of[stream_id] = lane
         reader = Reader(stream_id, after)
-        lane.readers.setdefault(stream_id, set()).add(reader)
+        lane.add(reader)
         try:
             await lane.wake()
             yield reader
         finally:
             reader.close()
-            readers = lane.readers.get(stream_id)
-            if readers is not None:
-                readers.discard(reader)
-                if not readers:
-                    del lane.readers[stream_id]
+            lane.remove(reader)
             if stream_id not in lane.readers:  # the last reader left, or all were failed
                 self._lane_of.pop(stream_id, None)
 
@@ -222,8 +226,39 @@ class _Lane:
         self.wake_key = wake_key
         self.block_ms = block_ms
         self.readers: dict[str, set[Reader]] = {}
+        # What the next XREAD asks of each watched stream: its key and its readers' oldest
+        # cursor. Kept up to date as readers join, leave and take entries, so a read works
+        # out only the streams that moved: worked out for every stream at every read, it
+        # was 0.5 to 0.9 ms of API CPU per XREAD of a lane of 125 streams on a busy two-core
+        # box (1,000 paced streams, 8 lanes, a few tokens a read), 12 % of the API's CPU at
+        # 1,000 answers of 10 tokens/s (py-spy); a copy of these is 20 µs.
+        self._cursors: dict[str, str] = {}
         self._wake_cursor = "0-0"
         self._task = asyncio.create_task(self._run())
+
+    def add(self, reader: Reader) -> None:
+        """Watch `reader`'s stream for it, from its cursor."""
+        self.readers.setdefault(reader.stream_id, set()).add(reader)
+        self._settle(reader.stream_id)
+
+    def remove(self, reader: Reader) -> None:
+        """Stop watching for `reader` (one the lane failed is already gone)."""
+        readers = self.readers.get(reader.stream_id)
+        if readers is None or reader not in readers:
+            return
+        readers.discard(reader)
+        if not readers:
+            del self.readers[reader.stream_id]
+        self._settle(reader.stream_id)
+
+    def _settle(self, stream_id: str) -> None:
+        """Where the next read starts the stream `stream_id`: its readers' oldest cursor,
+        or nowhere once it has none."""
+        readers = self.readers.get(stream_id)
+        if readers:
+            self._cursors[keys.events(stream_id)] = oldest_cursor(readers)
+        else:
+            self._cursors.pop(keys.events(stream_id), None)
 
     async def stop(self) -> None:
         self._task.cancel()
@@ -241,10 +276,9 @@ class _Lane:
             await pipe.execute()
 
     def _streams(self) -> dict[Any, Any]:
-        streams: dict[Any, Any] = {self.wake_key: self._wake_cursor}
-        for stream_id, readers in self.readers.items():
-            streams[keys.events(stream_id)] = oldest_cursor(readers)
-        return streams
+        # A copy: readers joining while the read is in flight must not change what it
+        # was read from (`Reader.offer`).
+        return {self.wake_key: self._wake_cursor, **self._cursors}
 
     async def _run(self) -> None:
         failures = 0
@@ -272,6 +306,7 @@ class _Lane:
                 entries = parse_entries(raw_entries)
                 for reader in list(self.readers.get(stream_id, ())):
                     reader.offer(streams[key], entries)
+                self._settle(stream_id)
 
     async def _fail_unreadable(self, streams: dict[Any, Any], exc: ResponseError) -> None:
         """Read each stream alone once; fail the readers of those Redis refuses."""
@@ -296,6 +331,7 @@ class _Lane:
             logger.warning("stream %s cannot be read (%s); ending its readers", stream_id, exc)
             for reader in self.readers.pop(stream_id, set()):
                 reader.fail(StreamReadError(str(exc)))
+            self._settle(stream_id)
 
 
 def _is_error(reply: object) -> bool:

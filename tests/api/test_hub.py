@@ -189,6 +189,39 @@ async def test_a_reader_starts_strictly_after_the_entry_it_names(
         await redis.delete(keys.events(turn_id))
 
 
+async def test_a_lane_reads_each_stream_from_its_readers_oldest_cursor_as_they_come_and_go(
+    redis: redis_asyncio.Redis,
+) -> None:
+    lane = _Lane(redis, keys.hub_wake(uuid.uuid4().hex), block_ms=1000)
+    a, b = uuid.uuid4().hex, uuid.uuid4().hex
+
+    def read_from() -> dict[str, str]:
+        return {keys.id_of(k): v for k, v in lane._streams().items() if k != lane.wake_key}
+
+    try:
+        later, earlier = Reader(a, "10-0"), Reader(a, "9-5")
+        lane.add(later)
+        lane.add(earlier)
+        assert read_from() == {a: "9-5"}  # ids compare as numbers
+        lane.remove(earlier)
+        assert read_from() == {a: "10-0"}
+        fresh = Reader(b, "0-0")
+        lane.add(fresh)
+        assert read_from() == {a: "10-0", b: "0-0"}
+        await lane.wake()  # the lane's read now names b too
+        entry_id = (
+            await redis.xadd(keys.events(b), {STREAM_FIELD: encode(Delta(text="x"))})
+        ).decode()
+        assert (await fresh.next(wait_s=2))[0] == entry_id
+        assert read_from() == {a: "10-0", b: entry_id}  # b's next read starts after it
+        lane.remove(later)
+        lane.remove(later)  # a reader that already left changes nothing
+        assert read_from() == {b: entry_id}
+    finally:
+        await lane.stop()
+        await redis.delete(keys.events(b))
+
+
 async def test_lanes_are_made_up_to_the_limit_and_reused_once_empty(
     redis: redis_asyncio.Redis,
 ) -> None:
