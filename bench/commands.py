@@ -24,11 +24,12 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from rich.console import Console
 
-from bench.measurements import _ports_by_process
+from bench.measurements import monitored
 from bench.processes import BENCH_ENV, Cluster
 from bench.runner import Bench, Meter, Sizes, Ui, check_all, drive, echo_directives, wait_idle
 
@@ -41,8 +42,11 @@ def _row(text: str) -> tuple[int, int, float]:
     return int(streams), int(tokens), float(delay)
 
 
-async def _measure(rows: list[tuple[int, int, float]]) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="bernard-paced-"))
+@contextlib.asynccontextmanager
+async def _started(prefix: str) -> AsyncIterator[Bench]:
+    """1 API + 1 worker, the scripted upstream and a Redis of their own, stopped and their
+    work directory removed after the block."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     cluster = Cluster.create(workdir, None, BENCH_ENV)
     ui = Ui(Console(stderr=True))
     try:
@@ -51,115 +55,90 @@ async def _measure(rows: list[tuple[int, int, float]]) -> None:
             await cluster.start_api()
             await cluster.start_worker()
             redis = cluster.redis()
-            bench = Bench(cluster=cluster, redis=redis, sizes=Sizes.quick(), ui=ui, workdir=workdir)
-            idle = await Meter(bench).start()
-            await asyncio.sleep(5)
-            await idle.stop()
-            lines = [
-                f"idle, 1 API + 1 worker: {idle.cost.total / idle.cost.seconds:.1f} commands/s",
-                "| row | turns | tokens | exact | commands | per turn | per token "
-                "| top (per token) |",
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            for streams, tokens, delay in rows:
-                directives = echo_directives("pc", streams, tokens, delay)
-                task = ui.task(f"{streams} × {tokens} every {delay:g} ms", streams)
-                meter = await Meter(bench).start()
-                turns = await drive(
-                    [bench.api],
-                    directives,
-                    system="pipeline",
-                    concurrency=streams,
-                    stagger_s=delay / 1000 if streams > 1 else 0,
-                    on_done=lambda _t, task=task: ui.advance(task),  # type: ignore[misc]
+            try:
+                yield Bench(
+                    cluster=cluster, redis=redis, sizes=Sizes.quick(), ui=ui, workdir=workdir
                 )
-                await wait_idle(bench)
-                await meter.stop()
-                ui.done(task)
-                exact, _ = check_all(turns)
-                total = meter.cost.total
-                ranked = sorted(meter.cost.commands.items(), key=lambda kv: -kv[1])
-                top = ", ".join(f"{k} {v / (streams * tokens):.2f}" for k, v in ranked[:6])
-                lines.append(
-                    f"| {streams} × {tokens} every {delay:g} ms | {streams} | {streams * tokens:,} "
-                    f"| {exact}/{streams} | {total:,} | {total / streams:.1f} "
-                    f"| **{total / (streams * tokens):.2f}** | {top} |"
-                )
-            await redis.aclose()
-        print("\n".join(lines))
+            finally:
+                await redis.aclose()
     finally:
         cluster.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+async def _measure(rows: list[tuple[int, int, float]]) -> None:
+    async with _started("bernard-paced-") as bench:
+        ui = bench.ui
+        idle = await Meter(bench).start()
+        await asyncio.sleep(5)
+        await idle.stop()
+        lines = [
+            f"idle, 1 API + 1 worker: {idle.cost.total / idle.cost.seconds:.1f} commands/s",
+            "| row | turns | tokens | exact | commands | per turn | per token | top (per token) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for streams, tokens, delay in rows:
+            directives = echo_directives("pc", streams, tokens, delay)
+            task = ui.task(f"{streams} × {tokens} every {delay:g} ms", streams)
+            meter = await Meter(bench).start()
+            turns = await drive(
+                [bench.api],
+                directives,
+                system="pipeline",
+                concurrency=streams,
+                stagger_s=delay / 1000 if streams > 1 else 0,
+                on_done=lambda _t, task=task: ui.advance(task),  # type: ignore[misc]
+            )
+            await wait_idle(bench)
+            await meter.stop()
+            ui.done(task)
+            exact, _ = check_all(turns)
+            total = meter.cost.total
+            ranked = sorted(meter.cost.commands.items(), key=lambda kv: -kv[1])
+            top = ", ".join(f"{k} {v / (streams * tokens):.2f}" for k, v in ranked[:6])
+            lines.append(
+                f"| {streams} × {tokens} every {delay:g} ms | {streams} | {streams * tokens:,} "
+                f"| {exact}/{streams} | {total:,} | {total / streams:.1f} "
+                f"| **{total / (streams * tokens):.2f}** | {top} |"
+            )
+    print("\n".join(lines))
+
+
 async def _one_turn(bench: Bench) -> list[str]:
     """Every command of one sequential 1-token turn, from its request until the processes
     are quiet, as MONITOR saw it: `ms process command` lines, then the count by process."""
-    monitor_client = bench.cluster.redis()
-    seen: list[dict[str, object]] = []
-
-    async def listen() -> None:
-        async with monitor_client.monitor() as monitor:
-            async for command in monitor.listen():
-                seen.append(command)
-
-    listener = asyncio.create_task(listen())
-    await asyncio.sleep(0.3)
-    ports = _ports_by_process(bench)
-    sent = time.time()
-    await drive([bench.api], echo_directives("turn", 1, 1), system="pipeline", concurrency=1)
-    await wait_idle(bench)
-    listener.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await listener
-    await monitor_client.aclose()
+    async with monitored(bench) as seen:
+        sent = time.time()
+        await drive([bench.api], echo_directives("turn", 1, 1), system="pipeline", concurrency=1)
+        await wait_idle(bench)
     lines, by = [], Counter[str]()
     for command in seen:
-        at = float(command["time"])  # type: ignore[arg-type]
-        if at < sent:
+        if command.at < sent:
             continue
-        who = ports.get(
-            str(command.get("client_port", "")),
-            "lua" if command.get("client_type") == "lua" else "?",
-        )
-        by[who] += 1
-        lines.append(f"{(at - sent) * 1000:9.2f} {who:8} {str(command['command'])[:120]}")
+        by[command.who] += 1
+        lines.append(f"{(command.at - sent) * 1000:9.2f} {command.who:8} {command.text[:120]}")
     counts = ", ".join(f"{who} {n}" for who, n in sorted(by.items()))
     return [*lines, f"one turn, by process (? and the liveness ticks are idle work): {counts}"]
 
 
 async def _turn_cost() -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="bernard-turn-"))
-    cluster = Cluster.create(workdir, None, BENCH_ENV)
-    ui = Ui(Console(stderr=True))
-    try:
-        with ui.progress:
-            await cluster.start_upstream()
-            await cluster.start_api()
-            await cluster.start_worker()
-            redis = cluster.redis()
-            bench = Bench(cluster=cluster, redis=redis, sizes=Sizes.quick(), ui=ui, workdir=workdir)
-            await drive(
-                [bench.api], echo_directives("warm", 5, 1), system="pipeline", concurrency=1
-            )
+    async with _started("bernard-turn-") as bench:
+        await drive([bench.api], echo_directives("warm", 5, 1), system="pipeline", concurrency=1)
+        await wait_idle(bench)
+        idle = await Meter(bench).start()
+        await asyncio.sleep(5)
+        await idle.stop()
+        rate = idle.cost.total / idle.cost.seconds
+        per_turn = []
+        commands: Counter[str] = Counter()
+        for _ in range(2):
+            meter = await Meter(bench).start()
+            await drive([bench.api], echo_directives("rc", 10, 1), system="pipeline", concurrency=1)
             await wait_idle(bench)
-            idle = await Meter(bench).start()
-            await asyncio.sleep(5)
-            await idle.stop()
-            rate = idle.cost.total / idle.cost.seconds
-            per_turn = []
-            commands: Counter[str] = Counter()
-            for _ in range(2):
-                meter = await Meter(bench).start()
-                await drive(
-                    [bench.api], echo_directives("rc", 10, 1), system="pipeline", concurrency=1
-                )
-                await wait_idle(bench)
-                await meter.stop()
-                per_turn.append((meter.cost.total - rate * meter.cost.seconds) / 10)
-                commands.update(meter.cost.commands)
-            listing = await _one_turn(bench)
-            await redis.aclose()
+            await meter.stop()
+            per_turn.append((meter.cost.total - rate * meter.cost.seconds) / 10)
+            commands.update(meter.cost.commands)
+        listing = await _one_turn(bench)
         top = ", ".join(f"{k} {v / 20:.1f}" for k, v in commands.most_common())
         print("\n".join(listing))
         print(
@@ -167,9 +146,6 @@ async def _turn_cost() -> None:
             f"{per_turn[0]:.1f}, {per_turn[1]:.1f} (two stretches of 10 turns); by command, "
             f"idle included: {top}"
         )
-    finally:
-        cluster.stop_all()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -224,42 +224,68 @@ def _ports_by_process(bench: Bench) -> dict[str, str]:
     return ports
 
 
-async def trace_turn(bench: Bench) -> str:
-    """Every Redis command (MONITOR) from one turn's request to its first delta's XADD."""
+@dataclass(frozen=True)
+class Seen:
+    """One command MONITOR saw: when (wall clock), whose (a process of the run, `lua` for
+    a script's, `?` for anyone else's) and what."""
+
+    at: float
+    who: str
+    text: str
+
+
+@contextlib.asynccontextmanager
+async def monitored(bench: Bench) -> AsyncIterator[list[Seen]]:
+    """Every Redis command of the run's Redis while the block runs (MONITOR), in the list
+    it yields, filled as the block's work runs and complete once it exits."""
     monitor_client = bench.cluster.redis()
-    seen: list[dict[str, object]] = []
+    raw: list[dict[str, object]] = []
+    seen: list[Seen] = []
 
     async def listen() -> None:
         async with monitor_client.monitor() as monitor:
             async for command in monitor.listen():
-                seen.append(command)
+                raw.append(command)
 
     listener = asyncio.create_task(listen())
     await asyncio.sleep(0.3)
     ports = _ports_by_process(bench)
+    try:
+        yield seen
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        await monitor_client.aclose()
+        for command in raw:
+            who = ports.get(
+                str(command.get("client_port", "")),
+                "lua" if command.get("client_type") == "lua" else "?",
+            )
+            at = float(command["time"])  # type: ignore[arg-type]
+            seen.append(Seen(at, who, str(command["command"])))
+
+
+async def trace_turn(bench: Bench) -> str:
+    """Every Redis command (MONITOR) from one turn's request to its first delta's XADD."""
     directive = Directive(tag=new_tag("trace"), tokens=5)
-    turn = await start_turn(bench.api, directive, "pipeline")
-    await turn.call.finished
-    await asyncio.sleep(0.3)
-    listener.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await listener
-    await monitor_client.aclose()
+    async with monitored(bench) as seen:
+        turn = await start_turn(bench.api, directive, "pipeline")
+        await turn.call.finished
+        await asyncio.sleep(0.3)
     sent = turn.call.sent_wall
     rows = []
     counts: dict[str, int] = {}
     for command in seen:
-        at = float(command["time"])  # type: ignore[arg-type]
-        text = str(command["command"])
-        if at < sent:
+        if command.at < sent:
             continue
-        who = ports.get(
-            str(command.get("client_port", "")),
-            "lua" if command.get("client_type") == "lua" else "?",
+        if command.who != "lua":
+            counts[command.who] = counts.get(command.who, 0) + 1
+        text = command.text
+        rows.append(
+            f"| {(command.at - sent) * 1000:.2f} | {command.who} | "
+            f"`{text[:90].replace('|', '/')}` |"
         )
-        if who != "lua":
-            counts[who] = counts.get(who, 0) + 1
-        rows.append(f"| {(at - sent) * 1000:.2f} | {who} | `{text[:90].replace('|', '/')}` |")
         if text.startswith("XADD") and '"type":"delta"' in text:
             break
     received = (turn.call.first_content_at or turn.call.sent_at) - turn.call.sent_at
