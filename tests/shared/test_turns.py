@@ -786,6 +786,17 @@ class _CutOff:
         return pipe
 
 
+async def _queued_delivery(
+    redis: redis_asyncio.Redis, queue: str, owner: str, turn_id: str
+) -> tuple[str, tuple[object, ...]]:
+    """The delivery job of the turn's webhook, as (its function, its arguments), once it is
+    on `queue`."""
+    job_id = delivery_job_id(owner, turn_id)
+    assert await redis.zscore(queue, job_id) is not None, "no delivery waits on the queue"
+    job = deserialize_job(await redis.get(job_key_prefix + job_id))
+    return job.function, tuple(job.args)
+
+
 async def test_a_webhook_a_finish_died_before_queueing_is_queued_by_the_next_ending(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
@@ -813,20 +824,11 @@ async def test_a_webhook_a_finish_died_before_queueing_is_queued_by_the_next_end
 
     await lapse(redis, "worker-cut")
     assert await store.reap_lapsed() == [], "it had ended: the reaper only releases it"
-    job = deserialize_job(await redis.get(job_key))
-    finished_at = await redis.hget(keys.turn(record.id), "finished_at")
-    assert (job.function, job.args) == (
+    finished_at = int(float(await redis.hget(keys.turn(record.id), "finished_at")))
+    assert await _queued_delivery(redis, queue, owner, record.id) == (
         DELIVER_WEBHOOK,
-        (
-            owner,
-            record.id,
-            "response.completed",
-            "http://h/hook",
-            int(float(finished_at)),
-            record.id,
-        ),
+        (owner, record.id, "response.completed", "http://h/hook", finished_at, record.id),
     )
-    assert await redis.zscore(queue, delivery_job_id(owner, record.id)) is not None
     assert await redis.zscore(keys.RUNNING_TURNS, record.id) is None
 
     await redis.delete(job_key)
@@ -861,20 +863,11 @@ async def test_a_webhook_a_queued_turns_ending_died_before_queueing_is_queued_by
 
     worker = f"worker-{uuid.uuid4().hex}"
     assert (await store.claim(record.id, worker, overdue_s=30)).outcome == "cancelled"
-    job = deserialize_job(await redis.get(job_key))
-    finished_at = await redis.hget(keys.turn(record.id), "finished_at")
-    assert (job.function, job.args) == (
+    finished_at = int(float(await redis.hget(keys.turn(record.id), "finished_at")))
+    assert await _queued_delivery(redis, queue, owner, record.id) == (
         DELIVER_WEBHOOK,
-        (
-            owner,
-            record.id,
-            "response.cancelled",
-            "http://h/hook",
-            int(float(finished_at)),
-            record.id,
-        ),
+        (owner, record.id, "response.cancelled", "http://h/hook", finished_at, record.id),
     )
-    assert await redis.zscore(queue, delivery_job_id(owner, record.id)) is not None
 
     running = record_of(scratch.turn_id(), owner, background=True, webhook_url="http://h/hook")
     await store.create(running, ttl_s=3600, queue_name=queue)
