@@ -182,16 +182,13 @@ return start
 CLAIM = """
 local record = redis.call('HGETALL', KEYS[1])
 local moved = {status = 'running', started_at = ARGV[2], worker = ARGV[1]}
-local status
+local read = {status = false, webhook = false, owner = false}
 for i = 1, #record, 2 do
-  if record[i] == 'status' then status = record[i + 1] end
+  if read[record[i]] == false then read[record[i]] = record[i + 1] end
 end
+local status = read.status
 if status ~= 'queued' then
-  local found = {webhook = false, owner = false}
-  for i = 1, #record, 2 do
-    if found[record[i]] == false then found[record[i]] = record[i + 1] end
-  end
-  if found.webhook then return {status, found.webhook, found.owner} end
+  if read.webhook then return {status, read.webhook, read.owner} end
   return {status or 'missing'}
 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[1])

@@ -476,7 +476,7 @@ class TurnStore:
         if outcome is not Claimed.CLAIMED:
             # A turn that ended while queued (a cancel, say) whose ending process died before
             # queueing its webhook: its job is the one thing left that finds it (FINISH).
-            ended = outcome not in (TurnStatus.RUNNING, Claimed.MISSING)
+            ended = outcome in TERMINAL_STATUSES
             webhook = Target.restored(reply[1]) if ended and len(reply) > 1 else None
             ending = await self._ending_of(turn_id) if webhook is not None else None
             async with self.queue.pipeline(transaction=False) as pipe:

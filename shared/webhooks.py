@@ -18,7 +18,10 @@ dies between the two steps leaves the turn on the queue role's lists (the runnin
 its worker's turns), so a reaper ends it again (`TurnStore.reap_lapsed`): the ending
 script answers "over" with the pending target, and that finish queues the delivery, under
 the same job id, with the event the turn's `done` names. One reaper sweep after the dead
-worker's liveness lapses (`BERNARD_LEASE_TTL_S`) is how late it comes.
+worker's liveness lapses (`BERNARD_LEASE_TTL_S`) is how late it comes. A turn ended while
+queued (a cancel before any worker took it) is on no such list, but its job still is: the
+claim that job's worker makes is refused with the pending target (CLAIM), and that claim
+queues the delivery the same way (`TurnStore.claim`).
 
 **What.** OpenAI's webhook event, `{"id": "evt_<turn id>", "object": "event", "created_at",
 "type", "data": {"id"}}`, `data.id` the id its client knows the turn by (`subject_of`: a
