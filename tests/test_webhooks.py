@@ -30,7 +30,7 @@ from shared.connection import connect
 from shared.settings import Settings
 from shared.webhooks import delivery_job_id
 from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
-from tests.processes import ProcessGroup, private_redis, wait_for
+from tests.processes import Process, ProcessGroup, private_redis, wait_for
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -165,6 +165,32 @@ async def deliveries(stack: Stack) -> list[dict[str, Any]]:
         (Reply.error(500, "upstream broke"), {}, "response.failed"),
     ],
 )
+@dataclass
+class Doomed:
+    """A background turn blocked mid-answer on a worker about to be killed (`doomed`), with
+    the API's client and the process group to start its successor in."""
+
+    procs: ProcessGroup
+    client: httpx.AsyncClient
+    worker: Process
+    turn: dict[str, Any]
+
+
+@contextlib.asynccontextmanager
+async def doomed_turn(settings: Settings, gate: Reply, logs: Path) -> AsyncIterator[Doomed]:
+    """An API and one worker ("doomed-worker") on `settings`, and a background chat turn
+    started there and held at `gate` (its upstream blocked after the first token)."""
+    async with (
+        ProcessGroup(logs) as procs,
+        run_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+    ):
+        doomed = await procs.worker(settings, name="doomed-worker")
+        turn = (await client.post(CHAT, json=body(background=True))).json()
+        await gate.wait_blocked()
+        yield Doomed(procs, client, doomed, turn)
+
+
 async def test_a_background_turns_end_is_posted_signed_and_the_sdk_verifies_it(
     hooked: Stack,
     upstream: ScriptedUpstream,
@@ -404,18 +430,12 @@ async def test_a_turn_whose_worker_dies_is_posted_as_failed(
     """The reaper that ends the turn `worker_lost` queues its delivery, as any ending does."""
     settings = webhook_settings(upstream, receiver, lease_ttl_s=2.0, lease_renew_s=0.5)
     gate = upstream.script(Reply.text(["first", " second"], block_after_first=True))
-    async with (
-        ProcessGroup(tmp_path / "logs") as procs,
-        run_api(settings) as base_url,
-        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
-    ):
-        doomed = await procs.worker(settings, name="doomed-worker")
-        turn = (await client.post(CHAT, json=body(background=True))).json()
-        await gate.wait_blocked()
-        doomed.send(signal.SIGKILL)
-        await procs.worker(settings, name="fresh-worker")
+    async with doomed_turn(settings, gate, tmp_path / "logs") as doomed:
+        turn = doomed.turn
+        doomed.worker.send(signal.SIGKILL)
+        await doomed.procs.worker(settings, name="fresh-worker")
         (got,) = await receiver.wait(1, timeout_s=20)
-        ended = (await client.get(f"/v1/turns/{turn['id']}")).json()
+        ended = (await doomed.client.get(f"/v1/turns/{turn['id']}")).json()
     assert ended["error"]["code"] == "worker_lost"
     event = unwrap(got)
     assert (event.type, event.data.id) == ("response.failed", turn["id"])
@@ -480,14 +500,8 @@ async def test_a_finish_cut_off_before_its_queue_half_still_delivers(
         )
         gate = upstream.script(Reply.text(["ended", " unannounced"], block_after_first=True))
         queue, data = connect(queue_server.url), connect(settings.redis_url)
-        async with (
-            ProcessGroup(tmp_path / "logs") as procs,
-            run_api(settings) as base_url,
-            httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
-        ):
-            doomed = await procs.worker(settings, name="doomed-worker")
-            turn = (await client.post(CHAT, json=body(background=True))).json()
-            await gate.wait_blocked()
+        async with doomed_turn(settings, gate, tmp_path / "logs") as doomed:
+            turn = doomed.turn
             await queue.execute_command("CLIENT", "PAUSE", 20_000, "WRITE")
             try:
                 gate.release()
@@ -496,9 +510,9 @@ async def test_a_finish_cut_off_before_its_queue_half_still_delivers(
                     return await data.hget(keys.turn(turn["id"]), "status") == b"completed"
 
                 await wait_for(ended, 10, interval_s=0.01)
-                doomed.send(signal.SIGKILL)
+                doomed.worker.send(signal.SIGKILL)
                 killed_at = time.time()
-                await doomed.wait_exit(5)
+                await doomed.worker.wait_exit(5)
             finally:
                 await queue.execute_command("CLIENT", "UNPAUSE")
             user = next(iter(settings.api_key_users().values()))
@@ -508,7 +522,7 @@ async def test_a_finish_cut_off_before_its_queue_half_still_delivers(
             late = time.time() - killed_at
             print(f"\nworker SIGKILLed between its finish's halves -> queued {late:.1f} s after")
             assert late < 5
-            await procs.worker(settings, name="fresh-worker")
+            await doomed.procs.worker(settings, name="fresh-worker")
             (got,) = await receiver.wait(1, timeout_s=20)
             # Nothing more comes: the reaper's queueing and the worker's (never sent) are
             # one delivery.
