@@ -157,14 +157,6 @@ async def deliveries(stack: Stack) -> list[dict[str, Any]]:
     return response.json()["data"]
 
 
-@pytest.mark.parametrize(
-    ("reply", "extra", "kind"),
-    [
-        (Reply.text(["all", " done"]), {}, "response.completed"),
-        (Reply.text(["one", " two", " three", " four"]), {"max_tokens": 2}, "response.incomplete"),
-        (Reply.error(500, "upstream broke"), {}, "response.failed"),
-    ],
-)
 @dataclass
 class Doomed:
     """A background turn blocked mid-answer on a worker about to be killed (`doomed`), with
@@ -191,6 +183,14 @@ async def doomed_turn(settings: Settings, gate: Reply, logs: Path) -> AsyncItera
         yield Doomed(procs, client, doomed, turn)
 
 
+@pytest.mark.parametrize(
+    ("reply", "extra", "kind"),
+    [
+        (Reply.text(["all", " done"]), {}, "response.completed"),
+        (Reply.text(["one", " two", " three", " four"]), {"max_tokens": 2}, "response.incomplete"),
+        (Reply.error(500, "upstream broke"), {}, "response.failed"),
+    ],
+)
 async def test_a_background_turns_end_is_posted_signed_and_the_sdk_verifies_it(
     hooked: Stack,
     upstream: ScriptedUpstream,
