@@ -25,6 +25,8 @@ class ErrorCode(StrEnum):
     CONFIRMATION_ALREADY_DECIDED = "confirmation_already_decided"
     CONFIRMATION_EXPIRED = "confirmation_expired"
     NOT_FOUND = "not_found"
+    # A Responses stream that can no longer number its events as it did (api/routes/responses.py).
+    RESUME_UNAVAILABLE = "resume_unavailable"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     BODY_TOO_LARGE = "body_too_large"
     RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"

@@ -12,6 +12,8 @@ import openai
 import pytest
 
 from shared import keys
+from shared.events import Start
+from shared.streams import parse_entries
 from tests.conftest import Stack, make_settings, run_api, run_stack
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -182,6 +184,51 @@ async def test_after_the_streams_retention_the_replay_is_built_from_the_record(
     assert replay[3].item.type == "mcp_call" and replay[3].item.output == "42"
     assert replay[-1].response.output_text == "It is 42."
     assert wire(await events_of(client, response.id, 3)) == wire(replay[4:])
+
+
+async def exact_or_refused(client: openai.AsyncOpenAI, response_id: str, live: list[Any]) -> int:
+    """Resume after every sequence number of `live` (the stream as it was sent): each gives
+    exactly the rest of it, or is refused with a 409 naming `starting_after`, never other
+    events. How many were refused."""
+    refused = 0
+    for n in range(len(live)):
+        try:
+            rest = await events_of(client, response_id, n)
+        except openai.ConflictError as conflict:
+            body = conflict.body
+            assert isinstance(body, dict), body
+            assert (body["code"], body["param"]) == ("resume_unavailable", "starting_after")
+            refused += 1
+            continue
+        assert wire(rest) == wire(live[n + 1 :]), f"resume after {n}"
+    return refused
+
+
+async def test_a_stream_trimmed_by_its_maxlen_is_never_resumed_with_other_numbers(
+    upstream: ScriptedUpstream,
+) -> None:
+    # Redis trims a stream (`XADD MAXLEN ~`) a whole node of entries (100) at a time: the
+    # answer's pieces, each an entry, come far enough apart to be written one by one.
+    # A resume after each of its events: more requests than the rate limit's burst.
+    tokens = [f" m{i}" for i in range(250)]
+    settings = make_settings(upstream, stream_maxlen=10, rate_limit_per_minute=0)
+    async with run_stack(settings) as stack:
+        client = sdk(stack.base_url)
+        upstream.script(Reply.text(tokens, chunk_delay=0.002))
+        live_stream = await client.responses.create(model="bernard-v1", input="hi", stream=True)
+        live = [event async for event in live_stream]
+        assert [e.sequence_number for e in live] == list(range(len(live)))
+        assert live[-1].response.output_text == "".join(tokens)
+        response_id = live[0].response.id
+        stream = keys.events(response_id.removeprefix("resp_"))
+        ((_, first),) = parse_entries(await stack.redis.xrange(stream, count=1))
+        assert not isinstance(first.event, Start), "the stream lost its start to the MAXLEN"
+        assert await exact_or_refused(client, response_id, live) == len(live)
+        # From the start, the finished response is replayed from its record: whole, dense.
+        replay = await events_of(client, response_id, None)
+        assert [e.sequence_number for e in replay] == list(range(len(replay)))
+        assert replay[-1].type == "response.completed"
+        assert replay[-1].response.output_text == "".join(tokens)
 
 
 async def test_a_bad_starting_after_or_id_is_refused(stack: Stack) -> None:

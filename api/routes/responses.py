@@ -35,6 +35,7 @@ from api.conversations import (
     resumption,
 )
 from api.cursors import Resume
+from api.encoding import Frame
 from api.encodings.responses import (
     ResponsesEncoder,
     response_id,
@@ -45,7 +46,7 @@ from api.encodings.responses import (
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.pages import list_page
-from api.relay import fixed
+from api.relay import entry_frames, fixed
 from api.responses import JSONResponse
 from api.responses_schema import ResponsesRequest, chat_messages
 from api.session import StreamSession
@@ -64,11 +65,12 @@ from shared.cancel import request_cancel
 from shared.client_tools import tool_names
 from shared.conversation_state import Decision, Outcome
 from shared.errors import ErrorCode
-from shared.events import TurnStatus
+from shared.events import Done, Start, TurnStatus
 from shared.lifecycle import Cause
 from shared.records.keeper import RecordKeeper
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
+from shared.streams import parse_entries
 from shared.turn_record import TurnRecord
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -311,19 +313,63 @@ async def get_response(
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=0)] = None,
 ) -> Response:
-    """The Response; with `stream=true`, its events strictly after `starting_after`."""
+    """The Response; with `stream=true`, its events strictly after `starting_after`.
+
+    The numbering is the encoder's count from the turn's first event, so a stream that
+    `BERNARD_STREAM_MAXLEN` trimmed of that event cannot number what it still holds: its
+    finished response is replayed whole from its record, as after the stream's retention,
+    and a resume after an event is refused (409 `resume_unavailable`): the events after N
+    are exactly the live stream's, or none."""
     record = await _owned(state, response_id, owner)
     if not stream:
         return JSONResponse(polled(record))
     after = -1 if starting_after is None else starting_after
-    # The numbering is the encoder's count from the turn's first event: the stream is read
-    # from its start and the events up to `starting_after` are counted, not sent.
     encoder = ResponsesEncoder(record, starting_after=after)
     if not await state.redis.exists(keys.events(record.id)):
         if record.finished:
             return FrameResponse(fixed(encoder.compacted(record)))
         raise ApiError(404, f"response '{response_id}' has no events", code=ErrorCode.NOT_FOUND)
-    return stream_response(state, record, await attach(state, record), Resume(), encoder)
+    resume = await _from_start(state, encoder, record.id)
+    if resume is None:
+        if starting_after is None and record.finished:
+            return FrameResponse(fixed(encoder.compacted(record)))
+        raise _not_resumable(response_id, record, starting_after)
+    return stream_response(state, record, await attach(state, record), resume, encoder)
+
+
+async def _from_start(state: AppState, encoder: ResponsesEncoder, turn_id: str) -> Resume | None:
+    """Where the turn's stream resumes for `encoder`: every entry the stream holds, read in
+    one command and encoded (those numbered up to `starting_after` counted, not sent), then
+    on after the last. None when the stream no longer begins with its `start`: trimmed
+    (`XADD MAXLEN ~` drops the oldest entries). Read whole, not its first entry then the
+    rest: an entry trimmed between the two reads would go uncounted, numbering the rest
+    wrong."""
+    entries = parse_entries(await state.redis.xrange(keys.events(turn_id)))
+    if not entries or not isinstance(entries[0][1].event, Start):
+        return None
+    head: list[tuple[str | None, Frame]] = [
+        frame for entry in entries for frame in entry_frames(encoder, entry)
+    ]
+    last_id, last = entries[-1]
+    return Resume(after=last_id, head=head, finished=isinstance(last.event, Done))
+
+
+def _not_resumable(response_id: str, record: TurnRecord, starting_after: int | None) -> ApiError:
+    """The 409 of a stream that can no longer number its events as it did."""
+    then = (
+        f"GET /v1/responses/{response_id} gives the response as it ended, and a stream "
+        "without starting_after replays it"
+        if record.finished
+        else f"poll GET /v1/responses/{response_id} until it ends"
+    )
+    return ApiError(
+        409,
+        f"the events of response '{response_id}' can no longer be streamed with the numbers "
+        "they had: its stream lost its first events (trimmed to BERNARD_STREAM_MAXLEN); "
+        f"{then}",
+        param="starting_after" if starting_after is not None else "stream",
+        code=ErrorCode.RESUME_UNAVAILABLE,
+    )
 
 
 @router.post("/responses/{response_id}/cancel")
