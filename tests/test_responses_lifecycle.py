@@ -183,7 +183,6 @@ async def test_after_the_streams_retention_the_replay_is_built_from_the_record(
     assert [e.sequence_number for e in replay] == list(range(7))
     assert replay[3].item.type == "mcp_call" and replay[3].item.output == "42"
     assert replay[-1].response.output_text == "It is 42."
-    assert wire(await events_of(client, response.id, 3)) == wire(replay[4:])
 
 
 async def exact_or_refused(client: openai.AsyncOpenAI, response_id: str, live: list[Any]) -> int:
@@ -202,6 +201,19 @@ async def exact_or_refused(client: openai.AsyncOpenAI, response_id: str, live: l
             continue
         assert wire(rest) == wire(live[n + 1 :]), f"resume after {n}"
     return refused
+
+
+async def test_after_the_streams_retention_no_resume_gives_other_numbers_than_the_live_stream(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script(Reply.text(["It", " is", " 42."], usage=(3, 3)))
+    client = sdk(stack.base_url)
+    response = await client.responses.create(model="bernard-v1", input="6*7?")
+    live = await events_of(client, response.id, None)
+    assert len(live) > 7  # the replay of the record has 7: its numbers after 1 differ
+    await stack.redis.delete(keys.events(response.id.removeprefix("resp_")))  # as if expired
+    assert await exact_or_refused(client, response.id, live) == len(live)
 
 
 async def test_a_stream_trimmed_by_its_maxlen_is_never_resumed_with_other_numbers(

@@ -70,7 +70,7 @@ from shared.lifecycle import Cause
 from shared.records.keeper import RecordKeeper
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
-from shared.streams import parse_entries
+from shared.streams import Entry, parse_entries
 from shared.turn_record import TurnRecord
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -315,38 +315,34 @@ async def get_response(
 ) -> Response:
     """The Response; with `stream=true`, its events strictly after `starting_after`.
 
-    The numbering is the encoder's count from the turn's first event, so a stream that
-    `BERNARD_STREAM_MAXLEN` trimmed of that event cannot number what it still holds: its
-    finished response is replayed whole from its record, as after the stream's retention,
-    and a resume after an event is refused (409 `resume_unavailable`): the events after N
-    are exactly the live stream's, or none."""
+    The numbering is the encoder's count from the turn's first event, so a stream that no
+    longer holds that event cannot number what it still holds: one whose retention is over,
+    or that `BERNARD_STREAM_MAXLEN` trimmed. Its finished response is then replayed whole
+    from its record, which numbers its own events (each output item added and done, no
+    deltas or tool events), and a resume after an event is refused (409
+    `resume_unavailable`): the events after N are exactly the live stream's, or none."""
     record = await _owned(state, response_id, owner)
     if not stream:
         return JSONResponse(polled(record))
     after = -1 if starting_after is None else starting_after
     encoder = ResponsesEncoder(record, starting_after=after)
-    if not await state.redis.exists(keys.events(record.id)):
-        if record.finished:
-            return FrameResponse(fixed(encoder.compacted(record)))
+    entries = parse_entries(await state.redis.xrange(keys.events(record.id)))
+    if entries and isinstance(entries[0][1].event, Start):
+        resume = _from_start(encoder, entries)
+        return stream_response(state, record, await attach(state, record), resume, encoder)
+    if starting_after is None and record.finished:
+        return FrameResponse(fixed(encoder.compacted(record)))
+    if not entries and not record.finished:
         raise ApiError(404, f"response '{response_id}' has no events", code=ErrorCode.NOT_FOUND)
-    resume = await _from_start(state, encoder, record.id)
-    if resume is None:
-        if starting_after is None and record.finished:
-            return FrameResponse(fixed(encoder.compacted(record)))
-        raise _not_resumable(response_id, record, starting_after)
-    return stream_response(state, record, await attach(state, record), resume, encoder)
+    raise _not_resumable(response_id, record, starting_after, expired=not entries)
 
 
-async def _from_start(state: AppState, encoder: ResponsesEncoder, turn_id: str) -> Resume | None:
-    """Where the turn's stream resumes for `encoder`: every entry the stream holds, read in
-    one command and encoded (those numbered up to `starting_after` counted, not sent), then
-    on after the last. None when the stream no longer begins with its `start`: trimmed
-    (`XADD MAXLEN ~` drops the oldest entries). Read whole, not its first entry then the
-    rest: an entry trimmed between the two reads would go uncounted, numbering the rest
-    wrong."""
-    entries = parse_entries(await state.redis.xrange(keys.events(turn_id)))
-    if not entries or not isinstance(entries[0][1].event, Start):
-        return None
+def _from_start(encoder: ResponsesEncoder, entries: list[Entry]) -> Resume:
+    """Where the turn's stream resumes for `encoder`, given every entry the stream holds
+    from its `start` (read in one command: looking at the first entry and reading the rest
+    later would leave a window where `XADD MAXLEN ~` trims entries uncounted, numbering
+    the rest wrong): their frames (those numbered up to `starting_after` counted, not
+    sent), then on after the last."""
     head: list[tuple[str | None, Frame]] = [
         frame for entry in entries for frame in entry_frames(encoder, entry)
     ]
@@ -354,8 +350,15 @@ async def _from_start(state: AppState, encoder: ResponsesEncoder, turn_id: str) 
     return Resume(after=last_id, head=head, finished=isinstance(last.event, Done))
 
 
-def _not_resumable(response_id: str, record: TurnRecord, starting_after: int | None) -> ApiError:
+def _not_resumable(
+    response_id: str, record: TurnRecord, starting_after: int | None, *, expired: bool
+) -> ApiError:
     """The 409 of a stream that can no longer number its events as it did."""
+    lost = (
+        "its stream's retention is over"
+        if expired
+        else "BERNARD_STREAM_MAXLEN trimmed its stream's first events"
+    )
     then = (
         f"GET /v1/responses/{response_id} gives the response as it ended, and a stream "
         "without starting_after replays it"
@@ -365,8 +368,7 @@ def _not_resumable(response_id: str, record: TurnRecord, starting_after: int | N
     return ApiError(
         409,
         f"the events of response '{response_id}' can no longer be streamed with the numbers "
-        "they had: its stream lost its first events (trimmed to BERNARD_STREAM_MAXLEN); "
-        f"{then}",
+        f"they had: {lost}; {then}",
         param="starting_after" if starting_after is not None else "stream",
         code=ErrorCode.RESUME_UNAVAILABLE,
     )
