@@ -122,6 +122,10 @@ async def test_cancel_stops_the_turn_and_closes_the_upstream_call(
     assert events[-1].response["status"] == "cancelled"  # a type the SDK does not know
 
 
+def texts(items: list[Any]) -> list[str]:
+    return [item.content[0].text for item in items]
+
+
 async def test_input_items_and_delete(stack: Stack, upstream: ScriptedUpstream) -> None:
     upstream.script(Reply.text("Answer."))
     client = sdk(stack.base_url)
@@ -132,6 +136,23 @@ async def test_input_items_and_delete(stack: Stack, upstream: ScriptedUpstream) 
     assert [(i.type, i.role, i.content[0].text) for i in items.data] == [  # type: ignore[union-attr]
         ("message", "user", "the question")
     ]
+    upstream.script(Reply.text("Later."))
+    later = await client.responses.create(
+        model="bernard-v1",
+        previous_response_id=response.id,
+        input=[{"role": "user", "content": f"q{i}"} for i in range(5)],  # type: ignore[misc]
+    )
+    # Newest first, as OpenAI lists them; each page after the last item of the one before.
+    newest = await client.responses.input_items.list(later.id)
+    assert texts(newest.data) == ["q4", "q3", "q2", "q1", "q0"]
+    oldest = await client.responses.input_items.list(later.id, order="asc", limit=2)
+    assert texts(oldest.data) == ["q0", "q1"] and oldest.has_more
+    async with asyncio.timeout(10):
+        paged = [item async for item in client.responses.input_items.list(later.id, limit=2)]
+    assert texts(paged) == ["q4", "q3", "q2", "q1", "q0"]
+    with pytest.raises(openai.BadRequestError) as unknown:
+        await client.responses.input_items.list(later.id, after=items.data[0].id)
+    assert unknown.value.param == "after"  # type: ignore[attr-defined]
     await client.responses.delete(response.id)
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve(response.id)

@@ -19,7 +19,7 @@ response of another user is a 404, as a turn is.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
 
@@ -413,21 +413,37 @@ async def input_items(
     owner: Owner,
     state: State,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+    after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
     """The messages the response added to its conversation (the client's input, as stored:
-    instructions included), oldest first."""
+    instructions included), newest first unless `order=asc` (as OpenAI lists them), a page
+    of `limit` from just after the item `after` (the SDK's pages ask for the next one so)."""
     record = await _owned(state, response_id, owner)
     keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
     data: list[dict[str, Any]] = []
-    after: str | None = None
-    more = True
-    while more and record.conversation_id and len(data) <= limit:
-        rows, more = await keeper.rows(record.conversation_id, after=after, limit=100)
+    cursor: str | None = None
+    more, seen = True, False
+    while more and record.conversation_id:
+        rows, more = await keeper.rows(record.conversation_id, after=cursor, limit=100)
         for row in rows:
-            if row.get("turn_id") == record.id and row.get("role") in ("user", "system"):
+            if row.get("turn_id") != record.id:
+                # A turn's rows are together (one turn at a time writes to a
+                # conversation): past them, there are no more.
+                more = more and not seen
+                continue
+            seen = True
+            if row.get("role") in ("user", "system"):
                 data.append(_input_item(row))
-        after = rows[-1]["id"] if rows else None
-        more = more and after is not None
+        cursor = rows[-1]["id"] if rows else None
+        more = more and cursor is not None
+    if order == "desc":
+        data.reverse()
+    if after is not None:
+        ids = [item["id"] for item in data]
+        if after not in ids:
+            raise invalid(f"response '{response_id}' has no input item '{after}'", "after")
+        data = data[ids.index(after) + 1 :]
     return list_page(data[:limit], len(data) > limit)
 
 
