@@ -485,3 +485,120 @@ async def test_a_function_tool_round_trip_resending_the_whole_input(
     heard = upstream.router_requests[-1]["messages"]
     assert [m["role"] for m in heard[-3:]] == ["user", "assistant", "tool"]
     assert heard[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+CLOCK = {
+    "type": "function",
+    "name": "world_clock",
+    "description": "The time in a city now.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+BOTH = "What is the weather and the time in Oslo?"
+
+
+async def test_parallel_function_calls_are_items_answered_together(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = stack.openai()
+    upstream.script_router(
+        Reply.tool_calls(
+            [("get_weather", {"city": "Oslo"}), ("world_clock", {"city": "Oslo"})],
+            ids=["call_p1", "call_p2"],
+        )
+    )
+    first = await client.responses.create(
+        model="bernard-v1",
+        input=BOTH,
+        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
+    )
+    assert [(i.type, i.call_id, i.name) for i in first.output] == [  # type: ignore[union-attr]
+        ("function_call", "call_p1", "get_weather"),
+        ("function_call", "call_p2", "world_clock"),
+    ]
+    assert first.parallel_tool_calls is True
+
+    upstream.script(Reply.text("Sunny, and it is noon."))
+    second = await client.responses.create(
+        model="bernard-v1",
+        previous_response_id=first.id,
+        input=[
+            {"type": "function_call_output", "call_id": "call_p1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "call_p2", "output": "12:00"},
+        ],
+        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
+    )
+    assert second.output_text == "Sunny, and it is noon."
+    heard = upstream.router_requests[-1]["messages"]
+    # Both calls in one assistant message, as OpenAI's parallel calls are, then both results.
+    assert [m["role"] for m in heard[-3:]] == ["assistant", "tool", "tool"]
+    assert [call["id"] for call in heard[-3]["tool_calls"]] == ["call_p1", "call_p2"]
+    assert [m["tool_call_id"] for m in heard[-2:]] == ["call_p1", "call_p2"]
+
+
+async def test_without_parallel_tool_calls_one_function_call_is_handed_over(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(
+        Reply.tool_calls(
+            [("get_weather", {"city": "Oslo"}), ("world_clock", {"city": "Oslo"})],
+            ids=["call_o1", "call_o2"],
+        )
+    )
+    response = await stack.openai().responses.create(
+        model="bernard-v1",
+        input=BOTH,
+        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
+        parallel_tool_calls=False,
+    )
+    assert [i.call_id for i in response.output] == ["call_o1"]  # type: ignore[union-attr]
+    assert response.parallel_tool_calls is False
+    assert upstream.router_requests[-1]["parallel_tool_calls"] is False
+
+
+async def test_tool_choice_reaches_the_router_in_each_of_its_forms(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = stack.openai()
+    upstream.script(Reply.text("No tools."))
+    none = await client.responses.create(
+        model="bernard-v1",
+        input=BOTH,
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="none",
+    )
+    assert (none.output_text, none.tool_choice) == ("No tools.", "none")
+    offered = [tool["function"]["name"] for tool in upstream.router_requests[-1]["tools"]]
+    assert "get_weather" not in offered and "respond" in offered
+
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "1+1"})], ids=["c"]))
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["r1"]))
+    required = await client.responses.create(
+        model="bernard-v1",
+        input=BOTH,
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+    )
+    # Bernard's own call ran on the server; the response ends on the client's.
+    assert [(i.type, i.id) for i in required.output] == [
+        ("mcp_call", "mcp_c"),
+        ("function_call", "fc_r1"),
+    ]
+    assert upstream.router_requests[-1]["tool_choice"] == "required"
+
+    upstream.script_router(Reply.tool_calls([("world_clock", {"city": "Oslo"})], ids=["n1"]))
+    named = await client.responses.create(
+        model="bernard-v1",
+        input=BOTH,
+        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
+        tool_choice={"type": "function", "name": "world_clock"},
+    )
+    assert [i.name for i in named.output] == ["world_clock"]  # type: ignore[union-attr]
+    assert named.tool_choice.model_dump() == {"type": "function", "name": "world_clock"}  # type: ignore[union-attr]
+    assert upstream.router_requests[-1]["tool_choice"] == {
+        "type": "function",
+        "function": {"name": "world_clock"},
+    }
