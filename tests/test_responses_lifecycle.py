@@ -60,9 +60,12 @@ async def test_background_answers_the_queued_response_at_once_then_polls_to_comp
     assert done.completed_at is not None
 
 
+@pytest.mark.parametrize("tool", [False, True], ids=["text", "bernards tool then text"])
 async def test_resuming_after_every_sequence_number_gives_exactly_the_rest_on_any_api(
-    stack: Stack, upstream: ScriptedUpstream
+    stack: Stack, upstream: ScriptedUpstream, tool: bool
 ) -> None:
+    if tool:  # an mcp_call item with its argument, progress and completion events first
+        upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     upstream.script(Reply.text([f"t{i} " for i in range(8)], usage=(3, 8)))
     first = sdk(stack.base_url)
     created = await first.responses.create(model="bernard-v1", input="hello", background=True)
@@ -70,6 +73,8 @@ async def test_resuming_after_every_sequence_number_gives_exactly_the_rest_on_an
     full = await events_of(first, created.id, None)
     assert [e.sequence_number for e in full] == list(range(len(full)))
     assert full[-1].type == "response.completed" and len(full) >= 9
+    kinds = {event.type for event in full}
+    assert ("response.mcp_call.progress" in kinds) is tool
     async with run_api(stack.settings) as other_url:
         other = sdk(other_url)
         for n in range(len(full)):
