@@ -155,9 +155,27 @@ async def test_ai_sdk_default_provider_streams_text_over_responses(
     assert last_user_text(upstream.requests[-1]) == "Say hello"
 
 
-async def test_openai_node_responses_retrieve_is_exact_after_every_sequence_number(
+async def test_ai_sdk_takes_bernards_tool_events_and_streams_the_answer_after_them(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
+    # The mcp_call item, its argument and completion events and the progress events,
+    # which are Bernard's own: none is an error part, and the answer streams after them.
+    upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
+    upstream.script(Reply.text(["It", " is", " 42."], usage=(5, 3)))
+    run = await node("ai_sdk_stream.mjs", stack, "--api", "responses", "--prompt", "6*7?")
+    assert run.code == 0, run
+    assert run.of("error") == []
+    assert run.text == "It is 42."
+    assert run.final["response_id"].startswith("resp_")
+    assert run.final["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("tool", [False, True], ids=["text", "bernards tool then text"])
+async def test_openai_node_responses_retrieve_is_exact_after_every_sequence_number(
+    stack: Stack, upstream: ScriptedUpstream, tool: bool
+) -> None:
+    if tool:  # an mcp_call item and its events, progress included, before the answer
+        upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     upstream.script(Reply.text([f"t{i} " for i in range(6)], usage=(5, 6)))
     run = await node("openai_responses_every.mjs", stack, "--prompt", "Count")
     assert run.code == 0, run
@@ -166,12 +184,14 @@ async def test_openai_node_responses_retrieve_is_exact_after_every_sequence_numb
     (replay,) = run.of("replay")
     whole = replay["events"]
     assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
+    first = "response.mcp_call.in_progress" if tool else "response.content_part.added"
     assert [e["type"] for e in whole[:4]] == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
-        "response.content_part.added",
+        first,
     ]
+    assert ("response.mcp_call.progress" in [e["type"] for e in whole]) is tool
     assert whole[-1]["type"] == "response.completed"
     assert whole[-1]["response"]["id"] == done["response_id"]
     text = "".join(e["delta"] for e in whole if e["type"] == "response.output_text.delta")
