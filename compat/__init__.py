@@ -24,6 +24,9 @@ library an upper bound in pyproject.toml. The departures, and why each is kept:
   concurrency, closed with it) instead of one cached for the process.
 - `sse_starlette`: sends without the per-send cancel scope when no send timeout is set
   (best of 15 rounds of 20,000 sends: 3.05 µs a send with the scope, 0.14 without).
+- `mcp_stdio`: the MCP SDK's stdio client reads a server's output through Bernard's reader,
+  a line at a time and bounded (worker/tools/mcp/lines.py), instead of copying the line so
+  far for each 64 KiB that comes (a 32 MB line: 10 s of the worker's loop, unbounded).
 - `requests`: a body read by worker/tools/blocking.py (bounded in size and time) handed to
   the `Response` that requests would otherwise read whole.
 

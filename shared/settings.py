@@ -145,7 +145,8 @@ class Settings(BaseSettings):
     mcp_config: str | None = Field(None, alias="BERNARD_MCP_CONFIG")
     # What one MCP tool call may bring in: the characters of its result the model reads and
     # the conversation stores (cut beyond, saying so), and the bytes of one answer Bernard
-    # reads from a server over HTTP (the call fails beyond: it is never held whole).
+    # reads from a server, an HTTP body or a stdio line (the call fails beyond: it is never
+    # held whole).
     mcp_result_max_chars: int = Field(20_000, gt=0, alias="BERNARD_MCP_RESULT_MAX_CHARS")
     mcp_response_max_bytes: int = Field(8 * 2**20, gt=0, alias="BERNARD_MCP_RESPONSE_MAX_BYTES")
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")

@@ -9,7 +9,8 @@
   (`notifications/tools/list_changed`).
 - `files`, over stdio (a child of the worker), on the SDK's defaults (it speaks the 2026
   protocol too; its tool list changes reach `subscriptions/listen`): files to read (with
-  progress) and delete, the process id, and a tool that crashes the process mid-call.
+  progress) and delete, a file as long as asked for, a wait, the process id, and a tool
+  that crashes the process mid-call.
 
 Each server appends every call it runs, as a JSON line `{"tool": ..., "arguments": ...,
 "pid": ...}`, to the file `--seen` names, so a test can tell what reached it and when. `home`
@@ -176,6 +177,19 @@ def files(seen: Seen) -> MCPServer:
         """This server's process id."""
         seen("pid")
         return str(os.getpid())
+
+    @mcp.tool(annotations=READ)
+    def dump(chars: int) -> str:
+        """A file `chars` characters long (an answer one line as long)."""
+        seen("dump", chars=chars)
+        return "x" * chars
+
+    @mcp.tool(annotations=READ)
+    async def nap(seconds: float) -> str:
+        """Wait, then say so."""
+        seen("nap", seconds=seconds)
+        await anyio.sleep(seconds)
+        return f"napped {seconds:g}s"
 
     @mcp.tool(annotations=READ)
     def crash() -> str:

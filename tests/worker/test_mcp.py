@@ -211,6 +211,8 @@ async def test_get_tools_lists_each_servers_tools_with_their_server_schema_and_c
         "home__add_scene": False,
         "files__read_file": False,
         "files__delete_file": True,  # destructive
+        "files__dump": False,
+        "files__nap": False,
         "files__pid": False,
         "files__crash": False,
         "files__add_tool": False,
@@ -496,6 +498,39 @@ async def test_an_answer_over_the_byte_cap_fails_its_call_alone_and_is_never_rea
         True,
     )
     assert said == said_too == "Hello from the scripted upstream."
+
+
+async def test_a_stdio_line_over_the_byte_cap_fails_its_call_alone_and_is_never_held_whole(
+    tmp_path: Path, files_server: Server, upstream: ScriptedUpstream
+) -> None:
+    """The server's answer is one line of 200 KB: read and dropped as it comes, its call
+    answered with why; the session goes on (another call in flight on it completes, and the
+    next call reaches the same process)."""
+    entries = {"files": files_server.entry}
+    settings = mcp_settings(tmp_path, upstream, entries, mcp_response_max_bytes=65_536)
+    async with run_stack(settings) as stack:
+        await offered(stack, "files__dump")
+        upstream.script_router(Reply.tool_calls([("files__nap", {"seconds": 1})]))
+        napping = asyncio.create_task(ask(stack, "chat", "nap a second"))
+        await wait_for(lambda: files_server.seen("nap"), 10.0)
+        upstream.script_router(Reply.tool_calls([("files__dump", {"chars": 200_000})]))
+        events, said = await ask(stack, "chat", "dump it")
+        napped, said_too = await napping
+        upstream.script_router(Reply.tool_calls([("files__pid", {})]))
+        after, _ = await ask(stack, "chat", "pid?")
+    (other,) = of(napped, "tool_result")
+    assert (other["content"], other["is_error"]) == ("napped 1s", False)
+    (result,) = of(events, "tool_result")
+    assert (result["content"], result["is_error"]) == (
+        "Error: could not read the answer of the MCP server “files” (the answer is longer than "
+        "65536 bytes, the most Bernard reads of one (BERNARD_MCP_RESPONSE_MAX_BYTES)); the "
+        "call may have run",
+        True,
+    )
+    assert said == said_too == "Hello from the scripted upstream."
+    (pid,) = of(after, "tool_result")
+    (dumped,) = files_server.seen("dump")
+    assert int(pid["content"]) == dumped["pid"], "the same session and process answer"
 
 
 async def test_arguments_the_tools_schema_refuses_never_reach_the_server(

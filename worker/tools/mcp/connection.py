@@ -24,9 +24,9 @@ JSON answer, which the SDK reads whole) is read up to `response_max_bytes`, coun
 bytes arrive (compressed, when the server compresses), and the call fails beyond; each
 server-sent event is bounded by the SDK at the same size (an event stream may stay open for
 the session's life, so its events are bounded, not its total). Either failure loses that
-answer alone: the session goes on carrying every other call. The SDK's stdio transport has
-no such bound (it reads each line whole), so a stdio server's answer is bounded only after
-it was read, by what the model reads of it (`result_max_chars`: worker/tools/mcp/output.py).
+answer alone: the session goes on carrying every other call. A stdio server's stdout is read
+a line at a time, each line at most `response_max_bytes` (worker/tools/mcp/lines.py): an
+answer over it fails its call alone too, and the session goes on.
 
 The protocol era is the SDK's choice (`mode="auto"`: `server/discover`, else the
 `initialize` handshake of the 2025 protocol, as Home Assistant speaks it).
@@ -45,10 +45,10 @@ from typing import Any
 
 import anyio
 import httpx2
+from anyio.abc import ByteReceiveStream
 from langchain_core.tools import ToolException
 from mcp import Client, StdioServerParameters
 from mcp.client import IncomingMessage, Transport
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -64,7 +64,9 @@ from mcp.types import (
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from compat.mcp_stdio import stdio_client_reading
 from worker.tools.mcp.config import HttpServer, ServerConfig, StdioServer
+from worker.tools.mcp.lines import BoundedLines, too_long
 
 __all__ = ["MAX_TOOLS", "PROBE_S", "Connection", "State", "backoff"]
 
@@ -332,7 +334,7 @@ class Connection:
     def _transport(self) -> Transport:
         if isinstance(self.config, HttpServer):
             return _http(self.config, self._answered, self.response_max_bytes)
-        return _stdio(self.config)
+        return _stdio(self.name, self.config, self.response_max_bytes)
 
     async def _answered(self, response: httpx2.Response) -> None:
         # A refusal that a later answer follows was not the end (a 2025 server may answer
@@ -402,23 +404,24 @@ class _Capped(httpx2.AsyncByteStream):
         async for chunk in self._stream:
             read += len(chunk)
             if read > self._limit:
-                raise AnswerTooLarge(
-                    f"the answer is longer than {self._limit} bytes, the most Bernard reads "
-                    "of one (BERNARD_MCP_RESPONSE_MAX_BYTES)"
-                )
+                raise AnswerTooLarge(too_long(self._limit))
             yield chunk
 
     async def aclose(self) -> None:
         await self._stream.aclose()
 
 
-def _stdio(config: StdioServer) -> Transport:
+def _stdio(name: str, config: StdioServer, max_bytes: int) -> Transport:
     # The child's environment is the SDK's safe default (PATH, HOME, ...) and the server's
     # own `env`: never the worker's secrets.
     params = StdioServerParameters(
         command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
     )
-    return stdio_client(params)
+
+    def lines(pipe: ByteReceiveStream, encoding: str, errors: str) -> BoundedLines:
+        return BoundedLines(pipe, max_bytes, server=name, encoding=encoding, errors=errors)
+
+    return stdio_client_reading(params, lines)
 
 
 @asynccontextmanager
