@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,59 @@ class BearerToken:
             await send({"type": "http.response.body", "body": b"unauthorized"})
             return
         await self.app(scope, receive, send)
+
+
+class GzipBomb:
+    """Answers each `tools/call` of `history` itself: `decoded` bytes of text compressed with
+    gzip (a thousandth of that on the wire), as a JSON body or, with `events`, an event
+    stream; every other request reaches `app`."""
+
+    def __init__(self, app: ASGIApp, decoded: int, *, events: bool) -> None:
+        self.app = app
+        self.decoded = decoded
+        self.events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        received = [await receive()]
+        while received[-1].get("more_body"):
+            received.append(await receive())
+        body = b"".join(message.get("body", b"") for message in received)
+        request = json.loads(body) if body else None
+        if not (
+            isinstance(request, dict)
+            and request.get("method") == "tools/call"
+            and request["params"]["name"] == "history"
+        ):
+            replayed = iter(received)
+
+            async def again() -> Any:
+                return next(replayed, None) or await receive()
+
+            await self.app(scope, again, send)
+            return
+        payload = gzip_bomb(request["id"], self.decoded, events=self.events)
+        kind = b"text/event-stream" if self.events else b"application/json"
+        headers = [(b"content-type", kind), (b"content-encoding", b"gzip")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def gzip_bomb(ident: Any, decoded: int, *, events: bool) -> bytes:
+    """A JSON-RPC answer to call `ident`, a text of `decoded` bytes, compressed with gzip."""
+    before, after = json.dumps(
+        {"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": "@"}]}}
+    ).split("@")
+    if events:
+        before, after = f"event: message\ndata: {before}", f"{after}\n\n"
+    packer = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"x" * 2**20
+    packed = [packer.compress(before.encode())]
+    packed += [packer.compress(block) for _ in range(decoded // len(block))]
+    packed += [packer.compress(after.encode()), packer.flush()]
+    return b"".join(packed)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.types import ASGIApp
 
 from cli.client import Api
 from cli.doctor import run_checks
 from launcher.redis_server import free_port
 from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_stack
-from tests.mcp_servers import BearerToken, Seen, home, read_seen
+from tests.mcp_servers import BearerToken, GzipBomb, Seen, home, read_seen
 from tests.processes import wait_for
 from tests.serving import serve
 from tests.sse import of
@@ -63,12 +66,21 @@ async def home_server(tmp_path: Path) -> AsyncIterator[Server]:
 
 
 @contextlib.asynccontextmanager
-async def serving_home(tmp_path: Path, *, json_response: bool = False) -> AsyncIterator[Server]:
+async def serving_home(
+    tmp_path: Path, *, json_response: bool = False, gzip_bomb: int = 0, gzip: bool = False
+) -> AsyncIterator[Server]:
     """`home` in the test's own loop, behind its bearer token; the token reaches the config
     through the environment (`${HOME_MCP_TOKEN}`). It answers each call with an event
-    stream (the SDK's default), or with `json_response`, a JSON body."""
+    stream (the SDK's default), or with `json_response`, a JSON body; with `gzip_bomb`,
+    `history` answers that many bytes compressed with gzip; with `gzip`, each answer over
+    500 bytes is compressed when the client accepts it (Starlette's middleware)."""
     seen = tmp_path / "home.jsonl"
-    app = BearerToken(home(Seen(str(seen))).streamable_http_app(json_response=json_response), TOKEN)
+    app: ASGIApp = home(Seen(str(seen))).streamable_http_app(json_response=json_response)
+    if gzip_bomb:
+        app = GzipBomb(app, gzip_bomb, events=not json_response)
+    if gzip:
+        app = GZipMiddleware(app, minimum_size=500)
+    app = BearerToken(app, TOKEN)
     os.environ["HOME_MCP_TOKEN"] = TOKEN
     try:
         async with serve(app) as port:
@@ -490,6 +502,63 @@ async def test_an_answer_over_the_byte_cap_fails_its_call_alone_and_is_never_rea
             upstream.script_router(Reply.tool_calls([("home__history", {"lines": 5000})]))
             events, said = await ask(stack, "chat", "what happened?")
             waited, said_too = await waiting
+    (other,) = of(waited, "tool_result")
+    assert (other["content"], other["is_error"]) == ("waited 1s", False)
+    (result,) = of(events, "tool_result")
+    assert (result["content"], result["is_error"]) == (
+        f"Error: could not read the answer of the MCP server “home” ({why}); the call may have run",
+        True,
+    )
+    assert said == said_too == "Hello from the scripted upstream."
+
+
+async def test_a_server_that_compresses_when_allowed_is_asked_for_answers_uncompressed(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    upstream.script_router(Reply.tool_calls([("home__history", {"lines": 100})]))
+    async with (
+        serving_home(tmp_path, json_response=True, gzip=True) as server,
+        serving_alone(tmp_path, upstream, "home", server, "home__history") as stack,
+    ):
+        events, _ = await ask(stack, "chat", "what happened?")
+    (result,) = of(events, "tool_result")
+    assert not result["is_error"], result["content"]
+    assert result["content"].startswith("event 000000: light.porch turned on\nevent 000001")
+
+
+@pytest.mark.parametrize("json_response", [True, False])
+async def test_a_compressed_answer_fails_its_call_alone_and_is_never_decoded(
+    json_response: bool, tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    """A gzip bomb: 64 MiB of text, 65 KB on the wire (well within the byte cap, counted as
+    it arrives). Bernard asked for answers uncompressed; this one is refused before a byte
+    of it is decoded, the call fails saying why, and a call in flight on the session
+    completes."""
+    why = (
+        "the answer is compressed (gzip), which Bernard does not read (it asks for answers "
+        "uncompressed: their size is bounded as they arrive)"
+    )
+    why = f"Failed to parse JSON response: {why}" if json_response else f"SSE stream failed: {why}"
+    bomb = serving_home(tmp_path, json_response=json_response, gzip_bomb=64 * 2**20)
+    async with (
+        bomb as server,
+        run_stack(mcp_settings(tmp_path, upstream, {"home": server.entry})) as stack,
+    ):
+        await offered(stack, "home__history")
+        upstream.script_router(Reply.tool_calls([("home__wait", {"seconds": 1})]))
+        waiting = asyncio.create_task(ask(stack, "chat", "wait a second"))
+        await wait_for(lambda: server.seen("wait"), 10.0)
+        upstream.script_router(Reply.tool_calls([("home__history", {"lines": 1})]))
+        tracemalloc.start()
+        try:
+            events, said = await ask(stack, "chat", "what happened?")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        waited, said_too = await waiting
+    # Measured: 1.7 MB held meanwhile (135 MB for the JSON body decoded, 12 MB for the event
+    # stream decoded until its event's bound).
+    assert peak < 6 * 2**20, f"{peak} bytes held while the answer came: it was decoded"
     (other,) = of(waited, "tool_result")
     assert (other["content"], other["is_error"]) == ("waited 1s", False)
     (result,) = of(events, "tool_result")

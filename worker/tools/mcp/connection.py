@@ -19,9 +19,12 @@ The tools the server lists are kept on the connection; `notifications/tools/list
 them listed again. While a server is down its last tools stay offered, and a call is
 answered at once with why the server cannot be reached.
 
-What one answer may bring in is bounded: over HTTP, a body other than an event stream (a
+What one answer may bring in is bounded: over HTTP, Bernard asks for answers uncompressed
+(`Accept-Encoding: identity`) and refuses one compressed all the same (a compressed body may
+decode to a thousand times its size on the wire: a bound counted on the wire would not hold,
+and the decoder holds what each chunk decodes to); a body other than an event stream (a
 JSON answer, which the SDK reads whole) is read up to `response_max_bytes`, counted as the
-bytes arrive (compressed, when the server compresses), and the call fails beyond; each
+bytes arrive, and the call fails beyond; each
 server-sent event is bounded by the SDK at the same size (an event stream may stay open for
 the session's life, so its events are bounded, not its total). Either failure loses that
 answer alone: the session goes on carrying every other call. A stdio server's stdout is read
@@ -364,10 +367,10 @@ async def _http(
     config: HttpServer, answered: Callable[[httpx2.Response], Awaitable[None]], max_bytes: int
 ) -> AsyncIterator[tuple[Any, Any]]:
     hooks = {"response": [answered, _bounded(max_bytes)]}
+    # Over the server's own headers: an answer is never decompressed (see `_bounded`).
+    headers = {**config.headers, "Accept-Encoding": "identity"}
     async with (
-        httpx2.AsyncClient(
-            headers=config.headers, timeout=_HTTP_TIMEOUT, event_hooks=hooks
-        ) as http,
+        httpx2.AsyncClient(headers=headers, timeout=_HTTP_TIMEOUT, event_hooks=hooks) as http,
         streamable_http_client(
             config.url, http_client=http, max_sse_event_size=max_bytes
         ) as streams,
@@ -380,16 +383,45 @@ class AnswerTooLarge(httpx2.StreamError):
     answers the call it was reading with a parse error, and the session goes on."""
 
 
+class AnswerCompressed(httpx2.StreamError, httpx2.SSEError):
+    """A server's answer compressed though Bernard asked for it uncompressed. A `StreamError`
+    and an `SSEError`: the SDK answers the call it was reading (a JSON body, or an event
+    stream) with an error, and the session goes on."""
+
+
 def _bounded(max_bytes: int) -> Callable[[httpx2.Response], Awaitable[None]]:
-    """A response hook (it runs before the body is read): a body that is not an event
-    stream is read at most `max_bytes` (see the module docstring)."""
+    """A response hook (it runs before the body is read): a compressed body is refused
+    before a byte of it is decoded, and one that is not an event stream is read at most
+    `max_bytes` (see the module docstring)."""
 
     async def bound(response: httpx2.Response) -> None:
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            response.stream = _Refused(response.stream, encoding)
+            return
         kind = response.headers.get("content-type", "").lower()
         if not kind.startswith("text/event-stream"):
             response.stream = _Capped(response.stream, max_bytes)
 
     return bound
+
+
+class _Refused(httpx2.AsyncByteStream):
+    """A compressed response body: raises `AnswerCompressed` instead of a first chunk."""
+
+    def __init__(self, stream: Any, encoding: str) -> None:
+        self._stream = stream
+        self._encoding = encoding
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        raise AnswerCompressed(
+            f"the answer is compressed ({self._encoding[:40]}), which Bernard does not read "
+            "(it asks for answers uncompressed: their size is bounded as they arrive)"
+        )
+        yield b""  # pragma: no cover - an async generator, never reached
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 class _Capped(httpx2.AsyncByteStream):
