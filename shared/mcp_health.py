@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from redis.asyncio import Redis
 
 from shared import keys
@@ -34,6 +34,8 @@ class McpServerHealth(BaseModel):
     tools: int
     error: str | None = None
     since: float  # when it entered `state` (epoch seconds)
+    # The tools it lists that are not offered, and why (worker/tools/mcp/bounds.py).
+    warnings: list[str] = Field(default_factory=list)
 
 
 class WorkerMcpHealth(BaseModel):
@@ -54,6 +56,7 @@ class McpServerStatus(BaseModel):
     ready_workers: int
     workers: int
     error: str | None = None
+    warnings: list[str] = Field(default_factory=list)  # every worker's, once each
 
 
 async def mcp_servers(queue: Redis, fresh_s: float = keys.WORKER_FRESH_S) -> list[McpServerStatus]:
@@ -86,6 +89,7 @@ def _merged(name: str, views: list[McpServerHealth]) -> McpServerStatus:
         ready_workers=sum(view.state == "ready" for view in views),
         workers=len(views),
         error=worst.error,
+        warnings=list(dict.fromkeys(warning for view in views for warning in view.warnings)),
     )
 
 

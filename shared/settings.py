@@ -149,6 +149,12 @@ class Settings(BaseSettings):
     # held whole).
     mcp_result_max_chars: int = Field(20_000, gt=0, alias="BERNARD_MCP_RESULT_MAX_CHARS")
     mcp_response_max_bytes: int = Field(8 * 2**20, gt=0, alias="BERNARD_MCP_RESPONSE_MAX_BYTES")
+    # What one MCP server may add to every router request (worker/tools/mcp/bounds.py): each
+    # tool's description and input schema, its count of tools, and their bytes in all; a tool
+    # beyond is left out, with a warning in the worker's log and the server's health.
+    mcp_tool_max_bytes: int = Field(16 * 2**10, gt=0, alias="BERNARD_MCP_TOOL_MAX_BYTES")
+    mcp_server_max_tools: int = Field(64, gt=0, alias="BERNARD_MCP_SERVER_MAX_TOOLS")
+    mcp_server_max_bytes: int = Field(128 * 2**10, gt=0, alias="BERNARD_MCP_SERVER_MAX_BYTES")
     tool_timeout_s: float = Field(30.0, alias="BERNARD_TOOL_TIMEOUT_S")
     stream_tool_output_max_chars: int = Field(4000, alias="BERNARD_STREAM_TOOL_OUTPUT_MAX_CHARS")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,9 +22,11 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from mcp.server.mcpserver import MCPServer
+from pydantic import Field
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp
 
@@ -329,6 +332,7 @@ async def test_get_status_and_bernard_doctor_report_each_mcp_server(
             "ready_workers": 0,
             "workers": 1,
             "error": "ConnectError: All connection attempts failed",
+            "warnings": [],
         },
         {
             "name": "home",
@@ -338,6 +342,7 @@ async def test_get_status_and_bernard_doctor_report_each_mcp_server(
             "ready_workers": 1,
             "workers": 1,
             "error": None,
+            "warnings": [],
         },
     ]
     found = [(c.status, c.name, c.detail) for c in checks if c.name.startswith("MCP ")]
@@ -355,6 +360,58 @@ async def test_a_bad_token_is_reported_as_refused_credentials(
         (health,) = await servers_in(stack, "down")
     assert health["error"] == "the server refused the credentials (HTTP 401): check its headers"
     assert home_server.seen() == []
+
+
+def bloated() -> MCPServer:
+    """A server whose `manual` has an input schema of 20 KB, beside three small tools."""
+    mcp = MCPServer("bloated")
+
+    @mcp.tool()
+    def lamp() -> str:
+        """Turn the lamp on."""
+        return "on"
+
+    @mcp.tool()
+    def manual(page: Annotated[int, Field(description="Which page. " * 1_700)]) -> str:
+        """Read the manual."""
+        return "page"
+
+    @mcp.tool()
+    def fan() -> str:
+        """Turn the fan on."""
+        return "on"
+
+    @mcp.tool()
+    def heater() -> str:
+        """Turn the heater on."""
+        return "on"
+
+    return mcp
+
+
+async def test_a_tool_over_the_bounds_is_left_out_saying_so_and_the_others_are_offered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default bound of a tool (16 KiB of description and input schema) leaves out
+    `manual`; two tools at most (BERNARD_MCP_SERVER_MAX_TOOLS) leave out `heater`."""
+    warnings = [
+        "1 tool left out, each over BERNARD_MCP_TOOL_MAX_BYTES (16384 bytes of description "
+        "and input schema): manual (20584 bytes)",
+        "1 tool left out past BERNARD_MCP_SERVER_MAX_TOOLS (2 tools): heater",
+    ]
+    async with serve(bloated().streamable_http_app()) as port:
+        entry = {"url": f"http://127.0.0.1:{port}/mcp"}
+        settings = mcp_settings(tmp_path, None, {"big": entry}, mcp_server_max_tools=2)
+        with caplog.at_level(logging.WARNING, "bernard.worker.mcp"):
+            async with run_stack(settings) as stack:
+                tools = await offered(stack, "big__lamp")
+                (health,) = await servers_in(stack, "ready", "big")
+                status = (await stack.client.get("/v1/status", headers=ALICE)).json()
+    assert [name for name in tools if name.startswith("big__")] == ["big__lamp", "big__fan"]
+    assert health["warnings"] == warnings
+    assert status["mcp_servers"][0]["warnings"] == warnings
+    said = [r.getMessage() for r in caplog.records if r.name == "bernard.worker.mcp"]
+    assert [m for m in said if "left out" in m] == [f"MCP server big: {w}" for w in warnings]
 
 
 def test_the_worker_does_not_start_on_a_file_it_cannot_use(tmp_path: Path) -> None:

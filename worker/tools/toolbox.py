@@ -48,6 +48,7 @@ class Toolbox:
         self.mcp: McpServers | None = None
         if settings.mcp_config:
             # Imported only when used: the MCP SDK adds about a second to a worker's start.
+            from worker.tools.mcp.bounds import Bounds
             from worker.tools.mcp.config import load_config
             from worker.tools.mcp.servers import McpServers
 
@@ -56,6 +57,11 @@ class Toolbox:
                 timeout_s=settings.tool_timeout_s,
                 result_max_chars=settings.mcp_result_max_chars,
                 response_max_bytes=settings.mcp_response_max_bytes,
+                bounds=Bounds(
+                    tool_max_bytes=settings.mcp_tool_max_bytes,
+                    max_tools=settings.mcp_server_max_tools,
+                    max_bytes=settings.mcp_server_max_bytes,
+                ),
                 reserved={tool.name for tool in self.builtin},
                 limit=max(MAX_TOOLS - 1 - len(self.builtin), 0),
             )

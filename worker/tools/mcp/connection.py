@@ -14,10 +14,12 @@ to a minute, with jitter, reset once a session was ready again. A stdio server i
 process of the worker, started afresh each time (the SDK stops it, SIGTERM then SIGKILL,
 when its session ends).
 
-The tools the server lists are kept on the connection; `notifications/tools/list_changed`
-(on 2025 sessions, and on 2026 ones, where a `subscriptions/listen` stream carries it) has
-them listed again. While a server is down its last tools stay offered, and a call is
-answered at once with why the server cannot be reached.
+The tools the server lists are kept on the connection, within what one server may publish
+(worker/tools/mcp/bounds.py; those left out are its `warnings`);
+`notifications/tools/list_changed` (on 2025 sessions, and on 2026 ones, where a
+`subscriptions/listen` stream carries it) has them listed again. While a server is down its
+last tools stay offered, and a call is answered at once with why the server cannot be
+reached.
 
 What one answer may bring in is bounded: over HTTP, Bernard asks for answers uncompressed
 (`Accept-Encoding: identity`) and refuses one compressed all the same (a compressed body may
@@ -68,10 +70,11 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from compat.mcp_stdio import stdio_client_reading
+from worker.tools.mcp.bounds import Bounds, Listing
 from worker.tools.mcp.config import HttpServer, ServerConfig, StdioServer
 from worker.tools.mcp.lines import BoundedLines, too_long
 
-__all__ = ["MAX_TOOLS", "PROBE_S", "Connection", "State", "backoff"]
+__all__ = ["PROBE_S", "Connection", "State", "backoff"]
 
 logger = logging.getLogger("bernard.worker.mcp")
 
@@ -80,8 +83,7 @@ CLIENT = Implementation(name="bernard", version="0.1")
 PROBE_S = 30.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
-# The most tools one server may offer the router (OpenAI takes 128 functions a request).
-MAX_TOOLS = 64
+_BOUNDS = Bounds()
 _MAX_PAGES = 10
 # HTTP: the SDK's own limits (a response stream may stay open long between events).
 _HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -122,6 +124,7 @@ class Connection:
         timeout_s: float,
         result_max_chars: int,
         response_max_bytes: int,
+        bounds: Bounds = _BOUNDS,
         changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.name = name
@@ -129,12 +132,16 @@ class Connection:
         # What one call may bring in (BERNARD_MCP_RESULT_MAX_CHARS, _RESPONSE_MAX_BYTES).
         self.result_max_chars = result_max_chars
         self.response_max_bytes = response_max_bytes
+        # What its tools may add to each router request (worker/tools/mcp/bounds.py).
+        self.bounds = bounds
         # A call's limit, and the handshake's: the server's own, within the tool timeout.
         self.timeout_s = min(config.timeout_s or timeout_s, timeout_s)
         self.state = State.CONNECTING
         self.error: str | None = None
         self.since = time.time()
         self.tools: tuple[Tool, ...] = ()
+        # The tools it lists that are left out, and why.
+        self.warnings: tuple[str, ...] = ()
         self._changed = changed
         self._client: Client | None = None
         self._lost: str | None = None
@@ -278,25 +285,24 @@ class Connection:
         self._lose("the server ended its notification stream")
 
     async def _list(self, client: Client) -> None:
-        tools: list[Tool] = []
+        """List the tools (kept within `bounds` as each page comes)."""
+        listing = Listing(self.bounds, self.name)
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             page = await client.list_tools(cursor=cursor)
-            tools += page.tools
+            listing.add(page.tools)
             cursor = page.next_cursor
             if cursor is None:
                 break
-        if len(tools) > MAX_TOOLS:
-            logger.warning(
-                "MCP server %s lists %d tools; the router is offered the first %d",
-                self.name,
-                len(tools),
-                MAX_TOOLS,
-                extra={"mcp_server": self.name},
-            )
-            tools = tools[:MAX_TOOLS]
-        if tuple(tools) != self.tools:
-            self.tools = tuple(tools)
+        tools, warnings = tuple(listing.tools), tuple(listing.warnings())
+        # Said once, not at each listing: they are listed again every `PROBE_S`.
+        for warning in warnings:
+            if warning not in self.warnings:
+                logger.warning(
+                    "MCP server %s: %s", self.name, warning, extra={"mcp_server": self.name}
+                )
+        if (tools, warnings) != (self.tools, self.warnings):
+            self.tools, self.warnings = tools, warnings
             self._changed()
 
     async def _on_message(self, message: IncomingMessage) -> None:

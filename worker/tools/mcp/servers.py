@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Collection
 
 from shared.mcp_health import McpServerHealth
+from worker.tools.mcp.bounds import Bounds
 from worker.tools.mcp.config import McpConfig
 from worker.tools.mcp.connection import Connection
 from worker.tools.mcp.names import tool_name
@@ -28,13 +29,15 @@ logger = logging.getLogger("bernard.worker.mcp")
 # How long stopping waits for the sessions to close (a stdio server is given 2 s by the SDK
 # to exit before it is killed).
 _STOP_S = 10.0
+_BOUNDS = Bounds()
 
 
 class McpServers:
     """The servers of `config`, each call within `timeout_s` and bringing in at most
-    `result_max_chars` and `response_max_bytes` (worker/tools/mcp/connection.py); `reserved`
-    are names their tools may not take (the built-in tools'), and `limit` the most tools
-    they may offer together."""
+    `result_max_chars` and `response_max_bytes` (worker/tools/mcp/connection.py), each
+    publishing tools within `bounds` (worker/tools/mcp/bounds.py); `reserved` are names
+    their tools may not take (the built-in tools'), and `limit` the most tools they may
+    offer together."""
 
     def __init__(
         self,
@@ -43,6 +46,7 @@ class McpServers:
         timeout_s: float,
         result_max_chars: int,
         response_max_bytes: int,
+        bounds: Bounds = _BOUNDS,
         reserved: Collection[str] = (),
         limit: int = 100,
     ) -> None:
@@ -55,6 +59,7 @@ class McpServers:
                 timeout_s=timeout_s,
                 result_max_chars=result_max_chars,
                 response_max_bytes=response_max_bytes,
+                bounds=bounds,
                 changed=self._changed,
             )
             for name, server in config.servers.items()
@@ -95,6 +100,7 @@ class McpServers:
                 tools=len(c.tools),
                 error=c.error,
                 since=c.since,
+                warnings=list(c.warnings),
             )
             for c in self.connections
         ]

@@ -32,6 +32,7 @@ from mcp.types import Tool, ToolAnnotations
 from pydantic import ConfigDict, PrivateAttr
 
 from worker.tools.http import trim
+from worker.tools.mcp.bounds import description
 from worker.tools.mcp.config import Confirm
 from worker.tools.mcp.connection import Connection, State
 from worker.tools.mcp.output import Output, render
@@ -40,8 +41,6 @@ from worker.tools.progress import get_reporter
 __all__ = ["McpTool", "waits"]
 
 SUMMARY_CHARS = 300
-# A tool's description reaches the model with every router call: a server's is cut here.
-DESCRIPTION_CHARS = 1000
 # The most progress events one call streams: a server may notify as often as it likes,
 # each event is a stream entry (and a frame for every client).
 MAX_PROGRESS = 200
@@ -75,7 +74,7 @@ class McpTool(BaseTool):
     def of(cls, connection: Connection, remote: Tool, name: str) -> McpTool:
         made = cls(
             name=name,
-            description=_description(remote, connection.name),
+            description=description(remote, connection.name),
             args_schema=_schema(remote),
             connection=connection,
             remote=remote,
@@ -182,11 +181,6 @@ class McpTool(BaseTool):
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("MCP tools run only asynchronously (ainvoke)")
-
-
-def _description(remote: Tool, server: str) -> str:
-    said = trim(remote.description or remote.title or remote.name, DESCRIPTION_CHARS)
-    return f"{said} (from the MCP server “{server}”)"
 
 
 def _schema(remote: Tool) -> dict[str, Any]:
