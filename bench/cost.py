@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import orjson
 
 from bench.flames import summarize
-from bench.loads import load
+from bench.loads import forget_exchanges, load
 from bench.measurements import capacity_step
 from bench.paced import paced_rows
 from bench.report import Section, Table, Verdict, ms, num
@@ -355,6 +355,7 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
     (pipeline_s, pipeline_first), *_ = results["pipeline"]
     direct_s = min(seconds for seconds, _ in results["upstream"])
     direct_first = min(first.median for _, first in results["upstream"])
+        await forget_exchanges(bench)
     return ratio(pipeline_s, direct_s), ratio(pipeline_first.median, direct_first)
 
 

@@ -8,6 +8,7 @@ import math
 import time
 from pathlib import Path
 
+from bench.client import request
 from bench.flames import Profile
 from bench.runner import Bench, Meter, Turn, drive, echo_directives, is_delta, wait_idle
 
@@ -81,4 +82,13 @@ async def load(
     stacks = {role: profile.stop() for role, profile in profiles.items()}
     bench.ui.done(task)
     await wait_idle(bench)
+    await forget_exchanges(bench)
     return Run(turns, seconds, meter, streams * tokens), stacks
+
+
+async def forget_exchanges(bench: Bench) -> None:
+    """Have the upstream drop the exchanges it recorded (bench/upstream.py `/bench/reset`):
+    it keeps every request it served, and a cost section's hundreds of thousands of chunks
+    grew it from 150 to 384 MB. Nothing here reads them back (`/bench/exchange`)."""
+    if bench.cluster.upstream is not None:
+        await request(bench.cluster.upstream.endpoint, "POST", "/bench/reset")
