@@ -351,11 +351,11 @@ async def _burst(bench: Bench, section: Section) -> tuple[float, float]:
         )
         results[system].append((seconds, first))
         await wait_idle(bench)
+        await forget_exchanges(bench)
     section.tables += [table, cpu]
     (pipeline_s, pipeline_first), *_ = results["pipeline"]
     direct_s = min(seconds for seconds, _ in results["upstream"])
     direct_first = min(first.median for _, first in results["upstream"])
-        await forget_exchanges(bench)
     return ratio(pipeline_s, direct_s), ratio(pipeline_first.median, direct_first)
 
 
