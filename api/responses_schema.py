@@ -91,17 +91,19 @@ class ResponsesRequest(_Strict):
                 "continues the conversation its previous response is in",
                 "previous_response_id",
             )
-        if not self.store:
+        if not self.store and self.conversation is not None:
+            # A response in a conversation is added to it: stored, whatever `store` says.
             raise invalid(
-                "store: false is not supported: every response lives in a conversation, "
-                "which DELETE /v1/responses/{id} or /v1/conversations/{id} removes",
+                "a response with store: false is kept in no conversation: drop "
+                "conversation, or send store: true",
                 "store",
             )
         kind = ((self.text or {}).get("format") or {}).get("type", "text")
         if kind != "text" or set(self.text or {}) - {"format"}:
             raise invalid("only a text format of the output is supported", "text")
         if self.background and not self.store:
-            raise invalid("a background response must be stored", "background")
+            # As OpenAI refuses it: a background response is polled, so it must be kept.
+            raise invalid("a background response must be stored (store: true)", "background")
         for key, value in (self.metadata or {}).items():
             if len(key) > _METADATA_KEY or len(value) > _METADATA_VALUE:
                 raise invalid(

@@ -214,6 +214,8 @@ def stream_response(
     `encoder` (the one `resume` was located with; else a fresh one of the turn's)."""
 
     async def on_detach(finished: bool) -> None:
+        if finished and not record.request.delivery.kept:
+            await forget_unkept(state, record)
         cancel = not finished and record.request.delivery.on_disconnect == "cancel"
         # Once the turn has ended, its set of watchers is nobody's concern: the ending
         # deleted it with the `done` (shared/lifecycle.py, FINISH), and a stream attached
@@ -262,12 +264,26 @@ async def wait_for_answer(state: AppState, record: TurnRecord, encoder: Encoder)
         alive=lambda: turn_exists(state, record.id),
     )
     kept, done = await session.read_to_done(keep=encoder.keep)
-    raise_if_failed(record, done)
-    result = TurnResult()
-    if encoder.reads_result:
-        finished = await state.store.get(record.id)
-        result = (finished.result if finished else None) or result
+    try:
+        raise_if_failed(record, done)
+        result = TurnResult()
+        if encoder.reads_result:
+            finished = await state.store.get(record.id)
+            result = (finished.result if finished else None) or result
+    finally:
+        if not record.request.delivery.kept:
+            await forget_unkept(state, record)
     return JSONResponse(encoder.answer(done, kept, result), headers=turn_headers(record))
+
+
+async def forget_unkept(state: AppState, record: TurnRecord) -> None:
+    """Forget a turn that is not kept (`Delivery.kept`) once its end was read: its record
+    and stream go (after `FORGET_GRACE_S` for their emptied keys), as a deleted
+    conversation's turns do. Should this fail, they expire with the turn's retention."""
+    try:
+        await state.store.forget(record.owner, [record.id])
+    except REDIS_ERRORS as exc:
+        logger.warning("unkept turn %s not forgotten (%s); it expires", record.id, exc)
 
 
 async def turn_exists(state: AppState, turn_id: str) -> bool:

@@ -102,6 +102,10 @@ class Delivery:
     # creates the turn (api/turn_service.py), which also writes it where the turn's ending
     # reads it: the record's `webhook` field (shared/turns.py `TurnStore.create`).
     webhook_url: str | None = None
+    # False: the turn is kept no longer than its delivery needs (the Responses API's
+    # `store: false`): it has no conversation, the API forgets it once its answer or its
+    # stream's `done` went out (api/turn_service.py), and no route finds it by id.
+    kept: bool = True
 
 
 _AGENT_FIELDS = frozenset(f.name for f in fields(AgentRequest))

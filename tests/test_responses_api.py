@@ -192,7 +192,6 @@ async def test_a_failed_turn_streams_response_failed(
         ({"tool_choice": "required"}, "tool_choice"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, None),
-        ({"store": False}, "store"),
         ({"include": ["message.output_text.logprobs"]}, "include"),
         ({"text": {"format": {"type": "json_schema"}}}, "text"),
         ({"temperature": 3}, "temperature"),

@@ -68,6 +68,7 @@ from shared.errors import ErrorCode
 from shared.events import Done, Start, TurnStatus
 from shared.lifecycle import Cause
 from shared.records.keeper import RecordKeeper
+from shared.records.messages import to_openai_message
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
 from shared.streams import Entry, parse_entries
@@ -92,7 +93,11 @@ async def _owned(state: AppState, response_id: str, owner: str) -> TurnRecord:
     """The owner's response of that id, made by this API: else 404."""
     turn_id = turn_id_of(response_id)
     record = await state.store.get(turn_id) if turn_id else None
-    if record is None or record.owner != owner or record.request.delivery.encoding != "responses":
+    delivery = record.request.delivery if record is not None else None
+    if record is None or record.owner != owner or delivery is None:
+        raise response_not_found(response_id)
+    if delivery.encoding != "responses" or not delivery.kept:
+        # One with `store: false` is no more to be found, even while it runs (as OpenAI's).
         raise response_not_found(response_id)
     return record
 
@@ -114,6 +119,11 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     items = body.items()
     approvals = [item for item in items if item.get("type") == "mcp_approval_response"]
     if approvals:
+        if not body.store:
+            raise invalid(
+                "an approval continues its stored response's conversation: send store: true",
+                "store",
+            )
         return await _decide(state, owner, body, approvals)
     client_tools = body.client_tools()
     await check_no_clash(state.queue, tool_names(client_tools), "tools[{i}].name")
@@ -130,6 +140,13 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     )
     if body.instructions and not repeated:
         messages.insert(0, {"role": "system", "content": body.instructions})
+    if not body.store:
+        history = await _history(state, owner, previous) if previous is not None else []
+        request = _turn_request(body, [*history, *messages], client_tools)
+        # The whole history is in the request: the turn has no conversation to read it
+        # from nor to write to, and nothing of it is stored (api/admission.py: `None`).
+        request.agent.resends_history = True
+        return await start_turn(state, owner, request)
     request = _turn_request(body, messages, client_tools)
     requested = body.conversation_id
     if requested is not None:
@@ -201,8 +218,50 @@ def _turn_request(
             on_disconnect="cancel" if body.stream and not body.background else "continue",
             webhook_url=body.webhook_url,
             echo={k: v for k, v in echo.items() if v is not None},
+            kept=body.store,
         ),
     )
+
+
+async def _history(state: AppState, owner: str, previous: TurnRecord) -> list[dict[str, Any]]:
+    """What an unstored response (`store: false`) continuing `previous` runs on before its
+    own input: its conversation's messages up to the end of `previous` (later ones are
+    left out: the new response writes nothing, so it may continue any response of the
+    conversation, as OpenAI's may). 409 while `previous` runs, 400 while it waits on
+    approvals (only a stored response can answer them), 404 once its conversation is gone."""
+    name = response_id(previous.id)
+    if not previous.finished:
+        raise ApiError(
+            409,
+            f"response '{name}' has not ended yet: continue it once it has",
+            param="previous_response_id",
+            code=ErrorCode.CONVERSATION_BUSY,
+        )
+    if previous.status == TurnStatus.AWAITING_CONFIRMATION:
+        raise invalid(
+            f"response '{name}' waits on approval requests: answer them with store: true",
+            "store",
+        )
+    conversation_id = previous.conversation_id or ""
+    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    messages: list[dict[str, Any]] = []
+    kept = 0  # how many of `messages` come up to the previous response's last row
+    cursor: str | None = None
+    more = True
+    while more:
+        rows, more = await keeper.rows(conversation_id, after=cursor, limit=100)
+        for row in rows:
+            messages.append(to_openai_message(row))
+            if row.get("turn_id") == previous.id:
+                kept = len(messages)
+            elif kept:
+                more = False  # past the previous response's rows: the rest is later
+                break
+        cursor = rows[-1]["id"] if rows else None
+        more = more and cursor is not None
+    if not kept:
+        raise conversation_not_found(conversation_id)
+    return messages[:kept]
 
 
 async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> None:
