@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from agents import (
     Agent,
+    ModelSettings,
     OpenAIResponsesModel,
     RunConfig,
     Runner,
@@ -29,7 +30,7 @@ def no_tracing() -> Iterator[None]:
     yield
 
 
-def weather_agent(stack: Stack, asked: list[str]) -> Agent:
+def weather_agent(stack: Stack, asked: list[str], *, store: bool | None = None) -> Agent:
     @function_tool
     def get_weather(city: str) -> str:
         """The weather in a city now."""
@@ -42,6 +43,7 @@ def weather_agent(stack: Stack, asked: list[str]) -> Agent:
         instructions="Answer with the weather.",
         model=OpenAIResponsesModel(model="bernard-v1", openai_client=client),
         tools=[get_weather],
+        model_settings=ModelSettings(store=store),
     )
 
 
@@ -93,3 +95,27 @@ async def test_an_agent_streams_its_run(stack: Stack, upstream: ScriptedUpstream
     assert "".join(deltas) == "It is 12 °C and sunny in Oslo."
     assert run.final_output == "It is 12 °C and sunny in Oslo."
     assert_the_router_heard_the_result(upstream, "call_a2")
+
+
+async def test_an_agent_that_stores_nothing_runs_its_function_tool(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    """`store=False` (zero data retention): the SDK sends the whole input again, function
+    call and output included, and Bernard keeps none of it (tests/test_responses_unstored.py)."""
+    asked: list[str] = []
+    upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["call_a3"]))
+    upstream.script(Reply.text("It is 12 °C and sunny in Oslo."))
+
+    result = await Runner.run(
+        weather_agent(stack, asked, store=False),
+        "What is the weather in Oslo?",
+        run_config=RunConfig(tracing_disabled=True),
+    )
+
+    assert asked == ["Oslo"]
+    assert result.final_output == "It is 12 °C and sunny in Oslo."
+    assert_the_router_heard_the_result(upstream, "call_a3")
+    for response in result.raw_responses:
+        assert response.response_id is not None
+        polled = await stack.client.get(f"/v1/responses/{response.response_id}")
+        assert polled.status_code == 404, polled.text
