@@ -301,6 +301,9 @@ async def test_bernards_own_tool_calls_are_mcp_calls(
     polled = await stack.openai().responses.retrieve(final.id)
     assert polled.output[0].model_dump() == call.model_dump()
     assert (polled.output[1].id, polled.output_text) == (message.id, "It is 42.")
+    # Its input is the question alone: Bernard's call, its result and the answer are output.
+    items = (await stack.openai().responses.input_items.list(final.id)).data
+    assert [(item.type, getattr(item, "role", None)) for item in items] == [("message", "user")]
 
 
 async def test_a_call_needing_approval_ends_the_response_and_an_approval_continues_it(
@@ -435,6 +438,12 @@ async def test_a_function_tool_round_trip(stack: Stack, upstream: ScriptedUpstre
     assert heard[-2]["tool_calls"][0]["id"] == "call_w1"
     assert sum(bool(m.get("tool_calls")) for m in heard) == 1, "the call once, before its result"
     assert heard[-1] == {"role": "tool", "tool_call_id": "call_w1", "content": "12 °C, sunny"}
+    # Its input is the output sent; the first's, the question (its call is its output).
+    (sent,) = (await client.responses.input_items.list(second.id)).data
+    assert sent.type == "function_call_output"
+    assert (sent.call_id, sent.output) == ("call_w1", "12 °C, sunny")
+    asked = (await client.responses.input_items.list(first.id)).data
+    assert [(item.type, getattr(item, "role", None)) for item in asked] == [("message", "user")]
 
 
 async def test_a_function_call_streams_as_openai_streams_it(
@@ -484,6 +493,19 @@ async def test_a_function_tool_round_trip_resending_the_whole_input(
     heard = upstream.router_requests[-1]["messages"]
     assert [m["role"] for m in heard[-3:]] == ["user", "assistant", "tool"]
     assert heard[-2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    # input_items lists what was sent, the resent call and its output too (not the answer).
+    items = (await client.responses.input_items.list(second.id, order="asc")).data
+    assert [item.type for item in items] == ["message", "function_call", "function_call_output"]
+    assert items[0].content[0].text == "What is the weather in Oslo?"  # type: ignore[union-attr]
+    call, output = items[1], items[2]
+    assert call.type == "function_call" and output.type == "function_call_output"
+    assert (call.call_id, call.name, json.loads(call.arguments)) == (
+        "call_r1",
+        "get_weather",
+        {"city": "Oslo"},
+    )
+    assert (output.call_id, output.output) == ("call_r1", "sunny")
+    assert len({item.id for item in items}) == 3
 
 
 CLOCK = {

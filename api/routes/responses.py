@@ -9,12 +9,15 @@ encoding is api/encodings/responses.py, its body api/responses_schema.py).
   during the turn and after it ended.
 - `POST /v1/responses/{id}/cancel` stops the turn (and its upstream call) as
   `POST /v1/turns/{id}/cancel` does; `DELETE /v1/responses/{id}` forgets it.
-- `GET /v1/responses/{id}/input_items`: the messages the response added to its conversation.
+- `GET /v1/responses/{id}/input_items`: the items the response added to its conversation
+  as its input (messages, and the client's `function_call` / `function_call_output`).
 
 Every response lives in one of its owner's conversations (api/conversations.py): a new one,
 the one `conversation` names, or the one `previous_response_id`'s response is in, which it
 must be the latest response of (409 otherwise: Bernard does not fork a conversation). A
-response of another user is a 404, as a turn is.
+response of another user is a 404, as a turn is. A response with `store: false` lives in
+none: it runs on the history its request holds (and its `previous_response_id`'s, read),
+and once delivered it is forgotten; by id it is a 404, as OpenAI's.
 """
 
 from __future__ import annotations
@@ -475,12 +478,13 @@ async def input_items(
     order: Literal["asc", "desc"] = "desc",
     after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> dict[str, Any]:
-    """The messages the response added to its conversation (the client's input, as stored:
-    instructions included), newest first unless `order=asc` (as OpenAI lists them), a page
-    of `limit` from just after the item `after` (the SDK's pages ask for the next one so)."""
+    """The items the response added to its conversation as its input (the client's, as
+    stored: instructions included, and the `function_call` / `function_call_output` items
+    it sent), newest first unless `order=asc` (as OpenAI lists them), a page of `limit`
+    from just after the item `after` (the SDK's pages ask for the next one so)."""
     record = await _owned(state, response_id, owner)
     keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
-    data: list[dict[str, Any]] = []
+    turn_rows: list[dict[str, Any]] = []
     cursor: str | None = None
     more, seen = True, False
     while more and record.conversation_id:
@@ -492,10 +496,10 @@ async def input_items(
                 more = more and not seen
                 continue
             seen = True
-            if row.get("role") in ("user", "system"):
-                data.append(_input_item(row))
+            turn_rows.append(row)
         cursor = rows[-1]["id"] if rows else None
         more = more and cursor is not None
+    data = [item for row in _input_rows(turn_rows, record) for item in _input_items(row)]
     if order == "desc":
         data.reverse()
     if after is not None:
@@ -506,11 +510,69 @@ async def input_items(
     return list_page(data[:limit], len(data) > limit)
 
 
-def _input_item(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "type": "message",
-        "role": row["role"],
-        "status": "completed",
-        "content": [{"type": "input_text", "text": row.get("content") or ""}],
-    }
+def _input_rows(rows: list[dict[str, Any]], record: TurnRecord) -> list[dict[str, Any]]:
+    """Of the turn's rows, those of its input: the rows before its first output's (the
+    turn stores its input as it begins, its output as it ends: worker/recording.py). An
+    output row is a tool call the turn made (Bernard's, the client's it handed over, one
+    waiting for approval) or its result, or the answer, the last row."""
+    result = record.result or TurnResult()
+    made = {call.get("id") for call in [*result.tool_calls, *result.client_calls]}
+    made |= {pending.get("tool_call", {}).get("id") for pending in result.pending}
+    made.discard(None)
+    for i, row in enumerate(rows):
+        called = {call.get("id") for call in row.get("tool_calls") or ()}
+        if called & made or row.get("tool_call_id") in made:
+            return rows[:i]
+    answered = record.finished and record.result is not None and bool(result.content)
+    if answered and rows and rows[-1].get("role") == "assistant" and not rows[-1].get("tool_calls"):
+        return rows[:-1]
+    return rows
+
+
+def _input_items(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored input row as OpenAI lists input items: a message, each of an assistant
+    row's `function_call`s, or a `function_call_output`."""
+    role, content = row.get("role"), row.get("content")
+    if role == "tool":
+        return [
+            {
+                "id": row["id"],
+                "type": "function_call_output",
+                "call_id": row.get("tool_call_id"),
+                "output": content if isinstance(content, str) else "",
+                "status": "completed",
+            }
+        ]
+    if role == "assistant" and row.get("tool_calls"):
+        return [
+            {
+                # One row may hold parallel calls: each item's id is its own.
+                "id": f"fc_{row['id']}_{k}",
+                "type": "function_call",
+                "call_id": call.get("id"),
+                "name": call.get("function", {}).get("name"),
+                "arguments": call.get("function", {}).get("arguments") or "",
+                "status": "completed",
+            }
+            for k, call in enumerate(row["tool_calls"])
+        ]
+    text = content if isinstance(content, str) else ""
+    if role == "assistant":
+        return [
+            {
+                "id": row["id"],
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ]
+    return [
+        {
+            "id": row["id"],
+            "type": "message",
+            "role": role,
+            "status": "completed",
+            "content": [{"type": "input_text", "text": text}],
+        }
+    ]
