@@ -38,6 +38,7 @@ from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState
 from shared import traces
+from shared.cancel import request_cancel
 from shared.connection import REDIS_ERRORS
 from shared.conversation_state import ConversationMachine
 from shared.endings import as_code, http_status, retryable
@@ -214,7 +215,13 @@ def stream_response(
     `encoder` (the one `resume` was located with; else a fresh one of the turn's)."""
 
     async def on_detach(finished: bool) -> None:
-        if finished and not record.request.delivery.kept:
+        if not record.request.delivery.kept:
+            if not finished:
+                # Nobody can come back to it (no route finds it): stopped at once, with
+                # no grace for a return, and forgotten.
+                await request_cancel(
+                    state.redis, record.id, ttl_s=state.settings.turn_retention_s, queue=state.queue
+                )
             await forget_unkept(state, record)
         cancel = not finished and record.request.delivery.on_disconnect == "cancel"
         # Once the turn has ended, its set of watchers is nobody's concern: the ending

@@ -5,6 +5,7 @@ it, their storage usage is unchanged and its turn is forgotten."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -56,12 +57,18 @@ class Own:
         return await budgets.read_usage(self.stack.redis, self.user, retention_s=retention_s)
 
 
-@pytest.fixture
-async def own(upstream: ScriptedUpstream) -> AsyncIterator[Own]:
+@contextlib.asynccontextmanager
+async def own_stack(upstream: ScriptedUpstream, **overrides: Any) -> AsyncIterator[Own]:
     user, key = f"unstored-{uuid.uuid4().hex[:8]}", f"key-{uuid.uuid4().hex[:8]}"
-    settings = make_settings(upstream, api_keys=f"{key}:{user}")
+    settings = make_settings(upstream, api_keys=f"{key}:{user}", **overrides)
     async with run_stack(settings) as running:
         yield Own(running, user, key)
+
+
+@pytest.fixture
+async def own(upstream: ScriptedUpstream) -> AsyncIterator[Own]:
+    async with own_stack(upstream) as running:
+        yield running
 
 
 async def assert_nothing_kept(own: Own, response_id: str) -> None:
@@ -201,6 +208,33 @@ async def test_an_unstored_response_may_continue_a_stored_one(
         model="bernard-v1", input="And now?", previous_response_id=first.id
     )
     assert third.output_text == "Still Ann." and third.store is True
+
+
+async def test_an_unstored_stream_left_stops_its_turn_and_is_forgotten(
+    upstream: ScriptedUpstream,
+) -> None:
+    # However long a stored stream's client may take to come back, nobody can come back
+    # to an unstored one: its turn stops at once.
+    async with own_stack(upstream, disconnect_grace_s=60.0) as own:
+        await left_unstored(own, upstream)
+
+
+async def left_unstored(own: Own, upstream: ScriptedUpstream) -> None:
+    client = own.openai()
+    upstream.script(Reply.slow(interval=0.01))
+    stream = await client.responses.create(
+        model="bernard-v1", input="hello", stream=True, store=False
+    )
+    turn_id = stream.response.headers["x-bernard-turn-id"]
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            break
+    await stream.close()
+    await upstream.wait_disconnect(timeout_s=5)  # the upstream call was closed
+    assert await own.stack.redis.hget(keys.turn(turn_id), "forgotten") == b"1"
+    assert await own.stack.redis.hexists(keys.turn(turn_id), "request") == 0
+    assert await own.stack.redis.zscore(keys.turns(own.user), turn_id) is None
+    assert await own.conversations() == []
 
 
 @pytest.mark.parametrize(
