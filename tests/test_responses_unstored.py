@@ -122,6 +122,11 @@ async def test_an_unstored_response_streams_and_is_kept_nowhere(
             # Not to be found even while it runs (as OpenAI's): nobody may attach to it.
             with pytest.raises(openai.NotFoundError):
                 await client.responses.retrieve(event.response.id)
+            turn_id = turn_id_of(event.response.id)
+            turn = await own.stack.client.get(f"/v1/turns/{turn_id}", headers=own.headers)
+            assert turn.status_code == 404, turn.text
+            listed = await own.stack.client.get("/v1/turns", headers=own.headers)
+            assert turn_id not in [t["id"] for t in listed.json()["data"]]
             gate.release()
     assert [e.sequence_number for e in events] == list(range(len(events)))
     kinds = [event.type for event in events]
