@@ -17,6 +17,7 @@ import pytest
 
 from api.encodings.responses import turn_id_of
 from shared import budgets, keys
+from shared.notes import NoteStore
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -266,3 +267,28 @@ async def test_what_an_unstored_response_cannot_be_is_a_400(
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
     assert await own.conversations() == []
+
+
+async def test_a_call_needing_confirmation_is_refused_to_the_model_not_left_waiting(
+    own: Own, upstream: ScriptedUpstream
+) -> None:
+    # A decision continues the response's conversation, and an unstored one has none: the
+    # call is answered "not run" to the model, which says so, instead of ending the response
+    # on an approval request that no request could ever answer.
+    client = own.openai()
+    upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
+    upstream.script(Reply.text("I could not save it here."))
+    response = await client.responses.create(
+        model="bernard-v1", input="remember the door code", store=False
+    )
+    assert response.status == "completed"
+    assert [item.type for item in response.output] == ["mcp_call", "message"]
+    call = response.output[0]
+    assert call.name == "save_note"
+    assert call.output is not None and call.output.startswith(
+        "Error: not run: this turn is kept in no conversation (store: false)"
+    )
+    assert response.output_text == "I could not save it here."
+    notes = NoteStore(own.stack.redis, own.user, retention_s=60)
+    assert await notes.all() == [], "the note was not saved"
+    await assert_nothing_kept(own, response.id)

@@ -325,6 +325,7 @@ class TurnSupervisor:
             conversation_id=record.conversation_id,
             tool_settings=self.tool_settings,
         )
+        ctx.kept = record.request.delivery.kept
         telemetry.usage = ctx.usage
         return ctx
 

@@ -131,8 +131,8 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
                         async for event in events:
                             yield event
                     continue
-                if len(proposals) >= room:  # over a budget: refused unchecked
-                    refusal = f"not run: {why}; ask for it again once those are decided"
+                if len(proposals) >= room:  # over a budget, or none: refused unchecked
+                    refusal = f"not run: {why}"
                     async with aclosing(run_call(ctx, call, tools, refusal)) as events:
                         async for event in events:
                             yield event
@@ -208,11 +208,17 @@ def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -
 
 async def _room_to_wait(ctx: TurnContext) -> tuple[int, str]:
     """How many of a step's calls may wait for the user's decision, and why no more."""
+    if not ctx.kept:
+        return 0, (
+            "this turn is kept in no conversation (store: false), so nobody can confirm a "
+            "call that changes the world; it can be asked for in a stored response"
+        )
     settings = ctx.settings
     room = settings.max_pending_confirmations_per_conversation
     why = (
         f"at most {room} tool calls may wait for the user's decision at once "
-        "(BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION)"
+        "(BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION); ask for it again once those "
+        "are decided"
     )
     if ctx.runtime is not None:
         held = await budgets.pending_confirmations(ctx.runtime.redis, ctx.runtime.owner)
@@ -221,7 +227,8 @@ async def _room_to_wait(ctx: TurnContext) -> tuple[int, str]:
             room = max(0, cap - held)
             why = (
                 f"the user has {held} tool calls waiting for a decision already, and may "
-                f"have {cap} (BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER)"
+                f"have {cap} (BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER); ask for it again "
+                "once those are decided"
             )
     return room, why
 
