@@ -15,22 +15,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 
+from tests.client_tools import CHAT_WEATHER as WEATHER
 from tests.conftest import Stack
 from tests.sse import collect, wire
 from tests.upstream import Reply, ScriptedUpstream, tool_names
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city now.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 CLOCK = {
     "type": "function",
     "function": {

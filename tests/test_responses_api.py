@@ -12,6 +12,7 @@ import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
 
 from shared.notes import NoteStore
+from tests.client_tools import WEATHER
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -395,18 +396,6 @@ async def test_langchain_chat_openai_speaks_the_responses_api(
         total = chunk if total is None else total + chunk
     assert total is not None and total.text == "LangChain"
     assert total.usage_metadata is not None and total.usage_metadata["total_tokens"] == 7
-
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city now.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 
 
 async def test_a_function_tool_round_trip(stack: Stack, upstream: ScriptedUpstream) -> None:

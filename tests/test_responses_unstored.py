@@ -18,19 +18,9 @@ import pytest
 from api.encodings.responses import turn_id_of
 from shared import budgets, keys
 from shared.notes import NoteStore
+from tests.client_tools import WEATHER
 from tests.conftest import Stack, make_settings, run_stack
 from tests.upstream import Reply, ScriptedUpstream
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city now.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-}
 
 
 @dataclass(frozen=True)
