@@ -243,6 +243,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "background": False,
         "echo": {},
         "webhook_url": None,
+        "kept": True,
     }
     assert TurnRequest.restored({**stored, "messages": request.agent.messages}) == request
 
