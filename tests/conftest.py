@@ -66,6 +66,22 @@ def _session_redis() -> str:
 TEST_REDIS_URL = _session_redis()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a `parametrize` that decorates something other than a test: a helper put
+    between a test and its decorator takes the marks, and the test then fails for want of
+    its parameters as fixtures (it happened twice: CI's error on stop 29)."""
+    modules = {item.module for item in items if isinstance(item, pytest.Function)}
+    stray = [
+        f"{module.__name__}.{name}"
+        for module in modules
+        for name, value in vars(module).items()
+        if not name.startswith(("test", "Test"))
+        and any(mark.name == "parametrize" for mark in getattr(value, "pytestmark", ()))
+    ]
+    if stray:
+        raise pytest.UsageError(f"parametrize marks on what is not a test: {stray}")
+
+
 @pytest.fixture(autouse=True)
 def fresh_rate_buckets() -> None:
     """Each test starts as a household of its own, its users' rate buckets full

@@ -531,6 +531,25 @@ async def test_a_result_over_the_cap_reaches_the_model_and_the_conversation_cut_
     assert [row["content"] for row in page.json()["data"] if row["role"] == "tool"] == [cut]
 
 
+def assert_failed_alone(
+    events: list[dict[str, Any]],
+    said: str,
+    waited: list[dict[str, Any]],
+    said_too: str,
+    why: str,
+) -> None:
+    """The call whose answer could not be read failed for `why`, alone: the other turn's
+    call on the same server (`waited`) got its result, and both turns answered."""
+    (other,) = of(waited, "tool_result")
+    assert (other["content"], other["is_error"]) == ("waited 1s", False)
+    (result,) = of(events, "tool_result")
+    assert (result["content"], result["is_error"]) == (
+        f"Error: could not read the answer of the MCP server “home” ({why}); the call may have run",
+        True,
+    )
+    assert said == said_too == "Hello from the scripted upstream."
+
+
 @pytest.mark.parametrize(
     ("json_response", "why"),
     [
@@ -559,14 +578,7 @@ async def test_an_answer_over_the_byte_cap_fails_its_call_alone_and_is_never_rea
             upstream.script_router(Reply.tool_calls([("home__history", {"lines": 5000})]))
             events, said = await ask(stack, "chat", "what happened?")
             waited, said_too = await waiting
-    (other,) = of(waited, "tool_result")
-    assert (other["content"], other["is_error"]) == ("waited 1s", False)
-    (result,) = of(events, "tool_result")
-    assert (result["content"], result["is_error"]) == (
-        f"Error: could not read the answer of the MCP server “home” ({why}); the call may have run",
-        True,
-    )
-    assert said == said_too == "Hello from the scripted upstream."
+    assert_failed_alone(events, said, waited, said_too, why)
 
 
 async def test_a_server_that_compresses_when_allowed_is_asked_for_answers_uncompressed(
@@ -616,14 +628,7 @@ async def test_a_compressed_answer_fails_its_call_alone_and_is_never_decoded(
     # Measured: 1.7 MB held meanwhile (135 MB for the JSON body decoded, 12 MB for the event
     # stream decoded until its event's bound).
     assert peak < 6 * 2**20, f"{peak} bytes held while the answer came: it was decoded"
-    (other,) = of(waited, "tool_result")
-    assert (other["content"], other["is_error"]) == ("waited 1s", False)
-    (result,) = of(events, "tool_result")
-    assert (result["content"], result["is_error"]) == (
-        f"Error: could not read the answer of the MCP server “home” ({why}); the call may have run",
-        True,
-    )
-    assert said == said_too == "Hello from the scripted upstream."
+    assert_failed_alone(events, said, waited, said_too, why)
 
 
 async def test_a_stdio_line_over_the_byte_cap_fails_its_call_alone_and_is_never_held_whole(
