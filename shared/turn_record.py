@@ -67,6 +67,11 @@ class TurnRecord:
         if self.preview is None:
             self.preview = preview_of(self.request.agent.messages)
 
+    def found_by(self, owner: str) -> bool:
+        """Whether `owner` finds this turn by its id or in a list: it is theirs, and kept (a
+        turn with `store: false` is found by no route, as OpenAI's unstored responses)."""
+        return self.owner == owner and self.request.delivery.kept
+
     @property
     def finished(self) -> bool:
         return self.status in TERMINAL_STATUSES

@@ -96,11 +96,10 @@ async def _owned(state: AppState, response_id: str, owner: str) -> TurnRecord:
     """The owner's response of that id, made by this API: else 404."""
     turn_id = turn_id_of(response_id)
     record = await state.store.get(turn_id) if turn_id else None
-    delivery = record.request.delivery if record is not None else None
-    if record is None or record.owner != owner or delivery is None:
+    # One with `store: false` is no more to be found, even while it runs (`found_by`).
+    if record is None or not record.found_by(owner):
         raise response_not_found(response_id)
-    if delivery.encoding != "responses" or not delivery.kept:
-        # One with `store: false` is no more to be found, even while it runs (as OpenAI's).
+    if record.request.delivery.encoding != "responses":
         raise response_not_found(response_id)
     return record
 

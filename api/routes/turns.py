@@ -40,8 +40,7 @@ CANCEL_WAIT_S = 5.0
 
 async def _owned_turn(state: AppState, turn_id: str, owner: str) -> TurnRecord:
     record = await state.store.get(turn_id)
-    # An unkept turn (a response with `store: false`) is found by no route, as OpenAI's.
-    if record is None or record.owner != owner or not record.request.delivery.kept:
+    if record is None or not record.found_by(owner):
         raise ApiError(
             404, f"no turn with id '{turn_id}'", param="turn_id", code=ErrorCode.TURN_NOT_FOUND
         )
@@ -57,7 +56,7 @@ async def list_turns(
 ) -> dict[str, Any]:
     """The owner's turns, newest first; page with `after` (a turn id)."""
     found, more = await state.store.recent(owner, after=after, limit=limit)
-    kept = [record for record in found if record.request.delivery.kept]
+    kept = [record for record in found if record.found_by(owner)]
     return list_page(await _turn_objects(state, owner, kept), more)
 
 
