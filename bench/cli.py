@@ -21,7 +21,9 @@ from rich.console import Console
 
 from bench import measurements, topology
 from bench.cost import cost_per_token
+from bench.gc_hold import collect_held, hold_full_collections
 from bench.history import history_length
+from bench.loads import forget_exchanges
 from bench.neighbour import noisy_neighbour
 from bench.processes import BENCH_ENV, ROOT, Cluster
 from bench.report import Section, write
@@ -249,6 +251,9 @@ async def run(args: argparse.Namespace) -> int:
             info = await redis.info("server")
             await redis.config_resetstat()
             bench = Bench(cluster=cluster, redis=redis, sizes=sizes, ui=ui, workdir=workdir)
+            # No full collection in this process or the upstream while a section measures:
+            # each takes the one it held after every section (bench/gc_hold.py).
+            hold_full_collections()
             ui.log(f"processes up in {time.monotonic() - t0:.1f} s; running {', '.join(names)}")
             for name in names:
                 began = time.monotonic()
@@ -280,6 +285,8 @@ async def run(args: argparse.Namespace) -> int:
                         )
                     section.notes.append(note + "._")
                 sections.append(section)
+                await forget_exchanges(bench)
+                collect_held()
                 ui.log(f"{section.title}: done in {section.seconds:.0f} s")
                 for verdict in section.verdicts:
                     mark = {True: "[green]met", False: "[red]missed", None: "[blue]—"}[verdict.met]

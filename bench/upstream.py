@@ -22,7 +22,9 @@ as a slow upstream would (the noisy-neighbour measurement); any other at once.
 Besides the OpenAI routes it answers `GET /bench/exchange?tag=<tag>&wait=<s>`: the timings
 of the latest streamed exchange whose message carries the tag, and of its router call
 (monotonic clock, which on Linux is system-wide, so the benchmark process can compare it
-with its own), waiting up to `wait` seconds for the streamed exchange to end.
+with its own), waiting up to `wait` seconds for the streamed exchange to end; and
+`POST /bench/reset`: forget the exchanges that ended, and take the full collection the
+process holds while it serves (bench/gc_hold.py).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import contextlib
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bench.gc_hold import collect_held, hold_full_collections
 from tests.upstream import (
     Body,
     Exchange,
@@ -142,6 +145,13 @@ class BenchUpstream:
         self._indexed = 0
         self._rindexed = 0
 
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[ScriptedUpstream]:
+        """Serve on a free loopback port, with full collections held until a reset."""
+        async with self.upstream as upstream:
+            hold_full_collections()
+            yield upstream
+
     def _index(self) -> None:
         for log, by_tag, done in (
             (self.upstream.exchanges, self._by_tag, "_indexed"),
@@ -180,18 +190,20 @@ class BenchUpstream:
         return Response(orjson.dumps(body), media_type="application/json")
 
     async def _reset(self, request: Request) -> Response:
-        """Forget recorded exchanges, so a long run does not keep them all."""
+        """Forget recorded exchanges, so a long run does not keep them all, and take the
+        full collection that was held (bench/gc_hold.py): the load generator asks between
+        measurements."""
         for log in (self.upstream.exchanges, getattr(self.upstream, "router_exchanges", [])):
             log[:] = [ex for ex in log if not ex.ended]
         self._by_tag = {}
         self._router_by_tag = {}
         self._indexed = self._rindexed = 0
+        collect_held()
         return Response(b"{}", media_type="application/json")
 
 
 async def _serve(stop: Callable[[], Awaitable[None]]) -> None:
-    server = BenchUpstream()
-    async with server.upstream as upstream:
+    async with BenchUpstream().serving() as upstream:
         port = upstream.base_url.rsplit(":", 1)[1].split("/", 1)[0]
         sys.stdout.write(orjson.dumps({"port": int(port)}).decode() + "\n")
         sys.stdout.flush()
