@@ -2,8 +2,8 @@
 
 A full pass (generation 2) stops a process for as long as it takes to scan every tracked
 object it holds. The load generator keeps every frame it received and the scripted
-upstream every exchange it served, so their full passes grow through a run: 186 ms in the
-load generator and 210 ms in the upstream during the relay section's 100 streams. A pause
+upstream every exchange it served, so their full passes grow through a run: in a relay
+section, up to 190 ms in the load generator and 370 ms in the upstream. A pause
 in the load generator lands in every frame then in flight; one in the upstream holds
 every stream's next token, so the streams go on in lockstep and their frames arrive in
 bursts. Both showed up as Bernard's relay latency (docs/benchmarks.md, "The relay figure
