@@ -72,6 +72,16 @@ ENDINGS: dict[ErrorCode, Ending] = {
     ErrorCode.STREAM_UNREADABLE: Ending(
         FAILED, "server_error", "the turn's stream could not be read", 503, retry=True
     ),
+    # Only what this client reads: the turn goes on (api/hub.py `StreamTrimmedError`).
+    ErrorCode.STREAM_TRIMMED: Ending(
+        FAILED,
+        "invalid_request_error",
+        "the stream's events after the last one this client read are gone: the stream keeps "
+        "only its latest (BERNARD_STREAM_MAXLEN for a turn's) and this client fell further "
+        "behind; a turn's whole result is at GET /v1/turns/{id} once it ends, and the "
+        "user's event stream goes on from a reconnect without a cursor",
+        409,
+    ),
     ErrorCode.INTERNAL_ERROR: Ending(FAILED, "server_error", "the turn failed inside Bernard", 500),
     ErrorCode.STORE_FAILOVER: Ending(
         FAILED,

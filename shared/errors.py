@@ -49,6 +49,8 @@ class ErrorCode(StrEnum):
     TURN_LOST = "turn_lost"
     INVALID_TURN = "invalid_turn"
     STREAM_UNREADABLE = "stream_unreadable"
+    # A reader fell further behind than the stream keeps (`BERNARD_STREAM_MAXLEN`).
+    STREAM_TRIMMED = "stream_trimmed"
     STORE_FAILOVER = "store_failover"
     CONVERSATION_DELETED = "conversation_deleted"
 

@@ -309,6 +309,8 @@ class Cause(StrEnum):
     NOT_CREATED = "not_created"  # its creation failed after the record was stored
     RECORD_GONE = "record_gone"  # a reader waits on a turn whose record is gone
     UNREADABLE = "unreadable"  # Redis refused a reader's read of the stream
+    # Entries the reader had not read yet were trimmed from the stream (MAXLEN).
+    TRIMMED = "trimmed"
 
 
 class Who(StrEnum):
@@ -372,6 +374,7 @@ RULES: dict[Cause, Rule] = {
         Rule(_C.NOT_CREATED, _E.TURN_LOST, _W.API, _G.QUEUED),
         Rule(_C.RECORD_GONE, _E.TURN_LOST, _W.READER),
         Rule(_C.UNREADABLE, _E.STREAM_UNREADABLE, _W.READER),
+        Rule(_C.TRIMMED, _E.STREAM_TRIMMED, _W.READER),
     )
 }
 del _C, _E, _W, _G

@@ -90,6 +90,17 @@ ROWS = [
         503,
         True,
     ),
+    (
+        "stream_trimmed",
+        "failed",
+        "invalid_request_error",
+        "the stream's events after the last one this client read are gone: the stream keeps "
+        "only its latest (BERNARD_STREAM_MAXLEN for a turn's) and this client fell further "
+        "behind; a turn's whole result is at GET /v1/turns/{id} once it ends, and the "
+        "user's event stream goes on from a reconnect without a cursor",
+        409,
+        False,
+    ),
     ("internal_error", "failed", "server_error", "the turn failed inside Bernard", 500, False),
     (
         "store_failover",

@@ -62,6 +62,7 @@ ENDING_ROWS = [
     ("not_created", "turn_lost", "failed", "api", "queued", "return", False),
     ("record_gone", "turn_lost", "failed", "reader", "always", "return", False),
     ("unreadable", "stream_unreadable", "failed", "reader", "always", "return", False),
+    ("trimmed", "stream_trimmed", "failed", "reader", "always", "return", False),
 ]
 
 
@@ -300,7 +301,7 @@ async def test_ending_for_a_cause_writes_its_code_under_its_guard(
     assert (await redis.hget(keys.turn(turn_id), "status")) == after.encode()
 
 
-@pytest.mark.parametrize("cause", [Cause.RECORD_GONE, Cause.UNREADABLE])
+@pytest.mark.parametrize("cause", [Cause.RECORD_GONE, Cause.UNREADABLE, Cause.TRIMMED])
 async def test_a_readers_ending_is_never_written(store: TurnStore, cause: Cause) -> None:
     with pytest.raises(ValueError, match="a reader's ending"):
         await store.end(uuid.uuid4().hex, OWNER, cause)
