@@ -46,10 +46,19 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from api.hub import Reader, StreamReadError, oldest_cursor
+from api.hub import (
+    UNCHECKED,
+    Head,
+    Reader,
+    StreamReadError,
+    check_at,
+    hand_out,
+    head_from,
+    oldest_cursor,
+)
 from shared import keys
 from shared.connection import REDIS_ERRORS, backoff_s
-from shared.streams import parse_entries
+from shared.streams import Entry, parse_entries
 
 logger = logging.getLogger("bernard.api")
 
@@ -66,10 +75,15 @@ _PASSING = (AskError, ClusterDownError, MovedError, TryAgainError)
 class ClusterHub:
     """Fans entries of many streams out to their readers; wakes on sharded pub/sub."""
 
-    def __init__(self, redis: Redis, *, sweep_s: float = SWEEP_S) -> None:
+    def __init__(
+        self, redis: Redis, *, sweep_s: float = SWEEP_S, maxlen: int = _READ_COUNT
+    ) -> None:
+        """`maxlen`: as api/hub.py's `StreamHub` takes it (a batch that long is checked
+        for a hole before it is handed out: `StreamHead`)."""
         self.redis = redis
         self.cluster = cast(RedisCluster, redis)
         self.sweep_s = sweep_s
+        self.check_at = check_at(maxlen, _READ_COUNT)
         self._readers: dict[str, set[Reader]] = {}
         self._marked: set[str] = set()
         self._woken = asyncio.Event()
@@ -95,12 +109,14 @@ class ClusterHub:
         self._watches.clear()
 
     @contextlib.asynccontextmanager
-    async def read(self, stream_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
+    async def read(
+        self, stream_id: str, after: str = "0-0", *, whole: bool = True
+    ) -> AsyncIterator[Reader]:
         """Watch the stream `stream_id` (key `keys.events(stream_id)`) from strictly after `after`
-        while the block runs."""
+        while the block runs (`whole`: see api/hub.py `Reader`)."""
         if self._reader_task is None:
             raise RuntimeError("the stream hub is not running")
-        reader = Reader(stream_id, after)
+        reader = Reader(stream_id, after, whole=whole)
         readers = self._readers.setdefault(stream_id, set())
         first = not readers
         readers.add(reader)
@@ -195,7 +211,8 @@ class ClusterHub:
             except TimeoutError:
                 self._marked.update(self._readers)  # the sweep
             self._woken.clear()
-            batch = [stream_id for stream_id in self._marked if stream_id in self._readers]
+            # A stream whose readers were all failed (`hand_out`) waits for them to leave.
+            batch = [stream_id for stream_id in self._marked if self._readers.get(stream_id)]
             self._marked.clear()
             if not batch:
                 continue
@@ -229,6 +246,7 @@ class ClusterHub:
                 )
             replies = await pipe.execute(raise_on_error=False)
         retry = False
+        read: dict[str, list[Entry]] = {}
         for stream_id, reply in zip(batch, replies, strict=True):
             if isinstance(reply, _PASSING):
                 # The slot is moving or its shard failing over: read it again shortly.
@@ -245,14 +263,43 @@ class ClusterHub:
             if isinstance(reply, Exception):
                 raise reply
             for _, raw_entries in reply or []:
-                entries = parse_entries(raw_entries)
-                for reader in list(self._readers.get(stream_id, ())):
-                    reader.offer(cursors[stream_id], entries)
-                if len(entries) >= _READ_COUNT:
-                    self.mark(stream_id)  # more than one read's worth
+                read[stream_id] = parse_entries(raw_entries)
+        long = [stream_id for stream_id, entries in read.items() if len(entries) >= self.check_at]
+        # A lost connection here raises: `_read_forever` reads the batch again.
+        heads = await self._heads(long) if long else {}
+        for stream_id, entries in read.items():
+            readers = self._readers.get(stream_id, set())
+            head = heads.get(stream_id) if stream_id in heads else UNCHECKED
+            for reader in hand_out(readers, cursors[stream_id], entries, head):
+                readers.discard(reader)
+            if head is None:
+                retry = True  # gone since, or its slot moving: read it again shortly
+                self.mark(stream_id)
+            elif len(entries) >= _READ_COUNT:
+                self.mark(stream_id)  # more than one read's worth
         if retry:
             await asyncio.sleep(0.05)
             self._woken.set()
+
+    async def _heads(self, stream_ids: list[str]) -> dict[str, Head]:
+        """What each stream's head is (api/hub.py `head_from`), in one Cluster pipeline;
+        None too for one whose slot is moving (read again shortly)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream_id in stream_ids:
+                key = keys.events(stream_id)
+                pipe.execute_command(
+                    "XINFO", "STREAM", key, target_nodes=self.cluster.get_node_from_key(key)
+                )
+            replies = await pipe.execute(raise_on_error=False)
+        heads: dict[str, Head] = {}
+        for stream_id, reply in zip(stream_ids, replies, strict=True):
+            if isinstance(reply, _PASSING):
+                heads[stream_id] = None
+            elif isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                raise reply
+            else:
+                heads[stream_id] = head_from(reply)
+        return heads
 
 
 class _NodeWatch:

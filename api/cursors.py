@@ -135,7 +135,9 @@ async def locate(redis: Redis, encoder: Encoder, turn_id: str, cursor: Cursor | 
         if first and cursor.key >= entry_key(first[0][0]):
             # Between entries the stream still holds: an id no entry ever had.
             raise BadCursorError(f"event id '{cursor.entry_id}' was never sent on this stream")
-        # Trimmed from the stream (MAXLEN), or the stream is gone: go on after it.
+        # Trimmed from the stream (MAXLEN), or the stream is gone: go on after it. What
+        # was trimmed after it, the hub finds and ends the stream `stream_trimmed` for
+        # (api/hub.py `StreamHead`).
         return resume
     entry_id, stamped = at[0]
     frames = encoder.frames(stamped.event)

@@ -12,6 +12,12 @@ A Redis error that names a stream (a reply error, not a lost connection) fails t
 of that stream alone (`StreamReadError` from `Reader.next`), and the lane reads on for
 everyone else; a lost connection is retried for the whole lane.
 
+A reader that fell further behind than the stream keeps (`XADD MAXLEN ~`) would get what
+is left after a hole, with no sign of it: XREAD after a cursor hands out what still exists.
+So a batch that could follow a hole is checked against the stream's head first
+(`hand_out`), and a reader whose entries went is failed with `StreamTrimmedError` instead;
+a reader that keeps up pays nothing for it (`StreamHead` says why).
+
 Why lanes rather than one read over everything: an XREAD names every stream it watches,
 and each entry that lands ends the read, so one read over N streams costs O(N) work per
 token in the API and in Redis (at 100 paced streams it was the API's largest cost, and the
@@ -30,6 +36,8 @@ import math
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -50,6 +58,14 @@ class StreamReadError(Exception):
     """Redis refused to read this reader's stream; the reader cannot go on."""
 
 
+class StreamTrimmedError(StreamReadError):
+    """Entries after this reader's cursor were trimmed from the stream (MAXLEN) before it
+    read them: what is left would reach its client with a hole in it."""
+
+    def __init__(self) -> None:
+        super().__init__("entries after this reader's cursor were trimmed before it read them")
+
+
 class Reader:
     """One client's view of one stream: entries strictly after `cursor`, in order.
 
@@ -59,12 +75,19 @@ class Reader:
     of 100 paced streams (docs/benchmarks.md, cost per token). `close()` drops the timer.
     """
 
-    def __init__(self, stream_id: str, cursor: str) -> None:
+    def __init__(self, stream_id: str, cursor: str, *, whole: bool = True) -> None:
         self.stream_id = stream_id
         self.cursor = cursor
+        # Whether it needs every entry after its cursor (a relay: else it is failed with
+        # `StreamTrimmedError` on a hole), or only what is left (a wait for the `done`).
+        self.whole = whole
         # The cursor as it sorts (`entry_key`), kept beside it: the hub compares cursors at
         # every read, and parsing one is most of what a comparison costs.
         self.cursor_key = entry_key(cursor)
+        # Where its cursor's entry stands among all the stream ever held (1 for the first
+        # entry added; 0 from the start), once known (`StreamHead`): it tells a hole from a
+        # cursor's entry trimmed after the reader had it. Counted on as it takes entries.
+        self.ordinal: int | None = 0 if self.cursor_key == (0, 0) else None
         self._entries: deque[Entry] = deque()
         self._error: StreamReadError | None = None
         # The wait in progress, and when it gives up (the loop's clock).
@@ -86,12 +109,16 @@ class Reader:
         cursor = self.cursor_key
         if entry_key(read_from) > cursor:
             return
+        taken = 0
         for entry_id, stamped in entries:
             key = entry_key(entry_id)
             if key > cursor:
                 self._entries.append((entry_id, stamped))
                 self.cursor, self.cursor_key = entry_id, key
                 cursor = key
+                taken += 1
+        if self.ordinal is not None:
+            self.ordinal += taken
         if self._entries:
             self._wake()
 
@@ -146,6 +173,172 @@ class Reader:
             waiter.set_exception(TimeoutError())
 
 
+@dataclass(frozen=True, slots=True)
+class StreamHead:
+    """Where a stream starts and ends now, and how many entries it ever held, as `XINFO
+    STREAM` says (`head_of`): what tells a reader's hole from a whole batch.
+
+    Why a reader that keeps up never asks: a stream trimmed to `MAXLEN ~ N` keeps at
+    least N entries, so once an entry after a reader's cursor is trimmed, at least N newer
+    ones are there, all after its cursor, and its next read returns a full batch
+    (`min(COUNT, N)` entries). A batch shorter than that cannot follow a hole, and a reader
+    that keeps up only ever gets short ones: the head is asked (one command, pipelined over
+    every such stream of a read) only for a batch that long, which only a reader about as
+    far behind as the stream keeps, or one resuming or starting on a long stream, gets.
+
+    Why more than the first entry: entry ids are times, not positions, so a cursor whose
+    own entry is gone says nothing of whether the next one went too (Redis trims whole
+    nodes of entries: the cursor's can go with its node while the next node stays). The
+    count of entries the stream ever held (`entries-added`, Redis 7) gives positions: the
+    first entry now is number `trimmed + 1`, and a reader that knows its cursor's number
+    (`Reader.ordinal`: from the start it is 0; a check gives it to every reader whose batch
+    reaches the stream's end or holds its first entry, and it counts on from there) lost
+    entries exactly when the first entry after its cursor is not the next number. A reader
+    that does not know it (a resume from a cursor, until a check) and whose cursor's entry
+    is gone is taken to have lost entries: it is at least N entries behind.
+    """
+
+    # The first entry's key now (`entry_key`); None for an empty stream.
+    first: tuple[int, int] | None
+    # The last entry's key (the last id the stream generated).
+    last: tuple[int, int] | None
+    # Entries trimmed from its start so far (`entries-added` - `length`); None where Redis
+    # (before 7.0) does not say.
+    trimmed: int | None
+    # Entries it ever held (`entries-added`); None before Redis 7.0.
+    added: int | None
+
+    def lost(self, cursor: tuple[int, int], ordinal: int | None, entries: list[Entry]) -> bool:
+        """Whether a reader at `cursor` (its entry's number `ordinal`, if known) lost
+        entries before `entries`, the batch a read after `cursor` returned just before this
+        head was read."""
+        if not entries or cursor >= entry_key(entries[0][0]):
+            return False  # the batch holds its cursor's entry, or starts after it
+        if self.first is None or self.first > entry_key(entries[-1][0]):
+            return True  # all of it went since the read: not a reader that keeps up
+        if cursor >= self.first:
+            return False  # its cursor's entry, or one before it, is still there
+        if self.trimmed is None:
+            # Its cursor's entry is gone, and nothing says where entries stand: lost,
+            # unless it read from the start (as before this check, it goes on).
+            return cursor != (0, 0)
+        # The first entry now is in the batch: the batch's first is number
+        # `trimmed + 1 - since` (those before it in the batch were trimmed since the read).
+        since = sum(1 for entry_id, _ in entries if entry_key(entry_id) < self.first)
+        return self.trimmed - since > (ordinal or 0)
+
+    def ordinal_of_last(self, entries: list[Entry]) -> int | None:
+        """The number of the batch's last entry, if this head tells it."""
+        if self.added is None or self.trimmed is None or not entries:
+            return None
+        end = entry_key(entries[-1][0])
+        if end == self.last:
+            return self.added
+        if self.first is not None and entry_key(entries[0][0]) <= self.first <= end:
+            since = sum(1 for entry_id, _ in entries if entry_key(entry_id) < self.first)
+            return self.trimmed + len(entries) - since
+        return None
+
+
+def head_of(reply: Any) -> StreamHead:
+    """The `StreamHead` of an `XINFO STREAM` reply (as sent: a flat list in RESP2, a map
+    in RESP3)."""
+    if isinstance(reply, dict):
+        info = {_text(name): value for name, value in reply.items()}
+    else:
+        info = {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+    first = info.get("recorded-first-entry-id")
+    if first is None and info.get("first-entry"):
+        first = info["first-entry"][0]
+    last = info.get("last-generated-id")
+    length = int(info.get("length", 0))
+    added = info.get("entries-added")
+    return StreamHead(
+        first=entry_key(_text(first)) if first is not None and length else None,
+        last=entry_key(_text(last)) if last is not None and length else None,
+        trimmed=int(added) - length if added is not None else None,
+        added=int(added) if added is not None else None,
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check_at(maxlen: int, read_count: int) -> int:
+    """The batch length from which a read's batch could follow a hole (`StreamHead`), for
+    streams trimmed to at least `maxlen` entries read `read_count` at a time."""
+    return max(1, min(maxlen, read_count))
+
+
+class _Unchecked(Enum):
+    UNCHECKED = "unchecked"
+
+
+# A batch too short to follow a hole (`hand_out`).
+UNCHECKED = _Unchecked.UNCHECKED
+# What a read found of a stream's head (`hand_out`).
+Head = StreamHead | StreamReadError | None | _Unchecked
+
+
+def head_from(reply: Any) -> StreamHead | StreamReadError | None:
+    """What an `XINFO STREAM` reply (or its error) says for `hand_out`."""
+    if not isinstance(reply, Exception):
+        return head_of(reply)
+    return None if "no such key" in str(reply) else StreamReadError(str(reply))
+
+
+def hand_out(
+    readers: Iterable[Reader],
+    read_from: str,
+    entries: list[Entry],
+    head: Head = UNCHECKED,
+) -> list[Reader]:
+    """Offer a batch read after `read_from` to the stream's readers (`Reader.offer`); the
+    readers it failed.
+
+    `head`: `UNCHECKED` for a batch too short to follow a hole; else the stream's head read
+    after the batch, which fails each reader that lost entries (`StreamTrimmedError`); or
+    the `StreamReadError` of Redis refusing to describe the stream, which fails each reader
+    it would decide for; or None when the stream was gone by then: those readers take
+    nothing from this batch, and the next read, from where they are, finds what is left.
+    """
+    if head is UNCHECKED:  # what a reader that keeps up gets: nothing more than offered
+        for reader in list(readers):
+            reader.offer(read_from, entries)
+        return []
+    failed = []
+    start = entry_key(read_from)
+    for reader in list(readers):
+        if (
+            reader.whole
+            and start <= reader.cursor_key
+            and (not entries or reader.cursor_key < entry_key(entries[0][0]))
+        ):
+            if head is None:
+                continue
+            if isinstance(head, StreamReadError):
+                logger.warning("stream %s cannot be described (%s)", reader.stream_id, head)
+                reader.fail(head)
+                failed.append(reader)
+                continue
+            if head.lost(reader.cursor_key, reader.ordinal, entries):
+                logger.warning(
+                    "stream %s: entries after a reader's cursor were trimmed before it read"
+                    " them (MAXLEN); ending it",
+                    reader.stream_id,
+                )
+                reader.fail(StreamTrimmedError())
+                failed.append(reader)
+                continue
+        reader.offer(read_from, entries)
+        if isinstance(head, StreamHead) and entries and reader.cursor == entries[-1][0]:
+            known = head.ordinal_of_last(entries)
+            if known is not None:
+                reader.ordinal = known
+    return failed
+
+
 def oldest_cursor(readers: Iterable[Reader]) -> str:
     """Where a read of the stream serves every one of `readers`: the oldest cursor."""
     return min(readers, key=_cursor_key).cursor
@@ -160,7 +353,7 @@ class Hub(Protocol):
     `ClusterHub` (api/cluster_hub.py), which cannot read streams of many slots together."""
 
     def read(
-        self, stream_id: str, after: str = "0-0"
+        self, stream_id: str, after: str = "0-0", *, whole: bool = True
     ) -> contextlib.AbstractAsyncContextManager[Reader]: ...
 
     async def start(self) -> None: ...
@@ -171,10 +364,21 @@ class Hub(Protocol):
 class StreamHub:
     """Fans entries of many streams out to their readers, a lane of streams per XREAD."""
 
-    def __init__(self, redis: Redis, *, block_ms: int = 5000, lanes: int = LANES) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        block_ms: int = 5000,
+        lanes: int = LANES,
+        maxlen: int = _READ_COUNT,
+    ) -> None:
+        """`maxlen`: the fewest entries its streams are trimmed to (the smallest `MAXLEN ~`
+        any writer of them uses): from a batch that long, a reader may have lost entries
+        (`StreamHead`)."""
         self.redis = redis
         self.block_ms = block_ms
         self.max_lanes = lanes
+        self.check_at = check_at(maxlen, _READ_COUNT)
         self._id = uuid.uuid4().hex
         self._lanes: list[_Lane] = []
         self._lane_of: dict[str, _Lane] = {}
@@ -189,12 +393,14 @@ class StreamHub:
             await lane.stop()
 
     @contextlib.asynccontextmanager
-    async def read(self, stream_id: str, after: str = "0-0") -> AsyncIterator[Reader]:
+    async def read(
+        self, stream_id: str, after: str = "0-0", *, whole: bool = True
+    ) -> AsyncIterator[Reader]:
         """Watch the stream `stream_id` (key `keys.events(stream_id)`) from strictly after `after`
-        while the block runs."""
+        while the block runs (`whole`: see `Reader`)."""
         lane = self._lane_of.get(stream_id) or self._free_lane()
         self._lane_of[stream_id] = lane
-        reader = Reader(stream_id, after)
+        reader = Reader(stream_id, after, whole=whole)
         lane.add(reader)
         try:
             await lane.wake()
@@ -213,7 +419,8 @@ class StreamHub:
         lane = min(self._lanes, key=lambda lane: len(lane.readers), default=None)
         if lane is None or (lane.readers and len(self._lanes) < self.max_lanes):
             # Lanes stay once made: an idle one costs one blocked XREAD per `block_ms`.
-            lane = _Lane(self.redis, keys.hub_wake(f"{self._id}:{len(self._lanes)}"), self.block_ms)
+            wake_key = keys.hub_wake(f"{self._id}:{len(self._lanes)}")
+            lane = _Lane(self.redis, wake_key, self.block_ms, self.check_at)
             self._lanes.append(lane)
         return lane
 
@@ -221,10 +428,13 @@ class StreamHub:
 class _Lane:
     """One XREAD BLOCK loop over some of the hub's streams and the lane's wake stream."""
 
-    def __init__(self, redis: Redis, wake_key: str, block_ms: int) -> None:
+    def __init__(
+        self, redis: Redis, wake_key: str, block_ms: int, check_at: int = _READ_COUNT
+    ) -> None:
         self.redis = redis
         self.wake_key = wake_key
         self.block_ms = block_ms
+        self.check_at = check_at
         self.readers: dict[str, set[Reader]] = {}
         # What the next XREAD asks of each watched stream: its key and its readers' oldest
         # cursor. Kept up to date as readers join, leave and take entries, so a read works
@@ -297,16 +507,39 @@ class _Lane:
                 logger.warning("stream hub lost Redis (%s); retrying", exc)
                 await asyncio.sleep(backoff_s(failures))
                 continue
+            batches: dict[str, list[Entry]] = {}
             for raw_key, raw_entries in reply or []:
                 key = raw_key.decode()
                 if key == self.wake_key:
                     self._wake_cursor = raw_entries[-1][0].decode()
-                    continue
+                else:
+                    batches[key] = parse_entries(raw_entries)
+            long = [key for key, entries in batches.items() if len(entries) >= self.check_at]
+            try:
+                heads = await self._heads(long) if long else {}
+            except (RedisError, OSError) as exc:
+                # Nothing handed out: the next read, from the same cursors, reads it again.
+                failures += 1
+                logger.warning("stream hub lost Redis (%s); retrying", exc)
+                await asyncio.sleep(backoff_s(failures))
+                continue
+            for key, entries in batches.items():
                 stream_id = keys.id_of(key)
-                entries = parse_entries(raw_entries)
-                for reader in list(self.readers.get(stream_id, ())):
-                    reader.offer(streams[key], entries)
+                readers = self.readers.get(stream_id, set())
+                head = heads.get(key) if key in heads else UNCHECKED
+                for reader in hand_out(readers, streams[key], entries, head):
+                    readers.discard(reader)
+                if not readers:
+                    self.readers.pop(stream_id, None)
                 self._settle(stream_id)
+
+    async def _heads(self, stream_keys: list[str]) -> dict[str, Head]:
+        """What each stream's head is (`head_from`), in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in stream_keys:
+                pipe.execute_command("XINFO", "STREAM", key)
+            replies = await pipe.execute(raise_on_error=False)
+        return {key: head_from(reply) for key, reply in zip(stream_keys, replies, strict=True)}
 
     async def _fail_unreadable(self, streams: dict[Any, Any], exc: ResponseError) -> None:
         """Read each stream alone once; fail the readers of those Redis refuses."""

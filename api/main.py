@@ -46,6 +46,7 @@ from shared.logs import configure_logging
 from shared.rate_limit import Rate, RateLimiter
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
+from shared.timers import EVENTS_MAXLEN
 from shared.traces import configure_tracing, flush_tracing
 from shared.turns import TurnStore
 
@@ -131,7 +132,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings, redis, lambda: connect(settings.queue_url, retries=_REQUEST_RETRIES)
         )
         hub_redis = connect_data(settings.redis_url)
-        hub: Hub = _HUBS[backend_of(hub_redis).wake](hub_redis)
+        # The fewest entries any stream it reads is trimmed to: a turn's, or a user's own
+        # event stream (shared/timers.py). A reader further behind gets `stream_trimmed`.
+        maxlen = min(settings.stream_maxlen, EVENTS_MAXLEN)
+        hub: Hub = _HUBS[backend_of(hub_redis).wake](hub_redis, maxlen=maxlen)
         store = TurnStore(
             redis,
             retention_s=settings.turn_retention_s,

@@ -3,8 +3,10 @@
 Frame ids are cursors (api/cursors.py): a client resuming from any id it got receives
 exactly the frames after it. The relay ends at the first `done` entry, whatever follows
 it, and always with a terminal frame: the turn's own, or `turn_lost` when the turn's
-record vanished, or `stream_unreadable` when Redis refused this reader's read
-(api/session.py reads the stream; the encoder says what each event is on the wire).
+record vanished, `stream_unreadable` when Redis refused this reader's read, or
+`stream_trimmed` when entries this client had not read yet were trimmed from the stream
+(`BERNARD_STREAM_MAXLEN`), rather than a stream with a hole in it (api/session.py reads
+the stream; the encoder says what each event is on the wire).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def fixed(frames: list[Frame]) -> bytes:
 
 def ending_frames(encoder: Framing, cause: Cause) -> list[Frame]:
     """The closing frames of a stream that cannot go on (shared/lifecycle.py: a reader's
-    causes, `RECORD_GONE` and `UNREADABLE`)."""
+    causes, `RECORD_GONE`, `UNREADABLE` and `TRIMMED`)."""
     return [frame for event in ending_events_of(cause) for frame in encoder.frames(event)]
 
 

@@ -7,9 +7,10 @@ end (`wait_for_done`) all read through `StreamSession.watch`, which owns what th
 entries come in batches (every entry the hub holds for the reader by the time it asks, up
 to the first `done`, after which nothing is read); a quiet `wait_s` is `QUIET`, unless the
 stream's turn is gone (`alive`), which no `done` can ever follow; Redis refusing the read
-is the end too. Those two endings are `Broken`, which the caller turns into the turn's
-terminal frames (shared/endings.py) or answer. `renew` keeps the client's stream slot
-(api/attachments.py) while the session lasts.
+is the end too, and so is a hole: entries trimmed from the stream (MAXLEN) before this
+reader read them (api/hub.py `StreamTrimmedError`). Those endings are `Broken`, which the
+caller turns into the turn's terminal frames (shared/endings.py) or answer. `renew` keeps
+the client's stream slot (api/attachments.py) while the session lasts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from api.attachments import RENEW_S
-from api.hub import Hub, StreamReadError
+from api.hub import Hub, StreamReadError, StreamTrimmedError
 from shared.events import Done, Event
 from shared.lifecycle import Cause, ended
 from shared.streams import Entry
@@ -43,8 +44,9 @@ QUIET = Quiet.QUIET
 
 @dataclass(frozen=True, slots=True)
 class Broken:
-    """The stream cannot go on: its turn's record is gone (`RECORD_GONE`: `turn_lost`) or
-    Redis refuses to read it (`UNREADABLE`: `stream_unreadable`)."""
+    """The stream cannot go on: its turn's record is gone (`RECORD_GONE`: `turn_lost`),
+    Redis refuses to read it (`UNREADABLE`: `stream_unreadable`), or entries this reader
+    had not read yet were trimmed from it (`TRIMMED`: `stream_trimmed`)."""
 
     cause: Cause
 
@@ -64,11 +66,12 @@ class StreamSession:
     alive: Alive | None = None
     renew: Renew | None = None
 
-    async def watch(self, after: str = "0-0") -> AsyncGenerator[Seen, None]:
+    async def watch(self, after: str = "0-0", *, whole: bool = True) -> AsyncGenerator[Seen, None]:
         """What the stream holds strictly after `after`, as it lands; ends after the batch
-        holding the first `done`, or after a `Broken`."""
+        holding the first `done`, or after a `Broken`. `whole=False`: only what is left is
+        wanted (a wait for the `done`), so a hole is no end (api/hub.py `Reader`)."""
         renewed = time.monotonic()
-        async with self.hub.read(self.stream_id, after) as reader:
+        async with self.hub.read(self.stream_id, after, whole=whole) as reader:
             while True:
                 if self.renew is not None and time.monotonic() - renewed > RENEW_S:
                     renewed = time.monotonic()
@@ -81,6 +84,9 @@ class StreamSession:
                         return
                     yield QUIET
                     continue
+                except StreamTrimmedError:
+                    yield Broken(Cause.TRIMMED)
+                    return
                 except StreamReadError:
                     yield Broken(Cause.UNREADABLE)
                     return
@@ -95,11 +101,12 @@ class StreamSession:
                     return
 
     async def read_to_done(self, keep: tuple[type[Event], ...] = ()) -> tuple[list[Event], Done]:
-        """The events of the stream of the types in `keep`, and its `done` (`turn_lost` or
-        `stream_unreadable` if it ends without one, as a relay does). Only those are kept,
-        not every token of a long turn."""
+        """The events of the stream of the types in `keep`, and its `done` (`turn_lost`,
+        `stream_unreadable` or `stream_trimmed` if it ends without one, as a relay does).
+        Only those are kept, not every token of a long turn: without any to keep, a hole
+        loses nothing of the answer (built from its `done` and the turn's record)."""
         kept: list[Event] = []
-        async with aclosing(self.watch()) as seen:
+        async with aclosing(self.watch(whole=bool(keep))) as seen:
             async for batch in seen:
                 if isinstance(batch, Broken):
                     return kept, ended(batch.cause)
@@ -113,8 +120,9 @@ class StreamSession:
         raise AssertionError("a watch ends with a done or a Broken")  # pragma: no cover
 
     async def wait_for_done(self) -> bool:
-        """Whether the stream reaches its `done` before a quiet `wait_s` (or its end)."""
-        async with aclosing(self.watch()) as seen:
+        """Whether the stream reaches its `done` before a quiet `wait_s` (or its end). What
+        came before the `done` is not wanted: a hole does not end the wait."""
+        async with aclosing(self.watch(whole=False)) as seen:
             async for batch in seen:
                 if not isinstance(batch, list):
                     return False

@@ -47,7 +47,7 @@ FIRE_TIMER = "fire_timer"
 MAX_TIMERS = 50
 MAX_DURATION_S = 7 * 86_400
 # What the owner's event stream keeps: the latest entries, for clients that reconnect.
-_EVENTS_MAXLEN = 1000
+EVENTS_MAXLEN = 1000
 # A rung timer's message waits for its busy conversation: tried again after a tenth of the
 # wait so far, between these bounds; given up a day after it rang (the event stream told
 # the user at once).
@@ -323,7 +323,7 @@ async def publish(redis: Redis, owner: str, event: Any, *, retention_s: int) -> 
     stream_id, payload = keys.user_stream_id(owner), encode(event)
     async with redis.pipeline(transaction=False) as pipe:
         backend_of(redis).append(
-            pipe, stream_id, STREAM_FIELD, [payload], maxlen=_EVENTS_MAXLEN, expire_s=retention_s
+            pipe, stream_id, STREAM_FIELD, [payload], maxlen=EVENTS_MAXLEN, expire_s=retention_s
         )
         await pipe.execute()
 

@@ -3,10 +3,11 @@ satellite, the playground): `timer_fired` when a timer rings (shared/timers.py).
 
 Named SSE events, each with its stream entry id; a client that reconnects with
 `Last-Event-ID` (or `?after=`) gets what it missed, as far back as the stream keeps (its
-latest 1,000 events). Without a cursor the stream starts with the next event. It counts as
-one of the user's open streams (`BERNARD_MAX_STREAMS_PER_USER`). It is relayed as a turn's
-stream is (api/relay.py); should Redis refuse to read it, an `error` event
-(`stream_unreadable`) ends it, and the client reconnects with its last id.
+latest 1,000 events); from further back, an `error` event (`stream_trimmed`) ends it, and
+the client reconnects without a cursor. Without a cursor the stream starts with the next
+event. It counts as one of the user's open streams (`BERNARD_MAX_STREAMS_PER_USER`). It is
+relayed as a turn's stream is (api/relay.py); should Redis refuse to read it, an `error`
+event (`stream_unreadable`) ends it, and the client reconnects with its last id.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from api.cluster_hub import ClusterHub
-from api.hub import Reader
+from api.hub import Reader, StreamTrimmedError
 from shared import keys
 from shared.connection import connect_data
 from shared.endings import completed
@@ -204,3 +204,32 @@ async def test_readers_whose_subscriber_connection_drops_are_subscribed_again_in
         assert await texts(one, 1) == [f"{first.id} after the drop"]
         assert await texts(other, 1) == [f"{second.id} after the drop"]
     assert taken_for_moved == []  # not resubscribed the slow way, stream by stream
+
+
+async def test_a_reader_behind_what_its_stream_keeps_is_failed_stream_trimmed(
+    redis: Redis,
+) -> None:
+    """Streams trimmed to 10 entries (Redis trims whole nodes of 100): a reader from an
+    entry trimmed since is failed rather than handed what is left after the hole; one from
+    an entry still there, whose batch the hub checks just as well, gets every entry."""
+    hub = ClusterHub(connect_data_like(redis), sweep_s=SWEEP_S, maxlen=10)
+    await hub.start()
+    try:
+        record = await stored_turn(redis)
+        stream = keys.events(record.id)
+        (start_id, _), *_ = await redis.xrange(stream, count=1)
+        writer = StreamBatcher(redis, maxlen=10).writer(record.id)
+        for k in range(300):
+            await writer.write(Delta(text=f"{k}"))
+            await writer.flush()
+        held = [entry_id for entry_id, _ in await redis.xrange(stream)]
+        assert start_id not in held, "the stream was not trimmed"
+        async with hub.read(record.id, after=start_id.decode()) as behind:
+            with pytest.raises(StreamTrimmedError):
+                await behind.next(wait_s=WAIT_S)
+        kept_from = held[-12].decode()
+        async with hub.read(record.id, after=kept_from) as whole:
+            assert await texts(whole, 11) == [str(k) for k in range(289, 300)]
+    finally:
+        await hub.stop()
+        await hub.redis.aclose()

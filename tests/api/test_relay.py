@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 from prometheus_client import REGISTRY
 
+import api.hub
 import api.session
 from api.cursors import Resume, after_start
 from api.encoding import DONE, Encoder, Frame
@@ -146,7 +147,11 @@ def test_an_entry_with_no_frame_for_this_client_gives_no_event() -> None:
 
 @pytest.mark.parametrize(
     ("cause", "code"),
-    [(Cause.RECORD_GONE, ErrorCode.TURN_LOST), (Cause.UNREADABLE, ErrorCode.STREAM_UNREADABLE)],
+    [
+        (Cause.RECORD_GONE, ErrorCode.TURN_LOST),
+        (Cause.UNREADABLE, ErrorCode.STREAM_UNREADABLE),
+        (Cause.TRIMMED, ErrorCode.STREAM_TRIMMED),
+    ],
 )
 def test_a_stream_that_cannot_go_on_closes_with_an_error_and_its_done(
     cause: Cause, code: ErrorCode
@@ -340,6 +345,105 @@ async def test_a_stream_redis_refuses_to_read_ends_with_stream_unreadable(
     events = await relayed(hub, enc, turn_id, detach=detach)
     assert frames_of(events) == unnamed(ending_frames(enc, Cause.UNREADABLE))
     assert detach.calls == [False]
+
+
+# -- a reader further behind than the stream keeps (MAXLEN) ------------------------------
+
+# What these streams are trimmed to, as a worker trims a turn's (`XADD MAXLEN ~`). Redis
+# trims whole nodes of 100 entries, so a stream of a few hundred loses its first ones.
+MAXLEN = 10
+
+
+@pytest.fixture
+async def trimming_hub(redis: redis_asyncio.Redis) -> AsyncIterator[StreamHub]:
+    """A hub told its streams are trimmed to `MAXLEN`: it checks batches that long."""
+    running = StreamHub(redis, block_ms=200, maxlen=MAXLEN)
+    await running.start()
+    yield running
+    await running.stop()
+
+
+async def burst(redis: redis_asyncio.Redis, turn_id: str, events: list[Event]) -> list[str]:
+    """Append `events` at once (one transaction: a read sees all or none), trimmed to
+    `MAXLEN` as a worker's appends are."""
+    async with redis.pipeline(transaction=True) as pipe:
+        for event in events:
+            pipe.xadd(
+                keys.events(turn_id),
+                {STREAM_FIELD: encode(event)},
+                maxlen=MAXLEN,
+                approximate=True,
+            )
+        return [entry_id.decode() for entry_id in await pipe.execute()]
+
+
+async def test_a_reader_that_falls_further_behind_than_the_stream_keeps_ends_stream_trimmed(
+    redis: redis_asyncio.Redis, trimming_hub: StreamHub, turn_id: str
+) -> None:
+    """Entries written while the reader is not reading, more than the stream keeps: what
+    is left after the hole is not sent; the terminal error is."""
+    enc = encoder()
+    (start,) = await write(redis, turn_id, Start())
+    detach = Detaches()
+    stream = relay(trimming_hub, enc, turn_id, keepalive_s=5, detach=detach)
+    assert [event.id for event in await anext(stream)] == [start]
+    written = await burst(redis, turn_id, [Delta(text=f" {k}") for k in range(300)])
+    held = [entry_id.decode() for entry_id, _ in await redis.xrange(keys.events(turn_id))]
+    assert start not in held and written[0] not in held, "the stream was not trimmed"
+    async with asyncio.timeout(5):
+        rest = [event async for batch in stream for event in batch]
+    assert frames_of(rest) == unnamed(ending_frames(enc, Cause.TRIMMED))
+    assert detach.calls == [False]
+
+
+async def test_a_reader_that_keeps_up_with_a_stream_longer_than_it_keeps_gets_every_entry(
+    redis: redis_asyncio.Redis,
+    trimming_hub: StreamHub,
+    turn_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Batches as long as the stream keeps (so each is checked), each read before the next
+    lands: 300 entries through a stream of about `MAXLEN`, every one sent, no error."""
+    asked: list[object] = []
+    head_from = api.hub.head_from
+
+    def counted(reply: object) -> object:
+        asked.append(reply)
+        return head_from(reply)
+
+    monkeypatch.setattr(api.hub, "head_from", counted)
+    enc = encoder()
+    (start,) = await write(redis, turn_id, Start())
+    stream = relay(trimming_hub, enc, turn_id, keepalive_s=5)
+    sent = [event.id for event in await anext(stream)]
+    expected = [start]
+    for k in range(30):
+        ids = await burst(redis, turn_id, [Delta(text=f" {k}.{j}") for j in range(MAXLEN)])
+        expected += ids
+        async with asyncio.timeout(5):
+            while sent[-1] != ids[-1]:
+                sent += [event.id for event in await anext(stream)]
+    held = [entry_id.decode() for entry_id, _ in await redis.xrange(keys.events(turn_id))]
+    assert start not in held, "the stream was not trimmed"
+    (done,) = await write(redis, turn_id, DONE_EVENT)
+    async with asyncio.timeout(5):
+        sent += [event.id async for batch in stream for event in batch]
+    assert sent == [*expected, f"{done}:0", f"{done}:1"]
+    assert len(asked) >= 30, "every burst is a batch as long as the stream keeps: checked"
+
+
+async def test_a_wait_for_the_done_is_not_ended_by_a_hole(
+    redis: redis_asyncio.Redis, trimming_hub: StreamHub, turn_id: str
+) -> None:
+    """A cancel waits for the turn's `done` alone: whatever was trimmed before it does not
+    matter to it (`whole=False`), while a relay from the start of that stream ends."""
+    await write(redis, turn_id, Start())
+    await burst(redis, turn_id, [Delta(text=f" {k}") for k in range(300)])
+    await write(redis, turn_id, DONE_EVENT)
+    async with asyncio.timeout(5):
+        assert await api.session.StreamSession(trimming_hub, turn_id, 1.0).wait_for_done()
+        events = await relayed(trimming_hub, encoder(), turn_id)
+    assert frames_of(events) == unnamed(ending_frames(encoder(), Cause.TRIMMED))
 
 
 # -- renewing the stream's slot, and the process's metrics --------------------------------
