@@ -19,7 +19,7 @@ from api.session import QUIET, Broken, StreamSession
 from shared import keys
 from shared.endings import completed
 from shared.events import Delta, Event, Start, TimerFired, encode
-from shared.lifecycle import Cause
+from shared.lifecycle import Cause, ended
 from shared.streams import STREAM_FIELD
 
 
@@ -111,3 +111,26 @@ async def test_the_user_stream_ends_with_an_error_when_redis_refuses_to_read_it(
         b'data: {"message":"the turn\'s stream could not be read",'
         b'"code":"stream_unreadable"}\r\n\r\n'
     )
+
+
+async def test_a_wait_that_keeps_events_ends_stream_trimmed_and_one_that_keeps_none_does_not(
+    redis: redis_asyncio.Redis, stream_id: str
+) -> None:
+    """The non-stream answer's wait reads from the stream's start: when its first entries
+    were trimmed (MAXLEN), an answer built from the events it keeps would lack some, so it
+    ends `stream_trimmed`; one built from its `done` (and the turn's record) alone reads on."""
+    hub = StreamHub(redis, block_ms=200, maxlen=10)
+    await hub.start()
+    try:
+        await write(redis, stream_id, Start())
+        for k in range(300):
+            payload = encode(Delta(text=f"{k}"))
+            await redis.xadd(keys.events(stream_id), {STREAM_FIELD: payload}, maxlen=10)
+        await write(redis, stream_id, completed("stop", None))
+        async with asyncio.timeout(5):
+            _, done = await StreamSession(hub, stream_id, 2.0).read_to_done(keep=(Delta,))
+            assert done == ended(Cause.TRIMMED)
+            _, done = await StreamSession(hub, stream_id, 2.0).read_to_done()
+            assert done.status == "completed"
+    finally:
+        await hub.stop()
