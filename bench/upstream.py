@@ -147,7 +147,7 @@ class BenchUpstream:
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[ScriptedUpstream]:
-        """Serve on a free loopback port, with full collections held until a reset."""
+        """Serve on a free loopback port, full collections held: each reset takes one."""
         async with self.upstream as upstream:
             hold_full_collections()
             yield upstream
