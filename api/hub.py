@@ -44,7 +44,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
-from shared.connection import backoff_s
+from shared.connection import backoff_s, reply_text
 from shared.streams import Entry, entry_key, parse_entries
 
 logger = logging.getLogger("bernard.api")
@@ -202,11 +202,22 @@ class StreamHead:
     first: tuple[int, int] | None
     # The last entry's key (the last id the stream generated).
     last: tuple[int, int] | None
-    # Entries trimmed from its start so far (`entries-added` - `length`); None where Redis
-    # (before 7.0) does not say.
-    trimmed: int | None
+    # Entries it holds now.
+    length: int
     # Entries it ever held (`entries-added`); None before Redis 7.0.
     added: int | None
+
+    @property
+    def trimmed(self) -> int | None:
+        """Entries trimmed from its start so far; None where Redis (before 7.0) does not
+        say."""
+        return None if self.added is None else self.added - self.length
+
+    def _trimmed_since(self, entries: list[Entry]) -> int:
+        """How many of `entries` (a batch read just before this head) were trimmed since:
+        those before the first entry now."""
+        first = self.first
+        return sum(1 for entry_id, _ in entries if first is None or entry_key(entry_id) < first)
 
     def lost(self, cursor: tuple[int, int], ordinal: int | None, entries: list[Entry]) -> bool:
         """Whether a reader at `cursor` (its entry's number `ordinal`, if known) lost
@@ -218,25 +229,25 @@ class StreamHead:
             return True  # all of it went since the read: not a reader that keeps up
         if cursor >= self.first:
             return False  # its cursor's entry, or one before it, is still there
-        if self.trimmed is None:
+        trimmed = self.trimmed
+        if trimmed is None:
             # Its cursor's entry is gone, and nothing says where entries stand: lost,
             # unless it read from the start (as before this check, it goes on).
             return cursor != (0, 0)
         # The first entry now is in the batch: the batch's first is number
         # `trimmed + 1 - since` (those before it in the batch were trimmed since the read).
-        since = sum(1 for entry_id, _ in entries if entry_key(entry_id) < self.first)
-        return self.trimmed - since > (ordinal or 0)
+        return trimmed - self._trimmed_since(entries) > (ordinal or 0)
 
     def ordinal_of_last(self, entries: list[Entry]) -> int | None:
         """The number of the batch's last entry, if this head tells it."""
-        if self.added is None or self.trimmed is None or not entries:
+        trimmed = self.trimmed
+        if trimmed is None or not entries:
             return None
         end = entry_key(entries[-1][0])
         if end == self.last:
             return self.added
         if self.first is not None and entry_key(entries[0][0]) <= self.first <= end:
-            since = sum(1 for entry_id, _ in entries if entry_key(entry_id) < self.first)
-            return self.trimmed + len(entries) - since
+            return trimmed + len(entries) - self._trimmed_since(entries)
         return None
 
 
@@ -244,9 +255,9 @@ def head_of(reply: Any) -> StreamHead:
     """The `StreamHead` of an `XINFO STREAM` reply (as sent: a flat list in RESP2, a map
     in RESP3)."""
     if isinstance(reply, dict):
-        info = {_text(name): value for name, value in reply.items()}
+        info = {reply_text(name): value for name, value in reply.items()}
     else:
-        info = {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+        info = {reply_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
     first = info.get("recorded-first-entry-id")
     if first is None and info.get("first-entry"):
         first = info["first-entry"][0]
@@ -254,15 +265,11 @@ def head_of(reply: Any) -> StreamHead:
     length = int(info.get("length", 0))
     added = info.get("entries-added")
     return StreamHead(
-        first=entry_key(_text(first)) if first is not None and length else None,
-        last=entry_key(_text(last)) if last is not None and length else None,
-        trimmed=int(added) - length if added is not None else None,
+        first=entry_key(reply_text(first)) if first is not None and length else None,
+        last=entry_key(reply_text(last)) if last is not None and length else None,
+        length=length,
         added=int(added) if added is not None else None,
     )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_at(maxlen: int, read_count: int) -> int:

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from api.auth import metrics_scraper
 from api.state import AppState, get_state
 from shared import keys
+from shared.connection import reply_text
 
 router = APIRouter()
 
@@ -64,9 +65,5 @@ async def metrics(state: Annotated[AppState, Depends(get_state)]) -> Response:
     except (RedisError, OSError):
         raw = None  # Redis is down: serve this process's own metrics and the last counts
     if raw is not None:
-        TURN_ENDINGS.counts = {_text(k): int(v) for k, v in raw.items()}
+        TURN_ENDINGS.counts = {reply_text(k): int(v) for k, v in raw.items()}
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

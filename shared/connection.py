@@ -54,6 +54,12 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, 
 _BACKOFF = ExponentialBackoff(cap=1.0, base=0.05)
 
 
+def reply_text(value: bytes | str) -> str:
+    """A Redis reply's string as text: our clients answer bytes (no `decode_responses`),
+    a RESP3 map's keys or a client that decodes give `str`."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def backoff_s(failures: int) -> float:
     """How long a loop that has failed `failures` times in a row waits before it tries Redis
     again: as the clients' own retries wait."""

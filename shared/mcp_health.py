@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.connection import reply_text
 
 __all__ = ["McpServerHealth", "McpServerStatus", "WorkerMcpHealth", "mcp_servers"]
 
@@ -65,10 +66,10 @@ async def mcp_servers(queue: Redis, fresh_s: float = keys.WORKER_FRESH_S) -> lis
         pipe.zrangebyscore(keys.WORKERS, time.time() - fresh_s, "+inf")
         pipe.hgetall(keys.MCP_SERVERS)
         alive_ids, fields = await pipe.execute()
-    alive = {_text(worker) for worker in alive_ids}
+    alive = {reply_text(worker) for worker in alive_ids}
     found: dict[str, list[McpServerHealth]] = {}
     for worker, raw in fields.items():
-        if _text(worker) not in alive:
+        if reply_text(worker) not in alive:
             continue
         try:
             view = WorkerMcpHealth.model_validate_json(raw)
@@ -91,7 +92,3 @@ def _merged(name: str, views: list[McpServerHealth]) -> McpServerStatus:
         error=worst.error,
         warnings=list(dict.fromkeys(warning for view in views for warning in view.warnings)),
     )
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -46,6 +46,7 @@ import orjson
 from redis.asyncio import Redis
 
 from shared import budgets, keys
+from shared.connection import reply_text
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.queue import Admission, BackgroundKind, BackgroundLimits, enqueue_background
 from shared.records.call_log import CallEvent, CallKind, calls_of
@@ -290,7 +291,7 @@ class Archivist(_Store):
             high = score
         # Ties (same score) are skipped by id below; fetch enough to get past them.
         raw = await self._redis.zrevrangebyscore(index, high, "-inf", start=0, num=limit + 50)
-        ids = [_text(item) for item in raw]
+        ids = [reply_text(item) for item in raw]
         if after is not None:
             ids = ids[ids.index(after) + 1 :] if after in ids else ids
         found: list[Conversation] = []
@@ -655,7 +656,7 @@ class Recorder(_Store):
         held, incarnation = await self._redis.hmget(  # type: ignore[misc]
             keys.conversation(self.owner, conversation_id), ["active_turn", "incarnation"]
         )
-        if held is None or _text(held) != turn_id or incarnation is None:
+        if held is None or reply_text(held) != turn_id or incarnation is None:
             return None
         return await self._request_background(
             limits,
@@ -663,7 +664,7 @@ class Recorder(_Store):
             conversation_id,
             SUMMARIZE,
             until,
-            _text(incarnation),
+            reply_text(incarnation),
             refused="summary of %s not queued: %s; the next turn asks again",
         )
 
@@ -871,7 +872,7 @@ def _with_arguments(row: Message, arguments: Mapping[str, str]) -> Message | Non
 
 
 def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
-    meta = {_text(k): _text(v) for k, v in raw.items()}
+    meta = {reply_text(k): reply_text(v) for k, v in raw.items()}
     return Conversation(
         id=meta["id"],
         owner=meta["owner"],
@@ -897,7 +898,3 @@ def _rows(messages: Sequence[Message], length: int, turn_id: str | None) -> list
         {**message, "id": f"msg_{length + k + 1}", "turn_id": turn_id, "created_at": now}
         for k, message in enumerate(messages)
     ]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
