@@ -13,7 +13,7 @@ import redis.asyncio as redis_asyncio
 from redis.exceptions import ResponseError
 
 from api.cluster_hub import ClusterHub
-from api.hub import Reader, StreamHub, StreamReadError, _Lane
+from api.hub import Reader, StreamHead, StreamHub, StreamReadError, _Lane
 from launcher.redis_server import free_port
 from shared import keys
 from shared.connection import connect_data
@@ -376,3 +376,59 @@ async def test_a_cluster_hub_whose_cluster_cannot_be_reached_waits_and_does_not_
     finally:
         await hub.stop()
         await unreachable.aclose()
+
+
+def _batch(first: int, last: int) -> list[Entry]:
+    """Entries `first-0` … `last-0`: entry `k-0` is the k-th the stream ever held."""
+    return [(f"{k}-0", Stamped(Delta(text="t"), at=0.0)) for k in range(first, last + 1)]
+
+
+def _head(first: int, last: int, length: int, added: int | None) -> StreamHead:
+    return StreamHead(first=(first, 0), last=(last, 0), length=length, added=added)
+
+
+@pytest.mark.parametrize(
+    ("cursor", "ordinal", "batch", "head", "lost"),
+    [
+        # Entries 4-8 held, 1-3 trimmed: a reader that had entry 3 lost nothing...
+        ((3, 0), 3, _batch(4, 8), _head(4, 8, 5, 8), False),
+        # ...one that had only entry 2 lost entry 3.
+        ((2, 0), 2, _batch(4, 8), _head(4, 8, 5, 8), True),
+        # Entries 4 and 5 trimmed after the read that returned them: nothing lost.
+        ((3, 0), 3, _batch(4, 8), _head(6, 8, 3, 8), False),
+        # Its cursor's entry gone, and where it stood not known yet: taken as lost.
+        ((3, 0), None, _batch(4, 8), _head(4, 8, 5, 8), True),
+        # Its cursor's entry still held: nothing lost, whatever else went.
+        ((4, 0), None, _batch(5, 8), _head(4, 8, 5, 8), False),
+        # The whole batch trimmed since the read.
+        ((3, 0), 3, _batch(4, 8), _head(9, 9, 1, 9), True),
+        # Redis before 7.0 (no count): a reader from the start goes on, one from a cursor
+        # whose entry is gone does not.
+        ((0, 0), 0, _batch(4, 8), _head(4, 8, 5, None), False),
+        ((3, 0), 3, _batch(4, 8), _head(4, 8, 5, None), True),
+    ],
+)
+def test_a_stream_head_tells_a_hole_after_a_readers_cursor(
+    cursor: tuple[int, int],
+    ordinal: int | None,
+    batch: list[Entry],
+    head: StreamHead,
+    lost: bool,
+) -> None:
+    assert head.lost(cursor, ordinal, batch) is lost
+
+
+@pytest.mark.parametrize(
+    ("batch", "head", "ordinal"),
+    [
+        (_batch(4, 8), _head(4, 8, 5, 8), 8),  # it reaches the stream's end
+        (_batch(4, 6), _head(4, 8, 5, 8), 6),  # it holds the stream's first entry
+        (_batch(3, 6), _head(4, 8, 5, 8), 6),  # ... entry 3 trimmed since it was read
+        (_batch(5, 7), _head(4, 8, 5, 8), None),  # neither: the head does not tell
+        (_batch(4, 8), _head(4, 8, 5, None), None),  # Redis before 7.0
+    ],
+)
+def test_a_stream_head_numbers_a_batchs_last_entry(
+    batch: list[Entry], head: StreamHead, ordinal: int | None
+) -> None:
+    assert head.ordinal_of_last(batch) == ordinal
