@@ -258,8 +258,28 @@ async def test_resume_plays_what_was_paused_and_music_is_told_as_music(
         (
             plex_play,
             {"item_id": "the matrix", "client": "Living Room TV"},
-            "Error: the item id 'the matrix' is not one; ids are numbers, as plex_search gives "
-            "them",
+            "Error: the item id 'the matrix' is not one; ids are numbers (digits 0-9), as "
+            "plex_search gives them",
+        ),
+        # Digits to `str.isdigit` but not ASCII: a superscript `int` refuses, and the
+        # Arabic-Indic and fullwidth digits of 101, which `int` reads as The Matrix's id.
+        (
+            plex_play,
+            {"item_id": "\u00b2", "client": "Living Room TV"},
+            "Error: the item id '\u00b2' is not one; ids are numbers (digits 0-9), as "
+            "plex_search gives them",
+        ),
+        (
+            plex_play,
+            {"item_id": "\u0661\u0660\u0661", "client": "Living Room TV"},
+            "Error: the item id '\u0661\u0660\u0661' is not one; ids are numbers (digits "
+            "0-9), as plex_search gives them",
+        ),
+        (
+            plex_play,
+            {"item_id": "\uff11\uff10\uff11", "client": "Living Room TV"},
+            "Error: the item id '\uff11\uff10\uff11' is not one; ids are numbers (digits "
+            "0-9), as plex_search gives them",
         ),
     ],
 )

@@ -415,10 +415,12 @@ def _query(query: str) -> str:
 
 def _item_id(item_id: str) -> int:
     key = item_id.strip()
-    if not key.isdigit() or len(key) > 12:
+    # ASCII only: `isdigit` also takes "²" (which `int` refuses) and other scripts' digits
+    # (which `int` reads as a number the model never saw).
+    if not (key.isascii() and key.isdigit()) or len(key) > 12:
         raise ToolException(
-            f"Error: the item id {trim(item_id, 40)!r} is not one; ids are numbers, as "
-            "plex_search gives them"
+            f"Error: the item id {trim(item_id, 40)!r} is not one; ids are numbers (digits "
+            "0-9), as plex_search gives them"
         )
     return int(key)
 
