@@ -22,6 +22,8 @@ parameter), `totalSize` saying how many there are. The library is `library.json`
   reach). Each is kept in `commands`, and playMedia, pause, play and stop change what
   `/status/sessions` shows.
 
+A path of `redirects` answers 302 to its URL instead (a hostile or a proxied server).
+
 Modes and holding: tests/fakes/searxng.py (a failure mode answers before any of the above).
 """
 
@@ -110,6 +112,7 @@ class FakePlex(FakeService):
         self.library: dict[str, Any] = library
         self.sessions: list[dict[str, Any]] = copy.deepcopy(library["sessions"])
         self.commands: list[PlayerCommand] = []
+        self.redirects: dict[str, str] = {}
         self._queue_ids = itertools.count(55)
 
     def fixture(self, name: str) -> Any:
@@ -150,6 +153,12 @@ class FakePlex(FakeService):
         handle = self.endpoint(render)
 
         async def guarded(request: Request) -> Response:
+            if request.url.path in self.redirects:
+                self.requests.append(Seen(request.url.path, dict(request.query_params)))
+                # As written: Starlette's RedirectResponse would quote a backslash.
+                return Response(
+                    status_code=302, headers={"location": self.redirects[request.url.path]}
+                )
             token = request.headers.get("x-plex-token") or request.query_params.get("X-Plex-Token")
             if token != self.token:
                 self.requests.append(Seen(request.url.path, dict(request.query_params)))

@@ -26,6 +26,7 @@ from worker.tools.blocking import (
     OffOrigin,
     TooLarge,
     origin_of,
+    plain_origin,
     run_blocking,
 )
 
@@ -43,7 +44,8 @@ class Server:
             self.seen.append((request.url.path, request.headers.get("x-plex-token")))
             name = request.path_params.get("name", "")
             if name == "away":
-                return RedirectResponse(f"{self.elsewhere}/stolen", status_code=302)
+                # As written: RedirectResponse would quote a backslash.
+                return Response(status_code=302, headers={"location": f"{self.elsewhere}/stolen"})
             if name == "here":
                 return RedirectResponse("/plain/ok", status_code=303)
             if name == "loop":
@@ -99,6 +101,47 @@ def get(session: GuardedSession, url: str) -> requests.Response:
 )
 def test_origin_of(url: str, origin: str) -> None:
     assert origin_of(url) == origin
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://Plex.local:32400/library/metadata/101?a=1", "http://plex.local:32400"),
+        ("http://plex.local/x", "http://plex.local:80"),
+        ("https://plex.local", "https://plex.local:443"),
+        ("http://[::1]:32400/x", "http://::1:32400"),
+        # urlsplit reads plex.local:32400, requests connects to evil:1
+        ("http://evil:1\\@plex.local:32400/x", ""),
+        ("http://plex.local:32400/x\\y", ""),
+        ("http://plex.local:32400@evil:1/x", ""),
+        ("http://user:pass@plex.local:32400/x", ""),
+        ("http://plex.local:32400#@evil:1/x", ""),
+        ("http://plex.local:32400/x#frag", ""),
+        ("http://plex.local:32400/a b", ""),
+        ("http://plex.local:32400/\tx", ""),
+        ("http://plex.local:32400/\x7f", ""),
+        ("http://plex%2elocal:32400/", ""),  # urllib3 decodes the host, urlsplit does not
+        ("http://plex.local:99999/", ""),
+        ("ftp://plex.local/", ""),
+        ("plex.local:32400", ""),
+        ("/library/metadata/101", ""),
+    ],
+)
+def test_plain_origin(url: str, origin: str) -> None:
+    assert plain_origin(url) == origin
+
+
+async def test_a_redirect_that_parses_two_ways_is_refused_and_the_token_stays_home(
+    servers: tuple[Server, Server],
+) -> None:
+    home, other = servers
+    home.elsewhere = f"{other.url}\\@{home.url.removeprefix('http://')}"
+    session = session_for(home.url)
+    with pytest.raises(OffOrigin) as refused:
+        await asyncio.to_thread(get, session, f"{home.url}/plain/away")
+    assert refused.value.origin == ""
+    assert other.seen == []
+    assert home.seen == [("/plain/away", "secret-token")]
 
 
 async def test_a_redirect_to_another_server_is_refused_and_the_token_stays_home(

@@ -19,11 +19,16 @@ import httpx
 import pytest
 import redis.asyncio as redis_asyncio
 from langchain_core.tools import BaseTool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from launcher.redis_server import free_port
 from tests.conftest import Config, Stack, make_config
 from tests.fakes.plex import FakePlex
 from tests.fakes.searxng import Seen
+from tests.serving import serve
 from tests.sse import collect, named, of
 from tests.upstream import Reply, ScriptedUpstream
 from tests.users import ALICE
@@ -349,10 +354,81 @@ async def test_a_tool_without_plex_configured_says_so(
     assert (outcome.status, outcome.content) == ("error", NOT_CONFIGURED)
 
 
+async def test_a_plex_url_with_a_user_name_is_refused_before_anything_is_sent(
+    plex: FakePlex, redis: redis_asyncio.Redis
+) -> None:
+    url = plex.base_url.replace("http://", "http://user:pw@")
+    outcome, _ = await call(
+        plex_search, {"query": "matrix"}, plex_settings(plex, plex_url=url), redis
+    )
+    assert (outcome.status, outcome.content) == (
+        "error",
+        "Error: BERNARD_PLEX_URL is not a plain http(s) address (scheme, host and port, no user "
+        "name)",
+    )
+    assert plex.requests == []
+
+
 async def test_a_server_error_names_its_status(plex: FakePlex, redis: redis_asyncio.Redis) -> None:
     plex.mode, plex.only = "error", "/hubs"
     outcome, _ = await call(plex_search, {"query": "matrix"}, plex_settings(plex), redis)
     assert (outcome.status, outcome.content) == ("error", "Error: Plex failed (HTTP 500)")
+
+
+@pytest.fixture
+async def elsewhere() -> AsyncIterator[tuple[str, list[tuple[str, str | None]]]]:
+    """Another server on loopback: its URL, and the paths and Plex tokens it was sent."""
+    seen: list[tuple[str, str | None]] = []
+
+    async def record(request: Request) -> Response:
+        seen.append((request.url.path, request.headers.get("x-plex-token")))
+        return Response('<MediaContainer size="0"/>', media_type="text/xml")
+
+    app = Starlette(routes=[Route("/{path:path}", record)])
+    async with serve(app) as port:
+        yield f"http://127.0.0.1:{port}", seen
+
+
+@pytest.mark.parametrize(
+    ("location", "error"),
+    [
+        # Plex's origin to `urlsplit`, the other server to `requests` (urllib3 ends the
+        # authority at the backslash).
+        (
+            "{other}\\@{plex_authority}/hubs/search",
+            "Error: Plex sent Bernard to a URL that is not a plain address (a backslash, a user "
+            "name or a fragment); Bernard does not follow it",
+        ),
+        (
+            "http://{plex_authority}@{other_authority}/hubs/search",
+            "Error: Plex sent Bernard to a URL that is not a plain address (a backslash, a user "
+            "name or a fragment); Bernard does not follow it",
+        ),
+        (
+            "{other}/hubs/search",
+            "Error: Plex sent Bernard to {other}, another server than BERNARD_PLEX_URL; Bernard "
+            "does not follow it",
+        ),
+    ],
+)
+async def test_a_redirect_off_the_plex_server_is_refused_and_the_token_stays_home(
+    location: str,
+    error: str,
+    plex: FakePlex,
+    elsewhere: tuple[str, list[tuple[str, str | None]]],
+    redis: redis_asyncio.Redis,
+) -> None:
+    other, seen = elsewhere
+    names = {
+        "other": other,
+        "other_authority": other.removeprefix("http://"),
+        "plex_authority": plex.base_url.removeprefix("http://"),
+    }
+    plex.redirects["/hubs/search"] = location.format(**names)
+    outcome, _ = await call(plex_search, {"query": "matrix"}, plex_settings(plex), redis)
+    assert (outcome.status, outcome.content) == ("error", error.format(**names))
+    assert seen == []
+    assert [r.path for r in plex.requests] == ["/", "/hubs/search"]
 
 
 async def test_a_play_given_up_on_sends_no_command_afterwards(

@@ -6,7 +6,10 @@ on the way), reads a body whole whatever its size, and bounds each socket operat
 a call. So a blocking tool gets a `GuardedSession`, made for one tool call, that
 
 - sends requests only to the origin it was made for, and follows a redirect only within it
-  (a redirect elsewhere is refused, the token never leaves);
+  (a redirect elsewhere is refused, the token never leaves). The origin is read as
+  `requests` reads it to connect (urllib3's `parse_url`), and a URL that `urlsplit` reads
+  otherwise, or that holds a backslash, a user name, a fragment or a control character, is
+  refused: `http://evil:1\\@plex:32400/` is plex to `urlsplit` and evil to `requests`;
 - reads a body up to `max_bytes` once decompressed, and refuses it beyond;
 - has one deadline for the whole call: each request is limited to what is left of it (and
   to `request_timeout_s`), and the body is read no longer than that;
@@ -29,9 +32,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
 
 from compat.requests import keep_body
 
@@ -45,10 +50,12 @@ __all__ = [
     "OffOrigin",
     "TooLarge",
     "origin_of",
+    "plain_origin",
     "run_blocking",
 ]
 
 T = TypeVar("T")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _CHUNK = 64 * 1024
 # Threads for blocking tools, per worker process: a household has few such calls at once,
 # and a call past its deadline frees its thread within one request timeout.
@@ -62,11 +69,37 @@ class GuardError(Exception):
 
 
 class OffOrigin(GuardError):
-    """A request (or a redirect) to another origin than the session's."""
+    """A request (or a redirect) to another origin than the session's, or to a URL that is
+    not plain (`plain_origin`: then `origin` is "")."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(f"refused to follow {origin_of(url) or url}: another server")
         self.url = url
+        self.origin = plain_origin(url)
+        super().__init__(
+            f"refused to follow {self.origin}: another server"
+            if self.origin
+            else "refused to follow a URL that is not a plain one"
+        )
+
+
+def plain_origin(url: str) -> str:
+    """`scheme://host:port` of the server `requests` connects to for `url` (the host as
+    urllib3's `parse_url` reads it, which `requests` parses with), when `url` is plain:
+    http(s), a host, no user name, no backslash, fragment, space or control character, and
+    the same origin to `urlsplit` (`origin_of`). Else ""."""
+    if any(c in "\\#" or c <= " " or c == "\x7f" for c in url):
+        return ""
+    try:
+        parts = parse_url(url)
+        split = origin_of(url)
+        named = "@" in urlsplit(url).netloc
+    except (LocationParseError, ValueError):  # ValueError: `urlsplit`'s bad port
+        return ""
+    if named or parts.auth is not None or parts.scheme not in _DEFAULT_PORTS or not parts.host:
+        return ""
+    host = parts.host.removeprefix("[").removesuffix("]")  # urlsplit's IPv6, unbracketed
+    origin = f"{parts.scheme}://{host}:{parts.port or _DEFAULT_PORTS[parts.scheme]}"
+    return origin if origin == split else ""
 
 
 class TooLarge(GuardError):
@@ -93,7 +126,7 @@ class GuardedSession(requests.Session):
         self, base_url: str, *, deadline_s: float, request_timeout_s: float, max_bytes: int
     ) -> None:
         super().__init__()
-        self.origin = origin_of(base_url)
+        self.origin = plain_origin(base_url)
         self.deadline_s = deadline_s
         self.request_timeout_s = request_timeout_s
         self.max_bytes = max_bytes
@@ -123,7 +156,7 @@ class GuardedSession(requests.Session):
     def _one(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
         if self._cancelled.is_set():
             raise Cancelled()
-        if origin_of(url) != self.origin:
+        if not self.origin or plain_origin(url) != self.origin:
             raise OffOrigin(url)
         kwargs.update(
             timeout=min(self.request_timeout_s, self._remaining()),

@@ -46,7 +46,7 @@ from worker.tools.blocking import (
     GuardedSession,
     OffOrigin,
     TooLarge,
-    origin_of,
+    plain_origin,
     run_blocking,
 )
 from worker.tools.http import MAX_BODY_BYTES, trim
@@ -292,6 +292,11 @@ async def _run(config: RunnableConfig, work: Callable[[PlexServer], T]) -> T:
             "Error: Plex is not configured (BERNARD_PLEX_URL and BERNARD_PLEX_TOKEN)"
         )
     url, token = plex.plex_url.rstrip("/"), plex.plex_token.get_secret_value()
+    if not plain_origin(url):
+        raise ToolException(
+            "Error: BERNARD_PLEX_URL is not a plain http(s) address (scheme, host and port, "
+            "no user name)"
+        )
     session = GuardedSession(
         url,
         deadline_s=settings.tool_timeout_s,
@@ -329,10 +334,12 @@ def _failure(exc: Exception, session: GuardedSession, url: str) -> ToolException
     if isinstance(exc, TooLarge):
         return ToolException(f"Error: Plex sent more than {exc.limit} bytes")
     if isinstance(exc, OffOrigin):
-        return ToolException(
-            f"Error: Plex sent Bernard to {origin_of(exc.url) or 'another address'}, another "
-            "server than BERNARD_PLEX_URL; Bernard does not follow it there"
+        where = (
+            f"{exc.origin}, another server than BERNARD_PLEX_URL"
+            if exc.origin
+            else "a URL that is not a plain address (a backslash, a user name or a fragment)"
         )
+        return ToolException(f"Error: Plex sent Bernard to {where}; Bernard does not follow it")
     if isinstance(exc, Cancelled):
         return ToolException("Error: the call to Plex was given up on")
     if isinstance(exc, NotFound | BadRequest):
