@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from api.errors import invalid
 from shared.client_tools import RESPOND_TOOL_NAME
 from shared.settings import MODEL_ID, Settings
-from shared.webhooks import URL_MAX_CHARS
+from shared.webhook_targets import URL_MAX_CHARS
 
 _MAX_INT32 = 2**31 - 1
 _MAX_TOOLS = 128
@@ -80,7 +80,7 @@ class ResponsesRequest(_Strict):
     # The output's format: only plain text.
     text: dict[str, Any] | None = None
     # Bernard's, as on Chat Completions: where to POST a background response's end instead
-    # of BERNARD_WEBHOOK_URL, on a host of BERNARD_WEBHOOK_HOSTS (api/turn_service.py).
+    # of BERNARD_WEBHOOK_URL, on an origin of BERNARD_WEBHOOK_ORIGINS (api/turn_service.py).
     webhook_url: str | None = Field(None, max_length=URL_MAX_CHARS)
 
     @model_validator(mode="after")

@@ -19,7 +19,7 @@ from api.errors import invalid
 from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
 from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
-from shared.webhooks import URL_MAX_CHARS
+from shared.webhook_targets import URL_MAX_CHARS
 
 # What the model APIs take: token counts are 32-bit, a seed is 64-bit.
 _MAX_INT32 = 2**31 - 1
@@ -130,7 +130,7 @@ class _TurnBody(_Body):
     background: bool = False
     on_disconnect: Literal["cancel", "continue"] | None = None
     # Bernard's: where to POST a background turn's end instead of BERNARD_WEBHOOK_URL, on
-    # a host of BERNARD_WEBHOOK_HOSTS (api/turn_service.py checks it; shared/webhooks.py).
+    # an origin of BERNARD_WEBHOOK_ORIGINS (api/turn_service.py, shared/webhook_targets.py).
     webhook_url: str | None = Field(None, max_length=URL_MAX_CHARS)
 
     def check_honourable(self) -> None:

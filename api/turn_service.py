@@ -48,7 +48,7 @@ from shared.requests import Delivery, TurnRequest
 from shared.results import TurnResult
 from shared.settings import MODEL_ID, Settings
 from shared.turn_record import TurnRecord
-from shared.webhooks import WebhookTargetError, requested_target
+from shared.webhook_targets import WebhookTargetError, requested_target
 
 logger = logging.getLogger("bernard.api")
 
@@ -92,7 +92,7 @@ def too_many_streams(state: AppState) -> ApiError:
 
 def webhook_of(delivery: Delivery, settings: Settings) -> str | None:
     """Where the turn's end is POSTed (shared/webhooks.py): a background turn's own
-    `webhook_url` when its host is allowed (else a 400 naming it), else the deployment's
+    `webhook_url` when its origin is allowed (else a 400 naming it), else the deployment's
     `BERNARD_WEBHOOK_URL`; only a background turn has one."""
     requested = delivery.webhook_url
     if not delivery.background:

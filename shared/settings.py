@@ -174,14 +174,14 @@ class Settings(BaseSettings):
     # Signed webhooks (shared/webhooks.py): when a background turn ends, its end is POSTed
     # to `webhook_url`, signed per Standard Webhooks with `webhook_secret` (`whsec_` and
     # base64, as OpenAI's and the `openai` SDK's `client.webhooks.unwrap` take). A request
-    # may name its own `webhook_url` only on one of `webhook_hosts` (comma-separated host
-    # names). A failed delivery is tried again after each of `webhook_retry_delays`
-    # (comma-separated seconds), then given up; each attempt waits `webhook_timeout_s` at
-    # most. Each user's log of attempts (`GET /v1/webhooks/deliveries`) lives
-    # `webhook_log_retention_s` from its latest entry.
+    # may name its own `webhook_url` only on one of `webhook_origins` (comma-separated
+    # `scheme://host[:port]`: shared/webhook_targets.py). A failed delivery is tried again
+    # after each of `webhook_retry_delays` (comma-separated seconds), then given up; each
+    # attempt waits `webhook_timeout_s` at most. Each user's log of attempts
+    # (`GET /v1/webhooks/deliveries`) lives `webhook_log_retention_s` from its latest entry.
     webhook_url: str | None = Field(None, alias="BERNARD_WEBHOOK_URL")
     webhook_secret: str | None = Field(None, alias="BERNARD_WEBHOOK_SECRET")
-    webhook_hosts: str = Field("", alias="BERNARD_WEBHOOK_HOSTS")
+    webhook_origins: str = Field("", alias="BERNARD_WEBHOOK_ORIGINS")
     webhook_retry_delays: str = Field(
         "5,30,120,600,1800,3600,10800", alias="BERNARD_WEBHOOK_RETRY_DELAYS"
     )
@@ -245,9 +245,6 @@ class Settings(BaseSettings):
 
     def cors_origin_list(self) -> list[str]:
         return sorted(_names(self.cors_origins))
-
-    def webhook_host_names(self) -> frozenset[str]:
-        return frozenset(name.lower() for name in _names(self.webhook_hosts))
 
     def webhook_retry_delays_s(self) -> tuple[float, ...]:
         """The waits before each delivery attempt after the first, in seconds."""

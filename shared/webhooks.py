@@ -2,13 +2,13 @@
 goes, and each user's log of the attempts.
 
 **When.** A background turn (`"background": true`) whose request had a webhook target
-(its own `webhook_url`, on a host of `BERNARD_WEBHOOK_HOSTS`, else the deployment's
-`BERNARD_WEBHOOK_URL`) carries it in its record (`TARGET_FIELD`, written as the turn is
-created). Whichever process ends the turn (its worker, a reaper, a cancel: the one call of
-`TurnStore.finish` that ends it, shared/turns.py) reads the target back from the ending
-script and queues one delivery job, `webhook:<owner>/<turn id>` (shared/queue.py
-`enqueue_due`), in the pipeline that releases the turn on the queue: no round trip more,
-and nothing the receiver does can slow the turn's ending.
+(its own `webhook_url`, on an origin of `BERNARD_WEBHOOK_ORIGINS`, shared/webhook_targets.py;
+else the deployment's `BERNARD_WEBHOOK_URL`) carries it in its record (`TARGET_FIELD`,
+written as the turn is created). Whichever process ends the turn (its worker, a reaper, a
+cancel: the one call of `TurnStore.finish` that ends it, shared/turns.py) reads the target
+back from the ending script and queues one delivery job, `webhook:<owner>/<turn id>`
+(shared/queue.py `enqueue_due`), in the pipeline that releases the turn on the queue: no
+round trip more, and nothing the receiver does can slow the turn's ending.
 
 **Across a crash.** The ending (data role) and that pipeline (queue role, maybe another
 server) are two steps. The target stays in the ended record until the delivery job's
@@ -64,6 +64,7 @@ from redis.asyncio.client import Pipeline
 from shared import keys
 from shared.events import Done, TurnStatus
 from shared.queue import BackgroundKind, background_job_id, enqueue_due
+from shared.webhook_targets import WebhookTargetError, check_targets
 
 if TYPE_CHECKING:
     from shared.settings import Settings
@@ -73,8 +74,6 @@ DELIVER_WEBHOOK = "deliver_webhook"
 TARGET_FIELD = "webhook"
 # The most attempts a user's log keeps (the newest).
 LOG_MAX = 100
-# The longest `webhook_url` a request may name.
-URL_MAX_CHARS = 2048
 # The retry window must end before arq's job key (a day from the enqueue) does.
 _WINDOW_MAX_S = 20 * 3600
 _SECRET_PREFIX = "whsec_"
@@ -82,10 +81,6 @@ _SECRET_PREFIX = "whsec_"
 
 class WebhookSettingsError(ValueError):
     """The webhook settings cannot work as given."""
-
-
-class WebhookTargetError(ValueError):
-    """A request's `webhook_url` may not be used; the message says why."""
 
 
 def secret_key(secret: str) -> bytes:
@@ -105,17 +100,19 @@ def secret_key(secret: str) -> bytes:
 
 def check_webhook_settings(settings: Settings) -> None:
     """Refuse webhook settings that cannot work: a target without a secret to sign with, a
-    secret that is not `whsec_<base64>`, retry delays that are not positive numbers or
-    outlast the queue's hold on a job."""
+    secret that is not `whsec_<base64>`, targets shared/webhook_targets.py refuses, retry
+    delays that are not positive numbers or outlast the queue's hold on a job."""
     if settings.webhook_secret is not None:
         secret_key(settings.webhook_secret)
-    elif settings.webhook_url or settings.webhook_hosts.strip():
+    elif settings.webhook_url or settings.webhook_origins.strip():
         raise WebhookSettingsError(
-            "BERNARD_WEBHOOK_URL and BERNARD_WEBHOOK_HOSTS need BERNARD_WEBHOOK_SECRET "
+            "BERNARD_WEBHOOK_URL and BERNARD_WEBHOOK_ORIGINS need BERNARD_WEBHOOK_SECRET "
             "(whsec_ and base64) to sign with"
         )
-    if settings.webhook_url:
-        _check_url(settings.webhook_url, "BERNARD_WEBHOOK_URL", WebhookSettingsError)
+    try:
+        check_targets(settings)
+    except WebhookTargetError as exc:
+        raise WebhookSettingsError(str(exc)) from None
     try:
         delays = settings.webhook_retry_delays_s()
     except ValueError:
@@ -127,31 +124,6 @@ def check_webhook_settings(settings: Settings) -> None:
             "BERNARD_WEBHOOK_RETRY_DELAYS must be positive seconds adding up to at most "
             f"{_WINDOW_MAX_S} (20 hours)"
         )
-
-
-def _check_url(url: str, name: str, error: type[ValueError]) -> str:
-    """The URL's host name, lower-cased; `error` when it is not an http(s) URL with one."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:
-        raise error(f"{name} is not a URL") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise error(f"{name} must be an http:// or https:// URL")
-    return host.lower()
-
-
-def requested_target(url: str, settings: Settings) -> str:
-    """`url`, a request's own `webhook_url`, if it may be used: http(s), on a host of
-    `BERNARD_WEBHOOK_HOSTS`; else `WebhookTargetError` naming the host."""
-    if len(url) > URL_MAX_CHARS:
-        raise WebhookTargetError(f"webhook_url may hold at most {URL_MAX_CHARS} characters")
-    host = _check_url(url, "webhook_url", WebhookTargetError)
-    if host not in settings.webhook_host_names():
-        raise WebhookTargetError(
-            f"webhook_url's host {host!r} is not one this server may call (BERNARD_WEBHOOK_HOSTS)"
-        )
-    return url
 
 
 # The id a client knows a turn by, where it is not the turn id, by the turn's encoding: a

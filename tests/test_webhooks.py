@@ -2,8 +2,9 @@
 turn ends, and a receiver of our own on a loopback port gets the POST over real HTTP, which
 the official `openai` SDK's `client.webhooks.unwrap` verifies with the deployment's secret.
 Failures are retried from the queue (across a worker's restart) under one `webhook-id`, a
-receiver that hangs slows no turn, each attempt shows in its owner's log, and a request's
-own target is refused on a host not allowed."""
+receiver that hangs slows no turn, each attempt shows in its owner's log (which reads the
+same for every attempt that got no HTTP answer), and a request's own target is refused on
+an origin not allowed."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from launcher.redis_server import free_port
 from shared import keys
 from shared.connection import connect
 from shared.settings import Settings
@@ -108,7 +110,7 @@ def webhook_settings(upstream: ScriptedUpstream, receiver: Receiver, **overrides
         "api_keys": ",".join(f"key-{uuid.uuid4().hex}:user-{uuid.uuid4().hex[:8]}" for _ in "ab"),
         "webhook_url": receiver.url(),
         "webhook_secret": SECRET,
-        "webhook_hosts": "localhost",
+        "webhook_origins": f"http://localhost:{receiver.port}",
         "webhook_retry_delays": "0.3,0.3,0.3",
         "webhook_timeout_s": 2.0,
     }
@@ -344,35 +346,95 @@ async def test_a_hanging_receiver_slows_no_turn(
         log = await deliveries(stack)
     assert got[3].headers["webhook-id"] == f"evt_{first['id']}"
     hung = next(a for a in log if a["turn_id"] == first["id"] and a["attempt"] == 1)
-    assert (hung["status_code"], hung["error"]) == (None, "no answer within 5 s")
+    assert (hung["status_code"], hung["error"]) == (None, "no HTTP answer within 5 s")
 
 
-async def test_a_requests_own_target_only_on_an_allowed_host(
+async def test_a_requests_own_target_only_on_an_allowed_origin(
     hooked: Stack, upstream: ScriptedUpstream, receiver: Receiver
 ) -> None:
-    refused = await hooked.client.post(
-        CHAT, json=body(background=True, webhook_url="https://evil.example/hook")
-    )
-    assert refused.status_code == 400
-    error = refused.json()["error"]
-    assert error["param"] == "webhook_url"
-    assert error["message"] == (
-        "webhook_url's host 'evil.example' is not one this server may call (BERNARD_WEBHOOK_HOSTS)"
-    )
-    not_background = await hooked.client.post(
-        CHAT, json=body(webhook_url=receiver.url("/mine", host="localhost"))
-    )
+    allowed = f"http://localhost:{receiver.port}"
+    for url, origin in [
+        ("https://evil.example/hook", "https://evil.example:443"),
+        # The allowed host on another port, or the allowed port on another scheme.
+        ("http://localhost:6379/", "http://localhost:6379"),
+        (f"https://localhost:{receiver.port}/mine", f"https://localhost:{receiver.port}"),
+        ("http://localhost/mine", "http://localhost:80"),
+    ]:
+        refused = await hooked.client.post(CHAT, json=body(background=True, webhook_url=url))
+        assert refused.status_code == 400, url
+        assert refused.json()["error"] == {
+            "message": f"webhook_url's origin '{origin}' is not one this server may call "
+            "(BERNARD_WEBHOOK_ORIGINS)",
+            "type": "invalid_request_error",
+            "param": "webhook_url",
+            "code": "invalid_value",
+        }
+    # Read as httpx and urlsplit read it alike, or refused.
+    for url, message in [
+        (f"http://evil.example:1\\@localhost:{receiver.port}/", "webhook_url holds a backslash"),
+        (f"http://me@localhost:{receiver.port}/", "webhook_url must not hold a user name"),
+    ]:
+        refused = await hooked.client.post(CHAT, json=body(background=True, webhook_url=url))
+        assert refused.status_code == 400, url
+        assert refused.json()["error"]["message"].startswith(message)
+    not_background = await hooked.client.post(CHAT, json=body(webhook_url=f"{allowed}/mine"))
     assert not_background.status_code == 400
     assert not_background.json()["error"]["param"] == "webhook_url"
 
     upstream.script(Reply.text("to my own hook"))
-    own = receiver.url("/mine", host="localhost")
+    own = f"{allowed}/mine?from=alice"
     turn = (await hooked.client.post(CHAT, json=body(background=True, webhook_url=own))).json()
     (got,) = await receiver.wait(1)
     assert got.path == "/mine"
     assert unwrap(got).data.id == turn["id"]
     await asyncio.sleep(0.3)
     assert len(receiver.got) == 1, "nothing was created for the refused requests"
+
+
+@contextlib.asynccontextmanager
+async def not_http() -> AsyncIterator[int]:
+    """A server on loopback that answers whatever it is sent as Redis would, then hangs up."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)
+        writer.write(b"-ERR unknown command 'POST'\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_log_tells_no_closed_port_from_one_that_speaks_another_protocol(
+    upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    async with not_http() as other_protocol:
+        closed = free_port()
+        targets = {"closed": closed, "other protocol": other_protocol}
+        origins = ",".join(f"http://localhost:{port}" for port in targets.values())
+        settings = webhook_settings(
+            upstream, receiver, webhook_origins=origins, webhook_retry_delays="30"
+        )
+        async with hooked_stack(settings) as stack:
+            turns = {}
+            for name, port in targets.items():
+                upstream.script(Reply.text(name))
+                hook = body(background=True, webhook_url=f"http://localhost:{port}/hook")
+                turns[name] = (await stack.client.post(CHAT, json=hook)).json()
+
+            async def both_tried() -> bool:
+                return len(await deliveries(stack)) >= 2
+
+            await wait_for(both_tried, 10)
+            log = await deliveries(stack)
+    seen = {a["turn_id"]: (a["status_code"], a["error"], a["outcome"]) for a in log}
+    assert seen == {
+        turn["id"]: (None, "no HTTP answer within 2 s", "retrying") for turn in turns.values()
+    }
 
 
 async def test_an_ending_written_by_the_api_is_delivered_too(

@@ -140,15 +140,21 @@ async def _post(
     headers: dict[str, str],
     settings: Settings,
 ) -> tuple[int | None, str | None]:
-    """POST the event: the answer's status, and why it failed if it did."""
+    """POST the event: the answer's status, and why it failed if it did. Every attempt that
+    got no HTTP answer reads the same in its owner's log (a refused connection, a reset, a
+    server speaking another protocol, a timeout): the log is not to tell a user which ports
+    of an allowed host are closed and which speak something else. The worker's log says."""
     try:
         async with asyncio.timeout(settings.webhook_timeout_s):
             async with client.stream("POST", url, content=body, headers=headers) as response:
                 status = response.status_code
-    except TimeoutError:
-        return None, f"no answer within {settings.webhook_timeout_s:g} s"
-    except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:300]
+    except (TimeoutError, httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+        logger.info(
+            "webhook POST to %s got no HTTP answer: %s",
+            origin_of(url),
+            f"{type(exc).__name__}: {exc}"[:300],
+        )
+        return None, f"no HTTP answer within {settings.webhook_timeout_s:g} s"
     if 200 <= status < 300:
         return status, None
     return status, f"answered {status}"

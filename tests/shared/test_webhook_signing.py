@@ -1,4 +1,5 @@
-"""Webhook signing, events and targets (shared/webhooks.py), against literal values: the
+"""Webhook signing, events and targets (shared/webhooks.py, shared/webhook_targets.py),
+against literal values: the
 Standard Webhooks specification's own test vector, and signatures computed once by hand
 (`hmac.new(key, b"{id}.{timestamp}.{body}", hashlib.sha256)`, base64) and written out."""
 
@@ -11,12 +12,11 @@ from pydantic import ValidationError
 
 from shared.events import Done, TurnStatus
 from shared.settings import Settings
+from shared.webhook_targets import Origin, WebhookTargetError, read_url, requested_target
 from shared.webhooks import (
-    WebhookTargetError,
     event_body,
     event_type,
     origin_of,
-    requested_target,
     secret_key,
     sign,
     signed_headers,
@@ -104,29 +104,51 @@ def settings(**values: Any) -> Settings:
     return Settings(_env_file=None, **values)
 
 
+def refused_origin(origin: str) -> str:
+    return (
+        f"webhook_url's origin '{origin}' is not one this server may call (BERNARD_WEBHOOK_ORIGINS)"
+    )
+
+
 @pytest.mark.parametrize(
     ("url", "error"),
     [
         ("http://hooks.example/in", None),
+        ("http://hooks.example:80/in", None),
         ("https://HOOKS.example:8443/in?x=1", None),
+        ("https://hooks.example:8443", None),
+        ("http://127.0.0.1:8123/api/webhook/x", None),
+        ("https://evil.example/in", refused_origin("https://evil.example:443")),
+        # An allowed host on another port or scheme is another origin.
+        ("http://hooks.example:6379/", refused_origin("http://hooks.example:6379")),
+        ("https://hooks.example/in", refused_origin("https://hooks.example:443")),
+        ("http://hooks.example:8443/in", refused_origin("http://hooks.example:8443")),
+        ("http://127.0.0.1/in", refused_origin("http://127.0.0.1:80")),
+        # A user name, a backslash: read as two servers by two parsers, or a way to one.
+        ("https://hooks.example@evil.example/", "webhook_url must not hold a user name"),
         (
-            "https://evil.example/in",
-            "webhook_url's host 'evil.example' is not one this server may call "
-            "(BERNARD_WEBHOOK_HOSTS)",
+            "http://evil.example:1\\@hooks.example/",
+            "webhook_url holds a backslash, a space or a control character",
         ),
-        # A user name does not make another host an allowed one.
         (
-            "https://hooks.example@evil.example/",
-            "webhook_url's host 'evil.example' is not one this server may call "
-            "(BERNARD_WEBHOOK_HOSTS)",
+            "http://hooks.example/a b",
+            "webhook_url holds a backslash, a space or a control character",
+        ),
+        (
+            "http://hooks.example/\r\nx",
+            "webhook_url holds a backslash, a space or a control character",
         ),
         ("ftp://hooks.example/in", "webhook_url must be an http:// or https:// URL"),
         ("hooks.example/in", "webhook_url must be an http:// or https:// URL"),
         ("http://[::1/in", "webhook_url is not a URL"),
+        ("http://hooks.example:99999/", "webhook_url is not a URL"),
     ],
 )
-def test_a_requested_target_must_be_on_an_allowed_host(url: str, error: str | None) -> None:
-    allowed = settings(webhook_secret=SECRET, webhook_hosts="hooks.example, 127.0.0.1")
+def test_a_requested_target_must_be_on_an_allowed_origin(url: str, error: str | None) -> None:
+    allowed = settings(
+        webhook_secret=SECRET,
+        webhook_origins="http://hooks.example, https://hooks.example:8443/, http://127.0.0.1:8123",
+    )
     if error is None:
         assert requested_target(url, allowed) == url
     else:
@@ -136,10 +158,43 @@ def test_a_requested_target_must_be_on_an_allowed_host(url: str, error: str | No
 
 
 @pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://Hooks.Example/in", Origin("http", "hooks.example", 80)),
+        ("https://hooks.example/in", Origin("https", "hooks.example", 443)),
+        ("HTTPS://hooks.example:8443", Origin("https", "hooks.example", 8443)),
+        ("http://[::1]:8080/", Origin("http", "::1", 8080)),
+    ],
+)
+def test_read_url(url: str, origin: Origin) -> None:
+    assert read_url(url, "x") == origin
+
+
+@pytest.mark.parametrize(
     ("values", "error"),
     [
         ({"webhook_url": "http://hooks.example/"}, "need BERNARD_WEBHOOK_SECRET"),
-        ({"webhook_hosts": "hooks.example"}, "need BERNARD_WEBHOOK_SECRET"),
+        ({"webhook_origins": "https://hooks.example"}, "need BERNARD_WEBHOOK_SECRET"),
+        (
+            {"webhook_secret": SECRET, "webhook_origins": "hooks.example"},
+            "BERNARD_WEBHOOK_ORIGINS' 'hooks.example' must be an http:// or https:// URL",
+        ),
+        (
+            {"webhook_secret": SECRET, "webhook_origins": "https://hooks.example/in"},
+            "BERNARD_WEBHOOK_ORIGINS' 'https://hooks.example/in' must be scheme://host",
+        ),
+        (
+            {"webhook_secret": SECRET, "webhook_origins": "https://hooks.example?x=1"},
+            "must be scheme://host",
+        ),
+        (
+            {"webhook_secret": SECRET, "webhook_origins": "https://me@hooks.example"},
+            "must not hold a user name",
+        ),
+        (
+            {"webhook_secret": SECRET, "webhook_url": "http://a:1\\@hooks.example/"},
+            "BERNARD_WEBHOOK_URL holds a backslash",
+        ),
         ({"webhook_secret": "YmVybmFyZA=="}, "must start with whsec_"),
         ({"webhook_secret": "whsec_not base64!"}, "whsec_ followed by base64"),
         ({"webhook_secret": "whsec_"}, "must not be empty"),
