@@ -179,9 +179,11 @@ class Settings(BaseSettings):
     # after each of `webhook_retry_delays` (comma-separated seconds), then given up; each
     # attempt waits `webhook_timeout_s` at most. Each user's log of attempts
     # (`GET /v1/webhooks/deliveries`) lives `webhook_log_retention_s` from its latest entry.
+    # Receivers must be public unless `webhook_allow_private` (shared/webhook_targets.py).
     webhook_url: str | None = Field(None, alias="BERNARD_WEBHOOK_URL")
     webhook_secret: str | None = Field(None, alias="BERNARD_WEBHOOK_SECRET")
     webhook_origins: str = Field("", alias="BERNARD_WEBHOOK_ORIGINS")
+    webhook_allow_private: bool = Field(False, alias="BERNARD_WEBHOOK_ALLOW_PRIVATE")
     webhook_retry_delays: str = Field(
         "5,30,120,600,1800,3600,10800", alias="BERNARD_WEBHOOK_RETRY_DELAYS"
     )

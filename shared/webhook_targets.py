@@ -7,12 +7,23 @@ none), any path. A URL is read as httpx, the client that POSTs it (worker/webhoo
 reads it, and one that `urlsplit` reads otherwise, or that holds a backslash, a user name
 or a space or control character, is refused (`read_url`).
 
+**Private targets.** Unless `BERNARD_WEBHOOK_ALLOW_PRIVATE` is set, a receiver must be
+public: the settings are refused at start when `BERNARD_WEBHOOK_URL` or an origin names a
+private, loopback, link-local, reserved or multicast address, or a local name (one label,
+or under a private-use suffix such as `.local`, `.internal`, `.lan`, `.home.arpa`:
+`metadata.google.internal` among them) (`check_targets`); and each delivery resolves its
+host and refuses it when any address it resolves to is not public, then connects to the
+address it checked (`public_address`), so a name cannot resolve elsewhere in between.
+
 Tests: tests/shared/test_webhook_signing.py (the rules, table-driven), tests/test_webhooks.py
 (through the API and a worker).
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -25,9 +36,12 @@ if TYPE_CHECKING:
 __all__ = [
     "URL_MAX_CHARS",
     "Origin",
+    "PrivateTarget",
     "WebhookTargetError",
     "allowed_origins",
     "check_targets",
+    "private_reason",
+    "public_address",
     "read_url",
     "requested_target",
 ]
@@ -35,10 +49,29 @@ __all__ = [
 # The longest `webhook_url` a request may name.
 URL_MAX_CHARS = 2048
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Suffixes of names that resolve on a local network only (RFC 6761, 6762 appendix G, 8375,
+# and ICANN's `.internal`).
+_LOCAL_SUFFIXES = (
+    "localhost",
+    "localdomain",
+    "local",
+    "internal",
+    "home.arpa",
+    "lan",
+    "home",
+    "corp",
+    "intranet",
+    "private",
+)
+_AddressType = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class WebhookTargetError(ValueError):
     """A webhook target may not be used; the message says why."""
+
+
+class PrivateTarget(Exception):
+    """A delivery's host resolves to an address that is not public."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +145,72 @@ def requested_target(url: str, settings: Settings) -> str:
     return url
 
 
+def _embedded(address: _AddressType) -> _AddressType:
+    """The IPv4 address an IPv6 one carries (`::ffff:10.0.0.1`, 6to4), else itself."""
+    if isinstance(address, ipaddress.IPv6Address):
+        return address.ipv4_mapped or address.sixtofour or address
+    return address
+
+
+def _address_reason(address: _AddressType) -> str | None:
+    address = _embedded(address)
+    for reason, refused in (
+        ("a loopback address", address.is_loopback),
+        ("a link-local address", address.is_link_local),
+        ("an unspecified address", address.is_unspecified),
+        ("a multicast address", address.is_multicast),
+        ("a private address", address.is_private),
+        ("a reserved address", address.is_reserved),
+        ("not a public address", not address.is_global),
+    ):
+        if refused:
+            return reason
+    return None
+
+
+def private_reason(host: str) -> str | None:
+    """Why a webhook may not go to `host` (an address or a name) without
+    `BERNARD_WEBHOOK_ALLOW_PRIVATE`: "a private address", "a local name"...; None when it
+    may. A public name is checked again at delivery, by what it resolves to."""
+    try:
+        return _address_reason(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        pass
+    name = host.rstrip(".").lower()
+    if "." not in name or any(name == s or name.endswith(f".{s}") for s in _LOCAL_SUFFIXES):
+        return "a local name"
+    return None
+
+
 def check_targets(settings: Settings) -> None:
     """Refuse (`WebhookTargetError`) a `BERNARD_WEBHOOK_URL` or an origin that is not a
-    plain URL."""
-    allowed_origins(settings)
+    plain URL, or that is private while private targets are not allowed."""
+    targets = [(f"BERNARD_WEBHOOK_ORIGINS' {str(o)!r}", o) for o in allowed_origins(settings)]
     if settings.webhook_url:
-        read_url(settings.webhook_url, "BERNARD_WEBHOOK_URL", user_ok=True)
+        origin = read_url(settings.webhook_url, "BERNARD_WEBHOOK_URL", user_ok=True)
+        targets.insert(0, ("BERNARD_WEBHOOK_URL", origin))
+    if settings.webhook_allow_private:
+        return
+    for name, origin in targets:
+        reason = private_reason(origin.host)
+        if reason is not None:
+            raise WebhookTargetError(
+                f"{name} names {origin.host}, {reason}: webhooks go to public receivers "
+                "unless BERNARD_WEBHOOK_ALLOW_PRIVATE=true"
+            )
+
+
+async def public_address(url: str) -> str:
+    """The address the delivery to `url` connects to: the first its host resolves to, once
+    every one is public; `PrivateTarget` otherwise (OSError when it does not resolve)."""
+    parsed = httpx.URL(url)
+    port = parsed.port or _DEFAULT_PORTS.get(parsed.scheme, 0)
+    found = await asyncio.get_running_loop().getaddrinfo(parsed.host, port, type=socket.SOCK_STREAM)
+    addresses = [str(info[4][0]) for info in found]
+    for address in addresses:
+        reason = _address_reason(ipaddress.ip_address(address.partition("%")[0]))
+        if reason is not None:
+            raise PrivateTarget(f"{parsed.host} resolves to {address}, {reason}")
+    if not addresses:
+        raise OSError(f"{parsed.host} resolves to no address")
+    return addresses[0]

@@ -35,6 +35,7 @@ from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
 from tests.processes import Process, ProcessGroup, private_redis, wait_for
 from tests.serving import serve
 from tests.upstream import Reply, ScriptedUpstream
+from worker.webhooks import pinned
 
 CHAT = "/v1/chat/completions"
 # base64 of b"bernard webhook test key".
@@ -111,6 +112,8 @@ def webhook_settings(upstream: ScriptedUpstream, receiver: Receiver, **overrides
         "webhook_url": receiver.url(),
         "webhook_secret": SECRET,
         "webhook_origins": f"http://localhost:{receiver.port}",
+        # The receivers are on loopback.
+        "webhook_allow_private": True,
         "webhook_retry_delays": "0.3,0.3,0.3",
         "webhook_timeout_s": 2.0,
     }
@@ -389,6 +392,59 @@ async def test_a_requests_own_target_only_on_an_allowed_origin(
     assert unwrap(got).data.id == turn["id"]
     await asyncio.sleep(0.3)
     assert len(receiver.got) == 1, "nothing was created for the refused requests"
+
+
+async def test_a_receiver_that_resolves_to_a_private_address_is_refused_at_delivery(
+    upstream: ScriptedUpstream, receiver: Receiver
+) -> None:
+    # The API's settings allow private receivers and the worker's do not: as when a name
+    # that passed the check at start resolves to a private address by the time of delivery
+    # (both Settings refuse a loopback target at start without the allowance).
+    settings = webhook_settings(upstream, receiver)
+    strict = settings.model_copy(update={"webhook_allow_private": False})
+    async with (
+        run_api(settings) as base_url,
+        httpx.AsyncClient(base_url=base_url, headers=bearer(settings)) as client,
+        run_worker(strict),
+    ):
+        turns = []
+        for own in (None, receiver.url("/mine", host="localhost")):  # 127.0.0.1; a name
+            upstream.script(Reply.text("to a private receiver"))
+            hook = {"webhook_url": own} if own else {}
+            turns.append((await client.post(CHAT, json=body(background=True, **hook))).json())
+
+        async def both_tried() -> bool:
+            return len((await client.get("/v1/webhooks/deliveries")).json()["data"]) >= 2
+
+        await wait_for(both_tried, 10)
+        log = (await client.get("/v1/webhooks/deliveries")).json()["data"]
+    assert receiver.got == []
+    refused = "refused: the receiver is not public (BERNARD_WEBHOOK_ALLOW_PRIVATE)"
+    assert {a["turn_id"]: (a["status_code"], a["error"]) for a in log} == {
+        turn["id"]: (None, refused) for turn in turns
+    }
+
+
+async def test_a_pinned_post_reaches_the_address_checked_under_the_hosts_name(
+    receiver: Receiver,
+) -> None:
+    url, headers, extensions = pinned(receiver.url("/hook?x=1", host="localhost"), "127.0.0.1")
+    assert (str(url), headers, extensions) == (
+        f"http://127.0.0.1:{receiver.port}/hook?x=1",
+        {"host": f"localhost:{receiver.port}", "connection": "close"},
+        {},
+    )
+    async with httpx.AsyncClient() as client:
+        answer = await client.post(url, content=b"{}", headers=headers, extensions=extensions)
+    assert answer.status_code == 200
+    (got,) = receiver.got
+    assert (got.path, got.headers["host"]) == ("/hook", f"localhost:{receiver.port}")
+    secure = pinned("https://hooks.example.com/in", "2606:4700::1")
+    assert (str(secure[0]), secure[1]["host"], secure[2]) == (
+        "https://[2606:4700::1]/in",
+        "hooks.example.com",
+        {"sni_hostname": "hooks.example.com"},
+    )
 
 
 @contextlib.asynccontextmanager

@@ -3,9 +3,11 @@ again from the queue until it is taken or the retry window is over (shared/webho
 says what is sent and when it is queued).
 
 Each attempt is one job run: sign with the attempt's time, POST (no redirect followed,
-the answer's body never read), within `BERNARD_WEBHOOK_TIMEOUT_S` in all, and log it in
-its owner's `DeliveryLog`, which takes the pending delivery off the turn's record in the
-same round trip (shared/webhooks.py `taken`: from then on the queue alone holds it). A
+the answer's body never read; unless `BERNARD_WEBHOOK_ALLOW_PRIVATE`, to the public address
+the host was checked to resolve to, `pinned`, or not at all when one it resolves to is not
+public), within `BERNARD_WEBHOOK_TIMEOUT_S` in all, and log it in its owner's
+`DeliveryLog`, which takes the pending delivery off the turn's record in the same round
+trip (shared/webhooks.py `taken`: from then on the queue alone holds it). A
 worker takes a job off the queue as it starts it (worker/queue.py), so before it POSTs,
 the attempt puts its job back, due once the attempt is surely over, with arq's
 in-progress mark lapsing then too (`_hold`): should the worker die mid-attempt (SIGKILL,
@@ -31,6 +33,7 @@ from arq.constants import in_progress_key_prefix
 from redis.exceptions import RedisError
 
 from shared.settings import Settings
+from shared.webhook_targets import PrivateTarget, public_address
 from shared.webhooks import (
     Attempt,
     DeliveryLog,
@@ -146,8 +149,17 @@ async def _post(
     of an allowed host are closed and which speak something else. The worker's log says."""
     try:
         async with asyncio.timeout(settings.webhook_timeout_s):
-            async with client.stream("POST", url, content=body, headers=headers) as response:
+            target, extensions = httpx.URL(url), dict[str, Any]()
+            if not settings.webhook_allow_private:
+                target, pin, extensions = pinned(url, await public_address(url))
+                headers = {**headers, **pin}
+            async with client.stream(
+                "POST", target, content=body, headers=headers, extensions=extensions
+            ) as response:
                 status = response.status_code
+    except PrivateTarget as exc:
+        logger.warning("webhook POST to %s refused: %s", origin_of(url), exc)
+        return None, "refused: the receiver is not public (BERNARD_WEBHOOK_ALLOW_PRIVATE)"
     except (TimeoutError, httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
         logger.info(
             "webhook POST to %s got no HTTP answer: %s",
@@ -158,6 +170,19 @@ async def _post(
     if 200 <= status < 300:
         return status, None
     return status, f"answered {status}"
+
+
+def pinned(url: str, address: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+    """The POST to `url` sent to `address`, the one its host was checked to resolve to
+    (shared/webhook_targets.py `public_address`): the URL with the address for its host,
+    and the headers and extensions that keep the host's name where it belongs (the Host
+    header; over TLS, the SNI name the certificate is checked against). `Connection: close`,
+    as the client's pool knows a connection by its address alone: another name on the same
+    address must not reuse a TLS connection whose certificate was checked for this one."""
+    parsed = httpx.URL(url)
+    extensions = {"sni_hostname": parsed.host} if parsed.scheme == "https" else {}
+    headers = {"host": parsed.netloc.decode("ascii"), "connection": "close"}
+    return parsed.copy_with(host=address.partition("%")[0]), headers, extensions
 
 
 def _client(ctx: dict[str, Any]) -> httpx.AsyncClient:

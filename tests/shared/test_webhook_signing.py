@@ -12,7 +12,13 @@ from pydantic import ValidationError
 
 from shared.events import Done, TurnStatus
 from shared.settings import Settings
-from shared.webhook_targets import Origin, WebhookTargetError, read_url, requested_target
+from shared.webhook_targets import (
+    Origin,
+    WebhookTargetError,
+    private_reason,
+    read_url,
+    requested_target,
+)
 from shared.webhooks import (
     event_body,
     event_type,
@@ -148,6 +154,7 @@ def test_a_requested_target_must_be_on_an_allowed_origin(url: str, error: str | 
     allowed = settings(
         webhook_secret=SECRET,
         webhook_origins="http://hooks.example, https://hooks.example:8443/, http://127.0.0.1:8123",
+        webhook_allow_private=True,
     )
     if error is None:
         assert requested_target(url, allowed) == url
@@ -207,6 +214,74 @@ def test_read_url(url: str, origin: Origin) -> None:
 def test_settings_that_cannot_work_are_refused(values: dict[str, Any], error: str) -> None:
     with pytest.raises(ValidationError, match=error):
         settings(**values)
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("hooks.example.com", None),
+        ("8.8.8.8", None),
+        ("2606:4700::1", None),
+        ("10.1.2.3", "a private address"),
+        ("192.168.1.10", "a private address"),
+        ("fd00::", "a private address"),
+        ("::ffff:10.0.0.1", "a private address"),
+        ("2002:a00:1::", "a private address"),  # 6to4 of 10.0.0.1
+        ("169.254.169.254", "a link-local address"),
+        ("fe80::1", "a link-local address"),
+        ("127.0.0.1", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("[::1]", "a loopback address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("224.0.0.1", "a multicast address"),
+        ("240.0.0.1", "a private address"),
+        ("100.64.0.1", "not a public address"),
+        ("64:ff9b::a00:1", "a reserved address"),
+        ("metadata.google.internal", "a local name"),
+        ("localhost", "a local name"),
+        ("api.localhost", "a local name"),
+        ("homeassistant.local", "a local name"),
+        ("nas.home.arpa", "a local name"),
+        ("printer.lan", "a local name"),
+        ("metadata", "a local name"),
+        ("Metadata.Google.Internal.", "a local name"),
+    ],
+)
+def test_private_reason(host: str, reason: str | None) -> None:
+    assert private_reason(host) == reason
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        (
+            {"webhook_url": "http://10.0.0.5/hook"},
+            "BERNARD_WEBHOOK_URL names 10.0.0.5, a private address: webhooks go to public "
+            "receivers unless BERNARD_WEBHOOK_ALLOW_PRIVATE=true",
+        ),
+        (
+            {"webhook_origins": "https://hooks.example.com, http://169.254.169.254"},
+            "BERNARD_WEBHOOK_ORIGINS' 'http://169.254.169.254:80' names 169.254.169.254, a "
+            "link-local address: webhooks go to public receivers unless "
+            "BERNARD_WEBHOOK_ALLOW_PRIVATE=true",
+        ),
+        (
+            {"webhook_origins": "http://metadata.google.internal"},
+            "BERNARD_WEBHOOK_ORIGINS' 'http://metadata.google.internal:80' names "
+            "metadata.google.internal, a local name",
+        ),
+        ({"webhook_origins": "http://[fd00::]:8080"}, "names fd00::, a private address"),
+        ({"webhook_url": "http://localhost:8123/hook"}, "names localhost, a local name"),
+    ],
+)
+def test_private_targets_are_refused_at_start_unless_allowed(
+    values: dict[str, Any], error: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        settings(webhook_secret=SECRET, **values)
+    assert error in str(refused.value)
+    allowed = settings(webhook_secret=SECRET, webhook_allow_private=True, **values)
+    assert allowed.webhook_allow_private is True
 
 
 def test_retry_delays_are_read_in_order() -> None:
