@@ -10,6 +10,13 @@ proxy on the same host that does not forward the client's address), and anyone e
 only with `Authorization: Bearer <BERNARD_METRICS_KEY>`; with that unset, no one else
 (403), whether or not `BERNARD_API_KEYS` is set.
 
+Without keys, the Host header stands in for them: the API answers only requests for its
+own names (`host_names`; `KnownHosts`), as local development servers do. A web page
+elsewhere whose name an attacker rebinds to 127.0.0.1 reaches the API from the user's
+browser, on loopback, but with its own name in Host: it is refused (400 `invalid_host`)
+before any route runs. The probes (`/healthz`, `/readyz`) answer any name, as they answer
+anyone when keys are set.
+
 `Owner` also charges the request to its user's rate (shared/rate_limit.py: one token, 429
 `rate_limit_exceeded` with `Retry-After` when the bucket is empty). The routes that start a
 turn take `TurnOwner` instead: their admission charges the turn's cost in the script that
@@ -27,16 +34,35 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from redis.asyncio import Redis
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.admission import rate_limited
-from api.errors import ApiError
+from api.errors import ApiError, error_response
 from api.state import AppState, get_state
 from shared import keys
 from shared.errors import ErrorCode
 from shared.rate_limit import RateLimitedError
 from shared.settings import LOCAL_USER, Settings
 
-__all__ = ["LOCAL_USER", "Owner", "TurnOwner", "authenticate", "current_user", "turn_user"]
+__all__ = [
+    "LOCAL_USER",
+    "KnownHosts",
+    "Owner",
+    "TurnOwner",
+    "authenticate",
+    "current_user",
+    "host_names",
+    "turn_user",
+]
+
+# The names a server without keys always answers to: its own on loopback.
+LOCAL_NAMES = ("localhost", "127.0.0.1", "[::1]")
+# Addresses a server listens on that are no name a client sends.
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+# The probes: they hold nothing of a user's, and a prober sends the address it reached.
+_PROBES = frozenset({"/healthz", "/readyz"})
+_PASSED = "bernard.known_host"
 
 
 async def warn_if_local_hidden(redis: Redis, settings: Settings, logger: logging.Logger) -> int:
@@ -144,3 +170,52 @@ async def metrics_scraper(request: Request, state: Annotated[AppState, Depends(g
             "scraping /metrics from elsewhere takes Authorization: Bearer <BERNARD_METRICS_KEY>",
             code=ErrorCode.INVALID_API_KEY,
         )
+
+
+def host_names(settings: Settings, bound: str) -> list[str] | None:
+    """The Host names the API answers to (`*.lan` patterns among them), listening on
+    `bound` (`HOST`); None for any: with `BERNARD_API_KEYS` set, a key says who asks."""
+    if settings.api_key_users():
+        return None
+    names = [*LOCAL_NAMES, *settings.allowed_host_names()]
+    address = bound.strip().strip("[]").lower()
+    if address not in _WILDCARDS:
+        names.append(f"[{address}]" if ":" in address else address)
+    return list(dict.fromkeys(names))
+
+
+async def _discard(message: Message) -> None:
+    """Where `KnownHosts` sends Starlette's own refusal: its envelope goes instead."""
+
+
+class KnownHosts:
+    """Answer only requests for one of `names` (`host_names`), others with a 400 in the API's
+    envelope. Starlette's `TrustedHostMiddleware` decides (its Host parsing and patterns);
+    its plain-text refusal is discarded for Bernard's envelope: it calls the app it wraps
+    only for a trusted host, and that app marks the request."""
+
+    def __init__(self, app: ASGIApp, names: list[str]) -> None:
+        self.app = app
+        self.check = TrustedHostMiddleware(self._trusted, allowed_hosts=names, www_redirect=False)
+
+    @staticmethod
+    async def _trusted(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[_PASSED] = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in _PROBES:
+            await self.app(scope, receive, send)
+            return
+        await self.check(scope, receive, _discard)
+        if scope.pop(_PASSED, False):
+            await self.app(scope, receive, send)
+            return
+        host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        error = ApiError(
+            400,
+            f"this server answers for its own names only while BERNARD_API_KEYS is unset, "
+            f"and the Host header {host[:100]!r} is not one (add it to BERNARD_ALLOWED_HOSTS)",
+            param="Host",
+            code=ErrorCode.INVALID_HOST,
+        )
+        await error_response(error)(scope, receive, send)

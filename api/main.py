@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api import errors, metrics
 from api.access_log import AccessLog
 from api.attachments import Streams
-from api.auth import warn_if_local_hidden
+from api.auth import KnownHosts, host_names, warn_if_local_hidden
 from api.cluster_hub import ClusterHub
 from api.errors import ApiError, error_response
 from api.hub import Hub, StreamHub
@@ -219,7 +219,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         expose_headers=["X-Bernard-Turn-Id", "X-Bernard-Conversation-Id"],
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(AccessLog)  # outermost: a refused body is logged too
+    names = host_names(settings, os.environ.get("HOST", "127.0.0.1"))
+    if names is not None and "*" not in names:
+        app.add_middleware(KnownHosts, names=names)
+    app.add_middleware(AccessLog)  # outermost: a refused body or host is logged too
     return app
 
 
@@ -243,8 +246,10 @@ def _warn_if_open(settings: Settings) -> None:
     if not settings.api_key_users() and host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning(
             "BERNARD_API_KEYS is not set and the API is bound to %s: anyone who reaches it "
-            "can use it. Set BERNARD_API_KEYS=key:user,...",
+            "can use it. Set BERNARD_API_KEYS=key:user,... (until then it answers requests "
+            "for %s only: BERNARD_ALLOWED_HOSTS adds names)",
             host,
+            ", ".join(host_names(settings, host) or ["any name"]),
         )
 
 

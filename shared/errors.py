@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     # The request: answered before any turn exists.
     INVALID_VALUE = "invalid_value"
     INVALID_API_KEY = "invalid_api_key"
+    INVALID_HOST = "invalid_host"
     PERMISSION_DENIED = "permission_denied"
     MODEL_NOT_FOUND = "model_not_found"
     TURN_NOT_FOUND = "turn_not_found"

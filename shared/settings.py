@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     # Comma-separated web origins (`https://chat.lan`) whose pages may call the API from a
     # browser; `*` for any. Unset: none, the playground being the API's own origin.
     cors_origins: str = Field("", alias="BERNARD_CORS_ORIGINS")
+    # While `api_keys` is unset, the API answers requests whose Host is one of its own names
+    # only (api/auth.py `host_names`: localhost, 127.0.0.1, [::1], the address it is bound
+    # to), so that a web page whose name is rebound to it cannot use it; these
+    # comma-separated names (`bernard.lan`, `*.lan`, or `*` for any) are added.
+    allowed_hosts: str = Field("", alias="BERNARD_ALLOWED_HOSTS")
 
     worker_concurrency: int = Field(500, alias="BERNARD_WORKER_CONCURRENCY")
     queue_name: str = Field("bernard:queue", alias="BERNARD_QUEUE_NAME")
@@ -204,6 +209,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _allowed_hosts_are_names(self) -> Settings:
+        for name in self.allowed_host_names():
+            if "*" in name[1:] or (name.startswith("*") and name != "*" and name[:2] != "*."):
+                raise ValueError(
+                    f"BERNARD_ALLOWED_HOSTS' {name!r}: a wildcard is `*` or leads a domain "
+                    "(`*.lan`)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _queue_is_one_primary(self) -> Settings:
         # The modules that read URLs build on this one.
         from shared.backends import parse_url
@@ -247,6 +262,9 @@ class Settings(BaseSettings):
 
     def cors_origin_list(self) -> list[str]:
         return sorted(_names(self.cors_origins))
+
+    def allowed_host_names(self) -> list[str]:
+        return sorted(name.lower() for name in _names(self.allowed_hosts))
 
     def webhook_retry_delays_s(self) -> tuple[float, ...]:
         """The waits before each delivery attempt after the first, in seconds."""

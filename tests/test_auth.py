@@ -1,4 +1,5 @@
-"""`BERNARD_API_KEYS`: bearer keys map to users; without them the server is open."""
+"""`BERNARD_API_KEYS`: bearer keys map to users; without them the server is open, to
+requests for its own names only (a page whose name is rebound to 127.0.0.1 is refused)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 from starlette.requests import Request
 
-from api.auth import from_loopback
+from api.auth import from_loopback, host_names
 from shared.records.keeper import Archivist
+from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import private_redis
 from tests.upstream import ScriptedUpstream
@@ -152,3 +154,122 @@ async def test_turning_keys_on_warns_that_the_open_servers_conversations_are_hid
     ]
     assert unsaid == []
     assert sorted(c["id"] for c in found.json()["data"]) == ["hall", "kitchen"]
+
+
+# -- without keys: the server's own names only ---------------------------------------------
+
+REBOUND = "rebound.example:8000"
+
+
+def refused_host(host: str) -> dict[str, object]:
+    return {
+        "error": {
+            "message": "this server answers for its own names only while BERNARD_API_KEYS is "
+            f"unset, and the Host header {host!r} is not one (add it to BERNARD_ALLOWED_HOSTS)",
+            "type": "invalid_request_error",
+            "param": "Host",
+            "code": "invalid_host",
+        }
+    }
+
+
+@pytest.fixture
+async def local(
+    upstream: ScriptedUpstream, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Stack]:
+    monkeypatch.setenv("HOST", "192.168.1.20")  # the address it is bound to: one of its names
+    settings = make_settings(upstream, allowed_hosts="bernard.lan, *.home.example")
+    async with run_stack(settings, worker=False) as stack:
+        yield stack
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "/v1/conversations"),
+        ("POST", "/v1/conversations"),
+        ("GET", "/v1/turns"),
+        ("POST", CHAT),
+        ("POST", "/v1/conversations/conv_0123/resume"),
+        ("GET", "/metrics"),
+        ("GET", "/"),
+    ],
+)
+async def test_without_keys_a_request_for_another_name_is_refused_before_any_route(
+    local: Stack, method: str, url: str
+) -> None:
+    answer = await local.client.request(method, url, json=BODY, headers={"host": REBOUND})
+    assert answer.status_code == 400
+    assert answer.json() == refused_host(REBOUND)
+    assert answer.headers["x-should-retry"] == "false"
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost:8000",
+        "LocalHost",
+        "127.0.0.1:8000",
+        "[::1]:8000",
+        "192.168.1.20:8000",
+        "bernard.lan",
+        "tv.home.example:8000",
+    ],
+)
+async def test_without_keys_the_servers_own_names_are_answered(local: Stack, host: str) -> None:
+    answer = await local.client.get("/v1/conversations", headers={"host": host})
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.2:8000", "localhost.rebound.example", "home.example", "", "a b"]
+)
+async def test_without_keys_names_near_the_servers_own_are_refused(local: Stack, host: str) -> None:
+    answer = await local.client.get("/v1/turns", headers={"host": host})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_host"
+
+
+async def test_the_probes_answer_any_name(local: Stack) -> None:
+    for probe in ("/healthz", "/readyz"):
+        answer = await local.client.get(probe, headers={"host": REBOUND})
+        assert answer.status_code in (200, 503), probe  # /readyz: no worker here
+        assert "error" not in answer.json()
+
+
+async def test_with_keys_any_name_is_answered_and_the_key_decides(secured: Stack) -> None:
+    refused = await secured.client.get("/v1/turns", headers={"host": REBOUND})
+    assert refused.status_code == 401
+    answered = await secured.client.get(
+        "/v1/turns", headers={"host": REBOUND, **bearer("key-alice")}
+    )
+    assert answered.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("values", "bound", "names"),
+    [
+        ({}, "127.0.0.1", ["localhost", "127.0.0.1", "[::1]"]),
+        ({}, "0.0.0.0", ["localhost", "127.0.0.1", "[::1]"]),
+        ({}, "::", ["localhost", "127.0.0.1", "[::1]"]),
+        ({}, "::1", ["localhost", "127.0.0.1", "[::1]"]),
+        ({}, "192.168.1.20", ["localhost", "127.0.0.1", "[::1]", "192.168.1.20"]),
+        ({}, "fd00::20", ["localhost", "127.0.0.1", "[::1]", "[fd00::20]"]),
+        ({}, "Bernard.Local", ["localhost", "127.0.0.1", "[::1]", "bernard.local"]),
+        (
+            {"allowed_hosts": "Bernard.lan, *.home.example"},
+            "127.0.0.1",
+            ["localhost", "127.0.0.1", "[::1]", "*.home.example", "bernard.lan"],
+        ),
+        ({"allowed_hosts": "*"}, "127.0.0.1", ["localhost", "127.0.0.1", "[::1]", "*"]),
+        ({"api_keys": "k:alice"}, "127.0.0.1", None),
+    ],
+)
+def test_host_names(values: dict[str, str], bound: str, names: list[str] | None) -> None:
+    assert host_names(Settings(_env_file=None, **values), bound) == names
+
+
+@pytest.mark.parametrize("pattern", ["bernard.*", "*bernard.lan", "a.*.lan"])
+def test_an_allowed_host_wildcard_must_lead_a_domain(pattern: str) -> None:
+    with pytest.raises(ValueError, match="a wildcard is `\\*` or leads a domain"):
+        Settings(_env_file=None, allowed_hosts=pattern)
