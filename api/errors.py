@@ -4,6 +4,7 @@ ApiError                      → its own status, {"error": {message, type, para
 RequestValidationError        → 400 invalid_request_error (never FastAPI's 422 "detail")
 StarletteHTTPException        → its status (404 for unknown routes, 405, 413, ...)
 redis ConnectionError/Timeout → 503 "Redis is unreachable", with Retry-After
+redis OutOfMemoryError        → 503 store_full: Redis at its maxmemory refused a write
 anything else                 → 500 server_error, logged
 
 Every 429 and 503 says when to try again (`Retry-After`, in seconds); every other 4xx
@@ -17,7 +18,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from redis.exceptions import ClusterDownError, RedisClusterException
+from redis.exceptions import ClusterDownError, OutOfMemoryError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -46,6 +47,8 @@ _HTTP_CODES = {
 }
 # Seconds a client should wait before trying again after a 429 or a 503.
 RETRY_AFTER_S = 1
+# After a 503 `store_full`: memory frees as turns expire, not in a second.
+STORE_FULL_RETRY_AFTER_S = 10
 
 
 def envelope(
@@ -159,6 +162,21 @@ def install(app: FastAPI) -> None:
         return error_response(
             ApiError(
                 503, "Redis is unreachable; try again shortly", code=ErrorCode.REDIS_UNAVAILABLE
+            )
+        )
+
+    # Past the memory guard (between two of its samples, or with it off), Redis itself
+    # refuses the write: the same refusal, never a 500.
+    @app.exception_handler(OutOfMemoryError)
+    async def _redis_full(request: Request, exc: Exception) -> JSONResponse:
+        logger.warning("Redis is full: %s", exc)
+        return error_response(
+            ApiError(
+                503,
+                "Redis is full (at its maxmemory) and refused to store this request; "
+                "try again once it has room",
+                code=ErrorCode.STORE_FULL,
+                headers={"retry-after": str(STORE_FULL_RETRY_AFTER_S)},
             )
         )
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from api.errors import ApiError
+from api.errors import STORE_FULL_RETRY_AFTER_S, ApiError
 from shared.backends import backend_of
 from shared.connection import REDIS_ERRORS
 from shared.errors import ErrorCode
@@ -35,8 +35,6 @@ from shared.errors import ErrorCode
 logger = logging.getLogger("bernard.api")
 
 SAMPLE_S = 1.0
-# What a refused client is told to wait: memory frees as turns expire, not in a second.
-RETRY_AFTER_S = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +108,7 @@ class StoreGuard:
                 503,
                 reason,
                 code=ErrorCode.STORE_FULL,
-                headers={"retry-after": str(RETRY_AFTER_S)},
+                headers={"retry-after": str(STORE_FULL_RETRY_AFTER_S)},
             )
 
     async def sample(self) -> None:

@@ -83,6 +83,15 @@ ENDINGS: dict[ErrorCode, Ending] = {
         409,
     ),
     ErrorCode.INTERNAL_ERROR: Ending(FAILED, "server_error", "the turn failed inside Bernard", 500),
+    # Redis refused the turn's writes: it is at its maxmemory (`noeviction`).
+    ErrorCode.STORE_FULL: Ending(
+        FAILED,
+        "server_error",
+        "Redis is full (at its maxmemory) and refused the turn's writes: the turn was "
+        "stopped; try again once it has room",
+        503,
+        retry=True,
+    ),
     ErrorCode.STORE_FAILOVER: Ending(
         FAILED,
         "server_error",

@@ -226,7 +226,10 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # once the turn has ended; nor the cancel key, which is never touched here: it is set with
 # a TTL of the turns' retention at most (shared/cancel.py), so it goes no later than the
 # record, and nothing reads it once the turn has ended either. Each command here runs once
-# a turn.
+# a turn. Its first write is a DEL, which Redis runs at its maxmemory: Redis checks a
+# script's first write alone against maxmemory (it cannot stop one half done), so a full
+# Redis still takes a turn's ending (a few hundred bytes, which its retention and the
+# messages it drops give back) and every client reads it.
 FINISH = """
 local read = redis.call('HMGET', KEYS[1], 'status', 'webhook')
 local status = read[1]
@@ -240,6 +243,7 @@ if status ~= 'queued' and status ~= 'running' then
 end
 if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 'refused' end
 if ARGV[7] == 'queued' and status ~= 'queued' then return 'refused' end
+redis.call('DEL', KEYS[4])
 for i = 9, #ARGV do
   local id = '*'
   if i == #ARGV then id = ARGV[8] end
@@ -252,7 +256,6 @@ redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HDEL', KEYS[1], 'messages')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-redis.call('DEL', KEYS[4])
 if read[2] then return {'ended', read[2]} end
 return 'ended'
 """
@@ -301,6 +304,9 @@ class Cause(StrEnum):
     CRASHED = "crashed"  # anything else it raised: a bug
     SHUT_DOWN = "shut_down"  # arq cancelled the job (the worker shutting down)
     FAILED_OVER = "failed_over"  # the data role failed over while it ran (docs/scaling.md)
+    # Redis refused a write for its maxmemory: while the turn ran, or as a worker took it.
+    STORE_FULL = "store_full"
+    STORE_FULL_QUEUED = "store_full_queued"
     # Over for its worker: another process ended it, its record is gone, or its stream
     # refused a write (shared/streams.py, `TurnOverError`).
     OVER = "over"
@@ -368,6 +374,8 @@ RULES: dict[Cause, Rule] = {
         Rule(_C.CRASHED, _E.INTERNAL_ERROR, _W.WORKER),
         Rule(_C.SHUT_DOWN, _E.WORKER_SHUTDOWN, _W.WORKER, after=After.RAISE),
         Rule(_C.FAILED_OVER, _E.STORE_FAILOVER, _W.WORKER),
+        Rule(_C.STORE_FULL, _E.STORE_FULL, _W.WORKER),
+        Rule(_C.STORE_FULL_QUEUED, _E.STORE_FULL, _W.WORKER, _G.QUEUED),
         Rule(_C.OVER, _E.WORKER_LOST, _W.WORKER, after=After.ABANDON),
         Rule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY, _G.LAPSED),
         Rule(_C.STRANDED, _E.TURN_LOST, _W.ANY, _G.QUEUED),

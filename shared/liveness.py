@@ -59,10 +59,15 @@ end
 # elsewhere), which were asked to stop, and which it let go of while still running (its
 # job returned without a finish that landed: its caller ends them as a reaper would). The
 # turns let go of that are not running leave its set; the over ones too. A worker with no
-# turn costs 4 commands a call (as `INFO commandstats` counts them), one with some 9.
+# turn costs 4 commands a call (as `INFO commandstats` counts them), one with some 9. Its
+# first write is a PEXPIRE, which Redis runs at its maxmemory, and so lets the rest of the
+# script through (it checks a script's first write alone): a full Redis must not make a
+# live worker look dead, or reapers would end its turns `worker_lost`.
 KEEP = f"""
 {_SREM_ALL}
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1])
 if ARGV[5] ~= '' then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ARGV[5]) end
 if redis.call('EXISTS', KEYS[2]) == 0 then return {{{{}}, {{}}, {{}}}} end

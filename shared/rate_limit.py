@@ -30,7 +30,10 @@ __all__ = ["TAKE_TOKENS_FUNCTION", "Rate", "RateLimitedError", "RateLimiter"]
 # Lua: `take(key, now, per_s, burst, cost)` takes `cost` tokens from the bucket at `key`,
 # refilled at `per_s` a second up to `burst` since it was last touched; returns 0 taken,
 # else the milliseconds until it could be (the bucket unchanged). A bucket it never saw
-# is full. It expires once it would be full again.
+# is full. It expires once it would be full again. Its first write is the PEXPIRE, which
+# Redis runs at its maxmemory and which so lets the rest of the script through (Redis checks
+# a script's first write alone): a full Redis still counts requests, so reading and
+# deleting go on (the bucket is a few bytes a user).
 TAKE_TOKENS_FUNCTION = """
 local function take(key, now, per_s, burst, cost)
   local held = redis.call('HMGET', key, 'tokens', 'at')
@@ -40,8 +43,10 @@ local function take(key, now, per_s, burst, cost)
     at = now
   end
   if tokens < cost then return math.ceil((cost - tokens) / per_s * 1000) end
+  local ttl = math.ceil(burst / per_s * 1000) + 1000
+  local existed = redis.call('PEXPIRE', key, ttl)
   redis.call('HSET', key, 'tokens', tokens - cost, 'at', at)
-  redis.call('PEXPIRE', key, math.ceil(burst / per_s * 1000) + 1000)
+  if existed == 0 then redis.call('PEXPIRE', key, ttl) end
   return 0
 end
 """

@@ -26,7 +26,7 @@ import orjson
 from arq.constants import in_progress_key_prefix, job_key_prefix
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from shared import keys
 from shared.backends import backend_of
@@ -148,6 +148,18 @@ def admission_of(reply: int | bytes) -> TurnAdmission:
     if value == 1:
         return TurnAdmission(Admitted.ADMITTED)
     raise ValueError(f"no admission replies {value}")
+
+
+def _raise_unless_counts_refused(replies: Sequence[Any], queued: bool) -> None:
+    """Raise the first error among the replies of `finish`'s queue half, unless Redis at its
+    maxmemory only refused to count the ending (the releases, ZREMs, always run): a full
+    Redis loses a count, not the turn's release. `queued`: a delivery was queued too."""
+    errors = [reply for reply in replies if isinstance(reply, Exception)]
+    if not errors:
+        return
+    if queued or not all(isinstance(error, OutOfMemoryError) for error in errors):
+        raise errors[0]
+    logger.warning("turn ending not counted: %s", errors[0])
 
 
 class TurnStore:
@@ -554,7 +566,8 @@ class TurnStore:
                 elif webhook is not None and ending is not None:
                     enqueue_delivery(pipe, webhook, owner, turn_id, *ending)
                 try:
-                    await pipe.execute()
+                    replies = await pipe.execute(raise_on_error=False)
+                    _raise_unless_counts_refused(replies, webhook is not None)
                 except BaseException:
                     if webhook is not None:
                         # Left pending in the record: the reaper's ending queues it.

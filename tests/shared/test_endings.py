@@ -111,6 +111,15 @@ ROWS = [
         503,
         True,
     ),
+    (
+        "store_full",
+        "failed",
+        "server_error",
+        "Redis is full (at its maxmemory) and refused the turn's writes: the turn was "
+        "stopped; try again once it has room",
+        503,
+        True,
+    ),
 ]
 
 

@@ -56,6 +56,8 @@ ENDING_ROWS = [
     ("crashed", "internal_error", "failed", "worker", "always", "return", False),
     ("shut_down", "worker_shutdown", "failed", "worker", "always", "raise", False),
     ("failed_over", "store_failover", "failed", "worker", "always", "return", False),
+    ("store_full", "store_full", "failed", "worker", "always", "return", False),
+    ("store_full_queued", "store_full", "failed", "worker", "queued", "return", False),
     ("over", "worker_lost", "failed", "worker", "always", "abandon", False),
     ("lease_lapsed", "worker_lost", "failed", "any", "lapsed", "return", False),
     ("stranded", "turn_lost", "failed", "any", "queued", "return", False),
