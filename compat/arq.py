@@ -17,6 +17,9 @@ held by tests/compat/test_arq.py, which fails when arq changes it):
   arq's ran. A job that did not end (cancelled by a shutdown, or `Retry`) arq only moves on
   the queue (ZINCRBY of `incr_score`); a job the subclass took off the queue
   (`took_off_queue`) is not moved, so that `finished` can put it back where it belongs.
+- A poll iteration (`_poll_iteration`) that fails with one of the subclass's `outlived`
+  errors ends there and calls its `outlive`; the next one tries again. arq lets every error
+  of an iteration (its health check's write, a job task's) stop the worker.
 - `Worker._pool` is None once `close` ran (`closed`).
 - `arq.worker.get_kwargs` picks out of a settings class what arq's `Worker` takes.
 
@@ -47,6 +50,8 @@ class WakingWorker(Worker):
     wake_timeout_s: ClassVar[int] = 1
     # While every job slot is busy, how often to look for a free one.
     full_recheck_s: ClassVar[float] = 0.05
+    # What a poll iteration may fail with that the worker outlives (the subclass's).
+    outlived: ClassVar[tuple[type[Exception], ...]] = ()
 
     def __init__(self, *args: Any, wake_list: Callable[[str], str], **kwargs: Any) -> None:
         # arq sleeps `poll_delay` minus the iteration's duration; the wait on the wake list
@@ -67,6 +72,10 @@ class WakingWorker(Worker):
     async def finished(self, job_id: str, ended: bool, incr_score: int | None) -> None:
         """Called once arq recorded what became of `job_id`: its result or its failure
         (`ended`), or that it is to run again (`incr_score` ms later, or at once)."""
+
+    async def outlive(self, error: Exception) -> None:
+        """Called when a poll iteration failed with one of `outlived`; the next iteration
+        starts once it returns."""
 
     def took_off_queue(self, job_id: str) -> bool:
         """Whether `start` took `job_id` off the queue (arq's retry, which moves the job's
@@ -145,6 +154,12 @@ class WakingWorker(Worker):
             # `close` ran while a command was in flight: the cancel it sent was taken for a
             # lost connection and retried. The worker is shutting down; stop polling.
             raise asyncio.CancelledError
+        try:
+            await self._poll_and_wait()
+        except self.outlived as error:
+            await self.outlive(error)
+
+    async def _poll_and_wait(self) -> None:
         # arq's poll reads the queue only with a slot free.
         self._polled = self.allow_pick_jobs and self.free_slots > 0
         await super()._poll_iteration()

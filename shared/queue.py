@@ -132,6 +132,15 @@ def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str) -> None:
     pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
 
 
+async def dequeue(queue: Redis, queue_name: str, turn_id: str) -> None:
+    """Take the job of turn `turn_id` off the queue unrun (the turn ended without it).
+    Deletions only: Redis runs them at its maxmemory too."""
+    async with queue.pipeline(transaction=False) as pipe:
+        pipe.zrem(queue_name, turn_id)
+        pipe.delete(job_key_prefix + turn_id, keys.job_owner(queue_name, turn_id))
+        await pipe.execute()
+
+
 def enqueue_due(pipe: Pipeline, queue_name: str, job_id: str, function: str, *args: Any) -> None:
     """Queue `function(*args)` as the background job `job_id`, due now, in the caller's
     pipeline, and wake one idle worker for it. Unadmitted here: its slots are taken as a

@@ -85,6 +85,7 @@ async def startup(ctx: dict[str, Any]) -> None:
         queue=queue,
     )
     await supervisor.start()  # publishes the tools it offers (worker/tools/catalog.py)
+    ctx[WakeWorker.REFUSE_FULL] = supervisor.refuse_full
     ctx.update(
         settings=settings,
         bernard_redis=redis,

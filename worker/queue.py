@@ -33,6 +33,13 @@ what live and background jobs are):
   when its poll found every slot busy (a backlog may be waiting) does it leave that job
   to the next poll, which orders it with the rest. A turn's start costs no command more:
   the script that takes it also deletes its owner key and returns the owner.
+
+A Redis at its `maxmemory` refuses the script that takes a job (and arq's health check).
+The worker outlives that: a turn it cannot take is ended `store_full` (its ending is a
+write Redis still takes: shared/lifecycle.py, FINISH) and its job dropped, so its client
+reads why at once; a background job stays queued for later; any other refusal ends the
+poll iteration, which starts again `FULL_PAUSE_S` later. Once memory is freed it takes
+jobs again as before.
 """
 
 from __future__ import annotations
@@ -45,16 +52,18 @@ from typing import Any
 
 from arq.constants import in_progress_key_prefix
 from arq.utils import timestamp_ms
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from compat.arq import WakingWorker
 from shared import keys
 from shared.connection import wait_until_reachable
+from shared.events import TurnStatus
 from shared.logs import configure_logging
 from shared.queue import (
     SLOTS,
     BackgroundLimits,
     background_owner,
+    dequeue,
     release_background,
     requeue_background,
 )
@@ -67,6 +76,10 @@ BACKGROUND_RECHECK_S = 0.5
 _REFUSED_KEPT = 256
 # The longest a shutdown waits on Redis.
 _CLOSE_TIMEOUT_S = 5.0
+# How long a worker waits after Redis, at its maxmemory, refused a write of its poll; and
+# how often at most it says so.
+FULL_PAUSE_S = 0.5
+_FULL_LOG_S = 30.0
 
 # KEYS: the job's in-progress key, the queue. ARGV: job id, now ms. arq's start checks in a
 # WATCH/MULTI: not running elsewhere, still queued, due.
@@ -122,6 +135,10 @@ class WakeWorker(WakingWorker):
     (`MARK`): worker/main.py's start-up refuses a worker that is not one."""
 
     MARK = "bernard_wake_worker"
+    # The ctx entry (set by worker/main.py's start-up) that ends a turn Redis is too full
+    # to start: `refuse(turn_id)` returns the status the turn is left in.
+    REFUSE_FULL = "bernard_refuse_full"
+    outlived = (OutOfMemoryError,)
 
     def __init__(
         self,
@@ -147,6 +164,7 @@ class WakeWorker(WakingWorker):
         # their background jobs are left alone.
         self._refused_until: dict[str, float] = {}
         self._all_refused_until = 0.0
+        self._full_logged = -_FULL_LOG_S  # `time.monotonic()` of the last "Redis is full"
 
     async def main(self) -> None:
         """arq's `main`, once Redis answers: a worker started against a Redis that is down
@@ -172,6 +190,19 @@ class WakeWorker(WakingWorker):
                 await super().close()
         except (RedisError, OSError, TimeoutError) as exc:
             logging.getLogger("bernard.worker").warning("shut down without Redis: %s", exc)
+
+    async def outlive(self, error: Exception) -> None:
+        """A write of the poll was refused for Redis's maxmemory: say so, pause, go on."""
+        self._say_full(error)
+        await asyncio.sleep(FULL_PAUSE_S)
+
+    def _say_full(self, error: Exception) -> None:
+        now = time.monotonic()
+        if now - self._full_logged >= _FULL_LOG_S:
+            self._full_logged = now
+            logging.getLogger("bernard.worker").warning(
+                "Redis is full (%s): turns are refused until it has room", error
+            )
 
     async def start(self, job_ids: list[str]) -> None:
         """Start what is due of `job_ids`, one round trip per job: a backlog in fair order,
@@ -212,10 +243,14 @@ class WakeWorker(WakingWorker):
         if not candidate.background:
             if self._take is None:
                 self._take = self.pool.register_script(_TAKE)
-            reply = await self._take(
-                keys=[in_progress, self.queue_name, keys.job_owner(self.queue_name, job_id)],
-                args=common,
-            )
+            try:
+                reply = await self._take(
+                    keys=[in_progress, self.queue_name, keys.job_owner(self.queue_name, job_id)],
+                    args=common,
+                )
+            except OutOfMemoryError as error:
+                await self._refuse_full(job_id, error)
+                return None
             if reply is None:
                 return None
             score, owner = reply
@@ -225,7 +260,7 @@ class WakeWorker(WakingWorker):
             self._take_background = self.pool.register_script(_TAKE_BACKGROUND)
         now = time.time()
         limits = self.background
-        reply = await self._take_background(
+        take_background = self._take_background(
             keys=[
                 in_progress,
                 self.queue_name,
@@ -241,12 +276,29 @@ class WakeWorker(WakingWorker):
                 limits.ttl_s,
             ],
         )
+        try:
+            reply = await take_background
+        except OutOfMemoryError as error:
+            # It waits on the queue, as over a budget, until Redis has room.
+            self._say_full(error)
+            self._refused(candidate.owner, everyone=True)
+            return None
         if reply is None:
             return None
         if isinstance(reply, int):
             self._refused(candidate.owner, everyone=reply == _OVER_DEPLOYMENT_BUDGET)
             return None
         return int(float(reply[0])), candidate.owner
+
+    async def _refuse_full(self, turn_id: str, error: OutOfMemoryError) -> None:
+        """Redis is too full to start the turn: end it (unless another worker has it) and
+        drop its job."""
+        self._say_full(error)
+        refuse = self.ctx.get(self.REFUSE_FULL)
+        if refuse is None:
+            return  # not started up yet: it stays queued
+        if await refuse(turn_id) != TurnStatus.RUNNING:
+            await dequeue(self.pool, self.queue_name, turn_id)
 
     def _may_start_background(self, owner: str | None) -> bool:
         if self._background_running >= self.background_slots:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import httpx
 from langchain_core.tools import BaseTool
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from shared import keys
 from shared.backends import backend_of
@@ -54,7 +54,7 @@ from shared.events import (
     MessageStored,
     TurnStatus,
 )
-from shared.lifecycle import RULES, After, Cause
+from shared.lifecycle import RULES, After, Cause, Claimed, Finished
 from shared.liveness import Liveness
 from shared.logs import TURN_FIELDS
 from shared.records.conversation import ConversationFullError
@@ -96,6 +96,8 @@ _RAISED: tuple[tuple[type[Exception], Cause], ...] = (
     (ConversationGoneError, Cause.CONVERSATION_GONE),
     # The request's messages were refused whole (shared/budgets.py): nothing stored.
     (ConversationFullError, Cause.CONVERSATION_FULL),
+    # Redis at its maxmemory refused one of its writes (its ending still lands: FINISH).
+    (OutOfMemoryError, Cause.STORE_FULL),
     (Exception, Cause.CRASHED),
 )
 
@@ -189,7 +191,10 @@ class TurnSupervisor:
     async def run(self, turn_id: str) -> str:
         """The arq job: run the turn if it is still queued; return its final status (a plain
         string, as arq stores it: "lost" for a turn over for this worker)."""
-        claim = await self.store.claim(turn_id, self.worker_id, self._overdue_s)
+        try:
+            claim = await self.store.claim(turn_id, self.worker_id, self._overdue_s)
+        except OutOfMemoryError:
+            return await self.refuse_full(turn_id)
         if claim.record is None:
             # A re-delivered job (after a crash or shutdown) must never run a turn twice.
             logger.info(
@@ -217,6 +222,23 @@ class TurnSupervisor:
             self._running.pop(turn_id, None)
             self.liveness.discard(turn_id)
             telemetry.close()
+
+    async def refuse_full(self, turn_id: str) -> str:
+        """End a turn no worker took yet because Redis, at its maxmemory, refused to start
+        it (`STORE_FULL_QUEUED`: unless another worker has it); return its status."""
+        record = await self.store.get(turn_id)
+        if record is None:
+            return str(Claimed.MISSING)
+        rule = RULES[Cause.STORE_FULL_QUEUED]
+        ended = await self.store.end(turn_id, record.owner, Cause.STORE_FULL_QUEUED)
+        if ended is not Finished.ENDED:
+            return str(record.status)
+        logger.warning(
+            "turn %s refused: Redis is full",
+            turn_id,
+            extra={"turn_id": turn_id, "status": rule.status, "error": rule.code},
+        )
+        return str(rule.status)
 
     def cancel_local(self, turn_id: str, cause: Cause = Cause.CANCELLED) -> None:
         """Abort the turn if it runs here, for `cause` (`CANCELLED`: asked to; `OVER`: over
