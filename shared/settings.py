@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     worker_background_share: float = Field(
         0.25, ge=0.0, le=1.0, alias="BERNARD_WORKER_BACKGROUND_SHARE"
     )
+    # The share of each worker's slots one user's jobs may take (at least one slot), so
+    # another user's turn finds a free one (worker/queue.py).
+    worker_user_share: float = Field(0.5, gt=0.0, le=1.0, alias="BERNARD_WORKER_USER_SHARE")
 
     # What one user may store (shared/budgets.py): conversation history (messages and call
     # records) per conversation (413 beyond) and across them, and conversations (429 beyond).
@@ -239,6 +242,22 @@ class Settings(BaseSettings):
         check_webhook_settings(self)
         return self
 
+    def slot_warning(self) -> str | None:
+        """Why one user's turns may hold every slot of a worker, if they may: what the worker
+        warns of as it starts."""
+        slots = self.worker_concurrency
+        if user_slots(slots, self.worker_user_share) < slots:
+            return None
+        if self.max_active_turns_per_user < slots:
+            return None
+        return (
+            f"one user's turns may hold every one of a worker's {slots} slots "
+            f"(BERNARD_WORKER_CONCURRENCY), as BERNARD_WORKER_USER_SHARE "
+            f"({self.worker_user_share:g}) leaves none to others and "
+            f"BERNARD_MAX_ACTIVE_TURNS_PER_USER ({self.max_active_turns_per_user}) fills them: "
+            "another user's turn then waits for one of theirs to end"
+        )
+
     @property
     def queue_url(self) -> str:
         """Where the queue role lives: `BERNARD_QUEUE_REDIS_URL`, else `REDIS_URL`."""
@@ -278,6 +297,12 @@ class Settings(BaseSettings):
             if key and sep and user:
                 pairs[key] = user
         return pairs
+
+
+def user_slots(slots: int, share: float) -> int:
+    """How many of a worker's `slots` one user's jobs may hold: `share` of them, at least
+    one."""
+    return max(1, int(slots * share))
 
 
 def _names(text: str) -> frozenset[str]:

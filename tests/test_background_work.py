@@ -27,7 +27,14 @@ from shared.timers import TimerStore
 from tests.conftest import Stack, make_settings, make_tool_settings, run_stack, run_worker
 from tests.processes import wait_for
 from tests.sse import frames
-from tests.upstream import Body, Exchange, Reply, ScriptedUpstream, last_user_text
+from tests.upstream import (
+    Body,
+    Exchange,
+    Reply,
+    ScriptedUpstream,
+    is_router_request,
+    last_user_text,
+)
 from tests.users import as_user
 from worker.main import create_worker
 from worker.summaries import SUMMARY_PROMPT
@@ -343,8 +350,14 @@ async def test_a_saturated_worker_starts_another_users_first_turn_before_a_backl
 ) -> None:
     """Two slots, both running alice's turns, three more of hers queued, around bob's
     first turn: when a slot frees, bob's turn starts, not alice's oldest (queue order) nor
-    her newest (the wake list's)."""
-    settings = settings_for(upstream, users, worker_concurrency=2, max_active_turns_per_user=10)
+    her newest (the wake list's). Her share is every slot here, so that hers fill them."""
+    settings = settings_for(
+        upstream,
+        users,
+        worker_concurrency=2,
+        worker_user_share=1.0,
+        max_active_turns_per_user=10,
+    )
     async with run_stack(settings) as stack:
 
         async def alice(text: str) -> str:
@@ -391,3 +404,64 @@ async def _status(stack: Stack, turn_id: str) -> str:
 
 async def _all_status(stack: Stack, turn_ids: list[str], status: str) -> bool:
     return all([await _status(stack, turn_id) == status for turn_id in turn_ids])
+
+
+async def test_one_users_slow_turns_leave_a_share_of_the_slots_to_another_user(
+    upstream: ScriptedUpstream, users: Users
+) -> None:
+    """Four slots; alice starts four slow turns (3 s each): at BERNARD_WORKER_USER_SHARE
+    0.5 two run and two wait queued, so bob's turn starts at once in a free slot instead of
+    waiting for one of hers to end; hers run as theirs end."""
+    FIRST_TOKEN_BOUND_S = 1.5  # about 0.05 s on a quiet box; alice's turns take 3 s
+    WOKEN_WITHIN_S = 0.25  # about 0.02 s; a poll would come up to 1 s later
+    SLOW = {"tokens": 20, "every_s": 0.15}
+
+    def respond(body: Body) -> Reply:
+        if last_user_text(body).startswith("slow"):
+            return Reply.text([" tick"] * SLOW["tokens"], chunk_delay=SLOW["every_s"])
+        return Reply.text("fine")
+
+    upstream.responder = respond
+    settings = settings_for(
+        upstream, users, worker_concurrency=4, worker_user_share=0.5, max_active_turns_per_user=10
+    )
+    async with run_stack(settings) as stack:
+        turn_ids = []
+        for n in range(4):
+            body = {
+                "model": "bernard-v1",
+                "background": True,
+                "messages": [{"role": "user", "content": f"slow {n}"}],
+            }
+            answer = await stack.client.post(CHAT, json=body, headers=as_user("alice"))
+            assert answer.status_code == 202, answer.text
+            turn_ids.append(str(answer.json()["id"]))
+
+        def streaming() -> list[Exchange]:
+            return [
+                ex
+                for ex in upstream.exchanges
+                if last_user_text(ex.body).startswith("slow")
+                and not is_router_request(ex.body)
+                and not ex.ended
+            ]
+
+        await wait_for(lambda: len(streaming()) == 2, timeout_s=5)
+        await asyncio.sleep(0.3)  # time for a third to start, were it let
+        assert len(streaming()) == 2, "two slots of four (BERNARD_WORKER_USER_SHARE 0.5)"
+        first = await first_token_s(stack.client, "bob", "hello")
+        print(f"\nbob's first token beside alice's 4 slow turns on 4 slots: {first * 1000:.0f} ms")
+        assert first < FIRST_TOKEN_BOUND_S, first
+        assert len(streaming()) <= 2
+        # Hers that waited start as hers end (a wake-up each), not a poll later.
+        await wait_for(lambda: _all_status(stack, turn_ids, "completed"), timeout_s=15)
+        answers = [
+            ex
+            for ex in upstream.exchanges
+            if last_user_text(ex.body).startswith("slow") and not is_router_request(ex.body)
+        ]
+        started = sorted(ex.started_at for ex in answers)
+        ended = sorted(ex.completed_at or 0.0 for ex in answers)
+        waited = [round(start - end, 3) for start, end in zip(started[2:], ended[:2], strict=True)]
+        print(f"alice's waiting turns started {waited} s after hers ended")
+        assert all(wait < WOKEN_WITHIN_S for wait in waited), waited

@@ -114,6 +114,9 @@ async def startup(ctx: dict[str, Any]) -> None:
             settings.response_model,
             settings.openai_base_url or "api.openai.com",
         )
+    warning = settings.slot_warning()
+    if warning is not None:
+        logger.warning(warning)
     await warn_if_evicting(redis, logger)
     if queue is not redis:
         await warn_if_evicting(queue, logger)
@@ -212,6 +215,7 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         # WakeWorker's own (worker/queue.py): what background jobs may take.
         "background": BackgroundLimits.of(settings),
         "background_share": settings.worker_background_share,
+        "user_share": settings.worker_user_share,
         "job_timeout": settings.turn_timeout_s + 30,
         "keep_result": 0,
         "max_tries": 1,

@@ -9,9 +9,15 @@ instead of arq's optimistic transaction (four round trips), and the started job 
 arq's queue in that same script, so polls cost the same with one turn running or a
 thousand.
 
-Where jobs start, `WakeWorker` departs from arq in three more ways (shared/queue.py says
+Where jobs start, `WakeWorker` departs from arq in four more ways (shared/queue.py says
 what live and background jobs are):
 
+- **User share.** One user's jobs hold at most `BERNARD_WORKER_USER_SHARE` of the
+  worker's slots (at least one), so another user's turn finds a free slot instead of
+  waiting for one of theirs to end. A turn of a user at the share is not started: it stays
+  on the queue for another worker, or for this one once a job of that user ends (which
+  wakes a worker for it). Its owner is read (one round trip, as for a backlog) only when a
+  user may reach the share with the jobs the poll found.
 - **Background share.** Background jobs get at most `BERNARD_WORKER_BACKGROUND_SHARE` of
   the worker's slots (at least one). One that finds them all busy is not started: it
   stays on the queue and the next poll looks at it again (within `WAKE_TIMEOUT_S`). It
@@ -45,6 +51,7 @@ jobs again as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -56,7 +63,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from compat.arq import WakingWorker
 from shared import keys
-from shared.connection import wait_until_reachable
+from shared.connection import REDIS_ERRORS, wait_until_reachable
 from shared.events import TurnStatus
 from shared.logs import configure_logging
 from shared.queue import (
@@ -67,6 +74,7 @@ from shared.queue import (
     release_background,
     requeue_background,
 )
+from shared.settings import user_slots
 from worker.fairness import Candidate, fair_order
 
 # How long a worker leaves alone the background jobs of an owner over their budget (or
@@ -123,7 +131,7 @@ return {score, false}
 )
 _OVER_USER_BUDGET, _OVER_DEPLOYMENT_BUDGET = -1, -2
 # What a `WakeWorker` takes beyond arq's `Worker`.
-WAKE_OPTIONS = ("background", "background_share")
+WAKE_OPTIONS = ("background", "background_share", "user_share")
 
 
 class WakeWorker(WakingWorker):
@@ -145,12 +153,14 @@ class WakeWorker(WakingWorker):
         *args: Any,
         background: BackgroundLimits,
         background_share: float,
+        user_share: float = 1.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, wake_list=keys.wake, **kwargs)
         self.ctx[self.MARK] = True
         self.background = background
         self.background_slots = max(1, int(self.max_jobs * background_share))
+        self.user_slots = user_slots(self.max_jobs, user_share)
         self._take: Any = None
         self._take_background: Any = None
         # The jobs running here: id → (owner, background), and how many each owner runs.
@@ -165,6 +175,10 @@ class WakeWorker(WakingWorker):
         self._refused_until: dict[str, float] = {}
         self._all_refused_until = 0.0
         self._full_logged = -_FULL_LOG_S  # `time.monotonic()` of the last "Redis is full"
+        # A turn left queued for each owner at their share: a wake-up for it goes out as a
+        # job of theirs ends here (`_job_done`), and the tasks sending them.
+        self._held: dict[str, str] = {}
+        self._waking: set[asyncio.Task[None]] = set()
 
     async def main(self) -> None:
         """arq's `main`, once Redis answers: a worker started against a Redis that is down
@@ -208,11 +222,15 @@ class WakeWorker(WakingWorker):
         """Start what is due of `job_ids`, one round trip per job: a backlog in fair order,
         background jobs within their share and budgets."""
         candidates = [_candidate(job_id) for job_id in job_ids]
+        if len(candidates) > self.free_slots or self._may_reach_share(len(candidates)):
+            candidates = await self._with_owners(candidates)
         if len(candidates) > self.free_slots:
-            candidates = fair_order(await self._with_owners(candidates), self._running_by_owner)
+            candidates = fair_order(candidates, self._running_by_owner)
         for candidate in candidates:
             if candidate.background and not self._may_start_background(candidate.owner):
                 continue  # stays queued: a later poll looks at it again
+            if not candidate.background and self._at_share(candidate):
+                continue
             if not await self.take_slot():
                 return
             started = None
@@ -300,6 +318,19 @@ class WakeWorker(WakingWorker):
         if await refuse(turn_id) != TurnStatus.RUNNING:
             await dequeue(self.pool, self.queue_name, turn_id)
 
+    def _may_reach_share(self, more: int) -> bool:
+        """Whether `more` jobs started now could take an owner to their share."""
+        return max(self._running_by_owner.values(), default=0) + more > self.user_slots
+
+    def _at_share(self, candidate: Candidate) -> bool:
+        """Whether the candidate's owner holds their share of the slots (it then stays
+        queued, and a job of theirs ending here wakes a worker for it)."""
+        owner = candidate.owner
+        if owner is None or self._running_by_owner[owner] < self.user_slots:
+            return False
+        self._held[owner] = candidate.job_id
+        return True
+
     def _may_start_background(self, owner: str | None) -> bool:
         if self._background_running >= self.background_slots:
             return False
@@ -337,6 +368,16 @@ class WakeWorker(WakingWorker):
         if self._running_by_owner[owner] <= 0:
             del self._running_by_owner[owner]
         self._background_running -= background
+        held = self._held.pop(owner, None) if owner is not None else None
+        if held is not None and not self.closed:
+            # This worker may be waiting on the wake list for a while: a wake-up now.
+            task = asyncio.create_task(self._wake(held))
+            self._waking.add(task)
+            task.add_done_callback(self._waking.discard)
+
+    async def _wake(self, job_id: str) -> None:
+        with contextlib.suppress(*REDIS_ERRORS):
+            await self.pool.lpush(self.wake_key, job_id)  # type: ignore[misc]
 
     def took_off_queue(self, job_id: str) -> bool:
         """A background job this worker started: `finished` puts it back if it did not end."""

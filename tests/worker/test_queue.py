@@ -50,3 +50,44 @@ async def test_background_jobs_get_their_share_of_a_workers_slots_and_at_least_o
         assert worker.background_slots == slots
     finally:
         await worker.pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "share", "slots"),
+    [(20, 0.5, 10), (500, 0.5, 250), (4, 0.5, 2), (3, 0.5, 1), (1, 0.5, 1), (10, 1.0, 10)],
+)
+async def test_one_users_jobs_get_their_share_of_a_workers_slots_and_at_least_one(
+    concurrency: int, share: float, slots: int
+) -> None:
+    settings = make_settings(worker_concurrency=concurrency, worker_user_share=share)
+    worker = create_worker(settings, handle_signals=False)
+    try:
+        assert isinstance(worker, WakeWorker)
+        assert worker.user_slots == slots
+    finally:
+        await worker.pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "share", "active", "warned"),
+    [
+        (20, 0.5, 20, False),  # the defaults' shape: ten slots are another user's
+        (20, 1.0, 19, False),  # one user's turns cannot fill the worker
+        (20, 1.0, 20, True),  # the issue's: at concurrency 20 one user held every slot
+        (1, 0.5, 20, True),  # one slot is always one user's
+        (2, 0.5, 20, False),
+    ],
+)
+def test_settings_that_let_one_user_hold_every_slot_are_warned_of(
+    concurrency: int, share: float, active: int, warned: bool
+) -> None:
+    settings = make_settings(
+        worker_concurrency=concurrency,
+        worker_user_share=share,
+        max_active_turns_per_user=active,
+    )
+    warning = settings.slot_warning()
+    assert (warning is not None) is warned
+    if warning is not None:
+        assert "BERNARD_WORKER_USER_SHARE" in warning
+        assert f"{concurrency} slots" in warning
