@@ -4,6 +4,7 @@ server can do to it (a connection broken mid-answer)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -56,4 +57,27 @@ async def test_an_answer_broken_mid_stream_resumes_after_the_last_word_heard(
         ("POST", MESSAGES, ""),
         ("GET", "/v1/turns/turn_1/events", "1-0:0"),
     ]
+    assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_an_answer_with_a_line_past_the_bound_is_an_apology_at_once(
+    hass: HomeAssistant, bernard: ScriptedBernard
+) -> None:
+    """An 8 MiB line (MAX_LINE_CHARS is 4 Mi characters) ends the answer as soon as it
+    passes the bound, without holding Home Assistant's loop, and is not read again."""
+    bernard.event_streams = [None]
+    huge = frame("text_delta", {"text": "x" * 8 * 2**20}, "1-0:0")
+    bernard.turns = {MESSAGES: [frame("text_delta", {"text": "Hello"}, "0-1:0"), huge]}
+    entry, agent_id = await _agent(hass, bernard)
+
+    started = time.perf_counter()
+    result = await conversation.async_converse(
+        hass, "Say hello", None, Context(), language="en", agent_id=agent_id
+    )
+    took_s = time.perf_counter() - started
+
+    print(f"\nan 8 MiB line: the agent answered in {took_s * 1000:.0f} ms")
+    assert result.response.speech["plain"]["speech"] == "Sorry, I can't reach Bernard right now."
+    assert bernard.turn_requests == [("POST", MESSAGES, "")]
+    assert took_s < 2.0
     assert await hass.config_entries.async_unload(entry.entry_id)

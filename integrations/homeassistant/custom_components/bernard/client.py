@@ -8,7 +8,8 @@
 - `decide(conversation_id, confirmation_id, decision)`: `POST /v1/conversations/{id}/resume`,
   streamed the same way, or answered as JSON once its turn is over (`stream=False`).
 - `conversation(conversation_id)`: what the conversation is doing (`GET /v1/conversations/{id}`).
-- `user_events(last_event_id)`: `GET /v1/events`, the user's event stream (`timer_fired`).
+- `user_events(last_event_id)`: `GET /v1/events`, the user's event stream (`timer_fired`),
+  one connection held `EVENTS_S` at most.
 
 A turn's named events (README.md "Conversations, and tools that wait for you") arrive as
 typed `BernardEvent`s. A turn's stream that drops before its `done` is resumed from the last
@@ -27,8 +28,8 @@ from typing import Any, Final
 
 import aiohttp
 
-from .const import CHECK_S, CONNECT_S, LOGGER, READ_S
-from .sse import ServerEvent, SseDecoder
+from .const import CHECK_S, CONNECT_S, EVENTS_S, LOGGER, READ_S
+from .sse import LineTooLong, ServerEvent, SseDecoder
 
 # The config flow's check. `GET /v1/status` (issue 24) says more once it exists: switch here.
 CHECK_PATH: Final = "/v1/models"
@@ -260,12 +261,13 @@ class BernardClient:
         self, last_event_id: str | None, on_open: Callable[[], None] | None = None
     ) -> AsyncIterator[tuple[str, BernardEvent]]:
         """`(id, event)` for each event of the user's stream after `last_event_id` (from the
-        next one without it), until the connection ends; `on_open()` once it is open."""
+        next one without it), until the connection ends, `EVENTS_S` at most (then
+        `CannotConnect`, as for a drop); `on_open()` once it is open."""
         headers = {"Accept": "text/event-stream"}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         async with self._request(
-            "GET", "/v1/events", headers=headers, timeout=_timeout(None)
+            "GET", "/v1/events", headers=headers, timeout=_timeout(EVENTS_S)
         ) as response:
             await _raise_for(response)
             if on_open is not None:
@@ -381,9 +383,15 @@ def _describe(err: BaseException) -> str:
 
 
 async def _frames(response: aiohttp.ClientResponse) -> AsyncIterator[ServerEvent]:
+    """The stream's events; a line past the decoder's bound ends it with a `BernardError`
+    (not `CannotConnect`: reading it again would meet the same line)."""
     decoder = SseDecoder()
     async for chunk in response.content.iter_any():
-        for frame in decoder.feed(chunk):
+        try:
+            frames = decoder.feed(chunk)
+        except LineTooLong as err:
+            raise BernardError(f"{response.method} {response.url.path}: {err}") from None
+        for frame in frames:
             yield frame
 
 
