@@ -16,6 +16,7 @@ from homeassistant.setup import async_setup_component
 
 KEY = "bernard-test-key"
 DROP = "DROP"
+HOLD = "HOLD"
 
 
 @pytest.fixture
@@ -31,8 +32,9 @@ class ScriptedBernard:
     list for the key, Bernard's 401 envelope for any other; `models` replaces the answer.
 
     `GET /v1/events` sends, on its n-th connection, the frames of `event_streams[n]` (SSE
-    text) and then ends that connection (`None` there: holds it open); `event_requests` keeps
-    each connection's `Last-Event-ID` ("" without one).
+    text) and then ends that connection (`None` there: holds it open; a `HOLD` frame: holds
+    it open there); `event_requests` keeps each connection's `Last-Event-ID` ("" without
+    one).
 
     A turn's stream (`POST .../messages`, `POST .../resume`, `GET /v1/turns/{id}/events`)
     sends the frames `turns` holds for its path, as turn `turn_1`; a `DROP` frame breaks the
@@ -73,6 +75,8 @@ class ScriptedBernard:
         if frames is None:
             await asyncio.Event().wait()  # held until the client goes away
         for frame in frames or []:
+            if frame == HOLD:
+                await asyncio.Event().wait()
             await response.write(frame.encode())
         return response
 

@@ -34,6 +34,10 @@ READ_S: Final = 45.0
 ANSWER_S: Final = 120.0
 # The check the config flow makes, and a decision answered as JSON (no stream).
 CHECK_S: Final = 10.0
+# The longest one connection of the user's event stream (timers) is held: then it is
+# opened again, from its last event, so that no connection is held for ever, whatever the
+# server sends (keepalives, or a line that never ends).
+EVENTS_S: Final = 3600.0
 
 # The event fired on Home Assistant's bus when one of Bernard's timers rings, whether or not
 # a satellite could announce it (automations may act on it).

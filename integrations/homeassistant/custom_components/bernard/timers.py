@@ -9,6 +9,7 @@ known) and the sentence, for automations and for houses whose satellites cannot 
 
 A dropped stream is resumed after a pause with `Last-Event-ID`, so a timer that rang
 meanwhile is still announced, once; a refused key is retried slowly (it is logged once).
+A connection is held `EVENTS_S` at most: at its end the stream is resumed at once, quietly.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import entity_registry as er
 
 from .client import BernardError, InvalidAuth, TimerFired
-from .const import CONF_LANGUAGE, EVENT_TIMER_FIRED, LOGGER
+from .const import CONF_LANGUAGE, EVENT_TIMER_FIRED, EVENTS_S, LOGGER
 from .languages import phrases_for
 from .runtime import BernardConfigEntry
 
@@ -45,6 +46,7 @@ async def follow_timers(hass: HomeAssistant, entry: BernardConfigEntry) -> None:
         failures = 0
 
     while True:
+        started = asyncio.get_running_loop().time()
         try:
             async for event_id, event in client.user_events(last_id, on_open=opened):
                 last_id = event_id
@@ -59,6 +61,9 @@ async def follow_timers(hass: HomeAssistant, entry: BernardConfigEntry) -> None:
             continue
         except BernardError as err:
             reason = err.reason
+        if asyncio.get_running_loop().time() - started >= EVENTS_S:
+            LOGGER.debug("Bernard's event stream was held %s s: opening it again", EVENTS_S)
+            continue
         if failures == 0:
             LOGGER.warning("Bernard's event stream dropped, reconnecting: %s", reason)
         await asyncio.sleep(RETRY_PAUSES_S[min(failures, len(RETRY_PAUSES_S) - 1)])
