@@ -273,6 +273,17 @@ class Settings(BaseSettings):
             or self.anthropic_api_key
         )
 
+    @property
+    def roles_share_model(self) -> bool:
+        """Whether the router and the response model are one model (the same provider and
+        model name; the demo model serves both): the router's own text is then the answer,
+        streamed as it comes (worker/harness/router.py), and a turn that needs no tool makes
+        one model call."""
+        return self.demo_mode or (
+            self.router_provider == self.response_provider
+            and self.router_model == self.response_model
+        )
+
     def confirm_tool_names(self) -> frozenset[str]:
         return _names(self.confirm_tools)
 
