@@ -176,8 +176,8 @@ class Llm:
         self.options = options
         # An OpenAI-compatible model, called on its SDK client without the SDK's request
         # transform and per-chunk models (worker/openai_fast.py). LangChain still builds the
-        # request and parses the answer; with tools streamed, and for every other provider,
-        # the whole call is LangChain's.
+        # request and parses the answer; for every other provider, the whole call is
+        # LangChain's.
         self.direct = direct
         # The SDK clients direct calls take turns on (`build_models` says why several);
         # none: the model's own.
@@ -260,26 +260,32 @@ class Llm:
         messages: Sequence[BaseMessage],
         params: Mapping[str, Any] | None = None,
         tools: Sequence[BaseTool | dict[str, Any]] = (),
+        options: Mapping[str, Any] | None = None,
     ) -> Streamed[str | ToolCall, LlmResult]:
-        """Each text delta as it arrives and each tool call once it is whole; beside them,
-        once they are out, the `LlmResult` (the whole message, its tool calls, finish reason
-        and usage).
+        """Each text delta as it arrives and each tool call once it is whole (`tools` bound
+        with `options`, as `complete` binds them); beside them, once they are out, the
+        `LlmResult` (the whole message, its tool calls, finish reason and usage).
 
         `params` are call options (`max_tokens`, `stop`, `temperature`, ...:
         `AgentRequest.sampling()`), passed as this provider takes them (`call_options`).
         """
-        if self.direct and not tools:
-            return Streamed(lambda ended: self._direct_stream(messages, params, ended))
-        return Streamed(lambda ended: self._langchain_stream(messages, params, tools, ended))
+        if self.direct:
+            return Streamed(
+                lambda ended: self._direct_stream(messages, params, tools, options, ended)
+            )
+        return Streamed(
+            lambda ended: self._langchain_stream(messages, params, tools, options, ended)
+        )
 
     async def _langchain_stream(
         self,
         messages: Sequence[BaseMessage],
         params: Mapping[str, Any] | None,
         tools: Sequence[BaseTool | dict[str, Any]],
+        options: Mapping[str, Any] | None,
         ended: Callable[[LlmResult], None],
     ) -> AsyncGenerator[str | ToolCall, None]:
-        runnable = self.bind(tools)
+        runnable = self.bind(tools, options)
         started = time.perf_counter()
         total: AIMessageChunk | None = None
         try:
@@ -313,16 +319,24 @@ class Llm:
         self,
         messages: Sequence[BaseMessage],
         params: Mapping[str, Any] | None,
+        tools: Sequence[BaseTool | dict[str, Any]],
+        options: Mapping[str, Any] | None,
         ended: Callable[[LlmResult], None],
-    ) -> AsyncGenerator[str, None]:
+    ) -> AsyncGenerator[str | ToolCall, None]:
+        calls: list[ToolCall] = []
+
         def end(message: AIMessage, finish_reason: str | None, latency_ms: float) -> None:
+            calls.extend(message.tool_calls)
             ended(_result(message, finish_reason, latency_ms))
 
+        # What `bind_tools` bound (the tools as the API takes them, the tool choice), then
+        # the call options, as `complete` sends them.
+        bound = self.bind(tools, options).kwargs if tools else {}
         try:
             tokens = openai_tokens(
                 cast(Any, self.model),
                 messages,
-                self.call_options(params),
+                {**bound, **self.call_options(params)},
                 ended=end,
                 client=self._client(),
             )
@@ -333,6 +347,8 @@ class Llm:
             raise _translate(exc) from exc
         except UpstreamStreamError as exc:
             raise LlmError(f"upstream model call failed: {exc}") from exc
+        for call in calls:
+            yield call
 
 
 def _result(message: AIMessage, finish_reason: str | None, latency_ms: float) -> LlmResult:
@@ -343,7 +359,8 @@ def _result(message: AIMessage, finish_reason: str | None, latency_ms: float) ->
 
 @dataclass(slots=True)
 class Models:
-    """The worker's two models, and the upstream HTTP clients they use (none offline)."""
+    """The worker's two models, and the upstream HTTP clients they use (none offline).
+    When the roles share one model (`Settings.roles_share_model`), both are the same `Llm`."""
 
     router: Llm
     responder: Llm
@@ -360,8 +377,8 @@ def build_models(settings: Settings) -> Models:
     if settings.demo_mode:
         from worker.demo_model import DemoChatModel
 
-        demo = DemoChatModel()
-        return Models(Llm(demo, "bernard-demo"), Llm(demo, "bernard-demo"))
+        demo = Llm(DemoChatModel(), "bernard-demo")
+        return Models(demo, demo)
     # Our own clients rather than the ones the LangChain models cache process-wide: a
     # streaming turn holds one connection, so each pool is sized to the worker's concurrency
     # (the SDKs' default of 1,000 made turns past it wait, silently), and they live and
@@ -402,11 +419,14 @@ def build_models(settings: Settings) -> Models:
         sdk_clients += [chat.root_async_client.copy(http_client=http) for http in others]
         return Llm(chat, model, direct=True, clients=sdk_clients)
 
-    return Models(
-        llm(settings.router_provider, settings.router_model),
-        llm(settings.response_provider, settings.response_model),
-        [http for made in clients.values() for http in made],
+    router = llm(settings.router_provider, settings.router_model)
+    # One model for both roles: one `Llm`, so both roles' calls share its bound tools.
+    responder = (
+        router
+        if settings.roles_share_model
+        else llm(settings.response_provider, settings.response_model)
     )
+    return Models(router, responder, [http for made in clients.values() for http in made])
 
 
 def pool_shards(concurrency: int) -> int:

@@ -1,5 +1,7 @@
-"""A turn's two OpenAI-compatible calls, made on the SDK's own client without the SDK's
-per-call and per-chunk work.
+"""A turn's OpenAI-compatible calls, made on the SDK's own client without the SDK's
+per-call and per-chunk work: whole answers (`openai_complete`) and streams
+(`openai_tokens`), text only or with tools bound, whose tool calls are gathered as they come
+and read as a whole answer's are once the stream ends.
 
 What this keeps from LangChain and the SDK: the request payload `ChatOpenAI` builds (the
 messages, the bound tools, the call options), the answer as `ChatOpenAI` parses it (tool
@@ -26,6 +28,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -85,6 +88,12 @@ async def openai_complete(
         body = orjson.loads(response.content)
     except orjson.JSONDecodeError as exc:
         raise UpstreamStreamError(f"an answer that is not JSON: {response.text[:100]!r}") from exc
+    return _whole_message(model, body)
+
+
+def _whole_message(model: ChatOpenAI, body: Any) -> AIMessage:
+    """`model`'s reading of a whole answer's `body`, its calls whose arguments are JSON but
+    not an object made invalid calls."""
     not_objects = _calls_without_an_object(body)
     try:
         result = chat_result(model, body)
@@ -152,13 +161,16 @@ async def openai_tokens(
     client: AsyncOpenAI,
 ) -> AsyncGenerator[str, None]:
     """Yield each text delta; once the upstream ends the stream, call `ended(message, finish
-    reason, latency ms)` (the message carries the whole text and the usage). Sent on
-    `client`, as `openai_complete`."""
+    reason, latency ms)` (the message carries the whole text and the usage, and the tool
+    calls when `params` bound tools: what `bind_tools` bound, beside the call options). Sent
+    on `client`, as `openai_complete`."""
     started = time.perf_counter()
     payload = request_payload(model, messages, params)
     payload["stream"] = True
     payload["stream_options"] = {"include_usage": True}
     parts: list[str] = []
+    # Tool calls by their index: id, name and the arguments' fragments as they came.
+    calls: dict[int, _Gathered] = {}
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     response = await _post(client, payload, stream=True)
@@ -191,14 +203,21 @@ async def openai_tokens(
             if chunk.get("usage"):
                 usage = chunk["usage"]
             for choice in chunk.get("choices") or ():
-                text = (choice.get("delta") or {}).get("content")
+                delta = choice.get("delta") or {}
+                text = delta.get("content")
                 if text:
                     parts.append(text)
                     yield text
+                if delta.get("tool_calls"):
+                    _gather(calls, delta["tool_calls"])
                 if choice.get("finish_reason"):
                     finish_reason = choice["finish_reason"]
     finally:
         await response.aclose()
+    latency_ms = (time.perf_counter() - started) * 1000
+    if calls:
+        ended(_with_calls(model, parts, calls, usage, finish_reason), finish_reason, latency_ms)
+        return
     message = AIMessage(content="".join(parts))
     if usage is not None:
         message.usage_metadata = {
@@ -206,4 +225,53 @@ async def openai_tokens(
             "output_tokens": usage.get("completion_tokens", 0),
             "total_tokens": usage.get("total_tokens", 0),
         }
-    ended(message, finish_reason, (time.perf_counter() - started) * 1000)
+    ended(message, finish_reason, latency_ms)
+
+
+@dataclass(slots=True)
+class _Gathered:
+    """One streamed tool call so far."""
+
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+def _gather(calls: dict[int, _Gathered], pieces: Any) -> None:
+    """Add one chunk's tool-call fragments to `calls`, as LangChain's chunks add up: the
+    first id a call gets is its id, names and arguments are joined."""
+    for piece in pieces:
+        if not isinstance(piece, dict):
+            raise UpstreamStreamError(f"a tool call that is not an object: {piece!r:.100}")
+        index = piece.get("index")
+        call = calls.setdefault(index if isinstance(index, int) else len(calls), _Gathered())
+        if call.id is None and isinstance(piece.get("id"), str):
+            call.id = piece["id"]
+        function = piece.get("function") or {}
+        if isinstance(function.get("name"), str):
+            call.name += function["name"]
+        if isinstance(function.get("arguments"), str):
+            call.arguments.append(function["arguments"])
+
+
+def _with_calls(
+    model: ChatOpenAI,
+    parts: list[str],
+    calls: dict[int, _Gathered],
+    usage: dict[str, Any] | None,
+    finish_reason: str | None,
+) -> AIMessage:
+    """A stream that called tools, read as the whole answer it adds up to would be
+    (`openai_complete`): the same parsing of the calls, invalid ones included."""
+    tool_calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": "".join(call.arguments)},
+        }
+        for _, call in sorted(calls.items())
+    ]
+    text = "".join(parts)
+    message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason}
+    return _whole_message(model, {"choices": [choice], "usage": usage})
