@@ -128,17 +128,106 @@ async def test_cancelling_the_fast_path_closes_the_upstream(upstream: ScriptedUp
         await models.aclose()
 
 
-async def test_with_tools_bound_the_langchain_path_parses_the_calls(
+def streamed(items: list[Any], result: LlmResult) -> tuple[Any, ...]:
+    """What a streamed call with tools gives: its text deltas, the calls it yields once
+    whole, and the whole message's text, calls, invalid calls, usage and finish reason."""
+    message = result.message
+    texts = [item for item in items if isinstance(item, str)]
+    yielded = [(c["name"], c["args"], c["id"]) for c in items if isinstance(c, dict)]
+    calls = [(c["name"], c["args"], c["id"]) for c in message.tool_calls]
+    invalid = [(c["name"], c["args"], c["id"]) for c in message.invalid_tool_calls]
+    return texts, yielded, str(message.content), calls, invalid, result.usage, result.finish_reason
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            lambda: Reply.tool_calls(
+                [("calculator", {"expression": "1+1"})], ids=["call_1"], arg_chunks=5
+            ),
+            ([], [("calculator", {"expression": "1+1"}, "call_1")], "", 1),
+        ),
+        (
+            lambda: Reply.tool_calls(
+                [("calculator", {"expression": "2*21"}), ("get_time", {"timezone": "UTC"})],
+                content="Let me check.",
+                ids=["call_a", "call_b"],
+            ),
+            (
+                ["Let", " me", " check."],
+                [
+                    ("calculator", {"expression": "2*21"}, "call_a"),
+                    ("get_time", {"timezone": "UTC"}, "call_b"),
+                ],
+                "Let me check.",
+                0,
+            ),
+        ),
+        (lambda: Reply.text(["An", " answer"]), (["An", " answer"], [], "An answer", 0)),
+    ],
+    ids=["one call", "text, then two calls", "text alone"],
+)
+async def test_with_tools_bound_both_paths_stream_the_same(
+    upstream: ScriptedUpstream, reply: Any, expected: tuple[Any, ...]
+) -> None:
+    """The fast path streams a call with tools as `ChatOpenAI` does: text as it comes, each
+    call once whole, the same message at the end (the text before the calls on it)."""
+    fast, slow, models = both(upstream)
+    try:
+        upstream.script(reply())
+        fast_items = streamed(*await run(fast, tools=[calculator]))
+        upstream.script(reply())
+        slow_items = streamed(*await run(slow, tools=[calculator]))
+    finally:
+        await models.aclose()
+    texts, calls, content, _ = expected
+    assert fast_items[:4] == (texts, calls, content, calls)
+    assert fast_items == slow_items
+    first, second = upstream.requests[-2:]
+    assert first == second, "the same request goes upstream"
+    assert first["stream"] is True
+    assert [t["function"]["name"] for t in first["tools"]] == ["calculator"]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"expression": "1+', "[1, 2]"],
+    ids=["not JSON", "JSON, not an object"],
+)
+async def test_a_streamed_call_with_bad_arguments_is_an_invalid_call(
+    upstream: ScriptedUpstream, arguments: str
+) -> None:
+    """Arguments that are not a JSON object make an invalid call, streamed as in a whole
+    answer, whose arguments are the model's own text (the router answers it with the
+    problem). LangChain's chunks would complete the cut JSON into a call instead."""
+    fast, _, models = both(upstream)
+    try:
+        upstream.script(Reply.tool_calls([("calculator", arguments)], ids=["call_x"]))
+        _, result = await run(fast, tools=[calculator])
+        upstream.script_router(Reply.tool_calls([("calculator", arguments)], ids=["call_x"]))
+        respond = {"type": "function", "function": {"name": "respond", "parameters": {}}}
+        whole = await fast.complete([HumanMessage("hi")], [calculator, respond])
+    finally:
+        await models.aclose()
+    for message in (result.message, whole.message):
+        assert message.tool_calls == []
+        assert [(c["name"], c["args"], c["id"]) for c in message.invalid_tool_calls] == [
+            ("calculator", arguments, "call_x")
+        ]
+
+
+async def test_a_streamed_call_with_tools_keeps_its_bind_options(
     upstream: ScriptedUpstream,
 ) -> None:
     fast, _, models = both(upstream)
-    upstream.script(Reply.tool_calls([("calculator", {"expression": "1+1"})], arg_chunks=5))
+    upstream.script(Reply.text(["ok"]))
     try:
-        items, _ = await run(fast, tools=[calculator])
+        await run(fast, tools=[calculator], options={"tool_choice": "required"})
     finally:
         await models.aclose()
-    calls = [item for item in items if isinstance(item, dict)]
-    assert [(c["name"], c["args"]) for c in calls] == [("calculator", {"expression": "1+1"})]
+    (request,) = upstream.requests
+    assert request["tool_choice"] == "required"
 
 
 def answer(result: LlmResult) -> tuple[Any, ...]:
