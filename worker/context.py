@@ -57,6 +57,12 @@ class TurnContext:
     router_messages: list[AIMessage] = field(default_factory=list)
     # True once the router called `respond`: it has what the answer needs.
     responded: bool = False
+    # True once a router step wrote the answer (the roles share a model, and the step
+    # called no tool): the response harness has nothing to add.
+    answered: bool = False
+    # Where in `content` the answer begins: text a router step wrote before its tool calls
+    # reached the client at once and is kept on that step's message, not in the answer's.
+    answer_start: int = 0
     # What ran, as the non-stream body lists it; `len(tool_calls)` is the next call's index.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tool_outputs: list[dict[str, Any]] = field(default_factory=list)
@@ -121,6 +127,10 @@ class TurnContext:
         """Whether the turn ends on calls of the client's own tools, for the client to run:
         no answer is written (worker/harness/response.py) nor stored (worker/recording.py)."""
         return bool(self.client_calls)
+
+    def answer(self) -> str:
+        """The answer's text as the conversation stores it (`answer_start`)."""
+        return "".join(self.content[self.answer_start :])
 
     def traced(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         """A prompt as its `llm_prompt` trace carries it: the whole prompt when the client

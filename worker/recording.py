@@ -219,7 +219,7 @@ class TurnRecording:
         messages: list[BaseMessage] = list(ctx.tool_messages)
         # A turn that paused, or ended on the client's tool calls, has no answer yet.
         if not ctx.paused and not ctx.handed_over:
-            messages.append(AIMessage(content="".join(ctx.content)))
+            messages.append(AIMessage(content=ctx.answer()))
         calls, self._calls = self._calls, []
         rows = await self._unless_deleted(
             self.recorder.append_messages(

@@ -9,7 +9,8 @@ With `tool_events: "delta"` tool calls and results go in the choice's delta inst
 Calls of the client's own tools (`client_tool_call`) are the choice's `tool_calls`, as
 OpenAI sends them: in the stream, a delta with each call's index, id, type and name, then
 one with its arguments (the SDKs join a call's pieces by `index`), and the finish chunk's
-finish_reason "tool_calls"; in the body, `message.tool_calls` with `content` null.
+finish_reason "tool_calls"; in the body, `message.tool_calls` beside the text the model
+wrote before them (`content`, null when it wrote none).
 """
 
 from __future__ import annotations
@@ -110,14 +111,15 @@ class ChatEncoder(ChunkEncoder):
         if not result.client_calls:
             return [self._answer(result.content, extra)]
         calls = [{"index": i, **call} for i, call in enumerate(result.client_calls)]
-        delta = {"role": "assistant", "content": None, "tool_calls": calls}
+        delta = {"role": "assistant", "content": result.content or None, "tool_calls": calls}
         return [self._chunk(delta, None, extra)]
 
     def body(self, result: TurnResult) -> dict[str, Any]:
         """The non-stream `chat.completion` for a completed turn."""
         message: dict[str, Any] = {"role": "assistant", "content": result.content, "refusal": None}
         if result.client_calls:
-            message = {**message, "content": None, "tool_calls": result.client_calls}
+            content = result.content or None
+            message = {**message, "content": content, "tool_calls": result.client_calls}
         return {
             **self.head,
             "object": "chat.completion",

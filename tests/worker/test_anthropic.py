@@ -15,6 +15,7 @@ from langchain_core.messages import HumanMessage
 from shared.settings import Settings
 from tests.conftest import make_settings, run_stack
 from tests.sse import collect, text_of
+from tests.sse import frames as frames_of
 from tests.upstream import Reply, ScriptedUpstream
 from worker.harness.router import RESPOND_TOOL
 from worker.llm import LlmResult, build_models
@@ -22,16 +23,15 @@ from worker.tools import calculator, default_tools
 
 
 def anthropic_settings(upstream: ScriptedUpstream, **overrides: Any) -> Settings:
-    return make_settings(
-        upstream,
-        anthropic_base_url=upstream.anthropic_base_url,
-        anthropic_api_key="test-key",
-        router_provider="anthropic",
-        response_provider="anthropic",
-        router_model="claude-router",
-        response_model="claude-answer",
-        **overrides,
-    )
+    values: dict[str, Any] = {
+        "anthropic_base_url": upstream.anthropic_base_url,
+        "anthropic_api_key": "test-key",
+        "router_provider": "anthropic",
+        "response_provider": "anthropic",
+        "router_model": "claude-router",
+        "response_model": "claude-answer",
+    }
+    return make_settings(upstream, **{**values, **overrides})
 
 
 async def stream_all(settings: Settings, **kwargs: Any) -> tuple[list[Any], LlmResult]:
@@ -172,3 +172,46 @@ async def test_a_tool_input_that_is_not_an_object_goes_back_to_the_model(
     tool_result = upstream.router_requests[1]["messages"][-1]["content"][0]
     assert (tool_result["type"], tool_result["content"]) == ("tool_result", result["content"])
     assert tool_result["is_error"] is True
+
+
+async def test_with_one_anthropic_model_the_routers_step_streams_the_answer(
+    upstream: ScriptedUpstream,
+) -> None:
+    """One model for both roles: the router's own streamed text is the answer, text before
+    a tool call included, and a one-tool turn makes two calls."""
+    settings = anthropic_settings(upstream, response_model="claude-router")
+    assert settings.roles_share_model
+    gate = upstream.script(
+        Reply.tool_calls(
+            [("calculator", {"expression": "6 * 7"})], content="Let me see.", block_after=3
+        )
+    )
+    upstream.script(Reply.text(["It", " is", " 42."]))
+    async with (
+        run_stack(settings) as stack,
+        stack.client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={
+                "model": "bernard-v1",
+                "stream": True,
+                "messages": [{"role": "user", "content": "What is 6 * 7?"}],
+            },
+        ) as response,
+    ):
+        got = []
+        released = False
+        async for frame in frames_of(response):
+            got.append(frame)
+            if text_of(got) == "Let me see." and not released:
+                assert gate.blocked  # spoken while the model still writes its call
+                gate.release()
+                released = True
+    assert text_of(got) == "Let me see.It is 42."
+    first, second = upstream.requests
+    assert upstream.router_requests == []
+    assert first["stream"] is True and second["stream"] is True
+    assert "respond" not in [t["name"] for t in first["tools"]]
+    assert first["system"] == "You are Bernard, a helpful assistant."
+    tool_use = second["messages"][-2]["content"]
+    assert [block["type"] for block in tool_use] == ["text", "tool_use"]

@@ -1,8 +1,8 @@
 """What the router offers of the client's own function tools, and how it tells their calls
 from Bernard's (shared/client_tools.py says what a client tool is).
 
-Each router step binds Bernard's tools, the client's and `respond`, as the request's
-`tool_choice` asks (`ClientOffer.binding`):
+Each router step binds Bernard's tools, the client's and `respond` (none when the roles
+share a model), as the request's `tool_choice` asks (`ClientOffer.binding`):
 
 - `none`: the client's tools are not offered; a call naming one is an unknown tool's.
 - `auto` (or nothing said): all offered; the model chooses.
@@ -55,13 +55,15 @@ class ClientOffer:
         return cls(tools, names, choice, request.parallel_tool_calls)
 
     def binding(
-        self, own: Sequence[BaseTool], respond: dict[str, Any], *, last_step: bool
+        self, own: Sequence[BaseTool], respond: dict[str, Any] | None, *, last_step: bool
     ) -> tuple[list[BaseTool | dict[str, Any]], dict[str, Any] | None]:
         """The tools to bind for one router step and the options to bind them with (None:
-        Bernard's usual binding, which the model caches)."""
+        Bernard's usual binding, which the model caches); `respond` is None when the
+        router's own text is the answer (the roles share a model)."""
+        ending = [] if respond is None else [respond]
         mode = self.choice.mode
         if mode is ChoiceMode.NONE:
-            return [*own, respond], None
+            return [*own, *ending], None
         options: dict[str, Any] = {}
         if not self.parallel:
             options["parallel_tool_calls"] = False
@@ -76,7 +78,7 @@ class ClientOffer:
             return [*own, *self.tools], options
         if mode is ChoiceMode.NAMED:
             options["tool_choice"] = self.choice.name
-        return [*own, *self.tools, respond], options
+        return [*own, *self.tools, *ending], options
 
     def split(self, planned: Sequence[PlannedCall]) -> tuple[list[PlannedCall], list[PlannedCall]]:
         """A step's calls as (Bernard's to run, the client's to hand over). A client call

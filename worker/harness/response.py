@@ -1,4 +1,9 @@
-"""The response harness: streams the response model's answer, token by token."""
+"""The response harness: streams the response model's answer, token by token.
+
+When the roles share a model, the router's own step usually wrote the answer already
+(worker/harness/router.py): then nothing is called here. It still answers a turn whose last
+router step wrote nothing but whitespace, or that reached the router's step limit.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ async def response_harness(ctx: TurnContext) -> AsyncIterator[Item]:
         return  # waiting for the user's decision: the answer comes when the turn resumes
     if ctx.handed_over:
         return  # the client runs its tools: the answer comes after its follow-up
+    if ctx.answered:
+        return  # the router's model wrote it (the roles share a model)
     messages = [*ctx.system(), *ctx.memory, *ctx.history, *ctx.tool_messages]
     model = ctx.responder.name
     prompt = LlmPrompt(stage="response", model=model, messages=ctx.traced(messages))

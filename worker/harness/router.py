@@ -1,12 +1,24 @@
 """The router harness: decides which tools the answer needs, runs them, streams it all.
 
 Per model call: one `llm_prompt` trace, the call itself with the tools bound plus `respond`,
-one `llm_call_complete` trace. For each tool call except `respond`: `tool_call` (before the
-tool runs, arguments whole), the tool's `tool_progress` events live while it runs, then
-`tool_result` (cut for the stream; the context keeps it whole for the response model and the
-record keeper). The loop ends when the model calls `respond` or calls no tool, or after
-`max_router_steps` model calls (then a non-fatal `error` event, and the turn goes on to the
-response with what it has).
+one `llm_call_complete` trace.
+
+When the roles share a model (`Settings.roles_share_model`, decided there once), the router
+is the agent loop a single model runs: each step streams, with the response model's system
+prompt and no `respond`; its text reaches the client as `delta`s the moment it comes (text
+written before a step's tool calls too, so a voice satellite speaks while the tool runs),
+and a step that writes text and calls no tool is the answer, so the response harness calls
+nothing. A turn that needs no tool makes one model call; a one-tool turn two. A step that
+wrote only whitespace and called no tool leaves the answer to the response model. With two
+models, the router is asked to call `respond` beside its last tool calls when their results
+suffice, and the turn then goes to the response model as soon as they have run.
+
+For each tool call except `respond`: `tool_call` (before the tool runs, arguments whole),
+the tool's `tool_progress` events live while it runs, then `tool_result` (cut for the
+stream; the context keeps it whole for the response model and the record keeper). The loop
+ends when the model calls `respond` or calls no tool, or after `max_router_steps` model
+calls (then a non-fatal `error` event, and the turn goes on to the response with what it
+has).
 
 A call of a tool that changes the world (worker/tools/confirmation.py) does not run: the
 router checks what the tool can check before it runs (a call it refuses is answered with
@@ -50,6 +62,7 @@ from shared.errors import ErrorCode
 from shared.events import (
     AwaitingConfirmation,
     ClientToolCall,
+    Delta,
     Error,
     LlmCallComplete,
     LlmPrompt,
@@ -84,7 +97,10 @@ ROUTER_PROMPT = (
     "You are the router of Bernard, an assistant. Do not answer the user yourself: decide "
     "which tools, if any, would help answer the latest message, and call them. Tool results "
     "come back to you; call more tools if needed. When you have what the answer needs, or "
-    f"when no tool helps, call `{RESPOND_TOOL_NAME}` and another model will write the answer."
+    f"when no tool helps, call `{RESPOND_TOOL_NAME}` and another model will write the answer. "
+    "When the tools you call now are all the answer needs, call "
+    f"`{RESPOND_TOOL_NAME}` beside them, in the same step: the answer is then written as soon "
+    "as they have run."
 )
 
 
@@ -94,12 +110,44 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     offer = ClientOffer.of(ctx.request, tools)
     model = ctx.router.name
     steps = ctx.settings.max_router_steps
+    # One model for both roles: each step streams, its text is the answer, and there is no
+    # `respond` (a step that calls no tool has answered). Else the router's own prompt, and
+    # its answers whole.
+    answers = ctx.settings.roles_share_model
+    respond = None if answers else RESPOND_TOOL
     for step in range(steps):
-        bound, options = offer.binding(ctx.tools, RESPOND_TOOL, last_step=step == steps - 1)
-        messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history, *ctx.tool_messages]
+        bound, options = offer.binding(ctx.tools, respond, last_step=step == steps - 1)
+        if answers:
+            # The response model's own prompt, the same on every call of the conversation,
+            # so an upstream that caches prompt prefixes reuses it (worker/harness/memory.py).
+            messages = [*ctx.system(), *ctx.memory, *ctx.history, *ctx.tool_messages]
+        else:
+            messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history]
+            messages += ctx.tool_messages
         prompt = LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
         yield ModelCallStarted(prompt, messages)
-        result = await ctx.router.complete(messages, bound, options)
+        if answers:
+            streamed = ctx.router.stream(messages, ctx.request.sampling(), bound, options)
+            # Whitespace the model writes before anything else is held back: a step that
+            # writes only that and calls no tool has not answered (the response model then
+            # does), and one that goes on to words sends it with the first of them.
+            held: str | None = ""
+            async with aclosing(streamed):
+                async for text in streamed:
+                    if not isinstance(text, str):
+                        continue  # a tool call, whole: the step's message has them all
+                    if held is not None:
+                        if text.isspace():
+                            held += text
+                            continue
+                        text, held = held + text, None
+                    ctx.content.append(text)
+                    yield Delta(text=text)
+            result = streamed.result
+            spoke = held is None
+        else:
+            result = await ctx.router.complete(messages, bound, options)
+            spoke = False
         ctx.add_usage(result.usage)
         complete = LlmCallComplete(
             stage="router", model=model, latency_ms=result.latency_ms, usage=result.usage
@@ -108,13 +156,21 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         ctx.router_messages.append(result.message)
         planned, responded = _plan(result.message)
         ctx.responded = ctx.responded or responded
+        if spoke and not planned:
+            # The answer, written as it streamed: nothing is left to call.
+            ctx.answered = True
+            if result.finish_reason:
+                ctx.finish_reason = result.finish_reason
+            return
         own, handed = offer.split(planned)
         if planned:
             # The client's calls are in the step's message: the records store it as it is,
-            # and the client's follow-up carries their results (worker/recording.py).
+            # and the client's follow-up carries their results (worker/recording.py). Text
+            # written before the calls stays on it: the answer starts after it.
             kept = [*own, *handed]
             calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
             ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
+            ctx.answer_start = len(ctx.content)
             waiting = [call for call in own if _waits(ctx, call, tools)]
             for call in own:
                 if call not in waiting:
