@@ -13,16 +13,24 @@ side channel to script replies (see `directive`):
                                           message), `d` milliseconds apart
     "bench t=<tag> mode=slow d=10"        " tick" every 10 ms until the client goes away
     "bench t=<tag> mode=hold"             one token, then hold until the client goes away
+    "bench t=<tag> mode=clock n=20 d=25 f=200 tool=calculator"
+                                          a real model's clock: nothing for `f` ms (its
+                                          time to first token), then a piece every `d` ms,
+                                          text and tool-call arguments alike, about 4
+                                          characters each (`clock_reply`)
 
 A router call (a request offering the `respond` tool) is answered with a `respond` tool
-call, so the turn goes straight on to the response model. A summary call (the worker's
-summary prompt) whose messages carry `SLOW_SUMMARY` is answered after `SLOW_SUMMARY_S`,
-as a slow upstream would (the noisy-neighbour measurement); any other at once.
+call, so the turn goes straight on to the response model (on the clock: with the tool call
+beside it when `tool` is set, as a router that follows its prompt does). A summary call (the
+worker's summary prompt) whose messages carry `SLOW_SUMMARY` is answered after
+`SLOW_SUMMARY_S`, as a slow upstream would (the noisy-neighbour measurement); any other at
+once.
 
-Besides the OpenAI routes it answers `GET /bench/exchange?tag=<tag>&wait=<s>`: the timings
-of the latest streamed exchange whose message carries the tag, and of its router call
-(monotonic clock, which on Linux is system-wide, so the benchmark process can compare it
-with its own), waiting up to `wait` seconds for the streamed exchange to end; and
+Besides the OpenAI routes it answers `GET /bench/calls?tag=<tag>`: how many model calls
+carried the tag, and whether one carried tool results; `GET /bench/exchange?tag=<tag>&wait=<s>`:
+the timings of the latest streamed exchange whose message carries the tag, and of its router
+call (monotonic clock, which on Linux is system-wide, so the benchmark process can compare
+it with its own), waiting up to `wait` seconds for the streamed exchange to end; and
 `POST /bench/reset`: forget the exchanges that ended, and take the full collection the
 process holds while it serves (bench/gc_hold.py).
 """
@@ -71,13 +79,21 @@ class Directive:
     mode: str = "echo"
     tokens: int = 200
     delay_ms: float = 0.0
+    # On the clock: the time to the first token, and the tool the first call calls.
+    first_ms: float = 0.0
+    tool: str = ""
 
     def message(self) -> str:
         """The user message that carries this directive."""
-        return f"bench t={self.tag} mode={self.mode} n={self.tokens} d={self.delay_ms:g}"
+        text = f"bench t={self.tag} mode={self.mode} n={self.tokens} d={self.delay_ms:g}"
+        if self.first_ms:
+            text += f" f={self.first_ms:g}"
+        return f"{text} tool={self.tool}" if self.tool else text
 
     def expected_tokens(self) -> list[str]:
-        """The tokens an `echo` reply streams for this directive, in order."""
+        """The tokens an `echo` (or `clock`) reply streams for this directive, in order."""
+        if self.mode == "clock":
+            return clock_tokens(self.tokens)
         return echo_tokens(self.message(), self.tokens)
 
 
@@ -91,23 +107,75 @@ def directive(text: str) -> Directive | None:
         mode=fields.get("mode", "echo"),
         tokens=int(fields.get("n", "200")),
         delay_ms=float(fields.get("d", "0")),
+        first_ms=float(fields.get("f", "0")),
+        tool=fields.get("tool", ""),
     )
 
 
+# What a clock turn's tool call asks of the calculator, and how many characters a piece of
+# text or of a call's arguments carries (a token of a real model's, about).
+CLOCK_ARGUMENTS = {"expression": "6 * 7"}
+_CHARS_PER_TOKEN = 4
+
+
+def clock_tokens(count: int) -> list[str]:
+    """The answer a clock reply streams: `count` tokens of 4 characters."""
+    return ["Sure"] + [f" t{i % 100:02d}" for i in range(1, count)]
+
+
+def carries_tool_results(body: Body) -> bool:
+    """Whether a request carries tool results after its last user message."""
+    messages = body.get("messages") or []
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    return any(m.get("role") == "tool" for m in messages[last_user + 1 :])
+
+
+def clock_reply(body: Body, wanted: Directive) -> Reply:
+    """A real model's answer on its clock: the directive's tool called first when it is
+    offered and has not answered yet (with `respond` beside it for a router), then the
+    text; a router offered no such tool calls `respond` alone."""
+    offered = tool_names(body)
+    answered = carries_tool_results(body)
+    calls: list[tuple[str, dict[str, Any] | str]] = []
+    if wanted.tool in offered and not answered:
+        calls.append((wanted.tool, CLOCK_ARGUMENTS))
+    if "respond" in offered and (calls or answered or wanted.tool not in offered):
+        calls.append(("respond", {}))
+    tick = wanted.delay_ms / 1000
+    if calls:
+        size = len(orjson.dumps(CLOCK_ARGUMENTS))
+        reply = Reply.tool_calls(calls, arg_chunks=-(-size // _CHARS_PER_TOKEN), chunk_delay=tick)
+    else:
+        reply = Reply.text(clock_tokens(wanted.tokens), chunk_delay=tick)
+    reply.first_delay = wanted.first_ms / 1000
+    if not body.get("stream"):
+        # A whole answer comes once the model would have written it all.
+        pieces = sum(1 for _ in reply.deltas([""] * len(reply.calls)))
+        reply.first_delay += pieces * tick
+    return reply
+
+
+def route(body: Body) -> Reply:
+    """The scripted answer to a router's request (one offering `respond`)."""
+    wanted = directive(last_user_text(body))
+    if wanted is not None and wanted.mode == "clock":
+        return clock_reply(body, wanted)
+    return Reply.respond()
+
+
 def respond(body: Body) -> Reply:
-    """The scripted answer to one chat-completion request."""
-    if "respond" in tool_names(body):
-        return Reply.tool_calls([("respond", {})])
+    """The scripted answer to any other chat-completion request."""
+    wanted = directive(last_user_text(body))
+    if wanted is not None and wanted.mode == "clock":
+        return clock_reply(body, wanted)
     messages = body.get("messages") or []
     if messages and messages[0].get("content") == SUMMARY_PROMPT:
         reply = Reply.text(["They", " talked."], block_after=0)
         slow = SLOW_SUMMARY in str(messages[-1].get("content"))
         asyncio.get_running_loop().call_later(SLOW_SUMMARY_S if slow else 0, reply.release)
         return reply
-    text = last_user_text(body)
-    wanted = directive(text)
     if wanted is None:
-        return Reply.text(echo_tokens(text, 200))
+        return Reply.text(echo_tokens(last_user_text(body), 200))
     if wanted.mode == "slow":
         return Reply.slow(interval=max(wanted.delay_ms, 1.0) / 1000)
     if wanted.mode == "hold":
@@ -131,17 +199,20 @@ class BenchUpstream:
     """A `ScriptedUpstream` answering by directive, plus the `/bench` inspection route."""
 
     def __init__(self) -> None:
-        self.upstream = ScriptedUpstream(responder=respond)
+        self.upstream = ScriptedUpstream(responder=respond, router_responder=route)
         inner = self.upstream.app
         self.upstream.app = Starlette(
             routes=[
                 Route("/bench/exchange", self._exchange, methods=["GET"]),
+                Route("/bench/calls", self._calls, methods=["GET"]),
                 Route("/bench/reset", self._reset, methods=["POST"]),
                 *inner.routes,
             ]
         )
         self._by_tag: dict[str, Exchange] = {}
         self._router_by_tag: dict[str, Exchange] = {}
+        self._calls_by_tag: dict[str, int] = {}
+        self._results_by_tag: set[str] = set()
         self._indexed = 0
         self._rindexed = 0
 
@@ -160,6 +231,9 @@ class BenchUpstream:
             for ex in log[getattr(self, done) :]:
                 wanted = directive(last_user_text(ex.body))
                 if wanted is not None:
+                    self._calls_by_tag[wanted.tag] = self._calls_by_tag.get(wanted.tag, 0) + 1
+                    if carries_tool_results(ex.body):
+                        self._results_by_tag.add(wanted.tag)
                     # The router's request is not streamed; the response model's is.
                     (by_tag if ex.stream else self._router_by_tag)[wanted.tag] = ex
             setattr(self, done, len(log))
@@ -189,6 +263,17 @@ class BenchUpstream:
         }
         return Response(orjson.dumps(body), media_type="application/json")
 
+    async def _calls(self, request: Request) -> Response:
+        """`{"calls": n, "tool_results": bool}`: the model calls whose last user message
+        carries the tag, and whether one of them carried tool results (a tool ran)."""
+        self._index()
+        tag = request.query_params.get("tag", "")
+        found = {
+            "calls": self._calls_by_tag.get(tag, 0),
+            "tool_results": tag in self._results_by_tag,
+        }
+        return Response(orjson.dumps(found), media_type="application/json")
+
     async def _reset(self, request: Request) -> Response:
         """Forget recorded exchanges, so a long run does not keep them all, and take the
         full collection that was held (bench/gc_hold.py): the load generator asks between
@@ -197,6 +282,8 @@ class BenchUpstream:
             log[:] = [ex for ex in log if not ex.ended]
         self._by_tag = {}
         self._router_by_tag = {}
+        self._calls_by_tag = {}
+        self._results_by_tag = set()
         self._indexed = self._rindexed = 0
         collect_held()
         return Response(b"{}", media_type="application/json")

@@ -147,11 +147,13 @@ def echo_responder(count: int = 200, chunk_delay: float = 0.0) -> Responder:
 class Reply:
     """One scripted answer; build it with `text`, `tool_calls`, `error` or `slow`.
 
-    `block_after=k` streams k pieces (tokens or tool-call fragments) and then holds the stream
-    until `release()`; `fail_after=k` drops the connection after k pieces; `end_after=k`
-    ends an OpenAI stream cleanly after k pieces, with no finish, usage or
-    `[DONE]`: a body cut at an event boundary. A reply is also its own gate: the object
-    `script` returns is the one to `release()`.
+    `first_delay` is a model's time to its first token: a stream sends nothing for that
+    long, and a whole answer comes that much later. `block_after=k` streams k pieces
+    (tokens or tool-call fragments) and then holds the stream until `release()`;
+    `fail_after=k` drops the connection after k pieces; `end_after=k` ends an OpenAI
+    stream cleanly after k pieces, with no finish, usage or `[DONE]`: a body cut at an
+    event boundary. A reply is also its own gate: the object `script` returns is the one
+    to `release()`.
     """
 
     tokens: list[str] = field(default_factory=list)
@@ -159,6 +161,7 @@ class Reply:
     call_ids: list[str] | None = None
     arg_chunks: int = 3
     chunk_delay: float = 0.0
+    first_delay: float = 0.0
     status: int = 200
     error_body: Body | None = None
     block_after: int | None = None
@@ -580,6 +583,8 @@ class ScriptedUpstream:
 
     async def _completion(self, ex: Exchange, ids: Sequence[str]) -> Body:
         reply = ex.reply
+        if reply.first_delay:
+            await asyncio.sleep(reply.first_delay)
         if reply.block_after is not None:
             await self._hold(ex)
         if reply.fail_after is not None:
@@ -628,6 +633,8 @@ class ScriptedUpstream:
             return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
         role: Body = {"role": "assistant", "content": None if reply.calls else ""}
+        if reply.first_delay:
+            await asyncio.sleep(reply.first_delay)
         yield event(role)
         # As OpenAI does: at most `max_completion_tokens` (or `max_tokens`) tokens, and a
         # `length` finish when the answer was cut.
