@@ -21,6 +21,7 @@ from rich.console import Console
 
 from bench import measurements, topology
 from bench.cost import cost_per_token
+from bench.first_word import first_word
 from bench.gc_hold import collect_held, hold_full_collections
 from bench.history import history_length
 from bench.loads import forget_exchanges
@@ -42,6 +43,7 @@ PACKAGES = (
     "langchain-core",
     "langchain-openai",
     "openai",
+    "langgraph",
 )
 
 
@@ -51,6 +53,7 @@ MEASUREMENTS = {
     "cost": cost_per_token,
     "history": history_length,
     "noisy-neighbour": noisy_neighbour,
+    "first-word": first_word,
     "redis": measurements.MEASUREMENTS["redis"],
 }
 REPORT_ORDER = (
@@ -65,6 +68,7 @@ REPORT_ORDER = (
     "cost",
     "history",
     "noisy-neighbour",
+    "first-word",
 )
 DEFAULT_API = "api.main:app"
 DEFAULT_WORKER = "worker.main.WorkerSettings"

@@ -95,6 +95,13 @@ class Sizes:
     history_tokens: int
     # The noisy neighbour: the neighbour's turns beside each flood (as many on the quiet system).
     noisy_turns: int
+    # The first word on a model's clock: turns per row (sequential, and at once), the
+    # answer's tokens, the time to the first token and between two.
+    fw_turns: int
+    fw_concurrency: int
+    fw_answer_tokens: int
+    fw_first_ms: float
+    fw_token_ms: float
 
     @classmethod
     def full(cls) -> Sizes:
@@ -136,6 +143,11 @@ class Sizes:
             history_turns=40,
             history_tokens=20,
             noisy_turns=100,
+            fw_turns=20,
+            fw_concurrency=20,
+            fw_answer_tokens=20,
+            fw_first_ms=200,
+            fw_token_ms=25,
         )
 
     @classmethod
@@ -178,6 +190,11 @@ class Sizes:
             history_turns=8,
             history_tokens=10,
             noisy_turns=12,
+            fw_turns=4,
+            fw_concurrency=4,
+            fw_answer_tokens=20,
+            fw_first_ms=200,
+            fw_token_ms=25,
         )
 
 
