@@ -108,9 +108,9 @@ def _cpu_line(meter: Meter, tokens: int) -> str:
 _SEGMENTS = (
     ("request sent → turn stored (API: parse, validate, conversation)", "created"),
     ("turn stored → job started (enqueue, wake, pickup, claim)", "pickup"),
-    ("job started → router request reaches the upstream", "to_router"),
-    ("router call at the upstream (request in → answer out)", "router"),
-    ("router answer → response-model request reaches the upstream", "to_response"),
+    ("job started → first model request reaches the upstream", "to_router"),
+    ("two models: router call at the upstream (request in → answer out)", "router"),
+    ("two models: router answer → response-model request reaches the upstream", "to_response"),
     ("upstream: request in → first token out", "upstream_first"),
     ("first token out → delta stamped by the worker (`at`)", "llm_client"),
     ("delta stamped → client receipt (XADD, XREAD, SSE)", "relay"),
@@ -131,7 +131,8 @@ async def breakdown(bench: Bench, turns: Sequence[Turn]) -> dict[str, list[float
     Wall-clock stamps: the client's send, the turn record (`created_at`, `started_at`), the
     first delta entry's `at`, the client's receipt. Monotonic stamps from the upstream
     process (router and response-model requests) are moved onto the wall clock with this
-    process's offset between the two clocks (both are system-wide on Linux).
+    process's offset between the two clocks (both are system-wide on Linux). When the roles
+    share a model, a turn's one call is the streamed one, and no router call is timed.
     """
     offset = time.time() - time.monotonic()
     out: dict[str, list[float]] = {key: [] for _, key in _SEGMENTS}
@@ -139,19 +140,21 @@ async def breakdown(bench: Bench, turns: Sequence[Turn]) -> dict[str, list[float
         call = turn.call
         found = await _exchange(bench, turn.directive.tag)
         router, stream = found.get("router"), found.get("stream")
-        if not router or not stream or call.first_content_at is None:
+        if not stream or call.first_content_at is None:
             continue
-        up_router_in = router["started_at"] + offset
-        up_router_out = router["completed_at"] + offset
         up_stream_in = stream["started_at"] + offset
         up_first = stream["first_chunk_at"] + offset
         received = call.first_content_at + offset
         segments = {
-            "router": up_router_out - up_router_in,
-            "to_response": up_stream_in - up_router_out,
             "upstream_first": up_first - up_stream_in,
             "first_to_client": received - up_first,
         }
+        up_router_in = up_stream_in
+        if router:
+            up_router_in = router["started_at"] + offset
+            up_router_out = router["completed_at"] + offset
+            segments["router"] = up_router_out - up_router_in
+            segments["to_response"] = up_stream_in - up_router_out
         if turn.system == "pipeline":
             created, started = await bench.redis.hmget(  # type: ignore[misc]
                 keys.turn(call.turn_id), ["created_at", "started_at"]
@@ -192,7 +195,7 @@ def breakdown_table(parts: dict[str, dict[str, list[float]]]) -> Table:
             cells.append(ms(Summary.of(values).median) if values else "")
         if any(cells):
             if key == "created":
-                label = label + " (baseline: → router request reaches the upstream)"
+                label = label + " (baseline: → first model request reaches the upstream)"
             table.add(label, *cells)
     return table
 
@@ -398,8 +401,9 @@ async def first_token(bench: Bench) -> Section:
         "1. First-token overhead",
         intro=f"""
 Client-observed time from sending `POST /v1/chat/completions` (`stream: true`, connection
-already open) to receiving the first SSE frame with non-empty `delta.content`. Every turn
-runs the router call (answered with `respond`), then streams its tokens.
+already open) to receiving the first SSE frame with non-empty `delta.content`. Both roles
+are one model (the default), so every turn makes one streamed model call, whose text is the
+answer.
 **Pipeline**: `uvicorn api.main:app` → Redis → `python -m worker` → stream →
 API. **Baseline**: `uvicorn bench.baseline:app`, the same turn (`worker.turn.turn_items`)
 run inside the request, no queue, no stream (see "What the baseline is" below).
