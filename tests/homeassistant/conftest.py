@@ -10,6 +10,7 @@ when the test ends.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -81,13 +82,16 @@ async def entities_of(ha: HomeAssistantApi, entry_id: str) -> list[dict[str, Any
     return [e for e in entries if e["config_entry_id"] == entry_id]
 
 
-def bernard_settings(upstream: ScriptedUpstream, home: HomeAssistant, user: str) -> Config:
+def bernard_settings(
+    upstream: ScriptedUpstream, home: HomeAssistant, user: str, **overrides: Any
+) -> Config:
     return make_config(
         upstream,
         api_keys=f"{KEY}:{user}",
         ha_url=home.url,
         ha_token=home.token,
         ha_domains="light,fan,climate,lock",
+        **overrides,
     )
 
 
@@ -115,9 +119,32 @@ async def reset_house(ha: HomeAssistantApi) -> None:
 async def assist(
     ha: HomeAssistantApi, home_assistant: HomeAssistant, upstream: ScriptedUpstream
 ) -> AsyncIterator[Assist]:
+    async with assist_on(ha, home_assistant, upstream) as running:
+        yield running
+
+
+@pytest.fixture
+async def one_model_assist(
+    ha: HomeAssistantApi, home_assistant: HomeAssistant, upstream: ScriptedUpstream
+) -> AsyncIterator[Assist]:
+    """`assist` with Bernard's two roles on one model: the router's text is the answer."""
+    same = {"router_model": "one-model", "response_model": "one-model"}
+    async with assist_on(ha, home_assistant, upstream, **same) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def assist_on(
+    ha: HomeAssistantApi,
+    home_assistant: HomeAssistant,
+    upstream: ScriptedUpstream,
+    **overrides: Any,
+) -> AsyncIterator[Assist]:
+    """Bernard, on these settings, as the conversation agent of Home Assistant's preferred
+    pipeline."""
     await reset_house(ha)
     user = f"household-{uuid.uuid4().hex[:8]}"
-    async with bernard_settings(upstream, home_assistant, user).stack() as stack:
+    async with bernard_settings(upstream, home_assistant, user, **overrides).stack() as stack:
         created = await ha.flow("bernard", {"url": stack.base_url, "api_key": KEY})
         assert created["type"] == "create_entry", created
         entry_id = created["result"]["entry_id"]

@@ -114,6 +114,33 @@ async def test_the_answer_streams_into_the_pipeline_with_the_tool_calls_and_resu
     assert speech(intent_output(events)) == "Six times seven is 42."
 
 
+async def test_with_one_model_the_words_before_a_tool_call_reach_the_pipeline_at_once(
+    one_model_assist: Assist,
+) -> None:
+    """Bernard's roles on one model: the router's own text is the answer, streamed into the
+    pipeline as it comes, the words before its tool call first (a satellite speaks them while
+    the tool runs), in two model calls."""
+    assist = one_model_assist
+    assist.upstream.script(
+        Reply.tool_calls(
+            [("calculator", {"expression": "6*7"})], content="Let me see.", ids=["call_calc"]
+        )
+    )
+    assist.upstream.script(Reply.text("It is 42.", chunk_delay=0.1))
+
+    events = await assist.ha.run_pipeline("What is 6 times 7?", pipeline=assist.pipeline_id)
+
+    said = [d for d in deltas(events) if "content" in d or "tool_calls" in d]
+    (call,) = [i for i, d in enumerate(said) if "tool_calls" in d]
+    assert "".join(d["content"] for d in said[:call]) == "Let me see."
+    assert said[call]["tool_calls"] == [
+        {"tool_name": "calculator", "tool_args": {"expression": "6*7"}, "id": "call_calc"}
+    ]
+    assert "".join(d["content"] for d in said[call + 1 :]) == "It is 42."
+    assert len(assist.upstream.requests) == 2 and assist.upstream.router_requests == []
+    assert speech(intent_output(events)).endswith("It is 42.")
+
+
 async def test_a_confirmation_is_asked_aloud_and_yes_turns_the_real_light_on(
     assist: Assist, home_assistant: HomeAssistant
 ) -> None:
