@@ -390,3 +390,52 @@ async def test_the_demo_model_serves_both_roles_in_one_loop(
     prompts = [f.bernard for f in got if f.bernard and f.bernard["type"] == "llm_prompt"]
     assert [p["stage"] for p in prompts] == ["router"] * calls
     assert says in text_of(got)
+
+
+async def test_a_write_waits_for_the_user_and_the_decision_is_answered_in_one_call(
+    upstream: ScriptedUpstream,
+) -> None:
+    """A confirmation in the one-model loop: the words before the write reach the user, the
+    turn pauses, and the approved call's turn answers with one more call (no router call
+    to hear `respond`)."""
+    settings = make_settings(
+        upstream,
+        router_model="one-model",
+        response_model="one-model",
+        api_keys="key-fw:first-word-notes",
+    )
+    alice = {"Authorization": "Bearer key-fw"}
+    note = ("save_note", {"text": "the door code is 1234"})
+    upstream.script(Reply.tool_calls([note], content="I will note it."))
+    upstream.script(Reply.text("Saved it."))
+    async with run_stack(settings) as stack:
+        created = await stack.client.post("/v1/conversations", json={}, headers=alice)
+        assert created.status_code == 201, created.text
+        url = f"/v1/conversations/{created.json()['id']}"
+        paused = await stack.client.post(
+            f"{url}/messages", json={"content": "remember the door code"}, headers=alice
+        )
+        assert paused.status_code == 200, paused.text
+        proposal = paused.json()["pending_confirmation"]
+        assert proposal["tool_call"]["name"] == "save_note"
+        approved = await stack.client.post(
+            f"{url}/resume",
+            json={"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+            headers=alice,
+        )
+        assert approved.status_code == 200, approved.text
+        rows = (await stack.client.get(f"{url}/messages", headers=alice)).json()["data"]
+    assert [(row["role"], row["content"]) for row in rows] == [
+        ("user", "remember the door code"),
+        ("assistant", "I will note it."),
+        ("tool", "Saved: the door code is 1234"),
+        ("assistant", "Saved it."),
+    ]
+    paused_call, answering = upstream.requests
+    assert tool_names(paused_call) == TOOLS
+    assert answering["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": proposal["tool_call"]["id"],
+        "content": "Saved: the door code is 1234",
+    }
+    assert upstream.router_requests == []
