@@ -29,6 +29,10 @@ class TurnResult:
     # The client's own tools the router called ({id, type: "function", function: {name,
     # arguments}}): the turn ended on them (finish_reason "tool_calls") for the client to run.
     client_calls: list[dict[str, Any]] = field(default_factory=list)
+    # How many of `tool_calls` had started when the first text was written (the router's
+    # model wrote words before its calls); None: after them all. The Responses encoding
+    # places the message among the calls there, as its stream did.
+    calls_before_text: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TurnResult:
@@ -41,4 +45,5 @@ class TurnResult:
             tool_outputs=data.get("tool_outputs") or [],
             pending=data.get("pending") or [],
             client_calls=data.get("client_calls") or [],
+            calls_before_text=data.get("calls_before_text"),
         )

@@ -439,3 +439,26 @@ async def test_a_write_waits_for_the_user_and_the_decision_is_answered_in_one_ca
         "content": "Saved: the door code is 1234",
     }
     assert upstream.router_requests == []
+
+
+async def test_the_responses_api_orders_the_text_before_a_call_alike_streamed_and_polled(
+    one: Stack, upstream: ScriptedUpstream
+) -> None:
+    """Text before a tool call opens the response's message item before the call's: the
+    Response the stream completes with and the one read back later list the same items in
+    the same order."""
+    upstream.script(
+        Reply.tool_calls([("calculator", {"expression": "6 * 7"})], content="Let me check.")
+    )
+    upstream.script(Reply.text(" It is 42."))
+    client = one.openai()
+    stream = await client.responses.create(model="bernard-v1", input="6*7?", stream=True)
+    events = [event async for event in stream]
+    final = events[-1].response
+    polled = await client.responses.retrieve(final.id)
+    shapes = [
+        [(item.type, getattr(item, "content", None) and item.content[0].text) for item in out]
+        for out in (final.output, polled.output)
+    ]
+    assert shapes[0] == [("message", "Let me check. It is 42."), ("mcp_call", None)]
+    assert shapes[1] == shapes[0]

@@ -63,6 +63,9 @@ class TurnContext:
     # Where in `content` the answer begins: text a router step wrote before its tool calls
     # reached the client at once and is kept on that step's message, not in the answer's.
     answer_start: int = 0
+    # How many tool calls had started when a router step wrote the turn's first text (None:
+    # no router step wrote any): `TurnResult.calls_before_text`.
+    calls_before_text: int | None = None
     # What ran, as the non-stream body lists it; `len(tool_calls)` is the next call's index.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tool_outputs: list[dict[str, Any]] = field(default_factory=list)
@@ -152,6 +155,7 @@ class TurnContext:
             tool_outputs=self.tool_outputs,
             pending=[proposal.public() for proposal in self.pending],
             client_calls=self.client_calls,
+            calls_before_text=self.calls_before_text,
         )
 
 

@@ -225,7 +225,9 @@ def result_output(record: TurnRecord, result: TurnResult) -> list[dict[str, Any]
         )
     if result.content:
         status = "incomplete" if result.finish_reason == "length" else "completed"
-        output.append(message_item(turn_id, result.content, status))
+        # Where the stream opened it: before the calls that started after the first text.
+        at = len(output) if result.calls_before_text is None else result.calls_before_text
+        output.insert(at, message_item(turn_id, result.content, status))
     return output
 
 

@@ -141,6 +141,8 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
                             held += text
                             continue
                         text, held = held + text, None
+                        if ctx.calls_before_text is None:
+                            ctx.calls_before_text = len(ctx.tool_calls)
                     ctx.content.append(text)
                     yield Delta(text=text)
             result = streamed.result
