@@ -390,13 +390,18 @@ def tool_checks(status: ServerStatus) -> list[Check]:
 
 def mcp_checks(status: ServerStatus) -> list[Check]:
     """Each MCP server the workers connect to (shared/mcp_health.py): one that is not ready
-    on every worker is a warning (Bernard runs without its tools; the workers keep trying)."""
+    on every worker is a warning (Bernard runs without its tools; the workers keep trying),
+    and so is one that lists tools Bernard leaves out (their schemas, or the bounds)."""
     checks = []
     for server in status.mcp_servers:
         name = f"MCP {server.name}"
         if server.state == "ready":
-            where = _count(server.workers, "worker")
-            checks.append(Check(name, "ok", f"ready on {where}: {server.tools} tools"))
+            ready = f"ready on {_count(server.workers, 'worker')}: {server.tools} tools"
+            if not server.warnings:
+                checks.append(Check(name, "ok", ready))
+                continue
+            fix = "the tools named are not offered: fix them on the server, or the bound named"
+            checks.append(Check(name, "warn", "; ".join([ready, *server.warnings]), fix))
             continue
         detail = f"{server.state} on {server.workers - server.ready_workers} of " + _count(
             server.workers, "worker"

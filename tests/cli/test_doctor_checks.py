@@ -386,3 +386,15 @@ def test_an_mcp_server_not_ready_on_every_worker_is_a_warning(
 
 def test_no_mcp_server_means_no_mcp_check() -> None:
     assert mcp_checks(a_status()) == []
+
+
+def test_a_ready_mcp_server_whose_tools_are_left_out_is_a_warning_naming_them() -> None:
+    server = mcp("ready", 1, 1).model_copy(
+        update={"warnings": ["1 tool left out, the input schema unusable: lookup (why)"]}
+    )
+    (found,) = mcp_checks(a_status(mcp_servers=[server]))
+    assert (found.status, found.detail, found.fix) == (
+        "warn",
+        "ready on 1 worker: 7 tools; 1 tool left out, the input schema unusable: lookup (why)",
+        "the tools named are not offered: fix them on the server, or the bound named",
+    )

@@ -396,7 +396,7 @@ async def test_a_tool_over_the_bounds_is_left_out_saying_so_and_the_others_are_o
     `manual`; two tools at most (BERNARD_MCP_SERVER_MAX_TOOLS) leave out `heater`."""
     warnings = [
         "1 tool left out, each over BERNARD_MCP_TOOL_MAX_BYTES (16384 bytes of description "
-        "and input schema): manual (20584 bytes)",
+        "and input schema): manual (20543 bytes)",
         "1 tool left out past BERNARD_MCP_SERVER_MAX_TOOLS (2 tools): heater",
     ]
     async with serve(bloated().streamable_http_app()) as port:
@@ -672,7 +672,7 @@ async def test_arguments_the_tools_schema_refuses_never_reach_the_server(
     (result,) = of(events, "tool_result")
     assert (result["content"], result["is_error"]) == (
         "Error: invalid arguments for tool 'home__get_light': arguments.entity: 7 is not of "
-        "type 'string'",
+        'type "string"',
         True,
     )
     assert home_server.seen() == []

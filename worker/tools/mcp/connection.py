@@ -14,8 +14,9 @@ to a minute, with jitter, reset once a session was ready again. A stdio server i
 process of the worker, started afresh each time (the SDK stops it, SIGTERM then SIGKILL,
 when its session ends).
 
-The tools the server lists are kept on the connection, within what one server may publish
-(worker/tools/mcp/bounds.py; those left out are its `warnings`);
+The tools the server lists are kept on the connection, each checked (`checks`, a child
+process shared by the worker's servers: shared/schema_checks.py) and within what one server
+may publish (worker/tools/mcp/bounds.py; those left out are its `warnings`);
 `notifications/tools/list_changed` (on 2025 sessions, and on 2026 ones, where a
 `subscriptions/listen` stream carries it) has them listed again. While a server is down its
 last tools stay offered, and a call is answered at once with why the server cannot be
@@ -70,7 +71,8 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from compat.mcp_stdio import stdio_client_reading
-from worker.tools.mcp.bounds import Bounds, Listing
+from shared.schema_checks import SchemaChecks, Unusable, Usable
+from worker.tools.mcp.bounds import Bounds, Listing, arguments_schema, description
 from worker.tools.mcp.config import HttpServer, ServerConfig, StdioServer
 from worker.tools.mcp.lines import BoundedLines, too_long
 
@@ -121,6 +123,7 @@ class Connection:
         name: str,
         config: ServerConfig,
         *,
+        checks: SchemaChecks,
         timeout_s: float,
         result_max_chars: int,
         response_max_bytes: int,
@@ -132,8 +135,10 @@ class Connection:
         # What one call may bring in (BERNARD_MCP_RESULT_MAX_CHARS, _RESPONSE_MAX_BYTES).
         self.result_max_chars = result_max_chars
         self.response_max_bytes = response_max_bytes
-        # What its tools may add to each router request (worker/tools/mcp/bounds.py).
+        # What its tools may add to each router request (worker/tools/mcp/bounds.py), and
+        # where their schemas are checked, and calls' arguments against them.
         self.bounds = bounds
+        self.checks = checks
         # A call's limit, and the handshake's: the server's own, within the tool timeout.
         self.timeout_s = min(config.timeout_s or timeout_s, timeout_s)
         self.state = State.CONNECTING
@@ -246,8 +251,10 @@ class Connection:
         )
         with anyio.CancelScope(deadline=anyio.current_time() + self.timeout_s) as limit:
             async with client:
-                await self._list(client)
+                listed = await self._fetch(client)
+                # Checking the tools is Bernard's work, not the server's: not within its time.
                 limit.deadline = math.inf
+                await self._keep(listed)
                 self._client, self._ready_at = client, time.monotonic()
                 self._set(State.READY)
                 try:
@@ -274,7 +281,8 @@ class Connection:
             if self._lost is not None:
                 return
             with anyio.fail_after(self.timeout_s):
-                await self._list(client)
+                listed = await self._fetch(client)
+            await self._keep(listed)
 
     async def _listen(self, client: Client) -> None:
         """Keep a 2026 session's `subscriptions/listen` stream open: the tool list's
@@ -284,16 +292,23 @@ class Connection:
                 pass
         self._lose("the server ended its notification stream")
 
-    async def _list(self, client: Client) -> None:
-        """List the tools (kept within `bounds` as each page comes)."""
-        listing = Listing(self.bounds, self.name)
+    async def _fetch(self, client: Client) -> list[Tool]:
+        """The tools the server lists, page after page."""
+        listed: list[Tool] = []
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             page = await client.list_tools(cursor=cursor)
-            listing.add(page.tools)
+            listed += page.tools
             cursor = page.next_cursor
             if cursor is None:
                 break
+        return listed
+
+    async def _keep(self, listed: list[Tool]) -> None:
+        """Keep the tools listed that are usable and within `bounds`."""
+        listing = Listing(self.bounds, self.name)
+        for tool in listed:
+            listing.add(tool, await self._checked(tool) if listing.checking else None)
         tools, warnings = tuple(listing.tools), tuple(listing.warnings())
         # Said once, not at each listing: they are listed again every `PROBE_S`.
         for warning in warnings:
@@ -304,6 +319,11 @@ class Connection:
         if (tools, warnings) != (self.tools, self.warnings):
             self.tools, self.warnings = tools, warnings
             self._changed()
+
+    async def _checked(self, remote: Tool) -> Usable | Unusable:
+        """`remote` as the router would be offered it, or why it cannot be."""
+        schema = arguments_schema(remote)
+        return await self.checks.tool(remote.name, description(remote, self.name), schema)
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, ToolListChangedNotification):

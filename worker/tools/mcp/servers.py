@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Collection
 
 from shared.mcp_health import McpServerHealth
+from shared.schema_checks import SchemaChecks
 from worker.tools.mcp.bounds import Bounds
 from worker.tools.mcp.config import McpConfig
 from worker.tools.mcp.connection import Connection
@@ -52,10 +53,13 @@ class McpServers:
     ) -> None:
         self.reserved = frozenset(reserved)
         self.limit = limit
+        # The servers' tool schemas and their calls' arguments are checked off the loop.
+        self.checks = SchemaChecks()
         self.connections = [
             Connection(
                 name,
                 server,
+                checks=self.checks,
                 timeout_s=timeout_s,
                 result_max_chars=result_max_chars,
                 response_max_bytes=response_max_bytes,
@@ -71,8 +75,11 @@ class McpServers:
     def start(self) -> None:
         """Open every server's session in the background; returns at once."""
         self._tasks = [
-            asyncio.create_task(connection.run(), name=f"mcp:{connection.name}")
-            for connection in self.connections
+            asyncio.create_task(self.checks.start(), name="mcp:schema-checks"),
+            *(
+                asyncio.create_task(connection.run(), name=f"mcp:{connection.name}")
+                for connection in self.connections
+            ),
         ]
 
     async def stop(self) -> None:
@@ -83,6 +90,7 @@ class McpServers:
                 async with asyncio.timeout(_STOP_S):
                     await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self.checks.close()
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` whenever a server's state or tools change."""

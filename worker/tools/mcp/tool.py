@@ -1,8 +1,9 @@
 """An MCP server's tool as the router calls it: a LangChain tool with the server's JSON
 schema and description, under its namespaced name (worker/tools/mcp/names.py).
 
-A call is checked against the tool's input schema before it is sent (a call that fails it
-never reaches the server, and the model reads why), runs on the worker's session with the
+A call is checked against the tool's input schema before it is sent (off the loop, within a
+time bound: shared/schema_checks.py; a call that fails it never reaches the server, and the
+model reads why), runs on the worker's session with the
 server (worker/tools/mcp/connection.py), turns each `notifications/progress` into a
 `tool_progress` event as it arrives (`MAX_PROGRESS` at most, each message cut at
 `PROGRESS_CHARS`), and its result into text within the connection's `result_max_chars`
@@ -23,16 +24,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
-from jsonschema.protocols import Validator
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from mcp.types import Tool, ToolAnnotations
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import ConfigDict
 
+from shared.schema_checks import Invalid
 from worker.tools.http import trim
-from worker.tools.mcp.bounds import description
+from worker.tools.mcp.bounds import arguments_schema, description
 from worker.tools.mcp.config import Confirm
 from worker.tools.mcp.connection import Connection, State
 from worker.tools.mcp.output import Output, render
@@ -68,14 +68,13 @@ class McpTool(BaseTool):
 
     connection: Connection
     remote: Tool
-    _validator: Validator | None = PrivateAttr(default=None)
 
     @classmethod
     def of(cls, connection: Connection, remote: Tool, name: str) -> McpTool:
         made = cls(
             name=name,
             description=description(remote, connection.name),
-            args_schema=_schema(remote),
+            args_schema=arguments_schema(remote),
             connection=connection,
             remote=remote,
         )
@@ -116,7 +115,7 @@ class McpTool(BaseTool):
     async def run_call(self, args: Any, config: RunnableConfig | None) -> Output:
         reporter = get_reporter(config)
         with reporter.reporting_errors():
-            self._check_arguments(args)
+            await self._check_arguments(args)
 
             reported = 0
 
@@ -140,7 +139,7 @@ class McpTool(BaseTool):
 
     async def check(self, args: dict[str, Any], config: RunnableConfig) -> str:
         """The `confirmation_check`: what will run, or why it cannot."""
-        self._check_arguments(args)
+        await self._check_arguments(args)
         connection = self.connection
         if connection.state is not State.READY:
             why = f" ({connection.error})" if connection.error else ""
@@ -164,28 +163,18 @@ class McpTool(BaseTool):
         shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
         return trim(f"{what}: {shown}" if shown else what, SUMMARY_CHARS)
 
-    def _check_arguments(self, args: Any) -> None:
-        if self._validator is None:
-            schema = self.remote.input_schema
-            self._validator = jsonschema.validators.validator_for(schema)(schema)
-        try:
-            error = jsonschema.exceptions.best_match(self._validator.iter_errors(args))
-        except jsonschema.exceptions.SchemaError:  # pragma: no cover - the server's mistake
-            return
-        if error is not None:
-            where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.path)
+    async def _check_arguments(self, args: Any) -> None:
+        problem = await self.connection.checks.arguments(arguments_schema(self.remote), args)
+        if isinstance(problem, Invalid):
             raise ToolException(
-                f"Error: invalid arguments for tool '{self.name}': arguments{where}: "
-                f"{error.message}"
+                f"Error: invalid arguments for tool '{self.name}': {problem.where}: "
+                f"{problem.message}"
+            )
+        if problem is not None:
+            raise ToolException(
+                f"Error: the arguments for tool '{self.name}' could not be checked against its "
+                f"input schema ({problem.reason}); it was not run"
             )
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("MCP tools run only asynchronously (ainvoke)")
-
-
-def _schema(remote: Tool) -> dict[str, Any]:
-    """The input schema as a function's parameters: an object, whatever the server sent."""
-    schema = dict(remote.input_schema)
-    schema.setdefault("type", "object")
-    schema.setdefault("properties", {})
-    return schema
