@@ -175,6 +175,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             reaper.cancel()
             await guard.stop()
             await hub.stop()
+            await app.state.bernard.schema_checks.close()
             await hub_redis.aclose()
             if queue is not redis:
                 await queue.aclose()

@@ -13,6 +13,7 @@ from api.hub import Hub
 from api.status import StatusCache
 from api.store_guard import StoreGuard
 from shared.rate_limit import RateLimiter
+from shared.schema_checks import SchemaChecks
 from shared.settings import Settings
 from shared.turns import TurnStore
 
@@ -34,6 +35,8 @@ class AppState:
     guard: StoreGuard
     # `GET /v1/status`, built at most once per few seconds (api/status.py).
     status: StatusCache = field(default_factory=StatusCache)
+    # Clients' function schemas, and edited arguments against a tool's, checked off the loop.
+    schema_checks: SchemaChecks = field(default_factory=SchemaChecks)
 
 
 async def get_state(request: Request) -> AppState:

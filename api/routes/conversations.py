@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import jsonschema
 from fastapi import APIRouter, Depends, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +49,7 @@ from shared.records.conversation import ConversationExistsError
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.schema_checks import Invalid
 
 router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
@@ -267,7 +267,7 @@ async def resume(
     if proposal is None:
         raise confirmation_not_found(body.confirmation_id)
     if body.decision == "approve" and body.arguments is not None:
-        _check_arguments(body.arguments, proposal.get("parameters") or {})
+        await _check_arguments(state, body.arguments, proposal.get("parameters") or {})
     stream = _wants_stream(accept)
     transitions = conversation_machine(state, owner)
     # The turn's record is built with this request; the claim below fills in what it
@@ -318,15 +318,17 @@ async def _run(
     return await start_turn(state, owner, request, claim, storing)
 
 
-def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> None:
-    """Edited arguments must pass the tool's own schema (400 naming where they fail)."""
-    try:
-        jsonschema.validate(arguments, schema)
-    except jsonschema.ValidationError as exc:
-        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
-        raise invalid(f"arguments{where}: {exc.message}", f"arguments{where}") from None
-    except jsonschema.SchemaError:
-        pass  # a schema the tool got wrong: the worker checks the arguments when it runs
+async def _check_arguments(state: AppState, arguments: dict[str, Any], schema: Any) -> None:
+    """Edited arguments must pass the tool's own schema (400 naming where they fail, or why
+    they could not be checked: the schema is anyone's, and checked off the loop)."""
+    problem = await state.schema_checks.arguments(schema, arguments)
+    if isinstance(problem, Invalid):
+        raise invalid(f"{problem.where}: {problem.message}", problem.where)
+    if problem is not None:
+        raise invalid(
+            f"the arguments could not be checked against the tool's schema ({problem.reason})",
+            "arguments",
+        )
 
 
 def _still_waiting(pending: dict[str, Any] | None, stream: bool) -> Response:

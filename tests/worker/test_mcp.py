@@ -730,7 +730,7 @@ async def test_an_edited_approval_runs_with_the_arguments_as_edited_and_checked(
     )
     assert refused.status_code == 400
     assert (
-        refused.json()["error"]["message"] == "arguments.brightness: 'dim' is not of type 'integer'"
+        refused.json()["error"]["message"] == 'arguments.brightness: "dim" is not of type "integer"'
     )
     upstream.script(Reply.text("Dimmed."))
     body = {

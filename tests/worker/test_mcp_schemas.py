@@ -31,7 +31,7 @@ from tests.sse import frames, of
 from tests.upstream import Reply, ScriptedUpstream, last_user_text
 from tests.users import ALICE, BOB, keys_for_two
 from tests.worker.test_mcp import offered, servers_in
-from tests.worker.test_plex import ask, chat
+from tests.worker.test_plex import ask, chat, paused
 
 CHAT = "/v1/chat/completions"
 
@@ -156,6 +156,44 @@ async def test_a_tool_whose_schema_the_router_cannot_bind_is_left_out_alone_sayi
     assert said == "The lamp is on."
     bound = [t["function"]["name"] for t in upstream.router_requests[0]["tools"]]
     assert "shady__lamp" in bound and "shady__lookup" not in bound
+
+
+async def round_trips(client: httpx.AsyncClient, until: asyncio.Task[Any]) -> list[float]:
+    """`/healthz`'s round trips one after the other, 10 ms apart, until `until` is done: each
+    with the pause after it, so that a loop held during a pause counts too."""
+    took: list[float] = []
+    while not until.done():
+        started = time.monotonic()
+        assert (await client.get("/healthz")).status_code == 200
+        await asyncio.sleep(0.01)
+        took.append(time.monotonic() - started)
+    return took
+
+
+async def test_edited_arguments_against_a_catastrophic_pattern_hold_no_neighbour(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    """The API checks a user's edited arguments against the tool's schema off its loop:
+    `/healthz` answers as it does at rest while they are checked (2.2 s on the loop
+    before, each character more doubling it)."""
+    async with shady_stack(tmp_path, upstream) as stack:
+        upstream.script_router(Reply.tool_calls([("shady__rename", {"label": "aaa"})]))
+        conversation_id, proposal = await paused(stack, "conversation", "rename the lamp")
+        body = {
+            "confirmation_id": proposal["confirmation_id"],
+            "decision": "approve",
+            "arguments": {"label": BAD},
+        }
+        url = f"/v1/conversations/{conversation_id}/resume"
+        resumed = asyncio.create_task(stack.client.post(url, json=body, headers=ALICE))
+        took = await round_trips(stack.client, resumed)
+        refused = await resumed
+    print(f"\n/healthz beside the edit's check: max {max(took) * 1000:.0f} ms of {len(took)}")
+    assert max(took) < 0.5
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        f'arguments.label: "{BAD}" does not match "^(a+)+$"'
+    )
 
 
 async def first_and_gaps(
