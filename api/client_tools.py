@@ -1,5 +1,7 @@
 """A request's own function tools against the deployment's: a client tool may not take the
-name of one of Bernard's tools, or the router could not tell which one the model called.
+name of one of Bernard's tools, or the router could not tell which one the model called;
+and each one's `parameters` must be a schema Bernard can use (`check_schemas`: a `$ref`
+that names nothing, or names another document, would fail the turn mid-way at the model).
 
 Bernard's tool names are what the workers published for `GET /v1/tools` (`keys.TOOLS`,
 worker/tools/catalog.py, served by api/routes/tools.py); the API never imports the worker's
@@ -9,13 +11,15 @@ tools. The other checks on client tools, which need no Redis, are the body's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 from redis.asyncio import Redis
 
 from api.errors import invalid
 from shared import keys
+from shared.schema_checks import SchemaChecks
 
 
 async def own_tool_names(queue: Redis) -> set[str]:
@@ -40,3 +44,19 @@ async def check_no_clash(
                 "rename the tool",
                 param.format(i=i),
             )
+
+
+async def check_schemas(
+    checks: SchemaChecks,
+    tools: Sequence[Mapping[str, Any]],
+    param: str = "tools[{i}].function.parameters",
+) -> None:
+    """Refuse with a 400 the first of `tools` (in Chat Completions' shape) whose parameters
+    are not a schema Bernard can use (shared/schema_checks.py); `param` as `check_no_clash`'s."""
+    for i, tool in enumerate(tools):
+        function = tool.get("function") or {}
+        if function.get("parameters") is None:
+            continue
+        problem = await checks.schema(function["parameters"])
+        if problem is not None:
+            raise invalid(f"function {function.get('name')!r}: {problem.reason}", param.format(i=i))

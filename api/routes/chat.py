@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Header, Response
 
 from api.admission import Storing
 from api.auth import TurnOwner
-from api.client_tools import check_no_clash
+from api.client_tools import check_no_clash, check_schemas
 from api.conversations import check_conversation_id, open_conversation
 from api.json_route import OrjsonRoute
 from api.schemas import ChatCompletionRequest, CompletionRequest
@@ -33,6 +33,7 @@ async def chat_completions(
     check_model(body.model)
     turn = body.to_turn()
     await check_no_clash(state.queue, tool_names(turn.agent.client_tools))
+    await check_schemas(state.schema_checks, turn.agent.client_tools)
     requested = body.conversation_id or x_bernard_conversation_id
     if requested is not None:
         check_conversation_id(requested)

@@ -28,7 +28,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from api.admission import Storing
 from api.auth import Owner, TurnOwner
-from api.client_tools import check_no_clash
+from api.client_tools import check_no_clash, check_schemas
 from api.conversations import (
     check_conversation_id,
     conversation_not_found,
@@ -129,6 +129,7 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
         return await _decide(state, owner, body, approvals)
     client_tools = body.client_tools()
     await check_no_clash(state.queue, tool_names(client_tools), "tools[{i}].name")
+    await check_schemas(state.schema_checks, client_tools, "tools[{i}].parameters")
     previous: TurnRecord | None = None
     if body.previous_response_id is not None:
         previous = await _owned(state, body.previous_response_id, owner)

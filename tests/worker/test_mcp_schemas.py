@@ -237,3 +237,30 @@ async def test_the_routers_arguments_against_a_catastrophic_pattern_hold_no_neig
         'match "^(a+)+$"',
         True,
     )
+
+
+async def test_a_clients_function_with_a_ref_that_names_nothing_is_a_400(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    """Before, the turn was admitted and its model refused the tools mid-way."""
+    async with shady_stack(tmp_path, upstream) as stack:
+        tool = {"type": "function", "function": {"name": "find", "parameters": BROKEN["lookup"]}}
+        body = {"model": "bernard-v1", "messages": [{"role": "user", "content": "hi"}]}
+        chat_refused = await stack.client.post(CHAT, json={**body, "tools": [tool]}, headers=ALICE)
+        responses_refused = await stack.client.post(
+            "/v1/responses",
+            json={
+                "model": "bernard-v1",
+                "input": "hi",
+                "tools": [{"type": "function", "name": "find", "parameters": BROKEN["fetch"]}],
+            },
+            headers=ALICE,
+        )
+    assert chat_refused.status_code == 400
+    assert chat_refused.json()["error"]["message"] == (
+        "function 'find': not a schema Bernard can check: Pointer '/$defs/nothing' does not exist"
+    )
+    assert chat_refused.json()["error"]["param"] == "tools[0].function.parameters"
+    assert responses_refused.status_code == 400
+    assert responses_refused.json()["error"]["param"] == "tools[0].parameters"
+    assert upstream.requests == [] and upstream.router_requests == []
