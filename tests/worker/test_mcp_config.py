@@ -34,6 +34,7 @@ def test_a_file_in_the_common_format_gives_each_server_its_transport_and_options
                     "args": ["-y", "server-filesystem", "${ROOT}"],
                     "env": {"LOG": "${LOG_LEVEL:-warn}"},
                     "confirm": "always",
+                    "trust_hints": True,
                     "timeout_s": 20,
                 },
                 "off": {"command": "nothing", "disabled": True},
@@ -51,10 +52,12 @@ def test_a_file_in_the_common_format_gives_each_server_its_transport_and_options
             args=["-y", "server-filesystem", "/srv/shared"],
             env={"LOG": "warn"},
             confirm=Confirm.ALWAYS,
+            trust_hints=True,
             timeout_s=20.0,
         ),
     }
     assert config.servers["home"].confirm is Confirm.ANNOTATIONS
+    assert config.servers["home"].trust_hints is False
 
 
 def test_keys_other_assistants_keep_in_the_file_are_ignored() -> None:

@@ -220,21 +220,25 @@ def test_a_result_of_many_blocks_refers_to_the_first_ones_in_the_artifact() -> N
 
 
 @pytest.mark.parametrize(
-    ("hints", "confirm", "expected"),
+    ("hints", "confirm", "trusted", "expected"),
     [
-        ({"readOnlyHint": True}, Confirm.ANNOTATIONS, False),
-        ({"readOnlyHint": True, "destructiveHint": False}, Confirm.ANNOTATIONS, False),
-        ({"readOnlyHint": False, "destructiveHint": False}, Confirm.ANNOTATIONS, True),
-        ({"readOnlyHint": False}, Confirm.ANNOTATIONS, True),
-        ({}, Confirm.ANNOTATIONS, True),
-        (None, Confirm.ANNOTATIONS, True),
-        ({"readOnlyHint": True, "destructiveHint": True}, Confirm.ANNOTATIONS, True),
-        ({"readOnlyHint": True}, Confirm.ALWAYS, True),
-        ({"readOnlyHint": False, "destructiveHint": True}, Confirm.NEVER, False),
+        ({"readOnlyHint": True}, Confirm.ANNOTATIONS, True, False),
+        ({"readOnlyHint": True, "destructiveHint": False}, Confirm.ANNOTATIONS, True, False),
+        ({"readOnlyHint": False, "destructiveHint": False}, Confirm.ANNOTATIONS, True, True),
+        ({"readOnlyHint": False}, Confirm.ANNOTATIONS, True, True),
+        ({}, Confirm.ANNOTATIONS, True, True),
+        (None, Confirm.ANNOTATIONS, True, True),
+        ({"readOnlyHint": True, "destructiveHint": True}, Confirm.ANNOTATIONS, True, True),
+        # A server whose hints are not trusted: its word that a tool only reads is not taken.
+        ({"readOnlyHint": True}, Confirm.ANNOTATIONS, False, True),
+        ({"readOnlyHint": True, "destructiveHint": False}, Confirm.ANNOTATIONS, False, True),
+        ({"readOnlyHint": True}, Confirm.ALWAYS, True, True),
+        ({"readOnlyHint": False, "destructiveHint": True}, Confirm.NEVER, True, False),
+        ({"readOnlyHint": False, "destructiveHint": True}, Confirm.NEVER, False, False),
     ],
 )
-def test_a_call_waits_unless_the_tool_says_it_only_reads_and_the_server_does_not_override(
-    hints: dict[str, Any] | None, confirm: Confirm, expected: bool
+def test_a_call_waits_unless_a_trusted_tool_says_it_only_reads_or_the_server_overrides(
+    hints: dict[str, Any] | None, confirm: Confirm, trusted: bool, expected: bool
 ) -> None:
     annotations = None if hints is None else ToolAnnotations.model_validate(hints)
-    assert waits(annotations, confirm) is expected
+    assert waits(annotations, confirm, trusted) is expected

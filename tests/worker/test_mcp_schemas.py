@@ -98,7 +98,7 @@ def shady(listed: dict[str, dict[str, Any]]) -> MCPServer:
 
 def settings_for(tmp_path: Path, upstream: ScriptedUpstream, port: int) -> Settings:
     path = tmp_path / f"mcp-{uuid.uuid4().hex[:6]}.json"
-    server = {"url": f"http://127.0.0.1:{port}/mcp"}
+    server = {"url": f"http://127.0.0.1:{port}/mcp", "trust_hints": True}
     path.write_text(json.dumps({"mcpServers": {"shady": server}}))
     return make_settings(upstream, mcp_config=str(path), api_keys=keys_for_two())
 

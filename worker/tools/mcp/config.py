@@ -19,9 +19,11 @@
 A server with a `url` is reached over streamable HTTP (with its `headers`); one with a
 `command` is started as a child process of each worker and spoken to over stdio (`args`,
 `env`, `cwd`). `${NAME}` (or `${NAME:-default}`) in any string of a server is replaced by
-the worker's environment variable, so secrets stay out of the file. Bernard reads two more
+the worker's environment variable, so secrets stay out of the file. Bernard reads more
 keys of its own: `confirm` (`annotations`, the default: a tool that is not read-only or is
-destructive waits for the user; `always`; `never`) and `timeout_s` (one call's limit, within
+destructive waits for the user; `always`; `never`), `trust_hints` (false by default: the
+server's word that a tool only reads is not taken, and every call waits; true for a server
+the operator trusts to say so) and `timeout_s` (one call's limit, within
 `BERNARD_TOOL_TIMEOUT_S`). `"disabled": true` skips a server. Keys other assistants write
 are ignored (and logged once at start).
 
@@ -80,6 +82,8 @@ class _Server(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     confirm: Confirm = Confirm.ANNOTATIONS
+    # Whether a tool's `readOnlyHint` may spare the user the question (`confirm: annotations`).
+    trust_hints: bool = False
     timeout_s: float | None = Field(None, gt=0)
     disabled: bool = False
 

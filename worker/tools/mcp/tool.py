@@ -13,10 +13,13 @@ turn is cancelled, or the tool's time is up) cancels the request: the SDK sends 
 `notifications/cancelled` for it.
 
 Whether a call waits for the user's decision (worker/tools/confirmation.py) comes from the
-tool's annotations and the server's `confirm` (`waits`): a tool that is not read-only, or is
-destructive, waits, exactly like Bernard's own write tools. Its `confirmation_check` refuses
-before anyone is asked a call that cannot run (arguments the schema refuses, the server not
-connected, the tool gone) and says what will run.
+server's `confirm` and `trust_hints`, and the tool's annotations (`waits`): a tool that is
+not read-only, or is destructive, waits, exactly like Bernard's own write tools, and so does
+every tool of a server whose hints are not trusted (the server's own word is all that says a
+tool only reads). Its `confirmation_check` refuses before anyone is asked a call that cannot
+run (arguments the schema refuses, the server not connected, the tool gone) and says what
+will run, in Bernard's words first: the tool as Bernard names it, its server and the
+arguments; the server's title for it follows, said to be the server's (`summary`).
 """
 
 from __future__ import annotations
@@ -49,14 +52,16 @@ MAX_PROGRESS = 200
 PROGRESS_CHARS = 200
 
 
-def waits(annotations: ToolAnnotations | None, confirm: Confirm) -> bool:
+def waits(annotations: ToolAnnotations | None, confirm: Confirm, trusted: bool) -> bool:
     """Whether a call waits for the user: per the server's `confirm`, or, by its
     annotations, when the tool is not read-only (`readOnlyHint` false or absent) or is
-    destructive (`destructiveHint`)."""
+    destructive (`destructiveHint`); a server's hints not `trusted` spare no question."""
     if confirm is Confirm.ALWAYS:
         return True
     if confirm is Confirm.NEVER:
         return False
+    if not trusted:
+        return True
     hints = annotations or ToolAnnotations()
     return hints.read_only_hint is not True or hints.destructive_hint is True
 
@@ -79,7 +84,9 @@ class McpTool(BaseTool):
             remote=remote,
         )
         made.metadata = {
-            "requires_confirmation": waits(remote.annotations, connection.config.confirm),
+            "requires_confirmation": waits(
+                remote.annotations, connection.config.confirm, connection.config.trust_hints
+            ),
             "confirmation_summary": made.summary,
             "confirmation_check": made.check,
             "mcp_server": connection.name,
@@ -153,15 +160,18 @@ class McpTool(BaseTool):
         return self.summary(args)
 
     def summary(self, args: dict[str, Any]) -> str:
-        """ "Unlock door (unlock_door on “home”): door="front"" — what the user approves."""
-        title = self.remote.title or (self.remote.annotations or ToolAnnotations()).title
-        what = (
-            f"{title} ({self.remote.name} on “{self.server}”)"
-            if title
-            else (f"{self.remote.name} on “{self.server}”")
-        )
+        """What the user approves: 'Run home__set_light on the MCP server “home” with
+        entity="light.kitchen", brightness=40 (the server calls it “Set a light”)'. Bernard's
+        words come first, whole within `SUMMARY_CHARS`; the server's title, only when it is
+        one of its own, in what room is left."""
         shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
-        return trim(f"{what}: {shown}" if shown else what, SUMMARY_CHARS)
+        said = f"Run {self.name} on the MCP server “{self.server}”"
+        said = trim(f"{said} with {shown}" if shown else said, SUMMARY_CHARS)
+        title = self.remote.title or (self.remote.annotations or ToolAnnotations()).title
+        room = SUMMARY_CHARS - len(said) - len(" (the server calls it “”)")
+        if not title or room < 8:
+            return said
+        return f"{said} (the server calls it “{trim(title, room)}”)"
 
     async def _check_arguments(self, args: Any) -> None:
         problem = await self.connection.checks.arguments(arguments_schema(self.remote), args)
