@@ -153,7 +153,10 @@ class SchemaChecks:
         return verdict
 
     async def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        line = orjson.dumps(request) + b"\n"
+        try:
+            line = orjson.dumps(request) + b"\n"
+        except TypeError as exc:  # nested deeper than orjson writes (254 levels)
+            return {"unusable": f"it cannot be written as JSON: {exc}"}
         async with self._lock:
             child = await self._started()
             assert child.stdin is not None and child.stdout is not None

@@ -176,6 +176,8 @@ ARGUMENTS: list[tuple[Any, Any, Invalid | Unusable | None]] = [
         Invalid(("a",), '"' + "b" * 298 + "…"),
     ),
     ({"$ref": "#/$defs/x"}, {}, Unusable(CANNOT + "Pointer '/$defs/x' does not exist")),
+    # A model's arguments may nest deeper than a request's body may.
+    (True, deep(300), Unusable("it cannot be written as JSON: Recursion limit reached")),
 ]
 
 
