@@ -19,14 +19,21 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
+from api.limits import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_ID_CHARS,
+    MAX_INT32,
+    MAX_NAME_CHARS,
+    MAX_TOOLS,
+    check_content_chars,
+    check_message_chars,
+    check_tool_calls,
+    is_function_name,
+)
 from shared.client_tools import RESPOND_TOOL_NAME
 from shared.settings import MODEL_ID, Settings
 from shared.webhook_targets import URL_MAX_CHARS
 
-_MAX_INT32 = 2**31 - 1
-_MAX_TOOLS = 128
-_MAX_NAME_CHARS = 256
-_MAX_ID_CHARS = 256
 _MAX_ITEMS = 1000
 # OpenAI's limits on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
 _METADATA_PAIRS, _METADATA_KEY, _METADATA_VALUE = 16, 64, 512
@@ -41,7 +48,7 @@ class _Strict(BaseModel):
 class ConversationRef(_Strict):
     """`conversation` as an object: `{"id": ...}`."""
 
-    id: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
 
 
 class ResponsesRequest(_Strict):
@@ -56,23 +63,23 @@ class ResponsesRequest(_Strict):
         }
     )
 
-    model: str = Field(MODEL_ID, max_length=_MAX_NAME_CHARS, json_schema_extra={"enum": [MODEL_ID]})
+    model: str = Field(MODEL_ID, max_length=MAX_NAME_CHARS, json_schema_extra={"enum": [MODEL_ID]})
     # The bound is on the items alone: a string's length is `check_limits`' to judge.
     input: str | Annotated[list[dict[str, Any]], Field(max_length=_MAX_ITEMS)]
     instructions: str | None = None
     stream: bool = False
     background: bool = False
     store: bool = True
-    previous_response_id: str | None = Field(None, min_length=1, max_length=_MAX_ID_CHARS)
+    previous_response_id: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS)
     conversation: str | ConversationRef | None = None
-    max_output_tokens: int | None = Field(None, ge=1, le=_MAX_INT32)
+    max_output_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     metadata: dict[str, str] | None = Field(None, max_length=_METADATA_PAIRS)
-    user: str | None = Field(None, max_length=_MAX_NAME_CHARS)
+    user: str | None = Field(None, max_length=MAX_NAME_CHARS)
     truncation: Literal["auto", "disabled"] = "disabled"
     parallel_tool_calls: bool = True
-    tools: list[dict[str, Any]] | None = Field(None, max_length=_MAX_TOOLS)
+    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: str | dict[str, Any] | None = None
     # What OpenAI would add to the output (logprobs, encrypted reasoning...): none of it
     # exists here, so only an empty list is taken (the Agents SDK always sends one).
@@ -134,8 +141,11 @@ class ResponsesRequest(_Strict):
                     f"tools[{i}].type",
                 )
             name = tool.get("name")
-            if not isinstance(name, str) or not 1 <= len(name) <= _MAX_NAME_CHARS:
-                raise invalid("a function tool needs a name", f"tools[{i}].name")
+            if not is_function_name(name):
+                raise invalid(
+                    "a function tool's name is 1 to 64 letters, digits, _ or -",
+                    f"tools[{i}].name",
+                )
             if name in seen or name == RESPOND_TOOL_NAME:
                 why = "is given twice" if name in seen else "is the router's own"
                 raise invalid(f"tool name {name!r} {why}", f"tools[{i}].name")
@@ -143,6 +153,7 @@ class ResponsesRequest(_Strict):
             unknown = sorted(set(tool) - {"type", "name", "description", "parameters", "strict"})
             if unknown:
                 raise invalid(f"unknown field {unknown[0]!r} in a function tool", f"tools[{i}]")
+            _check_function(tool, f"tools[{i}]")
             function: dict[str, Any] = {"name": name}
             for key in ("description", "parameters", "strict"):
                 if tool.get(key) is not None:
@@ -188,26 +199,45 @@ class ResponsesRequest(_Strict):
                 f"(BERNARD_MAX_MESSAGES); this request has {len(items)}",
                 "input",
             )
+        # The instructions are a system message: bounded as one, counted with the rest.
         total = len(self.instructions or "")
+        check_message_chars(total, settings, "instructions", "the instructions")
+        calls = 0
         for i, item in enumerate(items):
             size = sum(len(v) for key in _SIZED for v in _strings(item.get(key)))
-            if size > settings.max_message_chars:
-                raise invalid(
-                    f"an input item may hold at most {settings.max_message_chars} characters "
-                    f"(BERNARD_MAX_MESSAGE_CHARS); this one has {size}",
-                    f"input[{i}]",
-                )
+            check_message_chars(size, settings, f"input[{i}]", "an input item")
             total += size
-        if total > settings.max_content_chars:
-            raise invalid(
-                f"the input may hold at most {settings.max_content_chars} characters in all "
-                f"(BERNARD_MAX_CONTENT_CHARS); this has {total}",
-                "input",
-            )
+            calls += isinstance(item, dict) and item.get("type") == "function_call"
+        check_content_chars(total, settings, "input", "the input")
+        check_tool_calls(calls, settings, "input")
 
 
 # What of an input item counts toward the message limits: its text, not its labels.
 _SIZED = ("content", "arguments", "output")
+
+
+def _check_function(tool: dict[str, Any], where: str) -> None:
+    """A function tool's description and schema, as Chat Completions takes them
+    (api/schemas.py `FunctionDefinition`)."""
+    description = tool.get("description")
+    if description is not None and (
+        not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS
+    ):
+        raise invalid(
+            f"a function tool's description is text of at most {MAX_DESCRIPTION_CHARS} characters",
+            f"{where}.description",
+        )
+    if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+        raise invalid(
+            "a function tool's parameters are a JSON Schema object", f"{where}.parameters"
+        )
+    if tool.get("strict") is not None and not isinstance(tool["strict"], bool):
+        raise invalid("a function tool's strict is true or false", f"{where}.strict")
+
+
+def _check_call_id(call_id: Any, where: str, kind: str) -> None:
+    if not isinstance(call_id, str) or not 1 <= len(call_id) <= MAX_ID_CHARS:
+        raise invalid(f"a {kind} needs a call_id of at most {MAX_ID_CHARS} characters", where)
 
 
 def _strings(value: Any) -> list[str]:
@@ -259,10 +289,12 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "function_call":
             call_id, name = item.get("call_id"), item.get("name")
             arguments = item.get("arguments")
-            if not isinstance(call_id, str) or not call_id:
-                raise invalid("a function_call needs call_id", f"{where}.call_id")
-            if not isinstance(name, str) or not name:
-                raise invalid("a function_call needs name", f"{where}.name")
+            _check_call_id(call_id, f"{where}.call_id", "function_call")
+            if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_CHARS:
+                raise invalid(
+                    f"a function_call needs a name of at most {MAX_NAME_CHARS} characters",
+                    f"{where}.name",
+                )
             if not isinstance(arguments, str):
                 raise invalid("a function_call's arguments are JSON text", f"{where}.arguments")
             call = {
@@ -277,8 +309,7 @@ def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
-            if not isinstance(call_id, str) or not call_id:
-                raise invalid("a function_call_output needs call_id", f"{where}.call_id")
+            _check_call_id(call_id, f"{where}.call_id", "function_call_output")
             if isinstance(output, list):
                 output = message_text({"content": output}, where)
             if not isinstance(output, str):

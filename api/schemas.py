@@ -16,22 +16,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from api.errors import invalid
+from api.limits import (
+    FUNCTION_NAME,
+    MAX_DESCRIPTION_CHARS,
+    MAX_ID_CHARS,
+    MAX_INT32,
+    MAX_NAME_CHARS,
+    MAX_TOOLS,
+    check_content_chars,
+    check_message_chars,
+    check_tool_calls,
+)
 from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
 from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
 from shared.webhook_targets import URL_MAX_CHARS
 
-# What the model APIs take: token counts are 32-bit, a seed is 64-bit.
-_MAX_INT32 = 2**31 - 1
+# What the model APIs take: a seed is 64-bit (the other bounds are api/limits.py's).
 _MIN_INT64, _MAX_INT64 = -(2**63), 2**63 - 1
-# OpenAI's own limits on stop sequences and tools.
+# OpenAI's own limit on stop sequences.
 _MAX_STOP = 4
-_MAX_TOOLS = 128
-_MAX_NAME_CHARS = 256
-_MAX_ID_CHARS = 256
-# OpenAI's rule for a function's name.
-_FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
-_MAX_DESCRIPTION_CHARS = 16_384
 
 
 class _Body(BaseModel):
@@ -48,14 +52,14 @@ class TextPart(_Body):
 class FunctionCall(_Body):
     """The function an assistant's tool call named, with its arguments as JSON text."""
 
-    name: str = Field(min_length=1, max_length=_MAX_NAME_CHARS)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     arguments: str
 
 
 class ToolCallItem(_Body):
     """One of an assistant message's `tool_calls`."""
 
-    id: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
     type: Literal["function"]
     function: FunctionCall
 
@@ -65,8 +69,8 @@ class ChatMessage(_Body):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
-    name: str | None = Field(None, max_length=_MAX_NAME_CHARS)
-    tool_call_id: str | None = Field(None, max_length=_MAX_ID_CHARS)
+    name: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    tool_call_id: str | None = Field(None, max_length=MAX_ID_CHARS)
     tool_calls: list[ToolCallItem] | None = None
 
     def text(self) -> str:
@@ -78,8 +82,8 @@ class ChatMessage(_Body):
 class FunctionDefinition(_Body):
     """A client tool's function: the model reads its name, description and schema."""
 
-    name: str = Field(pattern=_FUNCTION_NAME)
-    description: str | None = Field(None, max_length=_MAX_DESCRIPTION_CHARS)
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION_CHARS)
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
@@ -93,7 +97,7 @@ class ClientTool(_Body):
 
 
 class NamedFunction(_Body):
-    name: str = Field(min_length=1, max_length=_MAX_NAME_CHARS)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class NamedToolChoice(_Body):
@@ -114,18 +118,18 @@ class StreamOptions(_Body):
 class _TurnBody(_Body):
     # Any string validates (another model answers 404, as OpenAI does); the schema names
     # the one model there is, so generated clients and fuzzers send it.
-    model: str = Field(max_length=_MAX_NAME_CHARS, json_schema_extra={"enum": [MODEL_ID]})
+    model: str = Field(max_length=MAX_NAME_CHARS, json_schema_extra={"enum": [MODEL_ID]})
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int | None = Field(None, ge=1, le=_MAX_INT32)
-    max_tokens: int | None = Field(None, ge=1, le=_MAX_INT32)
+    n: int | None = Field(None, ge=1, le=MAX_INT32)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     stop: str | list[str] | None = Field(None, max_length=_MAX_STOP)
     seed: int | None = Field(None, ge=_MIN_INT64, le=_MAX_INT64)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    user: str | None = Field(None, max_length=_MAX_NAME_CHARS)
+    user: str | None = Field(None, max_length=MAX_NAME_CHARS)
     logprobs: bool | None = None
     background: bool = False
     on_disconnect: Literal["cancel", "continue"] | None = None
@@ -195,14 +199,14 @@ class ChatCompletionRequest(_TurnBody):
     )
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=_MAX_INT32)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_INT32)
     response_format: dict[str, Any] | None = None
     # The client's own function tools, offered to the router beside Bernard's: a call of one
     # ends the turn with finish_reason "tool_calls" (shared/client_tools.py).
-    tools: list[ClientTool] | None = Field(None, max_length=_MAX_TOOLS)
+    tools: list[ClientTool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: str | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    conversation_id: str | None = Field(None, max_length=_MAX_ID_CHARS)
+    conversation_id: str | None = Field(None, max_length=MAX_ID_CHARS)
 
     @model_validator(mode="after")
     def _messages_make_sense(self) -> ChatCompletionRequest:
@@ -301,26 +305,11 @@ class ChatCompletionRequest(_TurnBody):
             size = len(message.text()) + sum(
                 len(call.function.arguments) for call in message.tool_calls or ()
             )
-            if size > settings.max_message_chars:
-                raise invalid(
-                    f"a message may hold at most {settings.max_message_chars} characters "
-                    f"(BERNARD_MAX_MESSAGE_CHARS); this one has {size}",
-                    f"messages[{i}].content",
-                )
+            check_message_chars(size, settings, f"messages[{i}].content", "a message")
             total += size
             tool_calls += len(message.tool_calls or ())
-        if total > settings.max_content_chars:
-            raise invalid(
-                f"the messages may hold at most {settings.max_content_chars} characters in "
-                f"all (BERNARD_MAX_CONTENT_CHARS); these have {total}",
-                "messages",
-            )
-        if tool_calls > settings.max_tool_calls:
-            raise invalid(
-                f"the messages may carry at most {settings.max_tool_calls} tool calls in all "
-                f"(BERNARD_MAX_TOOL_CALLS); these carry {tool_calls}",
-                "messages",
-            )
+        check_content_chars(total, settings, "messages", "the messages")
+        check_tool_calls(tool_calls, settings, "messages")
 
     def to_turn(self) -> TurnRequest:
         options = self.agent_options()
@@ -352,13 +341,7 @@ class CompletionRequest(_TurnBody):
 
     def check_limits(self, settings: Settings) -> None:
         """Refuse a prompt larger than one message may be."""
-        size = len(self._prompt())
-        if size > settings.max_message_chars:
-            raise invalid(
-                f"the prompt may hold at most {settings.max_message_chars} characters "
-                f"(BERNARD_MAX_MESSAGE_CHARS); this one has {size}",
-                "prompt",
-            )
+        check_message_chars(len(self._prompt()), settings, "prompt", "the prompt")
 
     def _prompt(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else "".join(self.prompt)

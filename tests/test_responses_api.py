@@ -211,6 +211,74 @@ async def test_what_bernard_cannot_honour_is_a_400_naming_it(
         assert error["param"] == "input[0].content[0].type"
 
 
+def _calls(count: int) -> list[dict[str, Any]]:
+    """`count` calls of the client's function, each with its output: a history's items."""
+    items: list[dict[str, Any]] = []
+    for i in range(count):
+        call = {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"}
+        items += [call, {"type": "function_call_output", "call_id": f"c{i}", "output": "ok"}]
+    return [*items, {"role": "user", "content": "and now?"}]
+
+
+def _call(**fields: Any) -> list[dict[str, Any]]:
+    return [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", **fields}]
+
+
+def _tool(**fields: Any) -> list[dict[str, Any]]:
+    return [{"type": "function", "name": "get_weather", **fields}]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "extra", "param"),
+    [
+        # Instructions are a system message, bounded as one (BERNARD_MAX_MESSAGE_CHARS).
+        ({"max_message_chars": 10}, {"instructions": "x" * 11}, "instructions"),
+        # As many calls in the history as Chat Completions takes (BERNARD_MAX_TOOL_CALLS).
+        ({"max_tool_calls": 2}, {"input": _calls(3)}, "input"),
+        ({}, {"input": _calls(129)}, "input"),
+        # Ids and names as long as Chat Completions' (256 characters).
+        ({}, {"input": _call(call_id="c" * 257)}, "input[0].call_id"),
+        ({}, {"input": _call(name="f" * 257)}, "input[0].name"),
+        (
+            {},
+            {"input": [{"type": "function_call_output", "call_id": "c" * 257, "output": "ok"}]},
+            "input[0].call_id",
+        ),
+        # A function tool's name by OpenAI's rule, its description as long as chat's.
+        ({}, {"tools": _tool(name="get weather")}, "tools[0].name"),
+        ({}, {"tools": _tool(name="météo")}, "tools[0].name"),
+        ({}, {"tools": _tool(name="f" * 65)}, "tools[0].name"),
+        ({}, {"tools": _tool(description="d" * 16_385)}, "tools[0].description"),
+        ({}, {"tools": _tool(parameters=["not", "a", "schema"])}, "tools[0].parameters"),
+    ],
+)
+async def test_an_input_over_the_chat_limits_is_a_400_naming_it(
+    upstream: ScriptedUpstream, overrides: dict[str, int], extra: dict[str, Any], param: str
+) -> None:
+    async with run_stack(make_settings(upstream, **overrides), worker=False) as stack:
+        # Background: a request let through answers at once, queued, rather than waiting.
+        body = {"model": "bernard-v1", "input": "hello", "background": True, **extra}
+        response = await stack.client.post("/v1/responses", json=body)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == param
+        assert await stack.redis.zcard(stack.settings.queue_name) == 0
+
+
+async def test_an_input_at_the_chat_limits_is_taken(upstream: ScriptedUpstream) -> None:
+    settings = make_settings(upstream, max_message_chars=10, max_tool_calls=2)
+    async with run_stack(settings, worker=False) as stack:
+        body = {
+            "model": "bernard-v1",
+            "background": True,
+            "instructions": "x" * 10,
+            "input": [*_call(call_id="c" * 256, name="f" * 256)[:1], *_calls(1)],
+            "tools": _tool(name="A-z_0" + "9" * 59, description="d" * 16_384),
+        }
+        response = await stack.client.post("/v1/responses", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] == "queued"
+
+
 async def test_previous_response_id_continues_its_conversation(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:

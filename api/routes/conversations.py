@@ -35,6 +35,7 @@ from api.conversations import (
 from api.encodings.conversation import awaiting_frame, done_frame, rows_answer
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
+from api.limits import check_message_chars
 from api.negotiation import EVENT_STREAM, JSON, negotiate
 from api.pages import list_page
 from api.relay import fixed
@@ -222,12 +223,7 @@ async def post_message(
     """Run a turn on the stored history plus this message (409 while the conversation is
     busy); JSON or named SSE events by `Accept`."""
     await _owned(state, owner, conversation_id)
-    if len(body.content) > state.settings.max_message_chars:
-        raise invalid(
-            f"a message may hold at most {state.settings.max_message_chars} characters "
-            "(BERNARD_MAX_MESSAGE_CHARS)",
-            "content",
-        )
+    check_message_chars(len(body.content), state.settings, "content", "a message")
     _check_metadata(body.metadata)
     stream = _wants_stream(accept)
     request = TurnRequest(

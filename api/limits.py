@@ -1,0 +1,61 @@
+"""The bounds of a request's fields, one place each, whichever API brings them (api/schemas.py
+for Chat Completions and the conversations' messages, api/responses_schema.py for the
+Responses API): OpenAI's own on names, ids and tools, and the operator's limits
+(shared/settings.py) counted across a request, each refusal a 400 naming the parameter and
+the setting.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TypeGuard
+
+from api.errors import invalid
+from shared.settings import Settings
+
+# What the model APIs take: token counts are 32-bit.
+MAX_INT32 = 2**31 - 1
+# OpenAI's own limits on tools, names and ids.
+MAX_TOOLS = 128
+MAX_NAME_CHARS = 256
+MAX_ID_CHARS = 256
+# OpenAI's rule for a function's name.
+FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_DESCRIPTION_CHARS = 16_384
+
+_FUNCTION_NAME = re.compile(FUNCTION_NAME)
+
+
+def is_function_name(name: object) -> TypeGuard[str]:
+    """Whether `name` is a name OpenAI takes for a function (`FUNCTION_NAME`)."""
+    return isinstance(name, str) and _FUNCTION_NAME.fullmatch(name) is not None
+
+
+def check_message_chars(size: int, settings: Settings, param: str, what: str) -> None:
+    """`what` (one message, input item or prompt) holds at most `BERNARD_MAX_MESSAGE_CHARS`."""
+    if size > settings.max_message_chars:
+        raise invalid(
+            f"{what} may hold at most {settings.max_message_chars} characters "
+            f"(BERNARD_MAX_MESSAGE_CHARS); this one has {size}",
+            param,
+        )
+
+
+def check_content_chars(total: int, settings: Settings, param: str, what: str) -> None:
+    """`what` (all of a request's messages) hold at most `BERNARD_MAX_CONTENT_CHARS`."""
+    if total > settings.max_content_chars:
+        raise invalid(
+            f"{what} may hold at most {settings.max_content_chars} characters in all "
+            f"(BERNARD_MAX_CONTENT_CHARS); this has {total}",
+            param,
+        )
+
+
+def check_tool_calls(count: int, settings: Settings, param: str) -> None:
+    """A request carries at most `BERNARD_MAX_TOOL_CALLS` tool calls in its history."""
+    if count > settings.max_tool_calls:
+        raise invalid(
+            f"a request may carry at most {settings.max_tool_calls} tool calls in all "
+            f"(BERNARD_MAX_TOOL_CALLS); this one carries {count}",
+            param,
+        )
