@@ -8,7 +8,9 @@ the setting.
 from __future__ import annotations
 
 import re
-from typing import TypeGuard
+from typing import Any, TypeGuard
+
+import orjson
 
 from api.errors import invalid
 from shared.settings import Settings
@@ -57,5 +59,20 @@ def check_tool_calls(count: int, settings: Settings, param: str) -> None:
         raise invalid(
             f"a request may carry at most {settings.max_tool_calls} tool calls in all "
             f"(BERNARD_MAX_TOOL_CALLS); this one carries {count}",
+            param,
+        )
+
+
+def check_tools_bytes(tools: list[Any], settings: Settings, param: str = "tools") -> None:
+    """The client's tools take at most `BERNARD_MAX_TOOLS_BYTES` as JSON: the turn's record
+    holds them while it runs (and a response keeps them to show them back), and every
+    prompt of the router carries them."""
+    if not tools:
+        return
+    size = len(orjson.dumps(tools))
+    if size > settings.max_tools_bytes:
+        raise invalid(
+            f"the tools may take at most {settings.max_tools_bytes} bytes as JSON "
+            f"(BERNARD_MAX_TOOLS_BYTES); these take {size}",
             param,
         )

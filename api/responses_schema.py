@@ -28,6 +28,7 @@ from api.limits import (
     check_content_chars,
     check_message_chars,
     check_tool_calls,
+    check_tools_bytes,
     is_function_name,
 )
 from shared.client_tools import RESPOND_TOOL_NAME
@@ -210,6 +211,7 @@ class ResponsesRequest(_Strict):
             calls += isinstance(item, dict) and item.get("type") == "function_call"
         check_content_chars(total, settings, "input", "the input")
         check_tool_calls(calls, settings, "input")
+        check_tools_bytes(self.tools or [], settings)
 
 
 # What of an input item counts toward the message limits: its text, not its labels.

@@ -26,6 +26,7 @@ from api.limits import (
     check_content_chars,
     check_message_chars,
     check_tool_calls,
+    check_tools_bytes,
 )
 from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
 from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
@@ -310,6 +311,7 @@ class ChatCompletionRequest(_TurnBody):
             tool_calls += len(message.tool_calls or ())
         check_content_chars(total, settings, "messages", "the messages")
         check_tool_calls(tool_calls, settings, "messages")
+        check_tools_bytes(self.client_tools(), settings)
 
     def to_turn(self) -> TurnRequest:
         options = self.agent_options()

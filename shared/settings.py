@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(100_000, alias="BERNARD_MAX_MESSAGE_CHARS")
     max_content_chars: int = Field(1_000_000, alias="BERNARD_MAX_CONTENT_CHARS")
     max_tool_calls: int = Field(128, alias="BERNARD_MAX_TOOL_CALLS")
+    # The client's function tools as JSON (api/limits.py): a turn holds them in its record.
+    max_tools_bytes: int = Field(256 * 1024, gt=0, alias="BERNARD_MAX_TOOLS_BYTES")
 
     # What a prompt may hold (worker/harness/memory.py): the model's context, the share kept
     # for the answer, and when older messages get folded into the running summary.

@@ -436,6 +436,17 @@ async def test_a_chunked_body_over_the_limit_is_413(upstream: ScriptedUpstream) 
             },
             "messages",
         ),
+        (
+            # The tools below take 1,001 bytes as JSON.
+            {"max_tools_bytes": 1000},
+            {
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [
+                    {"type": "function", "function": {"name": "f", "description": "d" * 939}}
+                ],
+            },
+            "tools",
+        ),
     ],
 )
 async def test_requests_over_the_limits_are_400_naming_what_is_over(

@@ -228,6 +228,10 @@ def _tool(**fields: Any) -> list[dict[str, Any]]:
     return [{"type": "function", "name": "get_weather", **fields}]
 
 
+# A tool at the limits of its name and description: 16,496 bytes as JSON.
+_AT_LIMIT = _tool(name="A-z_0" + "9" * 59, description="d" * 16_384)
+
+
 @pytest.mark.parametrize(
     ("overrides", "extra", "param"),
     [
@@ -250,6 +254,13 @@ def _tool(**fields: Any) -> list[dict[str, Any]]:
         ({}, {"tools": _tool(name="f" * 65)}, "tools[0].name"),
         ({}, {"tools": _tool(description="d" * 16_385)}, "tools[0].description"),
         ({}, {"tools": _tool(parameters=["not", "a", "schema"])}, "tools[0].parameters"),
+        # The tools the response keeps to show back (BERNARD_MAX_TOOLS_BYTES).
+        ({"max_tools_bytes": 16_495}, {"tools": _AT_LIMIT}, "tools"),
+        (
+            {},
+            {"tools": [_tool(name=f"t{i}", description="d" * 16_000)[0] for i in range(17)]},
+            "tools",
+        ),
     ],
 )
 async def test_an_input_over_the_chat_limits_is_a_400_naming_it(
@@ -265,14 +276,16 @@ async def test_an_input_over_the_chat_limits_is_a_400_naming_it(
 
 
 async def test_an_input_at_the_chat_limits_is_taken(upstream: ScriptedUpstream) -> None:
-    settings = make_settings(upstream, max_message_chars=10, max_tool_calls=2)
+    settings = make_settings(
+        upstream, max_message_chars=10, max_tool_calls=2, max_tools_bytes=16_496
+    )
     async with run_stack(settings, worker=False) as stack:
         body = {
             "model": "bernard-v1",
             "background": True,
             "instructions": "x" * 10,
             "input": [*_call(call_id="c" * 256, name="f" * 256)[:1], *_calls(1)],
-            "tools": _tool(name="A-z_0" + "9" * 59, description="d" * 16_384),
+            "tools": _AT_LIMIT,
         }
         response = await stack.client.post("/v1/responses", json=body)
         assert response.status_code == 200, response.text
