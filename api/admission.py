@@ -9,7 +9,8 @@ A request that starts a turn passes, in order:
    `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
 3. the storage budgets (shared/budgets.py), read from the data role with the admission
    (in its pipeline when one Redis holds both roles, else at the same time): 429
-   `storage_quota_exceeded` when the owner stores `BERNARD_MAX_USER_BYTES`, 429
+   `storage_quota_exceeded` when the owner stores `BERNARD_MAX_USER_BYTES` (conversations,
+   and what finished turns keep of their requests), 429
    `too_many_conversations` when the request would start a conversation and the owner has
    `BERNARD_MAX_CONVERSATIONS_PER_USER`, 413 `conversation_too_large` when the conversation
    it continues holds `BERNARD_MAX_CONVERSATION_BYTES` (or a posted message would take it
@@ -98,10 +99,11 @@ def check_storage(settings: Settings, storing: Storing, usage: Usage, held: int)
     if usage.bytes >= settings.max_user_bytes:
         raise ApiError(
             429,
-            f"you store {usage.bytes} bytes of conversations and may store "
-            f"{settings.max_user_bytes} (BERNARD_MAX_USER_BYTES): delete conversations "
-            "you no longer need (DELETE /v1/conversations/{id}), or wait for unused ones "
-            "to expire (BERNARD_CONVERSATION_RETENTION_S)",
+            f"you store {usage.bytes} bytes of conversations and kept responses and may "
+            f"store {settings.max_user_bytes} (BERNARD_MAX_USER_BYTES): delete "
+            "conversations or responses you no longer need (DELETE /v1/conversations/{id}, "
+            "DELETE /v1/responses/{id}), or wait for unused ones to expire "
+            "(BERNARD_CONVERSATION_RETENTION_S, BERNARD_TURN_RETENTION_S)",
             code=ErrorCode.STORAGE_QUOTA_EXCEEDED,
             headers=_NO_RETRY,
         )

@@ -29,6 +29,21 @@ one request's messages and one turn's output per turn running at once
 and its give-back leaves the sum high by that append until the conversation is deleted or
 expires. Conversations stored before the ledger existed count from their next append.
 
+**A turn's kept request**, counted with the conversations against the same sum. A finished
+turn's record keeps its request's options and what its encoding shows back of it (the
+Responses API's `instructions` and `tools`, for `GET /v1/responses/{id}`) for
+`BERNARD_TURN_RETENTION_S`; over `COUNTED_FROM` bytes (more than options alone ever take),
+they are counted (`keep_turn`, in the pipeline that creates the turn: no round trip more)
+under the turn's own entry of the ledger (`t/<turn id>`: no conversation id holds a `/`),
+until the record is gone: the owner's `keys.kept_turns` scores each entry at the time it
+lapses, the longest the record can live when it is created (unfinished, plus the
+retention), moved to its ending plus the retention when it ends (`kept_until`, from
+`TurnStore.finish`). A turn forgotten (its conversation or itself deleted, or delivered
+unkept) gives them back at once (`forget_turns`); lapsed entries go at the next reads of
+the ledger, as expired conversations do. What a turn holds only while it runs (its
+messages, the client's tools) is bounded per request (api/limits.py) and never counted:
+ending the turn drops it.
+
 **Conversations per user** (`BERNARD_MAX_CONVERSATIONS_PER_USER`): the index's size, read
 with the ledger at admission; creations admitted at once may overshoot it by their number.
 
@@ -56,12 +71,17 @@ from shared import keys
 from shared.scripts import in_pipeline
 
 __all__ = [
+    "COUNTED_FROM",
     "GRACE_S",
     "TOTAL",
     "Usage",
     "account",
     "count_pending",
+    "counted_bytes",
     "forget",
+    "forget_turns",
+    "keep_turn",
+    "kept_until",
     "pending_confirmations",
     "queue_usage",
     "read_usage",
@@ -77,15 +97,27 @@ GRACE_S = 60
 # Expired entries dropped per read of the ledger: the rest go at the next reads.
 _FORGET_PER_READ = 100
 
-# Lua: forget conversation `id` of the ledger KEYS[1] and the index KEYS[2].
+# A turn's kept request up to this many bytes is not counted: options alone stay far below
+# it, so only what the client sent to be shown back (instructions, tools) is.
+COUNTED_FROM = 4096
+
+# Lua: forget conversation `id` of the ledger KEYS[1] and the index KEYS[2], and the turn
+# `id` of the ledger and the kept turns KEYS[3]. A ledger that expired counts nothing.
 _FORGET_ONE = """
-local function forget(id)
-  local held = redis.call('HGET', KEYS[1], id)
+local function drop(field)
+  local held = redis.call('HGET', KEYS[1], field)
   if held then
     redis.call('HINCRBY', KEYS[1], '*', -tonumber(held))
-    redis.call('HDEL', KEYS[1], id)
+    redis.call('HDEL', KEYS[1], field)
   end
+end
+local function forget(id)
+  drop(id)
   redis.call('ZREM', KEYS[2], id)
+end
+local function forget_turn(id)
+  drop('t/' .. id)
+  redis.call('ZREM', KEYS[3], id)
 end
 """
 
@@ -123,20 +155,46 @@ for i = 1, #ARGV do forget(ARGV[i]) end
 return #ARGV
 """
 
-# KEYS: ledger, index. ARGV: now, retention s, a conversation id ('' for none). Forgets the
-# conversations that expired (some of them: the rest at the next read), then returns {the
-# bytes the owner stores, how many conversations they have, whether the id is one}.
+# KEYS: ledger, index, kept turns. ARGV: now, retention s, a conversation id ('' for none).
+# Forgets the conversations that expired and the turns whose records are gone (some of
+# them: the rest at the next read), then returns {the bytes the owner stores, how many
+# conversations they have, whether the id is one}.
 _USAGE = f"""
 {_FORGET_ONE}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf',
                            tonumber(ARGV[1]) - tonumber(ARGV[2]) - {GRACE_S},
                            'LIMIT', 0, {_FORGET_PER_READ})
 for _, id in ipairs(expired) do forget(id) end
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[1],
+                          'LIMIT', 0, {_FORGET_PER_READ})
+for _, id in ipairs(lapsed) do forget_turn(id) end
 local count = redis.call('ZCARD', KEYS[2])
-if count == 0 then redis.call('DEL', KEYS[1]) end
+if count == 0 and redis.call('ZCARD', KEYS[3]) == 0 then redis.call('DEL', KEYS[1]) end
 local known = 0
 if ARGV[3] ~= '' and redis.call('ZSCORE', KEYS[2], ARGV[3]) then known = 1 end
 return {{tonumber(redis.call('HGET', KEYS[1], '*') or '0'), count, known}}
+"""
+
+
+# KEYS: ledger, index, kept turns. ARGV: turn id, bytes, when its record is gone by, now.
+# Counts the turn's kept request once, until then; both keys outlive the entry.
+_KEEP_TURN = """
+local field = 't/' .. ARGV[1]
+if redis.call('HSETNX', KEYS[1], field, ARGV[2]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[1], '*', ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1])
+local ttl = math.ceil(tonumber(ARGV[3]) - tonumber(ARGV[4]))
+for _, key in ipairs({KEYS[1], KEYS[3]}) do
+  if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
+end
+return 1
+"""
+
+# KEYS: ledger, index, kept turns. ARGV: turn ids. Gives back what the turns' entries count.
+_FORGET_TURNS = f"""
+{_FORGET_ONE}
+for i = 1, #ARGV do forget_turn(ARGV[i]) end
+return #ARGV
 """
 
 
@@ -151,7 +209,31 @@ class Usage:
 
 
 def _user_keys(owner: str) -> list[str]:
-    return [keys.usage(owner), keys.conversations(owner)]
+    return [keys.usage(owner), keys.conversations(owner), keys.kept_turns(owner)]
+
+
+def counted_bytes(size: int) -> int:
+    """What the ledger counts of a kept request of `size` bytes (see `COUNTED_FROM`)."""
+    return size if size > COUNTED_FROM else 0
+
+
+def keep_turn(pipe: Pipeline, owner: str, turn_id: str, size: int, *, until: float) -> None:
+    """Queue on `pipe` counting the turn's kept request, `size` bytes, until its record is
+    gone by `until` (epoch s); counting it again changes nothing."""
+    args = [turn_id, size, repr(until), repr(time.time())]
+    in_pipeline(pipe, _KEEP_TURN, _user_keys(owner), args)
+
+
+def kept_until(pipe: Pipeline, owner: str, turn_id: str, until: float) -> None:
+    """Queue on `pipe` moving the lapse of the turn's count to `until` (it ended: its
+    record goes then); nothing for a turn that is not counted."""
+    pipe.zadd(keys.kept_turns(owner), {turn_id: until}, xx=True)
+
+
+def forget_turns(pipe: Pipeline, owner: str, turn_ids: Sequence[str]) -> None:
+    """Queue on `pipe` giving back what the ledger counts of the turns (forgotten)."""
+    if turn_ids:
+        in_pipeline(pipe, _FORGET_TURNS, _user_keys(owner), list(turn_ids))
 
 
 def account(

@@ -17,13 +17,13 @@ to one server, and then nothing below costs a round trip more than one Redis did
 - **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
   `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
   per user `{<owner>}`: `notes`, `timers` (the payloads: their jobs are on the queue),
-  `conversations`, `usage`, `pending`, `turns`; the user's event stream `{user:<owner>}`;
-  the hub's wake streams. A plain Redis, Sentinel, or a Cluster (`redis+cluster://`): every
-  script and transaction here touches one hash tag, so one slot; only pipelines (which a
-  Cluster client splits per node) mix tags. In a Cluster the stream hub cannot `XREAD` streams of
-  different slots together, so there it waits on sharded pub/sub instead of wake streams
-  (api/cluster_hub.py): the stream's writer `SPUBLISH`es `stream_wake(id)`, a channel in
-  the stream's own slot, after its appends.
+  `conversations`, `usage`, `kept`, `pending`, `turns`; the user's event stream
+  `{user:<owner>}`; the hub's wake streams. A plain Redis, Sentinel, or a Cluster
+  (`redis+cluster://`): every script and transaction here touches one hash tag, so one
+  slot; only pipelines (which a Cluster client splits per node) mix tags. In a Cluster the
+  stream hub cannot `XREAD` streams of different slots together, so there it waits on
+  sharded pub/sub instead of wake streams (api/cluster_hub.py): the stream's writer
+  `SPUBLISH`es `stream_wake(id)`, a channel in the stream's own slot, after its appends.
 
 No script or transaction spans the two roles. What spanned them is split in two halves,
 each idempotent, run in the order that leaves a crash between them to a path that already
@@ -245,9 +245,16 @@ def conversations(owner: str) -> str:
 
 
 def usage(owner: str) -> str:
-    """Hash of the bytes each of the owner's listed conversations stores, and their sum
-    (field `*`): the owner's storage ledger (shared/budgets.py)."""
+    """Hash of the bytes each of the owner's listed conversations stores, and each of their
+    turns' kept requests (`t/<turn id>`), and their sum (field `*`): the owner's storage
+    ledger (shared/budgets.py)."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:usage"
+
+
+def kept_turns(owner: str) -> str:
+    """Sorted set of the owner's turns whose kept request the ledger counts (member: turn
+    id; score: when the turn's record is gone by): their entries' lapses (shared/budgets.py)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:kept"
 
 
 def pending_confirmations(owner: str) -> str:

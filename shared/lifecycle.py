@@ -216,22 +216,26 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # KEYS: turn, events, lease, attached.
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`),
 # sealed id, payload... Appends the payloads (the last is `done`, under the sealed id) and
-# drops the request's messages (the prompt: the conversation keeps them) only if the turn
-# has not ended yet and the guard holds. Returns a `Finished`; `ended` or `over` with the
-# record's webhook target, {'ended', target}, when it has one: a target left on an ended
-# turn is a delivery no job has taken yet (its job deletes it: shared/webhooks.py), which
-# the call that ended it may have died before queueing. The data half of ending a turn
-# (`TurnStore.finish` releases it on the queue, and queues the webhook). The lease is only
-# read (`Guard.LAPSED`): an old worker's lapses in seconds by itself, and nothing reads it
-# once the turn has ended; nor the cancel key, which is never touched here: it is set with
-# a TTL of the turns' retention at most (shared/cancel.py), so it goes no later than the
-# record, and nothing reads it once the turn has ended either. Each command here runs once
-# a turn. Its first write is a DEL, which Redis runs at its maxmemory: Redis checks a
-# script's first write alone against maxmemory (it cannot stop one half done), so a full
-# Redis still takes a turn's ending (a few hundred bytes, which its retention and the
-# messages it drops give back) and every client reads it.
+# drops the request's messages (the prompt: the conversation keeps them) and the client's
+# tools (what the encoding shows back of them is in `request`) only if the turn has not
+# ended yet and the guard holds. Returns a `Finished`; `ended` or `over` with the record's
+# webhook target, {'ended', target}, when it has one: a target left on an ended turn is a
+# delivery no job has taken yet (its job deletes it: shared/webhooks.py), which the call
+# that ended it may have died before queueing. `ended` also comes with the bytes its
+# owner's ledger counts of the record (`counted`, shared/budgets.py), {'ended', target or
+# nil, bytes}, when it has them: their count then lapses with the retention. The data half
+# of ending a turn (`TurnStore.finish` releases it on the queue, queues the webhook, and
+# moves the count's lapse). The lease is only read (`Guard.LAPSED`): an old worker's
+# lapses in seconds by itself, and nothing reads it once the turn has ended; nor the
+# cancel key, which is never touched here: it is set with a TTL of the turns' retention at
+# most (shared/cancel.py), so it goes no later than the record, and nothing reads it once
+# the turn has ended either. Each command here runs once a turn. Its first write is a DEL,
+# which Redis runs at its maxmemory: Redis checks a script's first write alone against
+# maxmemory (it cannot stop one half done), so a full Redis still takes a turn's ending (a
+# few hundred bytes, which its retention and the messages it drops give back) and every
+# client reads it.
 FINISH = """
-local read = redis.call('HMGET', KEYS[1], 'status', 'webhook')
+local read = redis.call('HMGET', KEYS[1], 'status', 'webhook', 'counted')
 local status = read[1]
 if not status then
   redis.call('DEL', KEYS[2])
@@ -253,24 +257,25 @@ local fields = {'status', ARGV[1], 'finished_at', ARGV[2]}
 if ARGV[3] ~= '' then table.insert(fields, 'error'); table.insert(fields, ARGV[3]) end
 if ARGV[4] ~= '' then table.insert(fields, 'result'); table.insert(fields, ARGV[4]) end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('HDEL', KEYS[1], 'messages')
+redis.call('HDEL', KEYS[1], 'messages', 'tools')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
+if read[3] then return {'ended', read[2], read[3]} end
 if read[2] then return {'ended', read[2]} end
 return 'ended'
 """
 
 # KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
 # whose conversation was deleted: its record loses what it held of the conversation (the
-# request, its messages, its preview, the result) and is marked `forgotten`, which every
-# read takes for gone; its stream keeps only its `done` entry. Both go after the grace,
-# which lets a client still reading the stream read its ending; the rest goes at once (an
-# ended turn's worker learns it is over at its next liveness renewal: shared/liveness.py).
-# A write of its worker still running finds the stream sealed, or gone, and never creates
-# it again (`NOMKSTREAM`: shared/streams.py). Returns 1.
+# request, its messages and tools, its preview, the result) and is marked `forgotten`,
+# which every read takes for gone; its stream keeps only its `done` entry. Both go after
+# the grace, which lets a client still reading the stream read its ending; the rest goes
+# at once (an ended turn's worker learns it is over at its next liveness renewal:
+# shared/liveness.py). A write of its worker still running finds the stream sealed, or
+# gone, and never creates it again (`NOMKSTREAM`: shared/streams.py). Returns 1.
 FORGET = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HDEL', KEYS[1], 'request', 'messages', 'preview', 'result')
+  redis.call('HDEL', KEYS[1], 'request', 'messages', 'tools', 'preview', 'result')
   redis.call('HSET', KEYS[1], 'forgotten', '1')
   redis.call('EXPIRE', KEYS[1], ARGV[1])
 end

@@ -3,7 +3,8 @@ delivers what it produces (`Delivery`). The worker reads only the first: it neve
 the wire encoding, which the API alone owns (api/encodings/).
 
 The record stores both as one flat JSON object (shared/turn_record.py `TurnRecord.to_redis`),
-the encoding's name under `kind`, as records always held it.
+the encoding's name under `kind`, as records always held it; the messages and the client's
+tools apart, as only the worker needs them.
 """
 
 from __future__ import annotations
@@ -120,8 +121,9 @@ class TurnRequest:
     delivery: Delivery = field(default_factory=Delivery)
 
     def stored(self) -> dict[str, Any]:
-        """Both halves as one flat object, without the messages (stored apart)."""
-        agent = {**asdict(self.agent), "messages": []}
+        """Both halves as one flat object, without the messages and the client's tools
+        (stored apart: shared/turn_record.py)."""
+        agent = {**asdict(self.agent), "messages": [], "client_tools": []}
         delivery = asdict(self.delivery)
         return {**agent, "kind": delivery.pop("encoding"), **delivery}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from shared import budgets
 from shared.events import TERMINAL_STATUSES, TurnStatus
 from shared.requests import TurnRequest
 from shared.results import TurnResult
@@ -83,12 +84,19 @@ class TurnRecord:
             "model": self.model,
             "status": self.status,
             "created_at": repr(self.created_at),
-            # The messages apart: the worker needs them once, and ending the turn drops them
-            # (shared/lifecycle.py, FINISH), so a finished turn keeps its options but not
-            # its whole prompt.
-            "request": orjson.dumps(self.request.stored()),
+            # The messages and the client's tools apart: the worker needs them once, and
+            # ending the turn drops them (shared/lifecycle.py, FINISH), so a finished turn
+            # keeps its options (and what its encoding shows back) but not its whole prompt.
+            "request": (request := orjson.dumps(self.request.stored())),
             "messages": orjson.dumps(self.request.agent.messages),
         }
+        if self.request.agent.client_tools:
+            fields["tools"] = orjson.dumps(self.request.agent.client_tools)
+        # What of it its owner's storage budget counts while it is kept (shared/budgets.py);
+        # an unkept turn is forgotten once delivered.
+        counted = budgets.counted_bytes(len(request)) if self.request.delivery.kept else 0
+        if counted:
+            fields["counted"] = str(counted)
         if self.conversation_id:
             fields["conversation_id"] = self.conversation_id
         if self.traceparent:
@@ -113,6 +121,8 @@ class TurnRecord:
         request = orjson.loads(data["request"])
         if "messages" in data:
             request["messages"] = orjson.loads(data["messages"])
+        if "tools" in data:
+            request["client_tools"] = orjson.loads(data["tools"])
         return cls(
             id=data["id"].decode(),
             owner=data["owner"].decode(),

@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
-from shared import keys
+from shared import budgets, keys
 from shared.backends import backend_of
 from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, decode, encode
 from shared.lifecycle import (
@@ -285,7 +285,9 @@ class TurnStore:
         enters its owner's index (`recent`), which outlives every turn it lists. Should the
         enqueue fail, the turn is ended `turn_lost` before the error goes on.
         """
-        fields = [item for pair in record.to_redis().items() for item in pair]
+        stored = record.to_redis()
+        counted = int(stored.get("counted", 0))
+        fields = [item for pair in stored.items() for item in pair]
         webhook_url = record.request.delivery.webhook_url
         if webhook_url is not None and queue_name is not None:
             # Where its ending finds it (`finish`).
@@ -310,6 +312,10 @@ class TurnStore:
             pipe.zadd(index, {record.id: record.created_at})
             pipe.zremrangebyrank(index, 0, -keys.TURN_INDEX_MAX - 1)
             pipe.expire(index, ttl_s + self.retention_s)
+            if counted:
+                # Until the longest its record can live: `finish` moves it to the end's.
+                until = time.time() + ttl_s + self.retention_s
+                budgets.keep_turn(pipe, record.owner, record.id, counted, until=until)
             if queue_name is not None and self._one_client:
                 enqueue(pipe, queue_name, record.id, record.owner)
             start, *_ = await pipe.execute()
@@ -355,6 +361,7 @@ class TurnStore:
                     [FORGET_GRACE_S, SEALED_ID],
                 )
             pipe.zrem(keys.turns(owner), *turn_ids)
+            budgets.forget_turns(pipe, owner, turn_ids)
             await pipe.execute()
 
     async def never_ran(self, turn_id: str, owner: str) -> bool:
@@ -543,16 +550,25 @@ class TurnStore:
         # Its `done` entry, and what wakes the stream's readers.
         reply = await self.backend.run_and_wake(self._finish, finish_keys, finish_args, turn_id)
         # `ended` comes with the turn's webhook target when it has one, `over` when no
-        # delivery job took it yet.
-        webhook = Target.restored(reply[1]) if isinstance(reply, list) else None
+        # delivery job took it yet; `ended` with the bytes its owner's ledger counts.
+        webhook = Target.restored(reply[1]) if isinstance(reply, list) and reply[1] else None
+        counted = isinstance(reply, list) and len(reply) > 2
         finished = Finished(_text(reply[0] if isinstance(reply, list) else reply))
         ending: tuple[Done, float] | None = None
         if finished is Finished.OVER and webhook is not None:
             # The call that ended it may have died before its queue half (or be about to run
             # it): queued again, under the same job id, so at most one waits on the queue.
             ending = await self._ending_of(turn_id)
+        if counted and not self._one_client:
+            # The record now goes with the retention, and its count with it (on the data
+            # role: with one Redis, beside the release below).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                budgets.kept_until(pipe, owner, turn_id, now + self.retention_s)
+                await pipe.execute()
         if finished is not Finished.REFUSED:
             async with self.queue.pipeline(transaction=False) as pipe:
+                if counted and self._one_client:
+                    budgets.kept_until(pipe, owner, turn_id, now + self.retention_s)
                 pipe.zrem(keys.RUNNING_TURNS, turn_id)
                 pipe.zrem(keys.active_turns(owner), turn_id)
                 if finished is Finished.ENDED:

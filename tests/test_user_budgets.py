@@ -157,6 +157,98 @@ async def test_a_new_conversation_past_the_users_count_is_refused_before_it_exis
         assert again.status_code == 200, again.text
 
 
+# Seven function tools of 15,000-character descriptions: 105,372 bytes as JSON, within
+# BERNARD_MAX_TOOLS_BYTES, which a response keeps to show them back.
+BIG_TOOLS = [
+    {"type": "function", "name": f"tool_{i}", "description": "d" * 15_000} for i in range(7)
+]
+BIG_TOOLS_BYTES = 105_372
+
+
+async def test_what_a_response_keeps_of_its_request_counts_against_its_user(
+    upstream: ScriptedUpstream, users: dict[str, str]
+) -> None:
+    """A finished response keeps its instructions and tools to show them back, counted
+    against its user's bytes: past them the next request is refused; deleting a response
+    gives its bytes back."""
+    settings = make_settings(
+        upstream, api_keys=api_keys(users), max_user_bytes=300_000, rate_limit_per_minute=0
+    )
+    async with run_stack(settings) as stack:
+        alice = as_user("alice")
+        request = {"model": "bernard-v1", "input": "hi", "instructions": "i" * 1000}
+        made = []
+        for _ in range(3):
+            response = await stack.client.post(
+                "/v1/responses", json={**request, "tools": BIG_TOOLS}, headers=alice
+            )
+            assert response.status_code == 200, response.text
+            made.append(response.json()["id"])
+        # Each turn's record dropped the tools the worker ran with; its echo still shows them.
+        for response_id in made:
+            turn_id = response_id.removeprefix("resp_")
+            assert await stack.redis.hexists(keys.turn(turn_id), "tools") == 0
+            polled = await stack.client.get(f"/v1/responses/{response_id}", headers=alice)
+            assert polled.json()["tools"] == BIG_TOOLS
+            assert polled.json()["instructions"] == "i" * 1000
+        used = await usage_of(stack, users["alice"])
+        assert used.bytes > 3 * (BIG_TOOLS_BYTES + 1000), used
+        assert used.bytes < 3 * (BIG_TOOLS_BYTES + 1000) + 12_000, used
+
+        refused = await stack.client.post(
+            "/v1/responses", json={**request, "tools": BIG_TOOLS}, headers=alice
+        )
+        error = error_of(refused, 429)
+        assert error["code"] == "storage_quota_exceeded"
+        assert "BERNARD_MAX_USER_BYTES" in error["message"]
+        bobs = await stack.client.post("/v1/responses", json=request, headers=as_user("bob"))
+        assert bobs.status_code == 200, bobs.text
+
+        deleted = await stack.client.delete(f"/v1/responses/{made[0]}", headers=alice)
+        assert deleted.status_code == 200, deleted.text
+        freed = await usage_of(stack, users["alice"])
+        assert freed.bytes < used.bytes - BIG_TOOLS_BYTES, (used, freed)
+        again = await stack.client.post(
+            "/v1/responses", json={**request, "tools": BIG_TOOLS}, headers=alice
+        )
+        assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize("queue_apart", [False, True], ids=["one-redis", "queue-apart"])
+async def test_a_kept_request_counts_as_long_as_its_turn_is_kept(
+    upstream: ScriptedUpstream, users: dict[str, str], queue_apart: bool
+) -> None:
+    """A chat turn's tools go with its end; what its record keeps of its request counts
+    until the record is gone (BERNARD_TURN_RETENTION_S after its end), not longer."""
+    server = TEST_REDIS_URL.rsplit("/", 1)[0]
+    roles = {"queue_redis_url": f"{server}/1"} if queue_apart else {}
+    settings = make_settings(
+        upstream, api_keys=api_keys(users), turn_retention_s=2, rate_limit_per_minute=0, **roles
+    )
+    # A kept chat request over the uncounted allowance: four stop sequences of 2,000.
+    stop = [f"{n}" * 2000 for n in range(4)]
+    tools = [
+        {"type": "function", "function": {"name": "f", "description": "d" * 10_000}},
+    ]
+    async with run_stack(settings) as stack:
+        alice = as_user("alice")
+        before = await usage_of(stack, users["alice"])
+        answered = await stack.client.post(
+            CHAT, json=body("hi", tools=tools, stop=stop), headers=alice
+        )
+        assert answered.status_code == 200, answered.text
+        turn_id = answered.headers["x-bernard-turn-id"]
+        assert await stack.redis.hexists(keys.turn(turn_id), "tools") == 0
+        counted = await usage_of(stack, users["alice"])
+        # The four stop sequences, not the tools: those went with the turn's end.
+        assert 8000 < counted.bytes - before.bytes < 10_000, (before, counted)
+        await asyncio.sleep(3)
+        assert await stack.redis.exists(keys.turn(turn_id)) == 0
+        lapsed = await usage_of(stack, users["alice"])
+        # What is left is the conversation's own: "hi" and the answer.
+        assert lapsed.bytes - before.bytes < 2000, (before, lapsed)
+
+
 async def test_a_conversation_at_its_cap_is_refused_whole_and_stays_as_it_was(
     upstream: ScriptedUpstream, users: dict[str, str]
 ) -> None:

@@ -1,5 +1,6 @@
 """The contract for the client's own function tools (issue 22), as both processes store and
-read it: the request's tools and choice on the turn record (shared/requests.py), the
+read it: the request's tools and choice on the turn record (shared/requests.py,
+shared/turn_record.py), the
 `client_tool_call` event in the stream (shared/events.py), the calls on the result
 (shared/results.py)."""
 
@@ -10,6 +11,7 @@ import orjson
 from shared.events import ClientToolCall, decode, encode
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
+from shared.turn_record import TurnRecord
 
 WEATHER = {
     "type": "function",
@@ -32,12 +34,21 @@ def test_a_requests_client_tools_and_choice_are_stored_and_read_back() -> None:
         ),
         Delivery("chat"),
     )
-    stored = orjson.loads(orjson.dumps(request.stored()))
-    assert stored["client_tools"] == [WEATHER]
+    fields = TurnRecord(id="t1", owner="u", request=request, model="m").to_redis()
+    stored = orjson.loads(fields["request"])
+    # The tools apart from the options: ending the turn drops them (shared/lifecycle.py).
+    assert stored["client_tools"] == []
+    assert orjson.loads(fields["tools"]) == [WEATHER]
     assert stored["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert stored["parallel_tool_calls"] is False
-    restored = TurnRequest.restored({**stored, "messages": request.agent.messages})
-    assert restored == request
+    raw = {k.encode(): v if isinstance(v, bytes) else v.encode() for k, v in fields.items()}
+    assert TurnRecord.from_redis(raw).request == request
+
+
+def test_a_request_stored_with_its_tools_among_the_options_reads_them_back() -> None:
+    """As an API before the tools were stored apart wrote it."""
+    older = {"messages": [], "kind": "chat", "client_tools": [WEATHER]}
+    assert TurnRequest.restored(older).agent.client_tools == [WEATHER]
 
 
 def test_a_request_stored_before_client_tools_has_none_and_lets_the_model_choose() -> None:
