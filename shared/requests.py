@@ -53,6 +53,11 @@ class AgentRequest:
     # Continuing a paused turn: {"turn_id", "decisions": [{confirmation_id, tool_call,
     # decision, arguments?}]} (worker/harness/resume.py).
     resume: dict[str, Any] | None = None
+    # A turn without a conversation of its own that runs on one's history (the Responses
+    # API's `store: false` with `previous_response_id`): {"conversation_id", "through": the
+    # position of its last message}. The worker reads what of it the prompt holds
+    # (worker/harness/memory.py) and writes nothing to it; `messages` are only the new ones.
+    history_of: dict[str, Any] | None = None
     # The client's own function tools, offered to the router beside Bernard's (issue 22):
     # each in Chat Completions' shape, {"type": "function", "function": {"name",
     # "description", "parameters", "strict"?}}. The router never runs one: calling it ends

@@ -206,6 +206,77 @@ async def test_an_unstored_response_may_continue_a_stored_one(
     assert third.output_text == "Still Ann." and third.store is True
 
 
+async def test_an_unstored_continuation_holds_none_of_its_history_in_its_turn(
+    own: Own, upstream: ScriptedUpstream
+) -> None:
+    """Its turn's record holds its own input only: the worker reads the history it runs on
+    from the conversation of the response it continues, up to that response's end, and
+    the prompt still holds all of it."""
+    client = own.openai()
+    upstream.script(Reply.text("Hello Ann."))
+    first = await client.responses.create(model="bernard-v1", input="My name is Ann. " * 500)
+    upstream.script(Reply.text("Noted."))
+    later = await client.responses.create(
+        model="bernard-v1", input="I like tea.", previous_response_id=first.id
+    )
+    gate = upstream.script(Reply.text(["You", " are Ann."], block_after=1))
+    stream = await client.responses.create(
+        model="bernard-v1",
+        input="What is my name?",
+        previous_response_id=first.id,
+        store=False,
+        stream=True,
+    )
+    async for event in stream:
+        if event.type == "response.created":
+            await gate.wait_blocked()
+            turn_id = turn_id_of(event.response.id)
+            assert turn_id is not None
+            held = await own.stack.redis.hget(keys.turn(turn_id), "messages")
+            assert held is not None
+            assert json.loads(held) == [{"role": "user", "content": "What is my name?"}]
+            gate.release()
+    sent = [(m["role"], m["content"]) for m in upstream.requests[-1]["messages"]]
+    # Up to the response it continues: the later response's rows are left out.
+    assert sent[-3:] == [
+        ("user", "My name is Ann. " * 500),
+        ("assistant", "Hello Ann."),
+        ("user", "What is my name?"),
+    ]
+    assert ("user", "I like tea.") not in sent
+    assert later.output_text == "Noted."
+
+
+async def test_an_unstored_continuation_reads_past_the_latest_rows_while_they_fit(
+    upstream: ScriptedUpstream,
+) -> None:
+    """A history longer than a request may hold (BERNARD_MAX_MESSAGES) is read a chunk at a
+    time, as a stored turn's is: the prompt holds every message that fits."""
+    async with own_stack(upstream, max_messages=2) as own:
+        client = own.openai()
+        previous = None
+        for n in range(3):
+            upstream.script(Reply.text(f"Answer {n}."))
+            made = await client.responses.create(
+                model="bernard-v1", input=f"Question {n}.", previous_response_id=previous
+            )
+            previous = made.id
+        upstream.script(Reply.text("All of them."))
+        await client.responses.create(
+            model="bernard-v1", input="Which?", previous_response_id=previous, store=False
+        )
+        sent = [(m["role"], m["content"]) for m in upstream.requests[-1]["messages"]]
+        assert sent[-7:] == [
+            ("user", "Question 0."),
+            ("assistant", "Answer 0."),
+            ("user", "Question 1."),
+            ("assistant", "Answer 1."),
+            ("user", "Question 2."),
+            ("assistant", "Answer 2."),
+            ("user", "Which?"),
+        ]
+
+
 async def test_an_unstored_stream_left_stops_its_turn_and_is_forgotten(
     upstream: ScriptedUpstream,
 ) -> None:

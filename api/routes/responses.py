@@ -16,8 +16,9 @@ Every response lives in one of its owner's conversations (api/conversations.py):
 the one `conversation` names, or the one `previous_response_id`'s response is in, which it
 must be the latest response of (409 otherwise: Bernard does not fork a conversation). A
 response of another user is a 404, as a turn is. A response with `store: false` lives in
-none: it runs on the history its request holds (and its `previous_response_id`'s, read),
-and once delivered it is forgotten; by id it is a 404, as OpenAI's.
+none: it runs on the history its request holds (after its `previous_response_id`'s, which
+the worker reads from that conversation), and once delivered it is forgotten; by id it is
+a 404, as OpenAI's.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from shared.errors import ErrorCode
 from shared.events import Done, Start, TurnStatus
 from shared.lifecycle import Cause
 from shared.records.keeper import RecordKeeper
-from shared.records.messages import to_openai_message
+from shared.records.messages import row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
 from shared.streams import Entry, parse_entries
@@ -81,6 +82,8 @@ router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
 # As `POST /v1/turns/{id}/cancel` waits (api/routes/turns.py).
 CANCEL_WAIT_S = 5.0
+# Rows read at a time looking for a response's last one, from its conversation's end.
+_HISTORY_PAGE = 100
 
 
 def response_not_found(response_id: str) -> ApiError:
@@ -144,11 +147,12 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     if body.instructions and not repeated:
         messages.insert(0, {"role": "system", "content": body.instructions})
     if not body.store:
-        history = await _history(state, owner, previous) if previous is not None else []
-        request = _turn_request(body, [*history, *messages], client_tools)
-        # The whole history is in the request: the turn has no conversation to read it
-        # from nor to write to, and nothing of it is stored (api/admission.py: `None`).
-        request.agent.resends_history = True
+        request = _turn_request(body, messages, client_tools)
+        if previous is not None:
+            # The turn runs on its previous response's history, read by the worker from
+            # that conversation (never copied into the request), and writes to none:
+            # nothing of it is stored (api/admission.py: `None`).
+            request.agent.history_of = await _history_of(state, owner, previous)
         return await start_turn(state, owner, request)
     request = _turn_request(body, messages, client_tools)
     requested = body.conversation_id
@@ -226,12 +230,16 @@ def _turn_request(
     )
 
 
-async def _history(state: AppState, owner: str, previous: TurnRecord) -> list[dict[str, Any]]:
+async def _history_of(state: AppState, owner: str, previous: TurnRecord) -> dict[str, Any]:
     """What an unstored response (`store: false`) continuing `previous` runs on before its
-    own input: its conversation's messages up to the end of `previous` (later ones are
-    left out: the new response writes nothing, so it may continue any response of the
-    conversation, as OpenAI's may). 409 while `previous` runs, 400 while it waits on
-    approvals (only a stored response can answer them), 404 once its conversation is gone."""
+    own input (`AgentRequest.history_of`): its conversation's messages up to the end of
+    `previous` (later ones are left out: the new response writes nothing, so it may
+    continue any response of the conversation, as OpenAI's may). 409 while `previous`
+    runs, 400 while it waits on approvals (only a stored response can answer them), 404
+    once its conversation is gone.
+
+    `previous`'s last row is looked for from the conversation's end, a page at a time: a
+    response continued is most often its conversation's latest, whose rows end it."""
     name = response_id(previous.id)
     if not previous.finished:
         raise ApiError(
@@ -247,24 +255,14 @@ async def _history(state: AppState, owner: str, previous: TurnRecord) -> list[di
         )
     conversation_id = previous.conversation_id or ""
     keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
-    messages: list[dict[str, Any]] = []
-    kept = 0  # how many of `messages` come up to the previous response's last row
-    cursor: str | None = None
-    more = True
-    while more:
-        rows, more = await keeper.rows(conversation_id, after=cursor, limit=100)
-        for row in rows:
-            messages.append(to_openai_message(row))
+    before = await keeper.length(conversation_id) + 1
+    while before > 1:
+        rows = await keeper.older(conversation_id, before, _HISTORY_PAGE)
+        for row in reversed(rows):
             if row.get("turn_id") == previous.id:
-                kept = len(messages)
-            elif kept:
-                more = False  # past the previous response's rows: the rest is later
-                break
-        cursor = rows[-1]["id"] if rows else None
-        more = more and cursor is not None
-    if not kept:
-        raise conversation_not_found(conversation_id)
-    return messages[:kept]
+                return {"conversation_id": conversation_id, "through": row_position(row["id"])}
+        before -= max(len(rows), 1)
+    raise conversation_not_found(conversation_id)
 
 
 async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> None:

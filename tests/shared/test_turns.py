@@ -232,6 +232,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "frequency_penalty": None,
         "user": None,
         "resume": None,
+        "history_of": None,
         "client_tools": [],
         "tool_choice": None,
         "parallel_tool_calls": True,

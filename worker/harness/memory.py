@@ -34,6 +34,7 @@ from shared.events import Event, Memory
 from shared.notes import NoteStore
 from shared.records.messages import Message, row_position, to_openai_message
 from worker.context import TurnContext
+from worker.recording import ConversationGoneError
 from worker.tokens import Encode, counter_for, message_tokens
 
 # Older rows read at a time once the ones at hand are all in the prompt.
@@ -148,9 +149,12 @@ async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
     if summary is not None:
         memory.append(f"{SUMMARY_HEADING}\n{summary['text']}")
 
-    rows: list[Mapping[str, Any]] = list(ctx.stored) if ctx.stored is not None else []
+    # The conversation the history is read from: the turn's own, or the one an unstored
+    # continuation runs on (`history_of`), which it never writes to.
+    source, rows = ctx.conversation_id, list(ctx.stored or ())
     if ctx.stored is None:
-        rows = [to_openai_message(m) for m in ctx.request.messages]
+        source, earlier = await _history_of(ctx)
+        rows = [*earlier, *(to_openai_message(m) for m in ctx.request.messages)]
     system = _pinned_system(rows)
     fixed = (
         max(count(ROUTER_PROMPT), count(settings.system_prompt))
@@ -166,15 +170,15 @@ async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
     first = _position(kept[0]) if kept else None
     # Everything at hand fitted: older messages may fit too, read a chunk at a time.
     while complete and first is not None and first > 1 and ctx.archivist is not None:
-        assert ctx.conversation_id is not None
-        older = await ctx.archivist.older(ctx.conversation_id, first, _CHUNK)
+        assert source is not None
+        older = await ctx.archivist.older(source, first, _CHUNK)
         kept, used, complete = select([*older, *kept], budget, count, sizes=sizes)
         if not older or _position(kept[0]) == first:
             break
         first = _position(kept[0])
     if system is None and first is not None and first > 1 and ctx.archivist is not None:
-        assert ctx.conversation_id is not None
-        opening = await ctx.archivist.older(ctx.conversation_id, 2, 1)
+        assert source is not None
+        opening = await ctx.archivist.older(source, 2, 1)
         system = _pinned_system(opening)
     if system is not None and system not in kept:
         kept.insert(0, system)
@@ -193,6 +197,21 @@ async def memory_harness(ctx: TurnContext) -> AsyncIterator[Event]:
         tokens=used + fixed,
         budget=budget,
     )
+
+
+async def _history_of(ctx: TurnContext) -> tuple[str | None, list[Message]]:
+    """The conversation an unstored continuation runs on (`AgentRequest.history_of`), and
+    its latest rows up to the message it continues from (as many as a request may hold:
+    older ones are read as the prompt has room, as a stored turn's are); none without one.
+    Raises `ConversationGoneError` once that conversation no longer holds them."""
+    history = ctx.request.history_of
+    if history is None or ctx.archivist is None:
+        return None, []
+    conversation_id, through = str(history["conversation_id"]), int(history["through"])
+    rows = await ctx.archivist.older(conversation_id, through + 1, ctx.settings.max_messages)
+    if not rows or _position(rows[-1]) != through:
+        raise ConversationGoneError(conversation_id)
+    return conversation_id, rows
 
 
 def _pinned_system(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
