@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from api.attachments import Streams
 from api.hub import Hub
+from api.replays import ReplayGate
 from api.status import StatusCache
 from api.store_guard import StoreGuard
 from shared.rate_limit import RateLimiter
@@ -37,6 +38,8 @@ class AppState:
     status: StatusCache = field(default_factory=StatusCache)
     # Clients' function schemas, and edited arguments against a tool's, checked off the loop.
     schema_checks: SchemaChecks = field(default_factory=SchemaChecks)
+    # Who may replay a stream from its start now (api/replays.py).
+    replays: ReplayGate = field(default_factory=ReplayGate)
 
 
 async def get_state(request: Request) -> AppState:

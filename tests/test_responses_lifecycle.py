@@ -83,6 +83,70 @@ async def test_resuming_after_every_sequence_number_gives_exactly_the_rest_on_an
             assert wire(rest) == wire(full[n + 1 :]), f"resume after {n}"
 
 
+async def xrange_calls(stack: Stack) -> int:
+    """The XRANGE commands the test's Redis has run (the replays' reads: api/replays.py)."""
+    stats = await stack.redis.info("commandstats")
+    return int(stats.get("cmdstat_xrange", {}).get("calls", 0))
+
+
+async def test_a_long_stream_is_replayed_a_chunk_at_a_time_and_exactly(
+    stack: Stack, upstream: ScriptedUpstream
+) -> None:
+    """A resume reads the stream 200 entries a round trip (two XRANGEs: the chunk, then
+    the stream's first entry, which says nothing after the chunk was trimmed), and gives
+    exactly the live stream's events after any number, across the chunks' seams."""
+    tokens = [f" w{i}" for i in range(450)]
+    upstream.script(Reply.text(tokens, chunk_delay=0.002))
+    client = sdk(stack.base_url)
+    created = await client.responses.create(model="bernard-v1", input="hi", background=True)
+    await poll(client, created.id, {"completed"})
+    length = int(await stack.redis.xlen(keys.events(created.id.removeprefix("resp_"))))
+    assert length > 400, length  # three chunks at least
+    full = await events_of(client, created.id, None)
+    assert [e.sequence_number for e in full] == list(range(len(full)))
+    for n in (0, 150, 200, 201, 398, len(full) - 2):
+        before = await xrange_calls(stack)
+        rest = await events_of(client, created.id, n)
+        assert await xrange_calls(stack) - before == 2 * -(-length // 200), n
+        assert wire(rest) == wire(full[n + 1 :]), f"resume after {n}"
+
+
+async def test_a_resume_over_the_users_streams_is_refused_before_reading_the_stream(
+    upstream: ScriptedUpstream,
+) -> None:
+    """The user's stream budget (BERNARD_MAX_STREAMS_PER_USER) is taken before the replay:
+    a resume past it is a 429 that read nothing of the stream."""
+    async with run_stack(make_settings(upstream, max_streams_per_user=1)) as stack:
+        client = sdk(stack.base_url)
+        upstream.script(Reply.text([f" w{i}" for i in range(50)]))
+        done = await client.responses.create(model="bernard-v1", input="hi")
+        gate = upstream.script(Reply.text(["held", " open"], block_after=1))
+        held = await client.responses.create(model="bernard-v1", input="hi", stream=True)
+        async for event in held:
+            if event.type == "response.output_text.delta":
+                break
+        await gate.wait_blocked()
+        before = await xrange_calls(stack)
+        refused = await stack.client.get(
+            f"/v1/responses/{done.id}", params={"stream": "true", "starting_after": 3}
+        )
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert await xrange_calls(stack) == before
+        gate.release()
+        async for _ in held:
+            pass
+        # Once the held stream's slot is given back (as it closes), a resume is taken again.
+        async with asyncio.timeout(5):
+            while True:
+                try:
+                    rest = await events_of(client, done.id, 3)
+                    break
+                except openai.RateLimitError:
+                    await asyncio.sleep(0.05)
+        assert rest[-1].type == "response.completed"
+
+
 async def test_a_dropped_stream_resumes_exactly_where_it_left(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:

@@ -15,8 +15,9 @@ tools the router called are `function_call` items.
 
 The numbering is the encoder's count of the events it produced (api/encoding.py: an
 encoder instance serves one stream from where the client resumes): a client resuming
-`starting_after=N` gets an encoder that re-encodes the turn's stream from its start and
-drops every event up to N, so the numbers are the same on any API process.
+`starting_after=N` gets an encoder that re-encodes the turn's stream from its start
+(api/replays.py) and drops every event up to N, so the numbers are the same on any API
+process.
 """
 
 from __future__ import annotations

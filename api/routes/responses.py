@@ -23,6 +23,7 @@ a 404, as OpenAI's.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -38,8 +39,6 @@ from api.conversations import (
     pending_of,
     resumption,
 )
-from api.cursors import Resume
-from api.encoding import Frame
 from api.encodings.responses import (
     ResponsesEncoder,
     response_id,
@@ -50,7 +49,8 @@ from api.encodings.responses import (
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.pages import list_page
-from api.relay import entry_frames, fixed
+from api.relay import fixed
+from api.replays import Replayed, replay
 from api.responses import JSONResponse
 from api.responses_schema import ResponsesRequest, chat_messages
 from api.session import StreamSession
@@ -64,18 +64,17 @@ from api.turn_service import (
     start_turn,
     stream_response,
 )
-from shared import keys
 from shared.cancel import request_cancel
 from shared.client_tools import tool_names
+from shared.connection import REDIS_ERRORS
 from shared.conversation_state import Decision, Outcome
 from shared.errors import ErrorCode
-from shared.events import Done, Start, TurnStatus
+from shared.events import TurnStatus
 from shared.lifecycle import Cause
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
-from shared.streams import Entry, parse_entries
 from shared.turn_record import TurnRecord
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -375,9 +374,11 @@ async def get_response(
 ) -> Response:
     """The Response; with `stream=true`, its events strictly after `starting_after`.
 
-    The numbering is the encoder's count from the turn's first event, so a stream that no
-    longer holds that event cannot number what it still holds: one whose retention is over,
-    or that `BERNARD_STREAM_MAXLEN` trimmed. Its finished response is then replayed whole
+    The numbering is the encoder's count from the turn's first event, so the stream is
+    replayed from its start (api/replays.py: a chunk at a time, a few replays at once, each
+    holding one of its user's streams first), and one that no longer holds that event
+    cannot number what it still holds: one whose retention is over, or that
+    `BERNARD_STREAM_MAXLEN` trimmed. Its finished response is then replayed whole
     from its record, which numbers its own events (each output item added and done, no
     deltas or tool events), and a resume after an event is refused (409
     `resume_unavailable`): the events after N are exactly the live stream's, or none."""
@@ -386,28 +387,30 @@ async def get_response(
         return JSONResponse(polled(record))
     after = -1 if starting_after is None else starting_after
     encoder = ResponsesEncoder(record, starting_after=after)
-    entries = parse_entries(await state.redis.xrange(keys.events(record.id)))
-    if entries and isinstance(entries[0][1].event, Start):
-        resume = _from_start(encoder, entries)
-        return stream_response(state, record, await attach(state, record), resume, encoder)
-    if starting_after is None and record.finished:
-        return FrameResponse(fixed(encoder.compacted(record)))
-    if not entries and not record.finished:
-        raise ApiError(404, f"response '{response_id}' has no events", code=ErrorCode.NOT_FOUND)
-    raise _not_resumable(response_id, record, starting_after, expired=not entries)
+    # The stream the user opens counts before any of the replay's work is done.
+    attachment = await attach(state, record)
+    try:
+        async with state.replays.slot(owner):
+            found = await replay(state.redis, record.id, encoder)
+        if found.outcome is Replayed.WHOLE:
+            return stream_response(state, record, attachment, found.resume, encoder)
+        if starting_after is None and record.finished:
+            answer = FrameResponse(fixed(encoder.compacted(record)))
+        elif found.outcome is Replayed.EMPTY and not record.finished:
+            raise ApiError(404, f"response '{response_id}' has no events", code=ErrorCode.NOT_FOUND)
+        else:
+            expired = found.outcome is Replayed.EMPTY
+            raise _not_resumable(response_id, record, starting_after, expired=expired)
+    except BaseException:
+        await _close_quietly(state, record.owner, attachment)
+        raise
+    await _close_quietly(state, record.owner, attachment)
+    return answer
 
 
-def _from_start(encoder: ResponsesEncoder, entries: list[Entry]) -> Resume:
-    """Where the turn's stream resumes for `encoder`, given every entry the stream holds
-    from its `start` (read in one command: looking at the first entry and reading the rest
-    later would leave a window where `XADD MAXLEN ~` trims entries uncounted, numbering
-    the rest wrong): their frames (those numbered up to `starting_after` counted, not
-    sent), then on after the last."""
-    head: list[tuple[str | None, Frame]] = [
-        frame for entry in entries for frame in entry_frames(encoder, entry)
-    ]
-    last_id, last = entries[-1]
-    return Resume(after=last_id, head=head, finished=isinstance(last.event, Done))
+async def _close_quietly(state: AppState, owner: str, attachment: str) -> None:
+    with contextlib.suppress(*REDIS_ERRORS):
+        await state.streams.close(owner, attachment, cancel_when_alone=False)
 
 
 def _not_resumable(
