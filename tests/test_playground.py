@@ -719,6 +719,62 @@ async def test_on_a_phone_the_conversations_are_a_drawer_and_the_chat_takes_the_
     assert await page.evaluate(overflow) == 0, "nothing wider than the smallest phone"
 
 
+SMALL_PHONE = Viewport("small phone", 375, 667)
+# The element a tap at the middle of `selector` lands on is that element (or inside it).
+TAPPED = """selector => {
+  const target = document.querySelector(selector);
+  const r = target.getBoundingClientRect();
+  return target.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2));
+}"""
+# Everything the element holds is in sight: none of its text is cut or hidden.
+WHOLE = """selector => {
+  const e = document.querySelector(selector);
+  return e.scrollWidth <= e.clientWidth && e.scrollHeight <= e.clientHeight;
+}"""
+
+
+async def test_on_a_small_phone_the_drawer_leaves_the_menu_button_closes_and_the_footer_is_whole(
+    browser: Browser, stack: Stack
+) -> None:
+    pages = Pages(browser, SMALL_PHONE)
+    try:
+        playground = await pages.open(stack)
+        page = playground.page
+        sidebar, menu, footer = (
+            page.locator("#sidebar"),
+            page.locator("#menu"),
+            page.locator("#status"),
+        )
+        await expect(footer).to_contain_text("1 worker alive", timeout=15_000)
+        await expect(footer).to_contain_text(re.compile(r"Bernard \d+\.\d+"))
+        assert await page.evaluate(WHOLE, "#status"), await footer.inner_text()
+        footer_box = await box(footer)
+        assert footer_box["x"] + footer_box["width"] <= SMALL_PHONE.width
+        assert footer_box["y"] + footer_box["height"] <= SMALL_PHONE.height
+
+        await menu.click()
+        await expect(sidebar).to_be_in_viewport(ratio=1)
+        # The ☰ button stays in sight over the open drawer, and a tap on it closes it.
+        assert await page.evaluate(TAPPED, "#menu"), "the drawer covers the ☰ button"
+        assert await page.evaluate(TAPPED, "#status"), "the drawer covers the footer"
+        await menu.click()
+        await expect(sidebar).to_be_hidden()
+        await expect(menu).to_have_attribute("aria-expanded", "false")
+        # The drawer's own close control.
+        await menu.click()
+        close = sidebar.get_by_role("button", name="Close")
+        await expect(close).to_be_in_viewport(ratio=1)
+        await close.click()
+        await expect(sidebar).to_be_hidden()
+        await expect(menu).to_have_attribute("aria-expanded", "false")
+        await menu.click()
+        await page.keyboard.press("Escape")
+        await expect(sidebar).to_be_hidden()
+    finally:
+        await pages.close()
+    assert [p.errors for p in pages.opened] == [[]], "console errors"
+
+
 async def test_the_first_screen_suggests_what_this_servers_tools_can_do(
     stack: Stack, upstream: ScriptedUpstream, pages: Pages
 ) -> None:

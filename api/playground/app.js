@@ -1054,6 +1054,10 @@ function bind() {
   ui.hintReject.addEventListener("click", () => rejectAndSend().catch((error) => notice(error.message, "error")));
   ui.menu.addEventListener("click", () => setDrawer(!document.body.classList.contains("drawer-open")));
   ui.backdrop.addEventListener("click", () => setDrawer(false));
+  $("#close-drawer").addEventListener("click", () => setDrawer(false));
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && document.body.classList.contains("drawer-open")) setDrawer(false);
+  });
   $("#new-conversation").addEventListener("click", newConversation);
   $("#key-button").addEventListener("click", () => showKeyBox());
   $("#key-forget").addEventListener("click", () => {
