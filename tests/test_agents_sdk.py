@@ -19,8 +19,10 @@ from agents import (
 )
 from openai.types.responses import ResponseTextDeltaEvent
 
-from tests.conftest import Stack
+from launcher.redis_server import free_port
+from tests.conftest import Stack, make_config
 from tests.upstream import Reply, ScriptedUpstream
+from worker.demo_model import DEMO_NOTICE
 
 
 @pytest.fixture(autouse=True)
@@ -119,3 +121,35 @@ async def test_an_agent_that_stores_nothing_runs_its_function_tool(
         assert response.response_id is not None
         polled = await stack.client.get(f"/v1/responses/{response.response_id}")
         assert polled.status_code == 404, polled.text
+
+
+# -- on the offline demo model: no upstream at all ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "choice"),
+    [("What is the weather in Oslo?", None), ("How is it in Oslo today?", "get_weather")],
+    ids=["named", "forced"],
+)
+async def test_the_demo_model_calls_the_agents_function_tool(
+    question: str, choice: str | None
+) -> None:
+    """The words name the agent's `get_weather` (Bernard's own `weather` is offered too),
+    or `tool_choice` forces it: either way it gets a city from the question, not `{}`."""
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    config = make_config(
+        None,
+        openai_base_url=None,
+        openai_api_key=None,
+        open_meteo_url=nowhere,
+        open_meteo_geocoding_url=nowhere,
+    )
+    asked: list[str] = []
+    async with config.stack() as stack:
+        agent = weather_agent(stack, asked)
+        agent.model_settings = ModelSettings(tool_choice=choice)
+        result = await Runner.run(agent, question, run_config=RunConfig(tracing_disabled=True))
+    assert asked == ["Oslo"]
+    assert result.final_output == (
+        f'You said: "{question}" The get_weather tool returned: 12 °C, sunny. {DEMO_NOTICE}'
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import operator
 import time
+from collections.abc import Sequence
 from functools import reduce
 from typing import Any
 
@@ -17,6 +19,9 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import tool
 
+from launcher.redis_server import free_port
+from tests.conftest import Config, Stack, make_config
+from tests.sse import Frame, collect, text_of
 from worker.demo_model import (
     DEMO_NOTICE,
     DemoChatModel,
@@ -563,3 +568,245 @@ async def test_tool_call_answers_ignore_stop_and_max_tokens() -> None:
     assert limited.usage_metadata == plain.usage_metadata
     total = reduce(operator.add, [c async for c in model.astream(question, max_tokens=1)])
     assert calls(total) == calls(plain)
+
+
+# -- tools it has no rule for: the client's, an MCP server's ----------------------------------
+
+
+def function(name: str, properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    """A function tool as a client sends it (the OpenAI shape)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name.replace('_', ' ')} tool.",
+            "parameters": {"type": "object", "properties": properties, "required": [*required]},
+        },
+    }
+
+
+STRING = {"type": "string"}
+GET_WEATHER = function("get_weather", {"city": STRING}, ["city"])
+READ_FILE = function("files__read_file", {"name": STRING}, ["name"])
+DELETE_FILE = function("files__delete_file", {"name": STRING}, ["name"])
+GET_LIGHT = function("home__get_light", {"entity": STRING}, ["entity"])
+SET_LIGHT = function(
+    "home__set_light",
+    {"entity": STRING, "brightness": {"type": "integer"}},
+    ["entity", "brightness"],
+)
+UNITS = function("set_units", {"units": {"type": "string", "enum": ["metric", "imperial"]}})
+DICE = function(
+    "roll_dice",
+    {"sides": {"type": "integer"}, "count": {"type": "integer", "default": 1}},
+    ["sides"],
+)
+TRANSLATE = function("translate_text", {"text": STRING, "language": STRING}, ["text", "language"])
+ARCHIVE = function(
+    "archive_mail",
+    {
+        "folders": {"type": "array", "items": STRING},
+        "dry_run": {"type": "boolean"},
+        "note": {"anyOf": [STRING, {"type": "null"}], "default": None},
+    },
+    ["folders", "dry_run"],
+)
+CLIENT_WEATHER = function("weather", {"city": STRING}, ["city"])
+FOREIGN = [
+    GET_WEATHER,
+    READ_FILE,
+    DELETE_FILE,
+    GET_LIGHT,
+    SET_LIGHT,
+    UNITS,
+    DICE,
+    TRANSLATE,
+    ARCHIVE,
+]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["invoked", "streamed"])
+@pytest.mark.parametrize(
+    ("question", "tools", "expected"),
+    [
+        # Before the demo's own weather rule: the client's tool is named by the words.
+        ("What is the weather in Oslo?", [weather, GET_WEATHER], ("get_weather", {"city": "Oslo"})),
+        ("Read the file notes.txt", FOREIGN, ("files__read_file", {"name": "notes.txt"})),
+        ("Please delete the file todo.txt.", FOREIGN, ("files__delete_file", {"name": "todo.txt"})),
+        (
+            "Set the porch light to 40",
+            FOREIGN,
+            ("home__set_light", {"entity": "porch", "brightness": 40}),
+        ),
+        ("How bright is the porch light?", FOREIGN, ("home__get_light", {"entity": "porch"})),
+        ("Switch the units to imperial", FOREIGN, ("set_units", {"units": "imperial"})),
+        ("Roll a dice with 20 sides", FOREIGN, ("roll_dice", {"sides": 20})),
+        ("roll 3 dice of 6", FOREIGN, ("roll_dice", {"sides": 3, "count": 6})),
+        (
+            'Translate "good morning" to French',
+            FOREIGN,
+            ("translate_text", {"text": "good morning", "language": "French"}),
+        ),
+        ("Archive my mail", FOREIGN, ("archive_mail", {"folders": [], "dry_run": False})),
+        # A client's tool named like one of the demo's rules gets arguments from its schema.
+        ("What's the weather in Lyon?", [CLIENT_WEATHER], ("weather", {"city": "Lyon"})),
+    ],
+)
+async def test_calls_a_tool_the_words_name_with_arguments_from_its_schema(
+    question: str, tools: list[Any], expected: tuple[str, dict[str, Any]], streamed: bool
+) -> None:
+    model = DemoChatModel(token_delay_s=0).bind_tools([*tools, *([] if streamed else [respond])])
+    if streamed:
+        message: BaseMessage = reduce(operator.add, [c async for c in model.astream(question)])
+    else:
+        message = await model.ainvoke(question)
+    assert [(name, args) for name, args, _ in calls(message)] == [expected]
+
+
+@pytest.mark.parametrize(
+    ("question", "tools"),
+    [
+        ("Set a timer for 5 minutes", [*HOUSEHOLD_TOOLS, SET_LIGHT]),  # "set" names no tool
+        ("Remember that the file is in the drawer", [save_note, READ_FILE]),  # a rule first
+        ("What time is it now?", [get_time, function("plex_now_playing", {})]),
+    ],
+)
+async def test_a_common_word_or_a_rule_comes_before_a_tool_the_words_barely_name(
+    question: str, tools: list[Any]
+) -> None:
+    message = await DemoChatModel().bind_tools(tools).ainvoke(question)
+    assert [name for name, _, _ in calls(message)] == [
+        {"Set": "set_timer", "Rem": "save_note", "Wha": "get_time"}[question[:3]]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "question", "expected"),
+    [
+        ("get_weather", "How is it in Oslo today?", ("get_weather", {"city": "Oslo"})),
+        (
+            {"type": "function", "function": {"name": "get_weather"}},
+            "And in Bergen?",
+            ("get_weather", {"city": "Bergen"}),
+        ),
+        ("roll_dice", "Go on, 12 this time", ("roll_dice", {"sides": 12})),
+        ("get_time", "What time is it in Asia/Tokyo?", ("get_time", {"timezone": "Asia/Tokyo"})),
+        # "required": the tool the words name, else the first offered.
+        ("required", "Read the file notes.txt", ("files__read_file", {"name": "notes.txt"})),
+        ("any", "Tell me a joke", ("get_weather", {"city": "joke"})),
+    ],
+)
+async def test_a_forced_tool_gets_arguments_from_its_schema(
+    choice: Any, question: str, expected: tuple[str, dict[str, Any]]
+) -> None:
+    model = DemoChatModel().bind_tools([*FOREIGN, get_time], tool_choice=choice)
+    message = await model.ainvoke(question)
+    assert [(name, args) for name, args, _ in calls(message)] == [expected]
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    "question",
+    [
+        "file " * 50_000,
+        '"' * 100_000,
+        "'a' " * 50_000,
+        '"a" ' * 50_000,
+        "1 " * 100_000 + "dice",
+        "roll dice " + "x" * 200_000,
+        "the " * 50_000 + "light",
+    ],
+)
+async def test_matching_a_tool_and_its_arguments_is_linear(question: str) -> None:
+    await DemoChatModel().bind_tools([*FOREIGN, respond]).ainvoke(question)
+    await DemoChatModel().bind_tools([*FOREIGN], tool_choice="translate_text").ainvoke(question)
+
+
+@pytest.mark.timeout(5)
+def test_answering_with_long_results_is_linear() -> None:
+    history: list[BaseMessage] = [
+        HumanMessage("turn on the " + "kitchen " * 10_000 + "light"),
+        AIMessage("", tool_calls=[{"name": "ha_list_entities", "args": {}, "id": "c"}]),
+        ToolMessage(
+            "".join(f"- light.l{i} “L {i}”: off\n" for i in range(20_000))
+            + "a_b; " * 20_000
+            + "x: ha_get_state; " * 10_000,
+            tool_call_id="c",
+        ),
+    ]
+    assert str(DemoChatModel().invoke(history).content).endswith(DEMO_NOTICE)
+
+
+# -- through the API, on the demo model ---------------------------------------------------------
+
+
+def on_the_demo(**overrides: Any) -> Config:
+    """A stack's settings with no upstream (the offline demo model) and `overrides`."""
+    config = make_config(None, openai_base_url=None, openai_api_key=None, **overrides)
+    assert config.settings.demo_mode
+    return config
+
+
+async def answer_to(stack: Stack, question: str, **extra: Any) -> tuple[str, list[Frame]]:
+    """The streamed chat completion's text for `question`, and its frames."""
+    body = {
+        "model": "bernard-v1",
+        "messages": [{"role": "user", "content": question}],
+        "stream": True,
+        "stream_options": {"tool_events": "bernard"},
+        **extra,
+    }
+    got = await collect(stack.client, "POST", "/v1/chat/completions", json=body)
+    return text_of(got), got
+
+
+GET_WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("question", "choice", "arguments"),
+    [
+        ("What is the weather in Oslo?", None, {"city": "Oslo"}),
+        (
+            "And in Bergen?",
+            {"type": "function", "function": {"name": "get_weather"}},
+            {"city": "Bergen"},
+        ),
+    ],
+)
+async def test_the_clients_own_tool_is_called_with_arguments_from_its_schema(
+    question: str, choice: dict[str, Any] | None, arguments: dict[str, str]
+) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    # Bernard's own weather tool is on too: the client's, which the words name, is called.
+    config = on_the_demo(open_meteo_url=nowhere, open_meteo_geocoding_url=nowhere)
+    extra: dict[str, Any] = {"tools": [GET_WEATHER_TOOL]}
+    if choice is not None:
+        extra["tool_choice"] = choice
+    async with config.stack() as stack:
+        offered = (await stack.client.get("/v1/tools")).json()["data"]
+        assert "weather" in [tool["name"] for tool in offered]
+        _, got = await answer_to(stack, question, **extra)
+    handed = [
+        c
+        for f in got
+        if not f.done
+        for c in (f.json["choices"] or [{}])[0].get("delta", {}).get("tool_calls") or []
+    ]
+    assert [c["function"]["name"] for c in handed if c["function"].get("name")] == ["get_weather"]
+    assert json.loads("".join(c["function"].get("arguments") or "" for c in handed)) == arguments
+    finish = [
+        f.json["choices"][0]["finish_reason"] for f in got if not f.done and f.json["choices"]
+    ]
+    assert finish[-1] == "tool_calls"

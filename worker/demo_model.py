@@ -2,10 +2,14 @@
 
 `DemoChatModel` is a real LangChain chat model, so the worker drives it exactly as it drives
 `ChatOpenAI`: it streams token by token with usage, and with tools bound it acts as a tiny
-keyword router (time questions call `get_time`, arithmetic calls `calculator`, anything else or
-a turn that already has tool results calls `respond`). Its answers are deterministic and say
-that Bernard is running on the demo model. Asked for a conversation's title (shared/titles.py's
-prompt), it answers with the first words of the first question.
+keyword router. Its rules, first to last: "remember" / "forget" / "what do you remember" and
+the household (timers, lights and the thermostat); then a tool the words name that has no
+rule here (a client's function tool, an MCP server's: worker/demo_tools.py, with arguments
+from its schema); then the weather, the time, arithmetic, a web search or Wikipedia. A
+forced `tool_choice` gets its tool with arguments built the same way. With nothing to call
+it calls `respond`, or answers. Its answers are deterministic, say what the tools returned,
+and say that Bernard is running on the demo model. Asked for a conversation's title
+(shared/titles.py's prompt), it answers with the first words of the first question.
 
 It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
 first stop string, `finish_reason` "stop") and `max_tokens` (at most that many of its streamed
@@ -23,7 +27,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
@@ -47,6 +51,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.timers import TimerError, duration_in, parse_duration
 from shared.titles import TITLE_PROMPT
+from worker.demo_tools import arguments, named_tool, tool_name
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
 
@@ -118,6 +123,28 @@ _WORD = re.compile(r"\S+")
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 _QUOTE_MAX_CHARS = 120
 _TITLE_WORDS = 6
+
+# The tools the rules here call (and Home Assistant's state reader, which they never need):
+# a tool named otherwise is matched by its name's words (worker/demo_tools.py).
+RULED = frozenset(
+    {
+        "respond",
+        "save_note",
+        "delete_note",
+        "list_notes",
+        "set_timer",
+        "list_timers",
+        "cancel_timer",
+        "ha_list_entities",
+        "ha_get_state",
+        "ha_call_service",
+        "weather",
+        "get_time",
+        "calculator",
+        "web_search",
+        "wikipedia",
+    }
+)
 
 
 def _text(message: BaseMessage) -> str:
@@ -271,10 +298,6 @@ def _limit(text: str, stop: Sequence[str] | str | None, max_tokens: Any) -> tupl
     return text, "stop"
 
 
-def _tool_name(tool: dict[str, Any]) -> str:
-    return str(tool.get("function", {}).get("name") or tool.get("name") or "")
-
-
 def _forced_tool(tool_choice: Any) -> str | None:
     """The one tool a `tool_choice` names, if it names one."""
     if isinstance(tool_choice, dict):
@@ -348,42 +371,37 @@ class DemoChatModel(BaseChatModel):
     def _route(
         self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]], tool_choice: Any
     ) -> list[ToolCall]:
-        names = {_tool_name(t) for t in tools}
-        if not names or tool_choice == "none":
+        offered = {tool_name(t): t for t in tools}
+        if not offered or tool_choice == "none":
             return []
         last_human = _last_human_index(messages)
         question = _text(messages[last_human]) if last_human is not None else ""
-        answered = last_human is not None and any(
-            isinstance(m, ToolMessage) for m in messages[last_human + 1 :]
-        )
-
-        wanted: list[tuple[str, dict[str, Any]]] = []
-        if not answered:
-            if (note := _REMEMBER.match(question)) is not None:
-                wanted.append(("save_note", {"text": _clause(note["text"])}))
-            elif (forget := _FORGET.match(question)) is not None:
-                wanted.append(("delete_note", {"match": _clause(forget["match"])}))
-            elif _RECALL.search(question):
-                wanted.append(("list_notes", {}))
-            wanted += _household(question)
-            if _TIME_WORDS.search(question):
-                wanted.append(("get_time", {"timezone": _find_timezone(question)}))
-            if (expression := _find_expression(question)) is not None:
-                wanted.append(("calculator", {"expression": expression}))
-            if not wanted:
-                wanted += _lookup(question)
-        wanted = [(name, args) for name, args in wanted if name in names]
+        later = messages[last_human + 1 :] if last_human is not None else []
+        answered = any(isinstance(m, ToolMessage) for m in later)
+        wanted = [] if answered else _calls_for(question, tools)
+        wanted = [(name, args) for name, args in wanted if name in offered]
         forced = _forced_tool(tool_choice)
-        if forced is not None and forced in names:
-            wanted = [w for w in wanted if w[0] == forced] or [(forced, {})]
-        elif not wanted and "respond" in names:
+        if forced is not None and forced in offered:
+            wanted = [w for w in wanted if w[0] == forced] or [(forced, None)]
+        elif tool_choice in {"any", "required"} and not wanted:
+            # A tool must be called: the one the words name best, else the first offered.
+            found = named_tool(question, [t for n, t in offered.items() if n != "respond"])
+            first = found.tool if found is not None else next(iter(offered.values()))
+            wanted = [(tool_name(first), None)]
+        elif not wanted and "respond" in offered:
             wanted = [("respond", {})]
+        # Arguments a rule made that the tool's schema does not take (a client's tool named
+        # like one of Bernard's) are made again from its schema.
+        made = [
+            (name, args if _fits(args, offered[name]) else _arguments_for(offered[name], question))
+            for name, args in wanted
+        ]
 
         # Ids continue the conversation's count, so they are unique and repeatable.
         seen = sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
         return [
             tool_call(name=name, args=args, id=f"call_demo_{seen + i + 1}")
-            for i, (name, args) in enumerate(wanted)
+            for i, (name, args) in enumerate(made)
         ]
 
     def _answer(self, messages: Sequence[BaseMessage]) -> str:
@@ -392,7 +410,8 @@ class DemoChatModel(BaseChatModel):
         last_human = _last_human_index(messages)
         if last_human is None:
             return f"Hello! I'm Bernard. {DEMO_NOTICE}"
-        question = " ".join(_text(messages[last_human]).split())
+        asked = _text(messages[last_human])
+        question = " ".join(asked.split())
         if len(question) > _QUOTE_MAX_CHARS:
             question = question[: _QUOTE_MAX_CHARS - 1].rstrip() + "…"
         later = messages[last_human + 1 :]
@@ -499,7 +518,52 @@ def _last_human_index(messages: Sequence[BaseMessage]) -> int | None:
     return None
 
 
-def _household(question: str) -> list[tuple[str, dict[str, Any]]]:
+Wanted = list[tuple[str, dict[str, Any] | None]]
+
+
+def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
+    """The calls a new question asks for (the module's docstring gives the rules' order)."""
+    offered = {tool_name(t) for t in tools}
+    wanted: Wanted = []
+    if (note := _REMEMBER.match(question)) is not None:
+        wanted.append(("save_note", {"text": _clause(note["text"])}))
+    elif (forget := _FORGET.match(question)) is not None:
+        wanted.append(("delete_note", {"match": _clause(forget["match"])}))
+    elif _RECALL.search(question):
+        wanted.append(("list_notes", {}))
+    wanted += _household(question)
+    if wanted := [w for w in wanted if w[0] in offered]:
+        return wanted
+    found = named_tool(question, [t for t in tools if tool_name(t) not in RULED])
+    if found is not None:
+        return [(tool_name(found.tool), arguments(found.tool, question, found))]
+    if _WEATHER.search(question):
+        place = _PLACE.search(question)
+        wanted.append(("weather", {"location": _clause(place["place"]) if place else "Paris"}))
+    if _TIME_WORDS.search(question):
+        wanted.append(("get_time", {"timezone": _find_timezone(question)}))
+    if (expression := _find_expression(question)) is not None:
+        wanted.append(("calculator", {"expression": expression}))
+    return [w for w in wanted if w[0] in offered] or _lookup(question)
+
+
+def _fits(args: dict[str, Any] | None, tool: dict[str, Any]) -> TypeGuard[dict[str, Any]]:
+    """Whether the tool's schema takes `args`: each required property given, none unknown."""
+    if args is None:
+        return False
+    schema = tool.get("function", tool).get("parameters") or {}
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return not args
+    return set(schema.get("required") or []) <= args.keys() <= properties.keys()
+
+
+def _arguments_for(tool: dict[str, Any], question: str) -> dict[str, Any]:
+    """Arguments for `tool` from its schema, after the word that names it if one does."""
+    return arguments(tool, question, named_tool(question, [tool]))
+
+
+def _household(question: str) -> Wanted:
     """Timers, lights and the thermostat."""
     if _SET_TIMER.search(question):
         try:
@@ -538,13 +602,10 @@ def _household(question: str) -> list[tuple[str, dict[str, Any]]]:
             "data": {"temperature": float(degrees["deg"])},
         }
         return [("ha_call_service", args)]
-    if _WEATHER.search(question):
-        place = _PLACE.search(question)
-        return [("weather", {"location": _clause(place["place"]) if place else "Paris"})]
     return []
 
 
-def _lookup(question: str) -> list[tuple[str, dict[str, Any]]]:
+def _lookup(question: str) -> Wanted:
     """Questions for the web or for Wikipedia (only when no other tool answers them)."""
     if (search := _SEARCH.match(question)) is not None:
         return [("web_search", {"query": _clause(search["query"])})]

@@ -988,3 +988,37 @@ async def test_the_catalog_follows_a_servers_tool_list_changes(
         await ask(stack, "chat", "grow")
         after = await offered(stack, added, timeout_s=10)
     assert after[added]["server"] == server
+
+
+# -- on the offline demo model --------------------------------------------------------------
+
+DEMO_ASKS = {
+    "http": ("home", "Count the lights", "home__count_lights", {}, "2 lights"),
+    "stdio": (
+        "files",
+        "Read the file notes.txt",
+        "files__read_file",
+        {"name": "notes.txt"},
+        "buy milk",
+    ),
+}
+
+
+@pytest.mark.parametrize("transport", list(DEMO_ASKS))
+async def test_the_demo_model_calls_the_servers_tool_the_words_name(
+    transport: str, tmp_path: Path, home_server: Server, files_server: Server
+) -> None:
+    server, question, name, args, output = DEMO_ASKS[transport]
+    running = home_server if server == "home" else files_server
+    settings = mcp_settings(
+        tmp_path, None, {server: running.entry}, openai_base_url=None, openai_api_key=None
+    )
+    assert settings.demo_mode
+    async with run_stack(settings) as stack:
+        await offered(stack, name)
+        events, said = await ask(stack, "chat", question)
+    (call,) = of(events, "tool_call")
+    assert (call["name"], json.loads(call["arguments"])) == (name, args)
+    (result,) = of(events, "tool_result")
+    assert result_text(result) == output
+    assert said.startswith(f'You said: "{question}". The {name} tool returned: {output}. ')
