@@ -15,12 +15,14 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
+    SystemMessage,
     ToolMessage,
 )
 from langchain_core.tools import tool
 
 from launcher.redis_server import free_port
 from tests.conftest import Config, Stack, make_config
+from tests.fakes.open_meteo import FakeOpenMeteo
 from tests.sse import Frame, collect, text_of
 from worker.demo_model import (
     DEMO_NOTICE,
@@ -221,11 +223,16 @@ HOUSEHOLD_TOOLS = [
             ],
         ),
         ("What's the weather in Lyon tomorrow?", [("weather", {"location": "Lyon"})]),
+        ("Will it rain in Paris tomorrow?", [("weather", {"location": "Paris"})]),
+        ("Is it snowing in Oslo?", [("weather", {"location": "Oslo"})]),
         ("weather please", [("weather", {"location": "Paris"})]),
         ("Search the web for otter facts", [("web_search", {"query": "otter facts"})]),
         ("Who was Ada Lovelace?", [("wikipedia", {"query": "Ada Lovelace"})]),
         ("Tell me about otters.", [("wikipedia", {"query": "otters"})]),
         ("What is 2 + 2?", [("calculator", {"expression": "2 + 2"})]),
+        # Answered from the conversation, never looked up.
+        ("What is my name?", [("respond", {})]),
+        ("who am I", [("respond", {})]),
     ],
 )
 async def test_routes_household_questions_when_those_tools_are_offered(
@@ -233,6 +240,58 @@ async def test_routes_household_questions_when_those_tools_are_offered(
 ) -> None:
     message = await DemoChatModel().bind_tools(HOUSEHOLD_TOOLS).ainvoke(question)
     assert [(name, args) for name, args, _ in calls(message)] == expected
+
+
+@pytest.mark.parametrize(
+    ("history", "said"),
+    [
+        ([HumanMessage("My name is Ann."), AIMessage("Hello.")], "Your name is Ann."),
+        ([HumanMessage("Hi, call me Bob"), AIMessage("Hello.")], "Your name is Bob."),
+        (
+            [
+                HumanMessage("my name is Ann"),
+                AIMessage("Hello."),
+                HumanMessage("Actually, my name is Anna!"),
+                AIMessage("Noted."),
+            ],
+            "Your name is Anna.",
+        ),
+        (
+            [SystemMessage("What the user asked you to remember (their notes):\n- my name is Zoé")],
+            "Your name is Zoé.",
+        ),
+        ([HumanMessage("hello")], "You have not told me your name yet."),
+    ],
+)
+def test_what_is_my_name_is_answered_from_the_conversation_and_the_notes(
+    history: list[BaseMessage], said: str
+) -> None:
+    question = "What is my name?"
+    answer = str(DemoChatModel().invoke([*history, HumanMessage(question)]).content)
+    assert answer == f'You said: "{question}" {said} {DEMO_NOTICE}'
+
+
+def test_my_name_is_is_heard() -> None:
+    answer = str(DemoChatModel().invoke("My name is Ann.").content)
+    assert answer == f'You said: "My name is Ann." Nice to meet you, Ann. {DEMO_NOTICE}'
+
+
+def test_the_weather_is_said_as_the_tool_says_it() -> None:
+    history: list[BaseMessage] = [
+        HumanMessage("Will it rain in Paris tomorrow?"),
+        AIMessage("", tool_calls=[{"name": "weather", "args": {"location": "Paris"}, "id": "c"}]),
+        ToolMessage(
+            "Error: could not reach the weather service (Open-Meteo): connection refused",
+            tool_call_id="c",
+            status="error",
+        ),
+    ]
+    answer = str(DemoChatModel().invoke(history).content)
+    assert answer == (
+        'You said: "Will it rain in Paris tomorrow?" The weather tool reported a problem: '
+        "Error: could not reach the weather service (Open-Meteo): connection refused. "
+        f"{DEMO_NOTICE}"
+    )
 
 
 @pytest.mark.timeout(5)
@@ -715,6 +774,7 @@ async def test_a_forced_tool_gets_arguments_from_its_schema(
         "1 " * 100_000 + "dice",
         "roll dice " + "x" * 200_000,
         "the " * 50_000 + "light",
+        "What is my " + "name " * 50_000,
     ],
 )
 async def test_matching_a_tool_and_its_arguments_is_linear(question: str) -> None:
@@ -758,6 +818,46 @@ async def answer_to(stack: Stack, question: str, **extra: Any) -> tuple[str, lis
     }
     got = await collect(stack.client, "POST", "/v1/chat/completions", json=body)
     return text_of(got), got
+
+
+async def test_will_it_rain_offline_says_the_weather_service_cannot_be_reached() -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    config = on_the_demo(open_meteo_url=nowhere, open_meteo_geocoding_url=nowhere)
+    async with config.stack() as stack:
+        said, got = await answer_to(stack, "Will it rain in Paris tomorrow?")
+    (call,) = [f.bernard for f in got if f.bernard and f.bernard["type"] == "tool_call"]
+    assert (call["name"], json.loads(call["arguments"])) == ("weather", {"location": "Paris"})
+    assert said.startswith(
+        'You said: "Will it rain in Paris tomorrow?" The weather tool reported a problem: '
+        "Error: could not reach the weather service (Open-Meteo): "
+    )
+    assert said.endswith(DEMO_NOTICE)
+
+
+async def test_will_it_rain_reads_the_forecast() -> None:
+    async with FakeOpenMeteo() as meteo:
+        config = on_the_demo(open_meteo_url=meteo.base_url, open_meteo_geocoding_url=meteo.base_url)
+        async with config.stack() as stack:
+            said, _ = await answer_to(stack, "Will it rain in Berlin tomorrow?")
+    assert said == (
+        'You said: "Will it rain in Berlin tomorrow?" Weather for Berlin, Germany '
+        "(Europe/Berlin): Now (2024-06-01 14:15): 21.3°C, partly cloudy, wind 12.4 km/h, "
+        "humidity 48%; Sat 2024-06-01: partly cloudy, 14.2°C to 23.1°C, precipitation 0 mm; "
+        "Sun 2024-06-02: slight rain, 13.5°C to 19.8°C, precipitation 4.6 mm; "
+        f"Mon 2024-06-03: thunderstorm, 11.9°C to 17.2°C, precipitation 12.3 mm. {DEMO_NOTICE}"
+    )
+
+
+async def test_what_is_my_name_is_answered_from_the_conversation_in_the_responses_api() -> None:
+    async with on_the_demo().stack() as stack:
+        client = stack.openai()
+        first = await client.responses.create(model="bernard-v1", input="My name is Ann.")
+        async with client.responses.stream(
+            model="bernard-v1", input="What is my name?", previous_response_id=first.id
+        ) as stream:
+            final = await stream.get_final_response()
+    assert first.output_text == f'You said: "My name is Ann." Nice to meet you, Ann. {DEMO_NOTICE}'
+    assert final.output_text == f'You said: "What is my name?" Your name is Ann. {DEMO_NOTICE}'
 
 
 GET_WEATHER_TOOL = {

@@ -8,8 +8,9 @@ rule here (a client's function tool, an MCP server's: worker/demo_tools.py, with
 from its schema); then the weather, the time, arithmetic, a web search or Wikipedia. A
 forced `tool_choice` gets its tool with arguments built the same way. With nothing to call
 it calls `respond`, or answers. Its answers are deterministic, say what the tools returned,
-and say that Bernard is running on the demo model. Asked for a conversation's title
-(shared/titles.py's prompt), it answers with the first words of the first question.
+answer "What is my name?" from the conversation and the user's notes, and say that Bernard
+is running on the demo model. Asked for a conversation's title (shared/titles.py's prompt), it
+answers with the first words of the first question.
 
 It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
 first stop string, `finish_reason` "stop") and `max_tokens` (at most that many of its streamed
@@ -40,6 +41,7 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
+    SystemMessage,
     ToolCall,
     ToolMessage,
 )
@@ -85,7 +87,9 @@ _TRAILING_LEVEL = re.compile(r"\s+(?:at|to)(?:\s.*)?$")  # on at most 40 charact
 _PERCENT = re.compile(r"\b(?P<pct>\d{1,3})\s*%")
 _THERMOSTAT = re.compile(r"\b(?:thermostat|heating)\b", re.I)
 _DEGREES = re.compile(r"\b(?P<deg>\d{1,2}(?:\.\d)?)\s*(?:°|degrees?\b|c\b)", re.I)
-_WEATHER = re.compile(r"\b(?:weather|forecast)\b", re.I)
+_WEATHER = re.compile(
+    r"\b(?:weather|forecast|rain(?:ing|y)?|snow(?:ing|y)?|sunny|umbrella)\b", re.I
+)
 _PLACE = re.compile(
     r"\b(?:in|for|at)\s+(?P<place>[A-Z][A-Za-z .'-]{0,40}?)"
     r"(?:\s+(?:today|tomorrow|this\s+week|now))?[?.!]?\s*$",
@@ -98,6 +102,15 @@ _ENCYCLOPEDIA = re.compile(
     r"\s*(?:who\s+(?:is|was)|what\s+(?:is|are|was)|tell\s+me\s+about)\s+(?P<subject>\S.*)",
     re.I | re.S,
 )
+# "What is my name?": answered from the conversation and the notes, never looked up.
+_MY_QUESTION = re.compile(
+    r"\s*(?:what(?:'s|\s+is)|do\s+you\s+know|tell\s+me)\s+my\s+(?P<what>[A-Za-z]{1,30})\b", re.I
+)
+_WHO_AM_I = re.compile(r"\s*who\s+am\s+i\b", re.I)
+_MY_STATEMENT = re.compile(
+    r"\s*my\s+(?P<what>[A-Za-z]{1,30})\s+is\s+(?P<value>[^.!?\n,;]{1,60})", re.I
+)
+_CALL_ME = re.compile(r"\bcall\s+me\s+(?P<value>[A-Z][\w'-]{0,30})")
 _RECALL = re.compile(
     r"\bwhat\s+(?:did\s+i\s+ask\s+you\s+to|do\s+you)\s+remember\b|\bmy\s+notes\b",
     re.IGNORECASE,
@@ -424,6 +437,8 @@ class DemoChatModel(BaseChatModel):
         results = [r for r in results if r]
         if results:
             body = " ".join(results)
+        elif (recalled := _recall(messages[:last_human], asked)) is not None:
+            body = recalled
         else:
             body = (
                 "I can tell the time, do arithmetic and keep notes: try "
@@ -524,6 +539,8 @@ Wanted = list[tuple[str, dict[str, Any] | None]]
 def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     """The calls a new question asks for (the module's docstring gives the rules' order)."""
     offered = {tool_name(t) for t in tools}
+    if _MY_QUESTION.match(question) or _WHO_AM_I.match(question):
+        return []  # the conversation answers it (`_recall`)
     wanted: Wanted = []
     if (note := _REMEMBER.match(question)) is not None:
         wanted.append(("save_note", {"text": _clause(note["text"])}))
@@ -623,7 +640,12 @@ def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
     """One sentence about one tool result, for the templated answer."""
     name = result.name or (call["name"] if call else "tool")
     args = call["args"] if call else {}
-    content = " ".join(_text(result).split()).rstrip(".")
+    if name == "weather":  # "Weather for Berlin, ...", then one line for now and one a day
+        head, *lines = _text(result).splitlines() or [""]
+        text = f"{head}: {'; '.join(lines)}" if lines else head
+    else:
+        text = _text(result)
+    content = " ".join(text.split()).rstrip(".")
     if result.status == "error" or content.startswith("Error"):
         return f"The {name} tool reported a problem: {content}."
     if content.startswith(("The user declined", "Not run")):
@@ -638,4 +660,33 @@ def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
         return f"The result of {args['expression']} is {content}."
     if name == "calculator":
         return f"The result is {content}."
+    if name == "weather":
+        return f"{content}."  # already a sentence for a person: "Weather for Paris ..."
     return f"The {name} tool returned: {content}."
+
+
+def _recall(earlier: Sequence[BaseMessage], question: str) -> str | None:
+    """The answer to "What is my name?" (or any "my ...") from what the user said earlier or
+    asked to be remembered, the latest first; to "My name is Ann." that it is heard."""
+    if (stated := _MY_STATEMENT.match(question)) is not None:
+        what, value = stated["what"].lower(), _clause(stated["value"])
+        return (
+            f"Nice to meet you, {value}." if what == "name" else f"Noted: your {what} is {value}."
+        )
+    asked = _MY_QUESTION.match(question)
+    what = asked["what"].lower() if asked is not None else None
+    if what is None and _WHO_AM_I.match(question):
+        what = "name"
+    if what is None:
+        return None
+    said = re.compile(rf"\bmy\s+{re.escape(what)}\s+is\s+(?P<value>[^.!?\n,;]{{1,60}})", re.I)
+    for message in reversed(earlier):
+        if not isinstance(message, HumanMessage | SystemMessage):
+            continue
+        text = _text(message)
+        found = [m["value"] for m in said.finditer(text)]
+        if what == "name":
+            found += [m["value"] for m in _CALL_ME.finditer(text)]
+        if found:
+            return f"Your {what} is {_clause(found[-1])}."
+    return f"You have not told me your {what} yet."
