@@ -35,17 +35,18 @@ __all__ = ["AREAS", "DemoHome", "ServiceError", "create_app", "main"]
 
 TOKEN_ENV = "BERNARD_HA_TOKEN"
 
-# area id -> (name, entity ids)
+# area id -> (name, entity ids). The ids are made from the names, as Home Assistant makes
+# them ("Kitchen Light" is light.kitchen_light), so a guess from the words misses them.
 AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "kitchen": ("Kitchen", ("light.kitchen",)),
-    "living_room": ("Living Room", ("light.living_room",)),
-    "bedroom": ("Bedroom", ("light.bedroom", "switch.fan")),
-    "hall": ("Hall", ("climate.hall",)),
+    "kitchen": ("Kitchen", ("light.kitchen_light",)),
+    "living_room": ("Living Room", ("light.living_room_lights",)),
+    "bedroom": ("Bedroom", ("light.bedroom_lamp", "switch.bedroom_fan")),
+    "hall": ("Hall", ("climate.hall_thermostat",)),
 }
 _LIGHTS = {
-    "light.kitchen": ("Kitchen Light", None),
-    "light.living_room": ("Living Room Lights", 180),
-    "light.bedroom": ("Bedroom Lamp", None),
+    "light.kitchen_light": ("Kitchen Light", None),
+    "light.living_room_lights": ("Living Room Lights", 180),
+    "light.bedroom_lamp": ("Bedroom Lamp", None),
 }
 _AREA_TEMPLATE = re.compile(
     r'\{\{ \{"area": area_name\((?P<a>"(?:[^"\\]|\\.)*")\) or area_name\(area_id\((?P=a)\) or ""\),'
@@ -80,9 +81,9 @@ class DemoHome:
                     "supported_features": 32,
                 },
             )
-        self._set("switch.fan", "off", {"friendly_name": "Bedroom Fan"})
+        self._set("switch.bedroom_fan", "off", {"friendly_name": "Bedroom Fan"})
         self._set(
-            "climate.hall",
+            "climate.hall_thermostat",
             "heat",
             {
                 "hvac_modes": ["off", "heat"],

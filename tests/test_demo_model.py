@@ -151,6 +151,12 @@ def weather(location: str) -> str:
 
 
 @tool
+def ha_list_entities(domain: str | None = None, area: str | None = None) -> str:
+    """List Home Assistant entities."""
+    return ""
+
+
+@tool
 def ha_call_service(domain: str, service: str, entity_id: str, data: dict | None = None) -> str:
     """Call a Home Assistant service."""
     return ""
@@ -161,6 +167,7 @@ HOUSEHOLD_TOOLS = [
     web_search,
     wikipedia,
     weather,
+    ha_list_entities,
     ha_call_service,
     *default_tools()[5:],  # the timers
 ]
@@ -176,52 +183,21 @@ HOUSEHOLD_TOOLS = [
         ("start a timer for 90 seconds", [("set_timer", {"duration": "90s", "label": "timer"})]),
         ("What timers are running?", [("list_timers", {})]),
         ("cancel timer_0a1b2c3d4e", [("cancel_timer", {"timer_id": "timer_0a1b2c3d4e"})]),
-        (
-            "Turn on the kitchen light at 40%",
-            [
-                (
-                    "ha_call_service",
-                    {
-                        "domain": "light",
-                        "service": "turn_on",
-                        "entity_id": "light.kitchen",
-                        "data": {"brightness_pct": 40},
-                    },
-                )
-            ],
-        ),
-        (
-            "please turn off the living room lights",
-            [
-                (
-                    "ha_call_service",
-                    {"domain": "light", "service": "turn_off", "entity_id": "light.living_room"},
-                )
-            ],
-        ),
+        # A command for the house first lists the entities of its kind: ids are never guessed.
+        ("Turn on the kitchen light at 40%", [("ha_list_entities", {"domain": "light"})]),
+        ("please turn off the living room lights", [("ha_list_entities", {"domain": "light"})]),
         (
             "turn off the fan",
-            [
-                (
-                    "ha_call_service",
-                    {"domain": "switch", "service": "turn_off", "entity_id": "switch.fan"},
-                )
-            ],
+            [("ha_list_entities", {"domain": "fan"}), ("ha_list_entities", {"domain": "switch"})],
         ),
         (
-            "Set the thermostat to 21 degrees",
+            "turn on the TV",
             [
-                (
-                    "ha_call_service",
-                    {
-                        "domain": "climate",
-                        "service": "set_temperature",
-                        "entity_id": "climate.hall",
-                        "data": {"temperature": 21.0},
-                    },
-                )
+                ("ha_list_entities", {"domain": "switch"}),
+                ("ha_list_entities", {"domain": "light"}),
             ],
         ),
+        ("Set the thermostat to 21 degrees", [("ha_list_entities", {"domain": "climate"})]),
         ("What's the weather in Lyon tomorrow?", [("weather", {"location": "Lyon"})]),
         ("Will it rain in Paris tomorrow?", [("weather", {"location": "Paris"})]),
         ("Is it snowing in Oslo?", [("weather", {"location": "Oslo"})]),
@@ -240,6 +216,212 @@ async def test_routes_household_questions_when_those_tools_are_offered(
 ) -> None:
     message = await DemoChatModel().bind_tools(HOUSEHOLD_TOOLS).ainvoke(question)
     assert [(name, args) for name, args, _ in calls(message)] == expected
+
+
+# What ha_list_entities answers for the demo home (launcher/demo_home.py), by domain.
+LISTED = {
+    "light": "Home Assistant light entities: 3\n"
+    "- light.bedroom_lamp “Bedroom Lamp”: off\n"
+    "- light.kitchen_light “Kitchen Light”: off\n"
+    "- light.living_room_lights “Living Room Lights”: on, brightness 71 %",
+    "switch": "Home Assistant switch entities: 1\n- switch.bedroom_fan “Bedroom Fan”: off",
+    "fan": "Home Assistant has no fan entities.",
+    "climate": "Home Assistant climate entities: 1\n"
+    "- climate.hall_thermostat “Hall Thermostat”: heat, 19.5° now, set to 20°",
+}
+
+
+def looked_up(question: str, domains: Sequence[str]) -> list[BaseMessage]:
+    """A turn that asked ha_list_entities for `domains` and heard the demo home's answers."""
+    ids = [f"call_demo_{i + 1}" for i in range(len(domains))]
+    return [
+        HumanMessage(question),
+        AIMessage(
+            "",
+            tool_calls=[
+                {"name": "ha_list_entities", "args": {"domain": d}, "id": i}
+                for d, i in zip(domains, ids, strict=True)
+            ],
+        ),
+        *[
+            ToolMessage(LISTED[d], tool_call_id=i, name="ha_list_entities")
+            for d, i in zip(domains, ids, strict=True)
+        ],
+    ]
+
+
+async def step(history: list[BaseMessage], *, streamed: bool) -> AIMessage:
+    """One router step on `history`: as the router of two models calls it (`ainvoke`, with
+    `respond`), or as one model's streamed step with the tools bound and no `respond`."""
+    if not streamed:
+        return await DemoChatModel().bind_tools(HOUSEHOLD_TOOLS).ainvoke(history)
+    model = DemoChatModel(token_delay_s=0).bind_tools(
+        [t for t in HOUSEHOLD_TOOLS if t.name != "respond"]
+    )
+    total = reduce(operator.add, [c async for c in model.astream(history)])
+    assert isinstance(total, AIMessageChunk)
+    return total
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["invoked", "streamed"])
+@pytest.mark.parametrize(
+    ("question", "domains", "expected"),
+    [
+        (
+            "Turn on the kitchen light",
+            ["light"],
+            {"domain": "light", "service": "turn_on", "entity_id": "light.kitchen_light"},
+        ),
+        (
+            "Turn on the kitchen lights at 40%",
+            ["light"],
+            {
+                "domain": "light",
+                "service": "turn_on",
+                "entity_id": "light.kitchen_light",
+                "data": {"brightness_pct": 40},
+            },
+        ),
+        (
+            "please turn off the living room lights",
+            ["light"],
+            {"domain": "light", "service": "turn_off", "entity_id": "light.living_room_lights"},
+        ),
+        (
+            "turn on the bedroom lamp",
+            ["light"],
+            {"domain": "light", "service": "turn_on", "entity_id": "light.bedroom_lamp"},
+        ),
+        (
+            "turn off the fan",
+            ["fan", "switch"],
+            {"domain": "switch", "service": "turn_off", "entity_id": "switch.bedroom_fan"},
+        ),
+        (
+            "Set the thermostat to 21 degrees",
+            ["climate"],
+            {
+                "domain": "climate",
+                "service": "set_temperature",
+                "entity_id": "climate.hall_thermostat",
+                "data": {"temperature": 21.0},
+            },
+        ),
+    ],
+)
+async def test_a_command_calls_the_service_on_the_entity_the_list_names(
+    question: str, domains: list[str], expected: dict[str, Any], streamed: bool
+) -> None:
+    message = await step(looked_up(question, domains), streamed=streamed)
+    n = len(domains) + 1
+    assert calls(message) == [("ha_call_service", expected, f"call_demo_{n}")]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["invoked", "streamed"])
+@pytest.mark.parametrize(
+    ("question", "domains", "said"),
+    [
+        (
+            "Turn on the garage light",
+            ["light"],
+            "I could not tell which one you mean by “garage light”; Home Assistant has "
+            "Bedroom Lamp (light.bedroom_lamp), Kitchen Light (light.kitchen_light), "
+            "Living Room Lights (light.living_room_lights).",
+        ),
+        (
+            "Turn on the light",
+            ["light"],
+            "I could not tell which one you mean by “light”; Home Assistant has "
+            "Bedroom Lamp (light.bedroom_lamp), Kitchen Light (light.kitchen_light), "
+            "Living Room Lights (light.living_room_lights).",
+        ),
+        ("turn on the fan", ["fan"], "I found nothing in Home Assistant for “fan”."),
+    ],
+)
+async def test_a_command_no_one_entity_fits_calls_nothing_and_says_what_there_is(
+    question: str, domains: list[str], said: str, streamed: bool
+) -> None:
+    history = looked_up(question, domains)
+    routed = await step(history, streamed=streamed)
+    if streamed:  # one model: its step is the answer
+        answer = str(routed.content)
+        assert routed.tool_calls == []
+    else:
+        assert [name for name, _, _ in calls(routed)] == ["respond"]
+        answer = str((await DemoChatModel().ainvoke(history)).content)
+    assert answer == f'You said: "{question}". {said} {DEMO_NOTICE}'
+
+
+async def test_the_answer_after_a_call_says_what_it_did_not_the_list() -> None:
+    history = [
+        *looked_up("Turn on the kitchen light", ["light"]),
+        AIMessage(
+            "",
+            tool_calls=[
+                {
+                    "name": "ha_call_service",
+                    "args": {"domain": "light", "service": "turn_on", "entity_id": "x"},
+                    "id": "call_demo_2",
+                }
+            ],
+        ),
+        ToolMessage(
+            "Done: Turn on light.kitchen_light.\nlight.kitchen_light is now on, brightness 100 %.",
+            tool_call_id="call_demo_2",
+        ),
+    ]
+    assert calls(await DemoChatModel().bind_tools(HOUSEHOLD_TOOLS).ainvoke(history)) == [
+        ("respond", {}, "call_demo_3")
+    ]
+    answer = str((await DemoChatModel().ainvoke(history)).content)
+    assert answer == (
+        'You said: "Turn on the kitchen light". Done: Turn on light.kitchen_light. '
+        f"light.kitchen_light is now on, brightness 100 %. {DEMO_NOTICE}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (
+            "Error: Home Assistant has no entity light.kitchen, so light.turn_on would do "
+            "nothing; call ha_list_entities for the ids",
+            "The ha_call_service tool reported a problem: Error: Home Assistant has no entity "
+            "light.kitchen, so light.turn_on would do nothing.",
+        ),
+        (
+            "Error: Home Assistant did not answer within 10s; the call may have run all the "
+            "same: check with ha_get_state before trying again",
+            "The ha_call_service tool reported a problem: Error: Home Assistant did not answer "
+            "within 10s; the call may have run all the same.",
+        ),
+        (
+            "Error: 500: Home Assistant refused or could not carry out light.turn_on for "
+            "light.kitchen_light and gives the reason only in its log (Settings > System > "
+            "Logs); check the entity with ha_get_state",
+            "The ha_call_service tool reported a problem: Error: 500: Home Assistant refused or "
+            "could not carry out light.turn_on for light.kitchen_light and gives the reason "
+            "only in its log (Settings > System > Logs).",
+        ),
+    ],
+)
+def test_a_tools_advice_to_the_model_is_never_said_to_the_person(result: str, said: str) -> None:
+    history: list[BaseMessage] = [
+        HumanMessage("Turn on the kitchen light"),
+        AIMessage(
+            "",
+            tool_calls=[
+                {
+                    "name": "ha_call_service",
+                    "args": {"domain": "light", "service": "turn_on", "entity_id": "x"},
+                    "id": "c",
+                }
+            ],
+        ),
+        ToolMessage(result, tool_call_id="c", status="error"),
+    ]
+    answer = str(DemoChatModel().invoke(history).content)
+    assert answer == f'You said: "Turn on the kitchen light". {said} {DEMO_NOTICE}'
 
 
 @pytest.mark.parametrize(

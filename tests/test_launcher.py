@@ -625,11 +625,11 @@ def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes()
         assert ha.get("/api/", headers=auth).json() == {"message": "API running."}
         states = ha.get("/api/states", headers=auth).json()
         assert {s["entity_id"] for s in states} == {
-            "light.kitchen",
-            "light.living_room",
-            "light.bedroom",
-            "switch.fan",
-            "climate.hall",
+            "light.kitchen_light",
+            "light.living_room_lights",
+            "light.bedroom_lamp",
+            "switch.bedroom_fan",
+            "climate.hall_thermostat",
         }
         assert all(set(s) == STATE_KEYS for s in states)
         missing = ha.get("/api/states/light.attic", headers=auth)
@@ -639,11 +639,11 @@ def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes()
             return ha.post("/api/template", json={"template": text}, headers=auth)
 
         assert template(area_template("Bedroom")).text == (
-            '{"area": "Bedroom", "entities": ["light.bedroom", "switch.fan"]}'
+            '{"area": "Bedroom", "entities": ["light.bedroom_lamp", "switch.bedroom_fan"]}'
         )
         assert template(area_template("living_room")).json() == {
             "area": "Living Room",
-            "entities": ["light.living_room"],
+            "entities": ["light.living_room_lights"],
         }
         assert template(area_template("attic")).json() == {"area": None, "entities": []}
         assert template('{{ area_entities("attic") | tojson }}').status_code == 400
@@ -652,29 +652,31 @@ def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes()
         def service(domain: str, name: str, **data: object) -> httpx.Response:
             return ha.post(f"/api/services/{domain}/{name}", json=data, headers=auth)
 
-        before = ha.get("/api/states/light.kitchen", headers=auth).json()
+        before = ha.get("/api/states/light.kitchen_light", headers=auth).json()
         (changed,) = service(
-            "light", "turn_on", entity_id="light.kitchen", brightness_pct=40
+            "light", "turn_on", entity_id="light.kitchen_light", brightness_pct=40
         ).json()
         assert (changed["state"], changed["attributes"]["brightness"]) == ("on", 102)
         assert changed["last_changed"] > before["last_changed"]
-        assert ha.get("/api/states/light.kitchen", headers=auth).json() == changed
-        again = service("light", "turn_on", entity_id="light.kitchen", brightness_pct=40)
+        assert ha.get("/api/states/light.kitchen_light", headers=auth).json() == changed
+        again = service("light", "turn_on", entity_id="light.kitchen_light", brightness_pct=40)
         assert again.json() == [], "nothing changed"
-        (off,) = service("light", "toggle", entity_id="light.kitchen").json()
+        (off,) = service("light", "toggle", entity_id="light.kitchen_light").json()
         assert (off["state"], off["attributes"]["brightness"]) == ("off", None)
-        (fan,) = service("switch", "turn_on", entity_id="switch.fan").json()
+        (fan,) = service("switch", "turn_on", entity_id="switch.bedroom_fan").json()
         assert fan["state"] == "on"
         (hall,) = service(
-            "climate", "set_temperature", entity_id="climate.hall", temperature=21
+            "climate", "set_temperature", entity_id="climate.hall_thermostat", temperature=21
         ).json()
         assert hall["attributes"]["temperature"] == 21
-        too_hot = service("climate", "set_temperature", entity_id="climate.hall", temperature=50)
+        too_hot = service(
+            "climate", "set_temperature", entity_id="climate.hall_thermostat", temperature=50
+        )
         assert (too_hot.status_code, too_hot.json()) == (
             400,
             {"message": "Provided temperature 50 is not valid. Accepted range is 7 to 35."},
         )
-        unknown = service("light", "explode", entity_id="light.kitchen")
+        unknown = service("light", "explode", entity_id="light.kitchen_light")
         assert (unknown.status_code, unknown.text) == (400, "400: Bad Request")
         assert service("lock", "unlock", entity_id="lock.front_door").status_code == 400
 
@@ -724,9 +726,9 @@ class RecordingSupervisor(Supervisor):
                         time.sleep(0.1)
                 self.answers["states"] = ha.get("/api/states").json()
                 ha.post(
-                    "/api/services/light/turn_on", json={"entity_id": "light.bedroom"}
+                    "/api/services/light/turn_on", json={"entity_id": "light.bedroom_lamp"}
                 ).raise_for_status()
-                self.answers["bedroom"] = ha.get("/api/states/light.bedroom").json()
+                self.answers["bedroom"] = ha.get("/api/states/light.bedroom_lamp").json()
         return 0
 
 
@@ -778,7 +780,7 @@ def test_on_the_demo_model_the_launcher_runs_a_demo_home_and_the_worker_uses_it(
     assert worker_env["BERNARD_HA_TOKEN"] == home_env["BERNARD_HA_TOKEN"]
     assert supervisor.spawned["api"][1]["BERNARD_HA_URL"] == worker_env["BERNARD_HA_URL"]
     states = supervisor.answers["states"]
-    assert isinstance(states, list) and {"light.kitchen", "climate.hall"} <= {
+    assert isinstance(states, list) and {"light.kitchen_light", "climate.hall_thermostat"} <= {
         s["entity_id"] for s in states
     }
     bedroom = supervisor.answers["bedroom"]

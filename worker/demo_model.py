@@ -3,13 +3,16 @@
 `DemoChatModel` is a real LangChain chat model, so the worker drives it exactly as it drives
 `ChatOpenAI`: it streams token by token with usage, and with tools bound it acts as a tiny
 keyword router. Its rules, first to last: "remember" / "forget" / "what do you remember" and
-the household (timers, lights and the thermostat); then a tool the words name that has no
-rule here (a client's function tool, an MCP server's: worker/demo_tools.py, with arguments
-from its schema); then the weather, the time, arithmetic, a web search or Wikipedia. A
-forced `tool_choice` gets its tool with arguments built the same way. With nothing to call
-it calls `respond`, or answers. Its answers are deterministic, say what the tools returned,
-answer "What is my name?" from the conversation and the user's notes, and say that Bernard
-is running on the demo model. Asked for a conversation's title (shared/titles.py's prompt), it
+the household (timers; "turn on/off the ..." and the thermostat, which list Home Assistant's
+entities first and then call the service on the entity whose name the words match, as a
+real model is told to); then a tool the words name that has no rule here (a client's
+function tool, an MCP server's: worker/demo_tools.py, with arguments from its schema); then
+the weather, the time, arithmetic, a web search or Wikipedia. A forced `tool_choice` gets
+its tool with arguments built the same way. With nothing to call it calls `respond`, or
+answers. Its answers are deterministic, say what the tools returned in words for a person
+(a tool's advice to the model, "call ha_list_entities for the ids", is left out), answer
+"What is my name?" from the conversation and the user's notes, and say that Bernard is
+running on the demo model. Asked for a conversation's title (shared/titles.py's prompt), it
 answers with the first words of the first question.
 
 It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
@@ -28,6 +31,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from langchain_core.callbacks import (
@@ -53,7 +57,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.timers import TimerError, duration_in, parse_duration
 from shared.titles import TITLE_PROMPT
-from worker.demo_tools import arguments, named_tool, tool_name
+from worker.demo_tools import COMMON, arguments, named_tool, singular, tool_name
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
 
@@ -111,6 +115,8 @@ _MY_STATEMENT = re.compile(
     r"\s*my\s+(?P<what>[A-Za-z]{1,30})\s+is\s+(?P<value>[^.!?\n,;]{1,60})", re.I
 )
 _CALL_ME = re.compile(r"\bcall\s+me\s+(?P<value>[A-Z][\w'-]{0,30})")
+# One entity of ha_list_entities' list: "- light.kitchen_light “Kitchen Light”: off".
+_LISTED = re.compile(r"^- (?P<id>[a-z0-9_]+\.[a-z0-9_]+)(?: “(?P<name>[^”\n]{0,80})”)?:", re.M)
 _RECALL = re.compile(
     r"\bwhat\s+(?:did\s+i\s+ask\s+you\s+to|do\s+you)\s+remember\b|\bmy\s+notes\b",
     re.IGNORECASE,
@@ -133,9 +139,14 @@ _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # One streamed token is a word with the whitespace before it. Found as `\S+` and sliced, since
 # `\s*\S+` retries a whole whitespace run from each of its characters when no word follows.
 _WORD = re.compile(r"\S+")
+_WORDS = re.compile(r"[A-Za-z0-9]+")
+# A name with an underscore, as tools' names are ("ha_list_entities", "files__read_file").
+_TOOL_WORD = re.compile(r"\b[A-Za-z0-9]+(?:_+[A-Za-z0-9]+)+\b")
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 _QUOTE_MAX_CHARS = 120
 _TITLE_WORDS = 6
+_BEFORE_THERMOSTAT_CHARS = 40
+_LISTED_IN_ANSWER = 5
 
 # The tools the rules here call (and Home Assistant's state reader, which they never need):
 # a tool named otherwise is matched by its name's words (worker/demo_tools.py).
@@ -158,6 +169,14 @@ RULED = frozenset(
         "wikipedia",
     }
 )
+# The words for a kind of Home Assistant entity: "the kitchen light" is a light whose name
+# says "kitchen"; "the fan" may be a fan or a switch whose name says "fan".
+_DOMAIN_NOUNS = {
+    "light": frozenset({"light", "lamp", "bulb"}),
+    "fan": frozenset({"fan"}),
+    "switch": frozenset({"switch", "plug", "socket"}),
+    "climate": frozenset({"thermostat", "heating", "climate"}),
+}
 
 
 def _text(message: BaseMessage) -> str:
@@ -390,8 +409,10 @@ class DemoChatModel(BaseChatModel):
         last_human = _last_human_index(messages)
         question = _text(messages[last_human]) if last_human is not None else ""
         later = messages[last_human + 1 :] if last_human is not None else []
-        answered = any(isinstance(m, ToolMessage) for m in later)
-        wanted = [] if answered else _calls_for(question, tools)
+        if any(isinstance(m, ToolMessage) for m in later):
+            wanted = _follow_up(later, question)  # the tools have answered: what they lead to
+        else:
+            wanted = _calls_for(question, tools)
         wanted = [(name, args) for name, args in wanted if name in offered]
         forced = _forced_tool(tool_choice)
         if forced is not None and forced in offered:
@@ -428,13 +449,25 @@ class DemoChatModel(BaseChatModel):
         if len(question) > _QUOTE_MAX_CHARS:
             question = question[: _QUOTE_MAX_CHARS - 1].rstrip() + "…"
         later = messages[last_human + 1 :]
-        calls = {c["id"]: c for m in later if isinstance(m, AIMessage) for c in m.tool_calls}
+        calls = {c["id"] or "": c for m in later if isinstance(m, AIMessage) for c in m.tool_calls}
+        # Tool names, so that what a tool tells the model to do next is left out of the answer.
+        names = RULED | {
+            c["name"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls
+        }
+        command = _command(asked)
         results = [
-            _summarize(m, calls.get(m.tool_call_id))
+            _summarize(m, calls.get(m.tool_call_id), names)
             for m in later
-            if isinstance(m, ToolMessage) and (m.name or "") != "respond"
+            if isinstance(m, ToolMessage)
+            and (m.name or "") != "respond"
+            # What the lookup found is said by the call it led to (or `_unmatched`).
+            and not (command is not None and _called(m, calls) == "ha_list_entities")
         ]
         results = [r for r in results if r]
+        looked_up = any(_called(m, calls) == "ha_list_entities" for m in later)
+        called = {c["name"] for c in calls.values()}
+        if command is not None and looked_up and "ha_call_service" not in called:
+            results.append(_unmatched(command, _entities(later)))
         if results:
             body = " ".join(results)
         elif (recalled := _recall(messages[:last_human], asked)) is not None:
@@ -564,6 +597,23 @@ def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     return [w for w in wanted if w[0] in offered] or _lookup(question)
 
 
+def _follow_up(later: Sequence[BaseMessage], question: str) -> Wanted:
+    """What the tools' results since the question lead to: the Home Assistant call on the
+    entity the words name, once ha_list_entities has listed them; else nothing."""
+    command = _command(question)
+    calls = {c["name"] for m in later if isinstance(m, AIMessage) for c in m.tool_calls}
+    if command is None or "ha_call_service" in calls:
+        return []
+    entity = _pick(command, _entities(later))
+    if entity is None:
+        return []
+    domain = entity.split(".", 1)[0]
+    args: dict[str, Any] = {"domain": domain, "service": command.service, "entity_id": entity}
+    if command.data and (domain == "light" or command.service != "turn_on"):
+        args["data"] = command.data
+    return [("ha_call_service", args)]
+
+
 def _fits(args: dict[str, Any] | None, tool: dict[str, Any]) -> TypeGuard[dict[str, Any]]:
     """Whether the tool's schema takes `args`: each required property given, none unknown."""
     if args is None:
@@ -580,8 +630,51 @@ def _arguments_for(tool: dict[str, Any], question: str) -> dict[str, Any]:
     return arguments(tool, question, named_tool(question, [tool]))
 
 
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """A household command: the kinds of entity it is for, the service, its options, and the
+    words that say which entity ("kitchen light")."""
+
+    domains: tuple[str, ...]
+    service: str
+    data: dict[str, Any]
+    thing: str
+
+    def words(self) -> list[str]:
+        return [singular(w) for w in _WORDS.findall(self.thing) if w.lower() not in COMMON]
+
+
+def _command(question: str) -> _Command | None:
+    """The light, switch or thermostat command `question` is, if it is one."""
+    if (switch := _SWITCH.match(question)) is not None:
+        thing = _clause(switch["thing"]).lower().removeprefix("the ")
+        thing = _TRAILING_LEVEL.sub("", thing)  # "kitchen light at 40%": the thing is before
+        said = {singular(w) for w in thing.split()}
+        if said & _DOMAIN_NOUNS["light"]:
+            domains: tuple[str, ...] = ("light",)
+        elif said & _DOMAIN_NOUNS["fan"]:
+            domains = ("fan", "switch")
+        else:
+            domains = ("switch", "light")
+        state = switch["state"].lower()
+        data: dict[str, Any] = {}
+        if state == "on" and (level := _PERCENT.search(question)):
+            data["brightness_pct"] = int(level["pct"])
+        return _Command(domains, f"turn_{state}", data, thing)
+    named = _THERMOSTAT.search(question)
+    if named is not None and (degrees := _DEGREES.search(question)) is not None:
+        # The words just before "thermostat" say which ("the hall thermostat").
+        before = question[max(0, named.start() - _BEFORE_THERMOSTAT_CHARS) : named.start()]
+        which = [w for w in _WORDS.findall(before) if w.lower() not in COMMON][-2:]
+        thing = " ".join([*which, named.group().lower()])
+        return _Command(
+            ("climate",), "set_temperature", {"temperature": float(degrees["deg"])}, thing
+        )
+    return None
+
+
 def _household(question: str) -> Wanted:
-    """Timers, lights and the thermostat."""
+    """Timers, and the lookup a light, switch or thermostat command starts with."""
     if _SET_TIMER.search(question):
         try:
             duration = f"{parse_duration(duration_in(question) or ''):g}s"
@@ -598,28 +691,66 @@ def _household(question: str) -> Wanted:
         return [("cancel_timer", {"timer_id": timer.group(0)})]
     if _LIST_TIMERS.search(question):
         return [("list_timers", {})]
-    if (switch := _SWITCH.match(question)) is not None:
-        thing = _clause(switch["thing"]).lower().removeprefix("the ")
-        thing = _TRAILING_LEVEL.sub("", thing)  # "kitchen light at 40%": the thing is before
-        domain = "switch" if thing == "fan" else "light"
-        name = thing.removesuffix("lights").removesuffix("light").strip().replace(" ", "_")
-        args: dict[str, Any] = {
-            "domain": domain,
-            "service": f"turn_{switch['state'].lower()}",
-            "entity_id": f"{domain}.{name or 'kitchen'}",
-        }
-        if switch["state"].lower() == "on" and (level := _PERCENT.search(question)):
-            args["data"] = {"brightness_pct": int(level["pct"])}
-        return [("ha_call_service", args)]
-    if _THERMOSTAT.search(question) and (degrees := _DEGREES.search(question)) is not None:
-        args = {
-            "domain": "climate",
-            "service": "set_temperature",
-            "entity_id": "climate.hall",
-            "data": {"temperature": float(degrees["deg"])},
-        }
-        return [("ha_call_service", args)]
+    command = _command(question)
+    if command is not None:
+        # The ids are Home Assistant's: listed first, never guessed from the words.
+        return [("ha_list_entities", {"domain": domain}) for domain in command.domains]
     return []
+
+
+@dataclass(frozen=True, slots=True)
+class _Entity:
+    entity_id: str
+    name: str
+
+    def words(self) -> set[str]:
+        object_id = self.entity_id.split(".", 1)[1]
+        return {singular(w) for w in _WORDS.findall(f"{object_id.replace('_', ' ')} {self.name}")}
+
+    def label(self) -> str:
+        return f"{self.name} ({self.entity_id})" if self.name else self.entity_id
+
+
+def _entities(later: Sequence[BaseMessage]) -> list[_Entity]:
+    """The entities ha_list_entities listed since the question, in its order."""
+    listing = {
+        c["id"]
+        for m in later
+        if isinstance(m, AIMessage)
+        for c in m.tool_calls
+        if c["name"] == "ha_list_entities"
+    }
+    found: dict[str, _Entity] = {}
+    for message in later:
+        if isinstance(message, ToolMessage) and message.tool_call_id in listing:
+            for row in _LISTED.finditer(_text(message)):
+                found.setdefault(row["id"], _Entity(row["id"], row["name"] or ""))
+    return list(found.values())
+
+
+def _pick(command: _Command, entities: Sequence[_Entity]) -> str | None:
+    """The one entity the command's words name: every word but the kind's own ("light",
+    "lamp") is in its id or its name; of several, the one that has the most of the words,
+    then the fewest others. None when none is, when several are alike, or when the words
+    name only the kind ("the light") and there are several of it."""
+    said = command.words()
+    scored: list[tuple[tuple[int, int], str]] = []
+    only_the_kind = False
+    for entity in entities:
+        domain = entity.entity_id.split(".", 1)[0]
+        if domain not in command.domains:
+            continue
+        has = entity.words()
+        needed = [w for w in said if w not in _DOMAIN_NOUNS.get(domain, frozenset())]
+        if all(w in has for w in needed):
+            only_the_kind = only_the_kind or not needed
+            scored.append(((sum(w in has for w in said), -len(has)), entity.entity_id))
+    if not scored or (len(scored) > 1 and only_the_kind):
+        return None
+    scored.sort(reverse=True)
+    if len(scored) > 1 and scored[0][0] == scored[1][0]:
+        return None
+    return scored[0][1]
 
 
 def _lookup(question: str) -> Wanted:
@@ -636,8 +767,16 @@ def _clause(text: str) -> str:
     return " ".join(text.split()).rstrip(".!?")
 
 
-def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
-    """One sentence about one tool result, for the templated answer."""
+def _called(result: BaseMessage, calls: dict[str, ToolCall]) -> str:
+    """The name of the tool whose result `result` is."""
+    call = calls.get(getattr(result, "tool_call_id", ""))
+    return getattr(result, "name", None) or (call["name"] if call else "")
+
+
+def _summarize(result: ToolMessage, call: ToolCall | None, names: frozenset[str] | set[str]) -> str:
+    """One sentence about one tool result, for the templated answer; what a tool tells the
+    model to do next (a clause that names a tool, "call ha_list_entities for the ids") is
+    not for the person reading or hearing it, and is left out."""
     name = result.name or (call["name"] if call else "tool")
     args = call["args"] if call else {}
     if name == "weather":  # "Weather for Berlin, ...", then one line for now and one a day
@@ -645,7 +784,7 @@ def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
         text = f"{head}: {'; '.join(lines)}" if lines else head
     else:
         text = _text(result)
-    content = " ".join(text.split()).rstrip(".")
+    content = _for_a_person(" ".join(text.split()).rstrip("."), names)
     if result.status == "error" or content.startswith("Error"):
         return f"The {name} tool reported a problem: {content}."
     if content.startswith(("The user declined", "Not run")):
@@ -660,9 +799,33 @@ def _summarize(result: ToolMessage, call: ToolCall | None) -> str:
         return f"The result of {args['expression']} is {content}."
     if name == "calculator":
         return f"The result is {content}."
-    if name == "weather":
+    if name in ("weather", "ha_call_service"):
         return f"{content}."  # already a sentence for a person: "Weather for Paris ..."
     return f"The {name} tool returned: {content}."
+
+
+def _for_a_person(text: str, names: frozenset[str] | set[str]) -> str:
+    """`text` without its clauses (between "; ") that name a tool: the part of such a clause
+    before its last ": " is kept ("the call may have run all the same")."""
+    kept = []
+    for clause in text.split("; "):
+        named = [m.start() for m in _TOOL_WORD.finditer(clause) if m.group() in names]
+        if not named:
+            kept.append(clause)
+        elif (colon := clause.rfind(": ", 0, named[0])) > 0:
+            kept.append(clause[:colon])
+    return "; ".join(kept)
+
+
+def _unmatched(command: _Command, entities: Sequence[_Entity]) -> str:
+    """Why the command ran on no entity, in words for a person."""
+    kinds = [e for e in entities if e.entity_id.split(".", 1)[0] in command.domains]
+    thing = " ".join(command.thing.split()) or "that"
+    if not kinds:
+        return f"I found nothing in Home Assistant for “{thing}”."
+    shown = ", ".join(e.label() for e in kinds[:_LISTED_IN_ANSWER])
+    more = f" and {len(kinds) - _LISTED_IN_ANSWER} more" if len(kinds) > _LISTED_IN_ANSWER else ""
+    return f"I could not tell which one you mean by “{thing}”; Home Assistant has {shown}{more}."
 
 
 def _recall(earlier: Sequence[BaseMessage], question: str) -> str | None:

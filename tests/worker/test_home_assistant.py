@@ -10,6 +10,7 @@ outside `BERNARD_HA_DOMAINS`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -963,7 +964,10 @@ async def test_a_call_that_cannot_run_is_never_proposed_and_the_model_hears_why(
 # -- the demo home, driven by the offline demo model -------------------------------------------
 
 
-async def test_the_demo_model_turns_on_the_demo_homes_kitchen_light_once_approved() -> None:
+@contextlib.asynccontextmanager
+async def demo_home_stack() -> AsyncIterator[tuple[Stack, httpx.AsyncClient]]:
+    """Alice's stack on the offline demo model with the demo home `./run` starts, her
+    conversation "kitchen" made; and a client of the demo home."""
     token = "demo-token"
     async with serve(create_app(token)) as port:
         base = f"http://127.0.0.1:{port}"
@@ -981,33 +985,89 @@ async def test_the_demo_model_turns_on_the_demo_homes_kitchen_light_once_approve
             config.stack() as stack,  # the tools the settings enable
         ):
             await start(stack)
-            asked = await named(
-                stack.client,
-                "/v1/conversations/kitchen/messages",
-                {"content": "Turn on the kitchen light"},
-                ALICE,
-            )
-            (proposal,) = of(asked, "awaiting_confirmation")
-            assert proposal["summary"] == "Turn on light.kitchen"
-            assert (await ha.get("/api/states/light.kitchen")).json()["state"] == "off"
+            yield stack, ha
 
-            approved = await named(
-                stack.client,
-                "/v1/conversations/kitchen/resume",
-                {"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
-                ALICE,
-            )
-            light = (await ha.get("/api/states/light.kitchen")).json()
+
+# Words a tool's result says to the model, never to the person.
+TOOL_ADVICE = ("ha_list_entities", "ha_get_state", "ha_call_service", "call ")
+
+
+async def test_the_demo_model_looks_the_kitchen_light_up_then_turns_it_on_once_approved() -> None:
+    async with demo_home_stack() as (stack, ha):
+        asked = await named(
+            stack.client,
+            "/v1/conversations/kitchen/messages",
+            {"content": "Turn on the kitchen light"},
+            ALICE,
+        )
+        # The id is Home Assistant's, from its list: "kitchen light" is light.kitchen_light.
+        (looked_up,) = of(asked, "tool_call")
+        assert (looked_up["name"], looked_up["arguments"]) == (
+            "ha_list_entities",
+            '{"domain": "light"}',
+        )
+        (listed,) = of(asked, "tool_result")
+        assert listed["output"] == (
+            "Home Assistant light entities: 3\n"
+            "- light.bedroom_lamp “Bedroom Lamp”: off\n"
+            "- light.kitchen_light “Kitchen Light”: off\n"
+            "- light.living_room_lights “Living Room Lights”: on, brightness 71 %"
+        )
+        (proposal,) = of(asked, "awaiting_confirmation")
+        assert (proposal["tool_call"]["name"], json.loads(proposal["tool_call"]["arguments"])) == (
+            "ha_call_service",
+            {"domain": "light", "service": "turn_on", "entity_id": "light.kitchen_light"},
+        )
+        assert proposal["summary"] == "Turn on light.kitchen_light"
+        assert (await ha.get("/api/states/light.kitchen_light")).json()["state"] == "off"
+
+        approved = await named(
+            stack.client,
+            "/v1/conversations/kitchen/resume",
+            {"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
+            ALICE,
+        )
+        light = (await ha.get("/api/states/light.kitchen_light")).json()
 
     progress = [p["message"] for p in of(approved, "tool_progress")]
     assert progress == [
-        "Calling light.turn_on for light.kitchen",
+        "Calling light.turn_on for light.kitchen_light",
         "Home Assistant ran light.turn_on",
     ]
     (result,) = of(approved, "tool_result")
     assert result["output"] == (
-        "Done: Turn on light.kitchen.\nlight.kitchen is now on, brightness 100 %."
+        "Done: Turn on light.kitchen_light.\nlight.kitchen_light is now on, brightness 100 %."
     )
     assert (light["state"], light["attributes"]["brightness"]) == ("on", 255)
     answer = "".join(data["text"] for data in of(approved, "text_delta"))
-    assert "light.kitchen is now on" in answer
+    assert answer.startswith(
+        'You said: "Turn on the kitchen light". Done: Turn on light.kitchen_light. '
+        "light.kitchen_light is now on, brightness 100 %. "
+    )
+    assert not [words for words in TOOL_ADVICE if words in answer]
+
+
+async def test_the_demo_model_names_what_the_house_has_when_no_entity_fits_the_words() -> None:
+    async with demo_home_stack() as (stack, ha):
+        said = await named(
+            stack.client,
+            "/v1/conversations/kitchen/messages",
+            {"content": "Turn on the garage light"},
+            ALICE,
+        )
+        states = (await ha.get("/api/states")).json()
+    assert [call["name"] for call in of(said, "tool_call")] == ["ha_list_entities"]
+    assert not of(said, "awaiting_confirmation")
+    assert of(said, "done")[0]["status"] == "completed"
+    answer = "".join(data["text"] for data in of(said, "text_delta"))
+    assert answer.startswith(
+        'You said: "Turn on the garage light". I could not tell which one you mean by '
+        "“garage light”; Home Assistant has Bedroom Lamp (light.bedroom_lamp), Kitchen Light "
+        "(light.kitchen_light), Living Room Lights (light.living_room_lights). "
+    )
+    assert not [words for words in TOOL_ADVICE if words in answer]
+    assert [s["state"] for s in states if s["entity_id"].startswith("light.")] == [
+        "off",
+        "on",
+        "off",
+    ]
