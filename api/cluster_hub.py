@@ -219,9 +219,14 @@ class ClusterHub:
             try:
                 await self._read(batch)
                 failures = 0
-            except REDIS_ERRORS as exc:
+            except Exception as exc:
+                # Whatever a read raised, the hub reads on: every stream of this process
+                # hangs on this loop (a client library's bug once ended it).
                 failures += 1
-                logger.warning("stream hub lost Redis (%s); retrying", exc)
+                if isinstance(exc, REDIS_ERRORS):
+                    logger.warning("stream hub lost Redis (%s); retrying", exc)
+                else:
+                    logger.exception("stream hub read failed; retrying")
                 self._marked.update(batch)
                 await asyncio.sleep(backoff_s(failures))
                 self._woken.set()

@@ -15,7 +15,8 @@ A URL's scheme picks its backend (`parse_url`, from `_BY_SCHEME`); shared/connec
 - how a script whose stream's readers must be woken runs (`run_and_wake`: on a Cluster,
   in one pipeline with the wake-up);
 - what its servers are and how each is doing (`describe`, `servers_info`,
-  `servers_config`), and how many failovers its client followed (`failovers`);
+  `servers_config`), and how many failovers its client followed (`failovers`), of the
+  primary holding a given stream's keys (a Cluster's shards fail over one by one);
 - whether arq's queue can live there (`holds_queue`, `queue_refused`: one primary, never a
   Cluster).
 
@@ -26,19 +27,20 @@ whose readers wake by something new also needs a hub in api/ (api/main.py `_HUBS
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.cluster import ClusterNode, get_node_name
 from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError, TimeoutError
 
 from compat.redis_cluster import AskingCluster
@@ -272,8 +274,9 @@ class Backend:
         Redis errors propagate (CONFIG is often disabled on managed Redis)."""
         return {"": cast(dict[str, Any], await self.client.config_get(name))}
 
-    def failovers(self) -> int:
-        """How many failovers the client has followed so far."""
+    def failovers(self, stream_id: str | None = None) -> int:
+        """How many failovers the client has followed so far: of the primary holding
+        `stream_id`'s keys (a turn's, or an owner's), or of any primary (None)."""
         return 0
 
 
@@ -416,8 +419,9 @@ class SentinelBackend(Backend):
         )
         return f"redis+sentinel://{hosts}/{pool.service_name}"
 
-    def failovers(self) -> int:
-        """Each new primary its connections reached (`PromptSentinelPool.failovers`)."""
+    def failovers(self, stream_id: str | None = None) -> int:
+        """Each new primary its connections reached (`PromptSentinelPool.failovers`): one
+        primary holds every key."""
         return self._pool.failovers
 
 
@@ -445,6 +449,86 @@ class _ChannelWake(Backend):
             self.woken(pipe, stream_id)
             reply, _ = await pipe.execute()
         return reply
+
+
+@dataclass(slots=True)
+class Failovers:
+    """The failovers a Cluster client followed: of each slot's primary, and in all (one
+    for each new view of the cluster that found some)."""
+
+    by_slot: dict[int, int] = field(default_factory=dict)
+    total: int = 0
+
+
+class _StartupNodes(dict[str, ClusterNode]):
+    """A Cluster client's startup nodes, whose `values()` is a copy: the library iterates
+    them across awaits while other commands pop from them (`FailoverCountingCluster`)."""
+
+    def values(self) -> list[ClusterNode]:  # type: ignore[override]
+        return list(super().values())
+
+
+class FailoverCountingCluster(AskingCluster):
+    """An `AskingCluster` that follows failovers, and counts them slot by slot.
+
+    Counts: each time its view of the cluster, read again (`initialize`, after a node
+    failed a command or a slot moved), gives a slot another primary that was that slot's
+    replica, or whose old primary is no primary any more (dead, or a replica now). A slot
+    that migrated to another primary is no failover: nothing was lost on the way.
+
+    Follows: redis-py reads the cluster again from its startup nodes alone, and drops a
+    node from them at each connection error (a live node's too, when another command's
+    reset closed the connection under it) and at each view without it. Once they are all
+    gone no view can be read again, and every command fails for good ("Redis Cluster
+    cannot be connected", a worker and an API did so after a primary's SIGKILL): the nodes
+    its URL named (`seeds`) join them again, after the others, before each read. And it
+    reads them while other commands drop some: the library's loop over them failed with
+    "dictionary changed size during iteration", which killed an API's stream hub (its
+    every stream kept alive, never read again). They are `_StartupNodes`, read from a
+    copy."""
+
+    # What it followed; None until its first failover.
+    followed: Failovers | None = None
+    # The nodes its URL named (`ClusterBackend.connect`).
+    seeds: tuple[tuple[str, int], ...] = ()
+
+    async def initialize(self) -> RedisCluster:
+        manager = self.nodes_manager
+        for host, port in self.seeds:
+            name = get_node_name(host, port)
+            if name not in manager.startup_nodes:
+                manager.startup_nodes[name] = ClusterNode(host, port, **manager.connection_kwargs)
+        before = manager.slots_cache
+        await super().initialize()
+        after = self.nodes_manager.slots_cache
+        if before and after is not before:
+            self._count_failovers(before, after)
+        return self
+
+    def _count_failovers(
+        self, before: dict[int, list[ClusterNode]], after: dict[int, list[ClusterNode]]
+    ) -> None:
+        # A range of slots shares one list of nodes: each pair of lists is looked at once.
+        promoted: dict[tuple[int, int], bool] = {}
+        primaries = {node.name for node in self.get_primaries()}
+        counts = self.followed or Failovers()
+        found = False
+        for slot, nodes in after.items():
+            old = before.get(slot)
+            if not old or not nodes:
+                continue
+            pair = (id(old), id(nodes))
+            if pair not in promoted:
+                primary, was = nodes[0].name, old[0].name
+                promoted[pair] = primary != was and (
+                    was not in primaries or any(replica.name == primary for replica in old[1:])
+                )
+            if promoted[pair]:
+                counts.by_slot[slot] = counts.by_slot.get(slot, 0) + 1
+                found = True
+        if found:
+            counts.total += 1
+            self.followed = counts
 
 
 class ClusterNodeBackend(_ChannelWake):
@@ -490,8 +574,9 @@ class ClusterBackend(_ChannelWake):
         neither: a Cluster node past its limit fails the command at once rather than wait
         for a free connection (1,000 requests at once failed so), so each node gets as many
         connections as the process has commands in flight to it. Its ASK redirects (a slot
-        migrating) hold: compat/redis_cluster.py."""
-        cluster = AskingCluster(
+        migrating) hold: compat/redis_cluster.py; it counts the failovers it follows, slot
+        by slot (`FailoverCountingCluster`)."""
+        cluster = FailoverCountingCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in address.hosts],
             username=address.username,
             password=address.password,
@@ -511,6 +596,8 @@ class ClusterBackend(_ChannelWake):
         cluster.connection_kwargs["connection_class"] = packed
         for node in cluster.nodes_manager.startup_nodes.values():
             node.connection_class = packed
+        cluster.nodes_manager.startup_nodes = _StartupNodes(cluster.nodes_manager.startup_nodes)
+        cluster.seeds = address.hosts
         return cast(Redis, cluster)
 
     @classmethod
@@ -520,6 +607,16 @@ class ClusterBackend(_ChannelWake):
     @property
     def _cluster(self) -> RedisCluster:
         return cast(RedisCluster, self.client)
+
+    def failovers(self, stream_id: str | None = None) -> int:
+        """The failovers of the shard holding `stream_id`'s slot the client followed (of
+        any shard: None); a client built elsewhere follows none."""
+        followed = getattr(self.client, "followed", None)
+        if not isinstance(followed, Failovers):
+            return 0
+        if stream_id is None:
+            return followed.total
+        return followed.by_slot.get(key_slot(keys.events(stream_id).encode()), 0)
 
     def describe(self) -> str:
         nodes = self._cluster.nodes_manager.startup_nodes.values()

@@ -29,8 +29,10 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio.cluster import ClusterNode as RedisClusterNode
 
 from api.store_guard import StoreGuard
+from launcher.redis_server import free_port
 from shared import keys
 from shared.backends import backend_of
 from shared.connection import connect_data
@@ -50,6 +52,7 @@ from tests.test_exactness import STREAMS
 from tests.test_exactness import check as check_exact
 from tests.test_timers import events_of
 from tests.topologies import (
+    ClusterNode,
     RedisClusterTopology,
     SentinelTopology,
     redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
@@ -279,6 +282,96 @@ async def test_a_failover_is_counted_by_the_client_that_follows_it(
         await quick_sentinel.wait_failover(timeout_s=30)
         await client.get("bernard:test:failover")  # reconnects to the promoted replica
         assert backend_of(client).failovers() == 1
+    finally:
+        await client.aclose()
+
+
+# -- a Cluster failover ---------------------------------------------------------------------
+
+
+async def test_a_cluster_client_counts_a_shards_failover_for_that_shards_slots_alone(
+    tmp_path: Path,
+) -> None:
+    """A promoted replica is a failover of its slots (shared/backends.py `failovers`); a
+    slot that migrated to another primary is none, and nor are the other shards' slots."""
+    async with started_cluster(tmp_path / "cluster", node_timeout_ms=1500) as cluster:
+        client = connect_data(cluster.url)
+        backend = backend_of(client)
+        try:
+            dead = await cluster.primary_of(keys.events("a"))
+            moving, other = await _streams_off(cluster, dead, count=2)
+            for stream_id in ("a", moving, other):
+                await client.set(keys.events(stream_id), "1")
+            to = next(n for n in await cluster.primaries() if n is not dead)
+            if to is await cluster.primary_of(keys.events(moving)):
+                to = next(n for n in await cluster.primaries() if n not in (dead, to))
+            await cluster.migrate_slot(keys.events(moving), to)
+            dead.kill()
+            await cluster.wait_promoted(keys.events("a"), dead, timeout_s=30)
+            async with asyncio.timeout(30):  # its next commands find the new primary
+                for stream_id in ("a", moving, other):
+                    assert await client.get(keys.events(stream_id)) == b"1"
+            assert backend.failovers("a") == 1
+            assert (backend.failovers(moving), backend.failovers(other)) == (0, 0)
+            assert backend.failovers() == 1
+        finally:
+            await client.aclose()
+
+
+async def _streams_off(
+    cluster: RedisClusterTopology, node: ClusterNode, *, count: int
+) -> list[str]:
+    """`count` stream ids whose keys another primary than `node` holds."""
+    found: list[str] = []
+    for n in range(1000):
+        if await cluster.primary_of(keys.events(f"s{n}")) is not node:
+            found.append(f"s{n}")
+            if len(found) == count:
+                return found
+    raise RuntimeError("no stream off that node")
+
+
+async def test_a_cluster_client_that_lost_every_startup_node_reads_the_cluster_again(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+) -> None:
+    """redis-py drops a node from those it reads the cluster from at each connection error,
+    a live node's too; once none is left every command failed for good. The nodes the URL
+    names are read again."""
+    client = connect_data(redis_cluster.url)
+    try:
+        await client.set("bernard:test:seeds", "1")
+        client.nodes_manager.startup_nodes.clear()  # type: ignore[attr-defined]
+        await client.aclose()  # its next command reads the cluster again
+        assert await client.get("bernard:test:seeds") == b"1"
+    finally:
+        await client.aclose()
+
+
+async def test_a_cluster_client_reads_the_cluster_again_while_commands_drop_startup_nodes(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+) -> None:
+    """While a client reads the cluster from its startup nodes (the first one dead: its
+    connect is retried), another command drops one of them, as a connection error does:
+    the read goes on (redis-py's loop over them raised "dictionary changed size during
+    iteration", which once killed an API's stream hub)."""
+    client = connect_data(redis_cluster.url)
+    try:
+        await client.set("bernard:test:startup", "1")
+        startup = client.nodes_manager.startup_nodes  # type: ignore[attr-defined]
+        known = list(startup.items())
+        startup.clear()
+        port = free_port()  # nothing listens there
+        kwargs = client.nodes_manager.connection_kwargs  # type: ignore[attr-defined]
+        startup[f"127.0.0.1:{port}"] = RedisClusterNode("127.0.0.1", port, **kwargs)
+        startup.update(known)
+        await client.aclose()  # its next command reads the cluster again
+
+        async def drop_one() -> None:
+            await asyncio.sleep(0.01)  # while the dead node's connect is retried
+            startup.pop(known[-1][0])
+
+        got, _ = await asyncio.gather(client.get("bernard:test:startup"), drop_one())
+        assert got == b"1"
     finally:
         await client.aclose()
 

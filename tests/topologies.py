@@ -71,7 +71,7 @@ def _cluster_port() -> int:
 class ClusterNode(RedisServer):
     """One node of the test Cluster."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, node_timeout_ms: int = CLUSTER_NODE_TIMEOUT_MS) -> None:
         super().__init__(workdir)
         self.port = _cluster_port()
         self.extra_args = [
@@ -80,7 +80,7 @@ class ClusterNode(RedisServer):
             "--cluster-config-file",
             str((workdir / f"nodes-{self.port}.conf").resolve()),
             "--cluster-node-timeout",
-            str(CLUSTER_NODE_TIMEOUT_MS),
+            str(node_timeout_ms),
         ]
 
     def client(self) -> redis_asyncio.Redis:
@@ -95,9 +95,11 @@ class ClusterNode(RedisServer):
 class RedisClusterTopology:
     """Three primaries, three replicas; `url` is what `REDIS_URL` gets."""
 
-    def __init__(self, workdir: Path, nodes: int = 6) -> None:
+    def __init__(
+        self, workdir: Path, nodes: int = 6, node_timeout_ms: int = CLUSTER_NODE_TIMEOUT_MS
+    ) -> None:
         self.workdir = workdir
-        self.nodes = [ClusterNode(workdir) for _ in range(nodes)]
+        self.nodes = [ClusterNode(workdir, node_timeout_ms) for _ in range(nodes)]
 
     @property
     def url(self) -> str:
@@ -150,6 +152,22 @@ class RedisClusterTopology:
                             port = int(owner[1])
                             return next(n for n in self.nodes if n.port == port)
         raise RuntimeError(f"no node serves slot {slot}")
+
+    async def wait_promoted(self, key: str, dead: ClusterNode, timeout_s: float = 30.0) -> None:
+        """Return once a node other than `dead` serves `key`'s slot (its replica, promoted)
+        and says the cluster is ok."""
+
+        async def promoted() -> bool:
+            node = await self.primary_of(key)
+            if node is dead:
+                return False
+            async with node.client() as client:
+                with contextlib.suppress(RedisError, OSError):
+                    info = (await client.execute_command("CLUSTER", "INFO")).decode()
+                    return "cluster_state:ok" in info
+            return False
+
+        await wait_for(promoted, timeout_s, interval_s=0.1)
 
     async def primaries(self) -> list[ClusterNode]:
         """The nodes that are primaries now."""
@@ -312,9 +330,11 @@ class SentinelTopology:
 
 
 @contextlib.asynccontextmanager
-async def started_cluster(workdir: Path) -> AsyncIterator[RedisClusterTopology]:
+async def started_cluster(
+    workdir: Path, node_timeout_ms: int = CLUSTER_NODE_TIMEOUT_MS
+) -> AsyncIterator[RedisClusterTopology]:
     """A started three-primary, three-replica Cluster, always stopped on exit."""
-    topology = RedisClusterTopology(workdir)
+    topology = RedisClusterTopology(workdir, node_timeout_ms=node_timeout_ms)
     try:
         await topology.start()
         yield topology
