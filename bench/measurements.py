@@ -1410,7 +1410,7 @@ A turn streams slowly; once the client holds a content frame, the worker process
 record names (its id names the pid) gets SIGKILL. The figure is the kill to the client's
 `[DONE]` after the `worker_lost` error frame. A worker's liveness key lives 5 s, renewed
 every 1 s (shared/liveness.py); the turns of a worker whose key lapsed are reaped by every
-worker (`TurnSupervisor._beat_and_reap`) and by every API process
+worker (`TurnSupervisor._reap`) and by every API process
 (`api.main._reap_forever`), each once per `BERNARD_LEASE_RENEW_S`, so with the only worker
 dead the API is the one that ends the turn.
 """,

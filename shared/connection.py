@@ -29,7 +29,13 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, RedisClusterException, RedisError, TimeoutError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    RedisClusterException,
+    RedisError,
+    TimeoutError,
+)
 
 from compat.redis import unfit
 from shared.redaction import redact_url
@@ -47,6 +53,15 @@ RETRIES = 40
 # its own `RedisClusterException` (no `RedisError`) when no node answers or a slot has no
 # primary (a shard failing over); loops that must outlive an outage catch all three.
 REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError)
+# Of those, what a call raises once its client's own retries gave up on reaching the Redis
+# that holds its keys (down, unreachable, failing over, a Cluster slot with no primary):
+# the store lost, not an answer of Redis's. Trying again later may land.
+STORE_LOST: tuple[type[Exception], ...] = (
+    ConnectionError,
+    TimeoutError,
+    ClusterDownError,
+    RedisClusterException,
+)
 
 
 # 50 ms doubling to 1 s: each client's retries, and every loop that waits for Redis to

@@ -95,8 +95,8 @@ ENDINGS: dict[ErrorCode, Ending] = {
     ErrorCode.STORE_FAILOVER: Ending(
         FAILED,
         "server_error",
-        "Redis failed over to a replica while the turn ran: the turn was stopped, and its "
-        "stream may lack part of what was sent",
+        "Redis failed, or failed over to a replica, while the turn ran: the turn was "
+        "stopped, and its stream may lack part of what was sent",
         503,
         retry=True,
     ),

@@ -289,6 +289,76 @@ async def test_a_failover_is_counted_by_the_client_that_follows_it(
 # -- a Cluster failover ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "node_timeout_ms",
+    [
+        # Failed over within the client's own retries, or nearly: a write may land on the
+        # promoted replica as if nothing had happened (its view of the slots says otherwise),
+        # or fail on a connection the kill closed.
+        pytest.param(1500, id="quick"),
+        # The turn's writes, and the first tries of its ending, give up before the replica
+        # takes over: its worker writes the ending once it can.
+        pytest.param(8000, id="slow"),
+    ],
+)
+async def test_the_primary_holding_a_turn_killed_mid_turn_on_a_cluster_ends_it_store_failover(
+    node_timeout_ms: int,
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The Cluster node serving a streaming turn's slot is SIGKILLed and its replica takes
+    the slot over: the turn's worker, alive all along, ends it `store_failover` itself and
+    its client reads so within seconds of the promotion."""
+    prompt = "a turn whose shard dies"
+    upstream.script(Reply.slow(interval=0.02, token=" word"))
+    async with (
+        started_cluster(tmp_path / "cluster", node_timeout_ms=node_timeout_ms) as cluster,
+        private_redis(tmp_path / "queue") as queue,
+    ):
+        settings = make_settings(upstream, redis_url=cluster.url, queue_redis_url=queue.url)
+        async with run_stack(settings) as stack:
+            async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:
+                turn_id = sse.headers["x-bernard-turn-id"]
+                stream = frames(sse)
+                live: list[Frame] = []
+                async with asyncio.timeout(20):
+                    while text_of(live).count("word") < 20:
+                        live.append(await anext(stream))
+                await asyncio.sleep(0.5)  # let the replica catch up with the turn's claim
+                home = await cluster.primary_of(keys.events(turn_id))
+                home.kill()  # SIGKILL
+                killed_at = time.monotonic()
+                await cluster.wait_promoted(keys.events(turn_id), home, timeout_s=30)
+                promoted_after = time.monotonic() - killed_at
+                async with asyncio.timeout(60):  # never a hang
+                    live += [frame async for frame in stream]
+            told_after = time.monotonic() - killed_at
+            print(
+                f"\nshard primary SIGKILL -> replica promoted {promoted_after:.1f} s, "
+                f"[DONE] {told_after:.1f} s"
+            )
+
+            assert live[-1].done
+            code = error_code(live)
+            assert code == "store_failover", code
+            assert told_after - promoted_after < 5.0, "told within seconds of the promotion"
+            # The worker's own ending: its job never failed, so no reaper had to.
+            failed = [r.getMessage() for r in caplog.records if "run_turn failed" in r.getMessage()]
+            assert failed == []
+            assert requests_for(upstream, prompt) == 1, "the turn ran again"
+            turn = await status(stack, turn_id, {"failed"})
+            assert turn["error"]["code"] == code
+            replayed = await stack.replay(turn_id)
+            assert replayed[-1].done and error_code(replayed) == code
+
+            # New turns work on the promoted replica.
+            upstream.script(Reply.text(["after", " failover"]))
+            after = await collect(stack.client, "POST", CHAT, json=body("next", stream=True))
+            assert after[-1].done and error_code(after) is None
+            assert text_of(after) == "after failover"
+
+
 async def test_a_cluster_client_counts_a_shards_failover_for_that_shards_slots_alone(
     tmp_path: Path,
 ) -> None:

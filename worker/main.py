@@ -38,7 +38,7 @@ from shared.webhooks import DELIVER_WEBHOOK
 from worker.llm import Models, build_models
 from worker.queue import WAKE_OPTIONS, WakeWorker
 from worker.summaries import summarize
-from worker.supervisor import TurnSupervisor
+from worker.supervisor import ENDING_RETRY_S, TurnSupervisor
 from worker.titles import name_conversation
 from worker.tools.runtime import http_client
 from worker.tools.settings import ToolSettings
@@ -216,7 +216,8 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         "background": BackgroundLimits.of(settings),
         "background_share": settings.worker_background_share,
         "user_share": settings.worker_user_share,
-        "job_timeout": settings.turn_timeout_s + 30,
+        # A turn's own timeout, then the time its ending may take to land (a failover).
+        "job_timeout": settings.turn_timeout_s + ENDING_RETRY_S + 30,
         "keep_result": 0,
         "max_tries": 1,
         "health_check_interval": 10,

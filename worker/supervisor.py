@@ -20,11 +20,14 @@ What the turn's task raised, or why it was stopped, is named as a `Cause` here (
 Nothing that goes wrong inside a turn, the request it was given included, escapes as
 anything but a terminal `done`.
 
-When the data role fails over (its Sentinels name another primary: shared/backends.py,
-`failovers`), the writes the old primary had not replicated are gone, so the streams of
-the turns running here may lack some of what their clients already received. Those turns
-end `failed` with `store_failover` rather than carry on as if nothing had happened
-(docs/scaling.md).
+When the primary holding a turn's keys fails over (its Sentinels name another primary, or
+a Cluster's replica takes over the turn's slot: shared/backends.py, `failovers`), the
+writes the old primary had not replicated are gone, so the turn's stream may lack some of
+what its client already received. Such a turn ends `failed` with `store_failover` rather
+than carry on as if nothing had happened (docs/scaling.md); so does one whose store was
+lost under it (a write failed once its client's retries gave up: `STORE_LOST`). An ending
+Redis cannot take yet is tried again until it lands, for `ENDING_RETRY_S`; past that the
+turn is let go of, and any process's reaper ends it (shared/liveness.py).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from shared import keys
 from shared.backends import backend_of
-from shared.connection import REDIS_ERRORS
+from shared.connection import REDIS_ERRORS, STORE_LOST, backoff_s
 from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.events import (
@@ -78,6 +81,10 @@ from worker.turn import Sink
 logger = logging.getLogger("bernard.worker")
 # An error message a client reads is cut to this: it may quote what the client sent.
 _MESSAGE_CHARS = 500
+# How long a turn's ending that Redis cannot take (its store lost: `STORE_LOST`) is tried
+# again: longer than a failover takes (a Cluster's node timeout and election, Sentinels'
+# down-after and promotion). Past it, a reaper ends the turn once Redis is back.
+ENDING_RETRY_S = 120.0
 
 # The turn runner (worker/turn.py `run_to_sinks`): the context, the sinks of its items, and the
 # recorder it alone may write the turn's records with.
@@ -86,7 +93,7 @@ TurnRunner = Callable[[TurnContext, Sequence[Sink], Recorder | None], Awaitable[
 # What each exception a turn's task ends with means, the first that matches (an upstream
 # failure and a cancellation are told apart in `_cause_of`). Only `Exception`s: anything
 # else (`KeyboardInterrupt`, `SystemExit`) stops the process, and a reaper ends the turn.
-_RAISED: tuple[tuple[type[Exception], Cause], ...] = (
+_RAISED: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Cause], ...] = (
     # Its stream refused a write: another process ended the turn (a reaper took this
     # worker for dead) or its record is gone.
     (TurnOverError, Cause.OVER),
@@ -98,16 +105,23 @@ _RAISED: tuple[tuple[type[Exception], Cause], ...] = (
     (ConversationFullError, Cause.CONVERSATION_FULL),
     # Redis at its maxmemory refused one of its writes (its ending still lands: FINISH).
     (OutOfMemoryError, Cause.STORE_FULL),
+    # Its store was lost under it (a write gave up on reaching the primary holding the
+    # turn's keys): what it wrote last may be gone with that primary.
+    (STORE_LOST, Cause.FAILED_OVER),
     (Exception, Cause.CRASHED),
 )
 
 
 @dataclass(slots=True)
 class _Running:
-    """A turn running here: its task, and why it was told to stop (None: it was not)."""
+    """A turn running here: its task, the failovers of its primary when it was claimed (a
+    change means its stream may have lost writes), why it was told to stop (None: it was
+    not), and whether it is writing its ending (then nothing stops it any more)."""
 
     task: asyncio.Task[str]
+    failovers: int
     stop: Cause | None = None
+    ending: bool = False
 
 
 class TurnSupervisor:
@@ -148,7 +162,7 @@ class TurnSupervisor:
             stream_maxlen=settings.stream_maxlen,
             queue=self.queue,
         )
-        self._failovers = backend_of(redis).failovers()
+        self.backend = backend_of(redis)
         self._running: dict[str, _Running] = {}
         self._background: list[asyncio.Task[None]] = []
         self._tools_published = 0.0  # `time.monotonic()` of the last publish
@@ -163,7 +177,8 @@ class TurnSupervisor:
         self.liveness.start()
         self._background = [
             asyncio.create_task(self._listen_for_cancels()),
-            asyncio.create_task(self._beat_and_reap()),
+            asyncio.create_task(self._beat()),
+            asyncio.create_task(self._reap()),
             asyncio.create_task(self._follow_tools()),
         ]
 
@@ -208,7 +223,7 @@ class TurnSupervisor:
         if claim.cancel_requested:
             return await self._end(telemetry, claim.record, None, Cause.CANCELLED)
         task = asyncio.create_task(self._execute(claim.record, telemetry))
-        self._running[turn_id] = _Running(task)
+        self._running[turn_id] = _Running(task, self.backend.failovers(turn_id))
         self.liveness.add(turn_id)
         try:
             return await asyncio.shield(task)
@@ -245,7 +260,7 @@ class TurnSupervisor:
         for this worker; `FAILED_OVER`); the in-flight LLM call is cancelled at once. The
         first cause given is the one the turn ends with."""
         running = self._running.get(turn_id)
-        if running is not None and running.stop is None:
+        if running is not None and running.stop is None and not running.ending:
             running.stop = cause
             running.task.cancel()
 
@@ -278,6 +293,8 @@ class TurnSupervisor:
         except (asyncio.CancelledError, Exception) as exc:
             running = self._running.get(turn_id)
             cause = _cause_of(exc, running.stop if running is not None else None)
+            if running is not None:
+                running.ending = True
             if cause is Cause.CRASHED:
                 logger.exception("turn %s failed", turn_id)
             usage = ctx.usage if ctx is not None else None
@@ -288,10 +305,21 @@ class TurnSupervisor:
                 raise
             return status
         assert ctx is not None
+        running = self._running.get(turn_id)
+        if running is not None:
+            running.ending = True
+            if self.backend.failovers(turn_id) != running.failovers:
+                # Its writes landed, but maybe not all on the primary that holds them now.
+                return await self._end(
+                    telemetry, record, writer, Cause.FAILED_OVER, usage=ctx.usage
+                )
         done = completed(ctx.finish_reason, ctx.usage)
         if ctx.paused:
             done.status = TurnStatus.AWAITING_CONFIRMATION
-        await self.store.finish(record.id, record.owner, done, result=ctx.result())
+        result = ctx.result()
+        await self._landed(
+            turn_id, lambda: self.store.finish(record.id, record.owner, done, result=result)
+        )
         telemetry.ended(done.status)
         return str(done.status)
 
@@ -318,12 +346,35 @@ class TurnSupervisor:
             # when it is abandoned); a Redis failure, or a turn ended elsewhere, must not
             # mask why it ended.
             await _flush_quietly(writer)
-        await self.store.end(record.id, record.owner, cause, message, usage=usage)
+        await self._landed(
+            record.id,
+            lambda: self.store.end(record.id, record.owner, cause, message, usage=usage),
+        )
         status = "lost" if rule.after is After.ABANDON else str(rule.status)
         telemetry.ended(status, rule.code, message)
         if rule.after is After.FORGET:
             await self.store.forget(record.owner, [record.id])
         return status
+
+    async def _landed(self, turn_id: str, write: Callable[[], Awaitable[Finished]]) -> None:
+        """Run `write`, the turn's ending, until Redis takes it: again after each
+        `STORE_LOST`, for `ENDING_RETRY_S` at most (then it raises, and the turn, let go of,
+        is a reaper's)."""
+        deadline = time.monotonic() + ENDING_RETRY_S
+        failures = 0
+        while True:
+            try:
+                await write()
+                return
+            except STORE_LOST as exc:
+                failures += 1
+                if time.monotonic() >= deadline:
+                    logger.error("the ending of turn %s could not be written (%s)", turn_id, exc)
+                    raise
+                logger.warning(
+                    "the ending of turn %s could not be written yet (%s); retrying", turn_id, exc
+                )
+                await asyncio.sleep(backoff_s(failures))
 
     def _context(self, record: TurnRecord, telemetry: TurnTelemetry) -> TurnContext:
         ctx = TurnContext.for_request(
@@ -387,10 +438,9 @@ class TurnSupervisor:
                     logger.warning("publishing the tools failed (%s); retrying", exc)
                     await asyncio.sleep(1.0)
 
-    async def _beat_and_reap(self) -> None:
-        """Tell the liveness thread this loop is alive; end the turns running here if the
-        data role failed over; end turns whose worker died; publish the tools again when
-        due."""
+    async def _beat(self) -> None:
+        """Tell the liveness thread this loop is alive; end the turns running here whose
+        primary failed over; publish the tools again when due."""
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
             self.liveness.beat()
@@ -399,15 +449,25 @@ class TurnSupervisor:
                     await self._publish_tools()
                 except (RedisError, OSError) as exc:
                     logger.warning("publishing the tools failed (%s); retrying", exc)
-            seen = backend_of(self.redis).failovers()
-            if seen != self._failovers:
-                self._failovers = seen
+            failed_over = [
+                turn_id
+                for turn_id, running in self._running.items()
+                if not running.ending and self.backend.failovers(turn_id) != running.failovers
+            ]
+            if failed_over:
                 logger.warning(
-                    "Redis failed over to a new primary; ending the %d turns running here",
-                    len(self._running),
+                    "Redis failed over to a new primary; ending the %d turns it held",
+                    len(failed_over),
                 )
-                for turn_id in list(self._running):
+                for turn_id in failed_over:
                     self.cancel_local(turn_id, Cause.FAILED_OVER)
+
+    async def _reap(self) -> None:
+        """End turns whose worker died or let go of them, every renewal period; apart from
+        `_beat`, so that a data role slow to answer (failing over) never holds up the beat
+        (the liveness thread would take this loop for stuck)."""
+        while True:
+            await asyncio.sleep(self.settings.lease_renew_s)
             try:
                 for turn_id in await self.store.reap_lapsed(skip=self._running):
                     ending = RULES[Cause.LEASE_LAPSED]

@@ -106,8 +106,8 @@ ROWS = [
         "store_failover",
         "failed",
         "server_error",
-        "Redis failed over to a replica while the turn ran: the turn was stopped, and its "
-        "stream may lack part of what was sent",
+        "Redis failed, or failed over to a replica, while the turn ran: the turn was "
+        "stopped, and its stream may lack part of what was sent",
         503,
         True,
     ),
