@@ -52,8 +52,9 @@ on each other's answer share one pipeline, so they still cost one round trip:
   queued has no running-set entry; its `active_turns` entry goes at the admission check of
   its owner, and its webhook, should that crash come between, is queued by the refused
   claim of its job (`TurnStore.claim`).
-- reaping: the candidates are the turns of workers whose `worker_alive` lapsed, and the
-  overdue entries of `RUNNING_TURNS` (queue); the owners and the ending come from the data
+- reaping: the candidates are the turns of workers whose `worker_alive` lapsed, the
+  entries of `RUNNING_TURNS` a live worker let go of (a negative score: shared/liveness.py)
+  and its overdue ones (queue); the owners and the ending come from the data
   role; each ending is the finish above. No script spans the worker's key and the turn's:
   the reaper looks at the one, then ends the other (shared/liveness.py says why that holds).
 - cancel: the cancel key (data: the durable fact, read by the claim) before the message on

@@ -316,6 +316,9 @@ class Cause(StrEnum):
     # refused a write (shared/streams.py, `TurnOverError`).
     OVER = "over"
     LEASE_LAPSED = "lease_lapsed"  # running, and its worker's liveness lapsed: it died
+    # Running, and its live worker let go of it without an ending that landed (its store
+    # could not take one: shared/liveness.py).
+    LET_GO = "let_go"
     STRANDED = "stranded"  # queued past `STRANDED_AFTER_S` with no job on the queue
     NOT_CREATED = "not_created"  # its creation failed after the record was stored
     RECORD_GONE = "record_gone"  # a reader waits on a turn whose record is gone
@@ -383,6 +386,7 @@ RULES: dict[Cause, Rule] = {
         Rule(_C.STORE_FULL_QUEUED, _E.STORE_FULL, _W.WORKER, _G.QUEUED),
         Rule(_C.OVER, _E.WORKER_LOST, _W.WORKER, after=After.ABANDON),
         Rule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY, _G.LAPSED),
+        Rule(_C.LET_GO, _E.STORE_FAILOVER, _W.ANY),
         Rule(_C.STRANDED, _E.TURN_LOST, _W.ANY, _G.QUEUED),
         Rule(_C.NOT_CREATED, _E.TURN_LOST, _W.API, _G.QUEUED),
         Rule(_C.RECORD_GONE, _E.TURN_LOST, _W.READER),

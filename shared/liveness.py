@@ -13,6 +13,12 @@ Cluster, so one script may span a worker's keys and the deployment's running set
   claim's queue half, before the turn is `running`) and has not let go of. A reaper ends
   these `worker_lost` once the worker's key lapsed (`TurnStore.reap_lapsed`), then drops
   the worker from `keys.WORKERS`. Its TTL (`TURNS_TTL_S`) is renewed with the key.
+- A turn the worker let go of while it was still running (its job returned without an
+  ending that landed: its store could not take one) leaves the worker's turns and stays in
+  the running set with a negative score (minus when it was let go of), where any process's
+  reaper finds it and ends it (`TurnStore.reap_lapsed`, `Cause.LET_GO`) once Redis takes
+  the ending: the worker's turns are the ones it runs, and a turn in the running set that
+  its live worker no longer holds is nobody's.
 - What a lease renewal used to tell a turn (shared/lifecycle.py, `RENEWAL_STOPS`) comes
   from the same script, for all the worker's turns at once: those no longer in the running
   set are over (another process ended them), those in `keys.CANCELS` were asked to stop
@@ -57,12 +63,13 @@ end
 # the turns the worker let go of since its last call (at most CHUNK). Renews the worker's
 # liveness and says, of its turns: which are over (no longer in the running set: ended
 # elsewhere), which were asked to stop, and which it let go of while still running (its
-# job returned without a finish that landed: its caller ends them as a reaper would). The
-# turns let go of that are not running leave its set; the over ones too. A worker with no
-# turn costs 4 commands a call (as `INFO commandstats` counts them), one with some 9. Its
-# first write is a PEXPIRE, which Redis runs at its maxmemory, and so lets the rest of the
-# script through (it checks a script's first write alone): a full Redis must not make a
-# live worker look dead, or reapers would end its turns `worker_lost`.
+# job returned without a finish that landed: its caller ends them as a reaper would, and
+# should that fail, any reaper does: their running-set score becomes minus now). Every
+# turn let go of leaves its set; the over ones too. A worker with no turn costs 4 commands
+# a call (as `INFO commandstats` counts them), one with some 9. Its first write is a
+# PEXPIRE, which Redis runs at its maxmemory, and so lets the rest of the script through
+# (it checks a script's first write alone): a full Redis must not make a live worker look
+# dead, or reapers would end its turns `worker_lost`.
 KEEP = f"""
 {_SREM_ALL}
 if redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
@@ -76,11 +83,13 @@ local stray = {{}}
 if #ARGV > 5 then
   local released = {{unpack(ARGV, 6)}}
   local scores = redis.call('ZMSCORE', KEYS[3], unpack(released))
-  local gone = {{}}
   for i = 1, #released do
-    if scores[i] then stray[#stray + 1] = released[i] else gone[#gone + 1] = released[i] end
+    if scores[i] then
+      stray[#stray + 1] = released[i]
+      redis.call('ZADD', KEYS[3], 'XX', -tonumber(ARGV[4]), released[i])
+    end
   end
-  srem_all(KEYS[2], gone)
+  srem_all(KEYS[2], released)
 end
 local over = redis.call('ZDIFF', 2, KEYS[2], KEYS[3])
 srem_all(KEYS[2], over)

@@ -624,9 +624,10 @@ class TurnStore:
 
     async def reap_lapsed(self, *, skip: Container[str] = (), limit: int = 50) -> list[str]:
         """End the turns of workers whose liveness lapsed (they died: `LEASE_LAPSED`), then
-        running turns overdue whatever their worker (past the deadline their claim set: a
-        claim or a finish cut off between its halves); return the ids of those this call
-        ended, at most `limit` looked at.
+        running turns their live worker let go of (`LET_GO`: a negative score in the
+        running set, shared/liveness.py), then those overdue whatever their worker (past
+        the deadline their claim set: a claim or a finish cut off between its halves);
+        return the ids of those this call ended, at most `limit` looked at.
 
         Any process may call this: the turn ends once, whoever gets there first. What it
         costs does not grow with the turns running: one look at each worker's liveness and
@@ -643,17 +644,27 @@ class TurnStore:
             if limit <= 0:
                 return lost
         due = await self.queue.zrangebyscore(
-            keys.RUNNING_TURNS, "-inf", time.time(), start=0, num=limit
+            keys.RUNNING_TURNS, "-inf", time.time(), start=0, num=limit, withscores=True
         )
-        overdue = [turn_id for turn_id in map(_text, due) if turn_id not in skip]
+        let_go: list[str] = []
+        overdue: list[str] = []
+        for raw, score in due:
+            turn_id = _text(raw)
+            if turn_id not in skip:
+                (let_go if score < 0 else overdue).append(turn_id)
+        lost += await self.end_lapsed(let_go, cause=Cause.LET_GO)
         return lost + await self.end_lapsed(overdue)
 
     async def end_lapsed(
-        self, turn_ids: Sequence[str], *, worker_id: str | None = None
+        self,
+        turn_ids: Sequence[str],
+        *,
+        worker_id: str | None = None,
+        cause: Cause = Cause.LEASE_LAPSED,
     ) -> list[str]:
-        """End `turns_ids` `LEASE_LAPSED`, as a reaper does (those another process ended are
-        left as they ended, and released), and let the worker `worker_id` go of them;
-        return the ids of those this call ended."""
+        """End `turns_ids` for `cause` (`LEASE_LAPSED` or `LET_GO`), as a reaper does (those
+        another process ended are left as they ended, and released), and let the worker
+        `worker_id` go of them; return the ids of those this call ended."""
         if not turn_ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -665,7 +676,7 @@ class TurnStore:
             # No record: the finish script only drops what is left of it.
             name = owner.decode() if isinstance(owner, bytes) else (owner or "")
             try:
-                finished = await self.end(turn_id, name, Cause.LEASE_LAPSED)
+                finished = await self.end(turn_id, name, cause)
             except ResponseError as exc:
                 # Its keys are not what a turn's are (a stream clobbered by another write): no
                 # script can end it. Left on the running set, it would come first in every

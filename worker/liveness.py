@@ -15,9 +15,10 @@ Each renewal also tells the turns running here what a lease renewal used to tell
 worker missed), or over (another process ended it; its record is gone). It costs a fixed
 number of commands a period however many turns run here: one script on the queue role, and
 on the data role one `EXISTS` of all their records and one of all their cancel keys (what
-an API whose queue role is another's, in another cell, can reach). On a Cluster such an
-`EXISTS` is one per slot, so one per turn: there each renewal looks at a fifth of the
-turns in turn (`_CLUSTER_RECORD_ROUNDS`), so a record lost with its shard, or another
+an API whose queue role is another's, in another cell, can reach), looked at beside the
+renewal, never holding it up: a data role failing over must not lapse a live worker. On a
+Cluster such an `EXISTS` is one per slot, so one per turn: there each renewal looks at a
+fifth of the turns in turn (`_CLUSTER_RECORD_ROUNDS`), so a record lost with its shard, or another
 cell's cancel, is noticed within five periods (the turn's next write notices the first
 sooner: its stream went with it).
 """
@@ -25,6 +26,7 @@ sooner: its stream went with it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -80,6 +82,8 @@ class LivenessKeeper:
         self._lock = threading.Lock()
         self._last_beat = time.monotonic()
         self._renewals = 0
+        # The look at the data role of the last renewal, while it lasts (`_renew`).
+        self._looking: asyncio.Task[None] | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bernard-liveness", daemon=True)
 
@@ -135,6 +139,10 @@ class LivenessKeeper:
                 except REDIS_ERRORS as exc:
                     logger.warning("liveness renewal failed (%s); retrying", exc)
         finally:
+            if self._looking is not None:
+                self._looking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._looking
             if queue is not redis:
                 await queue.aclose()
             await redis.aclose()
@@ -155,24 +163,48 @@ class LivenessKeeper:
         with self._lock:
             turns = list(self._turns)
         self._renewals += 1
+        stops: dict[str, Renewal] = dict.fromkeys(kept.cancelled, Renewal.CANCEL_REQUESTED)
+        stops.update(dict.fromkeys(kept.over, Renewal.OVER))
+        self._stop(stops, turns)
+        # The data role may be failing over while the queue role is fine: what is looked at
+        # there never holds up the next renewal (the worker would lapse, alive). One look at
+        # a time; a renewal that finds the last one still going skips its own, and a stray
+        # it leaves is a reaper's (shared/liveness.py).
+        if self._looking is None or self._looking.done():
+            going = [t for t in turns if t not in stops]  # the rest are stopping already
+            self._looking = asyncio.create_task(self._look_at_data(store, going, kept.stray))
+            await asyncio.wait({self._looking}, timeout=self.settings.lease_renew_s)
+
+    async def _look_at_data(self, store: TurnStore, turns: list[str], stray: list[str]) -> None:
+        try:
+            await self._look(store, turns, stray)
+        except REDIS_ERRORS as exc:
+            logger.warning("liveness could not look at the data role (%s); retrying", exc)
+
+    async def _look(self, store: TurnStore, turns: list[str], stray: list[str]) -> None:
+        if stray:
+            # Their jobs returned without an ending that landed: end them as a reaper would
+            # (should Redis not take it yet, every reaper tries again: shared/liveness.py).
+            await store.end_lapsed(stray, cause=Cause.LET_GO)
         looked_at = turns
         if backend_of(store.redis).kind is Kind.CLUSTER:
             round_ = self._renewals % _CLUSTER_RECORD_ROUNDS
             looked_at = [t for t in turns if hash(t) % _CLUSTER_RECORD_ROUNDS == round_]
-        stops: dict[str, Renewal] = dict.fromkeys(kept.cancelled, Renewal.CANCEL_REQUESTED)
-        stops.update(dict.fromkeys(kept.over, Renewal.OVER))
+        stops: dict[str, Renewal] = {}
         # The data role's own word: a cancel key (set by an API of any cell, whose queue role
         # and its `keys.CANCELS` may be another's: docs/scaling.md), a record gone.
         asked = await _found(store.redis, keys.cancel, looked_at, present=True)
         stops.update(dict.fromkeys(asked, Renewal.CANCEL_REQUESTED))
         gone = await _found(store.redis, keys.turn, looked_at, present=False)
         stops.update(dict.fromkeys(gone, Renewal.OVER))
+        self._stop(stops, turns)
+
+    def _stop(self, stops: dict[str, Renewal], turns: list[str]) -> None:
+        """Tell the turns of `stops` still running here (`turns`) to stop, on the worker's
+        loop."""
         for turn_id, renewal in stops.items():
             if turn_id in turns:
                 self.loop.call_soon_threadsafe(self.stop_turn, turn_id, RENEWAL_STOPS[renewal])
-        if kept.stray:
-            # Their jobs returned without an ending that landed: end them as a reaper would.
-            await store.end_lapsed(kept.stray, worker_id=self.worker_id)
 
 
 async def _found(

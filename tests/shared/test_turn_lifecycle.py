@@ -60,6 +60,7 @@ ENDING_ROWS = [
     ("store_full_queued", "store_full", "failed", "worker", "queued", "return", False),
     ("over", "worker_lost", "failed", "worker", "always", "abandon", False),
     ("lease_lapsed", "worker_lost", "failed", "any", "lapsed", "return", False),
+    ("let_go", "store_failover", "failed", "any", "always", "return", False),
     ("stranded", "turn_lost", "failed", "any", "queued", "return", False),
     ("not_created", "turn_lost", "failed", "api", "queued", "return", False),
     ("record_gone", "turn_lost", "failed", "reader", "always", "return", False),

@@ -4,6 +4,7 @@ and the turns it lets go of, in one renewal against Redis."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import redis.asyncio as redis_asyncio
@@ -53,10 +54,67 @@ async def test_one_renewal_stops_the_cancelled_the_over_and_the_gone_and_ends_th
     )
     ended = await store.get(stray)
     assert ended is not None and ended.error is not None
-    assert ended.error["code"] == "worker_lost", "ended as a reaper would"
+    assert ended.error["code"] == "store_failover", "ended as its let-go turn's reaper would"
     assert await redis.sismember(keys.worker_turns(worker), stray) == 0
     assert await redis.sismember(keys.worker_turns(worker), going) == 1
     assert await redis.pttl(keys.worker_alive(worker)) > 0
     await redis.delete(keys.worker_alive(worker), keys.worker_turns(worker))
     await redis.zrem(keys.WORKERS, worker)
     await redis.zrem(keys.RUNNING_TURNS, going, asked, gone)
+
+
+async def test_a_data_role_that_does_not_answer_neither_holds_up_the_renewal_nor_strands_a_stray(
+    redis: redis_asyncio.Redis,
+) -> None:
+    """The data role stops answering (a shard failing over) while the queue role is fine:
+    the worker stays alive, and a turn it let go of without an ending is left to any
+    reaper, which ends it `store_failover` once Redis takes the ending."""
+    worker = f"worker-{uuid.uuid4().hex}"
+    owner = f"owner-{uuid.uuid4().hex}"
+    store = TurnStore(redis, retention_s=60, stream_maxlen=100)
+    keeper = LivenessKeeper(
+        Settings(redis_url=TEST_REDIS_URL, lease_renew_s=0.2),
+        worker,
+        lambda turn_id, cause: None,
+        asyncio.get_running_loop(),
+    )
+    await keeper.keep_once(store.liveness)
+    going, stray = uuid.uuid4().hex, uuid.uuid4().hex
+    for turn_id in (going, stray):
+        request = TurnRequest(AgentRequest([{"role": "user", "content": "hi"}]))
+        record = TurnRecord(id=turn_id, owner=owner, request=request, model="bernard-v1")
+        await store.create(record, ttl_s=60, queue_name=None)
+        assert (await store.claim(turn_id, worker, overdue_s=60)).outcome == "claimed"
+        keeper.add(turn_id)
+    keeper.discard(stray)  # its job returned, and its ending never landed
+
+    # A data role that takes connections and never answers.
+    silent = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    data = redis_asyncio.Redis(host="127.0.0.1", port=port)
+    unanswered = TurnStore(data, retention_s=60, stream_maxlen=100, queue=redis)
+    try:
+        started = time.monotonic()
+        await asyncio.wait_for(keeper._renew(unanswered, store.liveness), 2.0)
+        assert time.monotonic() - started < 1.0, "the renewal waited on the data role"
+        assert await redis.pttl(keys.worker_alive(worker)) > 0
+        # Not the worker's any more, and left in the running set for any reaper.
+        assert await redis.sismember(keys.worker_turns(worker), stray) == 0
+        assert await redis.zscore(keys.RUNNING_TURNS, stray) < 0
+        assert (await store.get(stray)).status == "running"  # type: ignore[union-attr]
+
+        # Another process's reaper, whose data role answers, ends it.
+        assert stray in await TurnStore(redis, retention_s=60, stream_maxlen=100).reap_lapsed()
+        ended = await store.get(stray)
+        assert ended is not None and ended.error is not None
+        assert ended.error["code"] == "store_failover"
+        assert (await store.get(going)).status == "running"  # type: ignore[union-attr]
+        assert await redis.zscore(keys.RUNNING_TURNS, stray) is None
+    finally:
+        if keeper._looking is not None:
+            keeper._looking.cancel()
+        await data.aclose(close_connection_pool=True)
+        silent.close()
+        await redis.delete(keys.worker_alive(worker), keys.worker_turns(worker))
+        await redis.zrem(keys.WORKERS, worker)
+        await redis.zrem(keys.RUNNING_TURNS, going)
