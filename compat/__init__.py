@@ -13,7 +13,9 @@ library an upper bound in pyproject.toml. The departures, and why each is kept:
   (p99 of an XADD at 100 streams 14 ms before).
 - `redis_cluster`: the Cluster client's ASK redirect (a slot migrating) sends `ASKING` and
   the command on one connection; redis-py sends them on whichever two its node hands out,
-  and a write to a moved key failed after 16 redirects (1 turn in 6 whose slot moved).
+  and a write to a moved key failed after 16 redirects (1 turn in 6 whose slot moved). And
+  a `TRYAGAIN` (a command of several keys, mid-migration) is waited out for up to 10 s, not
+  0.4 s (a turn's ending, landing while its slot moved, failed so).
 - `httpx2`, `httpcore2`: the OpenAI client's pools on Bernard's asyncio network backend
   (worker/upstream_sockets.py): 9.3 µs of anyio per read and 11 µs per idle connection per
   request saved.

@@ -1,5 +1,5 @@
 """redis-py's asyncio Cluster client (5.x, bounded in pyproject.toml), past its interface: an
-ASK redirect answered on one connection.
+ASK redirect answered on one connection, and a `TRYAGAIN` waited out.
 
 While a slot moves between primaries, a key already moved is answered by the old owner with
 ASK, and the new owner serves it only to a connection that has just sent `ASKING`. redis-py
@@ -11,7 +11,14 @@ ASK again, until the client's 16 redirects run out ("TTL exhausted"). A worker s
 turn whose slot moved failed the turn so (tests/test_topologies.py, the slot moving mid
 stream: 1 run in 6 on this box). `AskingCluster` sends the two together on one connection.
 
-`AskingCluster._execute_command` is redis-py 5.3's loop with that branch changed;
+While the slot's keys are between the two nodes, a command naming several of them, one of
+which is not there (a script's key that does not exist yet, as a turn's lease or attached
+set), is answered `TRYAGAIN` for as long as the migration lasts. redis-py tries 16 times in
+all, waiting 50 ms only from the 8th: about 0.4 s, then "TTL exhausted". A turn's FINISH
+(four keys, its lease never there) failed so whenever it landed while its slot moved.
+`AskingCluster` waits a `TRYAGAIN` out, with backoff, for up to `TRYAGAIN_S`.
+
+`AskingCluster._execute_command` is redis-py 5.3's loop with those two branches changed;
 tests/compat/test_redis_cluster.py fails when redis-py's loop changes, so the copy is
 compared again.
 """
@@ -19,6 +26,7 @@ compared again.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, cast
 
 from redis.asyncio.cluster import (
@@ -41,7 +49,12 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-__all__ = ["AskingCluster", "asking_then"]
+__all__ = ["TRYAGAIN_S", "AskingCluster", "asking_then"]
+
+# How long a command answered TRYAGAIN (its slot's keys mid-migration) is tried again: a
+# slot's keys move in milliseconds to seconds (`redis-cli --cluster reshard` moves them in
+# batches); then the redirects' own limit applies again.
+TRYAGAIN_S = 10.0
 
 
 async def asking_then(node: ClusterNode, *args: Any, **kwargs: Any) -> Any:
@@ -62,6 +75,8 @@ class AskingCluster(RedisCluster):
         asking = moved = False
         redirect_addr = None
         ttl = self.RedisClusterRequestTTL
+        waited = 0  # TRYAGAINs so far
+        until = 0.0  # when they stop being waited out
 
         while ttl > 0:
             ttl -= 1
@@ -107,7 +122,13 @@ class AskingCluster(RedisCluster):
                 redirect_addr = get_node_name(host=e.host, port=e.port)
                 asking = True
             except TryAgainError:
-                if ttl < self.RedisClusterRequestTTL / 2:
-                    await asyncio.sleep(0.05)
+                # The second change: Redis says the migration is under way, which takes as
+                # long as it takes; the redirects around each try are not counted meanwhile.
+                if waited == 0:
+                    until = time.monotonic() + TRYAGAIN_S
+                waited += 1
+                if time.monotonic() < until:
+                    ttl = self.RedisClusterRequestTTL
+                await asyncio.sleep(min(0.01 * 2**waited, 0.25))
 
         raise ClusterError("TTL exhausted.")

@@ -75,3 +75,37 @@ async def _open_connections(client: RedisCluster, node: Server, count: int) -> N
     own = client.get_node(host="127.0.0.1", port=node.port)
     assert own is not None
     await asyncio.gather(*(own.execute_command("PING") for _ in range(count)))
+
+
+@pytest.mark.topology
+@pytest.mark.skipif(topologies_missing() is not None, reason=str(topologies_missing()))
+async def test_a_script_of_several_keys_waits_out_its_slots_migration(tmp_path: Path) -> None:
+    """Mid-migration, a script naming a key that moved and one that does not exist is
+    answered TRYAGAIN until the slot is handed over (here after a second): redis-py's client
+    gives up after about 0.4 s, `AskingCluster` waits and gets the script's reply."""
+    key, absent = "{tryagain-test}:here", "{tryagain-test}:absent"
+    script = "return {redis.call('GET', KEYS[1]), redis.call('EXISTS', KEYS[2])}"
+    async with started_cluster(tmp_path / "cluster") as cluster:
+        await _set(cluster, key, b"v")
+        source = await cluster.primary_of(key)
+        target = next(n for n in await cluster.primaries() if n is not source)
+        for client_class, waits in ((RedisCluster, False), (AskingCluster, True)):
+            assert await cluster.move_keys(key, target) == 1
+            client = client_class(host="127.0.0.1", port=source.port)
+            try:
+                await client.initialize()
+
+                async def hand_over_later(source: Server = source, to: Server = target) -> None:
+                    await asyncio.sleep(1.0)
+                    await cluster.hand_over(key, source, to)
+
+                handing = asyncio.create_task(hand_over_later())
+                if waits:
+                    assert await client.eval(script, 2, key, absent) == [b"v", 0]
+                else:
+                    with pytest.raises(ClusterError, match="TTL exhausted"):
+                        await client.eval(script, 2, key, absent)
+                await handing
+            finally:
+                await client.aclose()
+            source, target = target, source  # and back, for the next client
