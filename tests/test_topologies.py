@@ -478,6 +478,36 @@ async def test_a_turns_slot_moving_to_another_node_mid_stream_leaves_the_stream_
             assert (await status(stack, turn_id, {"completed"}))["status"] == "completed"
 
 
+async def test_a_turn_that_ends_while_its_slot_is_mid_migration_completes_exact(
+    redis_cluster: RedisClusterTopology,  # noqa: F811
+    upstream: ScriptedUpstream,
+    tmp_path: Path,
+) -> None:
+    """The turn's keys moved to another node and its slot not handed over yet when the
+    turn ends: its ending (a script of four keys, two never there) is answered TRYAGAIN
+    until the hand-over, and waits for it (compat/redis_cluster.py)."""
+    tokens = 40
+    upstream.responder = echo_responder(tokens, chunk_delay=0.01)
+    prompt = "a turn that ends mid-migration"
+    async with private_redis(tmp_path / "queue") as queue:
+        settings = make_settings(upstream, redis_url=redis_cluster.url, queue_redis_url=queue.url)
+        async with run_stack(settings) as stack:
+            async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:
+                turn_id = sse.headers["x-bernard-turn-id"]
+                stream = frames(sse)
+                live = [await anext(stream), await anext(stream)]
+                key = keys.events(turn_id)
+                home = await redis_cluster.primary_of(key)
+                away = next(n for n in await redis_cluster.primaries() if n is not home)
+                assert await redis_cluster.move_keys(key, away) >= 2
+                await asyncio.sleep(1.5)  # the answer (0.4 s) ends meanwhile
+                await redis_cluster.hand_over(key, home, away)
+                async with asyncio.timeout(30):
+                    live += [frame async for frame in stream]
+            check_exact(live, echo_tokens(prompt, tokens))
+            assert (await status(stack, turn_id, {"completed", "failed"}))["status"] == "completed"
+
+
 async def test_100_concurrent_streams_are_exact_token_by_token_on_a_cluster(
     redis_cluster: RedisClusterTopology,  # noqa: F811
     upstream: ScriptedUpstream,
