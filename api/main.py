@@ -232,12 +232,7 @@ async def _reap_forever(store: TurnStore, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         try:
-            for turn_id in await store.reap_lapsed():
-                logger.warning(
-                    "turn %s failed: its worker was lost",
-                    turn_id,
-                    extra={"turn_id": turn_id, "status": "failed", "error": ErrorCode.WORKER_LOST},
-                )
+            await store.reap_lapsed()
         except REDIS_ERRORS as exc:
             logger.debug("reaper could not reach Redis: %s", exc)
 

@@ -664,7 +664,7 @@ class TurnStore:
     ) -> list[str]:
         """End `turns_ids` for `cause` (`LEASE_LAPSED` or `LET_GO`), as a reaper does (those
         another process ended are left as they ended, and released), and let the worker
-        `worker_id` go of them; return the ids of those this call ended."""
+        `worker_id` go of them; log and return the ids of those this call ended."""
         if not turn_ids:
             return []
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -690,9 +690,20 @@ class TurnStore:
                 handled.append(turn_id)
             if finished is Finished.ENDED:
                 lost.append(turn_id)
+                ending = RULES[cause]
+                logger.warning(
+                    "turn %s failed: %s",
+                    turn_id,
+                    _REAPED[cause],
+                    extra={"turn_id": turn_id, "status": ending.status, "error": ending.code},
+                )
         if worker_id is not None:
             await self.liveness.let_go(worker_id, handled)
         return lost
+
+
+# What a reaper's log line says of a turn it ended, by cause.
+_REAPED = {Cause.LEASE_LAPSED: "its worker was lost", Cause.LET_GO: "its worker let go of it"}
 
 
 def _text(reply: bytes | str) -> str:

@@ -469,13 +469,7 @@ class TurnSupervisor:
         while True:
             await asyncio.sleep(self.settings.lease_renew_s)
             try:
-                for turn_id in await self.store.reap_lapsed(skip=self._running):
-                    ending = RULES[Cause.LEASE_LAPSED]
-                    logger.warning(
-                        "turn %s failed: its worker was lost",
-                        turn_id,
-                        extra={"turn_id": turn_id, "status": ending.status, "error": ending.code},
-                    )
+                await self.store.reap_lapsed(skip=self._running)
             except REDIS_ERRORS as exc:
                 logger.warning("reaping failed (%s); retrying", exc)
 

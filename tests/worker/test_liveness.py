@@ -4,9 +4,11 @@ and the turns it lets go of, in one renewal against Redis."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 
+import pytest
 import redis.asyncio as redis_asyncio
 
 from shared import keys
@@ -64,7 +66,7 @@ async def test_one_renewal_stops_the_cancelled_the_over_and_the_gone_and_ends_th
 
 
 async def test_a_data_role_that_does_not_answer_neither_holds_up_the_renewal_nor_strands_a_stray(
-    redis: redis_asyncio.Redis,
+    redis: redis_asyncio.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The data role stops answering (a shard failing over) while the queue role is fine:
     the worker stays alive, and a turn it let go of without an ending is left to any
@@ -103,8 +105,12 @@ async def test_a_data_role_that_does_not_answer_neither_holds_up_the_renewal_nor
         assert await redis.zscore(keys.RUNNING_TURNS, stray) < 0
         assert (await store.get(stray)).status == "running"  # type: ignore[union-attr]
 
-        # Another process's reaper, whose data role answers, ends it.
-        assert stray in await TurnStore(redis, retention_s=60, stream_maxlen=100).reap_lapsed()
+        # Another process's reaper, whose data role answers, ends it, and logs it so.
+        with caplog.at_level(logging.WARNING, logger="bernard.turns"):
+            assert stray in await TurnStore(redis, retention_s=60, stream_maxlen=100).reap_lapsed()
+        [line] = [r for r in caplog.records if getattr(r, "turn_id", None) == stray]
+        assert line.getMessage() == f"turn {stray} failed: its worker let go of it"
+        assert (line.status, line.error) == ("failed", "store_failover")  # type: ignore[attr-defined]
         ended = await store.get(stray)
         assert ended is not None and ended.error is not None
         assert ended.error["code"] == "store_failover"
