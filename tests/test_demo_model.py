@@ -102,6 +102,7 @@ def test_sync_stream_and_invoke_agree() -> None:
     [
         ("What time is it?", [("get_time", {"timezone": "UTC"})]),
         ("What time is it in Europe/Paris?", [("get_time", {"timezone": "Europe/Paris"})]),
+        ("What time is it in Tokyo?", [("get_time", {"timezone": "Asia/Tokyo"})]),
         ("what's the time in utc", [("get_time", {"timezone": "UTC"})]),
         ("What is (2 + 3) * 4?", [("calculator", {"expression": "(2 + 3) * 4"})]),
         ("compute 7*6 please", [("calculator", {"expression": "7*6"})]),
@@ -604,6 +605,13 @@ def test_finds_the_first_arithmetic(question: str, expression: str | None) -> No
         ("EuropeX/Paris", "UTC"),
         ("Mars/Base", "UTC"),
         ("Europe/", "UTC"),
+        # A place the question ends with, by the zone named after it.
+        ("What time is it in Tokyo?", "Asia/Tokyo"),
+        ("What time is it in New York right now?", "America/New_York"),
+        ("the time at Port-au-Prince", "America/Port-au-Prince"),
+        ("What time is it in Tokyo, Japan?", "UTC"),
+        ("What time is it in Springfield?", "UTC"),
+        ("What time is it for Ann?", "UTC"),
     ],
 )
 def test_finds_the_timezone(question: str, timezone: str) -> None:
@@ -628,6 +636,10 @@ ADVERSARIAL_TIMEZONES = {
     "region names": ("Europe/" * 50_000, "Europe/Europe/Europe"),
     "names and dashes": ("Europe/a-" * 50_000, "Europe/a-Europe/a-Europe"),
     "a name that never ends on a word boundary": ("Europe/" + "a" * 200_000 + "1", "UTC"),
+    "places": ("in A " * 50_000, "UTC"),
+    "a place that never ends": ("in " + "A" * 200_000 + "1", "UTC"),
+    "a place then spaces": ("in Tokyo" + " " * 200_000 + "x", "UTC"),
+    "a place, then spaces to the end": ("in Tokyo" + " " * 200_000, "Asia/Tokyo"),
 }
 
 

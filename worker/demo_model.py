@@ -7,7 +7,8 @@ the household (timers; "turn on/off the ..." and the thermostat, which list Home
 entities first and then call the service on the entity whose name the words match, as a
 real model is told to); then a tool the words name that has no rule here (a client's
 function tool, an MCP server's: worker/demo_tools.py, with arguments from its schema); then
-the weather, the time, arithmetic, a web search or Wikipedia. A forced `tool_choice` gets
+the weather, the time (in the zone the question names, or that of the city it ends with:
+"in Tokyo"), arithmetic, a web search or Wikipedia. A forced `tool_choice` gets
 its tool with arguments built the same way. With nothing to call it calls `respond`, or
 answers. Its answers are deterministic, say what the tools returned in words for a person
 (a tool's advice to the model, "call ha_list_entities for the ids", is left out), answer
@@ -58,6 +59,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from shared.timers import TimerError, duration_in, parse_duration
 from shared.titles import TITLE_PROMPT
 from worker.demo_tools import COMMON, arguments, named_tool, singular, tool_name
+from worker.tools.time import zone_for_place
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
 
@@ -96,7 +98,7 @@ _WEATHER = re.compile(
 )
 _PLACE = re.compile(
     r"\b(?:in|for|at)\s+(?P<place>[A-Z][A-Za-z .'-]{0,40}?)"
-    r"(?:\s+(?:today|tomorrow|this\s+week|now))?[?.!]?\s*$",
+    r"(?:\s+(?:today|tomorrow|this\s+week|(?:right\s+)?now))?[?.!]?\s*$",
 )
 _SEARCH = re.compile(
     r"\s*(?:please\s+)?(?:search(?:\s+the\s+web)?\s+for|look\s+up|google)\s+(?P<query>\S.*)",
@@ -144,6 +146,7 @@ _WORDS = re.compile(r"[A-Za-z0-9]+")
 _TOOL_WORD = re.compile(r"\b[A-Za-z0-9]+(?:_+[A-Za-z0-9]+)+\b")
 _TOKENS = re.compile(r"\w+|[^\w\s]")
 _QUOTE_MAX_CHARS = 120
+_PLACE_TAIL_CHARS = 80  # "for", a place of 41 characters, "this week", with room to spare
 _TITLE_WORDS = 6
 _BEFORE_THERMOSTAT_CHARS = 40
 _LISTED_IN_ANSWER = 5
@@ -193,11 +196,24 @@ def _count_tokens(text: str) -> int:
 
 
 def _find_timezone(text: str) -> str:
+    """The zone a question names: an IANA name, else the zone of the place it ends with
+    ("in Tokyo" is Asia/Tokyo), else UTC."""
     match = _TIMEZONE.search(text)
     if match is None:
-        return "UTC"
+        place = _place(text)
+        return (zone_for_place(place) if place else None) or "UTC"
     name = match.group(0)
     return name.upper() if name.upper() in {"UTC", "GMT"} else name
+
+
+def _place(text: str) -> str | None:
+    """The place a question ends with ("Will it rain in Paris tomorrow?"), if it does."""
+    # Searched in the last characters only, where such an ending is: from every start the
+    # pattern reads on to the end, and a long run of spaces read from each of a few dozen
+    # place lengths took a second.
+    text = text.rstrip()
+    found = _PLACE.search(text, max(0, len(text) - _PLACE_TAIL_CHARS))
+    return _clause(found["place"]) if found else None
 
 
 def _find_expression(text: str) -> str | None:
@@ -588,8 +604,7 @@ def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     if found is not None:
         return [(tool_name(found.tool), arguments(found.tool, question, found))]
     if _WEATHER.search(question):
-        place = _PLACE.search(question)
-        wanted.append(("weather", {"location": _clause(place["place"]) if place else "Paris"}))
+        wanted.append(("weather", {"location": _place(question) or "Paris"}))
     if _TIME_WORDS.search(question):
         wanted.append(("get_time", {"timezone": _find_timezone(question)}))
     if (expression := _find_expression(question)) is not None:

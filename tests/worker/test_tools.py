@@ -22,7 +22,13 @@ from worker.tools.calculator import (
     format_number,
 )
 from worker.tools.progress import ProgressReporter, get_reporter, progress_config
-from worker.tools.time import UnknownTimezoneError, current_time, get_time, resolve_timezone
+from worker.tools.time import (
+    UnknownTimezoneError,
+    current_time,
+    get_time,
+    resolve_timezone,
+    zone_for_place,
+)
 
 # --- calculator -------------------------------------------------------------------------
 
@@ -306,6 +312,32 @@ def test_current_time_is_given_in_the_requested_zone(timezone: str, expected: st
 def test_an_unknown_timezone_is_rejected(timezone: str) -> None:
     with pytest.raises(UnknownTimezoneError, match="unknown time zone"):
         resolve_timezone(timezone)
+
+
+@pytest.mark.parametrize(
+    ("place", "zone"),
+    [
+        ("Tokyo", "Asia/Tokyo"),
+        ("tokyo", "Asia/Tokyo"),
+        ("New York", "America/New_York"),
+        ("new  york", "America/New_York"),
+        ("New_York", "America/New_York"),
+        ("Port-au-Prince", "America/Port-au-Prince"),
+        ("Reykjavik", "Atlantic/Reykjavik"),
+        # A place with two names in the database gets the shorter: the same clock.
+        ("Buenos Aires", "America/Buenos_Aires"),
+        ("Indianapolis", "America/Indianapolis"),
+        # Not places: a zone of another area, an offset, an area, nothing.
+        ("Japan", None),
+        ("Pacific", None),
+        ("GMT+5", None),
+        ("Europe", None),
+        ("Atlantis", None),
+        ("", None),
+    ],
+)
+def test_a_zone_is_found_by_the_place_it_is_named_after(place: str, zone: str | None) -> None:
+    assert zone_for_place(place) == zone
 
 
 async def test_get_time_tool_defaults_to_utc_now() -> None:

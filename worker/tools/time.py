@@ -1,7 +1,8 @@
 """The `get_time` tool: the current date and time in an IANA time zone.
 
 Zone data comes from the system (`/usr/share/zoneinfo`) or the `tzdata` package; a slim
-container image without either knows only UTC.
+container image without either knows only UTC. `zone_for_place` finds a zone by the city it
+is named after ("Tokyo" is Asia/Tokyo), for a caller that has only a place's name.
 """
 
 from __future__ import annotations
@@ -12,10 +13,31 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from langchain_core.tools import ToolException, tool
 
-__all__ = ["UnknownTimezoneError", "current_time", "get_time", "resolve_timezone"]
+__all__ = [
+    "UnknownTimezoneError",
+    "current_time",
+    "get_time",
+    "resolve_timezone",
+    "zone_for_place",
+]
 
 # The longest IANA name is about 30 characters; anything far longer is not a zone.
 _MAX_NAME_CHARS = 64
+# The areas whose zones are named after a place. The others are not places ("Etc/GMT+5" is
+# five hours behind GMT, "US/Pacific") or are an old name for one ("Japan", "GB").
+_PLACE_AREAS = frozenset(
+    [
+        "Africa",
+        "America",
+        "Antarctica",
+        "Asia",
+        "Atlantic",
+        "Australia",
+        "Europe",
+        "Indian",
+        "Pacific",
+    ]
+)
 
 
 class UnknownTimezoneError(ValueError):
@@ -52,6 +74,14 @@ def current_time(timezone: str = "UTC", *, now: datetime | None = None) -> str:
     return f"{moment.isoformat(timespec='seconds')} ({', '.join(labels)})"
 
 
+def zone_for_place(place: str) -> str | None:
+    """The zone named after `place`, a city or an island, as a person writes it: "Tokyo" is
+    Asia/Tokyo, "new york" America/New_York, "Port-au-Prince" America/Port-au-Prince. None
+    when no zone is. Of a place's several names ("America/Buenos_Aires" and
+    "America/Argentina/Buenos_Aires", the same clock), the shortest."""
+    return _zones_by_place().get(" ".join(place.replace("_", " ").split()).lower())
+
+
 @tool
 def get_time(timezone: str = "UTC") -> str:
     """Get the current date and time.
@@ -73,6 +103,16 @@ get_time.handle_tool_error = True
 def _canonical_names() -> dict[str, str]:
     # Walking the zone tree takes milliseconds, so do it once per process.
     return {name.lower(): name for name in available_timezones()}
+
+
+@lru_cache(maxsize=1)
+def _zones_by_place() -> dict[str, str]:
+    zones: dict[str, str] = {}
+    for name in sorted(available_timezones(), key=lambda n: (len(n), n)):
+        area, _, rest = name.partition("/")
+        if area in _PLACE_AREAS and rest:
+            zones.setdefault(rest.rsplit("/", 1)[-1].replace("_", " ").lower(), name)
+    return zones
 
 
 def _unknown(name: str) -> str:
