@@ -28,6 +28,7 @@ from worker.demo_model import (
     DEMO_NOTICE,
     DemoChatModel,
     _find_expression,
+    _find_percentage,
     _find_timezone,
     _split_tokens,
 )
@@ -106,6 +107,8 @@ def test_sync_stream_and_invoke_agree() -> None:
         ("what's the time in utc", [("get_time", {"timezone": "UTC"})]),
         ("What is (2 + 3) * 4?", [("calculator", {"expression": "(2 + 3) * 4"})]),
         ("compute 7*6 please", [("calculator", {"expression": "7*6"})]),
+        ("What is 17.5 % of 2,340?", [("calculator", {"expression": "17.5 * 2340 / 100"})]),
+        ("What is 50 % 7?", [("calculator", {"expression": "50 % 7"})]),
         (
             "What's the time in Asia/Tokyo, and 10 / 4?",
             [("get_time", {"timezone": "Asia/Tokyo"}), ("calculator", {"expression": "10 / 4"})],
@@ -592,6 +595,29 @@ def test_finds_the_first_arithmetic(question: str, expression: str | None) -> No
 
 
 @pytest.mark.parametrize(
+    ("question", "expression"),
+    [
+        ("What is 17.5 % of 2,340?", "17.5 * 2340 / 100"),
+        ("15% of 80", "15 * 80 / 100"),
+        ("what's 20 percent of 80", "20 * 80 / 100"),
+        ("20 per cent of 1,000,000.5", "20 * 1000000.5 / 100"),
+        ("10% of 2,340, please", "10 * 2340 / 100"),
+        ("3 %  OF  4", "3 * 4 / 100"),
+        ("007 % of 0", "7 * 0 / 100"),
+        ("0.5% of 00.5", "0.5 * 0.5 / 100"),
+        # The calculator's "%" is a remainder; a number is whole or none of it is taken.
+        ("What is 50 % 7?", None),
+        ("2 % of 2,3400", None),
+        ("2 % of 2,34", None),
+        ("1.5.5 % of 3", None),
+        ("% of 3", None),
+    ],
+)
+def test_finds_a_percentage_of_a_number(question: str, expression: str | None) -> None:
+    assert _find_percentage(question) == expression
+
+
+@pytest.mark.parametrize(
     ("question", "timezone"),
     [
         ("What time is it?", "UTC"),
@@ -632,6 +658,16 @@ ADVERSARIAL_EXPRESSIONS = {
     "spaces": (" " * 200_000, None),
     "dotted digits": ("1." * 100_000, None),
 }
+ADVERSARIAL_PERCENTAGES = {
+    "digits": ("1" * 200_000 + "%", None),
+    "shares of shares": ("1 % of " * 50_000, "1 * 1 / 100"),
+    "shares of nothing": ("1 % of x " * 40_000, None),
+    "thousands that never end": ("1" + ",000" * 50_000 + "1", None),
+    "a number then spaces": ("1" + " " * 200_000 + "x", None),
+    "a share then spaces": ("1 %" + " " * 200_000, None),
+    "dotted digits": ("1." * 100_000, None),
+    "commas": ("1," * 100_000, None),
+}
 ADVERSARIAL_TIMEZONES = {
     "region names": ("Europe/" * 50_000, "Europe/Europe/Europe"),
     "names and dashes": ("Europe/a-" * 50_000, "Europe/a-Europe/a-Europe"),
@@ -655,6 +691,16 @@ def test_finding_arithmetic_is_linear(text: str, expression: str | None) -> None
 
 @pytest.mark.timeout(5)
 @pytest.mark.parametrize(
+    ("text", "expression"),
+    list(ADVERSARIAL_PERCENTAGES.values()),
+    ids=list(ADVERSARIAL_PERCENTAGES),
+)
+def test_finding_a_percentage_is_linear(text: str, expression: str | None) -> None:
+    assert _find_percentage(text) == expression
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
     ("text", "timezone"), list(ADVERSARIAL_TIMEZONES.values()), ids=list(ADVERSARIAL_TIMEZONES)
 )
 def test_finding_a_timezone_is_linear(text: str, timezone: str) -> None:
@@ -664,8 +710,9 @@ def test_finding_a_timezone_is_linear(text: str, timezone: str) -> None:
 @pytest.mark.timeout(5)
 @pytest.mark.parametrize(
     "text",
-    [text for text, _ in [*ADVERSARIAL_EXPRESSIONS.values(), *ADVERSARIAL_TIMEZONES.values()]],
-    ids=[*ADVERSARIAL_EXPRESSIONS, *ADVERSARIAL_TIMEZONES],
+    [text for text, _ in [*ADVERSARIAL_EXPRESSIONS.values(), *ADVERSARIAL_TIMEZONES.values()]]
+    + [text for text, _ in ADVERSARIAL_PERCENTAGES.values()],
+    ids=[*ADVERSARIAL_EXPRESSIONS, *ADVERSARIAL_TIMEZONES, *ADVERSARIAL_PERCENTAGES],
 )
 async def test_routing_and_answering_are_linear(text: str) -> None:
     question = f"What time is it? {text}"

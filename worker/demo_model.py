@@ -4,17 +4,17 @@
 `ChatOpenAI`: it streams token by token with usage, and with tools bound it acts as a tiny
 keyword router. Its rules, first to last: "remember" / "forget" / "what do you remember" and
 the household (timers; "turn on/off the ..." and the thermostat, which list Home Assistant's
-entities first and then call the service on the entity whose name the words match, as a
-real model is told to); then a tool the words name that has no rule here (a client's
-function tool, an MCP server's: worker/demo_tools.py, with arguments from its schema); then
-the weather, the time (in the zone the question names, or that of the city it ends with:
-"in Tokyo"), arithmetic, a web search or Wikipedia. A forced `tool_choice` gets
-its tool with arguments built the same way. With nothing to call it calls `respond`, or
-answers. Its answers are deterministic, say what the tools returned in words for a person
-(a tool's advice to the model, "call ha_list_entities for the ids", is left out), answer
-"What is my name?" from the conversation and the user's notes, and say that Bernard is
-running on the demo model. Asked for a conversation's title (shared/titles.py's prompt), it
-answers with the first words of the first question.
+entities first and then call the service on the entity whose name the words match, as a real
+model is told to); then a tool the words name that has no rule here (a client's function
+tool, an MCP server's: worker/demo_tools.py, with arguments from its schema); then the
+weather, the time (in the zone the question names, or that of the city it ends with: "in
+Tokyo"), a percentage of a number or other arithmetic, a web search or Wikipedia. A forced
+`tool_choice` gets its tool with arguments built the same way. With nothing to call it calls
+`respond`, or answers. Its answers are deterministic, say what the tools returned in words
+for a person (a tool's advice to the model, "call ha_list_entities for the ids", is left
+out), answer "What is my name?" from the conversation and the user's notes, and say that
+Bernard is running on the demo model. Asked for a conversation's title (shared/titles.py's
+prompt), it answers with the first words of the first question.
 
 It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
 first stop string, `finish_reason` "stop") and `max_tokens` (at most that many of its streamed
@@ -138,6 +138,15 @@ _ARITHMETIC_TOKEN = re.compile(
     r"|(?P<dot>\.)|(?P<space>\s+)|(?P<other>[^\d\s()+\-*/%.]+)"
 )
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# "17.5 % of 2,340", "20 percent of 80": a share of a number, which the calculator's "%" (a
+# remainder) is not. A number may group its thousands with commas. It starts only where a run
+# of digits does and every repeat is possessive, so a start reads no character that the next
+# number's start reads again but that number's digits: linear.
+_SHARE_NUMBER = r"(?<![\d.,])\d++(?:,\d{3}+)*+(?:\.\d++)?+(?!\d|,\d)"
+_PERCENT_OF = re.compile(
+    rf"(?P<share>{_SHARE_NUMBER})\s*+(?:%|per\s*+cent\b)\s*+of\s++(?P<whole>{_SHARE_NUMBER})",
+    re.IGNORECASE,
+)
 # One streamed token is a word with the whitespace before it. Found as `\S+` and sliced, since
 # `\s*\S+` retries a whole whitespace run from each of its characters when no word follows.
 _WORD = re.compile(r"\S+")
@@ -214,6 +223,22 @@ def _place(text: str) -> str | None:
     text = text.rstrip()
     found = _PLACE.search(text, max(0, len(text) - _PLACE_TAIL_CHARS))
     return _clause(found["place"]) if found else None
+
+
+def _find_percentage(text: str) -> str | None:
+    """The first "X % of Y" (or "X percent of Y") in `text` as the calculator's arithmetic:
+    "17.5 % of 2,340" is "17.5 * 2340 / 100"."""
+    found = _PERCENT_OF.search(text)
+    if found is None:
+        return None
+    share, whole = (_literal(found[name]) for name in ("share", "whole"))
+    return f"{share} * {whole} / 100"
+
+
+def _literal(number: str) -> str:
+    """A number as written ("2,340", "007") as the calculator reads one ("2340", "7")."""
+    digits = number.replace(",", "").lstrip("0")
+    return f"0{digits}" if not digits or digits.startswith(".") else digits
 
 
 def _find_expression(text: str) -> str | None:
@@ -607,7 +632,7 @@ def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
         wanted.append(("weather", {"location": _place(question) or "Paris"}))
     if _TIME_WORDS.search(question):
         wanted.append(("get_time", {"timezone": _find_timezone(question)}))
-    if (expression := _find_expression(question)) is not None:
+    if (expression := _find_percentage(question) or _find_expression(question)) is not None:
         wanted.append(("calculator", {"expression": expression}))
     return [w for w in wanted if w[0] in offered] or _lookup(question)
 
