@@ -980,6 +980,29 @@ async def test_a_common_word_or_a_rule_comes_before_a_tool_the_words_barely_name
     ]
 
 
+PLEX_SEARCH = function("plex_search", {"query": STRING}, ["query"])
+NOTION_PAGE = function("notion__create_page", {"title": STRING}, ["title"])
+
+
+@pytest.mark.parametrize(
+    ("question", "tools", "called"),
+    [
+        # More of the words name web_search ("web", "search") than plex_search ("search").
+        ("Search the web for this week's Debian news", [web_search, PLEX_SEARCH], "web_search"),
+        ("Search Plex for Alien", [web_search, PLEX_SEARCH], "plex_search"),
+        # As many words name each: the tool with no rule of its own.
+        ("Search the web with Plex", [web_search, PLEX_SEARCH], "plex_search"),
+        # The words name save_note better, but no rule calls it: the tool they name is called.
+        ("Save this note to Notion", [save_note, NOTION_PAGE], "notion__create_page"),
+    ],
+)
+async def test_a_tool_with_a_rule_that_more_words_name_comes_first(
+    question: str, tools: list[Any], called: str
+) -> None:
+    message = await DemoChatModel().bind_tools(tools).ainvoke(question)
+    assert [name for name, _, _ in calls(message)] == [called]
+
+
 @pytest.mark.parametrize(
     ("choice", "question", "expected"),
     [

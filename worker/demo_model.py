@@ -6,15 +6,16 @@ keyword router. Its rules, first to last: "remember" / "forget" / "what do you r
 the household (timers; "turn on/off the ..." and the thermostat, which list Home Assistant's
 entities first and then call the service on the entity whose name the words match, as a real
 model is told to); then a tool the words name that has no rule here (a client's function
-tool, an MCP server's: worker/demo_tools.py, with arguments from its schema); then the
-weather, the time (in the zone the question names, or that of the city it ends with: "in
-Tokyo"), a percentage of a number or other arithmetic, a web search or Wikipedia. A forced
-`tool_choice` gets its tool with arguments built the same way. With nothing to call it calls
-`respond`, or answers. Its answers are deterministic, say what the tools returned in words
-for a person (a tool's advice to the model, "call ha_list_entities for the ids", is left
-out), answer "What is my name?" from the conversation and the user's notes, and say that
-Bernard is running on the demo model. Asked for a conversation's title (shared/titles.py's
-prompt), it answers with the first words of the first question.
+tool, an MCP server's: worker/demo_tools.py, with arguments from its schema), unless more of
+the words name a tool that a later rule calls; then the weather, the time (in the zone the
+question names, or that of the city it ends with: "in Tokyo"), a percentage of a number or
+other arithmetic, a web search or Wikipedia. A forced `tool_choice` gets its tool with
+arguments built the same way. With nothing to call it calls `respond`, or answers. Its
+answers are deterministic, say what the tools returned in words for a person (a tool's
+advice to the model, "call ha_list_entities for the ids", is left out), answer "What is my
+name?" from the conversation and the user's notes, and say that Bernard is running on the
+demo model. Asked for a conversation's title (shared/titles.py's prompt), it answers with
+the first words of the first question.
 
 It takes the call parameters a real model takes. A text answer honours `stop` (cut before the
 first stop string, `finish_reason` "stop") and `max_tokens` (at most that many of its streamed
@@ -58,7 +59,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.timers import TimerError, duration_in, parse_duration
 from shared.titles import TITLE_PROMPT
-from worker.demo_tools import COMMON, arguments, named_tool, singular, tool_name
+from worker.demo_tools import COMMON, Named, arguments, named_tool, singular, tool_name
 from worker.tools.time import zone_for_place
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
@@ -626,15 +627,25 @@ def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     if wanted := [w for w in wanted if w[0] in offered]:
         return wanted
     found = named_tool(question, [t for t in tools if tool_name(t) not in RULED])
-    if found is not None:
-        return [(tool_name(found.tool), arguments(found.tool, question, found))]
+    # Unless more of the words name a tool of the rules below ("Search the web for ..." names
+    # web_search by two words, plex_search by one), and those rules call something.
+    ruled = named_tool(question, [t for t in tools if tool_name(t) in RULED])
+    if found is not None and (ruled is None or ruled.words <= found.words):
+        return _call_named(found, question)
     if _WEATHER.search(question):
         wanted.append(("weather", {"location": _place(question) or "Paris"}))
     if _TIME_WORDS.search(question):
         wanted.append(("get_time", {"timezone": _find_timezone(question)}))
     if (expression := _find_percentage(question) or _find_expression(question)) is not None:
         wanted.append(("calculator", {"expression": expression}))
-    return [w for w in wanted if w[0] in offered] or _lookup(question)
+    return (
+        [w for w in wanted if w[0] in offered] or _lookup(question) or _call_named(found, question)
+    )
+
+
+def _call_named(found: Named | None, question: str) -> Wanted:
+    """The call of the tool the words name, with arguments from its schema, if they name one."""
+    return [(tool_name(found.tool), arguments(found.tool, question, found))] if found else []
 
 
 def _follow_up(later: Sequence[BaseMessage], question: str) -> Wanted:

@@ -101,12 +101,14 @@ def _distinct_words(text: str) -> frozenset[str]:
 
 @dataclass(frozen=True, slots=True)
 class Named:
-    """The tool the question names, and where in the question the last word naming it
-    starts and ends (the words around it say what the tool is asked about)."""
+    """The tool the question names, where in the question the last word naming it starts
+    and ends (the words around it say what the tool is asked about), and how many of the
+    question's words not in `COMMON` name it."""
 
     tool: dict[str, Any]
     start: int
     end: int
+    words: int
 
 
 def named_tool(question: str, tools: Sequence[dict[str, Any]]) -> Named | None:
@@ -126,7 +128,7 @@ def named_tool(question: str, tools: Sequence[dict[str, Any]]) -> Named | None:
         score = (len(distinct), len(naming), shared, -order)
         if best is None or score > best[0]:
             start, end = max(span for word, span in words if word in distinct)
-            best = (score, Named(tool, start, end))
+            best = (score, Named(tool, start, end, len(distinct)))
     return best[1] if best is not None else None
 
 
