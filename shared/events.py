@@ -99,7 +99,9 @@ class Memory(Event):
 class ToolCall(Event):
     """The router decided to run a tool; emitted before the tool runs, arguments whole.
 
-    `index` counts tool calls across the whole turn (never reset per router step).
+    `index` counts tool calls across the whole turn (never reset per router step);
+    `policy` names the rule that let it run or refused it, `{"rule", "decision"}`
+    (worker/tools/policy.py), None for a call no rule was asked about (one that cannot run).
     """
 
     type: ClassVar[str] = "tool_call"
@@ -107,6 +109,7 @@ class ToolCall(Event):
     name: str
     arguments: str
     index: int
+    policy: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

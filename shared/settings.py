@@ -140,8 +140,10 @@ class Settings(BaseSettings):
     redis_memory_guard: float = Field(0.9, ge=0, le=1, alias="BERNARD_REDIS_MEMORY_GUARD")
 
     max_router_steps: int = Field(5, alias="BERNARD_MAX_ROUTER_STEPS")
-    # Tools that change the world wait for the user's decision (worker/tools/confirmation.py);
-    # these comma-separated tool names override what a tool declares.
+    # Which calls run at once, which wait for the user's decision and which a key's user may
+    # not make (worker/tools/policy.py): the rules of this TOML file, else the household
+    # default (worker/tools/policy.toml); these comma-separated tool names come first.
+    policy_file: str | None = Field(None, alias="BERNARD_POLICY_FILE")
     confirm_tools: str = Field("", alias="BERNARD_CONFIRM_TOOLS")
     auto_approve_tools: str = Field("", alias="BERNARD_AUTO_APPROVE_TOOLS")
     confirmation_ttl_s: int = Field(3600, alias="BERNARD_CONFIRMATION_TTL_S")

@@ -64,6 +64,7 @@ def _session_redis() -> str:
 
 
 TEST_REDIS_URL = _session_redis()
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -121,6 +122,9 @@ def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) ->
         # count or script the upstream's calls would meet it at random. Title tests turn it
         # on (tests/test_titles.py).
         "conversation_titles": False,
+        # No policy rules: each tool as it declares itself (a write asks). The tests of the
+        # policy set theirs, or None for the household default (tests/test_policy.py).
+        "policy_file": str(FIXTURES / "policy" / "declared.toml"),
     }
     if upstream is not None:
         values["openai_base_url"] = upstream.base_url

@@ -40,6 +40,7 @@ from worker.queue import WAKE_OPTIONS, WakeWorker
 from worker.summaries import summarize
 from worker.supervisor import ENDING_RETRY_S, TurnSupervisor
 from worker.titles import name_conversation
+from worker.tools.policy import policy_of
 from worker.tools.runtime import http_client
 from worker.tools.settings import ToolSettings
 from worker.tools.sources import read_tool_settings
@@ -65,6 +66,9 @@ async def startup(ctx: dict[str, Any]) -> None:
     # their secrets join those the logs hide (shared/logs.py knows no tool source).
     tool_settings: ToolSettings = ctx.get("tool_settings") or read_tool_settings()
     hide_in_logs(tool_settings.secrets())
+    # A policy file that is no policy stops the worker here, saying what is wrong in it,
+    # rather than at a turn's first call.
+    policy_of(settings)
     traced = configure_tracing(settings, "bernard-worker")
     redis = connect_data(settings.redis_url)
     # The queue role: the data client when one Redis holds both, else arq's own client.

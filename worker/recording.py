@@ -180,7 +180,11 @@ class TurnRecording:
                 )
             case ToolCall():
                 started = tool_started(
-                    ctx.turn_id, tool_call_id=item.id, name=item.name, arguments=item.arguments
+                    ctx.turn_id,
+                    tool_call_id=item.id,
+                    name=item.name,
+                    arguments=item.arguments,
+                    policy=item.policy,
                 )
                 self._tool_calls[item.id] = (started.call_id, time.perf_counter())
                 self._record(started)

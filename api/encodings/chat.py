@@ -92,7 +92,12 @@ class ChatEncoder(ChunkEncoder):
                     # The openai SDK's stream helper merges list entries by `index`.
                     output = {"index": event.index, **output}
                 return [self._chunk({"tool_outputs": [output]})]
-            case ToolCall() | ToolResult() | ToolProgress() if mode != "none":
+            case ToolCall() if mode != "none":
+                body = asdict(event)
+                if body["policy"] is None:  # no rule was asked: the frame as it always was
+                    del body["policy"]
+                return [self._extension(event.type, body)]
+            case ToolResult() | ToolProgress() if mode != "none":
                 return [self._extension(event.type, asdict(event))]
             case LlmPrompt() | LlmCallComplete() | Memory():
                 # In the stream only when the client asked to trace the turn (the worker

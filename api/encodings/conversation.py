@@ -49,7 +49,13 @@ class ConversationEncoder:
             case Delta(text=text):
                 return [named("text_delta", {"text": text})]
             case ToolCall():
-                body = {"id": event.id, "name": event.name, "arguments": event.arguments}
+                body: dict[str, Any] = {
+                    "id": event.id,
+                    "name": event.name,
+                    "arguments": event.arguments,
+                }
+                if event.policy is not None:  # the rule that let it run, or refused it
+                    body["policy"] = event.policy
                 return [named("tool_call", body)]
             case ToolProgress():
                 progress: dict[str, Any] = {

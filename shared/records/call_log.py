@@ -80,10 +80,18 @@ def llm_completed(
     return CallEvent(call_id, "completed", entry)
 
 
-def tool_started(turn_id: str, *, tool_call_id: str, name: str, arguments: str) -> CallEvent:
+def tool_started(
+    turn_id: str,
+    *,
+    tool_call_id: str,
+    name: str,
+    arguments: str,
+    policy: Mapping[str, str] | None = None,
+) -> CallEvent:
     """A tool began running. `tool_call_id` is the model's id for the call; the event's
     `call_id` is ours (`new_call_id()`), unique even when a provider reuses tool call ids
-    across steps."""
+    across steps. `policy` is the rule that let it run, or refused it
+    (worker/tools/policy.py `Ruling.shown`)."""
     entry: Message = {
         "kind": "tool",
         "turn_id": turn_id,
@@ -91,6 +99,8 @@ def tool_started(turn_id: str, *, tool_call_id: str, name: str, arguments: str) 
         "name": name,
         "arguments": arguments,
     }
+    if policy is not None:
+        entry["policy"] = dict(policy)
     return CallEvent(new_call_id(), "started", entry)
 
 

@@ -41,6 +41,14 @@ EVENTS: dict[str, Event] = {
     "start": Start(),
     "delta": Delta(text="hé\n"),
     "tool_call": ToolCall(id="c1", name="add", arguments='{"a": 1}', index=0),
+    # The policy's ruling: shown where Bernard's own events are, never in OpenAI's shapes.
+    "tool_call_ruled": ToolCall(
+        id="c1",
+        name="add",
+        arguments='{"a": 1}',
+        index=0,
+        policy={"rule": "lights", "decision": "allow"},
+    ),
     "tool_progress": ToolProgress(
         tool_call_id="c1", tool="add", phase="running", message="half", current=1.0, total=2.0
     ),

@@ -4,7 +4,9 @@ A turn that paused (worker/harness/router.py) left its tool-call message in the
 conversation, its write calls without results. The turn that continues it starts here:
 each approved call runs (its `tool_call`, progress and `tool_result` stream as any call's),
 with the arguments the user may have edited (the stored tool-call message then holds them
-too: worker/recording.py); each rejected one gets a result telling the model the user
+too: worker/recording.py), once the policy has ruled on it again (worker/tools/policy.py:
+an approval, from whatever route, never runs a call the user's rules refuse, nor an edited
+one they would); each rejected one gets a result telling the model the user
 declined, so it can answer accordingly. Then the router goes on as usual.
 """
 
@@ -20,7 +22,7 @@ from langchain_core.messages import ToolMessage
 from shared.events import ToolResult
 from worker.calls import Item
 from worker.context import TurnContext
-from worker.harness.router import run_call
+from worker.harness.router import rule, run_call
 from worker.harness.tool_call import PlannedCall, arguments_text
 
 
@@ -31,7 +33,9 @@ async def resume_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     for decision in (ctx.request.resume or {}).get("decisions", []):
         call = _call(decision)
         if decision["decision"] == "approve":
-            async with aclosing(run_call(ctx, call, tools)) as events:
+            ruling = await rule(ctx, call, tools)
+            refused = ruling.refusal if ruling is not None else None
+            async with aclosing(run_call(ctx, call, tools, refused, ruling)) as events:
                 async for event in events:
                     yield event
             continue

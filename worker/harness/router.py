@@ -20,15 +20,17 @@ ends when the model calls `respond` or calls no tool, or after `max_router_steps
 calls (then a non-fatal `error` event, and the turn goes on to the response with what it
 has).
 
-A call of a tool that changes the world (worker/tools/confirmation.py) does not run: the
-router checks what the tool can check before it runs (a call it refuses is answered with
-its error, like any failed call), yields `awaiting_confirmation` for the others (after
-running the step's other calls), keeps the proposals on the context and stops; the turn
-ends there, and the user's decision continues the conversation as a new turn
-(worker/harness/resume.py). When every such call was refused, the router goes on: the
-model reads why. At most `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION` calls of a
-step wait, and no more than the user's `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER` across
-conversations allows (shared/budgets.py); the others are refused the same way.
+Before a call runs the policy rules on it (worker/tools/policy.py, the one place that
+decides): it runs, is refused (a user's rules keep them from it: never asked), or waits. A
+call that waits does not run: the router checks what the tool can check before it runs (a
+call it refuses is answered with its error, like any failed call), yields
+`awaiting_confirmation` for the others (after running the step's other calls), keeps the
+proposals on the context and stops; the turn ends there, and the user's decision continues
+the conversation as a new turn (worker/harness/resume.py). When every such call was
+refused, the router goes on: the model reads why. At most
+`BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION` calls of a step wait, and no more than
+the user's `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER` across conversations allows
+(shared/budgets.py); the others are refused the same way.
 
 The client's own function tools (`AgentRequest.client_tools`) are offered beside Bernard's
 as its `tool_choice` asks (worker/harness/client_calls.py). Bernard never runs one: when
@@ -80,9 +82,17 @@ from worker.harness.tool_call import (
     execute,
     problem_with,
 )
-from worker.tools.confirmation import parameters, requires_confirmation
+from worker.tools.confirmation import parameters
+from worker.tools.policy import Ruling, Verdict, rule_on
 
-__all__ = ["RESPOND_TOOL", "RESPOND_TOOL_NAME", "ROUTER_PROMPT", "router_harness", "run_call"]
+__all__ = [
+    "RESPOND_TOOL",
+    "RESPOND_TOOL_NAME",
+    "ROUTER_PROMPT",
+    "router_harness",
+    "rule",
+    "run_call",
+]
 
 RESPOND_TOOL: dict[str, Any] = {
     "type": "function",
@@ -173,10 +183,14 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
             ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
             ctx.answer_start = len(ctx.content)
-            waiting = [call for call in own if _waits(ctx, call, tools)]
-            for call in own:
+            rulings = [await rule(ctx, call, tools) for call in own]
+            waiting = [
+                c for c, r in zip(own, rulings, strict=True) if r and r.verdict is Verdict.ASK
+            ]
+            for call, ruling in zip(own, rulings, strict=True):
                 if call not in waiting:
-                    running = run_call(ctx, call, tools, _misread(call, offer))
+                    refused = _misread(call, offer) or (ruling.refusal if ruling else None)
+                    running = run_call(ctx, call, tools, refused, ruling)
                     async with aclosing(running) as events:
                         async for event in events:
                             yield event
@@ -251,17 +265,13 @@ def _misread(call: PlannedCall, offer: ClientOffer) -> str | None:
     return None
 
 
-def _waits(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -> bool:
-    """Whether `call` waits for the user: a valid call of a tool that asks for confirmation
-    (an invalid one runs at once, to an error the model can act on)."""
-    tool = tools.get(call.name)
-    # The schema check last: a call that does not wait has its arguments checked once, when
-    # it runs (`execute`).
-    return (
-        tool is not None
-        and requires_confirmation(tool, ctx.settings)
-        and problem_with(call, tools) is None
-    )
+async def rule(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool]) -> Ruling | None:
+    """What the policy says of `call` for the turn's user; None for a call that cannot run
+    (an unknown tool, arguments that fail its schema): it runs at once, to an error the
+    model can act on."""
+    if problem_with(call, tools) is not None:
+        return None
+    return await rule_on(tools[call.name], call.args, settings=ctx.settings, runtime=ctx.runtime)
 
 
 async def _room_to_wait(ctx: TurnContext) -> tuple[int, str]:
@@ -307,14 +317,19 @@ async def run_call(
     call: PlannedCall,
     tools: Mapping[str, BaseTool],
     refused: str | None = None,
+    ruling: Ruling | None = None,
 ) -> AsyncGenerator[Item, None]:
     """One call: `tool_call`, its progress live, `tool_result` (and `error` if it failed);
-    with `refused`, the call ends in that error without running (tool_call.py `execute`)."""
+    with `refused`, the call ends in that error without running (tool_call.py `execute`).
+    `ruling`, the policy's, is shown on the `tool_call` (and so in the call log)."""
     # The index counts calls across the whole turn, so clients that merge `delta.tool_calls`
     # by index never fold two router steps' calls into one.
     index = len(ctx.tool_calls)
+    policy = ruling.shown() if ruling is not None else None
     ctx.tool_calls.append({"id": call.id, "name": call.name, "arguments": call.arguments})
-    started = ToolCall(id=call.id, name=call.name, arguments=call.arguments, index=index)
+    started = ToolCall(
+        id=call.id, name=call.name, arguments=call.arguments, index=index, policy=policy
+    )
     yield started
     running = execute(
         call, tools, timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime, refused=refused

@@ -27,7 +27,8 @@ from shared import keys
 from shared.deployment import Deployment, models_of, version
 from shared.mcp_health import McpServerHealth, WorkerMcpHealth
 from shared.settings import Settings
-from worker.tools.confirmation import parameters, requires_confirmation
+from worker.tools.confirmation import parameters
+from worker.tools.policy import requires_confirmation
 from worker.tools.settings import ToolSettings
 from worker.tools.sources import services
 

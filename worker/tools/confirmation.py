@@ -1,11 +1,10 @@
-"""Which tools wait for the user's confirmation before they run, and how they say what
-they would do.
+"""How a tool says what a call would do, and what it checks before anyone is asked.
 
-A tool that changes the world declares it in its LangChain metadata:
-`metadata={"requires_confirmation": True, "confirmation_summary": fn}`, `fn(args)` giving
-one plain sentence ("Turn on light.kitchen at 40 % brightness"). Operators override per tool:
-`BERNARD_CONFIRM_TOOLS` (always ask) and `BERNARD_AUTO_APPROVE_TOOLS` (never ask), comma-
-separated tool names.
+Whether a call waits for the user's decision is the policy's (worker/tools/policy.py); a
+tool that changes the world declares it in its LangChain metadata, which the policy reads
+for a call no rule matches: `metadata={"requires_confirmation": True,
+"confirmation_summary": fn}`, `fn(args)` giving one plain sentence ("Turn on light.kitchen
+at 40 % brightness").
 
 A tool that can tell before it runs whether a call can run at all (the entity exists, the
 value is in its range, the client is online) also declares `"confirmation_check": check`,
@@ -23,17 +22,6 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-
-from shared.settings import Settings
-
-
-def requires_confirmation(tool: BaseTool, settings: Settings) -> bool:
-    """Whether a call of `tool` waits for the user's decision."""
-    if tool.name in settings.auto_approve_tool_names():
-        return False
-    if tool.name in settings.confirm_tool_names():
-        return True
-    return bool((tool.metadata or {}).get("requires_confirmation"))
 
 
 def summary(tool: BaseTool, args: dict[str, Any]) -> str:

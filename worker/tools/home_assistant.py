@@ -18,10 +18,13 @@ made on the user's profile page in Home Assistant, to `BERNARD_HA_URL`:
 - `ha_get_state(entity_id)`: `GET /api/states/<entity_id>` (404 when there is none).
 - `ha_call_service(domain, service, entity_id, data?)`: `POST /api/services/<domain>/<service>`
   with `{"entity_id": ..., **data}`, answered with the states that changed. It changes the
-  house, so it waits for the user's confirmation (worker/tools/confirmation.py) with a summary
-  in plain words ("Turn on light.kitchen at 40 % brightness"). Only the domains of
-  `BERNARD_HA_DOMAINS` can be called: the tool is built for them (`call_service_tool`), its
-  schema lists them, so a call for another domain fails its schema and is never proposed.
+  house: the household's policy (worker/tools/policy.py) reads its domain, service, entity,
+  options and, when a rule names one, the entity's area (`call_subjects`: a template,
+  `entity_area_template`) and lets it run, refuses it or has it wait for the user's
+  confirmation, with a summary in plain words ("Turn on light.kitchen at 40 % brightness").
+  Only the domains of `BERNARD_HA_DOMAINS` can be called: the tool is built for them
+  (`call_service_tool`), its schema lists them, so a call for another domain fails its schema
+  and is never proposed.
 
 Home Assistant's REST API does not say what it refuses: a service call on an entity that
 does not exist answers `200 []`, and a value the entity refuses (a thermostat set above its
@@ -62,6 +65,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field, SecretStr, create_model
 
 from worker.tools.http import ServiceError, request_json, trim
+from worker.tools.policy import Subject
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 from worker.tools.settings import SourceSettings
@@ -72,8 +76,10 @@ __all__ = [
     "HomeAssistantSettings",
     "area_template",
     "call_service_tool",
+    "call_subjects",
     "check_call",
     "describe_call",
+    "entity_area_template",
     "ha_get_state",
     "ha_list_entities",
     "home_assistant_tools",
@@ -319,6 +325,86 @@ async def _call_service(
     return "\n".join(lines)
 
 
+# -- what the policy reads of a call (worker/tools/policy.py) --------------------------------
+
+
+async def call_subjects(args: dict[str, Any], config: RunnableConfig, areas: bool) -> list[Subject]:
+    """What an `ha_call_service` call acts on: its domain, service, entity and options, and
+    (when a rule names an area) the entity's area, read from Home Assistant."""
+    data = args.get("data")
+    return [
+        await _subject(
+            config,
+            str(args.get("domain", "")),
+            str(args.get("service", "")),
+            str(args.get("entity_id", "")),
+            data if isinstance(data, dict) else {},
+            areas,
+        )
+    ]
+
+
+async def _subject(
+    config: RunnableConfig,
+    domain: str,
+    service: str,
+    entity_id: str,
+    data: dict[str, Any],
+    areas: bool,
+) -> Subject:
+    entity = entity_id.strip().lower()
+    area: tuple[str, ...] | None = None
+    known = True
+    if areas:
+        try:
+            area = await _area_of(config, entity)
+        except ToolException:  # no administrator's token, Home Assistant away: not known
+            known = False
+    return Subject(
+        tool="ha_call_service",
+        declared=True,
+        domain=domain.strip().lower(),
+        service=service.strip().lower(),
+        entity=entity,
+        area=area,
+        area_known=known,
+        options=data,
+    )
+
+
+def entity_area_template(entity: str) -> str:
+    """The template that gives an entity's area (its own, or its device's): its name and id,
+    both null for an entity in no area (helpers/template.py `area_name`, `area_id`)."""
+    name = json.dumps(entity)
+    return f'{{{{ {{"name": area_name({name}), "id": area_id({name})}} | tojson }}}}'
+
+
+async def _area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | None:
+    """The area an entity is in (its name and id), None for none; `ToolException` when Home
+    Assistant cannot say (not an entity id, a token that may not render templates)."""
+    if not _ENTITY_ID.fullmatch(entity):
+        raise ToolException(f"Error: {trim(entity, 70)!r} is not an entity id")
+    base, headers = _service(get_runtime(config).tool_settings.of(HomeAssistantSettings))
+    rendered = await request_json(
+        config,
+        "POST",
+        f"{base}/api/template",
+        service=SERVICE,
+        json={"template": entity_area_template(entity)},
+        headers=headers,
+        refused=REFUSED_TEMPLATE,
+        reason_of=_reason,
+    )
+    name = rendered.get("name") if isinstance(rendered, dict) else None
+    area_id = rendered.get("id") if isinstance(rendered, dict) else None
+    if not isinstance(rendered, dict) or not all(
+        isinstance(v, str | None) for v in (name, area_id)
+    ):
+        raise ToolException(f"Error: {SERVICE} sent an unexpected response to a template")
+    found = tuple(v for v in (name, area_id) if isinstance(v, str))
+    return found or None
+
+
 def _service_failure(exc: ServiceError, what: str, entity: str) -> str:
     """What the model reads of Home Assistant refusing a call it was sent."""
     if exc.status == 400 and not exc.reason:  # its plain "400: Bad Request", before running
@@ -366,14 +452,15 @@ def call_service_tool(domains: Iterable[str]) -> BaseTool:
         name="ha_call_service",
         description=(
             "Control a Home Assistant device: call a service (turn_on, turn_off, toggle, "
-            "set_temperature, open_cover, ...) on one entity. The user confirms the call "
-            "before it runs."
+            "set_temperature, open_cover, ...) on one entity. The household's policy says "
+            "which calls the user confirms before they run."
         ),
         args_schema=schema,
         metadata={
             "requires_confirmation": True,
             "confirmation_summary": describe_call,
             "confirmation_check": check_call,
+            "policy_subjects": call_subjects,
         },
     )
     # The model reads the error text as the tool's result and can correct its call.
