@@ -25,6 +25,9 @@ class ErrorCode(StrEnum):
     CONFIRMATION_NOT_FOUND = "confirmation_not_found"
     CONFIRMATION_ALREADY_DECIDED = "confirmation_already_decided"
     CONFIRMATION_EXPIRED = "confirmation_expired"
+    # POST /v1/conversations/{id}/undo: no change to put back (404), or its window passed (409).
+    NOTHING_TO_UNDO = "nothing_to_undo"
+    UNDO_EXPIRED = "undo_expired"
     NOT_FOUND = "not_found"
     # A Responses stream that can no longer number its events as it did (api/routes/responses.py).
     RESUME_UNAVAILABLE = "resume_unavailable"

@@ -58,6 +58,9 @@ class AgentRequest:
     # position of its last message}. The worker reads what of it the prompt holds
     # (worker/harness/memory.py) and writes nothing to it; `messages` are only the new ones.
     history_of: dict[str, Any] | None = None
+    # The turn undoes the conversation's last change to the house, as its `undo` tool does
+    # (POST /v1/conversations/{id}/undo: worker/harness/undo.py).
+    undo: bool = False
     # The client's own function tools, offered to the router beside Bernard's (issue 22):
     # each in Chat Completions' shape, {"type": "function", "function": {"name",
     # "description", "parameters", "strict"?}}. The router never runs one: calling it ends

@@ -146,6 +146,8 @@ class Settings(BaseSettings):
     policy_file: str | None = Field(None, alias="BERNARD_POLICY_FILE")
     confirm_tools: str = Field("", alias="BERNARD_CONFIRM_TOOLS")
     auto_approve_tools: str = Field("", alias="BERNARD_AUTO_APPROVE_TOOLS")
+    # How long after a Home Assistant call "undo" may put its entity back (shared/records/undo.py).
+    undo_window_s: float = Field(600.0, gt=0, alias="BERNARD_UNDO_WINDOW_S")
     confirmation_ttl_s: int = Field(3600, alias="BERNARD_CONFIRMATION_TTL_S")
 
     # Tools that reach other services (worker/tools/): each request's limit, shared by all of

@@ -1,4 +1,4 @@
-"""The household's policy, through the paths users take: a turn over the API, the
+"""The household's policy and undo, through the paths users take: a turn over the API, the
 scripted upstream making the tool calls, the fake Home Assistant (tests/fakes/
 home_assistant.py) receiving what Bernard sends. The same with a real Home Assistant:
 tests/homeassistant/test_house_policy.py; the rules themselves: tests/worker/test_policy_rules.py.
@@ -6,6 +6,7 @@ tests/homeassistant/test_house_policy.py; the rules themselves: tests/worker/tes
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ ADULT = {"Authorization": "Bearer key-adult"}
 KID = {"Authorization": "Bearer key-kid"}
 DOMAINS = "light,switch,fan,climate,lock,script"
 UNLOCK = {"domain": "lock", "service": "unlock", "entity_id": "lock.front_door"}
+LIVING_OFF = {"domain": "light", "service": "turn_off", "entity_id": "light.living_room"}
 KITCHEN_ON = {
     "domain": "light",
     "service": "turn_on",
@@ -62,6 +64,9 @@ class House:
     ) -> list[tuple[str, Any]]:
         body = {"confirmation_id": proposal["confirmation_id"], "decision": "approve", **more}
         return await named(self.stack.client, "/v1/conversations/house/resume", body, who)
+
+    async def undo(self, who: dict[str, str] = ADULT) -> list[tuple[str, Any]]:
+        return await named(self.stack.client, "/v1/conversations/house/undo", {}, who)
 
     async def tool_records(self, owner: str) -> list[dict[str, Any]]:
         return await RecordKeeper(self.stack.redis, owner).calls("house", kind="tool")
@@ -248,3 +253,139 @@ async def test_no_approval_runs_a_call_the_users_rules_refuse(
     assert results(events) == [(True, NOT_ALLOWED)]
     assert status(events) == "completed"
     assert kids_house.home.service_calls == []
+
+
+# -- undo ------------------------------------------------------------------------------------
+
+
+async def test_undo_that_puts_the_light_back_at_its_brightness(
+    house: House, upstream: ScriptedUpstream
+) -> None:
+    assert house.home.states()["light.living_room"]["attributes"]["brightness"] == 180
+    upstream.script_router(Reply.tool_calls([("ha_call_service", LIVING_OFF)]))
+    upstream.script(Reply.text("It is off."))
+    off = await house.say("Turn off the living room lights")
+    assert status(off) == "completed" and not of(off, "awaiting_confirmation")
+    assert house.home.states()["light.living_room"]["state"] == "off"
+
+    upstream.script_router(Reply.tool_calls([("undo", {})], ids=["undo"]))
+    upstream.script(Reply.text("They are back on."))
+    undone = await house.say("No, undo that")
+
+    assert not of(undone, "awaiting_confirmation")
+    (called,) = of(undone, "tool_call")
+    assert (called["name"], called["policy"]) == ("undo", LIGHTS)
+    assert results(undone) == [
+        (
+            False,
+            "Undone: put light.living_room back to on, brightness 71 %.\n"
+            "light.living_room is now on, brightness 71 %.",
+        )
+    ]
+    light = house.home.states()["light.living_room"]
+    assert (light["state"], light["attributes"]["brightness"]) == ("on", 180)
+    assert house.home.service_calls[-1] == ServiceCall(
+        "light", "turn_on", {"entity_id": "light.living_room", "brightness": 180}
+    )
+
+    # Undone once: nothing is left to undo.
+    upstream.script_router(Reply.tool_calls([("undo", {})], ids=["again"]))
+    upstream.script(Reply.text("Nothing to undo."))
+    again = await house.say("undo that again")
+    assert results(again) == [
+        (
+            True,
+            "Error: there is nothing to undo: Bernard made no change to the house in this "
+            "conversation that it can put back",
+        )
+    ]
+    assert len(house.home.service_calls) == 2
+
+
+async def test_the_undo_route_restores_and_answers_in_the_envelope_when_it_cannot(
+    house: House, upstream: ScriptedUpstream
+) -> None:
+    client = house.stack.client
+    nothing = await client.post("/v1/conversations/house/undo", headers=ADULT)
+    assert (nothing.status_code, nothing.json()["error"]["code"]) == (404, "nothing_to_undo")
+    missing = await client.post("/v1/conversations/nowhere/undo", headers=ADULT)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (
+        404,
+        "conversation_not_found",
+    )
+
+    upstream.script_router(Reply.tool_calls([("ha_call_service", LIVING_OFF)]))
+    upstream.script(Reply.text("Off."))
+    await house.say("Lights off")
+    upstream.script(Reply.text("Back on."))
+    undone = await house.undo()
+
+    (called,) = of(undone, "tool_call")
+    assert (called["name"], called["arguments"], called["policy"]) == ("undo", "{}", LIGHTS)
+    assert [ok for ok, _ in results(undone)] == [False]
+    assert status(undone) == "completed"
+    light = house.home.states()["light.living_room"]
+    assert (light["state"], light["attributes"]["brightness"]) == ("on", 180)
+    rows = (await client.get("/v1/conversations/house/messages", headers=ADULT)).json()["data"]
+    assert [(r["role"], r["content"]) for r in rows[-4:-2]] == [
+        ("user", "Undo that."),
+        ("assistant", ""),
+    ]
+    assert rows[-1]["content"] == "Back on."
+
+    again = await client.post("/v1/conversations/house/undo", headers=ADULT)
+    assert (again.status_code, again.json()["error"]["code"]) == (404, "nothing_to_undo")
+    # Another user's conversation of the same id has nothing of this one's.
+    theirs = await client.post("/v1/conversations/house/undo", headers=KID)
+    assert (theirs.status_code, theirs.json()["error"]["code"]) == (404, "nothing_to_undo")
+
+
+async def test_past_the_window_nothing_is_undone(
+    home: FakeHomeAssistant, upstream: ScriptedUpstream
+) -> None:
+    async for house in house_of(home, upstream, None, undo_window_s=0.5):
+        upstream.script_router(Reply.tool_calls([("ha_call_service", LIVING_OFF)]))
+        upstream.script(Reply.text("Off."))
+        await house.say("Lights off")
+        await asyncio.sleep(0.6)
+
+        late = await house.stack.client.post("/v1/conversations/house/undo", headers=ADULT)
+
+        assert late.status_code == 409, late.text
+        error = late.json()["error"]
+        assert error["code"] == "undo_expired"
+        assert error["message"].endswith(
+            "s ago; a change can be undone for 0.5 s (BERNARD_UNDO_WINDOW_S)"
+        )
+        upstream.script_router(Reply.tool_calls([("undo", {})]))
+        upstream.script(Reply.text("Too late."))
+        said = await house.say("undo that")
+        ((is_error, output),) = results(said)
+        assert is_error and output.endswith(
+            "Bernard undoes a change for 0.5 s only (BERNARD_UNDO_WINDOW_S)"
+        )
+        assert home.states()["light.living_room"]["state"] == "off"
+
+
+async def test_undoing_a_lock_is_an_unlock_and_asks_as_one(
+    house: House, upstream: ScriptedUpstream
+) -> None:
+    lock = {"domain": "lock", "service": "lock", "entity_id": "lock.front_door"}
+    house.home.states()["lock.front_door"]["state"] = "unlocked"
+    upstream.script_router(Reply.tool_calls([("ha_call_service", lock)]))
+    (proposal,) = of(await house.say("Lock the door"), "awaiting_confirmation")
+    upstream.script(Reply.text("Locked."))
+    await house.decide(proposal)
+    assert house.home.states()["lock.front_door"]["state"] == "locked"
+
+    asked = await house.undo()
+
+    (undo,) = of(asked, "awaiting_confirmation")
+    assert undo["summary"] == "Undo the last change: put lock.front_door back to unlocked"
+    assert status(asked) == "awaiting_confirmation"
+    assert house.home.states()["lock.front_door"]["state"] == "locked"
+    upstream.script(Reply.text("Unlocked again."))
+    undone = await house.decide(undo)
+    (called,) = of(undone, "tool_call")
+    assert called["policy"] == {"rule": "locks, alarms, covers", "decision": "ask"}
+    assert house.home.states()["lock.front_door"]["state"] == "unlocked"

@@ -49,6 +49,7 @@ from shared.records.call_log import (
 from shared.records.conversation import ConversationNotFoundError
 from shared.records.keeper import Recorder
 from shared.records.messages import Message
+from shared.records.undo import Restore, Undone
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
 from worker.harness.resume import edited_arguments
@@ -191,12 +192,17 @@ class TurnRecording:
             case ToolCallEnded() if item.call.id in self._tool_calls:
                 call_id, began = self._tool_calls.pop(item.call.id)
                 outcome = item.outcome  # the whole output, not the stream's cut
+                # What would put back what a call changed, or which call it put back
+                # (shared/records/undo.py): the tool's artifact, kept with its record.
+                artifact = outcome.message.artifact
                 self._record(
                     tool_completed(
                         call_id,
                         latency_ms=(time.perf_counter() - began) * 1000,
                         content=outcome.content,
                         status=outcome.status,
+                        undo=artifact.encoded() if isinstance(artifact, Restore) else None,
+                        undid=artifact.call_id if isinstance(artifact, Undone) else None,
                     )
                 )
 

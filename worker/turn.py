@@ -2,7 +2,8 @@
 every sink of the turn.
 
 memory → router → response for an agent turn (memory → resume → router → response for one
-that carries the user's decisions on a paused turn's tool calls); the response harness
+that carries the user's decisions on a paused turn's tool calls, memory → undo → response
+for one that undoes the conversation's last change to the house); the response harness
 alone for a turn that runs the model alone (`RunMode.MODEL`: a legacy completion). The
 runner reads only the agent request (shared/requests.py), never how the turn is delivered.
 Each harness is an async generator; the runner chains them into a `Sequencer` and passes
@@ -39,6 +40,7 @@ from worker.harness.memory import memory_harness
 from worker.harness.response import response_harness
 from worker.harness.resume import resume_harness
 from worker.harness.router import router_harness
+from worker.harness.undo import undo_harness
 from worker.recording import TurnRecording
 from worker.sequencer import Sequencer
 
@@ -63,6 +65,8 @@ def harnesses(ctx: TurnContext) -> list[Harness]:
         return [response_harness]
     if ctx.request.resume:
         return [memory_harness, resume_harness, router_harness, response_harness]
+    if ctx.request.undo:
+        return [memory_harness, undo_harness, response_harness]
     return [memory_harness, router_harness, response_harness]
 
 

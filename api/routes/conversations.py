@@ -1,5 +1,5 @@
 """`/v1/conversations`: create, list, read, retitle and delete conversations, post a message
-to one and decide on the tool calls it waits on.
+to one, decide on the tool calls it waits on, and undo its last change to the house.
 
 Owner-scoped like every route: another user's conversation, or a missing one, is the same
 404. Posting a message and resuming run a turn on the stored history; the answer is JSON
@@ -10,6 +10,7 @@ Owner-scoped like every route: another user's conversation, or a missing one, is
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Response
@@ -49,6 +50,7 @@ from shared.events import Done, TurnStatus
 from shared.records.conversation import ConversationExistsError
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
+from shared.records.undo import LOOKBACK, TooLate, find_undo
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.schema_checks import Invalid
 
@@ -82,6 +84,16 @@ class NewMessage(_Body):
     metadata: dict[str, str] | None = Field(None, max_length=_METADATA_PAIRS)
     # Stream the prompts sent to each model, each call's latency and usage (`trace` events).
     trace: bool = False
+
+
+class UndoRequest(_Body):
+    """`POST /v1/conversations/{id}/undo`: nothing but whether to trace the turn."""
+
+    trace: bool = False
+
+
+# The user's words an undo turn stores: the history reads as the user asked it.
+UNDO_WORDS = "Undo that."
 
 
 class ResumeRequest(_Body):
@@ -295,6 +307,47 @@ async def resume(
         # Another call of the same step still waits: nothing runs until all are decided.
         left = pending_of(await keeper.proposals(conversation_id))
         return _still_waiting(public_proposal(left[0]) if left else None, stream)
+
+
+@router.post("/conversations/{conversation_id}/undo")
+async def undo(
+    conversation_id: str,
+    owner: TurnOwner,
+    state: State,
+    body: UndoRequest | None = None,
+    accept: Annotated[str | None, Header()] = None,
+) -> Response:
+    """Put back the entity of the conversation's last change to the house, as saying "undo
+    that" does: a turn that calls the `undo` tool through the household's policy (it may
+    ask, or be refused). 404 `nothing_to_undo`, 409 `undo_expired` past
+    `BERNARD_UNDO_WINDOW_S` (shared/records/undo.py), before any turn starts."""
+    await _owned(state, owner, conversation_id)
+    records = await _keeper(state, owner).latest_calls(conversation_id, LOOKBACK)
+    window = state.settings.undo_window_s
+    found = find_undo(records, now=time.time(), window_s=window)
+    if found is None:
+        raise ApiError(
+            404,
+            f"conversation '{conversation_id}' made no change to the house that can be undone",
+            code=ErrorCode.NOTHING_TO_UNDO,
+        )
+    if isinstance(found, TooLate):
+        raise ApiError(
+            409,
+            f"the last change to the house was made {time.time() - found.at:.0f} s ago; a "
+            f"change can be undone for {window:g} s (BERNARD_UNDO_WINDOW_S)",
+            code=ErrorCode.UNDO_EXPIRED,
+        )
+    request = TurnRequest(
+        AgentRequest(
+            [{"role": "user", "content": UNDO_WORDS}],
+            trace=(body or UndoRequest()).trace,
+            resends_history=False,
+            undo=True,
+        ),
+        Delivery("conversation", stream=_wants_stream(accept), on_disconnect="continue"),
+    )
+    return await _run(state, owner, conversation_id, request, adds=len(UNDO_WORDS))
 
 
 class _StillWaiting(Exception):

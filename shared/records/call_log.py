@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -110,14 +110,21 @@ def tool_completed(
     latency_ms: float,
     content: str,
     status: Literal["success", "error"] = "success",
+    undo: Mapping[str, Any] | None = None,
+    undid: str | None = None,
 ) -> CallEvent:
-    """The tool call `call_id` ended; `content` is stored whole, never cut."""
+    """The tool call `call_id` ended; `content` is stored whole, never cut. `undo` is what
+    would put back what it changed, `undid` the call it put back (shared/records/undo.py)."""
     entry: Message = {
         "kind": "tool",
         "status": "completed" if status == "success" else "failed",
         "latency_ms": latency_ms,
         "content": content,
     }
+    if undo is not None:
+        entry["undo"] = dict(undo)
+    if undid is not None:
+        entry["undid"] = undid
     return CallEvent(call_id, "completed", entry)
 
 

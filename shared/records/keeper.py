@@ -412,6 +412,13 @@ class Archivist(_Store):
         records = calls_of(raw)
         return [r for r in records if r["kind"] == kind] if kind is not None else records
 
+    async def latest_calls(self, conversation_id: str, entries: int) -> list[Message]:
+        """The calls of the log's last `entries` entries, as `calls` gives them (a call
+        whose start is further back has only what its completion says)."""
+        calls_key = self._keys(conversation_id)[2]
+        raw = await self._redis.lrange(calls_key, -entries, -1)  # type: ignore[misc]
+        return calls_of(raw)
+
 
 class Recorder(_Store):
     """Write access to conversations: what the turn runner records a turn with."""

@@ -387,6 +387,8 @@ def _apply(
         if domain == "light":
             if "brightness_pct" in options:
                 attributes["brightness"] = round(float(options["brightness_pct"]) * 255 / 100)
+            elif "brightness" in options:
+                attributes["brightness"] = round(float(options["brightness"]))
             elif on and attributes.get("brightness") is None:
                 attributes["brightness"] = 255
             if not on:

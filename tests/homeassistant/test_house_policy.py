@@ -1,4 +1,4 @@
-"""The household's policy against a real Home Assistant 2025.4, through Bernard's
+"""The household's policy and undo against a real Home Assistant 2025.4, through Bernard's
 pipeline (a turn over the conversation API, the scripted upstream making the tool calls),
 the house read back through Home Assistant's REST API and every service call it ran read
 from its websocket (tests/homeassistant/test_house_tools.py `ServiceCalls`).
@@ -195,3 +195,56 @@ async def test_a_restricted_key_cannot_have_a_lock_call_run_or_asked(
     assert [p["summary"] for p in of(asked, "awaiting_confirmation")] == [
         "Call lock.unlock on lock.front_door"
     ]
+
+
+async def test_undo_that_after_a_light_went_off_turns_it_back_on_to_its_brightness(
+    home: Home, calls: ServiceCalls
+) -> None:
+    home.upstream.script_router(
+        Reply.tool_calls([call("light.kitchen", "turn_on", brightness_pct=40)])
+    )
+    home.upstream.script(Reply.text("On at 40 %."))
+    await home.say("Kitchen light at 40 %")
+    home.upstream.script_router(Reply.tool_calls([call("light.kitchen", "turn_off")]))
+    home.upstream.script(Reply.text("Off."))
+    off = await home.say("Turn off the kitchen light")
+    assert not of(off, "awaiting_confirmation")
+    assert await home.state("light.kitchen") == ("off", None)
+    # The template light keeps its level while off; a real one may not: forget it, so only
+    # the brightness undo sends brings 40 % back.
+    await home.ha.call_service(
+        "input_number", "set_value", entity_id="input_number.kitchen_light_level", value=255
+    )
+    await calls.clear()
+
+    home.upstream.script_router(Reply.tool_calls([("undo", {})]))
+    home.upstream.script(Reply.text("It is back on."))
+    undone = await home.say("Oops, undo that")
+
+    assert not of(undone, "awaiting_confirmation")
+    assert [c["name"] for c in of(undone, "tool_call")] == ["undo"]
+    assert results(undone) == [
+        (
+            False,
+            "Undone: put light.kitchen back to on, brightness 40 %.\n"
+            "light.kitchen is now on, brightness 40 %.\n"
+            "Also changed: input_number.kitchen_light_level is now 102.0.\n"
+            "Also changed: input_boolean.kitchen_light is now on.",
+        )
+    ]
+    assert await home.state("light.kitchen") == ("on", 102)
+    assert [c for c in await calls.settled() if c.domain == "light"] == [
+        ServiceCall("light", "turn_on", {"entity_id": "light.kitchen", "brightness": 102})
+    ]
+
+    # The button's route: off once more, and back.
+    home.upstream.script_router(Reply.tool_calls([call("light.kitchen", "turn_off")]))
+    home.upstream.script(Reply.text("Off."))
+    await home.say("Off again")
+    await home.ha.call_service(
+        "input_number", "set_value", entity_id="input_number.kitchen_light_level", value=255
+    )
+    home.upstream.script(Reply.text("Back on."))
+    pressed = await home.post("undo", {})
+    assert [ok for ok, _ in results(pressed)] == [False]
+    assert await home.state("light.kitchen") == ("on", 102)

@@ -233,6 +233,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "user": None,
         "resume": None,
         "history_of": None,
+        "undo": False,
         "client_tools": [],
         "tool_choice": None,
         "parallel_tool_calls": True,

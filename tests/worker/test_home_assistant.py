@@ -23,6 +23,7 @@ from httpx_sse import EventSource
 from langchain_core.tools import BaseTool
 
 from launcher.demo_home import create_app
+from shared.records.undo import Restore
 from tests.conftest import Config, Stack, make_config
 from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
 from tests.fakes.searxng import Seen
@@ -42,6 +43,7 @@ from worker.tools.home_assistant import (
     ha_get_state,
     ha_list_entities,
     home_assistant_tools,
+    restore_of,
 )
 
 KITCHEN_ON = {
@@ -1071,3 +1073,133 @@ async def test_the_demo_model_names_what_the_house_has_when_no_entity_fits_the_w
         "on",
         "off",
     ]
+
+
+# -- what undo puts back -----------------------------------------------------------------------
+
+
+def state(entity: str, value: str, **attributes: Any) -> dict[str, Any]:
+    return {"entity_id": entity, "state": value, "attributes": attributes}
+
+
+def put(service_: str, entity: str, **data: Any) -> dict[str, Any]:
+    return {"domain": entity.split(".")[0], "service": service_, "entity_id": entity, "data": data}
+
+
+# (case, the state before the call, the calls that put it back, in words; None: none can)
+RESTORES: list[tuple[str, dict[str, Any], list[dict[str, Any]] | None, str]] = [
+    (
+        "a dimmed light",
+        state("light.k", "on", brightness=102, color_mode="brightness"),
+        [put("turn_on", "light.k", brightness=102)],
+        "light.k back to on, brightness 40 %",
+    ),
+    (
+        "a warm light",
+        state("light.k", "on", brightness=255, color_mode="color_temp", color_temp_kelvin=2700),
+        [put("turn_on", "light.k", brightness=255, color_temp_kelvin=2700)],
+        "light.k back to on, brightness 100 %",
+    ),
+    (
+        "a coloured light",
+        state("light.k", "on", brightness=10, color_mode="hs", hs_color=[30, 80]),
+        [put("turn_on", "light.k", brightness=10, hs_color=[30, 80])],
+        "light.k back to on, brightness 4 %",
+    ),
+    (
+        "an on/off light",
+        state("light.k", "on", color_mode="onoff"),
+        [put("turn_on", "light.k")],
+        "light.k back to on",
+    ),
+    ("a light off", state("light.k", "off"), [put("turn_off", "light.k")], "light.k back to off"),
+    ("a switch", state("switch.s", "on"), [put("turn_on", "switch.s")], "switch.s back to on"),
+    (
+        "a fan's speed",
+        state("fan.f", "on", percentage=33),
+        [put("turn_on", "fan.f", percentage=33)],
+        "fan.f back to on, speed 33 %",
+    ),
+    ("a fan off", state("fan.f", "off"), [put("turn_off", "fan.f")], "fan.f back to off"),
+    ("a lock", state("lock.d", "locked"), [put("lock", "lock.d")], "lock.d back to locked"),
+    (
+        "an unlock",
+        state("lock.d", "unlocked"),
+        [put("unlock", "lock.d")],
+        "lock.d back to unlocked",
+    ),
+    ("a jammed lock", state("lock.d", "jammed"), None, ""),
+    (
+        "a cover's position",
+        state("cover.g", "open", current_position=30),
+        [put("set_cover_position", "cover.g", position=30)],
+        "cover.g back to open, 30 % open",
+    ),
+    (
+        "a closed door",
+        state("cover.g", "closed"),
+        [put("close_cover", "cover.g")],
+        "cover.g back to closed",
+    ),
+    (
+        "a thermostat",
+        state("climate.h", "heat", hvac_modes=["off", "heat"], temperature=20),
+        [put("set_temperature", "climate.h", temperature=20, hvac_mode="heat")],
+        "climate.h back to heat, set to 20°",
+    ),
+    (
+        "a thermostat's range",
+        state(
+            "climate.h",
+            "heat_cool",
+            hvac_modes=["heat_cool"],
+            target_temp_low=18,
+            target_temp_high=22,
+        ),
+        [
+            put(
+                "set_temperature",
+                "climate.h",
+                target_temp_low=18,
+                target_temp_high=22,
+                hvac_mode="heat_cool",
+            )
+        ],
+        "climate.h back to heat_cool",
+    ),
+    (
+        "a mode alone",
+        state("climate.h", "off", hvac_modes=["off", "heat"]),
+        [put("set_hvac_mode", "climate.h", hvac_mode="off")],
+        "climate.h back to off",
+    ),
+    ("a mode it does not list", state("climate.h", "cool", hvac_modes=["heat"]), None, ""),
+    (
+        "a paused film",
+        state("media_player.tv", "paused"),
+        [put("media_pause", "media_player.tv")],
+        "media_player.tv back to paused",
+    ),
+    (
+        "a player on",
+        state("media_player.tv", "idle"),
+        [put("turn_on", "media_player.tv")],
+        "media_player.tv back to idle",
+    ),
+    ("a scene: what it set is not known", state("scene.m", "2024-05-31T20:14:03"), None, ""),
+    ("a script", state("script.s", "off"), None, ""),
+    ("unavailable", state("light.k", "unavailable"), None, ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "calls", "said"), [case[1:] for case in RESTORES], ids=[case[0] for case in RESTORES]
+)
+def test_undo_puts_an_entity_back_with_the_service_of_its_domain(
+    before: dict[str, Any], calls: list[dict[str, Any]] | None, said: str
+) -> None:
+    restore = restore_of(before)
+    if calls is None:
+        assert restore is None
+    else:
+        assert restore == Restore(tuple(calls), said)

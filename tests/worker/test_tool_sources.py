@@ -42,7 +42,7 @@ DEFAULT_TOOLS = [
     "list_timers",
     "cancel_timer",
 ]
-HA_TOOLS = ["ha_list_entities", "ha_get_state", "ha_call_service"]
+HA_TOOLS = ["ha_list_entities", "ha_get_state", "ha_call_service", "undo"]
 PLEX_TOOLS = ["plex_search", "plex_browse", "plex_now_playing", "plex_play", "plex_control"]
 
 
@@ -100,7 +100,10 @@ CASES: list[tuple[str, dict[str, Any], list[str], list[tuple[str, str, str]]]] =
         "Home Assistant",
         {"ha_url": "http://user:pw@ha:8123", "ha_token": "t"},
         HA_TOOLS,
-        [("ha_*", "BERNARD_HA_URL", "http://user:***@ha:8123")],
+        [
+            ("ha_*", "BERNARD_HA_URL", "http://user:***@ha:8123"),
+            ("undo", "BERNARD_HA_URL", "http://user:***@ha:8123"),
+        ],
     ),
     ("Plex without its token", {"plex_url": "http://plex:32400"}, [], []),
     ("Plex token without its URL", {"plex_token": "t"}, [], []),

@@ -89,6 +89,8 @@ __all__ = [
     "RESPOND_TOOL",
     "RESPOND_TOOL_NAME",
     "ROUTER_PROMPT",
+    "propose",
+    "room_to_wait",
     "router_harness",
     "rule",
     "run_call",
@@ -195,7 +197,7 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
                         async for event in events:
                             yield event
             proposals: list[Proposal] = []
-            room, why = await _room_to_wait(ctx) if waiting and not handed else (0, "")
+            room, why = await room_to_wait(ctx) if waiting and not handed else (0, "")
             for call in waiting:
                 if handed:  # the turn ends on the client's calls: nobody is asked
                     refusal = "not run: the turn ended on the client's tool calls; call it again"
@@ -222,7 +224,7 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
                         async for event in events:
                             yield event
                     continue
-                proposals.append(_propose(ctx, call, tools[call.name], checked.summary))
+                proposals.append(propose(ctx, call, tools[call.name], checked.summary))
             if handed:
                 # The client runs its own tools: the turn ends here, without an answer, and
                 # the client's follow-up carries the results (the router then goes on).
@@ -274,7 +276,7 @@ async def rule(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool
     return await rule_on(tools[call.name], call.args, settings=ctx.settings, runtime=ctx.runtime)
 
 
-async def _room_to_wait(ctx: TurnContext) -> tuple[int, str]:
+async def room_to_wait(ctx: TurnContext) -> tuple[int, str]:
     """How many of a step's calls may wait for the user's decision, and why no more."""
     if not ctx.kept:
         return 0, (
@@ -301,7 +303,7 @@ async def _room_to_wait(ctx: TurnContext) -> tuple[int, str]:
     return room, why
 
 
-def _propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool, said: str) -> Proposal:
+def propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool, said: str) -> Proposal:
     return Proposal(
         confirmation_id=f"conf_{uuid.uuid4().hex}",
         turn_id=ctx.turn_id,

@@ -24,7 +24,16 @@ made on the user's profile page in Home Assistant, to `BERNARD_HA_URL`:
   confirmation, with a summary in plain words ("Turn on light.kitchen at 40 % brightness").
   Only the domains of `BERNARD_HA_DOMAINS` can be called: the tool is built for them
   (`call_service_tool`), its schema lists them, so a call for another domain fails its schema
-  and is never proposed.
+  and is never proposed. The entity's state, read just before the call is sent, gives the
+  calls that would put it back (`restore_of`), the result's artifact, kept with the call's
+  record (shared/records/undo.py).
+- `undo()`: puts back the entity of the conversation's last such call, within
+  `BERNARD_UNDO_WINDOW_S`, with the service of its domain (a light on at its brightness and
+  colour, a lock locked, a thermostat at its mode and temperature; a scene or a script
+  cannot be taken back). Home Assistant's `scene.create` with `snapshot_entities` would
+  restore as much, but as a scene call: the policy would read `scene.turn_on`, not the lock
+  it opens, and the house would keep the scenes. The policy reads the calls undo would make
+  (`_undo_subjects`): undoing a lock is an unlock, asked or refused as one.
 
 Home Assistant's REST API does not say what it refuses: a service call on an entity that
 does not exist answers `200 []`, and a value the entity refuses (a thermostat set above its
@@ -55,6 +64,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
@@ -64,6 +74,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field, SecretStr, create_model
 
+from shared.records.keeper import Archivist
+from shared.records.undo import LOOKBACK, Restore, TooLate, Undoable, Undone, find_undo
 from worker.tools.http import ServiceError, request_json, trim
 from worker.tools.policy import Subject
 from worker.tools.progress import get_reporter
@@ -83,6 +95,8 @@ __all__ = [
     "ha_get_state",
     "ha_list_entities",
     "home_assistant_tools",
+    "restore_of",
+    "undo_tool",
 ]
 
 
@@ -285,44 +299,58 @@ async def _call_service(
     entity_id: str,
     config: RunnableConfig,
     data: dict[str, Any] | None = None,
-) -> str:
-    """Call a Home Assistant service on one entity."""
+) -> tuple[str, Restore | None]:
+    """Call a Home Assistant service on one entity; the result's artifact is what would put
+    the entity back as it was just before (`restore_of`, for `undo`)."""
     reporter = get_reporter(config)
     with reporter.reporting_errors():
         call = await _checked(config, domain, service, entity_id, data)
-        base, headers = _service(get_runtime(config).tool_settings.of(HomeAssistantSettings))
-        what = f"{call.domain}.{call.service}"
-        reporter.step(f"Calling {what} for {call.entity}")
-        try:
-            changed = await request_json(
-                config,
-                "POST",
-                f"{base}/api/services/{call.domain}/{call.service}",
-                service=SERVICE,
-                json={"entity_id": call.entity, **call.data},
-                headers=headers,
-                refused=REFUSED,
-                reason_of=_reason,
-            )
-        except ServiceError as exc:
-            raise ToolException(_service_failure(exc, what, call.entity)) from exc
-        except ToolException as exc:
-            if isinstance(exc.__cause__, _UNSENT):  # never sent: nothing ran
-                raise
-            raise ToolException(f"{exc}{MAY_HAVE_RUN}") from exc
-        # Home Assistant answers every state the call wrote, in order: an entity that
-        # changed twice (a script run to its end: on, then off) is there twice, and its
-        # last state is the one it is in.
-        latest = {s["entity_id"]: s for s in _states(changed)}
-    reporter.complete(f"Home Assistant ran {what}")
-    lines = [f"Done: {describe_call(call.args())}."]
-    mine = latest.pop(call.entity, None)
-    if mine is not None:
-        lines.append(f"{_now(mine)}.")
-    else:
-        lines.append(f"Home Assistant reported no change of {call.entity}'s state.")
-    lines += [f"Also changed: {_now(s)}." for s in list(latest.values())[:5]]
-    return "\n".join(lines)
+        # The state `_checked` read, just before the call is sent, is what undo puts back.
+        restore = _restore_or_none(call.state)
+        latest = await _send(config, call)
+    reporter.complete(f"Home Assistant ran {call.domain}.{call.service}")
+    lines = [f"Done: {describe_call(call.args())}.", *_changes(call.entity, latest)]
+    return "\n".join(lines), restore
+
+
+async def _send(config: RunnableConfig, call: _Call) -> dict[str, dict[str, Any]]:
+    """Send a checked call; the states it changed, the last of each entity."""
+    base, headers = _service(get_runtime(config).tool_settings.of(HomeAssistantSettings))
+    what = f"{call.domain}.{call.service}"
+    get_reporter(config).step(f"Calling {what} for {call.entity}")
+    try:
+        changed = await request_json(
+            config,
+            "POST",
+            f"{base}/api/services/{call.domain}/{call.service}",
+            service=SERVICE,
+            json={"entity_id": call.entity, **call.data},
+            headers=headers,
+            refused=REFUSED,
+            reason_of=_reason,
+        )
+    except ServiceError as exc:
+        raise ToolException(_service_failure(exc, what, call.entity)) from exc
+    except ToolException as exc:
+        if isinstance(exc.__cause__, _UNSENT):  # never sent: nothing ran
+            raise
+        raise ToolException(f"{exc}{MAY_HAVE_RUN}") from exc
+    # Home Assistant answers every state the call wrote, in order: an entity that changed
+    # twice (a script run to its end: on, then off) is there twice, and its last state is
+    # the one it is in.
+    return {s["entity_id"]: s for s in _states(changed)}
+
+
+def _changes(entity: str, latest: dict[str, dict[str, Any]]) -> list[str]:
+    """What the model reads of the states a call changed."""
+    latest = dict(latest)
+    mine = latest.pop(entity, None)
+    lines = [
+        f"{_now(mine)}."
+        if mine is not None
+        else f"Home Assistant reported no change of {entity}'s state."
+    ]
+    return lines + [f"Also changed: {_now(s)}." for s in list(latest.values())[:5]]
 
 
 # -- what the policy reads of a call (worker/tools/policy.py) --------------------------------
@@ -405,6 +433,173 @@ async def _area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | Non
     return found or None
 
 
+# -- undo ------------------------------------------------------------------------------------
+
+# States of a lock, and the service that brings each back.
+_LOCK_SERVICES = {"locked": "lock", "locking": "lock", "unlocked": "unlock", "unlocking": "unlock"}
+_COVER_SERVICES = {
+    "open": "open_cover",
+    "opening": "open_cover",
+    "closed": "close_cover",
+    "closing": "close_cover",
+}
+_PLAYER_SERVICES = {"off": "turn_off", "playing": "media_play", "paused": "media_pause"}
+# A light's colour, by its color_mode: the option that sets it again.
+_COLOURS = {
+    "color_temp": "color_temp_kelvin",
+    "hs": "hs_color",
+    "rgb": "rgb_color",
+    "rgbw": "rgbw_color",
+    "rgbww": "rgbww_color",
+    "xy": "xy_color",
+}
+_ON_OFF = frozenset({"switch", "fan", "light", "input_boolean", "humidifier", "siren"})
+
+
+def restore_of(state: dict[str, Any]) -> Restore | None:
+    """The service calls that put an entity back in `state` (its state object); None for
+    what cannot be put back (a scene or a script ran: nothing says what it changed; an
+    entity unavailable, or in a state no service sets)."""
+    entity, value = state["entity_id"], state["state"]
+    attributes = state.get("attributes") or {}
+    domain = entity.split(".", 1)[0]
+    calls: list[tuple[str, dict[str, Any]]] = []
+    if domain == "light" and value == "on":
+        data: dict[str, Any] = {}
+        if _number(attributes.get("brightness")):
+            data["brightness"] = round(attributes["brightness"])
+        colour = _COLOURS.get(str(attributes.get("color_mode")))
+        if colour is not None and attributes.get(colour) is not None:
+            data[colour] = attributes[colour]
+        calls.append(("turn_on", data))
+    elif domain == "fan" and value == "on" and _number(attributes.get("percentage")):
+        calls.append(("turn_on", {"percentage": attributes["percentage"]}))
+    elif domain in _ON_OFF and value in ("on", "off"):
+        calls.append((f"turn_{value}", {}))
+    elif domain == "lock" and value in _LOCK_SERVICES:
+        calls.append((_LOCK_SERVICES[value], {}))
+    elif domain == "cover" and _number(attributes.get("current_position")):
+        calls.append(("set_cover_position", {"position": attributes["current_position"]}))
+    elif domain == "cover" and value in _COVER_SERVICES:
+        calls.append((_COVER_SERVICES[value], {}))
+    elif domain == "climate" and value in (attributes.get("hvac_modes") or ()):
+        wanted = {k: attributes.get(k) for k in ("target_temp_low", "target_temp_high")}
+        if _number(attributes.get("temperature")):
+            calls.append(
+                ("set_temperature", {"temperature": attributes["temperature"], "hvac_mode": value})
+            )
+        elif all(_number(v) for v in wanted.values()):
+            calls.append(("set_temperature", {**wanted, "hvac_mode": value}))
+        else:
+            calls.append(("set_hvac_mode", {"hvac_mode": value}))
+    elif domain == "media_player" and value in _PLAYER_SERVICES:
+        calls.append((_PLAYER_SERVICES[value], {}))
+    elif domain == "media_player" and value in ("on", "idle"):
+        calls.append(("turn_on", {}))
+    if not calls:
+        return None
+    made = tuple(
+        {"domain": domain, "service": service, "entity_id": entity, "data": data}
+        for service, data in calls
+    )
+    return Restore(made, f"{entity} back to {_brief(state)}")
+
+
+def _restore_or_none(state: dict[str, Any]) -> Restore | None:
+    """`restore_of`, None for a state it cannot read (an attribute of an unexpected type):
+    a call that cannot be undone still runs."""
+    try:
+        return restore_of(state)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+
+
+async def _undoable(config: RunnableConfig) -> Undoable:
+    """The last change to the house in this conversation that can be put back; a
+    `ToolException` saying why there is none."""
+    runtime = get_runtime(config)
+    if runtime.conversation_id is None:
+        raise ToolException("Error: undo works in a stored conversation; this turn has none")
+    archivist = Archivist(
+        runtime.redis, runtime.owner, retention_s=runtime.settings.conversation_retention_s
+    )
+    records = await archivist.latest_calls(runtime.conversation_id, LOOKBACK)
+    window = runtime.settings.undo_window_s
+    found = find_undo(records, now=time.time(), window_s=window)
+    if found is None:
+        raise ToolException(
+            "Error: there is nothing to undo: Bernard made no change to the house in this "
+            "conversation that it can put back"
+        )
+    if isinstance(found, TooLate):
+        raise ToolException(
+            f"Error: the last change was made {time.time() - found.at:.0f} s ago, and Bernard "
+            f"undoes a change for {window:g} s only (BERNARD_UNDO_WINDOW_S)"
+        )
+    return found
+
+
+async def _undo_subjects(
+    args: dict[str, Any], config: RunnableConfig, areas: bool
+) -> list[Subject]:
+    """What undo would call, as the policy reads it: undoing an unlock is a lock call, asked
+    or refused as one. None to undo: nothing (the tool then says so)."""
+    try:
+        found = await _undoable(config)
+    except ToolException:
+        return []
+    return [
+        await _subject(
+            config, c["domain"], c["service"], c["entity_id"], dict(c.get("data") or {}), areas
+        )
+        for c in found.restore.calls
+    ]
+
+
+async def check_undo(args: dict[str, Any], config: RunnableConfig) -> str:
+    """`undo`'s `confirmation_check`: what it would put back, once each call it would make
+    can run; a `ToolException` when it cannot."""
+    found = await _undoable(config)
+    for c in found.restore.calls:
+        await _checked(config, c["domain"], c["service"], c["entity_id"], c.get("data"))
+    return f"Undo the last change: put {found.restore.said}"
+
+
+async def _undo(config: RunnableConfig) -> tuple[str, Undone]:
+    """Put back the entity of the last change to the house in this conversation."""
+    reporter = get_reporter(config)
+    with reporter.reporting_errors():
+        found = await _undoable(config)
+        reporter.step(f"Putting {found.restore.said}")
+        lines = [f"Undone: put {found.restore.said}."]
+        for c in found.restore.calls:
+            call = await _checked(config, c["domain"], c["service"], c["entity_id"], c.get("data"))
+            lines += _changes(call.entity, await _send(config, call))
+    reporter.complete("Put back")
+    return "\n".join(lines), Undone(found.call_id)
+
+
+def undo_tool() -> BaseTool:
+    """The `undo` tool: offered beside `ha_call_service`."""
+    made = StructuredTool.from_function(
+        coroutine=_undo,
+        name="undo",
+        description=(
+            "Undo the last change Bernard made to the house in this conversation (when the "
+            'user says "undo that", "put it back"): puts the entity back as it was just '
+            "before, within a few minutes of the change."
+        ),
+        response_format="content_and_artifact",
+        metadata={
+            "confirmation_summary": lambda args: "Undo the last change to the house",
+            "confirmation_check": check_undo,
+            "policy_subjects": _undo_subjects,
+        },
+    )
+    made.handle_tool_error = True
+    return made
+
+
 def _service_failure(exc: ServiceError, what: str, entity: str) -> str:
     """What the model reads of Home Assistant refusing a call it was sent."""
     if exc.status == 400 and not exc.reason:  # its plain "400: Bad Request", before running
@@ -456,6 +651,7 @@ def call_service_tool(domains: Iterable[str]) -> BaseTool:
             "which calls the user confirms before they run."
         ),
         args_schema=schema,
+        response_format="content_and_artifact",
         metadata={
             "requires_confirmation": True,
             "confirmation_summary": describe_call,
@@ -473,7 +669,7 @@ def home_assistant_tools(settings: HomeAssistantSettings) -> list[BaseTool]:
     allowed."""
     tools: list[BaseTool] = [ha_list_entities, ha_get_state]
     if settings.ha_domain_names():
-        tools.append(call_service_tool(settings.ha_domain_names()))
+        tools += [call_service_tool(settings.ha_domain_names()), undo_tool()]
     return tools
 
 

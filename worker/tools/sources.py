@@ -104,7 +104,7 @@ SOURCES: tuple[ToolSource[Any], ...] = (
         HomeAssistantSettings,
         needs=("ha_url", "ha_token"),
         tools=home_assistant_tools,
-        services=(Service("ha_*", "ha_url"),),
+        services=(Service("ha_*", "ha_url"), Service("undo", "ha_url")),
     ),
     ToolSource(
         "Plex",
