@@ -49,7 +49,8 @@ from api.routes.playground import CSP, ROOT
 from launcher.cli import print_banner
 from shared.notes import NoteStore
 from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
+from tests.conftest import Stack, make_config, make_settings, run_stack
+from tests.fakes.home_assistant import FakeHomeAssistant
 from tests.upstream import Reply, ScriptedUpstream
 from worker.tools import get_reporter
 
@@ -816,6 +817,56 @@ async def test_the_lights_are_suggested_where_home_assistant_is(
         await expect(playground.page.locator(".welcome .suggestion")).to_have_text(
             ["Turn on the kitchen lights"]
         )
+
+
+async def test_a_change_to_the_house_says_its_rule_and_its_card_undoes_it(
+    upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    """The household's policy lets the light run at once, the card says by which rule, and
+    its Undo button puts the light back as it was (the fake Home Assistant's)."""
+    off = {"domain": "light", "service": "turn_off", "entity_id": "light.living_room"}
+    async with FakeHomeAssistant() as home:
+        config = make_config(
+            upstream,
+            api_keys=user_keys(),
+            ha_url=home.base_url,
+            ha_token=FakeHomeAssistant.token,
+            policy_file=None,  # the household default
+        )
+        async with config.stack() as stack:
+            try:
+                upstream.script_router(Reply.tool_calls([("ha_call_service", off)]))
+                upstream.script(Reply.text("The living room is dark."))
+                playground = await pages.open(stack)
+                page = playground.page
+                await playground.send("lights off in the living room")
+                card = page.locator(".card.tool")
+                await expect(card.locator(".policy")).to_have_text(
+                    "Ran at once: rule “lights, switches, fans, players, scenes”"
+                )
+                await expect(card.locator(".state")).to_have_text("done")
+                await playground.idle()
+                assert home.states()["light.living_room"]["state"] == "off"
+                await playground.shot("undo")
+
+                upstream.script(Reply.text("The lights are back on."))
+                await card.get_by_role("button", name="Undo").click()
+                await expect(playground.answer).to_have_text("The lights are back on.")
+                await playground.idle()
+                await expect(page.locator(".bubble.user")).to_have_text(
+                    ["lights off in the living room", "Undo that."]
+                )
+                await expect(page.locator(".card.tool .tool-name")).to_have_text(
+                    ["ha_call_service", "undo"]
+                )
+                await expect(page.get_by_role("button", name="Undo")).to_have_count(0)
+                light = home.states()["light.living_room"]
+                assert (light["state"], light["attributes"]["brightness"]) == ("on", 180)
+                await page.reload()  # as stored: undone, no button
+                await expect(page.locator(".card.tool")).to_have_count(2)
+                await expect(page.get_by_role("button", name="Undo")).to_have_count(0)
+            finally:
+                await pages.close()
 
 
 async def test_conversations_are_listed_by_title_or_first_message_never_by_id(

@@ -15,7 +15,9 @@
 // ever set as text.
 //
 // Each tool call is one card from its proposal to its result, found by the call's id
-// whichever event or stored row names it. A message typed while a call waits for the
+// whichever event or stored row names it; it says which rule of the household's policy let
+// it run, asked or refused it, and the last change to the house has an Undo button
+// (`POST /v1/conversations/{id}/undo`, a turn like a message's). A message typed while a call waits for the
 // user's decision stays in the box with a hint (`showHint`). A new conversation opens on
 // prompts that fit the server's tools (`GET /v1/tools`); the footer says what the server
 // runs (`GET /v1/status`).
@@ -237,6 +239,7 @@ function drawCall(node, segment) {
   const head = el("div", "card-head");
   head.append(el("span", "tool-name", segment.name), el("span", "state", callState(segment)));
   const parts = [head];
+  if (segment.policy) parts.push(el("p", "policy", policyLine(segment.policy)));
   const edited = segment.proposed !== undefined && !sameJSON(segment.arguments, segment.proposed);
   if (segment.summary) parts.push(el("p", `summary${edited ? " proposed" : ""}`, segment.summary));
   if (segment.decision === "pending" || segment.decision === "sending") {
@@ -259,8 +262,41 @@ function drawCall(node, segment) {
   }
   // A rejected call's result is only what the model was told: the decision says it.
   if (segment.result && segment.decision !== "reject") parts.push(resultBlock(segment.result.output));
+  if (segment === lastChange()) {
+    const undo = el("button", "undo", "Undo");
+    undo.type = "button";
+    undo.addEventListener("click", () => undoLast(segment));
+    const actions = el("div", "actions");
+    actions.append(undo);
+    parts.push(actions);
+  }
   if (segment.problem) parts.push(el("div", "problem", segment.problem));
   node.replaceChildren(...parts);
+}
+
+// What the policy said of a call (worker/tools/policy.py `Ruling.shown`).
+function policyLine(policy) {
+  const said = { allow: "Ran at once", ask: "Asked first", deny: "Refused for this key" }[policy.decision] || policy.decision;
+  return `${said}: rule “${policy.rule}”`;
+}
+
+// The conversation's last change to the house that ran and was not undone: undo puts it back.
+function lastChange() {
+  let found = null;
+  for (const call of calls.values()) {
+    if (call.name === "ha_call_service" && call.result && !call.result.is_error && !call.undone) found = call;
+  }
+  return found;
+}
+
+// An undo ran: the change it put back is the last one (the server undoes them in turn).
+function markUndone() {
+  const undone = lastChange();
+  if (undone) undone.undone = true;
+}
+
+function redrawChanges() {
+  for (const call of calls.values()) if (call.name === "ha_call_service" && nodes.has(call)) drawSegment(call);
 }
 
 function decisionControls(segment) {
@@ -406,7 +442,7 @@ function addStopped() {
 }
 
 function newCall(data) {
-  return { kind: "call", id: data.id, name: data.name, arguments: data.arguments, steps: [], progress: undefined, result: null };
+  return { kind: "call", id: data.id, name: data.name, arguments: data.arguments, policy: data.policy || null, steps: [], progress: undefined, result: null };
 }
 
 // One event of the live turn: update its segments, redraw what changed.
@@ -421,7 +457,7 @@ function applyEvent(name, data) {
     // A call the user approved is already on the page (its proposal): it runs there.
     const call = calls.get(data.id);
     if (!call) return addSegment(newCall(data));
-    Object.assign(call, { arguments: data.arguments, started: true, stored: false, progress: undefined });
+    Object.assign(call, { arguments: data.arguments, policy: data.policy || call.policy, started: true, stored: false, progress: undefined });
     drawSegment(call);
   } else if (name === "tool_progress") {
     const call = calls.get(data.tool_call_id);
@@ -435,6 +471,8 @@ function applyEvent(name, data) {
     if (!call) return;
     call.result = { output: data.output, is_error: data.is_error };
     drawSegment(call);
+    if (call.name === "undo" && !data.is_error) markUndone();
+    if (["ha_call_service", "undo"].includes(call.name)) redrawChanges(); // the Undo button moves
   } else if (name === "awaiting_confirmation") {
     const proposal = { confirmation_id: data.confirmation_id, summary: data.summary, proposed: data.tool_call.arguments };
     const call = calls.get(data.tool_call.id);
@@ -613,6 +651,25 @@ async function decide(segment, decision, argumentsText) {
   saveLive();
   drawSegment(segment);
   if (hintShown === "waiting" && !waitingCall()) hideHint();
+  await runTurn(async () => response);
+}
+
+// The Undo button: the last change to the house put back, by a turn of its own.
+async function undoLast(segment) {
+  if (live || sending) return;
+  sending = true;
+  let response;
+  try {
+    response = await api("POST", `${conversationPath(current)}/undo`, { body: { trace: ui.trace.checked }, stream: true });
+  } catch (error) {
+    segment.problem = error.message;
+    return drawSegment(segment);
+  } finally {
+    sending = false;
+  }
+  segment.problem = "";
+  drawSegment(segment);
+  startLive(current, "Undo that.");
   await runTurn(async () => response);
 }
 
@@ -908,6 +965,8 @@ function rowText(row) {
 
 // What the worker tells the model of a call the user rejected (worker/harness/resume.py).
 const DECLINED = "The user declined:";
+// How the `undo` tool's result starts when it put a change back (worker/tools/home_assistant.py).
+const UNDONE = "Undone:";
 
 function drawRows(rows, conversation) {
   let lastCalls = [];
@@ -929,9 +988,11 @@ function drawRows(rows, conversation) {
       if (!segment?.stored) continue;
       if (text.startsWith(DECLINED)) segment.decision = "reject";
       segment.result = { output: text, is_error: false };
+      if (segment.name === "undo" && text.startsWith(UNDONE)) markUndone();
       drawSegment(segment);
     }
   }
+  redrawChanges(); // the Undo button on the last change only
   if (conversation.status !== "awaiting_confirmation" || live) return;
   // The last step's calls without a result wait for decisions: the first one offered
   // (`pending_confirmation`) in its own card, the others after it.
