@@ -337,7 +337,7 @@ def serve(console: Console) -> int:
             supervisor.spawn("demo-home", demo_home_argv(sys.executable, home.port), env)
             console.print(
                 f"Home Assistant: a demo home at {home.url} (three lights, a fan, a "
-                "thermostat); try “Turn on the kitchen light”, which waits for your approval",
+                "thermostat); try “Turn on the kitchen light”, then “Undo that”",
                 markup=False,
             )
 

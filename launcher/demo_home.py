@@ -1,6 +1,7 @@
 """The demo home: a small pretend Home Assistant that `./run` starts beside the offline demo
 model when no `BERNARD_HA_URL` is set, so a first run shows a tool that reports progress and
-waits for the user's confirmation ("Turn on the kitchen light").
+changes the house ("Turn on the kitchen light": the household policy lets a light run at
+once), and "Undo that" putting it back.
 
 It answers the part of Home Assistant's REST API that Bernard's tools use
 (worker/tools/home_assistant.py), in its shapes (https://developers.home-assistant.io/docs/
