@@ -8,11 +8,18 @@ fresh id. Another user using the same id has a conversation of their own, and ne
 tell that the other exists.
 
 A conversation runs one turn at a time. Its status (`idle`, `running` while the turn it last
-started may still run, `awaiting_confirmation` while tool calls wait for the user's
-decision) and every move between them belong to shared/conversation_state.py: each move is
-one script there. Here the API reads what those scripts cannot (the active turn's record,
-in another slot), answers with its errors, and ends and forgets the turns a deleted
-conversation had.
+started may still run or messages wait in line behind it, `awaiting_confirmation` while
+tool calls wait for the user's decision) and every move between them belong to
+shared/conversation_state.py: each move is one script there. Here the API reads what those
+scripts cannot (the active turn's record, in another slot), answers with its errors, and
+ends and forgets the turns a deleted conversation had.
+
+A message that comes while a turn runs does what its `Strategy` says (the request's
+`multitask_strategy`, else `BERNARD_MULTITASK_STRATEGY`): `interrupt` stops the running turn
+as a cancel does (`Stop.INTERRUPT`: its clients read `turn_interrupted`, and what it said so
+far stays in the conversation) and runs next; `enqueue` waits in line behind it; `reject`
+is a 409. Either way the new turn is created at once (its stream opens and waits) and starts
+once the line reaches it (`after_claim`, shared/turns.py `TurnStore.advance`).
 """
 
 from __future__ import annotations
@@ -21,12 +28,13 @@ import contextlib
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 
 from api.errors import ApiError, invalid
-from shared.cancel import request_cancel
+from shared.cancel import Stop, request_cancel
 from shared.connection import REDIS_ERRORS
 from shared.conversation_state import (
     DEFAULT_TURN_KEEP_S,
@@ -34,6 +42,7 @@ from shared.conversation_state import (
     Decision,
     Outcome,
     Status,
+    Strategy,
     derive_status,
     may_run,
 )
@@ -43,7 +52,7 @@ from shared.records.conversation import Conversation
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import Message
 from shared.titles import TitleSource, title_problem
-from shared.turns import TurnStore
+from shared.turns import InLine, TurnStore
 
 # The one grammar of the ids a client chooses. Neither end is a dot, so no id is a path's
 # `.` or `..` segment (which URL normalization removes: such a conversation could be made
@@ -107,6 +116,8 @@ async def delete_conversation(
         # its next write or liveness renewal.
         await store.end(active, owner, Cause.CONVERSATION_DELETED)
         await request_cancel(redis, active, ttl_s=FORGET_GRACE_S, queue=queue)
+    for waiting in deletion.waiting:  # their clients read why they never ran
+        await store.end(waiting, owner, Cause.CONVERSATION_DELETED)
     await store.forget(owner, deletion.turn_ids)
 
 
@@ -162,6 +173,7 @@ async def status_of(
         paused_until=conversation.paused_until,
         active_may_run=await active_may_run(store, conversation, now),
         now=now,
+        waiting=bool(conversation.waiting),
     )
     if status is not Status.AWAITING_CONFIRMATION:
         return status, []
@@ -192,11 +204,41 @@ def busy(status: Status) -> ApiError:
     why = (
         "approve or reject the pending tool call first (POST .../resume)"
         if status is Status.AWAITING_CONFIRMATION
-        else "a turn is running on it; wait for it to end"
+        else "a turn is running on it; wait for it to end, or send the message with "
+        "multitask_strategy 'interrupt' or 'enqueue'"
     )
     return ApiError(
         409,
         f"the conversation is {status.replace('_', ' ')}: {why}",
+        param="conversation_id",
+        code=ErrorCode.CONVERSATION_BUSY,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Multitask:
+    """What a message does while a turn runs on its conversation: its `strategy`, and how
+    many turns may wait in line (`BERNARD_MAX_WAITING_TURNS`)."""
+
+    strategy: Strategy = Strategy.REJECT
+    max_waiting: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The conversation a turn was claimed in, and for a turn that joined its line, the
+    turn it waits behind (`follows`) and the running turn it interrupts (`stop`)."""
+
+    conversation_id: str
+    follows: str | None = None
+    stop: str | None = None
+
+
+def line_full(max_waiting: int) -> ApiError:
+    return ApiError(
+        409,
+        f"{max_waiting} messages already wait in line in this conversation "
+        "(BERNARD_MAX_WAITING_TURNS); wait for the running turn to end",
         param="conversation_id",
         code=ErrorCode.CONVERSATION_BUSY,
     )
@@ -208,10 +250,13 @@ async def claim_conversation(
     store: TurnStore,
     conversation_id: str,
     turn_id: str,
-) -> None:
-    """Let `turn_id` hold the conversation (`START`), or answer 409 when it is busy: a turn
-    may still run on it, or tool calls wait for the user's decision. 404 for a conversation
-    the owner does not have."""
+    multitask: Multitask | None = None,
+) -> Opened:
+    """Let `turn_id` hold the conversation (`START`); while a turn may still run on it, do
+    as `multitask` says (`reject`, or none given: 409) or join its line; 409 while tool
+    calls wait for the user's decision, or the line is full. 404 for a conversation the
+    owner does not have."""
+    multitask = multitask or Multitask()
     for _ in range(3):  # the active turn changed between the look and the start
         conversation = await keeper.get_conversation(conversation_id)
         if conversation is None:
@@ -219,19 +264,51 @@ async def claim_conversation(
         now = time.time()
         ended = None
         if conversation.active_turn is not None:
-            if await active_may_run(store, conversation, now):
+            if not await active_may_run(store, conversation, now):
+                ended = conversation.active_turn
+            elif multitask.strategy is Strategy.REJECT:
                 raise busy(Status.RUNNING)
-            ended = conversation.active_turn
-        claim = await transitions.start(conversation_id, turn_id, ended=ended)
+        claim = await transitions.start(
+            conversation_id,
+            turn_id,
+            ended=ended,
+            strategy=multitask.strategy,
+            max_waiting=multitask.max_waiting,
+        )
         if claim.outcome is Outcome.STARTED:
-            return
+            return Opened(conversation_id)
+        if claim.outcome is Outcome.WAITING:
+            return Opened(conversation_id, follows=claim.active_turn or "", stop=claim.stop)
         if claim.outcome is Outcome.NOT_FOUND:
             raise conversation_not_found(conversation_id)
         if claim.outcome is Outcome.AWAITING_DECISION:
             raise busy(Status.AWAITING_CONFIRMATION)
+        if claim.outcome is Outcome.LINE_FULL:
+            raise line_full(multitask.max_waiting)
         if claim.active_turn == conversation.active_turn:
             raise busy(Status.RUNNING)  # the turn seen running still holds it
     raise busy(Status.RUNNING)
+
+
+async def after_claim(
+    redis: Redis,
+    store: TurnStore,
+    owner: str,
+    opened: Opened,
+    turn_id: str,
+    *,
+    ttl_s: int,
+    queue: Redis | None = None,
+) -> None:
+    """Once `turn_id`, which joined its conversation's line, is created (its job deferred):
+    stop the turn it interrupts, as a cancel does (ended here if no worker took it yet),
+    then start it at once should its turn have come already (the line moved before its
+    job existed, or the turn it waited behind ended meanwhile)."""
+    if opened.stop is not None:
+        await request_cancel(redis, opened.stop, ttl_s=ttl_s, queue=queue, stop=Stop.INTERRUPT)
+        await store.end(opened.stop, owner, Cause.INTERRUPTED_QUEUED)
+    if await store.take_turn(owner, opened.conversation_id, turn_id) is InLine.HOLDS:
+        await store.promote(turn_id)
 
 
 async def open_conversation(
@@ -243,19 +320,19 @@ async def open_conversation(
     *,
     retention_s: int,
     turn_keep_s: int = DEFAULT_TURN_KEEP_S,
-) -> str:
-    """The id of the owner's conversation a chat turn continues, claimed for the turn: a
-    new one (no id, or an id the owner has no conversation under) starts held by it, in one
-    round trip; a known one must not be busy (`claim_conversation`)."""
+    multitask: Multitask | None = None,
+) -> Opened:
+    """The owner's conversation a chat turn continues, claimed for the turn: a new one (no
+    id, or an id the owner has no conversation under) starts held by it, in one round
+    trip; a known one as `claim_conversation` says."""
     keeper = RecordKeeper(redis, owner, retention_s=retention_s)
     transitions = machine(redis, owner, retention_s=retention_s, turn_keep_s=turn_keep_s)
     if conversation_id is not None:
         check_conversation_id(conversation_id)
     new_id = conversation_id or f"conv_{uuid.uuid4().hex}"
     if await transitions.create(new_id, turn_id=turn_id) is Outcome.CREATED:
-        return new_id
-    await claim_conversation(keeper, transitions, store, new_id, turn_id)
-    return new_id
+        return Opened(new_id)
+    return await claim_conversation(keeper, transitions, store, new_id, turn_id, multitask)
 
 
 async def give_back(
@@ -266,7 +343,9 @@ async def give_back(
     carry out wait again)."""
     with contextlib.suppress(*REDIS_ERRORS):
         if await store.never_ran(turn_id, transitions.owner):
-            await transitions.unclaim(conversation_id, turn_id)
+            unclaimed = await transitions.unclaim(conversation_id, turn_id)
+            if unclaimed.holder is not None:  # a turn waited behind it: its turn now
+                await store.promote(unclaimed.holder)
 
 
 def decision_error(decision: Decision, conversation_id: str, confirmation_id: str) -> ApiError:

@@ -141,6 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             retention_s=settings.turn_retention_s,
             stream_maxlen=settings.stream_maxlen,
             queue=queue,
+            queue_name=settings.queue_name,
         )
         # Every server that holds Bernard's data (api/store_guard.py).
         servers = [redis] if queue is redis else [redis, queue]

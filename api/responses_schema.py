@@ -32,6 +32,7 @@ from api.limits import (
     is_function_name,
 )
 from shared.client_tools import RESPOND_TOOL_NAME
+from shared.requests import MultitaskStrategy
 from shared.settings import MODEL_ID, Settings
 from shared.webhook_targets import URL_MAX_CHARS
 
@@ -90,6 +91,9 @@ class ResponsesRequest(_Strict):
     # Bernard's, as on Chat Completions: where to POST a background response's end instead
     # of BERNARD_WEBHOOK_URL, on an origin of BERNARD_WEBHOOK_ORIGINS (api/turn_service.py).
     webhook_url: str | None = Field(None, max_length=URL_MAX_CHARS)
+    # Bernard's (LangGraph's name), as on Chat Completions: what this response does while
+    # one runs in its conversation (None: BERNARD_MULTITASK_STRATEGY).
+    multitask_strategy: MultitaskStrategy | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ResponsesRequest:

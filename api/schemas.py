@@ -29,7 +29,7 @@ from api.limits import (
     check_tools_bytes,
 )
 from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
-from shared.requests import AgentRequest, Delivery, RunMode, TurnRequest
+from shared.requests import AgentRequest, Delivery, MultitaskStrategy, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
 from shared.webhook_targets import URL_MAX_CHARS
 
@@ -208,6 +208,9 @@ class ChatCompletionRequest(_TurnBody):
     tool_choice: str | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     conversation_id: str | None = Field(None, max_length=MAX_ID_CHARS)
+    # Bernard's (LangGraph's name): what this message does while a turn runs on its
+    # conversation (None: BERNARD_MULTITASK_STRATEGY; shared/conversation_state.py).
+    multitask_strategy: MultitaskStrategy | None = None
 
     @model_validator(mode="after")
     def _messages_make_sense(self) -> ChatCompletionRequest:

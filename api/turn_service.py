@@ -26,7 +26,7 @@ from fastapi import Response
 
 from api.admission import Storing, admit_turn
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
-from api.conversations import give_back, machine
+from api.conversations import Multitask, Opened, after_claim, give_back, machine
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import ENCODINGS, encoder_for
@@ -40,7 +40,7 @@ from api.state import AppState
 from shared import traces
 from shared.cancel import request_cancel
 from shared.connection import REDIS_ERRORS
-from shared.conversation_state import ConversationMachine
+from shared.conversation_state import ConversationMachine, Strategy
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import Done
@@ -55,8 +55,8 @@ logger = logging.getLogger("bernard.api")
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 UNFINISHED_TTL_S = 7 * 86_400
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
-# given the admitted turn's id.
-Conversation = Callable[[str], Awaitable[str | None]]
+# given the admitted turn's id: its id, or what joining its line came to.
+Conversation = Callable[[str], Awaitable[str | Opened | None]]
 
 
 def conversation_machine(state: AppState, owner: str) -> ConversationMachine:
@@ -69,6 +69,14 @@ def conversation_machine(state: AppState, owner: str) -> ConversationMachine:
         retention_s=settings.conversation_retention_s,
         turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
     )
+
+
+def multitask_of(state: AppState, requested: str | None) -> Multitask:
+    """What a message does while a turn runs on its conversation: as its request says, else
+    as the deployment does (`BERNARD_MULTITASK_STRATEGY`)."""
+    settings = state.settings
+    strategy = Strategy(requested or settings.multitask_strategy)
+    return Multitask(strategy, settings.max_waiting_turns)
 
 
 def check_model(model: str) -> None:
@@ -130,30 +138,48 @@ async def start_turn(
     await admit_turn(state, owner, turn_id, storing, ttl_s=UNFINISHED_TTL_S)
     attachment = None
     claimed: str | None = None
+    opened: Opened | None = None
     try:
         if delivery.stream:
             try:
                 attachment = await state.streams.open(owner)
             except TooManyStreamsError:
                 raise too_many_streams(state) from None
+        found = await conversation(turn_id) if conversation is not None else None
+        opened = found if isinstance(found, Opened) else None
+        claimed = found.conversation_id if isinstance(found, Opened) else found
+        if opened is not None and opened.follows is not None:
+            request.agent.follows = opened.follows
         record = TurnRecord(
             id=turn_id,
             owner=owner,
             request=request,
             model=MODEL_ID,
-            conversation_id=await conversation(turn_id) if conversation is not None else None,
+            conversation_id=claimed,
             created_at=time.time(),
             # The worker continues the request's trace (tracing on; else None).
             traceparent=traces.current_traceparent(),
         )
-        claimed = record.conversation_id
         start_id = await state.store.create(
             record,
             ttl_s=UNFINISHED_TTL_S,
             queue_name=settings.queue_name,
             attachment=attachment,
             attachment_expiry=time.time() + ATTACHMENT_TTL_S,
+            # In line: due once the line reaches it, or at the latest once the turn it
+            # waits behind must have ended, should nobody live to move the line on.
+            defer_s=settings.turn_timeout_s + 60 if request.agent.follows is not None else 0,
         )
+        if opened is not None and request.agent.follows is not None:
+            await after_claim(
+                state.redis,
+                state.store,
+                owner,
+                opened,
+                turn_id,
+                ttl_s=settings.turn_retention_s,
+                queue=state.queue,
+            )
     except BaseException:
         # Each undone on its own: a failed release must not keep the stream counted.
         with contextlib.suppress(*REDIS_ERRORS):

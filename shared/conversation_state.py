@@ -22,6 +22,11 @@ What the statuses derive from, in the conversation's metadata hash:
 - `paused_turn` and `paused_until`: the turn whose proposed calls wait for a decision, and
   when the last of them lapses. While that turn is also the active one, and not past
   `paused_until`, the conversation is `awaiting_confirmation`.
+- `waiting`: the turns of messages that came while a turn ran (`Strategy.INTERRUPT` or
+  `ENQUEUE`), in the order they came, space-separated: the line. The conversation is
+  `running` while one waits. When a turn of the conversation ends, whoever ended it
+  (shared/turns.py `TurnStore.finish`) runs `ADVANCE`: the ended turn leaves the line, and
+  if it held the conversation, the first that waits holds it now and its job is made due.
 - `incarnation`: a fresh random id per creation, so a re-created id is another conversation.
 
 Who may write (the holder): a turn writes into its conversation (messages, call records, its
@@ -60,6 +65,7 @@ from shared.lifecycle import STRANDED_AFTER_S
 
 __all__ = [
     "TABLE",
+    "Advance",
     "Claim",
     "ConversationMachine",
     "Decision",
@@ -67,7 +73,9 @@ __all__ = [
     "Outcome",
     "Rule",
     "Status",
+    "Strategy",
     "Transition",
+    "advance",
     "derive_status",
     "may_run",
 ]
@@ -88,6 +96,16 @@ class Status(StrEnum):
     AWAITING_CONFIRMATION = "awaiting_confirmation"
 
 
+class Strategy(StrEnum):
+    """What a new message does while a turn runs on its conversation (LangGraph's
+    `multitask_strategy`): stop the running turn, which keeps what it said so far, and run
+    next; wait in line behind it; or be refused (409)."""
+
+    INTERRUPT = "interrupt"
+    ENQUEUE = "enqueue"
+    REJECT = "reject"
+
+
 class Transition(StrEnum):
     """What can happen to a conversation. Each is one script, but `FINISH`: a turn's ending
     is its record's (shared/turns.py), and the status derives from it."""
@@ -99,6 +117,7 @@ class Transition(StrEnum):
     UNCLAIM = "unclaim"  # the turn that claimed it could not be created: give it back
     ANNOUNCE = "announce"  # a writer that is no turn appends a message (a timer rang)
     FINISH = "finish"  # the active turn's record ends (derived: no script)
+    ADVANCE = "advance"  # a turn ended: it leaves the line; the first waiting one holds it
     DELETE = "delete"  # DELETE /v1/conversations/{id}
 
 
@@ -108,6 +127,8 @@ class Outcome(StrEnum):
     CREATED = "created"
     EXISTS = "exists"
     STARTED = "started"
+    WAITING = "waiting"  # in line behind the running turn, until it ends
+    LINE_FULL = "line_full"  # as many turns wait already as may (BERNARD_MAX_WAITING_TURNS)
     BUSY = "busy"  # a turn holds it
     AWAITING_DECISION = "awaiting_decision"  # tool calls wait for the user's decision
     PAUSED = "paused"
@@ -122,6 +143,9 @@ class Outcome(StrEnum):
     ANNOUNCED = "announced"
     OPEN_CALLS = "open_calls"  # the history ends on tool calls without their results
     FINISHED = "finished"
+    ADVANCED = "advanced"  # the ended turn held it: the first waiting turn holds it now
+    LEFT = "left"  # the ended turn waited in line: it left it
+    UNCHANGED = "unchanged"  # the ended turn neither held it nor waited
     DELETED = "deleted"
     NOT_FOUND = "not_found"
 
@@ -166,7 +190,9 @@ TABLE: tuple[Rule, ...] = (
     _rule(T.CREATE, _EXISTING, Out.EXISTS),
     _rule(T.START, ABSENT, Out.NOT_FOUND),
     _rule(T.START, IDLE, Out.STARTED, RUNNING),
-    _rule(T.START, RUNNING, Out.BUSY),
+    _rule(T.START, RUNNING, Out.BUSY, None, "strategy reject"),
+    _rule(T.START, RUNNING, Out.WAITING, RUNNING, "strategy interrupt or enqueue: in line"),
+    _rule(T.START, RUNNING, Out.LINE_FULL, None, "strategy interrupt or enqueue: line full"),
     _rule(T.START, AWAITING, Out.AWAITING_DECISION),
     _rule(T.PAUSE, ABSENT, Out.NOT_FOUND),
     _rule(T.PAUSE, RUNNING, Out.PAUSED, AWAITING, "by the turn that holds it"),
@@ -182,6 +208,7 @@ TABLE: tuple[Rule, ...] = (
     _rule(T.UNCLAIM, ABSENT, Out.NOT_FOUND),
     _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, AWAITING, "the turn was to carry decisions out"),
     _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, IDLE, "the turn was a new message's"),
+    _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, None, "the turn waited in line: it leaves it"),
     _rule(T.UNCLAIM, RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
     _rule(T.UNCLAIM, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
     _rule(T.ANNOUNCE, ABSENT, Out.NOT_FOUND),
@@ -190,6 +217,11 @@ TABLE: tuple[Rule, ...] = (
     _rule(T.ANNOUNCE, RUNNING, Out.BUSY),
     _rule(T.ANNOUNCE, AWAITING, Out.AWAITING_DECISION),
     _rule(T.FINISH, RUNNING, Out.FINISHED, IDLE, "the active turn's record ends"),
+    _rule(T.ADVANCE, ABSENT, Out.NOT_FOUND),
+    _rule(T.ADVANCE, IDLE, Out.UNCHANGED),
+    _rule(T.ADVANCE, frozenset({RUNNING, AWAITING}), Out.ADVANCED, RUNNING, "it held it"),
+    _rule(T.ADVANCE, RUNNING, Out.LEFT, None, "it waited in line"),
+    _rule(T.ADVANCE, frozenset({RUNNING, AWAITING}), Out.UNCHANGED, None, "neither"),
     _rule(T.DELETE, ABSENT, Out.NOT_FOUND),
     _rule(T.DELETE, _EXISTING, Out.DELETED, ABSENT),
 )
@@ -224,14 +256,16 @@ def derive_status(
     paused_until: float | None,
     active_may_run: bool,
     now: float,
+    waiting: bool = False,
 ) -> Status:
-    """A conversation's status from its metadata and whether its active turn may still run
-    (`may_run`). The scripts' `status_of` decides the same way."""
+    """A conversation's status from its metadata, whether its active turn may still run
+    (`may_run`) and whether turns wait in line. The scripts' `status_of` decides the same
+    way."""
     if not exists:
         return ABSENT
     if paused_turn and paused_turn == active_turn and (paused_until or 0) >= now:
         return AWAITING
-    if active_turn and active_may_run:
+    if (active_turn and active_may_run) or waiting:
         return RUNNING
     return IDLE
 
@@ -245,22 +279,59 @@ local now, retention_s, keep_s = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 -- The status as derive_status has it; `ended`: the active turn the caller found ended.
 local function status_of(ended)
   if redis.call('EXISTS', KEYS[1]) == 0 then return 'absent' end
-  local meta = redis.call('HMGET', KEYS[1], 'active_turn', 'paused_turn', 'paused_until')
+  local meta = redis.call('HMGET', KEYS[1], 'active_turn', 'paused_turn', 'paused_until',
+                          'waiting')
   local active, paused = meta[1] or '', meta[2] or ''
   if paused ~= '' and paused == active and tonumber(meta[3]) >= now then
     return 'awaiting_confirmation'
   end
   if active ~= '' and active ~= ended then return 'running' end
+  if (meta[4] or '') ~= '' then return 'running' end
   return 'idle'
+end
+
+-- The turns waiting in line, first first.
+local function line()
+  local out = {}
+  for turn in string.gmatch(redis.call('HGET', KEYS[1], 'waiting') or '', '%S+') do
+    table.insert(out, turn)
+  end
+  return out
+end
+
+local function set_line(turns)
+  if #turns == 0 then
+    redis.call('HDEL', KEYS[1], 'waiting')
+  else
+    redis.call('HSET', KEYS[1], 'waiting', table.concat(turns, ' '))
+  end
+end
+
+-- `turn` leaves the line; whether it was in it.
+local function leave(turn)
+  local turns, left = line(), false
+  for i = #turns, 1, -1 do
+    if turns[i] == turn then
+      table.remove(turns, i)
+      left = true
+    end
+  end
+  if left then set_line(turns) end
+  return left
+end
+
+-- `turn` enters the conversation's set of turns (which deleting hands back).
+local function count_in(turn)
+  redis.call('ZADD', KEYS[3], now, turn)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - keep_s)
+  redis.call('EXPIRE', KEYS[3], retention_s)
 end
 
 -- `turn` claims the conversation: it is the active turn, and one of the conversation's.
 local function hold(turn)
   redis.call('HSET', KEYS[1], 'active_turn', turn, 'active_since', ARGV[1])
   redis.call('HDEL', KEYS[1], 'paused_turn', 'paused_until')
-  redis.call('ZADD', KEYS[3], now, turn)
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - keep_s)
-  redis.call('EXPIRE', KEYS[3], retention_s)
+  count_in(turn)
 end
 
 -- Each proposal as {field, decoded}.
@@ -305,12 +376,25 @@ redis.call('EXPIRE', KEYS[1], retention_s)
 return {'created'}
 """
 
-# ARGV: 4 turn, 5 the active turn the caller found ended ('' for none). Refused: also the
-# active turn, for the caller to look at.
+# ARGV: 4 turn, 5 the active turn the caller found ended ('' for none), 6 the `Strategy`
+# while a turn runs, 7 how many turns may wait in line. Refused: also the active turn, for
+# the caller to look at. In line: {'waiting', the active turn, how many wait now (this one
+# last), the turn to stop ('' for none: only `interrupt` stops one, and only while it may
+# still run)}.
 _START = """
 local status = status_of(ARGV[5])
-if REFUSE[status] then
-  return {REFUSE[status], redis.call('HGET', KEYS[1], 'active_turn') or ''}
+local active = redis.call('HGET', KEYS[1], 'active_turn') or ''
+if REFUSE[status] then return {REFUSE[status], active} end
+if status == 'running' then
+  if ARGV[6] == 'reject' then return {'busy', active} end
+  local turns = line()
+  if #turns >= tonumber(ARGV[7]) then return {'line_full', active} end
+  table.insert(turns, ARGV[4])
+  set_line(turns)
+  count_in(ARGV[4])
+  local stop = ''
+  if ARGV[6] == 'interrupt' and active ~= ARGV[5] then stop = active end
+  return {'waiting', active, #turns, stop}
 end
 -- A step nobody decided on in time: the new turn answers its calls "not run"
 -- (worker/recording.py), so none of them may be decided any more.
@@ -318,6 +402,29 @@ local paused = redis.call('HGET', KEYS[1], 'paused_turn')
 if paused then lapse(paused) end
 hold(ARGV[4])
 return {'started'}
+"""
+
+# ARGV: 4 a turn of the conversation that ended (the caller made sure; '' for none, when
+# no turn holds the conversation). It leaves the line; if it held the conversation (or
+# none does), the first turn in line holds it now (its proposals, if it
+# paused, lapse: the message that waited answers them "not run", as a new message does)
+# and is returned, with how many still wait: {'advanced', turn, waiting}.
+_ADVANCE = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+local left = leave(ARGV[4])
+local turns = line()
+if (redis.call('HGET', KEYS[1], 'active_turn') or '') ~= ARGV[4] or #turns == 0 then
+  if left then return {'left'} end
+  return {'unchanged'}
+end
+local first = table.remove(turns, 1)
+set_line(turns)
+local paused = redis.call('HGET', KEYS[1], 'paused_turn')
+if paused then lapse(paused) end
+redis.call('HSET', KEYS[1], 'active_turn', first, 'active_since', ARGV[1])
+redis.call('HDEL', KEYS[1], 'paused_turn', 'paused_until')
+return {'advanced', first, #turns}
 """
 
 # ARGV: 4 turn, 5 when the last proposal lapses, then pairs: confirmation id, proposal json.
@@ -383,12 +490,17 @@ hold(ARGV[4])
 return {'resumed', '[' .. table.concat(out, ',') .. ']'}
 """
 
-# ARGV: 4 the turn that claimed the conversation and could not be created (the caller made
-# sure it never runs). The decisions it was to carry out wait again, with the arguments
-# proposed.
+# ARGV: 4 the turn that claimed the conversation, or joined its line, and could not be
+# created (the caller made sure it never runs). The decisions it was to carry out wait
+# again, with the arguments proposed; turns waiting behind it go on: {'unclaimed', the
+# first of them, which holds the conversation now}.
 _UNCLAIM = """
 local status = status_of('')
 if REFUSE[status] then return {REFUSE[status]} end
+if leave(ARGV[4]) then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  return {'unclaimed'}
+end
 if redis.call('HGET', KEYS[1], 'active_turn') ~= ARGV[4] then return {'not_holder'} end
 local step, last = nil, 0
 for _, pair in ipairs(proposals()) do
@@ -402,10 +514,18 @@ redis.call('ZREM', KEYS[3], ARGV[4])
 if step then
   redis.call('HSET', KEYS[1], 'active_turn', step, 'paused_turn', step,
              'paused_until', string.format('%.6f', last))
-else
-  redis.call('HDEL', KEYS[1], 'active_turn', 'active_since')
+  return {'unclaimed'}
 end
-return {'unclaimed'}
+local turns = line()
+if #turns == 0 then
+  redis.call('HDEL', KEYS[1], 'active_turn', 'active_since')
+  return {'unclaimed'}
+end
+-- Turns wait behind it: the first holds the conversation now, for the caller to start.
+local first = table.remove(turns, 1)
+set_line(turns)
+redis.call('HSET', KEYS[1], 'active_turn', first, 'active_since', ARGV[1])
+return {'unclaimed', first}
 """
 
 # ARGV: 4 the active turn the caller found ended ('' for none), 5 how many messages the
@@ -439,14 +559,16 @@ for _, key in ipairs({KEYS[1], KEYS[4], KEYS[5]}) do redis.call('EXPIRE', key, r
 return {'announced'}
 """
 
-# Returns {'deleted', the active turn ('' for none), {every turn of the conversation}}.
+# Returns {'deleted', the active turn ('' for none), {every turn of the conversation},
+# {the turns waiting in line}}.
 _DELETE = """
 local status = status_of('')
 if REFUSE[status] then return {REFUSE[status]} end
 local active = redis.call('HGET', KEYS[1], 'active_turn') or ''
 local turns = redis.call('ZRANGE', KEYS[3], 0, -1)
+local waiting = line()
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-return {'deleted', active, turns}
+return {'deleted', active, turns, waiting}
 """
 
 
@@ -469,6 +591,7 @@ SCRIPTS: dict[Transition, str] = {
     Transition.DECIDE: _script(Transition.DECIDE, _DECIDE),
     Transition.UNCLAIM: _script(Transition.UNCLAIM, _UNCLAIM),
     Transition.ANNOUNCE: _script(Transition.ANNOUNCE, _ANNOUNCE),
+    Transition.ADVANCE: _script(Transition.ADVANCE, _ADVANCE),
     Transition.DELETE: _script(Transition.DELETE, _DELETE),
 }
 _SHAS = {
@@ -478,11 +601,24 @@ _SHAS = {
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """What starting a turn did: `STARTED`, or why not, with the turn that holds the
-    conversation (`active_turn`, None without one)."""
+    """What starting a turn did: `STARTED`; `WAITING` in line (`waiting` turns in it, this
+    one last; `stop`: the running turn it interrupts, if it does); or why not. With the
+    turn that holds the conversation (`active_turn`, None without one)."""
 
     outcome: Outcome
     active_turn: str | None = None
+    waiting: int = 0
+    stop: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """What `ADVANCE` did: `ADVANCED` (`holder` holds the conversation now, `waiting` turns
+    still wait behind it), `LEFT`, `UNCHANGED` or `NOT_FOUND`."""
+
+    outcome: Outcome
+    holder: str | None = None
+    waiting: int = 0
 
 
 @dataclass(slots=True)
@@ -499,11 +635,13 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class Deletion:
     """What deleting did: `DELETED`, with the turn that held the conversation last
-    (`active_turn`) and every turn that ran on it (`turn_ids`); or `NOT_FOUND`."""
+    (`active_turn`), every turn that ran on it (`turn_ids`) and those that waited in line
+    (`waiting`); or `NOT_FOUND`."""
 
     outcome: Outcome
     active_turn: str | None = None
     turn_ids: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
 
 
 class ConversationMachine:
@@ -578,15 +716,43 @@ class ConversationMachine:
             reply, *_ = await pipe.execute()
         return Outcome(_text(reply[0]))
 
-    async def start(self, conversation_id: str, turn_id: str, *, ended: str | None) -> Claim:
+    async def start(
+        self,
+        conversation_id: str,
+        turn_id: str,
+        *,
+        ended: str | None,
+        strategy: Strategy = Strategy.REJECT,
+        max_waiting: int = 0,
+    ) -> Claim:
         """Let `turn_id` hold the conversation if it is idle, `ended` being the active turn
-        the caller found ended (None: it found none)."""
+        the caller found ended (None: it found none); while a turn runs, as `strategy`
+        says: in line behind it (`WAITING`, unless `max_waiting` wait already:
+        `LINE_FULL`), or `BUSY`."""
         reply = await self._run(
-            Transition.START, conversation_id, time.time(), turn_id, ended or ""
+            Transition.START,
+            conversation_id,
+            time.time(),
+            turn_id,
+            ended or "",
+            strategy,
+            max_waiting,
         )
         outcome = Outcome(_text(reply[0]))
         active = _text(reply[1]) if len(reply) > 1 else ""
+        if outcome is Outcome.WAITING:
+            stop = _text(reply[3])
+            return Claim(outcome, active or None, waiting=int(reply[2]), stop=stop or None)
         return Claim(outcome, active or None)
+
+    async def advance(self, conversation_id: str, ended: str) -> Advance:
+        """`ended`, a turn of the conversation that has ended, leaves its line; if it held
+        the conversation, the first turn in line holds it now."""
+        reply = await self._run(Transition.ADVANCE, conversation_id, time.time(), ended)
+        outcome = Outcome(_text(reply[0]))
+        if outcome is Outcome.ADVANCED:
+            return Advance(outcome, _text(reply[1]), int(reply[2]))
+        return Advance(outcome)
 
     async def pause(
         self, conversation_id: str, turn_id: str, proposals: Sequence[Mapping[str, Any]]
@@ -648,12 +814,14 @@ class ConversationMachine:
             return Decision(outcome, decided=decided)
         return Decision(outcome)
 
-    async def unclaim(self, conversation_id: str, turn_id: str) -> Outcome:
-        """Give the conversation back from `turn_id`, which claimed it and will never run:
-        the decisions it was to carry out wait again (`UNCLAIMED`); `NOT_HOLDER` if another
-        turn holds it by now."""
+    async def unclaim(self, conversation_id: str, turn_id: str) -> Advance:
+        """Give the conversation back from `turn_id`, which claimed it (or joined its line)
+        and will never run: the decisions it was to carry out wait again (`UNCLAIMED`,
+        with the first turn in line behind it as the `holder` now, if one waited);
+        `NOT_HOLDER` if another turn holds it by now."""
         reply = await self._run(Transition.UNCLAIM, conversation_id, time.time(), turn_id)
-        return Outcome(_text(reply[0]))
+        holder = _text(reply[1]) if len(reply) > 1 else None
+        return Advance(Outcome(_text(reply[0])), holder)
 
     async def announce(
         self, conversation_id: str, message: Mapping[str, Any], *, ended: str | None
@@ -711,7 +879,14 @@ class ConversationMachine:
         if outcome is not Outcome.DELETED:
             return Deletion(outcome)
         active = _text(reply[1]) or None
-        return Deletion(outcome, active, tuple(_text(turn) for turn in reply[2]))
+        turns = tuple(_text(turn) for turn in reply[2])
+        return Deletion(outcome, active, turns, tuple(_text(turn) for turn in reply[3]))
+
+
+async def advance(redis: Redis, owner: str, conversation_id: str, ended: str) -> Advance:
+    """`ConversationMachine.advance` for a caller that knows no conversation's retention
+    (shared/turns.py, as a turn ends): `ADVANCE` renews no TTL."""
+    return await ConversationMachine(redis, owner, retention_s=0).advance(conversation_id, ended)
 
 
 def _text(value: bytes | str) -> str:

@@ -37,6 +37,13 @@ class Ending:
 FAILED, CANCELLED = TurnStatus.FAILED, TurnStatus.CANCELLED
 ENDINGS: dict[ErrorCode, Ending] = {
     ErrorCode.TURN_CANCELLED: Ending(CANCELLED, "cancelled", "the turn was cancelled", 409),
+    ErrorCode.TURN_INTERRUPTED: Ending(
+        CANCELLED,
+        "cancelled",
+        "the turn was interrupted by a newer message in its conversation, which runs next; "
+        "what it said so far is kept in the conversation",
+        409,
+    ),
     ErrorCode.CONVERSATION_DELETED: Ending(
         CANCELLED, "cancelled", "the turn's conversation was deleted while it ran", 409
     ),

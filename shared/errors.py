@@ -45,6 +45,8 @@ class ErrorCode(StrEnum):
 
     # How a turn ended, when it did not complete (shared/endings.py).
     TURN_CANCELLED = "turn_cancelled"
+    # A newer message in its conversation stopped it (shared/conversation_state.py `Strategy`).
+    TURN_INTERRUPTED = "turn_interrupted"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"
     TURN_TIMEOUT = "turn_timeout"

@@ -172,10 +172,10 @@ return start
 
 # KEYS: turn, cancel. ARGV: worker id, now. Moves `queued` → `running` under the worker
 # the record now names (`worker`: whose liveness says whether the turn still runs,
-# shared/liveness.py) and returns {'claimed', whether a cancel is already asked for, the
-# record's fields}; else {the status found, or 'missing'} (`Claimed`), with the record's
-# webhook target and owner when it has a target (an ended turn's delivery that no job took
-# yet: FINISH). One round trip
+# shared/liveness.py) and returns {'claimed', the cancel key's value (nil: no cancel asked
+# for; shared/cancel.py `Stop`), the record's fields}; else {the status found, or
+# 'missing'} (`Claimed`), with the record's webhook target and owner when it has a target
+# (an ended turn's delivery that no job took yet: FINISH). One round trip
 # (beside the queue half: the running set, the worker's turns) for everything a worker
 # needs before the turn's first model call. The record is read once, before the move, and
 # answered as the move leaves it: its status read from it, its moved fields put in it.
@@ -204,7 +204,7 @@ for _, name in ipairs({'status', 'started_at', 'worker'}) do
     table.insert(record, moved[name])
   end
 end
-return {'claimed', redis.call('EXISTS', KEYS[2]), record}
+return {'claimed', redis.call('GET', KEYS[2]), record}
 """
 
 # The id of every turn's `done` entry: the largest a Redis Stream entry can have. Once it
@@ -214,35 +214,35 @@ return {'claimed', redis.call('EXISTS', KEYS[2]), record}
 SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 
 # KEYS: turn, events, lease, attached.
-# ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`),
-# sealed id, payload... Appends the payloads (the last is `done`, under the sealed id) and
-# drops the request's messages (the prompt: the conversation keeps them) and the client's
-# tools (what the encoding shows back of them is in `request`) only if the turn has not
-# ended yet and the guard holds. Returns a `Finished`; `ended` or `over` with the record's
-# webhook target, {'ended', target}, when it has one: a target left on an ended turn is a
-# delivery no job has taken yet (its job deletes it: shared/webhooks.py), which the call
-# that ended it may have died before queueing. `ended` also comes with the bytes its
-# owner's ledger counts of the record (`counted`, shared/budgets.py), {'ended', target or
-# nil, bytes}, when it has them: their count then lapses with the retention. The data half
-# of ending a turn (`TurnStore.finish` releases it on the queue, queues the webhook, and
-# moves the count's lapse). The lease is only read (`Guard.LAPSED`): an old worker's
-# lapses in seconds by itself, and nothing reads it once the turn has ended; nor the
-# cancel key, which is never touched here: it is set with a TTL of the turns' retention at
-# most (shared/cancel.py), so it goes no later than the record, and nothing reads it once
-# the turn has ended either. Each command here runs once a turn. Its first write is a DEL,
-# which Redis runs at its maxmemory: Redis checks a script's first write alone against
-# maxmemory (it cannot stop one half done), so a full Redis still takes a turn's ending (a
-# few hundred bytes, which its retention and the messages it drops give back) and every
-# client reads it.
+# ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`), sealed
+# id, payload... Appends the payloads (the last is `done`, under the sealed id) and drops the
+# request's messages (the prompt: the conversation keeps them) and the client's tools (what the
+# encoding shows back of them is in `request`) only if the turn has not ended yet and the guard
+# holds. Returns a `Finished`; `ended` or `over` with the record's webhook target, the bytes its
+# owner's ledger counts of the record and its conversation, {'ended', target or nil, bytes or nil,
+# conversation or nil}, when it has any of them (`over` never with the bytes): a target left on an
+# ended turn is a delivery no job has taken yet (its job deletes it: shared/webhooks.py), which the
+# call that ended it may have died before queueing; the bytes (`counted`, shared/budgets.py) then
+# lapse with the retention; the conversation's line moves on once its turn has ended
+# (shared/conversation_state.py `ADVANCE`), which that call may have died before doing. The data
+# half of ending a turn (`TurnStore.finish` releases it on the queue, queues the webhook, moves the
+# count's lapse and the conversation's line). The lease is only read (`Guard.LAPSED`): an old
+# worker's lapses in seconds by itself, and nothing reads it once the turn has ended; nor the cancel
+# key, which is never touched here: it is set with a TTL of the turns' retention at most
+# (shared/cancel.py), so it goes no later than the record, and nothing reads it once the turn has
+# ended either. Each command here runs once a turn. Its first write is a DEL, which Redis runs at
+# its maxmemory: Redis checks a script's first write alone against maxmemory (it cannot stop one
+# half done), so a full Redis still takes a turn's ending (a few hundred bytes, which its retention
+# and the messages it drops give back) and every client reads it.
 FINISH = """
-local read = redis.call('HMGET', KEYS[1], 'status', 'webhook', 'counted')
+local read = redis.call('HMGET', KEYS[1], 'status', 'webhook', 'counted', 'conversation_id')
 local status = read[1]
 if not status then
   redis.call('DEL', KEYS[2])
   return 'gone'
 end
 if status ~= 'queued' and status ~= 'running' then
-  if read[2] then return {'over', read[2]} end
+  if read[2] or read[4] then return {'over', read[2], false, read[4]} end
   return 'over'
 end
 if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 'refused' end
@@ -260,8 +260,7 @@ redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HDEL', KEYS[1], 'messages', 'tools')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-if read[3] then return {'ended', read[2], read[3]} end
-if read[2] then return {'ended', read[2]} end
+if read[2] or read[3] or read[4] then return {'ended', read[2], read[3], read[4]} end
 return 'ended'
 """
 
@@ -299,6 +298,10 @@ class Cause(StrEnum):
 
     CANCELLED = "cancelled"  # a cancel reached its worker: as it claimed it, or while it ran
     CANCELLED_QUEUED = "cancelled_queued"  # a cancel of a turn no worker took yet (the API)
+    # A newer message in its conversation stopped it (shared/cancel.py `Stop.INTERRUPT`): as
+    # a cancel, while it ran or before any worker took it.
+    INTERRUPTED = "interrupted"
+    INTERRUPTED_QUEUED = "interrupted_queued"
     CONVERSATION_DELETED = "conversation_deleted"  # the API deleted its conversation
     CONVERSATION_GONE = "conversation_gone"  # its worker found the conversation gone
     INVALID_REQUEST = "invalid_request"  # the request could not be made into a turn
@@ -351,7 +354,9 @@ class After(StrEnum):
 class Rule:
     """A turn stopped for `cause` ends with `code` (and the status shared/endings.py gives
     it), written by `who` under `guard`, then `after`; `usage`: its `done` carries the
-    tokens spent so far."""
+    tokens spent so far; `partial`: what it answered so far is stored in its conversation,
+    marked as stopped with `code` (worker/recording.py), so a reload shows it and the next
+    turn reads it."""
 
     cause: Cause
     code: ErrorCode
@@ -359,6 +364,7 @@ class Rule:
     guard: Guard = Guard.ALWAYS
     after: After = After.RETURN
     usage: bool = False
+    partial: bool = False
 
     @property
     def status(self) -> TurnStatus:
@@ -370,8 +376,10 @@ _C, _E, _W, _G = Cause, ErrorCode, Who, Guard
 RULES: dict[Cause, Rule] = {
     rule.cause: rule
     for rule in (
-        Rule(_C.CANCELLED, _E.TURN_CANCELLED, _W.WORKER, usage=True),
+        Rule(_C.CANCELLED, _E.TURN_CANCELLED, _W.WORKER, usage=True, partial=True),
         Rule(_C.CANCELLED_QUEUED, _E.TURN_CANCELLED, _W.API, _G.QUEUED),
+        Rule(_C.INTERRUPTED, _E.TURN_INTERRUPTED, _W.WORKER, usage=True, partial=True),
+        Rule(_C.INTERRUPTED_QUEUED, _E.TURN_INTERRUPTED, _W.API, _G.QUEUED),
         Rule(_C.CONVERSATION_DELETED, _E.CONVERSATION_DELETED, _W.API),
         Rule(_C.CONVERSATION_GONE, _E.CONVERSATION_DELETED, _W.WORKER, after=After.FORGET),
         Rule(_C.INVALID_REQUEST, _E.INVALID_TURN, _W.WORKER),

@@ -120,14 +120,25 @@ def background_owner(job_id: str) -> str | None:
     return unquote(owner) if sep else None
 
 
-def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str) -> None:
+def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str, defer_s: float = 0) -> None:
     """Queue the job that runs `owner`'s turn `turn_id`, and wake one idle worker with
-    its id."""
+    its id; or, deferred `defer_s`, due only then unless it is made due sooner (`promote`):
+    a turn waiting in its conversation's line (shared/conversation_state.py)."""
     now_ms = round(time.time() * 1000)
+    defer_ms = round(defer_s * 1000)
     job = serialize_job(RUN_TURN, (turn_id,), {}, None, now_ms)
-    pipe.psetex(job_key_prefix + turn_id, expires_extra_ms, job)
-    pipe.psetex(keys.job_owner(queue_name, turn_id), expires_extra_ms, owner)
-    pipe.zadd(queue_name, {turn_id: now_ms})
+    pipe.psetex(job_key_prefix + turn_id, expires_extra_ms + defer_ms, job)
+    pipe.psetex(keys.job_owner(queue_name, turn_id), expires_extra_ms + defer_ms, owner)
+    pipe.zadd(queue_name, {turn_id: now_ms + defer_ms})
+    if not defer_ms:
+        pipe.lpush(keys.wake(queue_name), turn_id)
+        pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
+
+
+def promote(pipe: Pipeline, queue_name: str, turn_id: str) -> None:
+    """Make the deferred job of turn `turn_id` due now and wake one idle worker for it; a
+    job no longer queued (a worker took it) is left alone."""
+    pipe.zadd(queue_name, {turn_id: round(time.time() * 1000)}, xx=True)
     pipe.lpush(keys.wake(queue_name), turn_id)
     pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
 

@@ -15,6 +15,9 @@ from typing import Any, Literal
 
 ToolEventsMode = Literal["bernard", "delta", "none"]
 DisconnectPolicy = Literal["cancel", "continue"]
+# What a request's message does while a turn runs on its conversation, as a request names
+# it (shared/conversation_state.py `Strategy`).
+MultitaskStrategy = Literal["interrupt", "enqueue", "reject"]
 
 
 class RunMode(StrEnum):
@@ -70,6 +73,10 @@ class AgentRequest:
     # "function": {"name": ...}}; None is the client's silence (OpenAI's default, "auto").
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    # Set when the turn joined its conversation's line (a message that came while a turn
+    # ran): the turn it waited behind ("" for none). It runs once it holds the
+    # conversation (shared/turns.py `TurnStore.take_turn`).
+    follows: str | None = None
 
     def sampling(self) -> dict[str, Any]:
         """The sampling options the client set, as model call keyword arguments."""

@@ -89,6 +89,15 @@ class Settings(BaseSettings):
     # its first exchange (worker/titles.py): one small call per conversation.
     conversation_titles: bool = Field(True, alias="BERNARD_CONVERSATION_TITLES")
 
+    # What a message does while a turn runs on its conversation, unless its request says
+    # (`multitask_strategy`): stop that turn and run next, wait in line behind it, or 409
+    # (shared/conversation_state.py `Strategy`); and how many may wait in one line (409
+    # beyond).
+    multitask_strategy: Literal["interrupt", "enqueue", "reject"] = Field(
+        "interrupt", alias="BERNARD_MULTITASK_STRATEGY"
+    )
+    max_waiting_turns: int = Field(3, ge=1, le=100, alias="BERNARD_MAX_WAITING_TURNS")
+
     # What one user may hold at once, across every API process (429 beyond).
     max_active_turns_per_user: int = Field(20, alias="BERNARD_MAX_ACTIVE_TURNS_PER_USER")
     max_streams_per_user: int = Field(50, alias="BERNARD_MAX_STREAMS_PER_USER")

@@ -29,7 +29,11 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from shared import budgets, keys
+from shared import conversation_state as conversation_machine
 from shared.backends import backend_of
+from shared.cancel import Stop
+from shared.connection import REDIS_ERRORS
+from shared.conversation_state import Advance, may_run
 from shared.events import TERMINAL_STATUSES, Done, Event, Start, TurnStatus, decode, encode
 from shared.lifecycle import (
     CLAIM,
@@ -49,7 +53,7 @@ from shared.lifecycle import (
     stuck,
 )
 from shared.liveness import Liveness
-from shared.queue import enqueue
+from shared.queue import enqueue, promote
 from shared.rate_limit import TAKE_TOKENS_FUNCTION, Rate, RateLimitedError
 from shared.results import TurnResult
 from shared.scripts import TAKE_SLOT, in_pipeline
@@ -61,6 +65,7 @@ logger = logging.getLogger("bernard.turns")
 __all__ = [
     "Admitted",
     "Claim",
+    "InLine",
     "TooManyTurnsError",
     "TurnAdmission",
     "TurnStore",
@@ -76,6 +81,8 @@ class Claim:
     outcome: Claimed | TurnStatus
     record: TurnRecord | None = None
     cancel_requested: bool = False
+    # What the cancel asked for, when one was (shared/cancel.py).
+    stop: Stop = Stop.CANCEL
 
 
 def _claimed(reply: bytes) -> Claimed | TurnStatus:
@@ -98,6 +105,14 @@ _LISTED_FIELDS = (
     "result",
     "preview",
 )
+
+
+class InLine(StrEnum):
+    """Where a turn that joined its conversation's line stands (`TurnStore.take_turn`)."""
+
+    HOLDS = "holds"  # its turn came: it holds the conversation
+    WAITS = "waits"  # behind a turn that may still run
+    OUT = "out"  # the conversation is gone, or the turn left the line
 
 
 class TooManyTurnsError(Exception):
@@ -176,9 +191,13 @@ class TurnStore:
         retention_s: int,
         stream_maxlen: int,
         queue: Redis | None = None,
+        queue_name: str | None = None,
     ) -> None:
         self.redis = redis
         self.queue = queue if queue is not None else redis
+        # Where the jobs of turns waiting in a conversation's line are made due once it
+        # moves (`advance`); None: nowhere (they start when their deferral ends).
+        self.queue_name = queue_name
         self.retention_s = retention_s
         self.stream_maxlen = stream_maxlen
         self._one_client = self.queue is self.redis
@@ -275,9 +294,12 @@ class TurnStore:
         queue_name: str | None,
         attachment: str | None = None,
         attachment_expiry: float = 0.0,
+        defer_s: float = 0.0,
     ) -> str:
         """Store the record and open its stream with a `start` entry (one script), then
-        enqueue its job on `queue_name` (None: no job); return the `start` entry's id.
+        enqueue its job on `queue_name` (None: no job), deferred `defer_s` (a turn waiting
+        in its conversation's line: due once the line reaches it, `advance`); return the
+        `start` entry's id.
 
         `attachment` counts a client as watching the turn from the start
         (api/attachments.py), until `attachment_expiry` (epoch seconds). `ttl_s` bounds a
@@ -317,14 +339,14 @@ class TurnStore:
                 until = time.time() + ttl_s + self.retention_s
                 budgets.keep_turn(pipe, record.owner, record.id, counted, until=until)
             if queue_name is not None and self._one_client:
-                enqueue(pipe, queue_name, record.id, record.owner)
+                enqueue(pipe, queue_name, record.id, record.owner, defer_s)
             start, *_ = await pipe.execute()
         start_id = start.decode() if isinstance(start, bytes) else str(start)
         if queue_name is None or self._one_client:
             return start_id
         try:
             async with self.queue.pipeline(transaction=False) as pipe:
-                enqueue(pipe, queue_name, record.id, record.owner)
+                enqueue(pipe, queue_name, record.id, record.owner, defer_s)
                 await pipe.execute()
         except BaseException:
             with contextlib.suppress(RedisError, OSError):
@@ -508,7 +530,8 @@ class TurnStore:
             return Claim(outcome)
         fields = reply[2]
         record = TurnRecord.from_redis(dict(zip(fields[::2], fields[1::2], strict=True)))
-        return Claim(outcome, record, cancel_requested=bool(reply[1]))
+        asked = reply[1]
+        return Claim(outcome, record, cancel_requested=asked is not None, stop=Stop.of(asked))
 
     async def finish(
         self,
@@ -550,10 +573,17 @@ class TurnStore:
         # Its `done` entry, and what wakes the stream's readers.
         reply = await self.backend.run_and_wake(self._finish, finish_keys, finish_args, turn_id)
         # `ended` comes with the turn's webhook target when it has one, `over` when no
-        # delivery job took it yet; `ended` with the bytes its owner's ledger counts.
-        webhook = Target.restored(reply[1]) if isinstance(reply, list) and reply[1] else None
-        counted = isinstance(reply, list) and len(reply) > 2
-        finished = Finished(_text(reply[0] if isinstance(reply, list) else reply))
+        # delivery job took it yet; `ended` with the bytes its owner's ledger counts; both
+        # with its conversation, when it has one.
+        listed = isinstance(reply, list)
+        webhook = Target.restored(reply[1]) if listed and reply[1] else None
+        counted = listed and len(reply) > 2 and reply[2] is not None
+        conversation = _text(reply[3]) if listed and len(reply) > 3 and reply[3] else None
+        finished = Finished(_text(reply[0] if listed else reply))
+        if conversation is not None and finished in (Finished.ENDED, Finished.OVER):
+            # Before the queue half: should this process die first, the turn stays on the
+            # reapers' lists, and their ending ("over") moves the line on.
+            await self._advance_quietly(owner, conversation, turn_id)
         ending: tuple[Done, float] | None = None
         if finished is Finished.OVER and webhook is not None:
             # The call that ended it may have died before its queue half (or be about to run
@@ -590,6 +620,60 @@ class TurnStore:
                         logger.error("the webhook of turn %s was not queued yet", turn_id)
                     raise
         return finished
+
+    async def _advance_quietly(self, owner: str, conversation_id: str, ended: str) -> None:
+        """`advance`; a Redis failure is logged, not raised: the turn has ended whatever
+        its line does, and the waiting turn's deferred job finds the line as it was."""
+        try:
+            await self.advance(owner, conversation_id, ended)
+        except REDIS_ERRORS as exc:
+            logger.warning(
+                "conversation %s: the turn after %s was not started (%s)",
+                conversation_id,
+                ended,
+                exc,
+            )
+
+    async def advance(self, owner: str, conversation_id: str, ended: str) -> Advance:
+        """`ended` (a turn of the owner's conversation that has ended, or "" for no active
+        turn) leaves the conversation's line; if it held the conversation, the first turn
+        in line holds it now, and its job is made due (shared/conversation_state.py,
+        `ADVANCE`)."""
+        advanced = await conversation_machine.advance(self.redis, owner, conversation_id, ended)
+        if advanced.holder is not None:
+            await self.promote(advanced.holder)
+        return advanced
+
+    async def promote(self, turn_id: str) -> None:
+        """Make the deferred job of `turn_id` due now (shared/queue.py `promote`)."""
+        if self.queue_name is None:
+            return
+        async with self.queue.pipeline(transaction=False) as pipe:
+            promote(pipe, self.queue_name, turn_id)
+            await pipe.execute()
+
+    async def take_turn(self, owner: str, conversation_id: str, turn_id: str) -> InLine:
+        """Where `turn_id`, a turn that joined its conversation's line, stands: `HOLDS` the
+        conversation, `WAITS` behind a turn that may still run, or is `OUT` of it (the
+        conversation is gone, or the turn left the line). A holder found ended moves the
+        line on first (`advance`): a move whoever ended it did not live to make is made
+        here."""
+        meta = keys.conversation(owner, conversation_id)
+        for _ in range(3):  # the line moved between the read and the advance
+            fields = ["active_turn", "active_since", "waiting"]
+            active_raw, since, waiting = await self.redis.hmget(meta, fields)  # type: ignore[misc]
+            active = _text(active_raw) if active_raw else None
+            if active == turn_id:
+                return InLine.HOLDS
+            if turn_id not in _text(waiting or b"").split():
+                return InLine.OUT
+            now = time.time()
+            if active is not None:
+                status = await self.settle(active)
+                if may_run(status, float(since) if since else None, now):
+                    return InLine.WAITS
+            await self.advance(owner, conversation_id, active or "")
+        return InLine.WAITS
 
     async def _ending_of(self, turn_id: str) -> tuple[Done, float] | None:
         """The `done` an ended turn's stream closes with, and when the turn ended; None if

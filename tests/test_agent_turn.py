@@ -280,14 +280,17 @@ async def test_a_client_leaving_mid_tool_cancels_the_tool_and_closes_its_record(
         archivist = Archivist(stack.redis, LOCAL_USER)
         (record,) = await archivist.calls(conversation_id, kind="tool")
         messages = await archivist.messages(conversation_id)
+        rows, _ = await archivist.rows(conversation_id)
     assert (record["name"], record["status"]) == ("crawl", "failed")
     assert record["content"] == "Error: the turn was stopped before the call ended"
-    # The call and how it ended stay in the conversation, with no answer: the next turn's
-    # model reads that it was stopped, in a prompt where no call lacks its result.
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    # The call and how it ended stay in the conversation, and the answer it never began,
+    # marked stopped: the next turn's model reads that it was stopped, in a prompt where
+    # no call lacks its result.
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[1]["tool_calls"][0]["function"]["name"] == "crawl"
     assert messages[2]["tool_call_id"] == messages[1]["tool_calls"][0]["id"]
     assert messages[2]["content"] == "Error: the turn was stopped before the call ended"
+    assert (rows[3]["content"], rows[3]["stopped"]) == ("", "turn_cancelled")
     assert upstream.requests == []  # the response model was never called
 
 

@@ -136,7 +136,10 @@ async def approve_while_a_message_arrives(stack: Stack, switches: Switches, name
     resumed, posted = await asyncio.gather(
         stack.client.post(f"/v1/conversations/{name}/resume", json=approve, headers=ALICE),
         stack.client.post(
-            f"/v1/conversations/{name}/messages", json={"content": "and now?"}, headers=ALICE
+            f"/v1/conversations/{name}/messages",
+            # Refused while the decision's turn runs: what is raced here is the claim.
+            json={"content": "and now?", "multitask_strategy": "reject"},
+            headers=ALICE,
         ),
     )
     rows = await history(stack, name)

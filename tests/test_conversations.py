@@ -53,12 +53,20 @@ async def conversation(stack: Stack, conversation_id: str = "kitchen") -> str:
 
 
 async def post(
-    stack: Stack, conversation_id: str, content: str, *, stream: bool = False
+    stack: Stack,
+    conversation_id: str,
+    content: str,
+    *,
+    stream: bool = False,
+    strategy: str | None = None,
 ) -> httpx.Response | list[tuple[str, Any]]:
     url = f"/v1/conversations/{conversation_id}/messages"
+    body: dict[str, Any] = {"content": content}
+    if strategy is not None:
+        body["multitask_strategy"] = strategy
     if not stream:
-        return await stack.client.post(url, json={"content": content}, headers=ALICE)
-    return await named(stack, "POST", url, json={"content": content})
+        return await stack.client.post(url, json=body, headers=ALICE)
+    return await named(stack, "POST", url, json=body)
 
 
 async def named(stack: Stack, method: str, url: str, **kwargs: Any) -> list[tuple[str, Any]]:
@@ -263,7 +271,7 @@ async def test_a_read_tool_round_streams_call_progress_and_result(
     }
 
 
-async def test_a_busy_conversation_refuses_a_second_turn(
+async def test_a_busy_conversation_refuses_a_second_turn_that_says_reject(
     users: Stack, upstream: ScriptedUpstream
 ) -> None:
     gate = upstream.script(Reply.text(["slow", " answer"], block_after_first=True))
@@ -271,7 +279,7 @@ async def test_a_busy_conversation_refuses_a_second_turn(
     first = asyncio.create_task(post(users, "kitchen", "first"))
     await gate.wait_blocked()
     running = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
-    second = await post(users, "kitchen", "second")
+    second = await post(users, "kitchen", "second", strategy="reject")
     assert isinstance(second, httpx.Response)
     assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
     gate.release()
@@ -866,7 +874,7 @@ async def test_a_conversation_whose_turn_no_worker_took_yet_is_running(
             await wait_for(lambda: users.redis.hget(meta, "active_turn"), timeout_s=10)
             shown = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
             assert shown["status"] == "running"
-            second = await post(users, "kitchen", "anyone?")
+            second = await post(users, "kitchen", "anyone?", strategy="reject")
             assert isinstance(second, httpx.Response)
             error = second.json()["error"]
             assert (second.status_code, error["code"]) == (409, "conversation_busy")
@@ -910,6 +918,7 @@ async def test_a_conversation_a_chat_completion_starts_is_busy_while_its_turn_ru
             "conversation_id": "hall",
             "stream": stream,
             "messages": [message],
+            "multitask_strategy": "reject",
         }
 
     async with users.client.stream(
@@ -941,8 +950,10 @@ async def test_a_message_sent_again_after_a_cancel_is_stored_again(
     assert isinstance(stopped, httpx.Response), stopped
     assert stopped.status_code == 409 and stopped.json()["error"]["code"] == "turn_cancelled"
     assert isinstance(again, httpx.Response) and again.json()["status"] == "completed"
-    assert [(row["role"], row["content"]) for row in rows["data"]] == [
-        ("user", "hello there"),
-        ("user", "hello there"),
-        ("assistant", "Hello again."),
+    assert [(row["role"], row["content"], row.get("stopped")) for row in rows["data"]] == [
+        ("user", "hello there", None),
+        # Stopped before it said anything: the history says so.
+        ("assistant", "", "turn_cancelled"),
+        ("user", "hello there", None),
+        ("assistant", "Hello again.", None),
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import BaseTool
 
+from shared.lifecycle import Cause
 from shared.records.keeper import Archivist
 from shared.requests import AgentRequest
 from shared.results import TurnResult
@@ -87,6 +88,9 @@ class TurnContext:
     # Calls of the client's own tools ({id, type, function: {name, arguments}}): the turn
     # ends on them (finish_reason "tool_calls") without an answer, and the client runs them.
     client_calls: list[dict[str, Any]] = field(default_factory=list)
+    # Why the turn was told to stop, once it has stopped (None: it was not told to); the
+    # runner's supervisor answers it (worker/supervisor.py), the recording asks it.
+    stop_cause: Callable[[], Awaitable[Cause | None]] | None = None
 
     @classmethod
     def for_request(

@@ -126,6 +126,7 @@ class LivenessKeeper:
             retention_s=self.settings.turn_retention_s,
             stream_maxlen=self.settings.stream_maxlen,
             queue=queue,
+            queue_name=self.settings.queue_name,
         )
         liveness = Liveness(queue)
         try:

@@ -17,6 +17,10 @@ the client's follow-up brings (worker/harness/router.py). A call's record holds 
 stored elsewhere (model, timing, usage; a tool's whole output), never the prompt, whose
 messages the conversation already holds.
 
+A turn stopped by a cancel, or interrupted by a newer message, keeps what it answered so
+far: its answer is stored as it stood, marked `stopped` (shared/records/messages.py), before
+the turn's ending is written, so the turn that comes next in the conversation reads it.
+
 A turn writes into its conversation only while it holds it (shared/conversation_state.py).
 One whose conversation is gone when it begins (deleted, or no longer its own) does not run:
 it ends `conversation_deleted` (`ConversationGoneError`). One whose conversation is deleted
@@ -38,6 +42,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from redis.exceptions import RedisError
 
 from shared.events import ToolCall
+from shared.lifecycle import RULES
 from shared.queue import BackgroundLimits
 from shared.records.call_log import (
     CallEvent,
@@ -48,7 +53,7 @@ from shared.records.call_log import (
 )
 from shared.records.conversation import ConversationNotFoundError
 from shared.records.keeper import Recorder
-from shared.records.messages import Message
+from shared.records.messages import STOPPED, Message, MessageLike, stopped_row
 from shared.records.undo import Restore, Undone
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
@@ -63,8 +68,9 @@ EXPIRED_CALL = "Not run: the user did not confirm this in time."
 
 
 def _is_answer(row: Message) -> bool:
-    """Whether a stored row is an answer of the assistant's (not a tool call's message)."""
-    return row.get("role") == "assistant" and not row.get("tool_calls")
+    """Whether a stored row is an answer of the assistant's (not a tool call's message, nor
+    one its turn did not finish)."""
+    return row.get("role") == "assistant" and not row.get("tool_calls") and not row.get(STOPPED)
 
 
 def _answered_calls(messages: list[dict[str, Any]]) -> set[str]:
@@ -301,7 +307,10 @@ class TurnRecording:
             await self._writes.drain()
             if self.deleted:
                 return
-            ran = self._what_ran(message)
+            ran: list[MessageLike] = list(self._what_ran(message))
+            answer = await self._stopped_answer(error)
+            if answer is not None:
+                ran.append(answer)
             calls, self._calls = self._calls, []  # any a failed write left behind
             if self._llm_call is not None:
                 call_id, began = self._llm_call
@@ -326,6 +335,19 @@ class TurnRecording:
         except (RedisError, OSError, ConversationNotFoundError) as exc:
             # The turn's own error is what matters; a lost record must not replace it.
             logger.warning("could not record the failure of turn %s: %s", self.ctx.turn_id, exc)
+
+    async def _stopped_answer(self, error: BaseException) -> Message | None:
+        """What the turn answered before it was stopped, as the conversation keeps it: for
+        a stop whose rule keeps it (a cancel, an interrupt: shared/lifecycle.py `RULES`),
+        marked `stopped` with the ending's code, so a client that reads the history back
+        shows it as stopped and the next turn reads where it was cut (even when it had
+        said nothing yet); else None."""
+        if not stopped(error) or self.ctx.stop_cause is None:
+            return None
+        cause = await self.ctx.stop_cause()
+        if cause is None or not RULES[cause].partial:
+            return None
+        return stopped_row("".join(self.ctx.content), RULES[cause].code)
 
     def _what_ran(self, why: str) -> list[BaseMessage]:
         """This turn's tool-call messages and tool results so far (as `finish` stores them,

@@ -46,6 +46,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from shared import keys
 from shared.backends import backend_of
+from shared.cancel import Stop
 from shared.connection import REDIS_ERRORS, STORE_LOST, backoff_s
 from shared.endings import completed
 from shared.errors import ErrorCode
@@ -65,7 +66,7 @@ from shared.records.keeper import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turn_record import TurnRecord
-from shared.turns import TurnStore
+from shared.turns import InLine, TurnStore
 from worker.calls import Item, stream_events
 from worker.context import TurnContext
 from worker.liveness import LivenessKeeper
@@ -85,6 +86,8 @@ _MESSAGE_CHARS = 500
 # again: longer than a failover takes (a Cluster's node timeout and election, Sentinels'
 # down-after and promotion). Past it, a reaper ends the turn once Redis is back.
 ENDING_RETRY_S = 120.0
+# How often a turn that waits in its conversation's line looks again, at first and at most.
+_LINE_POLL_S, _LINE_POLL_MAX_S = 0.05, 1.0
 
 # The turn runner (worker/turn.py `run_to_sinks`): the context, the sinks of its items, and the
 # recorder it alone may write the turn's records with.
@@ -116,12 +119,18 @@ _RAISED: tuple[tuple[type[Exception] | tuple[type[Exception], ...], Cause], ...]
 class _Running:
     """A turn running here: its task, the failovers of its primary when it was claimed (a
     change means its stream may have lost writes), why it was told to stop (None: it was
-    not), and whether it is writing its ending (then nothing stops it any more)."""
+    not), and whether it is writing its ending (then nothing stops it any more); for a
+    cancel, the read of what it asked for (shared/cancel.py `Stop`), begun as it came."""
 
     task: asyncio.Task[str]
     failovers: int
     stop: Cause | None = None
     ending: bool = False
+    asked: asyncio.Task[Cause] | None = None
+
+
+# The cause a turn stopped by its cancel key ends with, by what the key asks for.
+_STOPS: dict[Stop, Cause] = {Stop.CANCEL: Cause.CANCELLED, Stop.INTERRUPT: Cause.INTERRUPTED}
 
 
 class TurnSupervisor:
@@ -161,6 +170,7 @@ class TurnSupervisor:
             retention_s=settings.turn_retention_s,
             stream_maxlen=settings.stream_maxlen,
             queue=self.queue,
+            queue_name=settings.queue_name,
         )
         self.backend = backend_of(redis)
         self._running: dict[str, _Running] = {}
@@ -221,7 +231,7 @@ class TurnSupervisor:
             return str(claim.outcome)
         telemetry = TurnTelemetry.claimed(claim.record, self.settings, self.worker_id)
         if claim.cancel_requested:
-            return await self._end(telemetry, claim.record, None, Cause.CANCELLED)
+            return await self._end(telemetry, claim.record, None, _STOPS[claim.stop])
         task = asyncio.create_task(self._execute(claim.record, telemetry))
         self._running[turn_id] = _Running(task, self.backend.failovers(turn_id))
         self.liveness.add(turn_id)
@@ -262,7 +272,29 @@ class TurnSupervisor:
         running = self._running.get(turn_id)
         if running is not None and running.stop is None and not running.ending:
             running.stop = cause
+            if cause is Cause.CANCELLED:
+                # What the cancel asked for is read while the turn stops, not after.
+                running.asked = asyncio.create_task(self._asked(turn_id))
             running.task.cancel()
+
+    async def _asked(self, turn_id: str) -> Cause:
+        """The cause a cancel of the turn asks for, by its cancel key (a cancel, if Redis
+        cannot say)."""
+        try:
+            value = await self.redis.get(keys.cancel(turn_id))
+        except REDIS_ERRORS:
+            value = None
+        return _STOPS[Stop.of(value)]
+
+    async def _stop_cause(self, turn_id: str) -> Cause | None:
+        """Why the turn was told to stop (None: it was not), once it has stopped."""
+        running = self._running.get(turn_id)
+        if running is None:
+            return None
+        if running.asked is not None:
+            asked, running.asked = running.asked, None
+            running.stop = await asked
+        return running.stop
 
     async def _execute(self, record: TurnRecord, telemetry: TurnTelemetry) -> str:
         turn_id, owner = record.id, record.owner
@@ -288,13 +320,15 @@ class TurnSupervisor:
             )
             sinks: list[Sink] = [_Stream(writer, record), telemetry]
             async with asyncio.timeout(self.settings.turn_timeout_s):
+                if record.request.agent.follows is not None and record.conversation_id:
+                    await self._wait_in_line(record, record.conversation_id)
                 await self.run_to_sinks(ctx, sinks, records.as_recorder())
                 await writer.flush()
         except (asyncio.CancelledError, Exception) as exc:
             running = self._running.get(turn_id)
-            cause = _cause_of(exc, running.stop if running is not None else None)
             if running is not None:
                 running.ending = True
+            cause = _cause_of(exc, await self._stop_cause(turn_id))
             if cause is Cause.CRASHED:
                 logger.exception("turn %s failed", turn_id)
             usage = ctx.usage if ctx is not None else None
@@ -376,6 +410,20 @@ class TurnSupervisor:
                 )
                 await asyncio.sleep(backoff_s(failures))
 
+    async def _wait_in_line(self, record: TurnRecord, conversation_id: str) -> None:
+        """A turn that joined its conversation's line runs once it holds the conversation.
+        Its job is made due as the line reaches it, so it holds it already, unless whoever
+        ended the turn before it did not live to move the line on: then it moves it here,
+        or waits for the turn it is behind (which must end: a reaper ends it at the
+        latest). A turn out of the line goes on, and finds its conversation gone."""
+        delay = _LINE_POLL_S
+        while True:
+            place = await self.store.take_turn(record.owner, conversation_id, record.id)
+            if place is not InLine.WAITS:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _LINE_POLL_MAX_S)
+
     def _context(self, record: TurnRecord, telemetry: TurnTelemetry) -> TurnContext:
         ctx = TurnContext.for_request(
             record.id,
@@ -399,6 +447,7 @@ class TurnSupervisor:
             tool_settings=self.tool_settings,
         )
         ctx.kept = record.request.delivery.kept
+        ctx.stop_cause = lambda: self._stop_cause(record.id)
         telemetry.usage = ctx.usage
         return ctx
 

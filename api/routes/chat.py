@@ -9,11 +9,11 @@ from fastapi import APIRouter, Depends, Header, Response
 from api.admission import Storing
 from api.auth import TurnOwner
 from api.client_tools import check_no_clash, check_schemas
-from api.conversations import check_conversation_id, open_conversation
+from api.conversations import Opened, check_conversation_id, open_conversation
 from api.json_route import OrjsonRoute
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
-from api.turn_service import UNFINISHED_TTL_S, check_model, start_turn
+from api.turn_service import UNFINISHED_TTL_S, check_model, multitask_of, start_turn
 from shared.client_tools import tool_names
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -40,7 +40,9 @@ async def chat_completions(
     retention_s = state.settings.conversation_retention_s
     turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
 
-    async def conversation(turn_id: str) -> str:
+    multitask = multitask_of(state, body.multitask_strategy)
+
+    async def conversation(turn_id: str) -> Opened:
         return await open_conversation(
             state.redis,
             state.store,
@@ -49,6 +51,7 @@ async def chat_completions(
             turn_id,
             retention_s=retention_s,
             turn_keep_s=turn_keep_s,
+            multitask=multitask,
         )
 
     storing = Storing(requested)

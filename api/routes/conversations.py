@@ -5,7 +5,9 @@ Owner-scoped like every route: another user's conversation, or a missing one, is
 404. Posting a message and resuming run a turn on the stored history; the answer is JSON
 (wait for the turn, then its rows) unless the client's `Accept` prefers `text/event-stream`
 (api/negotiation.py), which streams the turn's named events (api/encoding.py:
-`ConversationEncoder`). A conversation runs one turn at a time (409 `conversation_busy`).
+`ConversationEncoder`). A conversation runs one turn at a time: a message posted while one
+runs interrupts it, waits in line, or is refused (409 `conversation_busy`), as its
+`multitask_strategy` says (api/conversations.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.admission import Storing, admit_storing
 from api.auth import Owner, TurnOwner
 from api.conversations import (
+    Multitask,
+    Opened,
     check_conversation_id,
     claim_conversation,
     confirmation_not_found,
@@ -43,7 +47,7 @@ from api.relay import fixed
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
-from api.turn_service import conversation_machine, start_turn
+from api.turn_service import conversation_machine, multitask_of, start_turn
 from shared.conversation_state import Outcome, Status
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
@@ -51,7 +55,7 @@ from shared.records.conversation import ConversationExistsError
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
 from shared.records.undo import LOOKBACK, TooLate, find_undo
-from shared.requests import AgentRequest, Delivery, TurnRequest
+from shared.requests import AgentRequest, Delivery, MultitaskStrategy, TurnRequest
 from shared.schema_checks import Invalid
 
 router = APIRouter(route_class=OrjsonRoute)
@@ -84,6 +88,9 @@ class NewMessage(_Body):
     metadata: dict[str, str] | None = Field(None, max_length=_METADATA_PAIRS)
     # Stream the prompts sent to each model, each call's latency and usage (`trace` events).
     trace: bool = False
+    # What the message does while a turn runs on the conversation (None:
+    # BERNARD_MULTITASK_STRATEGY; shared/conversation_state.py `Strategy`).
+    multitask_strategy: MultitaskStrategy | None = None
 
 
 class UndoRequest(_Body):
@@ -232,8 +239,8 @@ async def post_message(
     body: NewMessage,
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """Run a turn on the stored history plus this message (409 while the conversation is
-    busy); JSON or named SSE events by `Accept`."""
+    """Run a turn on the stored history plus this message (while a turn runs: as its
+    `multitask_strategy` says, api/conversations.py); JSON or named SSE events by `Accept`."""
     await _owned(state, owner, conversation_id)
     check_message_chars(len(body.content), state.settings, "content", "a message")
     _check_metadata(body.metadata)
@@ -249,7 +256,8 @@ async def post_message(
     # The stored row holds at least the text's bytes: a message over the cap is refused
     # before its turn (api/admission.py).
     adds = len(body.content.encode())
-    return await _run(state, owner, conversation_id, request, adds=adds)
+    multitask = multitask_of(state, body.multitask_strategy)
+    return await _run(state, owner, conversation_id, request, multitask, adds=adds)
 
 
 @router.post("/conversations/{conversation_id}/resume")
@@ -347,7 +355,9 @@ async def undo(
         ),
         Delivery("conversation", stream=_wants_stream(accept), on_disconnect="continue"),
     )
-    return await _run(state, owner, conversation_id, request, adds=len(UNDO_WORDS))
+    # While a turn runs, as a message saying it would (the deployment's strategy).
+    multitask = multitask_of(state, None)
+    return await _run(state, owner, conversation_id, request, multitask, adds=len(UNDO_WORDS))
 
 
 class _StillWaiting(Exception):
@@ -355,13 +365,20 @@ class _StillWaiting(Exception):
 
 
 async def _run(
-    state: AppState, owner: str, conversation_id: str, request: TurnRequest, *, adds: int = 0
+    state: AppState,
+    owner: str,
+    conversation_id: str,
+    request: TurnRequest,
+    multitask: Multitask,
+    *,
+    adds: int = 0,
 ) -> Response:
     keeper, transitions = _keeper(state, owner), conversation_machine(state, owner)
 
-    async def claim(turn_id: str) -> str:
-        await claim_conversation(keeper, transitions, state.store, conversation_id, turn_id)
-        return conversation_id
+    async def claim(turn_id: str) -> Opened:
+        return await claim_conversation(
+            keeper, transitions, state.store, conversation_id, turn_id, multitask
+        )
 
     storing = Storing(conversation_id, adds=adds)
     return await start_turn(state, owner, request, claim, storing)

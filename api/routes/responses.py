@@ -32,6 +32,7 @@ from api.admission import Storing
 from api.auth import Owner, TurnOwner
 from api.client_tools import check_no_clash, check_schemas
 from api.conversations import (
+    Opened,
     check_conversation_id,
     conversation_not_found,
     decision_error,
@@ -61,6 +62,7 @@ from api.turn_service import (
     attach,
     check_model,
     conversation_machine,
+    multitask_of,
     start_turn,
     stream_response,
 )
@@ -162,7 +164,9 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
     retention_s = state.settings.conversation_retention_s
     turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
 
-    async def conversation(turn_id: str) -> str:
+    multitask = multitask_of(state, body.multitask_strategy)
+
+    async def conversation(turn_id: str) -> Opened:
         if previous is not None:
             await _check_latest(state, owner, previous)
         return await open_conversation(
@@ -173,6 +177,7 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
             turn_id,
             retention_s=retention_s,
             turn_keep_s=turn_keep_s,
+            multitask=multitask,
         )
 
     return await start_turn(
@@ -272,8 +277,10 @@ async def _check_latest(state: AppState, owner: str, previous: TurnRecord) -> No
     found = await keeper.get_conversation(conversation_id)
     if found is None:
         raise conversation_not_found(conversation_id)
-    if found.active_turn != previous.id:
-        latest = response_id(found.active_turn) if found.active_turn else "none"
+    # The latest: the last in line behind the running one, if messages wait in line.
+    last = found.waiting[-1] if found.waiting else found.active_turn
+    if last != previous.id:
+        latest = response_id(last) if last else "none"
         raise ApiError(
             409,
             f"response '{response_id(previous.id)}' is not the latest of its conversation "

@@ -75,6 +75,8 @@ class Conversation:
     active_since: float | None = None
     paused_turn: str | None = None
     paused_until: float | None = None
+    # The turns of messages waiting in line behind the running turn, first first.
+    waiting: tuple[str, ...] = ()
     # A fresh id per creation: a re-created id is another incarnation.
     incarnation: str | None = None
     # What its messages and call records hold (shared/budgets.py).

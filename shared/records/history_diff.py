@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from shared.records.messages import Message, MessageLike, to_openai_message
+from shared.records.messages import STOPPED, Message, MessageLike, to_openai_message
 
 __all__ = ["new_messages"]
 
@@ -46,10 +46,16 @@ def new_messages(
     tools' calls, stored when the turn handed them over: worker/harness/router.py; then
     their results, which the follow-up carries, are new).
 
+    An answer stored unfinished (`stopped`: its turn was cancelled or interrupted) may come
+    back as the client got it, which is all of it or less, or not at all (the client's
+    history never finished it): it takes no part in the comparison, and a request's
+    assistant message whose text it starts with repeats it.
+
     Linear in the size of both: a request and a history of thousands of messages cost
     milliseconds, not the worker's event loop.
     """
     request = _not_stored_calls(stored, [to_openai_message(m) for m in requested])
+    request = _not_stopped_answers(stored, request)
     history = [key for m in stored if (key := _match_key(m, stored=True)) is not None]
     if not history:
         return request
@@ -81,6 +87,32 @@ def _not_stored_calls(stored: Sequence[Mapping[str, Any]], request: list[Message
         ids = [call.get("id") for call in message.get("tool_calls") or ()]
         text = _content_text(message.get("content"))
         return message["role"] == "assistant" and bool(ids) and not text and calls.issuperset(ids)
+
+    return [message for message in request if not repeated(message)]
+
+
+def _not_stopped_answers(
+    stored: Sequence[Mapping[str, Any]], request: list[Message]
+) -> list[Message]:
+    """`request` without the assistant messages that repeat an answer `stored` holds
+    unfinished: its text, or the start of it."""
+    stopped = [
+        text
+        for row in stored
+        if row.get("role") == "assistant" and row.get(STOPPED)
+        if (text := _content_text(row.get("content")))
+    ]
+    if not stopped:
+        return request
+
+    def repeated(message: Message) -> bool:
+        text = _content_text(message.get("content"))
+        return (
+            message["role"] == "assistant"
+            and bool(text)
+            and not message.get("tool_calls")
+            and any(answer.startswith(text) for answer in stopped)
+        )
 
     return [message for message in request if not repeated(message)]
 
@@ -133,7 +165,7 @@ def _match_key(message: Mapping[str, Any], *, stored: bool) -> tuple[str, str] |
     role = message.get("role")
     if role not in ("user", "assistant"):
         return None
-    if stored and role == "assistant" and message.get("tool_calls"):
+    if stored and role == "assistant" and (message.get("tool_calls") or message.get(STOPPED)):
         return None
     text = _content_text(message.get("content"))
     if role == "assistant" and not text:

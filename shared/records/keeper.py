@@ -59,7 +59,14 @@ from shared.records.conversation import (
     ConversationNotFoundError,
 )
 from shared.records.history_diff import new_messages
-from shared.records.messages import Message, MessageLike, row_of, row_position, to_openai_message
+from shared.records.messages import (
+    Message,
+    MessageLike,
+    row_of,
+    row_position,
+    stored_message,
+    to_openai_message,
+)
 from shared.scripts import in_pipeline
 from shared.titles import TitleSource
 
@@ -466,7 +473,7 @@ class Recorder(_Store):
         `ConversationLostError` when `turn_id` does not hold it), `ValueError` for a
         message without a role.
         """
-        fresh = [to_openai_message(m) for m in messages]
+        fresh = [stored_message(m) for m in messages]
         list_key = self._keys(conversation_id)[1]
         records = [call.encoded() for call in calls]
         for _ in range(_APPEND_RETRIES):
@@ -891,6 +898,7 @@ def _conversation(raw: Mapping[Any, Any], count: int) -> Conversation:
         active_since=float(meta["active_since"]) if meta.get("active_since") else None,
         paused_turn=meta.get("paused_turn") or None,
         paused_until=float(meta["paused_until"]) if meta.get("paused_until") else None,
+        waiting=tuple(meta.get("waiting", "").split()),
         incarnation=meta.get("incarnation") or None,
         bytes=int(meta.get("bytes") or 0),
         title=meta.get("title") or None,

@@ -1,6 +1,10 @@
 """A conversation's messages: OpenAI's chat shape (`to_openai_message`), and the rows a
 client sees them as (`row_of`, `row_position`: `msg_<position>`, 1-based).
 
+An answer its turn did not finish (cancelled, or interrupted by a newer message) is stored
+as it stood, with `stopped`: the code of the turn's ending (`stopped_row`). A row shows it;
+the model reads it as a note after the text (worker/harness/memory.py).
+
 shared/records/keeper.py stores them; shared/records/history_diff.py compares them.
 """
 
@@ -11,12 +15,23 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_openai_messages
 
-__all__ = ["Message", "MessageLike", "row_of", "row_position", "to_openai_message"]
+__all__ = [
+    "STOPPED",
+    "Message",
+    "MessageLike",
+    "row_of",
+    "row_position",
+    "stopped_row",
+    "stored_message",
+    "to_openai_message",
+]
 
 Message = dict[str, Any]
 MessageLike = Mapping[str, Any] | BaseMessage
 
 _OPTIONAL_FIELDS = ("name", "tool_call_id", "tool_calls")
+# The field of an answer stored unfinished: its turn's ending code.
+STOPPED = "stopped"
 
 
 def to_openai_message(message: MessageLike) -> Message:
@@ -37,6 +52,19 @@ def to_openai_message(message: MessageLike) -> Message:
     return out
 
 
+def stored_message(message: MessageLike) -> Message:
+    """`message` as the conversation stores it: its OpenAI fields, and `stopped` when set."""
+    out = to_openai_message(message)
+    if not isinstance(message, BaseMessage) and message.get(STOPPED):
+        out[STOPPED] = str(message[STOPPED])
+    return out
+
+
+def stopped_row(text: str, code: str) -> Message:
+    """The assistant's answer of a turn that ended `code` before finishing it, as it stood."""
+    return {"role": "assistant", "content": text, STOPPED: code}
+
+
 def row_position(row_id: str) -> int:
     """`msg_12` → 12: the 1-based position of a row id; `ValueError` for anything else."""
     prefix, _, number = row_id.partition("_")
@@ -48,7 +76,7 @@ def row_position(row_id: str) -> int:
 def row_of(stored: Message, index: int = 0) -> Message:
     """A stored message as a client sees the row: the OpenAI fields, `id`, `turn_id`,
     `created_at` (one stored before rows had ids gets the id of its `index`)."""
-    row = to_openai_message(stored)
+    row = stored_message(stored)
     row["id"] = stored.get("id") or f"msg_{index + 1}"
     row["turn_id"] = stored.get("turn_id")
     row["created_at"] = stored.get("created_at")

@@ -53,9 +53,10 @@ async def opened(redis: redis_asyncio.Redis, owner: str, conversation_id: str | 
     then ends at once, so nothing keeps the conversation busy."""
     store = turns(redis)
     turn_id = f"turn-{uuid.uuid4().hex}"
-    opened_id = await open_conversation(
+    claimed = await open_conversation(
         redis, store, owner, conversation_id, turn_id, retention_s=RETENTION_S
     )
+    opened_id = claimed.conversation_id
     request = TurnRequest(AgentRequest([]), Delivery("conversation"))
     record = TurnRecord(turn_id, owner, request, "bernard-v1", conversation_id=opened_id)
     await store.create(record, ttl_s=RETENTION_S, queue_name=None)

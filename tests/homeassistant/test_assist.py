@@ -289,13 +289,18 @@ async def test_a_failed_turn_is_a_spoken_apology(
     assert "Traceback" not in logged
 
 
-async def test_an_utterance_while_a_turn_runs_says_so(assist: Assist) -> None:
+async def test_an_utterance_while_a_turn_runs_interrupts_it_and_is_answered(
+    assist: Assist,
+) -> None:
+    """A household talks over its assistant: the new words win. The running answer stops
+    where it was (kept in the conversation, marked so) and the utterance is answered."""
     conversation = f"ha-user-{await owner_id(assist.ha)}"
     made = await assist.stack.client.post(
         "/v1/conversations", json={"id": conversation}, headers=assist.headers
     )
     assert made.status_code == 201, made.text
-    gate = assist.upstream.script(Reply.text("A long answer", block_after=1))
+    gate = assist.upstream.script(Reply.text(["Once", " upon", " a", " time"], block_after=2))
+    assist.upstream.script(Reply.text("The hall light is on."))
     running = asyncio.create_task(
         assist.stack.client.post(
             f"/v1/conversations/{conversation}/messages",
@@ -306,13 +311,17 @@ async def test_an_utterance_while_a_turn_runs_says_so(assist: Assist) -> None:
     await gate.wait_blocked()
 
     result = await assist.ha.process("Turn on the hall light", assist.agent_id)
+    stopped = await running
     gate.release()
 
-    assert result["response"]["response_type"] == "error"
-    assert speech(result) == "I'm still working on your last request."
-    assert (await running).json()["status"] == "completed"
-    assert "Turn on the hall light" not in [
-        m["content"] for m in await assist.messages(conversation)
+    assert speech(result) == "The hall light is on."
+    assert (stopped.status_code, stopped.json()["error"]["code"]) == (409, "turn_interrupted")
+    rows = await assist.messages(conversation)
+    assert [(r["role"], r["content"], r.get("stopped")) for r in rows] == [
+        ("user", "Tell me a story", None),
+        ("assistant", "Once upon", "turn_interrupted"),
+        ("user", "Turn on the hall light", None),
+        ("assistant", "The hall light is on.", None),
     ]
 
 

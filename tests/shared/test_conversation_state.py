@@ -24,6 +24,7 @@ from shared.conversation_state import (
     ConversationMachine,
     Outcome,
     Status,
+    Strategy,
     Transition,
     derive_status,
     may_run,
@@ -40,7 +41,7 @@ ABSENT, IDLE, RUNNING, AWAITING = (
     Status.AWAITING_CONFIRMATION,
 )
 ID = "kitchen"
-HOLDER, OTHER, RESUMER = "turn-holder", "turn-other", "turn-resumer"
+HOLDER, OTHER, RESUMER, WAITER = "turn-holder", "turn-other", "turn-resumer", "turn-waiter"
 
 
 @pytest.fixture
@@ -84,6 +85,7 @@ async def status(machine: ConversationMachine) -> Status:
         paused_until=conversation.paused_until,
         active_may_run=may_run(None, conversation.active_since, now),
         now=now,
+        waiting=bool(conversation.waiting),
     )
 
 
@@ -96,6 +98,13 @@ async def prepare(machine: ConversationMachine, start: str) -> None:
         assert await machine.pause(ID, HOLDER, [proposal("c1")]) is Outcome.PAUSED
     if start == "awaiting two":
         assert await machine.pause(ID, HOLDER, [proposal("c1"), proposal("c2")]) is Outcome.PAUSED
+    if start in ("running, one in line", "running, line full"):
+        waiting = 1 if start == "running, one in line" else 2
+        for n in range(waiting):
+            claim = await machine.start(
+                ID, f"{WAITER}{n or ''}", ended=None, strategy=Strategy.ENQUEUE, max_waiting=2
+            )
+            assert claim.outcome is Outcome.WAITING
 
 
 Action = Callable[[ConversationMachine], Awaitable[Outcome]]
@@ -113,14 +122,43 @@ async def _start(machine: ConversationMachine) -> Outcome:
     return (await machine.start(ID, "turn-new", ended=None)).outcome
 
 
+def _start_as(strategy: Strategy) -> Action:
+    async def start(machine: ConversationMachine) -> Outcome:
+        claim = await machine.start(ID, "turn-new", ended=None, strategy=strategy, max_waiting=2)
+        return claim.outcome
+
+    return start
+
+
+def _advance(ended: str) -> Action:
+    async def advance(machine: ConversationMachine) -> Outcome:
+        return (await machine.advance(ID, ended)).outcome
+
+    return advance
+
+
+def _unclaim(turn: str) -> Action:
+    async def unclaim(machine: ConversationMachine) -> Outcome:
+        return (await machine.unclaim(ID, turn)).outcome
+
+    return unclaim
+
+
 ACTIONS: dict[str, Action] = {
     "create": lambda m: m.create(ID),
     "start": _start,
     "pause by the holder": lambda m: m.pause(ID, HOLDER, [proposal("p9")]),
     "pause by another": lambda m: m.pause(ID, OTHER, [proposal("p9", OTHER)]),
     "decide": _decide,
-    "unclaim by the holder": lambda m: m.unclaim(ID, HOLDER),
-    "unclaim by another": lambda m: m.unclaim(ID, OTHER),
+    "start, interrupt": _start_as(Strategy.INTERRUPT),
+    "start, enqueue": _start_as(Strategy.ENQUEUE),
+    "start, reject": _start_as(Strategy.REJECT),
+    "unclaim by the holder": _unclaim(HOLDER),
+    "unclaim by another": _unclaim(OTHER),
+    "unclaim by one in line": _unclaim(WAITER),
+    "advance, the holder ended": _advance(HOLDER),
+    "advance, one in line ended": _advance(WAITER),
+    "advance, another ended": _advance(OTHER),
     "delete": _delete,
     "announce": lambda m: m.announce(ID, {"role": "assistant", "content": "rang"}, ended=None),
     "announce, the holder ended": lambda m: m.announce(
@@ -137,6 +175,14 @@ ROWS = [
     ("idle", "start", Outcome.STARTED, RUNNING),
     ("running", "start", Outcome.BUSY, RUNNING),
     ("awaiting", "start", Outcome.AWAITING_DECISION, AWAITING),
+    ("idle", "start, interrupt", Outcome.STARTED, RUNNING),
+    ("running", "start, interrupt", Outcome.WAITING, RUNNING),
+    ("running", "start, enqueue", Outcome.WAITING, RUNNING),
+    ("running", "start, reject", Outcome.BUSY, RUNNING),
+    ("running, one in line", "start, enqueue", Outcome.WAITING, RUNNING),
+    ("running, line full", "start, interrupt", Outcome.LINE_FULL, RUNNING),
+    ("running, line full", "start, enqueue", Outcome.LINE_FULL, RUNNING),
+    ("awaiting", "start, interrupt", Outcome.AWAITING_DECISION, AWAITING),
     ("absent", "pause by the holder", Outcome.NOT_FOUND, ABSENT),
     ("idle", "pause by another", Outcome.NOT_HOLDER, IDLE),
     ("running", "pause by the holder", Outcome.PAUSED, AWAITING),
@@ -152,6 +198,15 @@ ROWS = [
     ("running", "unclaim by the holder", Outcome.UNCLAIMED, IDLE),
     ("running", "unclaim by another", Outcome.NOT_HOLDER, RUNNING),
     ("awaiting", "unclaim by the holder", Outcome.NOT_HOLDER, AWAITING),
+    ("running, one in line", "unclaim by one in line", Outcome.UNCLAIMED, RUNNING),
+    ("running, one in line", "unclaim by the holder", Outcome.UNCLAIMED, RUNNING),
+    ("absent", "advance, the holder ended", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "advance, the holder ended", Outcome.UNCHANGED, IDLE),
+    ("running", "advance, the holder ended", Outcome.UNCHANGED, RUNNING),
+    ("running, one in line", "advance, the holder ended", Outcome.ADVANCED, RUNNING),
+    ("running, one in line", "advance, one in line ended", Outcome.LEFT, RUNNING),
+    ("running, one in line", "advance, another ended", Outcome.UNCHANGED, RUNNING),
+    ("awaiting", "advance, the holder ended", Outcome.UNCHANGED, AWAITING),
     ("absent", "delete", Outcome.NOT_FOUND, ABSENT),
     ("idle", "delete", Outcome.DELETED, ABSENT),
     ("running", "delete", Outcome.DELETED, ABSENT),
@@ -189,10 +244,8 @@ def test_the_table_says_what_each_transition_does_from_every_status(
             Transition.CREATE,
             {IDLE: Outcome.EXISTS, RUNNING: Outcome.EXISTS, AWAITING: Outcome.EXISTS},
         ),
-        (
-            Transition.START,
-            {ABSENT: Outcome.NOT_FOUND, RUNNING: Outcome.BUSY, AWAITING: Outcome.AWAITING_DECISION},
-        ),
+        (Transition.START, {ABSENT: Outcome.NOT_FOUND, AWAITING: Outcome.AWAITING_DECISION}),
+        (Transition.ADVANCE, {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.UNCHANGED}),
         (
             Transition.PAUSE,
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
@@ -219,16 +272,17 @@ NOW = 1_000_000.0
 
 
 @pytest.mark.parametrize(
-    ("exists", "active", "paused", "until", "may", "expected"),
+    ("exists", "active", "paused", "until", "may", "waiting", "expected"),
     [
-        (False, None, None, None, False, ABSENT),
-        (True, None, None, None, False, IDLE),
-        (True, "t1", None, None, True, RUNNING),
-        (True, "t1", None, None, False, IDLE),  # its turn ended: finishing needs no script
-        (True, "t1", "t1", NOW + 1, False, AWAITING),
-        (True, "t1", "t1", NOW + 1, True, AWAITING),  # paused, its record not ended yet
-        (True, "t1", "t1", NOW - 1, False, IDLE),  # the step lapsed undecided
-        (True, "t2", "t1", NOW + 1, True, RUNNING),  # the decisions' turn holds it
+        (False, None, None, None, False, False, ABSENT),
+        (True, None, None, None, False, False, IDLE),
+        (True, "t1", None, None, True, False, RUNNING),
+        (True, "t1", None, None, False, False, IDLE),  # its turn ended: finishing needs no script
+        (True, "t1", None, None, False, True, RUNNING),  # ended, its line not moved on yet
+        (True, "t1", "t1", NOW + 1, False, False, AWAITING),
+        (True, "t1", "t1", NOW + 1, True, False, AWAITING),  # paused, its record not ended yet
+        (True, "t1", "t1", NOW - 1, False, False, IDLE),  # the step lapsed undecided
+        (True, "t2", "t1", NOW + 1, True, False, RUNNING),  # the decisions' turn holds it
     ],
 )
 def test_a_status_derives_from_the_metadata_and_the_active_turn(
@@ -237,6 +291,7 @@ def test_a_status_derives_from_the_metadata_and_the_active_turn(
     paused: str | None,
     until: float | None,
     may: bool,
+    waiting: bool,
     expected: Status,
 ) -> None:
     derived = derive_status(
@@ -246,6 +301,7 @@ def test_a_status_derives_from_the_metadata_and_the_active_turn(
         paused_until=until,
         active_may_run=may,
         now=NOW,
+        waiting=waiting,
     )
     assert derived is expected
 
@@ -372,7 +428,7 @@ async def test_unclaiming_the_turn_of_a_steps_decisions_lets_them_be_made_again(
 ) -> None:
     await prepare(machine, "awaiting")
     await machine.decide(ID, "c1", "approve", turn_id=RESUMER, arguments={"on": False})
-    assert await machine.unclaim(ID, RESUMER) is Outcome.UNCLAIMED
+    assert (await machine.unclaim(ID, RESUMER)).outcome is Outcome.UNCLAIMED
     assert await status(machine) is AWAITING
     (waiting,) = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
     assert (waiting["state"], "arguments" in waiting, "resumed_by" in waiting) == (
@@ -529,3 +585,111 @@ async def test_a_deletion_and_a_new_message_at_once_never_leave_a_turn_holding_n
         else:
             assert claim.outcome is Outcome.NOT_FOUND
             assert (deletion.active_turn, deletion.turn_ids) == (None, ())
+
+
+# -- the line: messages that came while a turn ran ---------------------------------------------
+
+
+async def line_of(machine: ConversationMachine) -> tuple[str | None, tuple[str, ...]]:
+    """The conversation's holder and its line, first first."""
+    conversation = await RecordKeeper(machine._redis, machine.owner).get_conversation(ID)
+    assert conversation is not None
+    return conversation.active_turn, conversation.waiting
+
+
+async def test_an_interrupting_message_names_the_running_turn_to_stop_and_waits_behind_it(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "running")
+    claim = await machine.start(ID, "t-b", ended=None, strategy=Strategy.INTERRUPT, max_waiting=3)
+    assert (claim.outcome, claim.active_turn, claim.waiting, claim.stop) == (
+        Outcome.WAITING,
+        HOLDER,
+        1,
+        HOLDER,
+    )
+    # A message racing it waits behind it, and interrupts the same running turn: no turn
+    # of a message stops another message's.
+    racer = await machine.start(ID, "t-c", ended=None, strategy=Strategy.INTERRUPT, max_waiting=3)
+    assert (racer.outcome, racer.waiting, racer.stop) == (Outcome.WAITING, 2, HOLDER)
+    queued = await machine.start(ID, "t-d", ended=None, strategy=Strategy.ENQUEUE, max_waiting=3)
+    assert (queued.outcome, queued.waiting, queued.stop) == (Outcome.WAITING, 3, None)
+    assert await line_of(machine) == (HOLDER, ("t-b", "t-c", "t-d"))
+    full = await machine.start(ID, "t-e", ended=None, strategy=Strategy.INTERRUPT, max_waiting=3)
+    assert (full.outcome, full.active_turn) == (Outcome.LINE_FULL, HOLDER)
+    turns = await machine._redis.zrange(machine.keys(ID)[2], 0, -1)
+    assert sorted(turns) == sorted(t.encode() for t in (HOLDER, "t-b", "t-c", "t-d")), "deletable"
+
+
+async def test_a_message_behind_an_ended_turn_whose_line_did_not_move_stops_nothing(
+    machine: ConversationMachine,
+) -> None:
+    """The holder ended, the line behind it not moved on yet: a new message joins the line
+    (it must not pass the one waiting) and has nothing to stop."""
+    await prepare(machine, "running, one in line")
+    claim = await machine.start(
+        ID, "t-new", ended=HOLDER, strategy=Strategy.INTERRUPT, max_waiting=3
+    )
+    assert (claim.outcome, claim.waiting, claim.stop) == (Outcome.WAITING, 2, None)
+
+
+async def test_the_line_moves_one_turn_at_a_time_as_each_ends(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "running")
+    for turn in ("t-b", "t-c"):
+        await machine.start(ID, turn, ended=None, strategy=Strategy.ENQUEUE, max_waiting=3)
+    # Any number of enders may report the same ending: the line moves once.
+    first = await machine.advance(ID, HOLDER)
+    again = await machine.advance(ID, HOLDER)
+    assert (first.outcome, first.holder, first.waiting) == (Outcome.ADVANCED, "t-b", 1)
+    assert again.outcome is Outcome.UNCHANGED
+    assert await line_of(machine) == ("t-b", ("t-c",))
+    last = await machine.advance(ID, "t-b")
+    assert (last.outcome, last.holder, last.waiting) == (Outcome.ADVANCED, "t-c", 0)
+    assert await line_of(machine) == ("t-c", ())
+    assert (await machine.advance(ID, "t-c")).outcome is Outcome.UNCHANGED
+
+
+async def test_a_turn_that_ends_while_it_waits_leaves_the_line_and_is_never_handed_it(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "running")
+    for turn in ("t-b", "t-c"):
+        await machine.start(ID, turn, ended=None, strategy=Strategy.ENQUEUE, max_waiting=3)
+    assert (await machine.advance(ID, "t-b")).outcome is Outcome.LEFT  # cancelled while queued
+    advanced = await machine.advance(ID, HOLDER)
+    assert (advanced.outcome, advanced.holder) == (Outcome.ADVANCED, "t-c")
+
+
+async def test_the_line_moves_past_a_paused_turn_and_its_calls_lapse(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "running, one in line")
+    assert await machine.pause(ID, HOLDER, [proposal("c1")]) is Outcome.PAUSED
+    advanced = await machine.advance(ID, HOLDER)
+    assert (advanced.outcome, advanced.holder) == (Outcome.ADVANCED, WAITER)
+    (lapsed,) = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert lapsed["state"] == "expired"
+    assert await status(machine) is RUNNING
+
+
+async def test_a_turn_in_line_that_was_never_created_leaves_it_and_the_holder_hands_it_on(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "running")
+    for turn in ("t-b", "t-c"):
+        await machine.start(ID, turn, ended=None, strategy=Strategy.ENQUEUE, max_waiting=3)
+    gone = await machine.unclaim(ID, "t-b")
+    assert (gone.outcome, gone.holder) == (Outcome.UNCLAIMED, None)
+    assert await line_of(machine) == (HOLDER, ("t-c",))
+    handed = await machine.unclaim(ID, HOLDER)
+    assert (handed.outcome, handed.holder) == (Outcome.UNCLAIMED, "t-c")
+    assert await line_of(machine) == ("t-c", ())
+
+
+async def test_deleting_names_the_turns_that_waited_in_line(machine: ConversationMachine) -> None:
+    await prepare(machine, "running, line full")
+    deleted = await machine.delete(ID)
+    assert (deleted.active_turn, deleted.waiting) == (HOLDER, (WAITER, f"{WAITER}1"))
+    assert sorted(deleted.turn_ids) == sorted([HOLDER, WAITER, f"{WAITER}1"])

@@ -25,6 +25,15 @@ from shared.events import Done, Error
 ROWS = [
     ("turn_cancelled", "cancelled", "cancelled", "the turn was cancelled", 409, False),
     (
+        "turn_interrupted",
+        "cancelled",
+        "cancelled",
+        "the turn was interrupted by a newer message in its conversation, which runs next; "
+        "what it said so far is kept in the conversation",
+        409,
+        False,
+    ),
+    (
         "conversation_deleted",
         "cancelled",
         "cancelled",

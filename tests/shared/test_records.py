@@ -515,6 +515,8 @@ async def test_the_archivist_cannot_write_and_the_recorder_cannot_read(
 
 # --- continuation ---------------------------------------------------------------------------
 
+# An answer its turn did not finish: stored as far as it went (shared/records/messages.py).
+STOPPED_ANSWER = {"role": "assistant", "content": "Once upon a time", "stopped": "turn_interrupted"}
 HISTORY = [SYSTEM, user("2+2?"), ROUTER_STEP, TOOL_RESULT, assistant("4")]
 
 
@@ -618,6 +620,36 @@ HISTORY = [SYSTEM, user("2+2?"), ROUTER_STEP, TOOL_RESULT, assistant("4")]
             [user("2+2?"), {**ROUTER_STEP, "content": "4"}, TOOL_RESULT, user("next")],
             [user("next")],
             id="a stored call with text sent back still matches by its text",
+        ),
+        pytest.param(
+            [user("story?"), STOPPED_ANSWER],
+            [user("story?"), user("weather?")],
+            [user("weather?")],
+            id="an answer stopped short, not sent back: only the new message is new",
+        ),
+        pytest.param(
+            [user("story?"), STOPPED_ANSWER],
+            [user("story?"), assistant("Once upon"), user("weather?")],
+            [user("weather?")],
+            id="an answer stopped short, sent back as far as the client got it",
+        ),
+        pytest.param(
+            [user("story?"), STOPPED_ANSWER],
+            [user("story?"), assistant("Once upon a time"), user("weather?")],
+            [user("weather?")],
+            id="an answer stopped short, sent back whole",
+        ),
+        pytest.param(
+            [user("story?"), STOPPED_ANSWER, user("weather?"), assistant("Sunny.")],
+            [user("story?"), user("weather?"), assistant("Sunny."), user("thanks")],
+            [user("thanks")],
+            id="the history goes on past an answer stopped short",
+        ),
+        pytest.param(
+            [user("story?"), STOPPED_ANSWER],
+            [user("story?"), assistant("A different tale"), user("weather?")],
+            [assistant("A different tale"), user("weather?")],
+            id="an answer the stopped one does not start with is the client's own",
         ),
     ],
 )

@@ -42,30 +42,78 @@ from shared.turns import TurnStore
 
 # -- the endings table -------------------------------------------------------------------
 
-# cause, code, status, who ends it, guard, after, whether its `done` keeps the usage.
+# cause, code, status, who ends it, guard, after, whether its `done` keeps the usage, and
+# whether what it answered so far is kept in its conversation.
 ENDING_ROWS = [
-    ("cancelled", "turn_cancelled", "cancelled", "worker", "always", "return", True),
-    ("cancelled_queued", "turn_cancelled", "cancelled", "api", "queued", "return", False),
-    ("conversation_deleted", "conversation_deleted", "cancelled", "api", "always", "return", False),
-    ("conversation_gone", "conversation_deleted", "cancelled", "worker", "always", "forget", False),
-    ("invalid_request", "invalid_turn", "failed", "worker", "always", "return", False),
-    ("upstream_failed", "upstream_error", "failed", "worker", "always", "return", False),
-    ("upstream_timed_out", "upstream_timeout", "failed", "worker", "always", "return", False),
-    ("conversation_full", "conversation_too_large", "failed", "worker", "always", "return", False),
-    ("timed_out", "turn_timeout", "failed", "worker", "always", "return", False),
-    ("crashed", "internal_error", "failed", "worker", "always", "return", False),
-    ("shut_down", "worker_shutdown", "failed", "worker", "always", "raise", False),
-    ("failed_over", "store_failover", "failed", "worker", "always", "return", False),
-    ("store_full", "store_full", "failed", "worker", "always", "return", False),
-    ("store_full_queued", "store_full", "failed", "worker", "queued", "return", False),
-    ("over", "worker_lost", "failed", "worker", "always", "abandon", False),
-    ("lease_lapsed", "worker_lost", "failed", "any", "lapsed", "return", False),
-    ("let_go", "store_failover", "failed", "any", "always", "return", False),
-    ("stranded", "turn_lost", "failed", "any", "queued", "return", False),
-    ("not_created", "turn_lost", "failed", "api", "queued", "return", False),
-    ("record_gone", "turn_lost", "failed", "reader", "always", "return", False),
-    ("unreadable", "stream_unreadable", "failed", "reader", "always", "return", False),
-    ("trimmed", "stream_trimmed", "failed", "reader", "always", "return", False),
+    ("cancelled", "turn_cancelled", "cancelled", "worker", "always", "return", True, True),
+    ("cancelled_queued", "turn_cancelled", "cancelled", "api", "queued", "return", False, False),
+    ("interrupted", "turn_interrupted", "cancelled", "worker", "always", "return", True, True),
+    (
+        "interrupted_queued",
+        "turn_interrupted",
+        "cancelled",
+        "api",
+        "queued",
+        "return",
+        False,
+        False,
+    ),
+    (
+        "conversation_deleted",
+        "conversation_deleted",
+        "cancelled",
+        "api",
+        "always",
+        "return",
+        False,
+        False,
+    ),
+    (
+        "conversation_gone",
+        "conversation_deleted",
+        "cancelled",
+        "worker",
+        "always",
+        "forget",
+        False,
+        False,
+    ),
+    ("invalid_request", "invalid_turn", "failed", "worker", "always", "return", False, False),
+    ("upstream_failed", "upstream_error", "failed", "worker", "always", "return", False, False),
+    (
+        "upstream_timed_out",
+        "upstream_timeout",
+        "failed",
+        "worker",
+        "always",
+        "return",
+        False,
+        False,
+    ),
+    (
+        "conversation_full",
+        "conversation_too_large",
+        "failed",
+        "worker",
+        "always",
+        "return",
+        False,
+        False,
+    ),
+    ("timed_out", "turn_timeout", "failed", "worker", "always", "return", False, False),
+    ("crashed", "internal_error", "failed", "worker", "always", "return", False, False),
+    ("shut_down", "worker_shutdown", "failed", "worker", "always", "raise", False, False),
+    ("failed_over", "store_failover", "failed", "worker", "always", "return", False, False),
+    ("store_full", "store_full", "failed", "worker", "always", "return", False, False),
+    ("store_full_queued", "store_full", "failed", "worker", "queued", "return", False, False),
+    ("over", "worker_lost", "failed", "worker", "always", "abandon", False, False),
+    ("lease_lapsed", "worker_lost", "failed", "any", "lapsed", "return", False, False),
+    ("let_go", "store_failover", "failed", "any", "always", "return", False, False),
+    ("stranded", "turn_lost", "failed", "any", "queued", "return", False, False),
+    ("not_created", "turn_lost", "failed", "api", "queued", "return", False, False),
+    ("record_gone", "turn_lost", "failed", "reader", "always", "return", False, False),
+    ("unreadable", "stream_unreadable", "failed", "reader", "always", "return", False, False),
+    ("trimmed", "stream_trimmed", "failed", "reader", "always", "return", False, False),
 ]
 
 
@@ -74,9 +122,18 @@ def test_every_cause_has_one_ending() -> None:
     assert sorted(Cause) == sorted(row[0] for row in ENDING_ROWS)
 
 
-@pytest.mark.parametrize(("cause", "code", "status", "who", "guard", "after", "usage"), ENDING_ROWS)
+@pytest.mark.parametrize(
+    ("cause", "code", "status", "who", "guard", "after", "usage", "partial"), ENDING_ROWS
+)
 def test_each_cause_ends_a_turn_one_way(
-    cause: str, code: str, status: str, who: str, guard: str, after: str, usage: bool
+    cause: str,
+    code: str,
+    status: str,
+    who: str,
+    guard: str,
+    after: str,
+    usage: bool,
+    partial: bool,
 ) -> None:
     rule = RULES[Cause(cause)]
     assert (rule.code, rule.status, rule.who, rule.guard, rule.after, rule.usage) == (
@@ -87,6 +144,7 @@ def test_each_cause_ends_a_turn_one_way(
         after,
         usage,
     )
+    assert rule.partial is partial
 
 
 def test_a_cancelled_turns_done_carries_the_usage_so_far_and_a_failed_ones_does_not() -> None:

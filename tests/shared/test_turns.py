@@ -237,6 +237,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "client_tools": [],
         "tool_choice": None,
         "parallel_tool_calls": True,
+        "follows": None,
         "kind": "completion",
         "stream": True,
         "include_usage": True,

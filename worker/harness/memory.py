@@ -7,7 +7,9 @@ The records keep every message (shared/records/keeper.py); a prompt holds, withi
 - the user's notes (shared/notes.py) as long-term memory, within `BERNARD_NOTES_MAX_TOKENS`,
 - the running summary of the older messages, when there is one,
 - as many of the latest messages as fit, whole, and never a tool result without the
-  assistant message that called it (nor that message without its results).
+  assistant message that called it (nor that message without its results). An answer
+  stored unfinished (`stopped`: shared/records/messages.py) ends with a note saying where
+  and why it was cut, so the model knows the user did not hear the rest.
 
 Reading is linear in what it reads and stops once the budget is spent: the latest rows the
 runner already read, then older ones a chunk at a time. When the messages left outside the
@@ -30,9 +32,10 @@ from langchain_core.messages import SystemMessage, convert_to_messages
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from shared.errors import ErrorCode
 from shared.events import Event, Memory
 from shared.notes import NoteStore
-from shared.records.messages import Message, row_position, to_openai_message
+from shared.records.messages import STOPPED, Message, row_position, to_openai_message
 from worker.context import TurnContext
 from worker.recording import ConversationGoneError
 from worker.tokens import Encode, counter_for, message_tokens
@@ -41,6 +44,12 @@ from worker.tokens import Encode, counter_for, message_tokens
 _CHUNK = 64
 SUMMARY_HEADING = "Summary of the earlier conversation (older messages are not shown):"
 NOTES_HEADING = "What the user asked you to remember (their notes):"
+# What the model reads after an answer stored unfinished, by its turn's ending.
+STOPPED_NOTES: dict[str, str] = {
+    ErrorCode.TURN_INTERRUPTED: "[Interrupted here: the user spoke over this answer with the "
+    "message that follows, so they did not hear the rest.]",
+    ErrorCode.TURN_CANCELLED: "[Stopped here by the user before it was finished.]",
+}
 
 
 # Each tool's schema in tokens, by (tool, counter), the tool kept with it so that no id in a
@@ -232,6 +241,9 @@ def _plain(row: Mapping[str, Any]) -> Message:
     """A stored row as the model reads it (LangChain wants text where a call has none)."""
     message = to_openai_message(row)
     message["content"] = message.get("content") or ""
+    note = STOPPED_NOTES.get(str(row.get(STOPPED) or ""))
+    if note:
+        message["content"] = f"{message['content']}\n\n{note}".lstrip()
     if message["role"] == "developer":
         message["role"] = "system"
     return message
