@@ -953,6 +953,57 @@ async def test_cancel_stops_the_running_turn(
     await expect(playground.answer).to_contain_text("tick tick")
 
 
+async def test_a_stopped_answer_is_still_there_after_a_reload_and_says_it_stopped(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    upstream.script(Reply.slow(0.02))
+    playground = await pages.open(stack)
+    page = playground.page
+    await playground.send("talk forever")
+    await expect(playground.answer).to_contain_text("tick tick")
+    await page.click("#cancel")
+    await playground.idle()
+    shown = await playground.answer.inner_text()
+    async with page.expect_response(lambda r: "/messages" in r.url):
+        await page.reload()
+    await expect(page.locator(".bubble.user")).to_have_text(["talk forever"])
+    await expect(playground.answer).to_have_text(shown)
+    await expect(page.locator(".status-line")).to_have_text(["Stopped."])
+    await expect(page.locator(".error-line")).to_have_count(0)
+
+
+async def test_an_answer_another_client_interrupts_says_so_and_the_page_follows_the_new_one(
+    stack: Stack, upstream: ScriptedUpstream, pages: Pages
+) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    conversation = (await stack.client.post("/v1/conversations", json={}, headers=headers)).json()
+    gate = upstream.script(Reply.text(["Once", " upon", " a", " time"], block_after=2))
+    upstream.script(Reply.text("Sunny all day."))
+    playground = await pages.open(stack, conversation=conversation["id"])
+    page = playground.page
+    await playground.send("tell me a story")
+    await expect(playground.answer).to_have_text("Once upon")
+    await gate.wait_blocked()
+    elsewhere = await stack.client.post(
+        f"/v1/conversations/{conversation['id']}/messages",
+        json={"content": "what about the weather?"},
+        headers=headers,
+    )
+    assert elsewhere.json()["status"] == "completed"
+    interrupted = "Interrupted: a newer message in this conversation took its place."
+    expected = ["tell me a story", "what about the weather?"]
+    await expect(page.locator(".bubble.user")).to_have_text(expected)
+    await expect(page.locator(".bubble.assistant")).to_have_text(["Once upon", "Sunny all day."])
+    await expect(page.locator(".status-line")).to_have_text([interrupted])
+    await playground.idle()
+    async with page.expect_response(lambda r: "/messages" in r.url):
+        await page.reload()
+    await expect(page.locator(".bubble.user")).to_have_text(expected)
+    await expect(page.locator(".bubble.assistant")).to_have_text(["Once upon", "Sunny all day."])
+    await expect(page.locator(".status-line")).to_have_text([interrupted])
+    await expect(page.locator(".error-line")).to_have_count(0)
+
+
 async def test_a_failed_turn_says_its_error_once(
     stack: Stack, upstream: ScriptedUpstream, pages: Pages
 ) -> None:

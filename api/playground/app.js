@@ -14,6 +14,11 @@
 // sanitized with DOMPurify before it reaches the page; tool arguments and results are only
 // ever set as text.
 //
+// An answer stopped before its end (the user's Cancel, or a newer message from another
+// client interrupting it) is stored as far as it went, marked `stopped`: reloaded, it shows
+// as it stood, with why it stops there. An interrupted turn hands the page to the message
+// that interrupted it, which the page then follows.
+//
 // Each tool call is one card from its proposal to its result, found by the call's id
 // whichever event or stored row names it; it says which rule of the household's policy let
 // it run, asked or refused it, and the last change to the house has an Undo button
@@ -53,7 +58,10 @@ let live = null; // the live turn, see the header
 let nodes = new Map(); // segment -> its element (not saved)
 let calls = new Map(); // tool call id -> its segment, in the conversation shown
 const STOPPED = "Stopped.";
-const ErrorCode = { CANCELLED: "turn_cancelled", BUSY: "conversation_busy" };
+const INTERRUPTED = "Interrupted: a newer message in this conversation took its place.";
+const ErrorCode = { CANCELLED: "turn_cancelled", INTERRUPTED: "turn_interrupted", BUSY: "conversation_busy" };
+// What an answer stored unfinished (its row's `stopped`, the code of its turn's ending) says.
+const STOPPED_BY = { [ErrorCode.CANCELLED]: STOPPED, [ErrorCode.INTERRUPTED]: INTERRUPTED };
 
 // -- the API ---------------------------------------------------------------------------
 
@@ -415,11 +423,13 @@ function startLive(conversationId, userText) {
 
 function endLive() {
   drawDirty(); // the turn's last words are on the page before it says it is done
+  const interrupted = live?.interrupted && live.conversationId === current;
   live = null;
   sessionStorage.removeItem(LIVE_STORE);
   setBusy(false);
   if (hintShown === "running") hideHint();
   refreshList();
+  if (interrupted) openConversation(current);
 }
 
 function addSegment(segment) {
@@ -431,14 +441,15 @@ function addSegment(segment) {
 
 // An error once, however many events of the turn carry it (its `error` event, then `done`).
 function addError(code, message) {
-  if (code === ErrorCode.CANCELLED) return addStopped();
+  if (STOPPED_BY[code]) return addStopped(STOPPED_BY[code]);
   if (live.segments.some((s) => s.kind === "error" && s.code === code && s.message === message)) return;
   addSegment({ kind: "error", code, message });
 }
 
-// The user's own Cancel is no error: the turn stopped.
-function addStopped() {
-  if (!live.segments.some((s) => s.kind === "status" && s.text === STOPPED)) addSegment({ kind: "status", text: STOPPED });
+// The user's own Cancel is no error: the turn stopped (or a newer message took its place).
+function addStopped(text = STOPPED) {
+  if (live.segments.some((s) => s.kind === "status" && Object.values(STOPPED_BY).includes(s.text))) return;
+  addSegment({ kind: "status", text });
 }
 
 function newCall(data) {
@@ -481,6 +492,12 @@ function applyEvent(name, data) {
       if (!call.decision || call.decision === "waiting") Object.assign(call, proposal, { decision: "pending" });
       drawSegment(call);
     } else addSegment({ ...newCall(data.tool_call), ...proposal, decision: "pending", progress: null });
+  } else if (name === "message") {
+    // The row of the turn's own message: a turn followed from elsewhere shows it here,
+    // stored as the turn began (one this page sent shows it already).
+    if (data.role === "user" && !live.segments.some((s) => s.kind === "user")) {
+      addSegment({ kind: "user", text: rowText(data) });
+    }
   } else if (name === "trace") {
     addSegment({ kind: "trace", ...data });
   } else if (name === "error") {
@@ -488,6 +505,8 @@ function applyEvent(name, data) {
   } else if (name === "done") {
     if (data.error) addError(data.error.code, data.error.message);
     if (data.status === "cancelled") addStopped();
+    // The message that interrupted it runs next, sent from elsewhere: the page shows it.
+    if (data.error?.code === ErrorCode.INTERRUPTED) live.interrupted = true;
     if (["cancelled", "failed"].includes(data.status)) {
       for (const call of live.segments) {
         if (call.kind === "call" && !call.result && call.decision !== "pending") {
@@ -975,6 +994,8 @@ function drawRows(rows, conversation) {
     if (row.role === "user") drawSegment({ kind: "user", text });
     else if (row.role === "assistant") {
       if (text) drawSegment({ kind: "text", text });
+      // An answer its turn did not finish, as far as it went: say why it stops there.
+      if (row.stopped) drawSegment({ kind: "status", text: STOPPED_BY[row.stopped] || STOPPED });
       if (row.tool_calls?.length) lastCalls = [];
       for (const call of row.tool_calls || []) {
         if (calls.has(call.id)) continue; // the live turn shows it
