@@ -6,9 +6,10 @@ for a decision is asked about (y / n / e to edit its arguments) and the decision
 `POST /v1/conversations/{id}/resume`, which streams the rest of the turn. The keyboard is
 cli/prompt.py's: line editing, history, multi-line input, `/commands`.
 
-Ctrl-C during a turn stops drawing it and asks whether to stop the turn
-(`POST /v1/turns/{id}/cancel`, the default) or leave it running, then comes back to the
-prompt. Ctrl-C at the prompt clears the line; Ctrl-D (or `/exit`) leaves.
+Ctrl-C during a turn stops it at once (`POST /v1/turns/{id}/cancel`) and draws the turn to
+its end, which follows: what it said before it stopped, then `stopped` (or all of it, when
+it had ended already); a second Ctrl-C stops drawing at once. Ctrl-C at the prompt clears
+the line; Ctrl-D (or `/exit`) leaves.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from cli.client import Api, ApiError, TurnStream
 from cli.frames import TurnEvent
 from cli.live import print_ending, watch
 from cli.prompt import LineEditor
-from cli.view import CANCELLED, ConfirmationBlock, TurnView, error_line, render
+from cli.view import ConfirmationBlock, TurnView, render
 
 DECISION_PROMPT = "Approve? (y)es / (n)o / (e)dit arguments: "
-STOP_PROMPT = "Stop this turn? [Y/n] "
 COMMANDS = {
     "/help": "the keys and commands",
     "/new": "start a new conversation",
@@ -43,7 +43,7 @@ KEYS = [
     ("Up, Down", "earlier messages, from past sessions too"),
     ("Ctrl-R", "search them"),
     ("Tab", "complete a /command"),
-    ("Ctrl-C", "clear the line; during an answer, stop it"),
+    ("Ctrl-C", "clear the line; during an answer, stop it (twice: stop drawing it too)"),
     ("Ctrl-D", "leave"),
 ]
 
@@ -63,16 +63,6 @@ def parse_choice(answer: str) -> Choice | None:
         return "reject"
     if word in ("e", "edit"):
         return "edit"
-    return None
-
-
-def parse_stop(answer: str) -> bool | None:
-    """Whether an answer to `STOP_PROMPT` stops the turn (Enter does), or None to ask again."""
-    word = answer.strip().lower()
-    if word in ("", "y", "yes"):
-        return True
-    if word in ("n", "no"):
-        return False
     return None
 
 
@@ -275,51 +265,49 @@ class Chat:
         (`TurnView.drawn`)."""
         stream = TurnStream(self.api)
         view = TurnView(approved=dict(approved or {}), drawn=set(drawn or ()))
+        stop_failed: list[ApiError] = []
         try:
-            finished = watch(self.console, stream, stream.start(method, path, body), view)
+            finished = watch(
+                self.console,
+                stream,
+                stream.start(method, path, body),
+                view,
+                stop=lambda turn_id: self.stop(turn_id, stop_failed),
+            )
         except ApiError as exc:
             if refuse and view.turn_id is None:
                 raise
             self.error(exc)
             return None
+        for refused in stop_failed:
+            self.error(refused)
         if finished:
             print_ending(self.console, view)
             self.console.print()
             return view
-        self.interrupted(view)
+        self.left(view)
         return None
 
-    def interrupted(self, view: TurnView) -> None:
-        """After Ctrl-C in a turn: stop it (the default) or leave it running."""
+    def stop(self, turn_id: str, failed: list[ApiError]) -> None:
+        """Ask for the turn to stop (on the drawing's stop thread); a refusal is said once
+        the drawing is done."""
+        try:
+            self.api.post(f"/v1/turns/{turn_id}/cancel")
+        except ApiError as exc:
+            failed.append(exc)
+
+    def left(self, view: TurnView) -> None:
+        """After a second Ctrl-C, or one before the turn began: back to the prompt."""
         turn_id = view.turn_id
         if turn_id is None:
             self.console.print("stopped before the turn began", style="yellow")
             return
-        while True:
-            try:
-                stop = parse_stop(self.keyboard.ask(STOP_PROMPT))
-            except (KeyboardInterrupt, EOFError):
-                stop = True  # a second Ctrl-C means it
-            if stop is not None:
-                break
-        if not stop:
-            self.console.print(
-                f"The turn goes on; follow it with: bernard turns tail {turn_id}",
-                highlight=False,
-                markup=False,
-                soft_wrap=True,  # the command stays one line, to copy
-            )
-            return
-        try:
-            turn = self.api.post(f"/v1/turns/{turn_id}/cancel")
-        except ApiError as exc:
-            self.error(exc)
-            return
-        error = turn.get("error") or {}
-        if turn["status"] == "cancelled" and error.get("code") == CANCELLED:
-            self.console.print(error_line(CANCELLED, ""))
-        else:
-            self.console.print(f"The turn had already ended: {turn['status']}.", highlight=False)
+        self.console.print(
+            f"Stopped drawing it; see how it ended with: bernard turns tail {turn_id}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,  # the command stays one line, to copy
+        )
 
 
 def open_conversation(api: Api, conversation_id: str | None) -> dict[str, Any]:

@@ -2,10 +2,13 @@
 the rest redrawn at the bottom of the terminal (cli/view.py says which is which).
 
 The stream is read on a thread of its own; this thread alone draws. Ctrl-C during a turn
-does not raise through the drawing: it sets a flag (`ctrl_c_sets`), the drawing stops at
-the next event or poll, the redrawn region is erased and what it showed is printed once,
-as it stood, and the stream is aborted (`TurnStream.abort`). What to do with the turn
-itself is the caller's question (cli/chat.py).
+does not raise through the drawing: it sets a flag (`ctrl_c_sets`). With a `stop` (the
+chat's: cli/chat.py), the first Ctrl-C asks for the turn to stop, on a thread of its own,
+and the drawing goes on to the turn's end, which follows at once: everything the turn said
+before it stopped is drawn, and if it had already ended, all of it. A second Ctrl-C, or
+the first without a `stop`, stops the drawing at the next event or poll: the redrawn
+region is erased, what it showed is printed once, as it stood, and the stream is aborted
+(`TurnStream.abort`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 
@@ -32,6 +35,8 @@ from cli.view import TurnView, ending_line, render, render_live
 REFRESH_PER_SECOND = 10
 # How often the drawing looks for a Ctrl-C while no event arrives.
 POLL_S = 0.05
+# How long the end of a turn waits for the request that stopped it to be answered.
+STOP_WAIT_S = 10.0
 # Rows the redrawn region leaves free: it never fills the screen, so it never scrolls (a
 # row scrolled away can no longer be erased) and the line above it stays in view.
 FREE_ROWS = 2
@@ -125,11 +130,16 @@ def _read(events: Iterator[TurnEvent], inbox: queue.Queue[_Item]) -> None:
 
 
 def watch(
-    console: Console, stream: TurnStream, events: Iterator[TurnEvent], view: TurnView
+    console: Console,
+    stream: TurnStream,
+    events: Iterator[TurnEvent],
+    view: TurnView,
+    stop: Callable[[str], None] | None = None,
 ) -> bool:
     """Draw `events` (of `stream`) into `view` until the turn's `done`; False if the user
-    pressed Ctrl-C first, the stream then aborted. Errors of the stream (cli/client.py
-    `ApiError`) propagate once what was drawn is printed."""
+    pressed Ctrl-C first (twice, with `stop`, which the first calls with the turn's id),
+    the stream then aborted. Errors of the stream (cli/client.py `ApiError`) propagate
+    once what was drawn is printed."""
     inbox: queue.Queue[_Item] = queue.Queue()
     stream.on_retry = lambda attempt, reason: inbox.put(
         _Notice(f"connection lost ({reason}); reconnecting (try {attempt})…")
@@ -146,9 +156,20 @@ def watch(
         vertical_overflow="visible",  # `Tail` keeps it within the screen
     )
     ended: _End | None = None
+    stopping: threading.Thread | None = None
     with ctrl_c_sets(interrupted), no_echo(), live:
         reader.start()
-        while ended is None and not interrupted.is_set():
+        while ended is None:
+            if interrupted.is_set():
+                turn_id = view.turn_id or stream.turn_id
+                if stop is None or stopping is not None or turn_id is None:
+                    break
+                # Asked at once, off this thread: the drawing goes on to the turn's end.
+                interrupted.clear()
+                stopping = threading.Thread(
+                    target=stop, args=(turn_id,), name="turn-stop", daemon=True
+                )
+                stopping.start()
             try:
                 item = inbox.get(timeout=POLL_S)
             except queue.Empty:
@@ -170,6 +191,8 @@ def watch(
     if not finished:
         stream.abort()
     reader.join(timeout=1.0)
+    if stopping is not None:
+        stopping.join(timeout=STOP_WAIT_S)
     if not reader.is_alive():
         close = getattr(events, "close", None)
         if close is not None:

@@ -34,6 +34,7 @@ STEPS_SHOWN = 4
 
 # A turn somebody stopped (shared/endings.py) is shown as "stopped", not as an error.
 CANCELLED = ErrorCode.TURN_CANCELLED
+INTERRUPTED = ErrorCode.TURN_INTERRUPTED
 
 _FENCE = re.compile(r" {0,3}(```|~~~)")
 
@@ -258,9 +259,12 @@ def render(piece: Piece, *, live: bool = False) -> RenderableType:
 
 
 def error_line(code: str, message: str) -> Text:
-    """An error as the terminal says it; the user's own cancel is no error: "stopped"."""
+    """An error as the terminal says it; the user's own cancel is no error: "stopped", nor
+    a newer message that took the turn's place."""
     if code == CANCELLED:
         return Text("stopped", style="yellow")
+    if code == INTERRUPTED:
+        return Text("interrupted: a newer message in this conversation runs next", style="yellow")
     return Text(f"error ({code}){': ' if message else ''}{message}", style="red")
 
 
@@ -304,7 +308,7 @@ def ending_line(view: TurnView) -> Text | None:
     code = str(error.get("code") or "")
     if any(isinstance(block, ErrorBlock) and block.code == code for block in view.blocks):
         return None
-    if code == CANCELLED:
+    if code in (CANCELLED, INTERRUPTED):
         return error_line(code, "")
     message = error.get("message") or ""
     return Text(
