@@ -60,6 +60,30 @@ async def test_an_answer_broken_mid_stream_resumes_after_the_last_word_heard(
     assert await hass.config_entries.async_unload(entry.entry_id)
 
 
+async def test_an_answer_a_newer_utterance_interrupted_is_what_it_said_not_an_apology(
+    hass: HomeAssistant, bernard: ScriptedBernard
+) -> None:
+    bernard.event_streams = [None]
+    interrupted = {"code": "turn_interrupted", "message": "interrupted", "type": "cancelled"}
+    bernard.turns = {
+        MESSAGES: [
+            frame("text_delta", {"text": "Once upon"}, "1-0:0"),
+            frame(
+                "done", {"turn_id": "turn_1", "status": "cancelled", "error": interrupted}, "2-0:0"
+            ),
+        ],
+    }
+    entry, agent_id = await _agent(hass, bernard)
+
+    result = await conversation.async_converse(
+        hass, "Tell me a story", None, Context(), language="en", agent_id=agent_id
+    )
+
+    assert result.response.speech["plain"]["speech"] == "Once upon"
+    assert result.response.response_type.value == "action_done"
+    assert await hass.config_entries.async_unload(entry.entry_id)
+
+
 async def test_an_answer_with_a_line_past_the_bound_is_an_apology_at_once(
     hass: HomeAssistant, bernard: ScriptedBernard
 ) -> None:

@@ -111,6 +111,12 @@ class TurnDone:
     def succeeded(self) -> bool:
         return self.status in ("completed", "awaiting_confirmation")
 
+    @property
+    def interrupted(self) -> bool:
+        """A newer utterance in the conversation took its place (Bernard's default for a
+        message while a turn runs): no failure, the household spoke over it."""
+        return self.error_code == "turn_interrupted"
+
 
 @dataclass(frozen=True, slots=True)
 class TimerFired:

@@ -188,6 +188,9 @@ class BernardAgent(conversation.ConversationEntity, conversation.AbstractConvers
         if heard.pending is not None:
             household.pending[bernard_id] = heard.pending
             return _result(user_input, chat_log, _question(heard.pending.summary), keep_open=True)
+        if heard.done.interrupted:
+            # What it said until the next utterance stopped it; that one is answered.
+            return _result(user_input, chat_log, said)
         if not heard.done.succeeded:
             LOGGER.warning(
                 "Bernard's turn ended %s (%s) in conversation %s",
