@@ -9,6 +9,9 @@ answer is the offered type of the highest weight above 0, the route's first choi
 equals. When the header is absent, or accepts none of the offered types, the route answers
 with its first choice, as RFC 9110 allows (rather than a 406 a client would not expect).
 
+`Accept-Language` (RFC 9110, section 12.5.4) is read the same way (`language`): language
+ranges with weights, of which Bernard keeps the primary subtag ("fr-CH" is French).
+
 Types and parameter names are case-insensitive. A range's parameters other than `q` are
 ignored (no offered type here has any), as are the extension parameters after `q`. A range
 that cannot be read (no `/`, a `q` that is not a number from 0 to 1 with at most three
@@ -18,10 +21,10 @@ decimals) is skipped.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-__all__ = ["EVENT_STREAM", "JSON", "negotiate"]
+__all__ = ["EVENT_STREAM", "JSON", "language", "negotiate"]
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -87,3 +90,28 @@ def negotiate(accept: str | None, offered: Sequence[str]) -> str:
     weights = [_weight(ranges, media_type) for media_type in offered]
     best = max(weights)
     return offered[weights.index(best)] if best > 0 else offered[0]
+
+
+_LANGUAGE_RANGE = re.compile(r"\*|[a-z]{1,8}(?:-[a-z0-9]{1,8})*")
+
+
+def language(accept_language: str | None, known: Collection[str]) -> str | None:
+    """The primary subtag of the `known` language `accept_language` prefers ("fr-CH, de;q=0.5"
+    -> "fr"), None when it names none of them (the caller's default, then)."""
+    best, weight = None, 0.0
+    for element in (accept_language or "").split(","):
+        tag, *params = (part.strip() for part in element.split(";"))
+        tag = tag.lower()
+        if not _LANGUAGE_RANGE.fullmatch(tag):
+            continue
+        q: float | None = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                value = value.strip()
+                q = float(value) if _QVALUE.fullmatch(value) else None
+                break
+        primary = tag.split("-")[0]
+        if q is not None and q > weight and primary in known:
+            best, weight = primary, q
+    return best

@@ -64,6 +64,9 @@ class AgentRequest:
     # The turn undoes the conversation's last change to the house, as its `undo` tool does
     # (POST /v1/conversations/{id}/undo: worker/harness/undo.py).
     undo: bool = False
+    # The user's language, a primary subtag of shared/confirmation_words.py `LANGUAGES`
+    # (from `Accept-Language`), for the words Bernard itself says; None: English.
+    language: str | None = None
     # The client's own function tools, offered to the router beside Bernard's (issue 22):
     # each in Chat Completions' shape, {"type": "function", "function": {"name",
     # "description", "parameters", "strict"?}}. The router never runs one: calling it ends

@@ -352,7 +352,8 @@ async def test_a_write_tool_waits_and_runs_only_once_approved(
     upstream.script_router(Reply.tool_calls([NOTE]))
     events = await post(users, "kitchen", "remember the door code", stream=True)
     assert isinstance(events, list)
-    assert kinds(events) == ["message", "awaiting_confirmation", "message", "done"]
+    assert kinds(events) == ["message", "text_delta", "awaiting_confirmation", "message", "done"]
+    assert text(events) == "Shall I remember “the door code is 1234”?"
     proposal = next(data for name, data in events if name == "awaiting_confirmation")
     assert proposal["summary"] == "Remember “the door code is 1234”"
     assert proposal["tool_call"]["name"] == "save_note"
@@ -465,8 +466,10 @@ async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
     assert isinstance(edited, httpx.Response) and edited.status_code == 200, edited.text
     ran = '{"text": "the door code is 4321"}'
     answering = upstream.router_requests[-1]["messages"]
+    # What the user was asked stays as it was asked; the call says what ran.
+    asked = "Shall I remember “the door code is 1234”?"
     assert [(m["role"], m["content"]) for m in answering[-2:]] == [
-        ("assistant", None),
+        ("assistant", asked),
         ("tool", "Saved: the door code is 4321"),
     ]
     assert answering[-2]["tool_calls"][0]["function"]["arguments"] == ran
@@ -474,7 +477,7 @@ async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
     rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
     assert [(row["role"], row["content"]) for row in rows["data"]] == [
         ("user", "remember the door code"),
-        ("assistant", ""),
+        ("assistant", asked),
         ("tool", "Saved: the door code is 4321"),
         ("assistant", "Saved the new code."),
     ]
@@ -570,7 +573,10 @@ async def test_a_turn_that_fails_after_its_approved_call_ran_records_that_it_ran
     rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
     roles = [(row["role"], row["content"]) for row in rows["data"]]
     call_id = rows["data"][1]["tool_calls"][0]["id"]
-    assert roles[:2] == [("user", "remember the door code"), ("assistant", "")]
+    assert roles[:2] == [
+        ("user", "remember the door code"),
+        ("assistant", "Shall I remember “the door code is 1234”?"),
+    ]
     assert roles[2] == ("tool", "Saved: the door code is 1234")
     assert rows["data"][2]["tool_call_id"] == call_id
     assert roles[3:] == [("user", "did you save it?"), ("assistant", "It is saved.")]

@@ -427,7 +427,7 @@ async def test_a_write_waits_for_the_user_and_the_decision_is_answered_in_one_ca
         rows = (await stack.client.get(f"{url}/messages", headers=alice)).json()["data"]
     assert [(row["role"], row["content"]) for row in rows] == [
         ("user", "remember the door code"),
-        ("assistant", "I will note it."),
+        ("assistant", "I will note it.\n\nShall I remember “the door code is 1234”?"),
         ("tool", "Saved: the door code is 1234"),
         ("assistant", "Saved it."),
     ]

@@ -192,7 +192,7 @@ async def test_an_unlock_asks_first_and_reaches_home_assistant_only_once_approve
     asked = await house.say("Unlock the front door")
 
     (proposal,) = of(asked, "awaiting_confirmation")
-    assert proposal["summary"] == "Call lock.unlock on lock.front_door"
+    assert proposal["summary"] == "Unlock lock.front_door"
     assert status(asked) == "awaiting_confirmation"
     assert house.home.service_calls == []
 
@@ -233,9 +233,7 @@ async def test_a_restricted_key_can_have_a_lock_call_neither_run_nor_asked(
     # The same file asks the other key's user.
     upstream.script_router(Reply.tool_calls([("ha_call_service", UNLOCK)]))
     asked = await kids_house.say("Unlock the front door")
-    assert [p["summary"] for p in of(asked, "awaiting_confirmation")] == [
-        "Call lock.unlock on lock.front_door"
-    ]
+    assert [p["summary"] for p in of(asked, "awaiting_confirmation")] == ["Unlock lock.front_door"]
 
 
 async def test_no_approval_runs_a_call_the_users_rules_refuse(

@@ -397,7 +397,9 @@ async def test_a_call_needing_approval_ends_the_response_and_an_approval_continu
     upstream.script_router(Reply.tool_calls([NOTE]))
     paused = await client.responses.create(model="bernard-v1", input="remember the door code")
     assert paused.status == "completed"
-    (request,) = paused.output
+    question, request = paused.output
+    assert question.type == "message"  # the question in words, for any client to show
+    assert paused.output_text == "Shall I remember “the door code is 1234”?"
     assert request.type == "mcp_approval_request"
     assert (request.server_label, request.name) == ("bernard", "save_note")
     assert json.loads(request.arguments) == {"text": "the door code is 1234"}
@@ -450,7 +452,7 @@ async def test_a_rejected_call_never_runs(note_stack: Stack, upstream: ScriptedU
         input=[
             {
                 "type": "mcp_approval_response",
-                "approval_request_id": paused.output[0].id,
+                "approval_request_id": paused.output[-1].id,
                 "approve": False,
             }
         ],

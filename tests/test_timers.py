@@ -348,7 +348,7 @@ async def test_a_timer_ringing_while_a_call_waits_for_a_decision_is_said_once_it
     timers = await user.timers.all()
     assert [(m["role"], m["content"]) for m in rows] == [
         ("user", "remember the door code"),
-        ("assistant", ""),
+        ("assistant", "Shall I remember “the door code is 1234”?"),
         ("tool", "Saved: the door code is 1234"),
         ("assistant", "Saved it."),
         ("assistant", RANG),
@@ -383,7 +383,7 @@ async def test_a_timer_ringing_after_a_call_lapsed_undecided_is_said_after_the_n
         rows = await user.archivist.messages("kitchen")
     assert [(m["role"], m["content"]) for m in rows] == [
         ("user", "remember the door code"),
-        ("assistant", ""),
+        ("assistant", "Shall I remember “the door code is 1234”?"),
         ("tool", "Not run: the user did not confirm this in time."),
         ("user", "forget it"),
         ("assistant", "Never mind then."),

@@ -11,10 +11,12 @@ from api.auth import TurnOwner
 from api.client_tools import check_no_clash, check_schemas
 from api.conversations import Opened, check_conversation_id, open_conversation
 from api.json_route import OrjsonRoute
+from api.negotiation import language
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import AppState, get_state
 from api.turn_service import UNFINISHED_TTL_S, check_model, multitask_of, start_turn
 from shared.client_tools import tool_names
+from shared.confirmation_words import LANGUAGES
 
 router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
@@ -26,12 +28,14 @@ async def chat_completions(
     state: State,
     body: ChatCompletionRequest,
     x_bernard_conversation_id: Annotated[str | None, Header()] = None,
+    accept_language: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run one agent turn; stream its events (`stream: true`) or answer one completion."""
     body.check_honourable()
     body.check_limits(state.settings)
     check_model(body.model)
     turn = body.to_turn()
+    turn.agent.language = language(accept_language, LANGUAGES)
     await check_no_clash(state.queue, tool_names(turn.agent.client_tools))
     await check_schemas(state.schema_checks, turn.agent.client_tools)
     requested = body.conversation_id or x_bernard_conversation_id

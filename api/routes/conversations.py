@@ -41,13 +41,14 @@ from api.encodings.conversation import awaiting_frame, done_frame, rows_answer
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
 from api.limits import check_message_chars
-from api.negotiation import EVENT_STREAM, JSON, negotiate
+from api.negotiation import EVENT_STREAM, JSON, language, negotiate
 from api.pages import list_page
 from api.relay import fixed
 from api.responses import JSONResponse
 from api.sse import FrameResponse
 from api.state import AppState, get_state
 from api.turn_service import conversation_machine, multitask_of, start_turn
+from shared.confirmation_words import LANGUAGES
 from shared.conversation_state import Outcome, Status
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
@@ -238,6 +239,7 @@ async def post_message(
     state: State,
     body: NewMessage,
     accept: Annotated[str | None, Header()] = None,
+    accept_language: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run a turn on the stored history plus this message (while a turn runs: as its
     `multitask_strategy` says, api/conversations.py); JSON or named SSE events by `Accept`."""
@@ -250,6 +252,7 @@ async def post_message(
             [{"role": "user", "content": body.content}],
             trace=body.trace,
             resends_history=False,
+            language=language(accept_language, LANGUAGES),
         ),
         Delivery("conversation", stream=stream, on_disconnect="continue"),
     )
@@ -267,6 +270,7 @@ async def resume(
     state: State,
     body: ResumeRequest,
     accept: Annotated[str | None, Header()] = None,
+    accept_language: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Decide one waiting tool call. Once every call its turn proposed is decided, the
     conversation goes on as a new turn: what was approved runs, the model hears what was
@@ -289,7 +293,12 @@ async def resume(
     # The turn's record is built with this request; the claim below fills in what it
     # resumes before the record is stored.
     request = TurnRequest(
-        AgentRequest([], trace=body.trace, resends_history=False),
+        AgentRequest(
+            [],
+            trace=body.trace,
+            resends_history=False,
+            language=language(accept_language, LANGUAGES),
+        ),
         Delivery("conversation", stream=stream, on_disconnect="continue"),
     )
 

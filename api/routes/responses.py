@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 
 from api.admission import Storing
 from api.auth import Owner, TurnOwner
@@ -49,6 +49,7 @@ from api.encodings.responses import (
 )
 from api.errors import ApiError, invalid
 from api.json_route import OrjsonRoute
+from api.negotiation import language
 from api.pages import list_page
 from api.relay import fixed
 from api.replays import Replayed, replay
@@ -68,6 +69,7 @@ from api.turn_service import (
 )
 from shared.cancel import request_cancel
 from shared.client_tools import tool_names
+from shared.confirmation_words import LANGUAGES
 from shared.connection import REDIS_ERRORS
 from shared.conversation_state import Decision, Outcome
 from shared.errors import ErrorCode
@@ -118,7 +120,12 @@ def polled(record: TurnRecord) -> dict[str, Any]:
 
 
 @router.post("/responses")
-async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest) -> Response:
+async def create_response(
+    owner: TurnOwner,
+    state: State,
+    body: ResponsesRequest,
+    accept_language: Annotated[str | None, Header()] = None,
+) -> Response:
     """Run one turn as a Response: JSON, OpenAI's event stream, or queued (`background`)."""
     check_model(body.model)
     body.check_limits(state.settings)
@@ -156,6 +163,7 @@ async def create_response(owner: TurnOwner, state: State, body: ResponsesRequest
             request.agent.history_of = await _history_of(state, owner, previous)
         return await start_turn(state, owner, request)
     request = _turn_request(body, messages, client_tools)
+    request.agent.language = language(accept_language, LANGUAGES)
     requested = body.conversation_id
     if requested is not None:
         check_conversation_id(requested, "conversation")

@@ -1,11 +1,12 @@
 """Content negotiation by the `Accept` header's media ranges and weights (api/negotiation.py),
-and the conversation routes answering as it decides."""
+and the conversation routes answering as it decides; the user's language by
+`Accept-Language`."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.negotiation import EVENT_STREAM, JSON, negotiate
+from api.negotiation import EVENT_STREAM, JSON, language, negotiate
 from tests.conftest import Stack
 from tests.upstream import Reply, ScriptedUpstream
 
@@ -94,3 +95,31 @@ async def test_a_conversation_message_streams_only_when_accept_prefers_it(
     assert answer.status_code == 200, answer.text
     media_type = answer.headers["content-type"].split(";")[0]
     assert media_type == (EVENT_STREAM if streamed else JSON)
+
+
+KNOWN = ("en", "fr", "de")
+
+
+@pytest.mark.parametrize(
+    ("accept_language", "chosen"),
+    [
+        (None, None),
+        ("", None),
+        ("fr", "fr"),
+        ("fr-CH", "fr"),
+        ("FR-ch", "fr"),
+        ("fr-CH, fr;q=0.9, en;q=0.8, de;q=0.7, *;q=0.5", "fr"),
+        ("de;q=0.5, fr;q=0.9", "fr"),
+        ("pl, de;q=0.3", "de"),  # the best one known
+        ("pl, *;q=0.5", None),  # a wildcard names none
+        ("fr;q=0, en", "en"),  # q=0: not this
+        ("fr;q=2, de", "de"),  # a weight that cannot be read drops its range
+        ("fr_FR, en;q=0.1", "en"),  # not a language range
+        ("en-US,en;q=0.9", "en"),
+        ("de, fr", "de"),  # the first among equals
+    ],
+)
+def test_the_language_is_the_best_weighted_known_one(
+    accept_language: str | None, chosen: str | None
+) -> None:
+    assert language(accept_language, KNOWN) == chosen

@@ -143,7 +143,7 @@ async def test_unlock_the_front_door_asks(home: Home, calls: ServiceCalls) -> No
     events = await home.say("Unlock the front door")
 
     (proposal,) = of(events, "awaiting_confirmation")
-    assert proposal["summary"] == "Call lock.unlock on lock.front_door"
+    assert proposal["summary"] == "Unlock lock.front_door"
     assert status(events) == "awaiting_confirmation"
     assert not of(events, "tool_call")
     assert await calls.settled() == [], "nothing reaches Home Assistant before the answer"
@@ -192,9 +192,7 @@ async def test_a_restricted_key_cannot_have_a_lock_call_run_or_asked(
     # The adult, on the same file: asked (a lock call is a write no rule allows).
     home.upstream.script_router(Reply.tool_calls([UNLOCK]))
     asked = await home.say("Unlock the front door")
-    assert [p["summary"] for p in of(asked, "awaiting_confirmation")] == [
-        "Call lock.unlock on lock.front_door"
-    ]
+    assert [p["summary"] for p in of(asked, "awaiting_confirmation")] == ["Unlock lock.front_door"]
 
 
 async def test_undo_that_after_a_light_went_off_turns_it_back_on_to_its_brightness(

@@ -234,6 +234,7 @@ def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
         "resume": None,
         "history_of": None,
         "undo": False,
+        "language": None,
         "client_tools": [],
         "tool_choice": None,
         "parallel_tool_calls": True,

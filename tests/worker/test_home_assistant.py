@@ -750,6 +750,8 @@ async def test_a_fan_can_be_called_with_the_default_domains(
             "Open cover.garage to 50 %",
         ),
         (service("cover", "close_cover", "cover.garage"), "Close cover.garage"),
+        (service("lock", "unlock", "lock.front_door"), "Unlock lock.front_door"),
+        (service("lock", "lock", "lock.back_door"), "Lock lock.back_door"),
         (
             service("media_player", "volume_set", "media_player.tv", volume_level=0.3),
             "Set the volume of media_player.tv to 30 %",

@@ -20,6 +20,7 @@ from langchain_core.tools import BaseTool, ToolException, tool
 from redis.asyncio import Redis
 
 from shared.events import (
+    Delta,
     Error,
     Event,
     LlmCallComplete,
@@ -412,7 +413,8 @@ async def test_a_checked_call_is_proposed_with_the_summary_its_check_gives(
     # A Redis: a call that would wait reads its user's budget (shared/budgets.py).
     ctx.runtime = ToolRuntime(owner=f"alice-{uuid.uuid4().hex}", redis=redis, settings=ctx.settings)
     events = await run(ctx)
-    assert kinds(events)[2:] == ["awaiting_confirmation"]
+    assert kinds(events)[2:] == ["delta", "awaiting_confirmation"]
+    assert only(events, Delta)[0].text == "Shall I paint the north wall teal (two coats)?"
     assert events[-1].summary == "Paint the north wall teal (two coats)"  # type: ignore[attr-defined]
     assert [p.summary for p in ctx.pending] == ["Paint the north wall teal (two coats)"]
     assert seen == [({"color": "teal"}, ctx.runtime.owner)] and ran == []
@@ -467,7 +469,8 @@ async def test_a_refused_call_beside_a_good_one_is_answered_and_the_good_one_pro
     )
     ctx = make_ctx(upstream, tools=[write_tool(check, ran)])
     events = await run(ctx)
-    assert kinds(events)[2:] == ["tool_call", "tool_result", "awaiting_confirmation"]
+    assert kinds(events)[2:] == ["tool_call", "tool_result", "delta", "awaiting_confirmation"]
     assert only(events, ToolResult)[0].content == "Error: plaid is not a paint"
+    assert only(events, Delta)[0].text == "Shall I paint the wall teal?"
     assert [p.summary for p in ctx.pending] == ["Paint the wall teal"]
     assert ran == [] and len(upstream.router_requests) == 1

@@ -23,11 +23,13 @@ has).
 Before a call runs the policy rules on it (worker/tools/policy.py, the one place that
 decides): it runs, is refused (a user's rules keep them from it: never asked), or waits. A
 call that waits does not run: the router checks what the tool can check before it runs (a
-call it refuses is answered with its error, like any failed call), yields
-`awaiting_confirmation` for the others (after running the step's other calls), keeps the
-proposals on the context and stops; the turn ends there, and the user's decision continues
-the conversation as a new turn (worker/harness/resume.py). When every such call was
-refused, the router goes on: the model reads why. At most
+call it refuses is answered with its error, like any failed call), says its question in
+words (`delta`s, one sentence per call: shared/confirmation_words.py; the step's stored
+message holds what the user read), yields `awaiting_confirmation` for the others (after
+running the step's other calls), keeps the proposals on the context and stops; the turn
+ends there, and the user's decision continues the conversation as a new turn
+(worker/harness/resume.py). When every such call was refused, the router goes on: the
+model reads why. At most
 `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION` calls of a step wait, and no more than
 the user's `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER` across conversations allows
 (shared/budgets.py); the others are refused the same way.
@@ -50,7 +52,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -60,6 +62,7 @@ from langchain_core.tools import BaseTool
 
 from shared import budgets
 from shared.client_tools import RESPOND_TOOL_NAME
+from shared.confirmation_words import question
 from shared.errors import ErrorCode
 from shared.events import (
     AwaitingConfirmation,
@@ -89,6 +92,7 @@ __all__ = [
     "RESPOND_TOOL",
     "RESPOND_TOOL_NAME",
     "ROUTER_PROMPT",
+    "pause",
     "propose",
     "room_to_wait",
     "router_harness",
@@ -138,6 +142,7 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             messages += ctx.tool_messages
         prompt = LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
         yield ModelCallStarted(prompt, messages)
+        step_first = len(ctx.content)  # where this step's text begins
         if answers:
             streamed = ctx.router.stream(messages, ctx.request.sampling(), bound, options)
             # Whitespace the model writes before anything else is held back: a step that
@@ -183,7 +188,8 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             # written before the calls stays on it: the answer starts after it.
             kept = [*own, *handed]
             calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
-            ctx.tool_messages.append(AIMessage(content=result.message.content, tool_calls=calls))
+            step_message = AIMessage(content=result.message.content, tool_calls=calls)
+            ctx.tool_messages.append(step_message)
             ctx.answer_start = len(ctx.content)
             rulings = [await rule(ctx, call, tools) for call in own]
             waiting = [
@@ -244,9 +250,9 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             if proposals:
                 # Tools that change the world run only once the user decides: the turn
                 # pauses here, its read tools done, and a decision resumes it as a new turn.
-                for proposal in proposals:
-                    ctx.pending.append(proposal)
-                    yield AwaitingConfirmation(**proposal.public())
+                async with aclosing(pause(ctx, proposals, step_message, step_first)) as events:
+                    async for event in events:
+                        yield event
                 return
         if responded or not planned:
             return
@@ -301,6 +307,27 @@ async def room_to_wait(ctx: TurnContext) -> tuple[int, str]:
                 "once those are decided"
             )
     return room, why
+
+
+async def pause(
+    ctx: TurnContext, proposals: Sequence[Proposal], message: AIMessage, first: int
+) -> AsyncGenerator[Item, None]:
+    """Pause the turn on `proposals`: its question in words (after what the turn said so
+    far), so that every client shows it and a voice pipeline speaks it, then each
+    `awaiting_confirmation`. `message` is the step's tool-call message, which keeps what
+    the user read of the step (its text from `first` in `ctx.content`, and the question)."""
+    asked = question([p.summary for p in proposals], ctx.request.language)
+    said = "".join(ctx.content)
+    if said and not said[-1].isspace():
+        asked = "\n\n" + asked
+    if ctx.calls_before_text is None:  # where the Responses API's message sits
+        ctx.calls_before_text = len(ctx.tool_calls)
+    ctx.content.append(asked)
+    yield Delta(text=asked)
+    message.content = "".join(ctx.content[first:]).strip()
+    for proposal in proposals:
+        ctx.pending.append(proposal)
+        yield AwaitingConfirmation(**proposal.public())
 
 
 def propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool, said: str) -> Proposal:

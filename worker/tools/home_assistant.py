@@ -687,6 +687,8 @@ _VERBS = {
     "open_cover": "Open",
     "close_cover": "Close",
     "stop_cover": "Stop",
+    "lock": "Lock",
+    "unlock": "Unlock",
     "media_play": "Play",
     "media_pause": "Pause",
     "media_stop": "Stop",
