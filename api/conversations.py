@@ -20,6 +20,14 @@ as a cancel does (`Stop.INTERRUPT`: its clients read `turn_interrupted`, and wha
 far stays in the conversation) and runs next; `enqueue` waits in line behind it; `reject`
 is a 409. Either way the new turn is created at once (its stream opens and waits) and starts
 once the line reaches it (`after_claim`, shared/turns.py `TurnStore.advance`).
+
+A user message to a conversation that waits answers the question the paused turn asked,
+from any route (`claim_conversation`, `answer_in_words`): a plain "yes" or "no"
+(shared/confirmation_words.py) decides every waiting call at once, as `POST .../resume`
+decides each; anything else hands the calls to the new turn, whose router reads the words
+with the calls in front of it (worker/harness/answers.py). A client that sends no
+conversation id but resends its history finds the conversation that asked by that history
+(`asked_conversation`).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from redis.asyncio import Redis
 
 from api.errors import ApiError, invalid
 from shared.cancel import Stop, request_cancel
+from shared.confirmation_words import Verdict, understand
 from shared.connection import REDIS_ERRORS
 from shared.conversation_state import (
     DEFAULT_TURN_KEEP_S,
@@ -49,8 +58,10 @@ from shared.conversation_state import (
 from shared.errors import ErrorCode
 from shared.lifecycle import FORGET_GRACE_S, Cause
 from shared.records.conversation import Conversation
+from shared.records.history_diff import history_digest
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import Message
+from shared.requests import AgentRequest
 from shared.titles import TitleSource, title_problem
 from shared.turns import InLine, TurnStore
 
@@ -202,7 +213,8 @@ def conversation_object(
 
 def busy(status: Status) -> ApiError:
     why = (
-        "approve or reject the pending tool call first (POST .../resume)"
+        "answer the pending tool call in words (a message saying yes, no, or what to do "
+        "instead) or decide it with POST .../resume"
         if status is Status.AWAITING_CONFIRMATION
         else "a turn is running on it; wait for it to end, or send the message with "
         "multitask_strategy 'interrupt' or 'enqueue'"
@@ -251,11 +263,13 @@ async def claim_conversation(
     conversation_id: str,
     turn_id: str,
     multitask: Multitask | None = None,
+    answering: AgentRequest | None = None,
 ) -> Opened:
     """Let `turn_id` hold the conversation (`START`); while a turn may still run on it, do
-    as `multitask` says (`reject`, or none given: 409) or join its line; 409 while tool
-    calls wait for the user's decision, or the line is full. 404 for a conversation the
-    owner does not have."""
+    as `multitask` says (`reject`, or none given: 409) or join its line; while tool calls
+    wait for the user's decision, `answering` (the turn's request) answers them in words
+    (`answer_in_words`), or, with no words to, 409; 409 too when the line is full. 404 for
+    a conversation the owner does not have."""
     multitask = multitask or Multitask()
     for _ in range(3):  # the active turn changed between the look and the start
         conversation = await keeper.get_conversation(conversation_id)
@@ -282,7 +296,11 @@ async def claim_conversation(
         if claim.outcome is Outcome.NOT_FOUND:
             raise conversation_not_found(conversation_id)
         if claim.outcome is Outcome.AWAITING_DECISION:
-            raise busy(Status.AWAITING_CONFIRMATION)
+            if answering is None or words_of(answering) is None:
+                raise busy(Status.AWAITING_CONFIRMATION)
+            if await answer_in_words(keeper, transitions, conversation_id, turn_id, answering):
+                return Opened(conversation_id)
+            continue  # nothing waits any more: a message like any
         if claim.outcome is Outcome.LINE_FULL:
             raise line_full(multitask.max_waiting)
         if claim.active_turn == conversation.active_turn:
@@ -311,6 +329,83 @@ async def after_claim(
         await store.promote(turn_id)
 
 
+def words_of(request: AgentRequest) -> str | None:
+    """The text of the request's last message when it is the user's and holds only text:
+    what may answer the calls a conversation waits on."""
+    last = request.messages[-1] if request.messages else {}
+    if last.get("role") != "user":
+        return None
+    content = last.get("content")
+    if isinstance(content, list):
+        parts = [part for part in content if isinstance(part, dict)]
+        if len(parts) != len(content) or any(part.get("type") != "text" for part in parts):
+            return None
+        content = "".join(str(part.get("text", "")) for part in parts)
+    return content if isinstance(content, str) and content.strip() else None
+
+
+async def answer_in_words(
+    keeper: RecordKeeper,
+    transitions: ConversationMachine,
+    conversation_id: str,
+    turn_id: str,
+    request: AgentRequest,
+) -> bool:
+    """Let the request's last message (`words_of`) answer the calls the conversation waits
+    on, `turn_id` holding it to carry the answer out: a plain "yes" or "no" decides each of
+    them (`DECIDE`, as `POST .../resume` does), anything else hands them to the turn, whose
+    router reads the words (`ANSWER`). Sets what the turn resumes (`request.resume`); False
+    when nothing waits any more. A 409 when a call was decided elsewhere meanwhile."""
+    words = words_of(request)
+    assert words is not None
+    verdict = understand(words)
+    if verdict is Verdict.OTHER:
+        handed = await transitions.answer(conversation_id, turn_id)
+        if handed.outcome is Outcome.NO_PROPOSAL:
+            return False
+        if handed.outcome is not Outcome.ANSWERING:
+            raise busy(Status.RUNNING)
+        step = handed.decided[0]["turn_id"] if handed.decided else ""
+        pending = [public_proposal(p) for p in handed.decided]
+        request.resume = {"turn_id": step, "decisions": [], "pending": pending, "words": words}
+        return True
+    conversation = await keeper.get_conversation(conversation_id)
+    step = conversation.paused_turn if conversation is not None else None
+    proposals = pending_of(await keeper.proposals(conversation_id))
+    waiting = [p for p in proposals if p["turn_id"] == step]
+    for proposal in waiting:
+        decision = await transitions.decide(
+            conversation_id,
+            proposal["confirmation_id"],
+            "approve" if verdict is Verdict.APPROVE else "reject",
+            turn_id=turn_id,
+        )
+        if decision.outcome is Outcome.RESUMED:
+            request.resume = {**resumption(proposal, decision.decided), "words": words}
+            return True
+        if decision.outcome is not Outcome.DECIDED:
+            raise decision_error(decision, conversation_id, proposal["confirmation_id"])
+    return False
+
+
+async def asked_conversation(keeper: RecordKeeper, request: AgentRequest) -> str | None:
+    """The owner's conversation whose paused turn asked the question the request's history
+    ends on, the request's last message answering it (`words_of`): a client that sends no
+    conversation id but resends its whole history (shared/records/history_diff.py
+    `history_digest`). None for any other history, or once that turn no longer waits."""
+    messages = request.messages
+    if len(messages) < 2 or words_of(request) is None:
+        return None
+    asked = await keeper.asked(history_digest(messages[:-1]))
+    if asked is None:
+        return None
+    conversation_id, turn_id = asked
+    conversation = await keeper.get_conversation(conversation_id)
+    if conversation is None or conversation.paused_turn != turn_id:
+        return None
+    return conversation_id
+
+
 async def open_conversation(
     redis: Redis,
     store: TurnStore,
@@ -321,10 +416,12 @@ async def open_conversation(
     retention_s: int,
     turn_keep_s: int = DEFAULT_TURN_KEEP_S,
     multitask: Multitask | None = None,
+    answering: AgentRequest | None = None,
 ) -> Opened:
     """The owner's conversation a chat turn continues, claimed for the turn: a new one (no
     id, or an id the owner has no conversation under) starts held by it, in one round
-    trip; a known one as `claim_conversation` says."""
+    trip; a known one as `claim_conversation` says (`answering`: the turn's request, whose
+    message may answer the calls it waits on)."""
     keeper = RecordKeeper(redis, owner, retention_s=retention_s)
     transitions = machine(redis, owner, retention_s=retention_s, turn_keep_s=turn_keep_s)
     if conversation_id is not None:
@@ -332,7 +429,9 @@ async def open_conversation(
     new_id = conversation_id or f"conv_{uuid.uuid4().hex}"
     if await transitions.create(new_id, turn_id=turn_id) is Outcome.CREATED:
         return Opened(new_id)
-    return await claim_conversation(keeper, transitions, store, new_id, turn_id, multitask)
+    return await claim_conversation(
+        keeper, transitions, store, new_id, turn_id, multitask, answering
+    )
 
 
 async def give_back(

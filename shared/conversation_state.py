@@ -114,6 +114,7 @@ class Transition(StrEnum):
     START = "start"  # a new message: its turn claims the conversation
     PAUSE = "pause"  # the holding turn stores tool calls for the user's decision
     DECIDE = "decide"  # the user decides one proposed call
+    ANSWER = "answer"  # a message answers the waiting calls in words, for the model to read
     UNCLAIM = "unclaim"  # the turn that claimed it could not be created: give it back
     ANNOUNCE = "announce"  # a writer that is no turn appends a message (a timer rang)
     FINISH = "finish"  # the active turn's record ends (derived: no script)
@@ -135,6 +136,7 @@ class Outcome(StrEnum):
     NOT_HOLDER = "not_holder"  # the writing turn does not hold the conversation
     DECIDED = "decided"  # others of the same step still wait
     RESUMED = "resumed"  # the step's last decision: the turn carrying them holds it now
+    ANSWERING = "answering"  # the turn that reads the answer holds it, with the step's calls
     ALREADY_APPROVED = "already_approved"
     ALREADY_REJECTED = "already_rejected"
     EXPIRED = "expired"
@@ -205,6 +207,10 @@ TABLE: tuple[Rule, ...] = (
     _rule(T.DECIDE, _EXISTING, Out.ALREADY_REJECTED, None, "the call was rejected"),
     _rule(T.DECIDE, _EXISTING, Out.EXPIRED, None, "the call lapsed, or its step no longer waits"),
     _rule(T.DECIDE, _EXISTING, Out.NO_PROPOSAL, None, "no such call was proposed"),
+    _rule(T.ANSWER, ABSENT, Out.NOT_FOUND),
+    _rule(T.ANSWER, AWAITING, Out.ANSWERING, RUNNING),
+    _rule(T.ANSWER, IDLE, Out.NO_PROPOSAL),
+    _rule(T.ANSWER, RUNNING, Out.BUSY),
     _rule(T.UNCLAIM, ABSENT, Out.NOT_FOUND),
     _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, AWAITING, "the turn was to carry decisions out"),
     _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, IDLE, "the turn was a new message's"),
@@ -490,6 +496,28 @@ hold(ARGV[4])
 return {'resumed', '[' .. table.concat(out, ',') .. ']'}
 """
 
+# ARGV: 4 the turn that reads the user's answer in words. The step's calls still waiting go
+# to it (`answering`, until that turn has carried them out or given them back: UNCLAIM);
+# those that lapsed undecided lapse for good. Returns {'answering', json list of the calls}.
+_ANSWER = """
+local status = status_of('')
+if REFUSE[status] then return {REFUSE[status]} end
+local step = redis.call('HGET', KEYS[1], 'paused_turn')
+local out = {}
+for _, pair in ipairs(proposals()) do
+  local proposal = pair[2]
+  if proposal['turn_id'] == step and proposal['state'] == 'pending'
+      and tonumber(proposal['expires_at']) >= now then
+    proposal['state'], proposal['resumed_by'] = 'answering', ARGV[4]
+    store(pair)
+    table.insert(out, cjson.encode(proposal))
+  end
+end
+lapse(step)
+hold(ARGV[4])
+return {'answering', '[' .. table.concat(out, ',') .. ']'}
+"""
+
 # ARGV: 4 the turn that claimed the conversation, or joined its line, and could not be
 # created (the caller made sure it never runs). The decisions it was to carry out wait
 # again, with the arguments proposed; turns waiting behind it go on: {'unclaimed', the
@@ -589,6 +617,7 @@ SCRIPTS: dict[Transition, str] = {
     Transition.START: _script(Transition.START, _START),
     Transition.PAUSE: _script(Transition.PAUSE, _PAUSE),
     Transition.DECIDE: _script(Transition.DECIDE, _DECIDE),
+    Transition.ANSWER: _script(Transition.ANSWER, _ANSWER),
     Transition.UNCLAIM: _script(Transition.UNCLAIM, _UNCLAIM),
     Transition.ANNOUNCE: _script(Transition.ANNOUNCE, _ANNOUNCE),
     Transition.ADVANCE: _script(Transition.ADVANCE, _ADVANCE),
@@ -813,6 +842,21 @@ class ConversationMachine:
             decided = sorted(orjson.loads(reply[1]), key=lambda p: int(p.get("position", 0)))
             return Decision(outcome, decided=decided)
         return Decision(outcome)
+
+    async def answer(self, conversation_id: str, turn_id: str) -> Decision:
+        """Hand the calls the conversation waits on to `turn_id` (admitted, not created yet),
+        which reads the user's answer in words and decides them itself (`ANSWERING`, their
+        `decided` in the order proposed); `NO_PROPOSAL` when nothing waits any more, `BUSY`
+        while a turn runs."""
+        reply = await self._run(Transition.ANSWER, conversation_id, time.time(), turn_id)
+        outcome = Outcome(_text(reply[0]))
+        if outcome is not Outcome.ANSWERING:
+            return Decision(outcome)
+        handed = sorted(orjson.loads(reply[1]), key=lambda p: int(p.get("position", 0)))
+        # Their answer is in: out of the owner's budget of calls waiting (shared/budgets.py).
+        ids = [p["confirmation_id"] for p in handed]
+        await budgets.settle_pending(self._redis, self.owner, ids)
+        return Decision(outcome, decided=handed)
 
     async def unclaim(self, conversation_id: str, turn_id: str) -> Advance:
         """Give the conversation back from `turn_id`, which claimed it (or joined its line)

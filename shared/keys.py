@@ -87,7 +87,9 @@ Every key either expires or has an owner that deletes it (tests/test_abuse.py wa
   `rate` expires once its bucket would be full again. `usage` (the storage ledger) lives
   a minute longer than the conversations it counts, renewed by each append; its entries
   leave with their conversation's index entry (shared/budgets.py). `pending` lives as long
-  as the confirmations it counts, each entry lapsing at its own (the score).
+  as the confirmations it counts, each entry lapsing at its own (the score); `asked:<digest>`
+  (which conversation asked the history of that digest a question) as long as the calls it
+  asked about wait, one per paused step (so within the `pending` budget).
   `notes`, `timers`, the owner's event stream (`events(user_stream_id(owner))`, capped
   at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
   conversations do, renewed on use; index entries of expired conversations are dropped
@@ -262,6 +264,13 @@ def pending_confirmations(owner: str) -> str:
     """Sorted set of the owner's tool calls waiting for a decision, across conversations
     (member: confirmation id; score: when it lapses): a budget's count (shared/budgets.py)."""
     return f"{PREFIX}:user:{{{_user(owner)}}}:pending"
+
+
+def asked(owner: str, digest: str) -> str:
+    """String: the conversation and turn that asked a question of a client that resends its
+    history, by the digest of that history up to the question (shared/records/history_diff.py
+    `history_digest`)."""
+    return f"{PREFIX}:user:{{{_user(owner)}}}:asked:{digest}"
 
 
 def rate(owner: str) -> str:

@@ -54,7 +54,10 @@ class AgentRequest:
     frequency_penalty: float | None = None
     user: str | None = None
     # Continuing a paused turn: {"turn_id", "decisions": [{confirmation_id, tool_call,
-    # decision, arguments?}]} (worker/harness/resume.py).
+    # decision, arguments?}]} (worker/harness/resume.py). A turn whose user message answers
+    # the paused turn's question in words also has "words" (that message's text: the message
+    # is stored after the decided calls' results) and, when the words are for the model to
+    # read, "pending" (the calls it decides on: worker/harness/answers.py).
     resume: dict[str, Any] | None = None
     # A turn without a conversation of its own that runs on one's history (the Responses
     # API's `store: false` with `previous_response_id`): {"conversation_id", "through": the

@@ -1,20 +1,25 @@
 """Confirmations in words, through real HTTP, Redis, worker and upstream: a turn that pauses
-says its question as text in every encoding. The notes tool (`save_note`) is the call that
-waits.
+says its question as text in every encoding, and the next user message in that
+conversation, from any API, answers it. A plain "yes" or "no" decides at once (no model
+call reads it); other words are read by the router with the waiting calls in front of it. A
+client that sends no conversation id is known by the history it resends; another history,
+or another user's, approves nothing. The notes tool (`save_note`) is the call that waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 
 from shared.notes import NoteStore
 from tests.conftest import Stack, make_settings, run_stack
 from tests.sse import named_events
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import ALICE, keys_for_two
+from tests.upstream import Reply, ScriptedUpstream, tool_names
+from tests.users import ALICE, BOB, keys_for_two
 
 SSE = {"Accept": "text/event-stream"}
 DOOR = ("save_note", {"text": "the door code is 1234"})
@@ -155,3 +160,348 @@ async def test_a_response_says_the_question_as_output_text_beside_its_approval_r
     )
     deltas = [event.delta async for event in stream if event.type == "response.output_text.delta"]
     assert "".join(deltas) == ASKED
+
+
+# -- the answer in words -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "saved", "told"),
+    [
+        ("yes", ["first", "second"], ["Saved: first", "Saved: second"]),
+        ("Yes, please!", ["first", "second"], ["Saved: first", "Saved: second"]),
+        ("D’accord !", ["first", "second"], ["Saved: first", "Saved: second"]),
+        (
+            "No thanks.",
+            [],
+            [
+                "The user declined: save_note was not run.",
+                "The user declined: save_note was not run.",
+            ],
+        ),
+    ],
+)
+async def test_a_plain_answer_decides_every_waiting_call_before_any_model_reads_it(
+    users: Stack, upstream: ScriptedUpstream, answer: str, saved: list[str], told: list[str]
+) -> None:
+    await paused(users, upstream, TWO)
+    asked = len(upstream.router_requests)
+    upstream.script(Reply.text("Done as you said."))
+
+    events = await said(users, "kitchen", answer)
+
+    assert of(events, "done")[0]["status"] == "completed"
+    assert text(events) == "Done as you said."
+    assert await notes_of(users) == saved
+    # The first model call after the answer already reads what was decided, then the words.
+    (router,) = upstream.router_requests[asked:]
+    assert [(m["role"], m["content"]) for m in router["messages"][-3:]] == [
+        ("tool", told[0]),
+        ("tool", told[1]),
+        ("user", answer),
+    ]
+    assert "approve_pending" not in tool_names(router)
+    assert (await rows(users, "kitchen"))[1:] == [
+        ("assistant", ASKED_TWO),
+        ("tool", told[0]),
+        ("tool", told[1]),
+        ("user", answer),
+        ("assistant", "Done as you said."),
+    ]
+    again = await users.client.get("/v1/conversations/kitchen", headers=ALICE)
+    assert (again.json()["status"], again.json()["pending_confirmation"]) == ("idle", None)
+
+
+async def test_other_words_go_to_the_router_with_the_waiting_calls_and_it_approves_some(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    first, second = await paused(users, upstream, TWO)
+    asked = len(upstream.router_requests)
+    upstream.script_router(
+        Reply.tool_calls([("approve_pending", {"confirmation_ids": [first["confirmation_id"]]})])
+    )
+    upstream.script(Reply.text("Saved the first one only."))
+
+    events = await said(users, "kitchen", "only the first one")
+
+    assert text(events) == "Saved the first one only."
+    assert await notes_of(users) == ["first"]
+    # One router call reads and decides; the answer is then written on what was decided.
+    (reading,) = upstream.router_requests[asked:]
+    answering = upstream.requests[-1]
+    assert {"approve_pending", "reject_pending"} <= set(tool_names(reading))
+    notes = reading["messages"][-3:-1]
+    assert [m["role"] for m in notes] == ["tool", "tool"]
+    assert first["confirmation_id"] in notes[0]["content"]
+    assert "Remember “second”" in notes[1]["content"]
+    assert reading["messages"][-1] == {"role": "user", "content": "only the first one"}
+    # Once decided, the calls are answered as they were decided, and nothing is offered.
+    assert tool_names(answering) == []
+    assert [(m["role"], m["content"]) for m in answering["messages"][-3:]] == [
+        ("tool", "Saved: first"),
+        ("tool", "The user declined: save_note was not run."),
+        ("user", "only the first one"),
+    ]
+    results = [(r["tool_call_id"], r["output"]) for r in of(events, "tool_result")]
+    assert results == [
+        (first["tool_call"]["id"], "Saved: first"),
+        (second["tool_call"]["id"], "The user declined: save_note was not run."),
+    ]
+
+
+async def test_words_that_reject_and_ask_for_something_else_are_asked_about_again(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    (door,) = await paused(users, upstream, [DOOR])
+    upstream.script_router(
+        Reply.tool_calls(
+            [
+                ("reject_pending", {"confirmation_ids": [door["confirmation_id"]]}),
+                ("save_note", {"text": "the door code is 9999"}),
+            ]
+        )
+    )
+
+    events = await said(users, "kitchen", "no, it is 9999")
+
+    assert of(events, "done")[0]["status"] == "awaiting_confirmation"
+    assert text(events) == "Shall I remember “the door code is 9999”?"
+    (again,) = of(events, "awaiting_confirmation")
+    assert await notes_of(users) == []
+
+    upstream.script(Reply.text("Saved 9999."))
+    done = await said(users, "kitchen", "yes")
+    assert text(done) == "Saved 9999."
+    assert await notes_of(users) == ["the door code is 9999"]
+    assert (await rows(users, "kitchen"))[1:] == [
+        ("assistant", ASKED),
+        ("tool", "The user declined: save_note was not run."),
+        ("user", "no, it is 9999"),
+        ("assistant", "Shall I remember “the door code is 9999”?"),
+        ("tool", "Saved: the door code is 9999"),
+        ("user", "yes"),
+        ("assistant", "Saved 9999."),
+    ]
+    assert again["tool_call"]["name"] == "save_note"
+
+
+async def test_words_the_router_decides_nothing_on_run_nothing(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await paused(users, upstream, [DOOR])
+    upstream.script(Reply.text("It is sunny."))
+    events = await said(users, "kitchen", "what is the weather like?")
+    assert text(events) == "It is sunny."
+    assert await notes_of(users) == []
+    assert (await rows(users, "kitchen"))[2:] == [
+        ("tool", "The user declined: save_note was not run."),
+        ("user", "what is the weather like?"),
+        ("assistant", "It is sunny."),
+    ]
+
+
+# -- a client that resends its history, without a conversation id -------------------------------
+
+
+def chat_history(*turns: str) -> list[dict[str, str]]:
+    """user, assistant, user, ... as a chat client resends them."""
+    roles = ["user", "assistant"]
+    return [{"role": roles[i % 2], "content": said} for i, said in enumerate(turns)]
+
+
+async def test_a_plain_sdk_that_resends_its_history_answers_yes_and_it_runs(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = users.openai("key-alice")
+    upstream.script_router(Reply.tool_calls([DOOR]))
+    first = await client.chat.completions.create(
+        model="bernard-v1", messages=chat_history("remember the door code")
+    )
+    asked = first.choices[0].message.content
+    assert asked == ASKED
+    conversation = first.model_extra["bernard"]["conversation_id"]  # type: ignore[index]
+
+    upstream.script(Reply.text("Saved."))
+    stream = await client.chat.completions.create(
+        model="bernard-v1",
+        messages=chat_history("remember the door code", asked, "yes"),
+        stream=True,
+    )
+    content = "".join(
+        [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+    )
+
+    assert content == "Saved."
+    assert await notes_of(users) == ["the door code is 1234"]
+    assert (await rows(users, conversation)) == [
+        ("user", "remember the door code"),
+        ("assistant", ASKED),
+        ("tool", "Saved: the door code is 1234"),
+        ("user", "yes"),
+        ("assistant", "Saved."),
+    ]
+
+
+async def test_a_history_that_differs_or_another_users_approves_nothing(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    alice = users.openai("key-alice")
+    upstream.script_router(Reply.tool_calls([DOOR]))
+    first = await alice.chat.completions.create(
+        model="bernard-v1", messages=chat_history("remember the door code")
+    )
+    conversation = first.model_extra["bernard"]["conversation_id"]  # type: ignore[index]
+
+    others = [
+        (alice, chat_history("remember the door code", "Shall I remember it?", "yes")),
+        (alice, chat_history("remember the gate code", ASKED, "yes")),
+        (
+            alice,
+            [
+                {"role": "system", "content": "Be brief."},
+                *chat_history("remember the door code", ASKED, "yes"),
+            ],
+        ),
+        (users.openai("key-bob"), chat_history("remember the door code", ASKED, "yes")),
+    ]
+    for client, history in others:
+        upstream.script(Reply.text("Yes to what?"))
+        answer = await client.chat.completions.create(model="bernard-v1", messages=history)
+        assert answer.choices[0].message.content == "Yes to what?"
+        elsewhere = answer.model_extra["bernard"]["conversation_id"]  # type: ignore[index]
+        assert elsewhere != conversation
+    assert await notes_of(users) == []
+    assert await notes_of(users, "key-bob") == []
+    assert await status(users, conversation) == "awaiting_confirmation"
+
+    # The history as it was asked still finds it.
+    upstream.script(Reply.text("Saved."))
+    answer = await alice.chat.completions.create(
+        model="bernard-v1", messages=chat_history("remember the door code", ASKED, "yes")
+    )
+    assert answer.model_extra["bernard"]["conversation_id"] == conversation  # type: ignore[index]
+    assert await notes_of(users) == ["the door code is 1234"]
+
+
+async def test_a_chat_completion_naming_its_conversation_answers_in_words_too(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await paused(users, upstream, [DOOR])
+    upstream.script(Reply.text("Left it."))
+    answer = await users.client.post(
+        "/v1/chat/completions",
+        json={"model": "bernard-v1", "messages": [{"role": "user", "content": "nope"}]},
+        headers={**ALICE, "X-Bernard-Conversation-Id": "kitchen"},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == "Left it."
+    assert await notes_of(users) == []
+    assert (await rows(users, "kitchen"))[2:4] == [
+        ("tool", "The user declined: save_note was not run."),
+        ("user", "nope"),
+    ]
+
+
+# -- the Responses API ------------------------------------------------------------------------
+
+
+async def test_a_response_continuing_one_that_waits_answers_it_in_words(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    client = users.openai("key-alice")
+    upstream.script_router(Reply.tool_calls([DOOR]))
+    asked = await client.responses.create(model="bernard-v1", input="remember the door code")
+    (request,) = [item for item in asked.output if item.type == "mcp_approval_request"]
+
+    upstream.script(Reply.text("Saved."))
+    answered = await client.responses.create(
+        model="bernard-v1", input="Yes.", previous_response_id=asked.id
+    )
+
+    assert answered.output_text == "Saved."
+    assert await notes_of(users) == ["the door code is 1234"]
+    (ran,) = [item for item in answered.output if item.type == "mcp_call"]
+    assert (ran.output, ran.approval_request_id) == ("Saved: the door code is 1234", request.id)
+    items = await client.responses.input_items.list(answered.id)
+    assert [item.content[0].text for item in items.data] == ["Yes."]  # type: ignore[union-attr]
+
+
+async def test_two_answers_at_once_decide_once(users: Stack, upstream: ScriptedUpstream) -> None:
+    """A "yes" and a "no" sent together: one answers, the other finds nothing waiting and is
+    a message like any (or 409 while the first's turn runs); the call runs at most once."""
+    await paused(users, upstream, [DOOR])
+    upstream.responder = lambda body: Reply.text("Understood.")
+    url = "/v1/conversations/kitchen/messages"
+    replies = await asyncio.gather(
+        users.client.post(url, json={"content": "yes"}, headers=ALICE),
+        users.client.post(url, json={"content": "no"}, headers=ALICE),
+    )
+    codes = sorted(r.status_code for r in replies)
+    assert codes in ([200, 200], [200, 409]), [r.text for r in replies]
+    notes = await notes_of(users)
+    told = [content for role, content in await rows(users, "kitchen") if role == "tool"]
+    assert len(told) == 1
+    assert notes == (["the door code is 1234"] if told[0].startswith("Saved") else [])
+
+
+async def test_an_answer_to_nothing_is_a_message_like_any(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    created = await users.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
+    assert created.status_code == 201
+    upstream.script(Reply.text("Yes to what?"))
+    events = await said(users, "kitchen", "yes")
+    assert text(events) == "Yes to what?"
+    assert await notes_of(users) == []
+
+
+async def test_a_waiting_call_is_answered_only_in_its_owners_conversation(
+    users: Stack, upstream: ScriptedUpstream
+) -> None:
+    await paused(users, upstream, [DOOR])
+    upstream.script(Reply.text("Hello Bob."))
+    bobs = await users.client.post(
+        "/v1/conversations/kitchen/messages", json={"content": "yes"}, headers=BOB
+    )
+    assert isinstance(bobs, httpx.Response) and bobs.status_code == 404
+    assert await notes_of(users) == []
+    assert await status(users, "kitchen") == "awaiting_confirmation"
+
+
+# -- one model for both roles ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def one_model(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
+    settings = make_settings(
+        upstream, api_keys=keys_for_two(), router_model="one-model", response_model="one-model"
+    )
+    async with run_stack(settings) as stack:
+        yield stack
+
+
+async def test_with_one_model_the_question_follows_what_the_model_said(
+    one_model: Stack, upstream: ScriptedUpstream
+) -> None:
+    await one_model.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
+    upstream.script(Reply.tool_calls([DOOR], content="I can note that."))
+    events = await said(one_model, "kitchen", "remember the door code")
+    assert text(events) == f"I can note that.\n\n{ASKED}"
+    assert (await rows(one_model, "kitchen"))[1] == ("assistant", f"I can note that.\n\n{ASKED}")
+
+    # The one model reads the words with the waiting call in front of it, and approves.
+    (door,) = of(events, "awaiting_confirmation")
+    upstream.script(
+        Reply.tool_calls([("approve_pending", {"confirmation_ids": [door["confirmation_id"]]})])
+    )
+    upstream.script(Reply.text("Noted."))
+    answered = await said(one_model, "kitchen", "yes but quickly")
+    assert text(answered) == "Noted."
+    assert await notes_of(one_model) == ["the door code is 1234"]
+    reading, answering = upstream.requests[-2:]
+    assert "approve_pending" in tool_names(reading)
+    assert reading["messages"][-1] == {"role": "user", "content": "yes but quickly"}
+    assert [(m["role"], m["content"]) for m in answering["messages"][-2:]] == [
+        ("tool", "Saved: the door code is 1234"),
+        ("user", "yes but quickly"),
+    ]

@@ -1,9 +1,10 @@
 """Two requests on one conversation at the same moment, through real HTTP, Redis, worker and
 upstream: every interleaving ends in a state that matches the conversation's history.
 
-- Approving a waiting tool call while a new message arrives: the message is refused (a
-  decision waits, or the turn carrying it runs) unless it came after that turn ended; the
-  call runs exactly once, and the history answers it exactly once with what it did.
+- Approving a waiting tool call while a new message arrives: whichever comes first decides
+  (the message answers the call in words); the decision after a message that answered is
+  refused, a message while the decision's turn runs too; the call runs at most once, and
+  the history answers it exactly once with what happened.
 - Deleting a conversation while its turn runs, and creating the same id again: the old
   turn ends with a clear `conversation_deleted`, and nothing it does lands in the new one.
 - A deleted conversation's turns are gone from every read route at once.
@@ -147,21 +148,31 @@ async def approve_while_a_message_arrives(stack: Stack, switches: Switches, name
     told = [row["content"] for row in rows if row["role"] == "tool"]
     where = f"{name}: resume {resumed.status_code}, message {posted.status_code}, {told}"
 
+    assert openai_problems(rows) == [], where
+    assert (shown["status"], shown["pending_confirmation"]) == ("idle", None), where
+    if resumed.status_code == 409:
+        # The message came first: it answered the call in words (the router approved
+        # nothing), and the decision found the call no longer waiting.
+        assert resumed.json()["error"]["code"] == "confirmation_expired", where
+        assert (posted.status_code, posted.json()["status"]) == (200, "completed"), where
+        assert switches.runs.count(name) == 0, where
+        assert told == ["The user declined: flip_switch was not run."], where
+        roles = [row["role"] for row in rows]
+        assert roles == ["user", "assistant", "tool", "user", "assistant"], where
+        return
     # The decision was made while the call waited: it stands, and its turn ran the call.
     assert resumed.status_code == 200, where + resumed.text
     assert resumed.json()["status"] == "completed", where
-    # The message is refused while the decision waits or its turn runs; only one that
-    # came after that turn ended runs.
+    # The message is refused while the decision's turn runs; only one that came after that
+    # turn ended runs.
     if posted.status_code == 409:
         assert posted.json()["error"]["code"] == "conversation_busy", where
     else:
         assert posted.status_code == 200, where + posted.text
     assert switches.runs.count(name) == 1, where
     assert told == [f"Flipped {name}"], where
-    assert openai_problems(rows) == [], where
     assert [row["role"] for row in rows][:4] == ["user", "assistant", "tool", "assistant"], where
     assert len(rows) == (6 if posted.status_code == 200 else 4), where
-    assert (shown["status"], shown["pending_confirmation"]) == ("idle", None), where
 
     again = await stack.client.post(f"/v1/conversations/{name}/resume", json=approve, headers=ALICE)
     assert again.status_code == 409, where

@@ -363,8 +363,6 @@ async def test_a_write_tool_waits_and_runs_only_once_approved(
     waiting = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
     assert waiting["status"] == "awaiting_confirmation"
     assert waiting["pending_confirmation"]["confirmation_id"] == proposal["confirmation_id"]
-    busy = await post(users, "kitchen", "something else")
-    assert busy.json()["error"]["code"] == "conversation_busy"  # type: ignore[union-attr]
 
     upstream.script(Reply.text("Saved it."))
     approved = await resume(
@@ -831,12 +829,12 @@ async def test_a_decision_whose_turn_cannot_start_can_be_made_again(
         assert await notes_of(users) == ["the door code is 1234"]
 
 
-async def test_a_waiting_conversation_shows_the_proposal_and_refuses_new_messages_on_any_route(
+async def test_a_waiting_conversation_shows_the_proposal_and_refuses_what_answers_nothing(
     users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    """While a tool call waits, the conversation shows the whole proposal, and a new message,
-    whether posted to it or sent as a chat completion continuing it, is a 409 that says to
-    decide first."""
+    """While a tool call waits, the conversation shows the whole proposal, and a message
+    with no words to answer it (tests/test_answers_in_words.py has those), whether posted
+    to it or sent as a chat completion continuing it, is a 409 that says how to decide."""
     await conversation(users)
     upstream.script_router(Reply.tool_calls([NOTE]))
     events = await post(users, "kitchen", "remember the door code", stream=True)
@@ -847,13 +845,13 @@ async def test_a_waiting_conversation_shows_the_proposal_and_refuses_new_message
     listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
     assert [c["pending_confirmation"] for c in listed if c["id"] == "kitchen"] == [proposal]
 
-    posted = await post(users, "kitchen", "and another thing")
+    posted = await post(users, "kitchen", "   ")
     chat = await users.client.post(
         "/v1/chat/completions",
         json={
             "model": "bernard-v1",
             "conversation_id": "kitchen",
-            "messages": [{"role": "user", "content": "and another thing"}],
+            "messages": [{"role": "user", "content": "  "}],
         },
         headers=ALICE,
     )
@@ -865,7 +863,12 @@ async def test_a_waiting_conversation_shows_the_proposal_and_refuses_new_message
             "conversation_busy",
             "conversation_id",
         )
-        assert "awaiting confirmation" in error["message"] and "resume" in error["message"]
+        assert error["message"] == (
+            "the conversation is awaiting confirmation: answer the pending tool call in words "
+            "(a message saying yes, no, or what to do instead) or decide it with "
+            "POST .../resume"
+        )
+    assert (await notes_of(users)) == []
 
 
 async def test_a_conversation_whose_turn_no_worker_took_yet_is_running(

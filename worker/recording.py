@@ -38,7 +38,7 @@ from collections.abc import Coroutine
 from dataclasses import asdict
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from redis.exceptions import RedisError
 
 from shared.events import ToolCall
@@ -52,11 +52,13 @@ from shared.records.call_log import (
     tool_started,
 )
 from shared.records.conversation import ConversationNotFoundError
+from shared.records.history_diff import history_digest
 from shared.records.keeper import Recorder
 from shared.records.messages import STOPPED, Message, MessageLike, stopped_row
 from shared.records.undo import Restore, Undone
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
+from worker.harness.answers import words_of
 from worker.harness.resume import edited_arguments
 
 __all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording"]
@@ -120,7 +122,14 @@ class TurnRecording:
 
         Raises `ConversationGoneError` unless the turn holds its conversation.
         """
-        decisions = (self.ctx.request.resume or {}).get("decisions", [])
+        resume = self.ctx.request.resume or {}
+        decisions = resume.get("decisions", [])
+        # Calls this turn answers itself: those decided, and those the router decides on.
+        carried = [*decisions, *resume.get("pending", [])]
+        # A message answering in words is stored after the decided calls' results (their
+        # results must follow the paused turn's message): by the harnesses, with what came
+        # along with it (worker/harness/answers.py `words_of`).
+        requested = [] if "words" in resume else self.ctx.request.messages
         try:
             # Calls the user approved edited run as edited: the paused turn's stored message
             # says so before the history is read, so neither the prompt nor a client that
@@ -133,14 +142,14 @@ class TurnRecording:
             )
             continuation = await self.recorder.append_new_messages(
                 self.conversation_id,
-                self.ctx.request.messages,
+                requested,
                 window=self.ctx.settings.max_messages,
                 turn_id=self.ctx.turn_id,
                 answer_open_calls=EXPIRED_CALL,
                 # A turn carrying the decisions answers those calls itself, and a client's
                 # follow-up the calls of its own tools it ran (its `tool` messages).
-                except_calls={decision["tool_call"]["id"] for decision in decisions}
-                | _answered_calls(self.ctx.request.messages),
+                except_calls={one["tool_call"]["id"] for one in carried}
+                | _answered_calls(requested),
                 # Refused whole over the cap: the turn ends `conversation_too_large` before
                 # any model call (worker/supervisor.py). What the turn stores later is
                 # never refused (shared/budgets.py).
@@ -251,6 +260,16 @@ class TurnRecording:
             await self._unless_deleted(
                 self.recorder.propose(self.conversation_id, proposals, turn_id=ctx.turn_id)
             )
+            if ctx.request.resends_history and not self.deleted:
+                # A client that resends its history may send no conversation id: its answer
+                # finds this conversation by the history it resends, the question included.
+                said = {"role": "assistant", "content": "".join(ctx.content)}
+                await self.recorder.keep_asked(
+                    history_digest([*ctx.request.messages, said]),
+                    self.conversation_id,
+                    turn_id=ctx.turn_id,
+                    until=max(proposal.expires_at for proposal in ctx.pending),
+                )
         if ctx.summary_until is not None and not self.deleted:
             # Off the turn's path: a job on the workers' queue, one pending at a time.
             await self.recorder.request_summary(
@@ -358,10 +377,12 @@ class TurnRecording:
         never confirmed though it ran, and the model never read what the calls did."""
         ctx = self.ctx
         stopped = set(self._tool_calls)  # started, never ended
+        resume = ctx.request.resume or {}
         group: list[dict[str, Any]] = [
             {**decision["tool_call"], "declined": decision["decision"] != "approve"}
-            for decision in (ctx.request.resume or {}).get("decisions", [])
+            for decision in resume.get("decisions", [])
         ]
+        group += [{**one["tool_call"], "declined": False} for one in resume.get("pending", [])]
         answered: set[str] = set()
         out: list[BaseMessage] = []
 
@@ -383,8 +404,14 @@ class TurnRecording:
                 group, answered = [dict(call) for call in message.tool_calls], set()
             elif isinstance(message, ToolMessage):
                 answered.add(message.tool_call_id)
+            else:  # the user's words follow the results of the calls they answered
+                close_group()
+                group = []
             out.append(message)
         close_group()
+        if "words" in resume and not any(isinstance(m, HumanMessage) for m in out):
+            # The turn ended before the words were read: they are stored after the calls.
+            out += words_of(ctx.request)
         return out
 
 

@@ -9,7 +9,12 @@ from fastapi import APIRouter, Depends, Header, Response
 from api.admission import Storing
 from api.auth import TurnOwner
 from api.client_tools import check_no_clash, check_schemas
-from api.conversations import Opened, check_conversation_id, open_conversation
+from api.conversations import (
+    Opened,
+    asked_conversation,
+    check_conversation_id,
+    open_conversation,
+)
 from api.json_route import OrjsonRoute
 from api.negotiation import language
 from api.schemas import ChatCompletionRequest, CompletionRequest
@@ -17,6 +22,7 @@ from api.state import AppState, get_state
 from api.turn_service import UNFINISHED_TTL_S, check_model, multitask_of, start_turn
 from shared.client_tools import tool_names
 from shared.confirmation_words import LANGUAGES
+from shared.records.keeper import RecordKeeper
 
 router = APIRouter(route_class=OrjsonRoute)
 State = Annotated[AppState, Depends(get_state)]
@@ -30,7 +36,11 @@ async def chat_completions(
     x_bernard_conversation_id: Annotated[str | None, Header()] = None,
     accept_language: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """Run one agent turn; stream its events (`stream: true`) or answer one completion."""
+    """Run one agent turn; stream its events (`stream: true`) or answer one completion.
+
+    A request with no conversation id continues the conversation whose question its resent
+    history ends on, its last message answering it (api/conversations.py
+    `asked_conversation`); else it starts one."""
     body.check_honourable()
     body.check_limits(state.settings)
     check_model(body.model)
@@ -39,9 +49,12 @@ async def chat_completions(
     await check_no_clash(state.queue, tool_names(turn.agent.client_tools))
     await check_schemas(state.schema_checks, turn.agent.client_tools)
     requested = body.conversation_id or x_bernard_conversation_id
+    retention_s = state.settings.conversation_retention_s
     if requested is not None:
         check_conversation_id(requested)
-    retention_s = state.settings.conversation_retention_s
+    else:
+        keeper = RecordKeeper(state.redis, owner, retention_s=retention_s)
+        requested = await asked_conversation(keeper, turn.agent)
     turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
 
     multitask = multitask_of(state, body.multitask_strategy)
@@ -56,6 +69,7 @@ async def chat_completions(
             retention_s=retention_s,
             turn_keep_s=turn_keep_s,
             multitask=multitask,
+            answering=turn.agent,
         )
 
     storing = Storing(requested)

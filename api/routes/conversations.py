@@ -8,6 +8,7 @@ Owner-scoped like every route: another user's conversation, or a missing one, is
 `ConversationEncoder`). A conversation runs one turn at a time: a message posted while one
 runs interrupts it, waits in line, or is refused (409 `conversation_busy`), as its
 `multitask_strategy` says (api/conversations.py).
+While tool calls wait, a message is their answer in words (api/conversations.py).
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ async def post_message(
     accept_language: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run a turn on the stored history plus this message (while a turn runs: as its
-    `multitask_strategy` says, api/conversations.py); JSON or named SSE events by `Accept`."""
+    `multitask_strategy` says, api/conversations.py; while tool calls wait, it answers them:
+    `answer_in_words`); JSON or named SSE events by `Accept`."""
     await _owned(state, owner, conversation_id)
     check_message_chars(len(body.content), state.settings, "content", "a message")
     _check_metadata(body.metadata)
@@ -386,7 +388,7 @@ async def _run(
 
     async def claim(turn_id: str) -> Opened:
         return await claim_conversation(
-            keeper, transitions, state.store, conversation_id, turn_id, multitask
+            keeper, transitions, state.store, conversation_id, turn_id, multitask, request.agent
         )
 
     storing = Storing(conversation_id, adds=adds)

@@ -126,7 +126,9 @@ async def create_response(
     body: ResponsesRequest,
     accept_language: Annotated[str | None, Header()] = None,
 ) -> Response:
-    """Run one turn as a Response: JSON, OpenAI's event stream, or queued (`background`)."""
+    """Run one turn as a Response: JSON, OpenAI's event stream, or queued (`background`).
+    A message continuing a response that waits on approvals answers them in words
+    (api/conversations.py `answer_in_words`)."""
     check_model(body.model)
     body.check_limits(state.settings)
     items = body.items()
@@ -177,7 +179,7 @@ async def create_response(
     async def conversation(turn_id: str) -> Opened:
         if previous is not None:
             await _check_latest(state, owner, previous)
-        return await open_conversation(
+        opened = await open_conversation(
             state.redis,
             state.store,
             owner,
@@ -186,7 +188,13 @@ async def create_response(
             retention_s=retention_s,
             turn_keep_s=turn_keep_s,
             multitask=multitask,
+            answering=request.agent,
         )
+        # A "yes" approved calls: their items name the approval they ran by.
+        approvals = _approvals((request.agent.resume or {}).get("decisions", []))
+        if approvals:
+            request.delivery.echo["approvals"] = approvals
+        return opened
 
     return await start_turn(
         state,
@@ -358,11 +366,7 @@ async def _decide(
             if decision.outcome is Outcome.RESUMED:
                 request.agent.resume = resumption(waiting[request_id], decision.decided)
                 # The approved calls' items name the approval they ran by.
-                request.delivery.echo["approvals"] = {
-                    one["tool_call"]["id"]: one["confirmation_id"]
-                    for one in decision.decided
-                    if one["state"] == "approved"
-                }
+                request.delivery.echo["approvals"] = _approvals(request.agent.resume["decisions"])
                 return conversation_id
             if decision.outcome is not Outcome.DECIDED:
                 raise decision_error(decision, conversation_id, request_id)
@@ -377,6 +381,15 @@ async def _decide(
         Storing(conversation_id),
         accepted=lambda record: JSONResponse(polled(record)),
     )
+
+
+def _approvals(decisions: list[dict[str, Any]]) -> dict[str, str]:
+    """Each approved call's id → the approval request it was approved by."""
+    return {
+        one["tool_call"]["id"]: one["confirmation_id"]
+        for one in decisions
+        if one["decision"] == "approve"
+    }
 
 
 @router.get("/responses/{response_id}")
@@ -527,22 +540,31 @@ async def input_items(
 
 
 def _input_rows(rows: list[dict[str, Any]], record: TurnRecord) -> list[dict[str, Any]]:
-    """Of the turn's rows, those of its input: the rows before its first output's (the
-    turn stores its input as it begins, its output as it ends: worker/recording.py). An
-    output row is a tool call the turn made (Bernard's, the client's it handed over, one
-    waiting for approval) or its result, or the answer, the last row."""
+    """Of the turn's rows, those of its input: all but its output's. An output row is a
+    tool call the turn made (Bernard's, the client's it handed over, one waiting for
+    approval) or its result, or the answer, the last row. The input comes first (the turn
+    stores it as it begins, its output as it ends: worker/recording.py), but for a message
+    that answered approval requests in words, which follows the results of the calls it
+    decided (worker/harness/answers.py)."""
     result = record.result or TurnResult()
     made = {call.get("id") for call in [*result.tool_calls, *result.client_calls]}
     made |= {pending.get("tool_call", {}).get("id") for pending in result.pending}
     made.discard(None)
-    for i, row in enumerate(rows):
-        called = {call.get("id") for call in row.get("tool_calls") or ()}
-        if called & made or row.get("tool_call_id") in made:
-            return rows[:i]
     answered = record.finished and record.result is not None and bool(result.content)
-    if answered and rows and rows[-1].get("role") == "assistant" and not rows[-1].get("tool_calls"):
-        return rows[:-1]
-    return rows
+    ends_answered = answered and rows and rows[-1].get("role") == "assistant"
+    last = len(rows) - 1 if ends_answered and not rows[-1].get("tool_calls") else len(rows)
+
+    def output(i: int, row: dict[str, Any]) -> bool:
+        called = {call.get("id") for call in row.get("tool_calls") or ()}
+        return i == last or bool(called & made) or row.get("tool_call_id") in made
+
+    first = next((i for i, row in enumerate(rows) if output(i, row)), len(rows))
+    # Past the first output, only the client's own messages are input.
+    return [
+        row
+        for i, row in enumerate(rows)
+        if i < first or (row.get("role") in ("user", "system", "developer") and i != last)
+    ]
 
 
 def _input_items(row: dict[str, Any]) -> list[dict[str, Any]]:

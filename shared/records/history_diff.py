@@ -4,10 +4,16 @@ than repeat it (Knuth-Morris-Pratt over the messages' (role, text), linear in bo
 
 shared/records/keeper.py (`Recorder.append_new_messages`) runs it against the stored
 history and appends what it finds, atomically.
+
+A client that sends no conversation id but resends its history is known again by that
+history (`history_digest`): a turn that asks the user a question keeps the digest of its
+request's messages and the answer's text, and the next request whose messages up to its
+last one have that digest continues the conversation that asked (api/conversations.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,7 +21,7 @@ import orjson
 
 from shared.records.messages import STOPPED, Message, MessageLike, to_openai_message
 
-__all__ = ["new_messages"]
+__all__ = ["history_digest", "new_messages"]
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -202,3 +208,16 @@ def _trailing_turn(request: list[Message]) -> list[Message]:
     while start > 0 and request[start - 1]["role"] not in {"assistant", *_SYSTEM_ROLES}:
         start -= 1
     return request[start:]
+
+
+def history_digest(messages: Sequence[MessageLike]) -> str:
+    """A digest of a history as a client resends it: each message's role, its text (as
+    `new_messages` compares texts: a string or text parts, whitespace around it aside) and
+    the ids of the tool calls it makes or answers. Two histories that differ in any of these
+    differ in digest."""
+    shown = []
+    for message in map(to_openai_message, messages):
+        calls = [call.get("id") for call in message.get("tool_calls") or ()]
+        answers = message.get("tool_call_id")
+        shown.append([message["role"], _content_text(message.get("content")), calls, answers])
+    return hashlib.sha256(orjson.dumps(shown)).hexdigest()

@@ -37,6 +37,7 @@ Clients resend the whole history with every request; `new_messages()`
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -71,6 +72,7 @@ from shared.scripts import in_pipeline
 from shared.titles import TitleSource
 
 __all__ = [
+    "ANSWERED_NOT_CARRIED_OUT",
     "APPROVED_STEP_LAPSED",
     "DECIDED_NOT_CARRIED_OUT",
     "DEFAULT_RETENTION_S",
@@ -96,6 +98,11 @@ TITLE = "title_conversation"
 DECIDED_NOT_CARRIED_OUT = (
     "Unknown: the user approved this call, but the turn that was to run it ended before "
     "its result was recorded; it may not have run."
+)
+# ... and when the user answered in words, and the turn that read them left no result.
+ANSWERED_NOT_CARRIED_OUT = (
+    "Unknown: the user answered about this call in words, but the turn that read the answer "
+    "ended before its result was recorded; it may have run."
 )
 # ... and when another call proposed with it lapsed undecided (the step never went on).
 APPROVED_STEP_LAPSED = (
@@ -331,6 +338,16 @@ class Archivist(_Store):
         key = keys.conversation_proposals(self.owner, conversation_id)
         raw = await self._redis.hget(key, confirmation_id)  # type: ignore[misc]
         return orjson.loads(raw) if raw else None
+
+    async def asked(self, digest: str) -> tuple[str, str] | None:
+        """The conversation and the turn that asked a question of the history whose digest
+        is `digest` (shared/records/history_diff.py `history_digest`), while the calls it
+        asked about may wait (`Recorder.keep_asked`); None for another history."""
+        raw = await self._redis.get(keys.asked(self.owner, digest))
+        if raw is None:
+            return None
+        found = orjson.loads(raw)
+        return str(found["conversation_id"]), str(found["turn_id"])
 
     async def proposals(self, conversation_id: str) -> list[Message]:
         """The tool calls of the conversation's latest step that waited for a decision
@@ -586,6 +603,8 @@ class Recorder(_Store):
             state = proposal.get("state")
             if state == "approved" and proposal.get("resumed_by"):
                 answer["content"] = DECIDED_NOT_CARRIED_OUT
+            elif state == "answering":
+                answer["content"] = ANSWERED_NOT_CARRIED_OUT
             elif state == "approved":
                 answer["content"] = APPROVED_STEP_LAPSED
             elif state == "rejected":
@@ -757,6 +776,16 @@ class Recorder(_Store):
             raise ConversationNotFoundError(conversation_id)
         if paused is not Outcome.PAUSED:
             raise ConversationLostError(conversation_id)
+
+    async def keep_asked(
+        self, digest: str, conversation_id: str, *, turn_id: str, until: float
+    ) -> None:
+        """Keep, until `until` (when the calls it asked about lapse), that `turn_id` of the
+        conversation asked a question of the history whose digest is `digest`: a client that
+        resends that history with an answer continues the conversation (api/conversations.py)."""
+        ttl_s = max(1, math.ceil(until - time.time()))
+        value = orjson.dumps({"conversation_id": conversation_id, "turn_id": turn_id})
+        await self._redis.set(keys.asked(self.owner, digest), value, ex=ttl_s)
 
     async def record_calls(
         self, conversation_id: str, events: Sequence[CallEvent], *, turn_id: str | None = None

@@ -114,6 +114,10 @@ async def _decide(machine: ConversationMachine) -> Outcome:
     return (await machine.decide(ID, "c1", "approve", turn_id=RESUMER)).outcome
 
 
+async def _answer(machine: ConversationMachine) -> Outcome:
+    return (await machine.answer(ID, RESUMER)).outcome
+
+
 async def _delete(machine: ConversationMachine) -> Outcome:
     return (await machine.delete(ID)).outcome
 
@@ -150,6 +154,7 @@ ACTIONS: dict[str, Action] = {
     "pause by the holder": lambda m: m.pause(ID, HOLDER, [proposal("p9")]),
     "pause by another": lambda m: m.pause(ID, OTHER, [proposal("p9", OTHER)]),
     "decide": _decide,
+    "answer": _answer,
     "start, interrupt": _start_as(Strategy.INTERRUPT),
     "start, enqueue": _start_as(Strategy.ENQUEUE),
     "start, reject": _start_as(Strategy.REJECT),
@@ -193,6 +198,11 @@ ROWS = [
     ("running", "decide", Outcome.NO_PROPOSAL, RUNNING),
     ("awaiting", "decide", Outcome.RESUMED, RUNNING),
     ("awaiting two", "decide", Outcome.DECIDED, AWAITING),
+    ("absent", "answer", Outcome.NOT_FOUND, ABSENT),
+    ("idle", "answer", Outcome.NO_PROPOSAL, IDLE),
+    ("running", "answer", Outcome.BUSY, RUNNING),
+    ("awaiting", "answer", Outcome.ANSWERING, RUNNING),
+    ("awaiting two", "answer", Outcome.ANSWERING, RUNNING),
     ("absent", "unclaim by the holder", Outcome.NOT_FOUND, ABSENT),
     ("idle", "unclaim by another", Outcome.NOT_HOLDER, IDLE),
     ("running", "unclaim by the holder", Outcome.UNCLAIMED, IDLE),
@@ -251,6 +261,10 @@ def test_the_table_says_what_each_transition_does_from_every_status(
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
         ),
         (Transition.DECIDE, {ABSENT: Outcome.NOT_FOUND}),
+        (
+            Transition.ANSWER,
+            {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NO_PROPOSAL, RUNNING: Outcome.BUSY},
+        ),
         (
             Transition.UNCLAIM,
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
@@ -421,6 +435,42 @@ async def test_a_steps_proposals_leave_when_the_next_step_pauses_however_many_st
     for earlier in ("c8-0", "c9-0"):  # answered, lapsed
         decided = await machine.decide(ID, earlier, "approve", turn_id="turn-late")
         assert decided.outcome is Outcome.NO_PROPOSAL
+
+
+async def test_an_answer_in_words_hands_the_steps_waiting_calls_to_its_turn_and_out_of_budget(
+    machine: ConversationMachine,
+) -> None:
+    await machine.create(ID, turn_id=HOLDER)
+    await machine.pause(ID, HOLDER, [proposal("c1"), proposal("c2"), proposal("c3", ttl_s=-1)])
+    assert await budgets.pending_confirmations(machine._redis, machine.owner) == 2
+    handed = await machine.answer(ID, RESUMER)
+    assert handed.outcome is Outcome.ANSWERING
+    assert [p["confirmation_id"] for p in handed.decided] == ["c1", "c2"]
+    stored = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert {p["confirmation_id"]: (p["state"], p.get("resumed_by")) for p in stored} == {
+        "c1": ("answering", RESUMER),
+        "c2": ("answering", RESUMER),
+        "c3": ("expired", None),
+    }
+    conversation = await RecordKeeper(machine._redis, machine.owner).get_conversation(ID)
+    assert conversation is not None and conversation.active_turn == RESUMER
+    assert await budgets.pending_confirmations(machine._redis, machine.owner) == 0
+    # Nobody decides them on the side meanwhile, nor answers them twice.
+    assert (await machine.decide(ID, "c1", "approve", turn_id="t-late")).outcome is (
+        Outcome.EXPIRED
+    )
+    assert (await machine.answer(ID, "t-late")).outcome is Outcome.BUSY
+
+
+async def test_unclaiming_the_turn_of_an_answer_in_words_lets_the_calls_wait_again(
+    machine: ConversationMachine,
+) -> None:
+    await prepare(machine, "awaiting")
+    await machine.answer(ID, RESUMER)
+    assert (await machine.unclaim(ID, RESUMER)).outcome is Outcome.UNCLAIMED
+    assert await status(machine) is AWAITING
+    (waiting,) = await RecordKeeper(machine._redis, machine.owner).proposals(ID)
+    assert (waiting["state"], "resumed_by" in waiting) == ("pending", False)
 
 
 async def test_unclaiming_the_turn_of_a_steps_decisions_lets_them_be_made_again(

@@ -28,8 +28,10 @@ words (`delta`s, one sentence per call: shared/confirmation_words.py; the step's
 message holds what the user read), yields `awaiting_confirmation` for the others (after
 running the step's other calls), keeps the proposals on the context and stops; the turn
 ends there, and the user's decision continues the conversation as a new turn
-(worker/harness/resume.py). When every such call was refused, the router goes on: the
-model reads why. At most
+(worker/harness/resume.py). A decision in words that is the router's to read is read in
+that turn's first step (worker/harness/answers.py), and carried out as any decision is
+(`carry_out`). When every such call was refused, the router goes on: the model reads why.
+At most
 `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION` calls of a step wait, and no more than
 the user's `BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER` across conversations allows
 (shared/budgets.py); the others are refused the same way.
@@ -56,7 +58,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from langchain_core.messages import AIMessage, SystemMessage
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langchain_core.messages.tool import tool_call
 from langchain_core.tools import BaseTool
 
@@ -76,6 +78,7 @@ from shared.events import (
 )
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded
 from worker.context import Proposal, TurnContext
+from worker.harness.answers import Waiting, decided_call, declined
 from worker.harness.client_calls import ClientOffer
 from worker.harness.tool_call import (
     PlannedCall,
@@ -92,6 +95,7 @@ __all__ = [
     "RESPOND_TOOL",
     "RESPOND_TOOL_NAME",
     "ROUTER_PROMPT",
+    "carry_out",
     "pause",
     "propose",
     "room_to_wait",
@@ -131,6 +135,9 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     # its answers whole.
     answers = ctx.settings.roles_share_model
     respond = None if answers else RESPOND_TOOL
+    # The calls the user's words answer, when the router reads them (worker/harness/answers.py):
+    # in front of its first step only.
+    answering = Waiting.of(ctx.request)
     for step in range(steps):
         bound, options = offer.binding(ctx.tools, respond, last_step=step == steps - 1)
         if answers:
@@ -140,6 +147,9 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         else:
             messages = [SystemMessage(ROUTER_PROMPT), *ctx.memory, *ctx.history]
             messages += ctx.tool_messages
+        if answering is not None:
+            bound = [*bound, *answering.tools]
+            messages += answering.prompt()
         prompt = LlmPrompt(stage="router", model=model, messages=ctx.traced(messages))
         yield ModelCallStarted(prompt, messages)
         step_first = len(ctx.content)  # where this step's text begins
@@ -173,9 +183,20 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         )
         yield ModelCallEnded(complete, result)
         ctx.router_messages.append(result.message)
-        planned, responded = _plan(result.message)
+        message, ran = result.message, False
+        if answering is not None:
+            # The step answered the waiting calls: they are carried out first, their results
+            # right after the paused turn's message, then the user's words.
+            decisions, message = answering.decide(message)
+            async with aclosing(carry_out(ctx, decisions, tools)) as events:
+                async for event in events:
+                    yield event
+            ctx.tool_messages.extend(answering.words)
+            ran = any(d["decision"] == "approve" for d in decisions)
+            answering = None
+        planned, responded = _plan(message)
         ctx.responded = ctx.responded or responded
-        if spoke and not planned:
+        if spoke and not planned and not ran:
             # The answer, written as it streamed: nothing is left to call.
             ctx.answered = True
             if result.finish_reason:
@@ -188,7 +209,7 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             # written before the calls stays on it: the answer starts after it.
             kept = [*own, *handed]
             calls = [tool_call(name=c.name, args=c.args, id=c.id) for c in kept]
-            step_message = AIMessage(content=result.message.content, tool_calls=calls)
+            step_message = AIMessage(content=message.content, tool_calls=calls)
             ctx.tool_messages.append(step_message)
             ctx.answer_start = len(ctx.content)
             rulings = [await rule(ctx, call, tools) for call in own]
@@ -339,6 +360,29 @@ def propose(ctx: TurnContext, call: PlannedCall, tool: BaseTool, said: str) -> P
         expires_at=time.time() + ctx.settings.confirmation_ttl_s,
         parameters=parameters(tool),
     )
+
+
+async def carry_out(
+    ctx: TurnContext, decisions: Sequence[Mapping[str, Any]], tools: Mapping[str, BaseTool]
+) -> AsyncGenerator[Item, None]:
+    """The user's decisions on a paused turn's calls, however they came (`POST .../resume`,
+    an approval item, words): each approved call runs (`run_call`: its checks, progress and
+    result), each rejected one is answered that the user declined."""
+    for decision in decisions:
+        call = decided_call(decision)
+        if decision["decision"] == "approve":
+            # Ruled on again (worker/tools/policy.py): an approval never runs a call the
+            # user's rules refuse, nor an edited one they would.
+            ruling = await rule(ctx, call, tools)
+            refused = ruling.refusal if ruling is not None else None
+            async with aclosing(run_call(ctx, call, tools, refused, ruling)) as events:
+                async for event in events:
+                    yield event
+            continue
+        content = declined(call.name)
+        ctx.tool_messages.append(ToolMessage(content=content, tool_call_id=call.id, name=call.name))
+        ctx.tool_outputs.append({"id": call.id, "name": call.name, "content": content})
+        yield ToolResult(tool_call_id=call.id, name=call.name, content=content)
 
 
 async def run_call(
