@@ -149,7 +149,7 @@ async def test_a_confirmation_is_asked_aloud_and_yes_turns_the_real_light_on(
     )
     asked = await assist.ha.process("Kitchen light at 40 percent", assist.agent_id)
 
-    assert speech(asked) == "Turn on light.kitchen at 40 % brightness?"
+    assert speech(asked) == "Shall I turn on light.kitchen at 40 % brightness?"
     assert asked["continue_conversation"] is True
     assert (await assist.ha.state("light.kitchen"))["state"] == "off"
 
@@ -174,7 +174,8 @@ async def test_a_confirmation_is_asked_aloud_and_yes_turns_the_real_light_on(
 async def test_no_leaves_the_light_as_it_was(assist: Assist) -> None:
     assist.upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_AT)]))
     asked = await assist.ha.process("Turn on the kitchen light", assist.agent_id)
-    assert speech(asked) == "Turn on light.kitchen?"
+    assert speech(asked) == "Shall I turn on light.kitchen?"
+    routed = len(assist.upstream.router_requests)
 
     assist.upstream.script(Reply.text("All right, I left it off."))
     answered = await assist.ha.process(
@@ -185,33 +186,51 @@ async def test_no_leaves_the_light_as_it_was(assist: Assist) -> None:
     assert answered["continue_conversation"] is False
     assert (await assist.ha.state("light.kitchen"))["state"] == "off"
     rows = await assist.messages(f"ha-user-{await owner_id(assist.ha)}")
-    assert rows[-2]["content"] == "The user declined: ha_call_service was not run."
+    assert [(r["role"], r["content"]) for r in rows][-4:] == [
+        ("assistant", "Shall I turn on light.kitchen?"),
+        ("tool", "The user declined: ha_call_service was not run."),
+        ("user", "No thanks"),
+        ("assistant", "All right, I left it off."),
+    ]
+    # Bernard read the "no" itself: the one router call after it already had the answer.
+    (router,) = assist.upstream.router_requests[routed:]
+    assert router["messages"][-2]["content"] == "The user declined: ha_call_service was not run."
 
 
-async def test_anything_else_rejects_the_proposal_and_is_sent_as_a_new_request(
+async def test_other_words_are_read_by_the_model_which_may_propose_something_else(
     assist: Assist,
 ) -> None:
     assist.upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_AT)]))
     asked = await assist.ha.process("Turn on the kitchen light", assist.agent_id)
-    assert speech(asked) == "Turn on light.kitchen?"
+    assert speech(asked) == "Shall I turn on light.kitchen?"
+    conversation = f"ha-user-{await owner_id(assist.ha)}"
+    shown = await assist.stack.client.get(
+        f"/v1/conversations/{conversation}", headers=assist.headers
+    )
+    waiting = shown.json()["pending_confirmation"]["confirmation_id"]
 
-    # The rejection's own turn answers (nobody hears it), then the new request is proposed.
-    assist.upstream.script(Reply.text("Fine, it stays off."))
-    assist.upstream.script_router(Reply.text(""))  # the rejection's turn: nothing to call
+    # One turn: the router reads the words, rejects the proposal and proposes another.
     assist.upstream.script_router(
-        Reply.tool_calls([("ha_call_service", {**KITCHEN_AT, "data": {"brightness_pct": 30}})])
+        Reply.tool_calls(
+            [
+                ("reject_pending", {"confirmation_ids": [waiting]}),
+                ("ha_call_service", {**KITCHEN_AT, "data": {"brightness_pct": 30}}),
+            ]
+        )
     )
     other = await assist.ha.process(
         "No, dim it to 30 percent", assist.agent_id, conversation_id=asked["conversation_id"]
     )
 
-    assert speech(other) == "Turn on light.kitchen at 30 % brightness?"
+    assert speech(other) == "Shall I turn on light.kitchen at 30 % brightness?"
     assert other["continue_conversation"] is True
-    rows = await assist.messages(f"ha-user-{await owner_id(assist.ha)}")
-    assert [(r["role"], r["content"]) for r in rows if r["content"]][-3:] == [
+    assert (await assist.ha.state("light.kitchen"))["state"] == "off"
+    rows = await assist.messages(conversation)
+    assert [(r["role"], r["content"]) for r in rows if r["content"]][-4:] == [
+        ("assistant", "Shall I turn on light.kitchen?"),
         ("tool", "The user declined: ha_call_service was not run."),
-        ("assistant", "Fine, it stays off."),
         ("user", "No, dim it to 30 percent"),
+        ("assistant", "Shall I turn on light.kitchen at 30 % brightness?"),
     ]
 
     assist.upstream.script(Reply.text("Dimmed to 30 percent."))
@@ -222,7 +241,7 @@ async def test_anything_else_rejects_the_proposal_and_is_sent_as_a_new_request(
     assert (light["state"], light["attributes"]["brightness"]) == ("on", 76)
 
 
-async def test_a_yes_to_a_proposal_decided_meanwhile_says_so_and_runs_nothing(
+async def test_a_yes_after_the_proposal_was_decided_elsewhere_runs_nothing(
     assist: Assist,
 ) -> None:
     assist.upstream.script_router(Reply.tool_calls([("ha_call_service", KITCHEN_AT)]))
@@ -242,11 +261,13 @@ async def test_a_yes_to_a_proposal_decided_meanwhile_says_so_and_runs_nothing(
     )
     assert rejected.status_code == 200, rejected.text
 
+    # Nothing waits: the "yes" is a message like any, and the model answers it.
+    assist.upstream.script(Reply.text("It was already declined; ask again if you like."))
     answered = await assist.ha.process(
         "yes", assist.agent_id, conversation_id=asked["conversation_id"]
     )
 
-    assert speech(answered) == "That request is no longer waiting; please ask again."
+    assert speech(answered) == "It was already declined; ask again if you like."
     assert (await assist.ha.state("light.kitchen"))["state"] == "off"
 
 

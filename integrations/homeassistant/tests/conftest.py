@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -37,8 +38,10 @@ class ScriptedBernard:
     one).
 
     A turn's stream (`POST .../messages`, `POST .../resume`, `GET /v1/turns/{id}/events`)
-    sends the frames `turns` holds for its path, as turn `turn_1`; a `DROP` frame breaks the
-    connection there. `turn_requests` keeps (method, path, Last-Event-ID) of each.
+    sends the frames `turns` holds for its path, as turn `turn_1` (a list of frame lists
+    for a path: one list per request, in order); a `DROP` frame breaks the connection there.
+    `turn_requests` keeps (method, path, Last-Event-ID) of each, `posted` each POST's
+    (body, Accept-Language).
     """
 
     url: str = ""
@@ -46,19 +49,24 @@ class ScriptedBernard:
     seen: list[str] = field(default_factory=list)
     event_streams: list[list[str] | None] = field(default_factory=list)
     event_requests: list[str] = field(default_factory=list)
-    turns: dict[str, list[str]] = field(default_factory=dict)
+    turns: dict[str, list[str] | list[list[str]]] = field(default_factory=dict)
     turn_requests: list[tuple[str, str, str]] = field(default_factory=list)
+    posted: list[tuple[dict[str, Any], str]] = field(default_factory=list)
 
     async def turn(self, request: web.Request) -> web.StreamResponse:
         last_id = request.headers.get("Last-Event-ID", "")
         self.turn_requests.append((request.method, request.path, last_id))
-        if request.path not in self.turns:
+        if request.method == "POST":
+            self.posted.append((await request.json(), request.headers.get("Accept-Language", "")))
+        scripted = self.turns.get(request.path)
+        if not scripted:
             return web.json_response({"error": {"message": "no such turn"}}, status=404)
+        frames = scripted.pop(0) if isinstance(scripted[0], list) else scripted
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "X-Bernard-Turn-Id": "turn_1"}
         )
         await response.prepare(request)
-        for frame in self.turns[request.path]:
+        for frame in frames:
             if frame == DROP:
                 assert request.transport is not None
                 request.transport.close()

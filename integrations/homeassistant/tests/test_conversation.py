@@ -1,5 +1,6 @@
 """The agent in Home Assistant's harness, against a scripted Bernard: what only a scripted
-server can do to it (a connection broken mid-answer)."""
+server can do to it (a connection broken mid-answer), and what it sends (the answer to a
+question, passed through as any utterance is)."""
 
 from __future__ import annotations
 
@@ -104,4 +105,42 @@ async def test_an_answer_with_a_line_past_the_bound_is_an_apology_at_once(
     assert result.response.speech["plain"]["speech"] == "Sorry, I can't reach Bernard right now."
     assert bernard.turn_requests == [("POST", MESSAGES, "")]
     assert took_s < 2.0
+    assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_a_question_is_spoken_as_bernard_asked_it_and_the_answer_passed_through(
+    hass: HomeAssistant, bernard: ScriptedBernard
+) -> None:
+    bernard.event_streams = [None]
+    waiting = {"turn_id": "turn_1", "status": "awaiting_confirmation", "usage": {}}
+    proposal = {"confirmation_id": "conf_1", "summary": "Unlock lock.front_door"}
+    bernard.turns = {
+        MESSAGES: [
+            [
+                frame("text_delta", {"text": "Unlock lock.front_door : je le fais ?"}, "1-0:0"),
+                frame("awaiting_confirmation", proposal, "2-0:0"),
+                frame("done", waiting, "3-0:0"),
+            ],
+            [
+                frame("text_delta", {"text": "C'est ouvert."}, "4-0:0"),
+                frame("done", {"turn_id": "turn_1", "status": "completed"}, "5-0:0"),
+            ],
+        ]
+    }
+    entry, agent_id = await _agent(hass, bernard)
+
+    asked = await conversation.async_converse(
+        hass, "Ouvre la porte", None, Context(), language="fr", agent_id=agent_id
+    )
+    answered = await conversation.async_converse(
+        hass, "Oui", asked.conversation_id, Context(), language="fr", agent_id=agent_id
+    )
+
+    assert asked.response.speech["plain"]["speech"] == "Unlock lock.front_door : je le fais ?"
+    assert asked.continue_conversation is True
+    assert answered.response.speech["plain"]["speech"] == "C'est ouvert."
+    assert answered.continue_conversation is False
+    # Both utterances are messages of the same conversation, in the user's language.
+    assert bernard.posted == [({"content": "Ouvre la porte"}, "fr"), ({"content": "Oui"}, "fr")]
+    assert [path for _, path, _ in bernard.turn_requests] == [MESSAGES, MESSAGES]
     assert await hass.config_entries.async_unload(entry.entry_id)

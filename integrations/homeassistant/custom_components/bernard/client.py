@@ -2,12 +2,11 @@
 
 - `check()`: `GET /v1/models`, the config flow's proof that the URL is a Bernard and the key
   is one of its keys.
-- `send(conversation_id, text)`: `POST /v1/conversations/{id}/messages` with
-  `Accept: text/event-stream`; the conversation is created first when Bernard has none
-  under that id (`POST /v1/conversations`).
-- `decide(conversation_id, confirmation_id, decision)`: `POST /v1/conversations/{id}/resume`,
-  streamed the same way, or answered as JSON once its turn is over (`stream=False`).
-- `conversation(conversation_id)`: what the conversation is doing (`GET /v1/conversations/{id}`).
+- `send(conversation_id, text, language)`: `POST /v1/conversations/{id}/messages` with
+  `Accept: text/event-stream` and the user's language as `Accept-Language`; the
+  conversation is created first when Bernard has none under that id
+  (`POST /v1/conversations`). While the conversation waits on a confirmation, Bernard reads
+  the message as its answer.
 - `user_events(last_event_id)`: `GET /v1/events`, the user's event stream (`timer_fired`),
   one connection held `EVENTS_S` at most.
 
@@ -188,14 +187,6 @@ def _arguments(text: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"arguments": value}
 
 
-@dataclass(frozen=True, slots=True)
-class ConversationState:
-    """`GET /v1/conversations/{id}`: its status and the proposal it waits on, if any."""
-
-    status: str
-    pending: Confirmation | None
-
-
 # -- the client ------------------------------------------------------------------------------
 
 
@@ -218,50 +209,23 @@ class BernardClient:
             if not isinstance(body, dict) or body.get("object") != "list":
                 raise CannotConnect(f"{self.url}{CHECK_PATH} answered, but not as Bernard does")
 
-    async def send(self, conversation_id: str, text: str) -> AsyncIterator[BernardEvent]:
-        """The events of the turn this message starts (a new conversation if it has none)."""
+    async def send(
+        self, conversation_id: str, text: str, language: str | None = None
+    ) -> AsyncIterator[BernardEvent]:
+        """The events of the turn this message starts (a new conversation if it has none),
+        Bernard speaking `language` where it knows it."""
         path = f"/v1/conversations/{conversation_id}/messages"
+        spoken = {"Accept-Language": language} if language else {}
         try:
-            async for event in self._turn(path, {"content": text}):
+            async for event in self._turn(path, {"content": text}, spoken):
                 yield event
             return
         except BernardError as err:
             if err.status != 404:
                 raise
         await self._create(conversation_id)
-        async for event in self._turn(path, {"content": text}):
+        async for event in self._turn(path, {"content": text}, spoken):
             yield event
-
-    async def decide(
-        self, conversation_id: str, confirmation_id: str, decision: str
-    ) -> AsyncIterator[BernardEvent]:
-        """The events of the turn a decision (`approve` or `reject`) starts."""
-        body = {"confirmation_id": confirmation_id, "decision": decision}
-        async for event in self._turn(f"/v1/conversations/{conversation_id}/resume", body):
-            yield event
-
-    async def decide_quietly(
-        self, conversation_id: str, confirmation_id: str, decision: str
-    ) -> None:
-        """A decision whose answer nobody hears: returns once its turn is over."""
-        body = {"confirmation_id": confirmation_id, "decision": decision}
-        path = f"/v1/conversations/{conversation_id}/resume"
-        async with self._request("POST", path, json=body, timeout=_timeout(None)) as response:
-            await _raise_for(response)
-            await response.read()
-
-    async def conversation(self, conversation_id: str) -> ConversationState:
-        path = f"/v1/conversations/{conversation_id}"
-        async with self._request("GET", path, timeout=_timeout(CHECK_S)) as response:
-            await _raise_for(response)
-            body = await response.json(content_type=None)
-        pending = body.get("pending_confirmation")
-        confirmation = (
-            Confirmation(str(pending["confirmation_id"]), str(pending.get("summary") or ""))
-            if isinstance(pending, dict)
-            else None
-        )
-        return ConversationState(str(body.get("status")), confirmation)
 
     async def user_events(
         self, last_event_id: str | None, on_open: Callable[[], None] | None = None
@@ -294,7 +258,9 @@ class BernardClient:
                 return  # made meanwhile by another utterance: as good
             await _raise_for(response)
 
-    async def _turn(self, path: str, body: dict[str, Any]) -> AsyncIterator[BernardEvent]:
+    async def _turn(
+        self, path: str, body: dict[str, Any], headers: Mapping[str, str]
+    ) -> AsyncIterator[BernardEvent]:
         """A turn's events to its `done`, resumed on its own stream after a drop."""
         turn_id: str | None = None
         last_id: str | None = None
@@ -302,7 +268,7 @@ class BernardClient:
         while True:
             if turn_id is None:
                 request = self._request(
-                    "POST", path, json=body, headers=_SSE, timeout=_timeout(None)
+                    "POST", path, json=body, headers={**_SSE, **headers}, timeout=_timeout(None)
                 )
             else:
                 resume = {**_SSE, **({"Last-Event-ID": last_id} if last_id else {})}

@@ -6,11 +6,11 @@ satellite's text-to-speech can start early); its tool calls and results land in 
 log too (relay.py), and each step of a tool's progress in the conversation's trace, which is
 where the pipeline's debug view shows them.
 
-When Bernard pauses a turn for the user's confirmation, the agent speaks its one-line
-summary as a question and keeps the conversation open; the next utterance in that
-conversation answers it (languages.py): "yes" approves, "no" rejects, and anything else
-rejects and is then sent as a new message. Any failure is a short spoken apology and one
-logged line that says why, never a stack trace.
+When Bernard pauses a turn for the user's confirmation, it says its question in words (in
+the language the agent names, `Accept-Language`), which the agent speaks, and the agent
+keeps the conversation open; the next utterance goes to the same conversation as any
+does, and Bernard reads it as the answer ("yes", "no", "no, dim it to 30 percent"). Any
+failure is a short spoken apology and one logged line that says why, never a stack trace.
 """
 
 from __future__ import annotations
@@ -40,12 +40,10 @@ from .client import (
     TurnError,
 )
 from .const import ANSWER_S, CONF_LANGUAGE, DOMAIN, LOGGER
-from .languages import Decision, phrases_for, understand
+from .languages import phrases_for
 from .relay import ToolRelay
 from .runtime import BernardConfigEntry
 
-# Bernard's error codes for a confirmation that can no longer be decided.
-GONE = frozenset({"confirmation_not_found", "confirmation_already_decided", "confirmation_expired"})
 # What a tool call Bernard did not answer in this turn shows as its result.
 NO_RESULT = {"status": "not run in this turn"}
 
@@ -186,8 +184,8 @@ class BernardAgent(conversation.ConversationEntity, conversation.AbstractConvers
         said = "".join(heard.text).strip()
         assert heard.done is not None  # the client ends every turn with `done` or raises
         if heard.pending is not None:
-            household.pending[bernard_id] = heard.pending
-            return _result(user_input, chat_log, _question(heard.pending.summary), keep_open=True)
+            # Bernard asked its question in words: the next utterance answers it.
+            return _result(user_input, chat_log, said, keep_open=True)
         if heard.done.interrupted:
             # What it said until the next utterance stopped it; that one is answered.
             return _result(user_input, chat_log, said)
@@ -204,41 +202,15 @@ class BernardAgent(conversation.ConversationEntity, conversation.AbstractConvers
     async def _events(
         self, client: BernardClient, bernard_id: str, text: str, language: str
     ) -> AsyncIterator[BernardEvent]:
-        """The events of the turn this utterance starts: a message, or the answer to the
-        confirmation the conversation waits on."""
-        household = self.entry.runtime_data.household
-        phrases = phrases_for(language)
-        pending = household.pending.pop(bernard_id, None)
-        if pending is None:
-            try:
-                async for event in client.send(bernard_id, text):
-                    yield event
-                return
-            except BernardError as err:
-                if err.code != "conversation_busy":
-                    raise
-                # Waiting on a confirmation this agent did not ask (Home Assistant restarted,
-                # or it was asked elsewhere), or running a turn.
-                state = await client.conversation(bernard_id)
-                if state.pending is None:
-                    raise Unanswered(phrases.busy, "a turn is still running") from None
-                pending = state.pending
-        decision = understand(text, language)
+        """The events of the turn this utterance starts (Bernard reads it as the answer
+        when its conversation waits on one)."""
         try:
-            if decision is not Decision.OTHER:
-                async for event in client.decide(
-                    bernard_id, pending.confirmation_id, decision.value
-                ):
-                    yield event
-                return
-            await client.decide_quietly(bernard_id, pending.confirmation_id, "reject")
+            async for event in client.send(bernard_id, text, language):
+                yield event
         except BernardError as err:
-            if err.code not in GONE:
+            if err.code != "conversation_busy":
                 raise
-            if decision is not Decision.OTHER:
-                raise Unanswered(phrases.gone, f"the confirmation was {err.code}") from None
-        async for event in client.send(bernard_id, text):
-            yield event
+            raise Unanswered(phrases_for(language).busy, "a turn is still running") from None
 
     async def _stream(
         self,
@@ -258,17 +230,10 @@ class BernardAgent(conversation.ConversationEntity, conversation.AbstractConvers
                             yield delta
             finally:
                 relay.close(NO_RESULT)
-            if heard.pending is not None:
-                yield {"role": "assistant", "content": _question(heard.pending.summary)}
 
         async for _content in chat_log.async_add_delta_content_stream(agent_id, deltas()):
             pass
         return heard
-
-
-def _question(summary: str) -> str:
-    """A proposal's summary asked aloud: "Turn on light.kitchen" -> "Turn on light.kitchen?"."""
-    return summary.strip().rstrip(".!?") + "?"
 
 
 def _result(

@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
-from .client import Confirmation
 from .const import ConversationMode
 
 DEVICE_PREFIX: Final = "ha-device-"
@@ -51,12 +50,11 @@ def _fitting(prefix: str, name: str) -> str:
 
 @dataclass
 class Household:
-    """One config entry's conversations: where each utterance goes, who spoke last in each,
-    and the confirmation each waits on (asked aloud, not yet answered)."""
+    """One config entry's conversations: where each utterance goes, and who spoke last in
+    each."""
 
     mode: ConversationMode
     shared: str
-    pending: dict[str, Confirmation] = field(default_factory=dict)
     _speakers: dict[str, str] = field(default_factory=dict)
 
     def conversation_for(self, device_id: str | None, user_id: str | None) -> str:
