@@ -96,9 +96,9 @@ def bernard_settings(
 
 
 async def reset_house(ha: HomeAssistantApi) -> None:
-    """Every light and the fan off, the kitchen light's level full, the front door locked, the
-    thermostat off at 20°."""
-    powers = ["kitchen_light", "hall_light", "ceiling_fan", "boiler"]
+    """Every light and the fan off, the kitchen light's level full, the front door locked and
+    the back door not, the thermostat off at 20°."""
+    powers = ["kitchen_light", "hall_light", "ceiling_fan", "boiler", "back_door_locked"]
     await ha.call_service(
         "input_boolean", "turn_off", entity_id=[f"input_boolean.{p}" for p in powers]
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from httpx_sse import EventSource
 
@@ -780,6 +781,106 @@ async def test_a_call_whose_answer_never_came_may_have_run_and_is_not_sent_again
     assert [c for c in await calls.settled() if c.domain == "script"] == [
         ServiceCall("script", "hall_light_slowly", {"entity_id": "script.hall_light_slowly"})
     ], "a call that may have run is never sent again"
+
+
+# -- confirmations in words ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def doors(
+    ha: HomeAssistantApi,
+    home_assistant: HomeAssistant,
+    upstream: ScriptedUpstream,
+    calls: ServiceCalls,
+) -> AsyncIterator[House]:
+    """`house`, with the locks among the domains Bernard may call."""
+    await reset_house(ha)
+    settings = settings_for(upstream, home_assistant, ha_domains="light,lock")
+    async with bernard(settings) as stack:
+        await calls.clear()
+        yield House(stack, upstream, ha, calls)
+
+
+def sdk(house: House) -> openai.AsyncOpenAI:
+    """The plain `openai` SDK on this Bernard, as any chat client is."""
+    return openai.AsyncOpenAI(base_url=f"{house.stack.base_url}/v1", api_key=KEY, max_retries=0)
+
+
+async def test_unlock_asks_in_words_and_a_plain_sdk_resending_the_history_says_yes(
+    doors: House,
+) -> None:
+    client = sdk(doors)
+    doors.upstream.script_router(Reply.tool_calls([UNLOCK]))
+    asked = await client.chat.completions.create(
+        model="bernard-v1", messages=[{"role": "user", "content": "unlock the front door"}]
+    )
+    question = asked.choices[0].message.content
+    assert question == "Shall I unlock lock.front_door?"
+    assert (await doors.ha.state("lock.front_door"))["state"] == "locked"
+    assert await doors.calls.settled() == []
+
+    # No conversation id: Bernard knows the conversation by the history resent with "yes".
+    doors.upstream.script(Reply.text("The front door is unlocked."))
+    stream = await client.chat.completions.create(
+        model="bernard-v1",
+        messages=[
+            {"role": "user", "content": "unlock the front door"},
+            {"role": "assistant", "content": question},
+            {"role": "user", "content": "yes"},
+        ],
+        stream=True,
+    )
+    said = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    assert said == "The front door is unlocked."
+    assert (await doors.ha.state("lock.front_door"))["state"] == "unlocked"
+    sent = [c for c in await doors.calls.settled() if c.domain == "lock"]
+    assert sent == [ServiceCall("lock", "unlock", {"entity_id": "lock.front_door"})]
+
+
+async def test_no_lock_the_back_door_instead_rejects_and_asks_about_the_new_call(
+    doors: House,
+) -> None:
+    client = sdk(doors)
+    doors.upstream.script_router(Reply.tool_calls([UNLOCK]))
+    asked = await client.responses.create(model="bernard-v1", input="unlock the front door")
+    assert asked.output_text == "Shall I unlock lock.front_door?"
+    (request,) = [item for item in asked.output if item.type == "mcp_approval_request"]
+
+    # The router reads the words with the waiting call in front of it: it rejects the call
+    # and makes the one asked for instead, which waits in turn.
+    doors.upstream.script_router(
+        Reply.tool_calls(
+            [
+                ("reject_pending", {"confirmation_ids": [request.id]}),
+                call("lock.back_door", "lock"),
+            ]
+        )
+    )
+    other = await client.responses.create(
+        model="bernard-v1", input="no, lock the back door instead", previous_response_id=asked.id
+    )
+
+    assert other.output_text == "Shall I lock lock.back_door?"
+    (proposed,) = [item for item in other.output if item.type == "mcp_approval_request"]
+    assert (proposed.name, json.loads(proposed.arguments)) == (
+        "ha_call_service",
+        {"domain": "lock", "service": "lock", "entity_id": "lock.back_door"},
+    )
+    assert [item.type for item in other.output] == ["message", "mcp_approval_request"]
+    assert await doors.calls.settled() == []
+    assert (await doors.ha.state("lock.front_door"))["state"] == "locked"
+    assert (await doors.ha.state("lock.back_door"))["state"] == "unlocked"
+
+    doors.upstream.script(Reply.text("The back door is locked."))
+    done = await client.responses.create(
+        model="bernard-v1", input="Yes please.", previous_response_id=other.id
+    )
+    assert done.output_text == "The back door is locked."
+    assert (await doors.ha.state("lock.back_door"))["state"] == "locked"
+    assert (await doors.ha.state("lock.front_door"))["state"] == "locked"
+    sent = [c for c in await doors.calls.settled() if c.domain == "lock"]
+    assert sent == [ServiceCall("lock", "lock", {"entity_id": "lock.back_door"})]
 
 
 # -- the scripted Home Assistant ---------------------------------------------------------------
