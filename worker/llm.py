@@ -13,9 +13,10 @@ that the worker owns: sized to its concurrency, a few connection pools for many 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -179,10 +180,10 @@ class Llm:
         # request and parses the answer; for every other provider, the whole call is
         # LangChain's.
         self.direct = direct
-        # The SDK clients direct calls take turns on (`build_models` says why several);
-        # none: the model's own.
+        # The SDK clients direct calls are spread over (`build_models` says why several),
+        # and the calls each has in flight (`_lease`); none: the model's own.
         self._clients = list(clients)
-        self._calls = 0
+        self._in_flight = [0] * len(self._clients)
         # The model with tools bound, by the tools' identities. A worker binds the same few
         # tool lists on every turn, and binding converts each tool's schema (about 0.45 ms
         # for the default ten, on every router call). The tools are kept with their
@@ -208,12 +209,25 @@ class Llm:
             self._bound[key] = cached
         return cached[1]
 
-    def _client(self) -> Any:
-        """The SDK client for the next direct call: each in turn, else the model's own."""
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[Any]:
+        """The SDK client for one direct call, held while it runs: the first pool with room
+        for another call (`POOL_SHARE`), else the least busy. A worker with few turns calls
+        through one pool, whose connections stay alive between turns; taking the pools in
+        turn left each idle past the keep-alive, and every call opened a new connection."""
         if not self._clients:
-            return cast(Any, self.model).root_async_client
-        self._calls += 1
-        return self._clients[self._calls % len(self._clients)]
+            yield cast(Any, self.model).root_async_client
+            return
+        busy = self._in_flight
+        index = next(
+            (i for i, calls in enumerate(busy) if calls < POOL_SHARE),
+            min(range(len(busy)), key=busy.__getitem__),
+        )
+        busy[index] += 1
+        try:
+            yield self._clients[index]
+        finally:
+            busy[index] -= 1
 
     def call_options(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """`params` as this provider takes them."""
@@ -243,9 +257,10 @@ class Llm:
         try:
             if self.direct:
                 bound = runnable.kwargs if tools else {}
-                message = await openai_complete(
-                    cast(Any, self.model), messages, bound, client=self._client()
-                )
+                with self._lease() as client:
+                    message = await openai_complete(
+                        cast(Any, self.model), messages, bound, client=client
+                    )
             else:
                 message = await runnable.ainvoke(list(messages))
         except _SDK_ERRORS as exc:
@@ -333,16 +348,17 @@ class Llm:
         # the call options, as `complete` sends them.
         bound = self.bind(tools, options).kwargs if tools else {}
         try:
-            tokens = openai_tokens(
-                cast(Any, self.model),
-                messages,
-                {**bound, **self.call_options(params)},
-                ended=end,
-                client=self._client(),
-            )
-            async with aclosing(tokens) as texts:
-                async for text in texts:
-                    yield text
+            with self._lease() as client:
+                tokens = openai_tokens(
+                    cast(Any, self.model),
+                    messages,
+                    {**bound, **self.call_options(params)},
+                    ended=end,
+                    client=client,
+                )
+                async with aclosing(tokens) as texts:
+                    async for text in texts:
+                        yield text
         except _SDK_ERRORS as exc:
             raise _translate(exc) from exc
         except UpstreamStreamError as exc:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from contextlib import aclosing
+from typing import Any, cast
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -12,7 +14,8 @@ from langchain_core.messages import HumanMessage
 from launcher.redis_server import free_port
 from tests.conftest import make_settings
 from tests.upstream import Reply, ScriptedUpstream
-from worker.llm import LlmError, build_models, pool_shards
+from worker import llm as llm_module
+from worker.llm import Llm, LlmError, build_models, pool_shards
 
 
 async def test_the_upstream_pool_holds_as_many_streams_as_the_worker_runs_turns(
@@ -72,10 +75,12 @@ def test_a_worker_keeps_a_pool_for_every_64_turns_up_to_16(concurrency: int, poo
     assert pool_shards(concurrency) == pools
 
 
-async def test_calls_take_turns_on_the_pools_each_keeping_its_connection(
+async def test_calls_one_after_another_keep_to_one_pool_and_its_connection(
     upstream: ScriptedUpstream,
 ) -> None:
-    """Twice as many calls as pools: each pool serves two, over one kept-alive connection."""
+    """A worker with three pools and one call at a time: every call goes over the first
+    pool's one kept-alive connection (taking the pools in turn, each sat idle past its
+    keep-alive between a quiet household's turns, and every call opened a connection)."""
     models = build_models(make_settings(upstream, worker_concurrency=192))
     respond = {"type": "function", "function": {"name": "respond", "parameters": {}}}
     try:
@@ -84,7 +89,22 @@ async def test_calls_take_turns_on_the_pools_each_keeping_its_connection(
     finally:
         await models.aclose()
     peers = Counter(exchange.peer for exchange in upstream.router_exchanges)
-    assert sorted(peers.values()) == [2, 2, 2]
+    assert sorted(peers.values()) == [6]
+
+
+def test_calls_in_flight_fill_a_pool_before_the_next_then_go_to_the_least_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(llm_module, "POOL_SHARE", 2)
+    pools = ["pool 0", "pool 1", "pool 2"]
+    model = Llm(cast(Any, object()), "m", direct=True, clients=pools)
+    with contextlib.ExitStack() as held:
+        taken = [held.enter_context(model._lease()) for _ in range(6)]
+        assert taken == ["pool 0", "pool 0", "pool 1", "pool 1", "pool 2", "pool 2"]
+        assert held.enter_context(model._lease()) == "pool 0"  # all full: the least busy
+    # All given back: the first pool again.
+    with model._lease() as client:
+        assert client == "pool 0"
 
 
 async def test_a_cut_answer_reports_the_length_finish(upstream: ScriptedUpstream) -> None:
