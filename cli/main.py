@@ -42,7 +42,10 @@ Url = Annotated[
 Key = Annotated[
     str | None,
     typer.Option(
-        "--key", envvar="BERNARD_API_KEY", help="API key (BERNARD_API_KEYS).", show_default=False
+        "--key",
+        envvar="BERNARD_API_KEY",
+        help="API key: one of the server's BERNARD_API_KEYS.",
+        show_default=False,
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead.")]

@@ -15,5 +15,12 @@ class PlexSettings(SourceSettings):
     """The Plex Media Server's address with its port (`http://192.168.1.10:32400`) and an
     `X-Plex-Token`; both set: the tools are offered."""
 
-    plex_url: str | None = Field(None, alias="BERNARD_PLEX_URL")
-    plex_token: SecretStr | None = Field(None, alias="BERNARD_PLEX_TOKEN")
+    plex_url: str | None = Field(
+        None,
+        alias="BERNARD_PLEX_URL",
+        description="A Plex Media Server with its port (`http://192.168.1.10:32400`); with "
+        "`BERNARD_PLEX_TOKEN` set too, the Plex tools are offered",
+    )
+    plex_token: SecretStr | None = Field(
+        None, alias="BERNARD_PLEX_TOKEN", description="The server's `X-Plex-Token`"
+    )

@@ -30,8 +30,12 @@ SERVICE = "the search service (SearXNG)"
 
 
 class WebSearchSettings(SourceSettings):
-    # Unset: no web search (there is no public instance to default to).
-    searxng_url: str | None = Field(None, alias="BERNARD_SEARXNG_URL")
+    searxng_url: str | None = Field(
+        None,
+        alias="BERNARD_SEARXNG_URL",
+        description="A SearXNG with the JSON format on, for the `web_search` tool; unset, no "
+        "web search (there is no public instance to default to)",
+    )
 
 
 @tool

@@ -33,10 +33,17 @@ SERVICE = "the weather service (Open-Meteo)"
 
 
 class WeatherSettings(SourceSettings):
-    # Either URL empty turns the tool off.
-    open_meteo_url: str = Field("https://api.open-meteo.com", alias="BERNARD_OPEN_METEO_URL")
+    open_meteo_url: str = Field(
+        "https://api.open-meteo.com",
+        alias="BERNARD_OPEN_METEO_URL",
+        description="Open-Meteo's forecast API (no key) for the `weather` tool; empty turns "
+        "the tool off",
+    )
     open_meteo_geocoding_url: str = Field(
-        "https://geocoding-api.open-meteo.com", alias="BERNARD_OPEN_METEO_GEOCODING_URL"
+        "https://geocoding-api.open-meteo.com",
+        alias="BERNARD_OPEN_METEO_GEOCODING_URL",
+        description="Open-Meteo's geocoding API, which finds the place named; empty turns "
+        "the tool off",
     )
 
 

@@ -40,8 +40,11 @@ _PUBLIC_HOST = re.compile(r"[a-z][a-z-]*\.wikipedia\.org")
 
 
 class WikipediaSettings(SourceSettings):
-    # An empty URL turns the tool off.
-    wikipedia_url: str = Field("https://en.wikipedia.org", alias="BERNARD_WIKIPEDIA_URL")
+    wikipedia_url: str = Field(
+        "https://en.wikipedia.org",
+        alias="BERNARD_WIKIPEDIA_URL",
+        description="The Wikipedia the `wikipedia` tool reads; empty turns the tool off",
+    )
 
 
 @tool
