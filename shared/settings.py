@@ -67,7 +67,7 @@ class Settings(BaseSettings):
         alias="BERNARD_ROUTER_MODEL",
         description="Model that decides on tool calls; the same model and provider as the "
         "response model's (the default) makes one agent loop whose own streamed text is the "
-        "answer ([models](models.md))",
+        "answer ([one model or two](../README.md#with-a-real-model))",
     )
     response_model: str = Field(
         "gpt-4o-mini",
