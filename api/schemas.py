@@ -152,7 +152,7 @@ class _TurnBody(_Body):
         options = self.stream_options or StreamOptions()
         return Delivery(
             encoding=encoding,
-            # A background chat turn answers 202 at once, streamed or not (README).
+            # A background chat turn answers 202 at once, streamed or not (docs/api.md).
             stream=self.stream and not self.background,
             include_usage=options.include_usage,
             tool_events=options.tool_events,

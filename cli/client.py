@@ -5,7 +5,7 @@ A turn's events come from the request that starts it (`Accept: text/event-stream
 once that connection drops, from `GET /v1/turns/{id}/events` with `Last-Event-ID` set to
 the id of the last frame received (the turn id is in the `X-Bernard-Turn-Id` header), on
 whichever API process answers: the API resumes strictly after that frame, so nothing is
-shown twice and nothing is missed (README.md, "Turns").
+shown twice and nothing is missed (docs/api.md, "Turns").
 """
 
 from __future__ import annotations

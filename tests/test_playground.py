@@ -9,7 +9,7 @@ a console error or an uncaught exception.
 Every browser test runs at a desktop's width (1280 px) and a phone's (390 px): on the
 phone the conversations are a drawer the page's menu button opens.
 
-`BERNARD_PLAYGROUND_SCREENSHOTS=docs/screenshots` also saves the screenshots the README
+`BERNARD_PLAYGROUND_SCREENSHOTS=docs/screenshots` also saves the screenshots docs/clients.md
 shows, at both widths (they are not written otherwise, so a test run leaves the work tree
 alone).
 """

@@ -1,7 +1,6 @@
 // The Bernard playground: plain JavaScript, no build step.
 //
-// It talks to the conversations API (README.md, "Conversations, and tools that wait for
-// you"). A turn's named SSE events are read with fetch() and parsed here, because the
+// It talks to the conversations API (docs/api.md, "Conversations"). A turn's named SSE events are read with fetch() and parsed here, because the
 // browser's EventSource can neither POST nor send an Authorization header.
 //
 // The turn being answered ("live") is a list of segments (text, tool cards, confirmation

@@ -10,7 +10,7 @@
 - `user_events(last_event_id)`: `GET /v1/events`, the user's event stream (`timer_fired`),
   one connection held `EVENTS_S` at most.
 
-A turn's named events (README.md "Conversations, and tools that wait for you") arrive as
+A turn's named events (docs/api.md, "Conversations") arrive as
 typed `BernardEvent`s. A turn's stream that drops before its `done` is resumed from the last
 event's id on `GET /v1/turns/{turn_id}/events` (`Last-Event-ID`), so nothing is heard twice.
 Every failure is a `BernardError` whose `reason` is safe to log: it never holds the key,
