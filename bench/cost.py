@@ -49,7 +49,7 @@ async def cost_per_token(bench: Bench) -> Section:
     )
     section = Section(
         "cost",
-        "8. Cost per token (issue 12)",
+        "8. Cost per token",
         intro=f"""
 **CPU per token.** Turns through 1 API + 1 worker, the upstream sending as fast as it can,
 all of a row's turns at once: {runs} tokens. Each row is run at two answer lengths: the
@@ -60,7 +60,7 @@ client received: the worker joins the tokens that reach it together into one ent
 unpaced frame carries several tokens (frames/turn), and the API is judged per token. CPU is
 each process's user + system time from /proc over the run.
 
-**Paced tokens** (issue 25). The upstream streams each answer at a model's pace (a token
+**Paced tokens.** The upstream streams each answer at a model's pace (a token
 every 20 ms at 50 tokens/s, every 100 ms at 10 tokens/s), the answers starting spread over
 one token's time: {paced}. Each row runs its answers twice, short and long, at the same
 pace and concurrency; **µs/token** and **commands/token** are the long run less the short

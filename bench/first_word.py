@@ -320,7 +320,7 @@ async def first_word(bench: Bench) -> Section:
 
     section = Section(
         "first-word",
-        "11. The first word on a real model's clock (issue 32)",
+        "11. The first word on a real model's clock",
         intro=f"""
 The upstream keeps a model's time: nothing for {sizes.fw_first_ms:g} ms (its time to the
 first token), then a piece every {sizes.fw_token_ms:g} ms, text and tool-call arguments alike,

@@ -54,7 +54,7 @@ async def history_length(bench: Bench) -> Section:
     shortest, full, longest = sorted(lengths)
     section = Section(
         "history",
-        "9. First token and the length of the history (issue 15)",
+        "9. First token and the length of the history",
         intro=f"""
 Conversations of {" and ".join(f"{n:,}" for n in lengths)} exchanges (a user message and an
 answer of about 30 words each), stored in Redis through the record keeper. Then

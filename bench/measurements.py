@@ -483,7 +483,7 @@ in ms.
     section.tables += [table, delta_table, breakdown_table(parts), pickup_table]
     section.verdicts.append(
         Verdict(
-            "enqueue → start p50 < 5 ms, idle worker (issue 2)",
+            "enqueue → start p50 < 5 ms, idle worker",
             f"{ms(seq_summary.median)} ms",
             seq_summary.median < 5,
         )
@@ -1404,7 +1404,7 @@ async def worker_death(bench: Bench) -> Section:
         table.add(label, *summary_cells(Summary.of(results.get(label, [])), 0))
     section = Section(
         "worker-death",
-        "Issue 4: worker death → terminal frame",
+        "Worker death → terminal frame",
         intro="""
 A turn streams slowly; once the client holds a content frame, the worker process its
 record names (its id names the pid) gets SIGKILL. The figure is the kill to the client's

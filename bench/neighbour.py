@@ -303,7 +303,7 @@ def _section(
     }
     section = Section(
         "noisy-neighbour",
-        "10. Noisy neighbour (issue 20)",
+        "10. Noisy neighbour",
         intro=f"""
 Bob's first token while other users flood the deployment, against bob's first token on
 the quiet system, measured in the same run. Its own processes: one API and one worker
@@ -315,9 +315,9 @@ Bob sends {len(quiet)} turns on the quiet system (half before the floods, half a
 at once). **Summaries**: alice sends requests of {CROWDED} messages, one after another
 ({FLOOD_GAP_S * 1000:g} ms apart), each in a new conversation, so each asks for a summary
 (beyond her budget it is not queued); the upstream answers a summary
-call after {SLOW_SUMMARY_S:g} s, and bob starts {SLOW_SUMMARY_S:g} s into the flood (issue
-20's attack, which took bob's first token to 56.6 s). **Live**: alice keeps {USER_LIMIT}
-streaming turns running ({LIVE_TOKENS} tokens
+call after {SLOW_SUMMARY_S:g} s, and bob starts {SLOW_SUMMARY_S:g} s into the flood (by then,
+without the background share, summaries would hold every slot). **Live**: alice keeps
+{USER_LIMIT} streaming turns running ({LIVE_TOKENS} tokens
 {LIVE_DELAY_MS:g} ms apart, {live_s:g} s each), starting the next as each ends (the loops
 start {_SPACING_S * 1000:.0f} ms apart, so turns end as evenly spread).
 **Backlog**: alice, carol and dave do the same, {3 * USER_LIMIT} turns for
