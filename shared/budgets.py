@@ -1,61 +1,11 @@
 """What one user may store, and how the counts behind those budgets are kept in Redis.
 
-**Bytes per conversation** (`BERNARD_MAX_CONVERSATION_BYTES`). A conversation counts what it
-stores (its messages and call records, as stored) in its own metadata (`bytes`), inside
-the append script (shared/records/keeper.py `_APPEND`), so the cap holds atomically: an append of
-a request's messages that would take the conversation over it is refused whole, before
-anything of it is stored, however many append at once. What a turn appends once it runs
-(its tool results, call records and answer) is never refused: a turn must not lose its
-answer halfway, nor leave a tool call without its result. So a conversation can go over
-its cap by one turn's own output; then the next request on it is refused (413
-`conversation_too_large`, api/admission.py).
-
-**Bytes per user, across conversations** (`BERNARD_MAX_USER_BYTES`). A conversation's keys
-and its owner's are in different hash slots (a Cluster's), so no one script can count
-both. The owner's ledger (`keys.usage`, in the owner's slot) holds the bytes of each
-conversation the owner's index (`keys.conversations`) lists, and their sum (field `*`,
-which no conversation id can be). An append adds what it appended to the ledger in the
-same pipeline as the append (`account`: no round trip more), and only for a conversation
-the index still lists; an append Redis refused gives it back (a round trip on that path
-only). Entries leave the ledger with their index entry: at once when the conversation is
-deleted (`forget`, in the delete's pipeline), and when it expires, the next time the
-ledger is read (`usage`): the index's score is the conversation's last use, so an entry
-scored more than the retention ago (plus `GRACE_S`) is a conversation Redis has dropped.
-
-Precision: the sum is checked when a request is admitted (api/admission.py), not at each
-append, so a user can go over it by what the turns admitted at once then store: at most
-one request's messages and one turn's output per turn running at once
-(`BERNARD_MAX_ACTIVE_TURNS_PER_USER`). A process that dies between an append Redis refused
-and its give-back leaves the sum high by that append until the conversation is deleted or
-expires. Conversations stored before the ledger existed count from their next append.
-
-**A turn's kept request**, counted with the conversations against the same sum. A finished
-turn's record keeps its request's options and what its encoding shows back of it (the
-Responses API's `instructions` and `tools`, for `GET /v1/responses/{id}`) for
-`BERNARD_TURN_RETENTION_S`; over `COUNTED_FROM` bytes (more than options alone ever take),
-they are counted (`keep_turn`, in the pipeline that creates the turn: no round trip more)
-under the turn's own entry of the ledger (`t/<turn id>`: no conversation id holds a `/`),
-until the record is gone: the owner's `keys.kept_turns` scores each entry at the time it
-lapses, the longest the record can live when it is created (unfinished, plus the
-retention), moved to its ending plus the retention when it ends (`kept_until`, from
-`TurnStore.finish`). A turn forgotten (its conversation or itself deleted, or delivered
-unkept) gives them back at once (`forget_turns`); lapsed entries go at the next reads of
-the ledger, as expired conversations do. What a turn holds only while it runs (its
-messages, the client's tools) is bounded per request (api/limits.py) and never counted:
-ending the turn drops it.
-
-**Conversations per user** (`BERNARD_MAX_CONVERSATIONS_PER_USER`): the index's size, read
-with the ledger at admission; creations admitted at once may overshoot it by their number.
-
-**Tool calls waiting for a decision** (`BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION`,
-`..._PER_USER`). A turn that would pause on more calls than either allows lets the first
-ones wait and answers the rest at once with a tool error the model reads (worker/harness/
-router.py). The owner's count (`keys.pending_confirmations`, in the owner's slot) gains a
-turn's proposals once they are stored, loses each when it is decided or its conversation
-deleted (shared/conversation_state.py: `pause`, `decide`, `delete`), and lets each lapse at
-its expiry. It is read when a turn pauses, so turns pausing at once may overshoot the
-per-user cap by one turn's calls each; decisions handed back to wait again (their turn
-could not start: `unclaim`) are not counted again.
+A conversation counts its own bytes inside the append script, so its cap holds atomically;
+the owner's ledger (another hash slot) counts every conversation's bytes and the requests
+finished turns keep, beside the append in the same pipeline, checked when a request is
+admitted. Conversations per user and tool calls waiting for a decision are counted in the
+owner's slot too. docs/redis.md ("Storage budgets") says how each count can overshoot, and
+by how much.
 """
 
 from __future__ import annotations

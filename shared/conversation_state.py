@@ -1,49 +1,11 @@
 """A conversation's state machine: its statuses, the transitions between them, and the one
 Lua script that applies each transition atomically in Redis.
 
-A conversation is `idle`, `running` (a turn holds it), `awaiting_confirmation` (tool calls a
-turn proposed wait for the user's decision), or `absent` (never created, deleted, expired).
-`TABLE` says what every transition does from every status, and the scripts refuse what it
-refuses (their refusals are generated from it); tests/shared/test_conversation_state.py
-holds each row against Redis. Whatever two requests do at the same moment, one script runs
-after the other, and each sees the state the other left.
-
-What the statuses derive from, in the conversation's metadata hash:
-
-- `active_turn`: the turn that last claimed the conversation, and `active_since`, when. The
-  conversation is `running` while that turn may still run: its record (shared/turn_record.py)
-  says `queued` or `running`, or it has no record yet and claimed the conversation less
-  than `STRANDED_AFTER_S` ago (the API creates the record just after the claim). Nothing
-  here is told when a turn ends: its worker, a reaper or a cancel ends its record, and that
-  frees the conversation, with nobody to remember to. The record lives in another hash slot,
-  so a script cannot read it: the caller reads it and names the active turn it found ended
-  (`ended`); a script goes on only while that turn is still the active one (a turn that
-  ended stays ended).
-- `paused_turn` and `paused_until`: the turn whose proposed calls wait for a decision, and
-  when the last of them lapses. While that turn is also the active one, and not past
-  `paused_until`, the conversation is `awaiting_confirmation`.
-- `waiting`: the turns of messages that came while a turn ran (`Strategy.INTERRUPT` or
-  `ENQUEUE`), in the order they came, space-separated: the line. The conversation is
-  `running` while one waits. When a turn of the conversation ends, whoever ended it
-  (shared/turns.py `TurnStore.finish`) runs `ADVANCE`: the ended turn leaves the line, and
-  if it held the conversation, the first that waits holds it now and its job is made due.
-- `incarnation`: a fresh random id per creation, so a re-created id is another conversation.
-
-Who may write (the holder): a turn writes into its conversation (messages, call records, its
-proposals: shared/records/keeper.py `_APPEND`, `PAUSE` here) only while it is the active turn. A
-turn that lost its conversation (deleted; re-created; or taken by another turn after a
-reaper ended this one while its worker stalled) writes nothing more. A writer that is no
-turn names the incarnation it read instead (the summary job), or appends only while the
-conversation is idle (`ANNOUNCE`: a timer's ring, which would otherwise land among a turn's
-messages, between a tool call and its results).
-
-Every turn that claims the conversation enters its set of turns (`keys.conversation_turns`),
-which deleting hands back, so their records and streams can be forgotten too
-(shared/turns.py, `TurnStore.forget`).
-
-All keys of a conversation share one hash tag (shared/keys.py): each script touches that one
-slot, on a Cluster too. The owner's index of conversations (another slot) is updated beside
-the script, in the same pipeline.
+A conversation is `idle`, `running`, `awaiting_confirmation` or `absent`; `TABLE` says what
+every transition does from every status, and the scripts' refusals are generated from it
+(tests/shared/test_conversation_state.py holds each row against Redis). Whatever two requests
+do at once, one script runs after the other. Only the turn that holds the conversation writes
+into it. docs/redis.md ("A conversation's state machine") says what each status derives from.
 """
 
 from __future__ import annotations

@@ -1,115 +1,12 @@
 """Every Redis key and channel name Bernard uses, in one place, and how each one ends.
 
-Two roles, which may be two deployments (`BERNARD_QUEUE_REDIS_URL`, `REDIS_URL`; both default
-to one server, and then nothing below costs a round trip more than one Redis did):
-
-- **queue** (`BERNARD_QUEUE_REDIS_URL`): arq's queue and job keys (`arq:job:*`,
-  `arq:in-progress:*`, `arq:retry:*`, the health check), the wake lists (`wake`), the
-  owners of queued turns (`job_owner`), `RUNNING_TURNS`, `WORKERS`, each worker's
-  liveness (`worker_alive`, `worker_turns`: shared/liveness.py), `CANCELS`, `METRICS`,
-  `TOOLS`, `DEPLOYMENT`, `MCP_SERVERS`, `CANCEL_CHANNEL`, the per-user counters `active_turns`,
-  `open_streams`, `background_jobs` and `rate` (the token bucket), and the queue's
-  `queued_background`. Small (entries per live turn, worker and user, not per token),
-  touched a few times per turn, and each must be one consistent view: a user's limits hold
-  across every API process, the reapers share one running set, and arq's own scripts span
-  its keys. arq has no Cluster support, so this role is one primary: a plain Redis or one
-  behind Sentinel (`redis+sentinel://`), never a Cluster.
-- **data** (`REDIS_URL`): everything that grows with the traffic. Per turn `{<turn_id>}`:
-  `turn`, `events`, `cancel`, `lease`, `attached`; per conversation `{c:<owner>/<id>}`;
-  per user `{<owner>}`: `notes`, `timers` (the payloads: their jobs are on the queue),
-  `conversations`, `usage`, `kept`, `pending`, `turns`; the user's event stream
-  `{user:<owner>}`; the hub's wake streams. A plain Redis, Sentinel, or a Cluster
-  (`redis+cluster://`): every script and transaction here touches one hash tag, so one
-  slot; only pipelines (which a Cluster client splits per node) mix tags. In a Cluster the
-  stream hub cannot `XREAD` streams of different slots together, so there it waits on
-  sharded pub/sub instead of wake streams (api/cluster_hub.py): the stream's writer
-  `SPUBLISH`es `stream_wake(id)`, a channel in the stream's own slot, after its appends.
-
-No script or transaction spans the two roles. What spanned them is split in two halves,
-each idempotent, run in the order that leaves a crash between them to a path that already
-ends turns (shared/turns.py). With one server for both roles, halves that do not wait
-on each other's answer share one pipeline, so they still cost one round trip:
-
-- create: admit on the queue (`active_turns`); then the data half (record, stream with its
-  `start`, attachment: one script; the owner's `turns` index beside it); then the queue
-  half (arq's job and the wake-up). If the queue half fails the API ends the turn
-  `turn_lost` at once. If the process dies between the halves, the turn stays `queued` with
-  no job on the queue; whoever next looks at it finds it stranded (`queued` past a grace,
-  and arq holds neither its job nor its in-progress key) and ends it `turn_lost`: the
-  relay of a client waiting on it (after each quiet keepalive), and the admission of its
-  owner at the limit. A turn nobody looks at again expires with its TTL.
-- claim: the queue half first (`RUNNING_TURNS` with the deadline past which it is overdue
-  whatever its worker, and the worker's `worker_turns`), then the data half (`queued` ->
-  `running`, the record naming its worker). A worker dying between them leaves the turn
-  among a dead worker's: a reaper ends it `worker_lost`. A refused claim takes the turn out
-  of the worker's, and its running-set entry too if the turn has ended or is gone.
-- finish: the data half ends the turn (once: seals the stream); then the
-  queue half releases it (`RUNNING_TURNS`, the owner's `active_turns` entry) and, only for
-  the call that ended it, counts the ending (`METRICS`). A crash between them leaves the
-  running-set entry: a reaper finds it, its finish returns "already ended", and the release
-  runs then (the count of that one ending is lost), with the webhook's delivery if no job
-  took it yet (the target left in the record: shared/webhooks.py). A turn ended while still
-  queued has no running-set entry; its `active_turns` entry goes at the admission check of
-  its owner, and its webhook, should that crash come between, is queued by the refused
-  claim of its job (`TurnStore.claim`).
-- reaping: the candidates are the turns of workers whose `worker_alive` lapsed, the
-  entries of `RUNNING_TURNS` a live worker let go of (a negative score: shared/liveness.py)
-  and its overdue ones (queue); the owners and the ending come from the data
-  role; each ending is the finish above. No script spans the worker's key and the turn's:
-  the reaper looks at the one, then ends the other (shared/liveness.py says why that holds).
-- cancel: the cancel key (data: the durable fact, read by the claim) before the message on
-  `CANCEL_CHANNEL` and the entry in `CANCELS` (queue: the fast path, and what each
-  worker's liveness renewal reads in case it missed the message).
-- open stream: the count (`open_streams`, queue) and the turn's `attached` entry (data) are
-  sent together; a refused stream takes its `attached` entry back.
-
-A failover (Sentinel, or a Cluster shard) can lose the writes its primary had not yet
-replicated; docs/scaling.md says what that means for a turn and how its client is told.
-
-Every key either expires or has an owner that deletes it (tests/test_abuse.py walks them):
-
-- per turn (`turn`, `events`, `cancel`, `lease`, `attached`): a TTL from creation (a week
-  for a turn nobody runs), set to the retention when the turn ends; `attached` is deleted
-  when the turn ends. `lease` is only what a worker of before issue 25 renews (seconds).
-- per worker: `worker_alive` lives `BERNARD_LEASE_TTL_S` from its last renewal;
-  `worker_turns` an hour (`shared.liveness.TURNS_TTL_S`), renewed with it, emptied by the
-  worker as its turns end and by the reapers once it died. `CANCELS`: an hour from the last
-  cancel (`shared.cancel.CANCEL_NOTICE_S`), each entry lapsing at its score, lapsed ones
-  dropped at every worker's renewal.
-- per conversation: the retention (`BERNARD_CONVERSATION_RETENTION_S`), renewed on use;
-  `DELETE /v1/conversations/{id}` removes them at once; the keys of every turn that ran on
-  it (`conversation_turns`) lose their content at once and go a minute later, so the
-  clients of a turn the deletion ended still read that ending (shared/turns.py, `forget`).
-- per user (`active_turns`, `open_streams`, `background_jobs`) and per queue
-  (`queued_background`): a TTL renewed on use; each entry also lapses at its own deadline
-  (the score), so a crashed process cannot hold a slot for long. A background job's
-  entries leave when the worker that ran it finishes it (shared/queue.py).
-  `rate` expires once its bucket would be full again. `usage` (the storage ledger) lives
-  a minute longer than the conversations it counts, renewed by each append; its entries
-  leave with their conversation's index entry (shared/budgets.py). `pending` lives as long
-  as the confirmations it counts, each entry lapsing at its own (the score); `asked:<digest>`
-  (which conversation asked the history of that digest a question) as long as the calls it
-  asked about wait, one per paused step (so within the `pending` budget).
-  `notes`, `timers`, the owner's event stream (`events(user_stream_id(owner))`, capped
-  at 1,000 entries) and `conversations` (the index of the owner's conversations) live as long as
-  conversations do, renewed on use; index entries of expired conversations are dropped
-  as the index is read.
-  `webhooks` (the owner's log of webhook attempts) keeps the newest 100 and lives
-  `BERNARD_WEBHOOK_LOG_RETENTION_S` from the latest.
-  `turns` (the index of the owner's turns, `GET /v1/turns`) is renewed at each turn's
-  creation to the longest a turn can live (a week unfinished plus the turn retention),
-  keeps the newest `TURN_INDEX_MAX` entries, and drops those of expired turns as it is read.
-- `job_owner`: arq's job expiry (a day), as the job key it stands beside; deleted when a
-  worker starts the job.
-- the hub's wake streams: an hour, renewed while the API process lives. `TOOLS` (what the
-  workers offer) and `DEPLOYMENT` (what they run: shared/deployment.py): a day from the
-  last time a worker published them (each does hourly).
-  `MCP_SERVERS` (a field per worker: its MCP servers' health, shared/mcp_health.py): the
-  same day, renewed with each publish; a worker deletes its field when it stops, and each
-  publish drops the fields of workers no longer in `WORKERS`.
-- no TTL, one per deployment and small: `RUNNING_TURNS` and `WORKERS` (entries removed by
-  the processes that reap and by the workers that stop, stale ones trimmed), `METRICS` (a
-  counter per ending), and arq's queue with its wake list (`wake`: at most 100 entries).
+Keys belong to one of two roles. The **queue** (`BERNARD_QUEUE_REDIS_URL`) holds arq's jobs,
+the wake lists, the running set, each worker's liveness and the per-user counters: small,
+one consistent view, one primary (arq cannot use a Cluster). The **data** (`REDIS_URL`) holds
+what grows with the traffic: turns, streams, conversations, users' records; each script
+touches one hash tag, so it may be a Cluster. No script spans the two roles, and every key
+expires or has an owner that deletes it (tests/test_abuse.py walks them). docs/redis.md says
+which key is whose, how each operation across the roles is split, and how long each lives.
 """
 
 from __future__ import annotations

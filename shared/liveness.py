@@ -1,33 +1,14 @@
 """Whether a worker process lives: one key per worker, renewed once a period for all the
-turns it runs, instead of a lease per running turn (issue 25: at 1,000 slow streams the
-per-turn renewals were 29 of the 34 Redis commands a token cost).
+turns it runs, rather than a lease per running turn (which cost most of a slow stream's
+Redis commands).
 
-Everything here is on the queue role (shared/keys.py), which is one primary, never a
-Cluster, so one script may span a worker's keys and the deployment's running set:
-
-- `keys.worker_alive(w)`: set with a TTL of `BERNARD_LEASE_TTL_S` by the worker's keeper
-  thread every `BERNARD_LEASE_RENEW_S` (worker/liveness.py). A worker SIGKILLed, cut off,
-  or whose event loop is wedged stops renewing it; once it lapses the worker is dead to
-  everyone else.
-- `keys.worker_turns(w)`: the turns the worker claimed (`TurnStore.claim` adds each in the
-  claim's queue half, before the turn is `running`) and has not let go of. A reaper ends
-  these `worker_lost` once the worker's key lapsed (`TurnStore.reap_lapsed`), then drops
-  the worker from `keys.WORKERS`. Its TTL (`TURNS_TTL_S`) is renewed with the key.
-- A turn the worker let go of while it was still running (its job returned without an
-  ending that landed: its store could not take one) leaves the worker's turns and stays in
-  the running set with a negative score (minus when it was let go of), where any process's
-  reaper finds it and ends it (`TurnStore.reap_lapsed`, `Cause.LET_GO`) once Redis takes
-  the ending: the worker's turns are the ones it runs, and a turn in the running set that
-  its live worker no longer holds is nobody's.
-- What a lease renewal used to tell a turn (shared/lifecycle.py, `RENEWAL_STOPS`) comes
-  from the same script, for all the worker's turns at once: those no longer in the running
-  set are over (another process ended them), those in `keys.CANCELS` were asked to stop
-  (the pub/sub message is the fast path; this is the fallback if the worker missed it).
-
-The turn records are on the data role, maybe a Cluster, where no script may span a turn
-and a worker: ending a lapsed worker's turn checks the worker's key first, then runs the
-turn's own FINISH (shared/lifecycle.py). A worker that comes back between the two finds
-its turn ended, as it would have a moment later (its stream is sealed: shared/streams.py).
+On the queue role (one primary), so one script may span a worker's keys and the running set:
+`keys.worker_alive(w)` lives `BERNARD_LEASE_TTL_S` from each renewal (worker/liveness.py),
+`keys.worker_turns(w)` holds the turns it claimed. A reaper ends a lapsed worker's turns
+`worker_lost`, and the turns a live worker let go of (a negative score in the running set).
+The same renewal script tells the worker which of its turns are over or asked to stop. Turn
+records are on the data role: ending one checks the worker's key first, then runs the turn's
+own FINISH, so a worker that comes back in between finds its turn ended.
 """
 
 from __future__ import annotations

@@ -1,40 +1,12 @@
 """Logging for Bernard: text for a terminal, one JSON object a line for everything else.
 
-`BERNARD_LOG_FORMAT` picks `text` or `json`; unset, stderr being a terminal picks text and
-anything else (a container, a service manager, a pipe) picks JSON. Bernard logs with the
-standard library and puts a line's fields in `extra=`:
-
-    logger.info("turn ended", extra={"turn_id": ..., "status": "completed", "duration_ms": 812.4})
-
-A JSON line holds `ts`, `level`, `logger`, `message` and every extra field; a text line
-appends them as `key=value`. Lines logged while a worker runs a turn also get the turn's
-`turn_id`, `conversation_id` and `user` (`TURN_FIELDS`, set once per turn by
-worker/supervisor.py), whichever library logged them. With JSON on, arq's and uvicorn's
-loggers write through the same handler, so a collector reads one shape; uvicorn's access
-log is off in both formats, since the API's own line per request (api/access_log.py) says
-more (duration, user, turn).
-
-Why the standard library and not structlog: uvicorn, arq, httpx and LangChain all log
-through it, and one formatter gives all of their lines the same shape; structlog would be a
-second pipeline to keep in step with it, for no field that `extra=` cannot carry. The JSON
-is orjson's, which also renders what `json` cannot (a datetime, an enum) without a fallback.
-
-What never reaches a line: request bodies, headers (so no `Authorization`), and, unless
-`BERNARD_LOG_PROMPTS=1`, prompts, message content, tool arguments and outputs, and error
-messages (which may quote what the client sent); the call sites check
-`Settings.log_prompts`. Behind them the formatter replaces every secret the settings hold
-(upstream API keys, `BERNARD_API_KEYS` keys, a Redis password, the credentials inside any
-URL the settings name, OTLP exporter header values) and every secret declared elsewhere and
-handed to `hide_in_logs` (a tool source's token and URL credentials: the worker hands over
-what worker/tools/settings.py `ToolSettings.secrets` finds as it starts) wherever it
-appears, and the credentials inside any URL a line holds (shared/redaction.py), with
-`BERNARD_LOG_PROMPTS` on as well.
-
-Nor does a control character, in either format: a request's path, a header a client sent,
-an exception's message are the client's words, and ESC would drive the operator's terminal
-while a newline would forge a line of its own. Each is written as JSON escapes it (`\n`,
-`\u001b`), DEL and the C1 controls too (which JSON itself would leave raw); a text line's
-traceback keeps its line breaks.
+Bernard logs with the standard library, a line's fields in `extra=`: uvicorn, arq, httpx and
+LangChain log through it too, and one formatter gives all their lines one shape (structlog
+would be a second pipeline to keep in step). Lines logged while a worker runs a turn carry
+its `turn_id`, `conversation_id` and `user` (`TURN_FIELDS`). Prompts and content are logged
+only with `BERNARD_LOG_PROMPTS`; every secret the settings hold, those handed to
+`hide_in_logs` and the credentials inside any URL are replaced whatever it says; control
+characters are escaped in both formats, so no line can drive a terminal or forge another.
 """
 
 from __future__ import annotations

@@ -1,41 +1,14 @@
 """Putting jobs on arq's queue: a turn's inside the transaction that stores the turn, and
 the background jobs a user's turns cause, each admitted against a budget.
 
-arq's own `enqueue_job` is an optimistic transaction (WATCH, EXISTS, MULTI, EXEC) guarding
-against a second job with the same id. A turn's job id is its fresh turn id, so there is
-nothing to guard against, and those three extra round trips sat on every turn's first
-token. `enqueue` instead adds arq's job exactly as arq would (same key, payload, score and
-expiry) to a pipeline the caller executes, together with the wake-up push a blocked worker
-waits on (`worker.queue.WakeWorker`) and the job's owner (`keys.job_owner`, which a worker
-reads only to order a backlog fairly across users). arq is pinned in pyproject.toml for
-this reason.
-
-**Two classes of job.** A turn (a chat, a conversation message, a resume) is *live*: its
-user waits for the first token. Its job id is the bare turn id, and the API admitted it
-(`TurnStore.admit`, `BERNARD_MAX_ACTIVE_TURNS_PER_USER`). What a user's turns cause to run
-later is *background*: summaries, timer firings, titles, and each kind `BackgroundKind` lists (a
-new kind is one line there). A background job's id is `<kind>:<owner>/<key>`, so a worker
-tells the class and the owner from the id alone, with no read. While queued or running,
-each holds a slot of its owner's (`keys.background_jobs`,
-`BERNARD_MAX_BACKGROUND_JOBS_PER_USER`) and of the queue's (`keys.queued_background`,
-`BERNARD_MAX_BACKGROUND_JOBS`): sorted sets whose entries lapse at a deadline, as
-`TAKE_SLOT`'s do (shared/scripts.py), so a crash cannot hold a slot for long, and which the
-worker running the job empties when it ends.
-
-- A summary takes its slots when a turn asks for it (`enqueue_background`); over either
-  budget it is not queued, and the next turn that finds the summary behind asks again.
-  A conversation's title (worker/titles.py) is asked for the same way, after its first
-  exchange; over budget, the conversation stays untitled until its user names it.
-- A timer's job is queued when the timer is set, due days later maybe: it takes its slots
-  when due, as a worker starts it (worker/queue.py); over either budget it is not started
-  and waits on the queue, never dropped.
-- A webhook's delivery (shared/webhooks.py) is queued the same way (`enqueue_due`) as its
-  background turn ends, one per turn, and so is each retry: it holds no slot while it
-  waits. What bounds them is the turns themselves (each admitted against its owner's
-  budgets) and the retry window.
-
-Besides, a worker gives background jobs at most `BERNARD_WORKER_BACKGROUND_SHARE` of its
-slots, so live turns always find the rest (worker/queue.py).
+`enqueue` adds arq's job exactly as arq would (same key, payload, score and expiry), with the
+wake-up push and the job's owner, to a pipeline the caller runs: arq's own `enqueue_job`
+guards with WATCH and MULTI against a duplicate id that a fresh turn id cannot have, three
+round trips on every first token (arq is pinned for this). A *live* job is a turn, admitted
+by the API. A *background* job (`BackgroundKind`: summaries, titles, timer firings) has the
+id `<kind>:<owner>/<key>` and holds a slot of its owner's and of the queue's budget while
+queued or running: over either, a summary or a title is not queued and a due timer waits.
+Webhook deliveries hold no slot: the turns they follow bound them.
 """
 
 from __future__ import annotations

@@ -1,50 +1,11 @@
 """Signed webhooks: what is POSTed when a background turn ends, how it is signed, where it
 goes, and each user's log of the attempts.
 
-**When.** A background turn (`"background": true`) whose request had a webhook target
-(its own `webhook_url`, on an origin of `BERNARD_WEBHOOK_ORIGINS`, shared/webhook_targets.py;
-else the deployment's `BERNARD_WEBHOOK_URL`) carries it in its record (`TARGET_FIELD`,
-written as the turn is created). Whichever process ends the turn (its worker, a reaper, a
-cancel: the one call of `TurnStore.finish` that ends it, shared/turns.py) reads the target
-back from the ending script and queues one delivery job, `webhook:<owner>/<turn id>`
-(shared/queue.py `enqueue_due`), in the pipeline that releases the turn on the queue: no
-round trip more, and nothing the receiver does can slow the turn's ending.
-
-**Across a crash.** The ending (data role) and that pipeline (queue role, maybe another
-server) are two steps. The target stays in the ended record until the delivery job's
-first attempt takes it out (`taken`, in the pipeline that logs the attempt): while it is
-there, the delivery is pending, on the data role, with the record's TTL. A process that
-dies between the two steps leaves the turn on the queue role's lists (the running set,
-its worker's turns), so a reaper ends it again (`TurnStore.reap_lapsed`): the ending
-script answers "over" with the pending target, and that finish queues the delivery, under
-the same job id, with the event the turn's `done` names. One reaper sweep after the dead
-worker's liveness lapses (`BERNARD_LEASE_TTL_S`) is how late it comes. A turn ended while
-queued (a cancel before any worker took it) is on no such list, but its job still is: the
-claim that job's worker makes is refused with the pending target (CLAIM), and that claim
-queues the delivery the same way (`TurnStore.claim`).
-
-**What.** OpenAI's webhook event, `{"id": "evt_<turn id>", "object": "event", "created_at",
-"type", "data": {"id"}}`, `data.id` the id its client knows the turn by (`subject_of`: a
-Responses response's `resp_<turn id>`), its type from the turn's `done` (`event_type`):
-`response.completed`, `response.failed`, `response.cancelled`, `response.incomplete` (cut
-at the length limit).
-
-**How signed.** Standard Webhooks (https://www.standardwebhooks.com), as OpenAI signs
-its own: headers `webhook-id` (the event's id, the same on every attempt, for the
-receiver's deduplication), `webhook-timestamp` (the attempt's time, in seconds) and
-`webhook-signature`: `v1,` and the base64 HMAC-SHA256 of `{id}.{timestamp}.{body}` under
-the secret's decoded bytes (`sign`). The `openai` SDK's `client.webhooks.unwrap` verifies
-it. (The `standardwebhooks` package does the same in ten lines of the standard library;
-those ten lines are here rather than a dependency.)
-
-**Retries.** worker/webhooks.py sends it; a failure is tried again after each of
-`BERNARD_WEBHOOK_RETRY_DELAYS`, from the queue, so a worker's restart in between loses
-nothing; then it is given up. At least once: a receiver deduplicates on `webhook-id`.
-
-**The log.** Each attempt is one entry of its owner's `DeliveryLog`: at most `LOG_MAX`,
-newest first, living `BERNARD_WEBHOOK_LOG_RETENTION_S` from the latest
-(`GET /v1/webhooks/deliveries`). Tests: tests/shared/test_webhook_signing.py (signing, targets),
-tests/test_webhooks.py (deliveries end to end).
+The event is OpenAI's webhook event, signed per Standard Webhooks as OpenAI signs its own, so
+the `openai` SDK's `client.webhooks.unwrap` verifies it (the ten lines of HMAC are here rather
+than a dependency). Whichever process ends the turn queues its delivery, and the target stays
+in the turn's record until the delivery takes it, so a crash between the two loses nothing
+(docs/redis.md, "Webhook deliveries"). worker/webhooks.py sends it and retries from the queue.
 """
 
 from __future__ import annotations
