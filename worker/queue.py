@@ -1,51 +1,13 @@
 """Which jobs a worker starts, and how it takes each (the enqueue side is `shared.queue`).
 
-arq polls its queue every `poll_delay` seconds, which adds about half of that to every
-turn's first token. `WakeWorker` is a `compat.arq.WakingWorker` (an extension of arq's
-`Worker`, the one place that reaches past arq's interface): it blocks on a wake list that
-the API pushes each new job's id to, so an idle worker starts a job within a millisecond
-or two while issuing about two Redis commands a second. Starting a job is one script
-instead of arq's optimistic transaction (four round trips), and the started job leaves
-arq's queue in that same script, so polls cost the same with one turn running or a
-thousand.
-
-Where jobs start, `WakeWorker` departs from arq in four more ways (shared/queue.py says
-what live and background jobs are):
-
-- **User share.** One user's jobs hold at most `BERNARD_WORKER_USER_SHARE` of the
-  worker's slots (at least one), so another user's turn finds a free slot instead of
-  waiting for one of theirs to end. A turn of a user at the share is not started: it stays
-  on the queue for another worker, or for this one once a job of that user ends (which
-  wakes a worker for it). Its owner is read (one round trip, as for a backlog) only when a
-  user may reach the share with the jobs the poll found.
-- **Background share.** Background jobs get at most `BERNARD_WORKER_BACKGROUND_SHARE` of
-  the worker's slots (at least one). One that finds them all busy is not started: it
-  stays on the queue and the next poll looks at it again (within `WAKE_TIMEOUT_S`). It
-  never holds a slot while it waits, so slow summaries cannot fill a worker.
-- **Background budgets.** Starting a background job takes its owner's and the queue's
-  background slots in the same script that takes the job, unless it already holds them
-  (a summary, from when it was queued). Over either budget it stays queued (a due timer
-  waits, it is never dropped); the worker then leaves that owner's background jobs (or,
-  over the queue's budget, all of them) alone for `BACKGROUND_RECHECK_S`. The slots are
-  given back when the job ends (`finish_job`, `finish_failed_job`: one round trip more per
-  background job; a crashed worker's lapse at arq's in-progress timeout). A background job
-  stopped before it ends (its worker shut down) goes back on the queue for another worker:
-  arq would only have moved its score on a queue it is no longer on.
-- **Fair order.** A poll that finds more due jobs than free slots starts them in
-  worker/fairness.py's order (round-robin across owners, those with nothing running on this
-  worker first, live before background) instead of queue order; the owners of the turns
-  among them are read in one round trip (`keys.job_owner`, written with each job). A
-  worker with a free slot still starts the job a wake-up names at once, as before; only
-  when its poll found every slot busy (a backlog may be waiting) does it leave that job
-  to the next poll, which orders it with the rest. A turn's start costs no command more:
-  the script that takes it also deletes its owner key and returns the owner.
-
-A Redis at its `maxmemory` refuses the script that takes a job (and arq's health check).
-The worker outlives that: a turn it cannot take is ended `store_full` (its ending is a
-write Redis still takes: shared/lifecycle.py, FINISH) and its job dropped, so its client
-reads why at once; a background job stays queued for later; any other refusal ends the
-poll iteration, which starts again `FULL_PAUSE_S` later. Once memory is freed it takes
-jobs again as before.
+`WakeWorker` (a `compat.arq.WakingWorker`) blocks on a wake list the API pushes each job's id
+to, instead of arq's poll every `poll_delay` (half of it on every first token), and takes a
+job in one script rather than arq's optimistic transaction. Where jobs start it departs from
+arq in four more ways: one user's jobs hold at most `BERNARD_WORKER_USER_SHARE` of the slots;
+background jobs at most `BERNARD_WORKER_BACKGROUND_SHARE`, taking their budget slots in the
+script that takes the job; a backlog starts round-robin across owners (worker/fairness.py)
+rather than in queue order; and a Redis at its `maxmemory` ends the turn it cannot take
+`store_full` rather than stopping the worker.
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """Runs turns on this worker process and guarantees each one ends.
 
-For every turn it claims, the supervisor writes the turn's events to its stream, counts
-it among this worker's (whose liveness a thread of its own renews, `worker.liveness`), and
-aborts it the moment a cancel arrives (published on a channel, with the cancels looked up
-at every liveness renewal as a fallback). Once a second it also looks for workers that
-stopped renewing (a SIGKILL, a lost machine) and ends their turns `failed` with
-`worker_lost`, so an attached client always gets a terminal frame. It publishes the tools
-the worker offers (`GET /v1/tools`) as it starts, every `REPUBLISH_S` after, and whenever
-they change (an MCP server's: worker/tools/toolbox.py).
-
-Cancellation, once: a stop request cancels the task running the turn, and names why (a
-shared/lifecycle.py `Cause`: cancelled, over for this worker, failed over). The cancelled
-task catches `CancelledError`, writes its ending and returns normally, so arq never sees a
-`CancelledError` escape (arq would then run the job again). When arq itself cancels the job
-(a worker shutting down), the turn ends `failed` with `worker_shutdown`.
-
-What the turn's task raised, or why it was stopped, is named as a `Cause` here (`_RAISED`,
-`_cause_of`); how the turn then ends is shared/lifecycle.py's `RULES`, and nothing else.
-Nothing that goes wrong inside a turn, the request it was given included, escapes as
-anything but a terminal `done`.
-
-When the primary holding a turn's keys fails over (its Sentinels name another primary, or
-a Cluster's replica takes over the turn's slot: shared/backends.py, `failovers`), the
-writes the old primary had not replicated are gone, so the turn's stream may lack some of
-what its client already received. Such a turn ends `failed` with `store_failover` rather
-than carry on as if nothing had happened (docs/scaling.md); so does one whose store was
-lost under it (a write failed once its client's retries gave up: `STORE_LOST`). An ending
-Redis cannot take yet is tried again until it lands, for `ENDING_RETRY_S`; past that the
-turn is let go of, and any process's reaper ends it (shared/liveness.py).
+For every turn it claims, the supervisor writes the turn's events to its stream, counts it
+among this worker's (whose liveness `worker.liveness` renews), and aborts it the moment a
+cancel arrives. It reaps the turns of workers that stopped renewing, so an attached client
+always gets a terminal frame, and publishes the tools the worker offers. What a turn's task
+raised, or why it was stopped, is named as a shared/lifecycle.py `Cause` here; how the turn
+then ends is that module's `RULES`. A cancelled task writes its ending and returns, so arq
+never sees a `CancelledError` (it would run the job again).
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
 """`BERNARD_MCP_CONFIG`: the MCP servers a worker connects to, read from a JSON file in the
-`mcpServers` format desktop assistants share:
+`mcpServers` format desktop assistants share (docs/tools.md, "MCP servers", shows it).
 
-    {
-      "mcpServers": {
-        "home": {
-          "url": "http://homeassistant.local:8123/api/mcp",
-          "headers": {"Authorization": "Bearer ${HA_TOKEN}"}
-        },
-        "files": {
-          "command": "npx",
-          "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv/shared"],
-          "confirm": "always",
-          "timeout_s": 20
-        }
-      }
-    }
-
-A server with a `url` is reached over streamable HTTP (with its `headers`); one with a
-`command` is started as a child process of each worker and spoken to over stdio (`args`,
-`env`, `cwd`). `${NAME}` (or `${NAME:-default}`) in any string of a server is replaced by
-the worker's environment variable, so secrets stay out of the file. Bernard reads more
-keys of its own: `confirm` (`annotations`, the default: a tool that is not read-only or is
-destructive waits for the user; `always`; `never`), `trust_hints` (false by default: the
-server's word that a tool only reads is not taken, and every call waits; true for a server
-the operator trusts to say so) and `timeout_s` (one call's limit, within
-`BERNARD_TOOL_TIMEOUT_S`). `"disabled": true` skips a server. Keys other assistants write
-are ignored (and logged once at start).
-
-The file is read once, when the worker starts: anything wrong with it is an `McpConfigError`
-naming the file, the server and the field, and the worker does not start. Only the
-operator writes it; nothing a request carries can add a server.
+A server has a `url` (streamable HTTP, with its `headers`) or a `command` (a child process of
+each worker, over stdio); `${NAME}` in any of its strings is the worker's environment
+variable, so secrets stay out of the file. Bernard's own keys are `confirm`, `trust_hints`,
+`timeout_s` and `disabled`; other assistants' keys are ignored. The file is read once, as
+the worker starts: anything wrong is an `McpConfigError` naming the file, server and field.
 """
 
 from __future__ import annotations

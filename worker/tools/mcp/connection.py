@@ -1,41 +1,15 @@
 """One configured MCP server, its session kept open for the worker's life.
 
-Each worker process holds one session per server, opened in the background when the worker
-starts and reused by every turn's calls (JSON-RPC carries many calls at once on one
-session); no call waits for a handshake. `Connection.run` is that session's life:
+Each worker holds one session per server, opened in the background as it starts and shared
+by every turn's calls, so no call waits for a handshake:
 
     connecting ──handshake and tools/list──▶ ready ──lost──▶ down ──backoff──▶ connecting
 
-A session is lost when its transport ends (a stdio server's process exited: its stdout
-closed), when a call finds the connection gone, or when the check it runs every `PROBE_S`
-(a `tools/list`, which also keeps the tools current for servers that never say they
-changed) fails or goes unanswered. It is opened again after `backoff(n)`: 1 s, doubling up
-to a minute, with jitter, reset once a session was ready again. A stdio server is a child
-process of the worker, started afresh each time (the SDK stops it, SIGTERM then SIGKILL,
-when its session ends).
-
-The tools the server lists are kept on the connection, each checked (`checks`, a child
-process shared by the worker's servers: shared/schema_checks.py) and within what one server
-may publish (worker/tools/mcp/bounds.py; those left out are its `warnings`);
-`notifications/tools/list_changed` (on 2025 sessions, and on 2026 ones, where a
-`subscriptions/listen` stream carries it) has them listed again. While a server is down its
-last tools stay offered, and a call is answered at once with why the server cannot be
-reached.
-
-What one answer may bring in is bounded: over HTTP, Bernard asks for answers uncompressed
-(`Accept-Encoding: identity`) and refuses one compressed all the same (a compressed body may
-decode to a thousand times its size on the wire: a bound counted on the wire would not hold,
-and the decoder holds what each chunk decodes to); a body other than an event stream (a
-JSON answer, which the SDK reads whole) is read up to `response_max_bytes`, counted as the
-bytes arrive, and the call fails beyond; each
-server-sent event is bounded by the SDK at the same size (an event stream may stay open for
-the session's life, so its events are bounded, not its total). Either failure loses that
-answer alone: the session goes on carrying every other call. A stdio server's stdout is read
-a line at a time, each line at most `response_max_bytes` (worker/tools/mcp/lines.py): an
-answer over it fails its call alone too, and the session goes on.
-
-The protocol era is the SDK's choice (`mode="auto"`: `server/discover`, else the
-`initialize` handshake of the 2025 protocol, as Home Assistant speaks it).
+A lost session (its transport ended, a call found it gone, the `PROBE_S` check failed) opens
+again after `backoff(n)`. Its tools are checked and bounded as they are listed (shared/
+schema_checks.py, worker/tools/mcp/bounds.py), and stay offered while the server is down.
+What one answer may bring in is bounded (`response_max_bytes`; compressed HTTP answers are
+refused, since a bound on the wire would not hold): an answer over it fails its call alone.
 """
 
 from __future__ import annotations
