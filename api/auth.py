@@ -1,28 +1,11 @@
 """Bearer-key authentication: `BERNARD_API_KEYS` maps keys to users.
 
-Unset, the server is open and every request belongs to one local user. Setting it later
-leaves that user's conversations to no key: `warn_if_local_hidden` says so at start, and
-how to reach them (a key for the user `local`).
-
-`/metrics` is the operator's, not a user's (it counts every user's turns), so the API's
-keys do not open it: it answers a client on loopback (a Prometheus beside the API, or a
-proxy on the same host that does not forward the client's address), and anyone else
-only with `Authorization: Bearer <BERNARD_METRICS_KEY>`; with that unset, no one else
-(403), whether or not `BERNARD_API_KEYS` is set.
-
-Without keys, the Host header stands in for them: the API answers only requests for its
-own names (`host_names`; `KnownHosts`), as local development servers do. A web page
-elsewhere whose name an attacker rebinds to 127.0.0.1 reaches the API from the user's
-browser, on loopback, but with its own name in Host: it is refused (400 `invalid_host`)
-before any route runs. The probes (`/healthz`, `/readyz`) answer any name, as they answer
-anyone when keys are set.
-
-`Owner` also charges the request to its user's rate (shared/rate_limit.py: one token, 429
-`rate_limit_exceeded` with `Retry-After` when the bucket is empty). The routes that start a
-turn take `TurnOwner` instead: their admission charges the turn's cost in the script that
-admits it (api/admission.py), so it costs them no round trip. Such a request refused
-before its admission (a body that does not validate, a conversation that does not exist)
-stored nothing and is not charged.
+Unset, the server is open, every request is the local user's, and the Host header stands in
+for keys: the API answers only requests for its own names (`host_names`), so a web page whose
+name is rebound to 127.0.0.1 is refused (400 `invalid_host`). `/metrics` is the operator's:
+it answers loopback, and elsewhere only `BERNARD_METRICS_KEY`. `Owner` charges the request
+to its user's rate (shared/rate_limit.py); routes that start a turn take `TurnOwner`, whose
+admission script charges the turn's cost (api/admission.py).
 """
 
 from __future__ import annotations

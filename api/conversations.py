@@ -1,33 +1,13 @@
 """Conversations as the API sees them: which one a request continues, what state each is
 in, and the transitions the API drives, with the turns they concern.
 
-Conversation ids are their owner's: a known id continues that conversation (the worker
-appends only the messages it has not stored yet); an unknown id starts one under that id,
-so a client may choose its own (a voice satellite per room, say); no id starts one under a
-fresh id. Another user using the same id has a conversation of their own, and neither can
-tell that the other exists.
-
-A conversation runs one turn at a time. Its status (`idle`, `running` while the turn it last
-started may still run or messages wait in line behind it, `awaiting_confirmation` while
-tool calls wait for the user's decision) and every move between them belong to
-shared/conversation_state.py: each move is one script there. Here the API reads what those
-scripts cannot (the active turn's record, in another slot), answers with its errors, and
-ends and forgets the turns a deleted conversation had.
-
-A message that comes while a turn runs does what its `Strategy` says (the request's
-`multitask_strategy`, else `BERNARD_MULTITASK_STRATEGY`): `interrupt` stops the running turn
-as a cancel does (`Stop.INTERRUPT`: its clients read `turn_interrupted`, and what it said so
-far stays in the conversation) and runs next; `enqueue` waits in line behind it; `reject`
-is a 409. Either way the new turn is created at once (its stream opens and waits) and starts
-once the line reaches it (`after_claim`, shared/turns.py `TurnStore.advance`).
-
-A user message to a conversation that waits answers the question the paused turn asked,
-from any route (`claim_conversation`, `answer_in_words`): a plain "yes" or "no"
-(shared/confirmation_words.py) decides every waiting call at once, as `POST .../resume`
-decides each; anything else hands the calls to the new turn, whose router reads the words
-with the calls in front of it (worker/harness/answers.py). A client that sends no
-conversation id but resends its history finds the conversation that asked by that history
-(`asked_conversation`).
+Ids are their owner's: a known id continues that conversation, an unknown one starts one
+under it (a voice satellite per room), no id starts one under a fresh id; another user's
+same id is another conversation. Statuses and every move between them are
+shared/conversation_state.py's scripts; here the API reads what those scripts cannot (the
+active turn's record, in another slot), applies a message's `Strategy` while a turn runs,
+takes a user message to a waiting conversation as the answer to its question
+(`answer_in_words`), and ends and forgets the turns of a deleted conversation.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """A few readers per API process for every stream its clients are watching: a turn's, or an
 owner's event stream (`GET /v1/events`, shared/keys.py `user_stream_id`), each by its id.
 
-A client per blocking connection would cost one Redis connection and one XREAD per
-client per entry. Instead the hub spreads the watched streams over at most `LANES` lanes;
-each lane runs one `XREAD BLOCK` over its streams (each from the oldest cursor any of its
-readers holds) and hands each entry to the readers that have not seen it. A new reader
-wakes its lane's blocked read by adding an entry to the lane's own wake stream, which the
-same XREAD watches.
-
-A Redis error that names a stream (a reply error, not a lost connection) fails the readers
-of that stream alone (`StreamReadError` from `Reader.next`), and the lane reads on for
-everyone else; a lost connection is retried for the whole lane.
-
-A reader that fell further behind than the stream keeps (`XADD MAXLEN ~`) would get what
-is left after a hole, with no sign of it: XREAD after a cursor hands out what still exists.
-So a batch that could follow a hole is checked against the stream's head first
-(`hand_out`), and a reader whose entries went is failed with `StreamTrimmedError` instead;
-a reader that keeps up pays nothing for it (`StreamHead` says why).
-
-Why lanes rather than one read over everything: an XREAD names every stream it watches,
-and each entry that lands ends the read, so one read over N streams costs O(N) work per
-token in the API and in Redis (at 100 paced streams it was the API's largest cost, and the
-relay's p99 went from 23 to 5 ms with lanes). Why few of them: under load, entries that
-land while a lane's read is in flight come back together in its next read, so the fewer
-lanes, the fewer reads per token (at 1,000 unpaced streams, 63 lanes of 16 took 0.48
-XREADs per token where one read took 0.07).
+The hub spreads the watched streams over at most `LANES` lanes; each lane runs one
+`XREAD BLOCK` over its streams and hands each entry to the readers that have not seen it,
+rather than a connection and an XREAD per client. Lanes because one read over N streams costs
+O(N) per token; few, because entries that land during a lane's read come back together in
+its next. A Redis error naming a stream fails that stream's readers alone, and a reader that
+fell behind what the stream keeps fails with `StreamTrimmedError` rather than read past a
+hole (`StreamHead` says why that costs a reader that keeps up nothing).
 """
 
 from __future__ import annotations
