@@ -84,7 +84,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     names = ", ".join(MEASUREMENTS)
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Bernard's benchmarks (issue 5): pipeline vs in-process baseline.",
+        description="Bernard's benchmarks: pipeline vs in-process baseline.",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {names}")

@@ -1,4 +1,4 @@
-"""Redis commands per paced token (issue 25): `python -m bench.commands`.
+"""Redis commands per paced token: `python -m bench.commands`.
 
 Slow streams through 1 API + 1 worker on a Redis of the run's own, each row's commands
 counted with `INFO commandstats` (which counts what Lua scripts run too) over the row, and
@@ -8,7 +8,7 @@ they hold on a shared machine; no CPU figure is given here for that reason.
 A row is `streams×tokens@delay_ms`: that many answers at once (started over one `delay_ms`,
 as the relay section does), each `tokens` tokens a token every `delay_ms`.
 
-`python -m bench.commands --turn` instead attributes a turn's fixed cost (issue 21): the
+`python -m bench.commands --turn` instead attributes a turn's fixed cost: the
 commands of 2 × 10 sequential 1-token turns (`INFO commandstats`, the idle rate taken out),
 then every command of one more such turn, from its request until its processes are quiet,
 as MONITOR saw it, by process (`lua`: run by a script). Run it at two commits and diff the

@@ -1,4 +1,4 @@
-"""Cost per token (issue 12): CPU per streamed token in each process, a burst against the
+"""Cost per token: CPU per streamed token in each process, a burst against the
 same load sent straight to the upstream, and where the CPU goes (py-spy)."""
 
 from __future__ import annotations

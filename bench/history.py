@@ -1,4 +1,4 @@
-"""First token against the length of a conversation's history (issue 15).
+"""First token against the length of a conversation's history.
 
 A conversation's turns read only the latest rows and build a prompt within the context
 budget (worker/harness/memory.py), so a turn of a months-long conversation should start as

@@ -1,4 +1,4 @@
-"""The measurements of issue 5 (and the worker-death figure of issue 4), one function each.
+"""The benchmark's measurements (and the worker-death figure), one function each.
 
 Each takes the running `Bench` and returns a `Section` for the report. They share the run's
 processes: one API, one worker, the baseline server and the upstream, unless a measurement

@@ -1,11 +1,10 @@
-"""The noisy neighbour (issue 20): one user's flood against another user's first token.
+"""The noisy neighbour: one user's flood against another user's first token.
 
-Issue 20's attack: with `BERNARD_WORKER_CONCURRENCY=20` and an upstream slow to answer
-summary calls, one user sending requests whose history crosses the summary threshold (one
-request at a time, never a 429) filled every worker slot with summary jobs, and another
-user's next first token took 56.6 s instead of about 80 ms. Background jobs are now
-admitted against per-user and deployment budgets and take at most a share of a worker's
-slots, and a saturated worker starts a backlog round-robin across users (shared/queue.py,
+The attack it measures: with an upstream slow to answer summary calls, one user sending
+requests whose history crosses the summary threshold (one request at a time, never a 429)
+could fill every worker slot with summary jobs. Background jobs are admitted against
+per-user and deployment budgets and take at most a share of a worker's slots, and a
+saturated worker starts a backlog round-robin across users (shared/queue.py,
 worker/queue.py).
 
 This measurement runs its own API and worker (users with keys; their own queue on the

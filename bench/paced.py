@@ -1,4 +1,4 @@
-"""Paced tokens (issue 25): what a token costs when the upstream streams each answer at a
+"""Paced tokens: what a token costs when the upstream streams each answer at a
 model's pace, so that each token travels alone through the worker, Redis and the API.
 
 Each row runs its answers twice at the same pace and concurrency, short and long; the

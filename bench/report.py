@@ -1,7 +1,7 @@
 """What a benchmark run produces, and how it is written to `docs/benchmarks.md`.
 
 Each measurement returns a `Section` (an introduction saying exactly what was measured,
-tables, notes) and `Verdict`s against the targets of issue 5. The report is regenerated
+tables, notes) and `Verdict`s against their targets. The report is regenerated
 on every run between two markers; anything in the file outside them (the hand-written
 analysis) is kept as it is.
 """
@@ -40,7 +40,7 @@ class Table:
 
 @dataclass
 class Verdict:
-    """One target of issue 5 and how this run did against it (None: not judged)."""
+    """One target and how this run did against it (None: not judged)."""
 
     target: str
     measured: str

@@ -50,7 +50,8 @@ def new_tag(prefix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    """How big each measurement is; `full()` meets issue 5, `quick()` is a smoke run."""
+    """How big each measurement is; `full()` is what the targets are set at, `quick()` a smoke
+    run."""
 
     name: str
     warmup: int
