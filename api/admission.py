@@ -4,7 +4,7 @@ A request that starts a turn passes, in order:
 
 1. the memory guard (api/store_guard.py): no round trip, a verdict sampled in the
    background; 503 `store_full` while Redis is nearly full;
-2. the owner's rate and active turns (shared/turns.py `TurnStore.admit`, one script on the
+2. the owner's rate and active turns (shared/turns/admission.py `TurnStore.admit`, one script on the
    queue role): 429 `rate_limit_exceeded` with the `Retry-After` the bucket says, or at
    `BERNARD_MAX_ACTIVE_TURNS_PER_USER`;
 3. the storage budgets (shared/budgets.py), read from the data role with the admission
@@ -40,7 +40,7 @@ from shared.connection import REDIS_ERRORS
 from shared.errors import ErrorCode
 from shared.rate_limit import RateLimitedError
 from shared.settings import Settings
-from shared.turns import TooManyTurnsError
+from shared.turns.admission import TooManyTurnsError
 
 # A full storage budget does not empty in the seconds an SDK waits before it retries.
 _NO_RETRY = {"x-should-retry": "false"}

@@ -5,7 +5,7 @@ refuses that as soon as two of them hash to different slots, and a turn's stream
 anywhere. One blocking read per stream is what the hub exists to avoid. So here nothing
 blocks on the streams themselves: every writer of a stream `SPUBLISH`es to the stream's
 wake channel (`keys.stream_wake`, in the stream's own slot, so on the same node, after the
-append: shared/streams.py, shared/turns.py, shared/timers.py), and the hub holds one
+append: shared/streams.py, shared/turns/moves.py, shared/timers.py), and the hub holds one
 subscriber connection per primary, `SSUBSCRIBE`d to the wake channels of the streams its
 readers watch on that node. A wake-up marks the stream; one task reads every marked stream
 from the oldest cursor any of its readers holds, in one Cluster pipeline (one round trip

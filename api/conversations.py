@@ -43,7 +43,8 @@ from shared.records.keeper import RecordKeeper
 from shared.records.messages import Message
 from shared.requests import AgentRequest
 from shared.titles import TitleSource, title_problem
-from shared.turns import InLine, TurnStore
+from shared.turns import TurnStore
+from shared.turns.line import InLine
 
 # The one grammar of the ids a client chooses. Neither end is a dot, so no id is a path's
 # `.` or `..` segment (which URL normalization removes: such a conversation could be made
@@ -94,7 +95,7 @@ async def delete_conversation(
 
     Its turn that may still run is asked to stop and ended `conversation_deleted` (the last
     thing its clients read); then every turn that ran on it is forgotten: no route finds
-    any of them again (shared/turns.py, `TurnStore.forget`)."""
+    any of them again (shared/turns/creation.py, `TurnStore.forget`)."""
     if not is_conversation_id(conversation_id):  # no conversation can have it
         raise conversation_not_found(conversation_id)
     deletion = await machine(redis, owner, retention_s=retention_s).delete(conversation_id)

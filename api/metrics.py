@@ -5,7 +5,7 @@ This API process's own: turns created by kind and mode, streams open now, frames
 
 The deployment's: how turns ended (`bernard_turns_ended_total{status, code}`). A turn ends
 once, in whichever process ends it (a worker, or any process's reaper), and the script
-that ends it counts it in Redis (`keys.METRICS`, shared/turns.py). Every API process reads
+that ends it counts it in Redis (`keys.METRICS`, shared/turns/moves.py). Every API process reads
 those counts at scrape time, so they count each turn once whoever relayed it, streamed or
 not, and every API process reports the same totals: aggregate them with `max`, not `sum`.
 """

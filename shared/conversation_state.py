@@ -70,7 +70,7 @@ class Strategy(StrEnum):
 
 class Transition(StrEnum):
     """What can happen to a conversation. Each is one script, but `FINISH`: a turn's ending
-    is its record's (shared/turns.py), and the status derives from it."""
+    is its record's (shared/turns/), and the status derives from it."""
 
     CREATE = "create"  # POST /v1/conversations, or a chat completion's first turn
     START = "start"  # a new message: its turn claims the conversation
@@ -891,7 +891,7 @@ class ConversationMachine:
 
 async def advance(redis: Redis, owner: str, conversation_id: str, ended: str) -> Advance:
     """`ConversationMachine.advance` for a caller that knows no conversation's retention
-    (shared/turns.py, as a turn ends): `ADVANCE` renews no TTL."""
+    (shared/turns/moves.py, as a turn ends): `ADVANCE` renews no TTL."""
     return await ConversationMachine(redis, owner, retention_s=0).advance(conversation_id, ended)
 
 

@@ -1,6 +1,6 @@
 """How a turn ends, as every client sees it: one table, used by every path.
 
-A turn ends once, with a `done` entry in its stream (shared/turns.py, `TurnStore.finish`).
+A turn ends once, with a `done` entry in its stream (shared/turns/moves.py, `TurnStore.finish`).
 Unless it completed, that `Done` carries the error the client sees, built here from
 `ENDINGS`; the turn record stores the same error. Every way a client can learn the
 ending reads one of those two and renders it with the same code:

@@ -7,7 +7,7 @@ A turn is `queued` when the API creates it, `running` once a worker claims it, a
 `TurnStatus`). `TRANSITIONS` says what each move does from each status; the scripts below
 apply them over the turn's own keys (one hash slot), so a worker, a reaper and a cancel can
 race and still exactly one of them ends the turn, with exactly one `done` entry in its
-stream. shared/turns.py (`TurnStore`) runs them; tests/shared/test_turn_lifecycle.py holds every
+stream. shared/turns/ (`TurnStore`) runs them; tests/shared/test_turn_lifecycle.py holds every
 row against Redis.
 
 Which ending a turn gets is decided here alone. Whoever stops a turn names what happened, a

@@ -4,7 +4,7 @@ The bucket (`keys.rate(owner)`, a hash on the queue role beside the user's other
 holds up to `BERNARD_RATE_LIMIT_BURST` tokens and refills at
 `BERNARD_RATE_LIMIT_PER_MINUTE`. Every authenticated request under `/v1` takes one token
 (api/auth.py); a request that starts a turn takes `BERNARD_RATE_LIMIT_TURN_COST` instead,
-inside the script that admits the turn (shared/turns.py `TurnStore.admit`), so the limit
+inside the script that admits the turn (shared/turns/admission.py `TurnStore.admit`), so the limit
 costs a turn no round trip. An open stream is never charged again (frames, keepalives):
 only opening it is a request. A request the bucket cannot pay is refused (429
 `rate_limit_exceeded`) with how long until it could be (`Retry-After`), and takes nothing.

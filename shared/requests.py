@@ -81,7 +81,7 @@ class AgentRequest:
     parallel_tool_calls: bool = True
     # Set when the turn joined its conversation's line (a message that came while a turn
     # ran): the turn it waited behind ("" for none). It runs once it holds the
-    # conversation (shared/turns.py `TurnStore.take_turn`).
+    # conversation (shared/turns/line.py `TurnStore.take_turn`).
     follows: str | None = None
 
     def sampling(self) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class Delivery:
     # Where a background turn's end is POSTed, signed (shared/webhooks.py): the request's
     # own `webhook_url`, else the deployment's; None: nowhere. The API sets it as it
     # creates the turn (api/turn_service.py), which also writes it where the turn's ending
-    # reads it: the record's `webhook` field (shared/turns.py `TurnStore.create`).
+    # reads it: the record's `webhook` field (shared/turns/creation.py `TurnStore.create`).
     webhook_url: str | None = None
     # False: the turn is kept no longer than its delivery needs (the Responses API's
     # `store: false`): it has no conversation, the API forgets it once its answer or its

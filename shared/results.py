@@ -2,7 +2,7 @@
 and the API renders it (api/encodings/): one typed object instead of a dict read by key.
 
 The worker builds it (worker/context.py `TurnContext.result`); `TurnStore.finish` stores it
-as JSON, field for field (shared/turns.py), and `TurnRecord.from_redis`
+as JSON, field for field (shared/turns/moves.py), and `TurnRecord.from_redis`
 (shared/turn_record.py) reads it back.
 """
 

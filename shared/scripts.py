@@ -27,7 +27,7 @@ def in_pipeline(pipe: Pipeline, script: str, keys: Sequence[str], args: Sequence
 # the lapsed members are dropped only when the set is at the limit (below it, they cannot
 # change the answer, and the set never holds more than `limit` members: one command fewer
 # per slot taken). Returns 1 taken, 0 at the limit. A user's queued and running turns
-# (shared/turns.py `admit`) and open streams (api/attachments.py) count so.
+# (shared/turns/admission.py `admit`) and open streams (api/attachments.py) count so.
 TAKE_SLOT = """
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])

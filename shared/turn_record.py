@@ -1,7 +1,7 @@
 """A turn's record: the turn hash in Redis as one object (`TurnRecord`), and what a list
 shows of a turn (`preview_of`).
 
-shared/turns.py (`TurnStore`) stores, reads and moves these records; which status a turn
+shared/turns/ (`TurnStore`) stores, reads and moves these records; which status a turn
 may move to, and how it ends, is shared/lifecycle.py's.
 """
 

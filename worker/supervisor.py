@@ -45,7 +45,8 @@ from shared.records.keeper import Recorder, RecordKeeper
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turn_record import TurnRecord
-from shared.turns import InLine, TurnStore
+from shared.turns import TurnStore
+from shared.turns.line import InLine
 from worker.calls import Item, stream_events
 from worker.context import TurnContext
 from worker.liveness import LivenessKeeper
@@ -186,7 +187,7 @@ class TurnSupervisor:
     @property
     def _overdue_s(self) -> float:
         """How long after its claim a turn still in the running set is overdue whatever its
-        worker: past its timeout, with a minute to write its ending (shared/turns.py,
+        worker: past its timeout, with a minute to write its ending (shared/turns/reaping.py,
         `reap_lapsed`)."""
         return self.settings.turn_timeout_s + 60.0
 

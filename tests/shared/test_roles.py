@@ -27,7 +27,8 @@ from shared.lifecycle import STRANDED_AFTER_S, Cause, Finished
 from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings
 from shared.turn_record import TurnRecord
-from shared.turns import TooManyTurnsError, TurnStore
+from shared.turns import TurnStore
+from shared.turns.admission import TooManyTurnsError
 from tests.conftest import TEST_REDIS_URL
 
 RETENTION_S = 300

@@ -28,7 +28,8 @@ from shared.requests import SAMPLING_OPTIONS, AgentRequest, Delivery, RunMode, T
 from shared.results import TurnResult
 from shared.streams import parse_entries
 from shared.turn_record import TurnRecord
-from shared.turns import Admitted, TooManyTurnsError, TurnAdmission, TurnStore, admission_of
+from shared.turns import TurnStore
+from shared.turns.admission import Admitted, TooManyTurnsError, TurnAdmission, admission_of
 from shared.webhooks import DELIVER_WEBHOOK, delivery_job_id, taken
 
 RETENTION_S = 300
