@@ -520,10 +520,10 @@ return {'unclaimed', first}
 
 # ARGV: 4 the active turn the caller found ended ('' for none), 5 how many messages the
 # caller found, 6 the row (its id counts on that length). Appends the row while the
-# conversation is idle, counted as `_APPEND` counts (shared/records/keeper.py); {'changed'} when
+# conversation is idle, counted as `_APPEND` counts (shared/records/writes.py); {'changed'} when
 # the list no longer has that length (the caller reads it again). Idle, the history may
 # still end on tool calls without their results (a step nobody decided on in time,
-# decisions whose turn never ran): the next turn answers them first (shared/records/keeper.py
+# decisions whose turn never ran): the next turn answers them first (shared/records/decisions.py
 # `open_calls`), and a message now would stand between them and their answers.
 _ANNOUNCE = """
 local status = status_of(ARGV[4])

@@ -13,6 +13,7 @@ Webhook deliveries hold no slot: the turns they follow bound them.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,7 +28,13 @@ from redis.asyncio.client import Pipeline
 from shared import keys
 from shared.settings import Settings
 
+logger = logging.getLogger("bernard.queue")
+
 RUN_TURN = "run_turn"
+# The worker's job that folds a conversation's older messages into its summary.
+SUMMARIZE = "summarize_conversation"
+# The worker's job that names a conversation after its first exchange (worker/titles.py).
+TITLE = "title_conversation"
 # Wake-ups a queue keeps while no worker waits; a worker that finds none polls arq's queue.
 _WAKE_BACKLOG = 100
 # How long a queued background job holds its slots before a worker starts it (then they
@@ -224,6 +231,32 @@ async def enqueue_background(
         ],
     )
     return _ADMISSIONS[int(reply)]
+
+
+async def request_background(
+    queue: Redis,
+    limits: BackgroundLimits,
+    kind: BackgroundKind,
+    owner: str,
+    conversation_id: str,
+    job: str,
+    *job_args: Any,
+    refused: str,
+) -> Admission:
+    """Queue the background job `job(owner, conversation_id, *job_args)` of `kind` for the
+    owner's conversation (`enqueue_background`); over a budget it is not queued, and
+    `refused` (formatted with the conversation and the admission) says so in the log."""
+    admission = await enqueue_background(
+        queue, limits, kind, owner, conversation_id, job, owner, conversation_id, *job_args
+    )
+    if admission in (Admission.OVER_USER_BUDGET, Admission.OVER_DEPLOYMENT_BUDGET):
+        logger.info(
+            refused,
+            conversation_id,
+            admission.value,
+            extra={"user": owner, "conversation_id": conversation_id},
+        )
+    return admission
 
 
 async def requeue_background(queue: Redis, queue_name: str, job_id: str, score_ms: int) -> None:

@@ -26,7 +26,8 @@ import redis.asyncio as redis_asyncio
 from api.hub import StreamHub, StreamReadError
 from shared import keys
 from shared.events import Delta
-from shared.records.keeper import Archivist, RecordKeeper
+from shared.records.keeper import RecordKeeper
+from shared.records.reads import Archivist
 from shared.requests import AgentRequest, TurnRequest
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore

@@ -21,7 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 
 from api.auth import LOCAL_USER
-from shared.records.keeper import Archivist
+from shared.records.reads import Archivist
 from tests.conftest import Stack, make_settings, run_stack
 from tests.sse import Frame, collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream

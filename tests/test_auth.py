@@ -10,7 +10,7 @@ import pytest
 from starlette.requests import Request
 
 from api.auth import from_loopback, host_names
-from shared.records.keeper import Archivist
+from shared.records.reads import Archivist
 from shared.settings import Settings
 from tests.conftest import Stack, make_settings, run_stack
 from tests.processes import private_redis

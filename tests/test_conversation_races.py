@@ -28,7 +28,8 @@ from langchain_core.tools import BaseTool, tool
 from shared import keys
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.lifecycle import STRANDED_AFTER_S
-from shared.records.keeper import DECIDED_NOT_CARRIED_OUT, RecordKeeper
+from shared.records.decisions import DECIDED_NOT_CARRIED_OUT
+from shared.records.keeper import RecordKeeper
 from tests.conftest import Stack, make_settings, run_stack, run_worker
 from tests.processes import wait_for
 from tests.sse import named_events

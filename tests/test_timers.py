@@ -21,7 +21,7 @@ from shared import keys
 from shared.connection import connect
 from shared.events import TimerFired
 from shared.queue import BackgroundKind, background_job_id
-from shared.records.keeper import Archivist
+from shared.records.reads import Archivist
 from shared.timers import (
     MAX_TIMERS,
     TimerError,

@@ -18,7 +18,7 @@ import redis.asyncio as redis_asyncio
 
 from shared import budgets, keys
 from shared.rate_limit import Rate, RateLimitedError, RateLimiter
-from shared.records.keeper import Archivist
+from shared.records.reads import Archivist
 from tests.chat import body
 from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_api, run_stack
 from tests.processes import private_redis, wait_for

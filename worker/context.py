@@ -16,7 +16,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared.lifecycle import Cause
-from shared.records.keeper import Archivist
+from shared.records.reads import Archivist
 from shared.requests import AgentRequest
 from shared.results import TurnResult
 from shared.settings import Settings

@@ -28,8 +28,7 @@ from langchain_core.tools import BaseTool
 from compat.arq import worker_kwargs
 from shared.connection import connect, connect_data, queue_client
 from shared.logs import configure_logging, hide_in_logs
-from shared.queue import RUN_TURN, BackgroundLimits
-from shared.records.keeper import SUMMARIZE, TITLE
+from shared.queue import RUN_TURN, SUMMARIZE, TITLE, BackgroundLimits
 from shared.redis_checks import warn_if_evicting
 from shared.settings import Settings, get_settings
 from shared.timers import FIRE_TIMER, fire_timer

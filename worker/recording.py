@@ -53,9 +53,9 @@ from shared.records.call_log import (
 )
 from shared.records.conversation import ConversationNotFoundError
 from shared.records.history_diff import history_digest
-from shared.records.keeper import Recorder
 from shared.records.messages import STOPPED, Message, MessageLike, stopped_row
 from shared.records.undo import Restore, Undone
+from shared.records.writes import Recorder
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
 from worker.context import TurnContext
 from worker.harness.answers import words_of

@@ -41,7 +41,8 @@ from shared.lifecycle import RULES, After, Cause, Claimed, Finished
 from shared.liveness import Liveness
 from shared.logs import TURN_FIELDS
 from shared.records.conversation import ConversationFullError
-from shared.records.keeper import Recorder, RecordKeeper
+from shared.records.keeper import RecordKeeper
+from shared.records.writes import Recorder
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turn_record import TurnRecord

@@ -31,8 +31,8 @@ from contextlib import aclosing
 from typing import Protocol
 
 from shared.events import MessageStored
-from shared.records.keeper import Recorder
 from shared.records.messages import row_of
+from shared.records.writes import Recorder
 from shared.requests import RunMode
 from worker.calls import Item
 from worker.context import TurnContext

@@ -1,7 +1,9 @@
 """Conversations and what they record, in Redis, by concern:
 
-- shared/records/keeper.py: the record keeper, its storage (`RecordKeeper`, split into a
-  read-only `Archivist` and a writing `Recorder`) and its Lua scripts;
+- shared/records/keeper.py: the record keeper (`RecordKeeper`) and its storage's layout, both
+  halves of it on one client: the read-only `Archivist` (reads.py) and the writing
+  `Recorder` (writes.py, with its Lua scripts), on what they share (store.py);
+- shared/records/decisions.py: what a tool call the user decided on is answered;
 - shared/records/conversation.py: a conversation as the keeper gives it back
   (`Conversation`, `Continuation`) and the errors its writes raise;
 - shared/records/messages.py: messages in OpenAI's chat shape and the rows a client sees;

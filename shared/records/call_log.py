@@ -2,8 +2,8 @@
 (`CallEvent`, built by `llm_started`, `llm_completed`, `tool_started`, `tool_completed`),
 merged per call on read (`calls_of`).
 
-shared/records/keeper.py appends the entries (`Recorder.record_calls`) and reads them
-back (`Archivist.calls`); worker/recording.py builds them from a turn's events.
+shared/records/writes.py appends the entries (`Recorder.record_calls`), shared/records/reads.py
+reads them back (`Archivist.calls`); worker/recording.py builds them from a turn's events.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 request, and `new_messages` picks out the messages that continue the stored history rather
 than repeat it (Knuth-Morris-Pratt over the messages' (role, text), linear in both).
 
-shared/records/keeper.py (`Recorder.append_new_messages`) runs it against the stored
+shared/records/writes.py (`Recorder.append_new_messages`) runs it against the stored
 history and appends what it finds, atomically.
 
 A client that sends no conversation id but resends its history is known again by that

@@ -13,6 +13,7 @@ from arq.constants import job_key_prefix
 
 from shared import keys
 from shared.queue import (
+    SUMMARIZE,
     Admission,
     BackgroundKind,
     BackgroundLimits,
@@ -20,7 +21,6 @@ from shared.queue import (
     enqueue_background,
     release_background,
 )
-from shared.records.keeper import SUMMARIZE
 
 
 @pytest.fixture

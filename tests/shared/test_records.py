@@ -26,15 +26,12 @@ from shared.records.conversation import (
     ConversationLostError,
     ConversationNotFoundError,
 )
+from shared.records.decisions import APPROVED_STEP_LAPSED, DECIDED_NOT_CARRIED_OUT
 from shared.records.history_diff import new_messages
-from shared.records.keeper import (
-    APPROVED_STEP_LAPSED,
-    DECIDED_NOT_CARRIED_OUT,
-    Archivist,
-    Recorder,
-    RecordKeeper,
-)
+from shared.records.keeper import RecordKeeper
 from shared.records.messages import to_openai_message
+from shared.records.reads import Archivist
+from shared.records.writes import Recorder
 from tests.conftest import TEST_REDIS_URL
 from tests.messages import assistant, user
 

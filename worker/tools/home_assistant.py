@@ -74,7 +74,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field, SecretStr, create_model
 
-from shared.records.keeper import Archivist
+from shared.records.reads import Archivist
 from shared.records.undo import LOOKBACK, Restore, TooLate, Undoable, Undone, find_undo
 from worker.tools.http import ServiceError, request_json, trim
 from worker.tools.policy import Subject
