@@ -9,7 +9,7 @@ tools are always offered, and the client's `function` tools go to the router bes
 `input` is a string (one user message) or items: messages (`input_text` / `output_text`
 parts or a string), `function_call` and `function_call_output` (the client's own tools'
 round trip, turned into Chat Completions' assistant `tool_calls` and `tool` messages), and
-`mcp_approval_response` (a decision on a call Bernard proposed: api/routes/responses.py).
+`mcp_approval_response` (a decision on a call Bernard proposed: api/responses_domain.py).
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def error_of(done: Done) -> dict[str, Any] | None:
 
 def approvals_of(record: TurnRecord) -> dict[str, str]:
     """The calls a response runs because the user approved them: tool call id → the
-    approval request's id (api/routes/responses.py sets them when it decides)."""
+    approval request's id (api/responses_domain.py sets them when it decides)."""
     return dict(record.request.delivery.echo.get("approvals") or {})
 
 
