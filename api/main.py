@@ -10,11 +10,12 @@ import asyncio
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from redis.asyncio import Redis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, metrics
@@ -122,51 +123,35 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Here rather than at startup: uvicorn imports the app before its first line, which
     # then has the format of every other.
     configure_logging(settings)
+    docs = settings.api_docs  # off by default: shared/settings.py says why
+    app = FastAPI(
+        title="Bernard",
+        version="0.1.0",
+        description="A streaming agent backend behind an OpenAI-compatible API.",
+        lifespan=_lifespan(settings),
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    errors.install(app)
+    _include_routers(app)
+    _add_middleware(app, settings)
+    return app
+
+
+def _lifespan(settings: Settings) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """What the app opens as it starts (its clients, hub, guard and reaper) and closes as it
+    stops."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         traced = configure_tracing(settings, "bernard-api")
-        # The data role, and the queue role: one client when one Redis holds both.
-        redis = connect_data(settings.redis_url, retries=_REQUEST_RETRIES)
-        queue = queue_client(
-            settings, redis, lambda: connect(settings.queue_url, retries=_REQUEST_RETRIES)
-        )
         hub_redis = connect_data(settings.redis_url)
-        # The fewest entries any stream it reads is trimmed to: a turn's, or a user's own
-        # event stream (shared/timers.py). A reader further behind gets `stream_trimmed`.
-        maxlen = min(settings.stream_maxlen, EVENTS_MAXLEN)
-        hub: Hub = _HUBS[backend_of(hub_redis).wake](hub_redis, maxlen=maxlen)
-        store = TurnStore(
-            redis,
-            retention_s=settings.turn_retention_s,
-            stream_maxlen=settings.stream_maxlen,
-            queue=queue,
-            queue_name=settings.queue_name,
-        )
-        # Every server that holds Bernard's data (api/store_guard.py).
-        servers = [redis] if queue is redis else [redis, queue]
-        guard = StoreGuard(servers, settings.redis_memory_guard)
-        app.state.bernard = AppState(
-            settings=settings,
-            redis=redis,
-            store=store,
-            hub=hub,
-            streams=Streams(redis, settings, queue=queue),
-            queue=queue,
-            limiter=RateLimiter(queue, Rate.of(settings)),
-            guard=guard,
-        )
-        await hub.start()
-        guard.start()
-        reaper = asyncio.create_task(_reap_forever(store, settings.lease_renew_s))
-        _warn_if_open(settings)
-        try:
-            await warn_if_evicting(redis, logger)
-            if queue is not redis:
-                await warn_if_evicting(queue, logger)
-            await warn_if_local_hidden(redis, settings, logger)
-        except REDIS_ERRORS:  # OSError among them
-            logger.warning("Redis is not reachable at start; requests get 503 until it is")
+        state = app.state.bernard = _app_state(settings, hub_redis)
+        await state.hub.start()
+        state.guard.start()
+        reaper = asyncio.create_task(_reap_forever(state.store, settings.lease_renew_s))
+        await _warn_at_start(settings, state)
         # What exists now lives as long as the process: keep it out of the collector's full
         # passes, which grow with every object they scan (see worker.main.startup).
         gc.freeze()
@@ -174,43 +159,80 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             reaper.cancel()
-            await guard.stop()
-            await hub.stop()
-            await app.state.bernard.schema_checks.close()
+            await state.guard.stop()
+            await state.hub.stop()
+            await state.schema_checks.close()
             await hub_redis.aclose()
-            if queue is not redis:
-                await queue.aclose()
-            await redis.aclose()
+            if state.queue is not state.redis:
+                await state.queue.aclose()
+            await state.redis.aclose()
             if traced:
                 flush_tracing()
 
-    docs = settings.api_docs  # off by default: shared/settings.py says why
-    app = FastAPI(
-        title="Bernard",
-        version="0.1.0",
-        description="A streaming agent backend behind an OpenAI-compatible API.",
-        lifespan=lifespan,
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
-        openapi_url="/openapi.json" if docs else None,
+    return lifespan
+
+
+def _app_state(settings: Settings, hub_redis: Redis) -> AppState:
+    """The process's state: its Redis clients, turn store, stream hub (reading on
+    `hub_redis`, a client of its own), open streams, rate limiter and memory guard."""
+    # The data role, and the queue role: one client when one Redis holds both.
+    redis = connect_data(settings.redis_url, retries=_REQUEST_RETRIES)
+    queue = queue_client(
+        settings, redis, lambda: connect(settings.queue_url, retries=_REQUEST_RETRIES)
     )
-    errors.install(app)
+    # The fewest entries any stream it reads is trimmed to: a turn's, or a user's own
+    # event stream (shared/timers.py). A reader further behind gets `stream_trimmed`.
+    maxlen = min(settings.stream_maxlen, EVENTS_MAXLEN)
+    hub: Hub = _HUBS[backend_of(hub_redis).wake](hub_redis, maxlen=maxlen)
+    store = TurnStore(
+        redis,
+        retention_s=settings.turn_retention_s,
+        stream_maxlen=settings.stream_maxlen,
+        queue=queue,
+        queue_name=settings.queue_name,
+    )
+    # Every server that holds Bernard's data (api/store_guard.py).
+    servers = [redis] if queue is redis else [redis, queue]
+    return AppState(
+        settings=settings,
+        redis=redis,
+        store=store,
+        hub=hub,
+        streams=Streams(redis, settings, queue=queue),
+        queue=queue,
+        limiter=RateLimiter(queue, Rate.of(settings)),
+        guard=StoreGuard(servers, settings.redis_memory_guard),
+    )
+
+
+async def _warn_at_start(settings: Settings, state: AppState) -> None:
+    """Log what an operator should know as the API starts: an open API, a Redis that may
+    evict Bernard's keys, a local address a proxy hides."""
+    _warn_if_open(settings)
+    try:
+        await warn_if_evicting(state.redis, logger)
+        if state.queue is not state.redis:
+            await warn_if_evicting(state.queue, logger)
+        await warn_if_local_hidden(state.redis, settings, logger)
+    except REDIS_ERRORS:  # OSError among them
+        logger.warning("Redis is not reachable at start; requests get 503 until it is")
+
+
+# The routers served under `/v1` and, hidden from the schema, `/api/v1`.
+_VERSIONED = (chat, conversations, events, models, responses, status, tools, turns, webhooks)
+
+
+def _include_routers(app: FastAPI) -> None:
     for prefix in ("/v1", "/api/v1"):
-        for module in (
-            chat,
-            conversations,
-            events,
-            models,
-            responses,
-            status,
-            tools,
-            turns,
-            webhooks,
-        ):
+        for module in _VERSIONED:
             app.include_router(module.router, prefix=prefix, include_in_schema=prefix == "/v1")
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(playground.router)  # the web page at `/` and `/playground`
+
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """CORS, the body limit, the known hosts and the access log, innermost first."""
     app.add_middleware(
         CORSMiddleware,
         # None by default: the playground is the API's own origin (BERNARD_CORS_ORIGINS).
@@ -225,7 +247,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if names is not None and "*" not in names:
         app.add_middleware(KnownHosts, names=names)
     app.add_middleware(AccessLog)  # outermost: a refused body or host is logged too
-    return app
 
 
 async def _reap_forever(store: TurnStore, interval_s: float) -> None:
