@@ -82,7 +82,7 @@ class DemoHome:
 
 
 class HomeAssistantSet(BaseSettings):
-    """Home Assistant's address as the worker reads it (worker/tools/home_assistant.py
+    """Home Assistant's address as the worker reads it (worker/tools/home_assistant/config.py
     `HomeAssistantSettings` declares it; the launcher imports shared/ only), for the one
     question the launcher asks of it: whether a demo home should stand in."""
 

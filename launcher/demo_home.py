@@ -4,9 +4,9 @@ changes the house ("Turn on the kitchen light": the household policy lets a ligh
 once), and "Undo that" putting it back.
 
 It answers the part of Home Assistant's REST API that Bernard's tools use
-(worker/tools/home_assistant.py), in its shapes (https://developers.home-assistant.io/docs/
+(worker/tools/home_assistant/), in its shapes (https://developers.home-assistant.io/docs/
 api/rest/): `GET /api/`, `GET /api/states`, `GET /api/states/<entity_id>`, `POST /api/template`
-(only the area template the tools send: worker/tools/home_assistant.py `area_template`) and
+(only the area template the tools send: worker/tools/home_assistant/client.py `area_template`) and
 `POST /api/services/<domain>/<service>` for the services of its lights, its fan and its
 thermostat. Every request needs
 `Authorization: Bearer <BERNARD_HA_TOKEN>` (the launcher makes one per run and gives the same

@@ -42,7 +42,8 @@ from launcher.redis_server import (
 from shared.redaction import redact_url
 from shared.settings import Settings
 from tests.conftest import TEST_REDIS_URL
-from worker.tools.home_assistant import HomeAssistantSettings, area_template
+from worker.tools.home_assistant import HomeAssistantSettings
+from worker.tools.home_assistant.client import area_template
 
 ROOT = Path(__file__).resolve().parent.parent
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -8,7 +8,7 @@ undid one says which (`Undone`, the record's `undid`). `find_undo` reads the log
 entries (`LOOKBACK`, so the read stays small however long the conversation): the last call
 not undone yet, if it ended within the window (`BERNARD_UNDO_WINDOW_S`). The API asks it
 for `POST /v1/conversations/{id}/undo` (404, 409) before a turn starts, and the `undo` tool
-again as it runs (worker/tools/home_assistant.py).
+again as it runs (worker/tools/home_assistant/undo.py).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ from starlette.routing import Route
 
 from tests.fakes.searxng import FakeService, Seen
 
-# The one template the tools send (worker/tools/home_assistant.py `area_template`), the name
+# The one template the tools send (worker/tools/home_assistant/client.py `area_template`), the name
 # a JSON string literal each time.
 _AREA_TEMPLATE = re.compile(
     r'\{\{ \{"area": area_name\((?P<a>"(?:[^"\\]|\\.)*")\) or area_name\(area_id\((?P=a)\) or ""\),'

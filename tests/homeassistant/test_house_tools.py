@@ -1,4 +1,4 @@
-"""Bernard's own Home Assistant tools (worker/tools/home_assistant.py) against a real Home
+"""Bernard's own Home Assistant tools (worker/tools/home_assistant/) against a real Home
 Assistant 2025.4, through Bernard's pipeline: a turn over the API, the scripted upstream
 making the tool calls, the user's decision over the API, and the house read back through Home
 Assistant's REST API. Every service call Home Assistant runs meanwhile is read from its
@@ -31,7 +31,7 @@ from tests.homeassistant.conftest import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
 from tests.processes import wait_for
 from tests.upstream import Reply, ScriptedUpstream
-from worker.tools.home_assistant import area_template
+from worker.tools.home_assistant.client import area_template
 
 KEY = "house-tools-key-7b21"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

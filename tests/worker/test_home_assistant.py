@@ -34,17 +34,12 @@ from tests.users import ALICE
 from tests.worker.test_web_tools import call
 from worker.tools import enabled_tools
 from worker.tools.catalog import catalog
-from worker.tools.home_assistant import (
-    MAX_LISTED,
-    HomeAssistantSettings,
-    area_template,
-    call_service_tool,
-    describe_call,
-    ha_get_state,
-    ha_list_entities,
-    home_assistant_tools,
-    restore_of,
-)
+from worker.tools.home_assistant import HomeAssistantSettings, home_assistant_tools
+from worker.tools.home_assistant.calls import call_service_tool
+from worker.tools.home_assistant.client import area_template
+from worker.tools.home_assistant.reads import ha_get_state, ha_list_entities
+from worker.tools.home_assistant.rendering import MAX_LISTED, describe_call
+from worker.tools.home_assistant.restore import restore_of
 
 KITCHEN_ON = {
     "domain": "light",

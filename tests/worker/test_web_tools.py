@@ -27,7 +27,7 @@ from tests.fakes.searxng import FakeSearxng, FakeService, Seen
 from tests.sse import Frame, collect, frames, text_of
 from tests.upstream import Reply, ScriptedUpstream
 from worker.harness.tool_call import PlannedCall, ToolOutcome, arguments_text, execute
-from worker.tools.home_assistant import ha_get_state, ha_list_entities
+from worker.tools.home_assistant.reads import ha_get_state, ha_list_entities
 from worker.tools.runtime import ToolRuntime, http_client
 from worker.tools.search import web_search
 from worker.tools.weather import weather

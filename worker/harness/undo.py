@@ -1,5 +1,5 @@
 """The undo harness: a turn started by `POST /v1/conversations/{id}/undo` calls the `undo`
-tool (worker/tools/home_assistant.py) without asking the model to, through the policy as
+tool (worker/tools/home_assistant/undo.py) without asking the model to, through the policy as
 any call goes (worker/tools/policy.py): it runs, is refused, or waits for the user's
 decision, asked in words as any pause is (undoing an unlock is a lock call, asked or
 refused as one). The response model

@@ -1,7 +1,7 @@
 """Each tool source's own settings, declared in its module beside its tools.
 
 A source that reaches a service declares what it reads as a `SourceSettings` subclass
-(worker/tools/home_assistant.py `HomeAssistantSettings`, ...): read from the environment
+(worker/tools/home_assistant/config.py `HomeAssistantSettings`, ...): read from the environment
 and `.env` exactly as `shared/settings.py` `Settings` is (the same variable names, the same
 file), so neither that module nor the API knows the source exists. A field that holds a
 secret is a `SecretStr`: `secrets()` gives its value, and the credentials inside every URL

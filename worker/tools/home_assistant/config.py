@@ -1,0 +1,34 @@
+"""Where Home Assistant is and the token that lets Bernard in (`BERNARD_HA_*`), and the base
+URL and headers every request carries."""
+
+from __future__ import annotations
+
+from langchain_core.tools import ToolException
+from pydantic import Field, SecretStr
+
+from worker.tools.settings import SourceSettings
+
+
+class HomeAssistantSettings(SourceSettings):
+    """Where Home Assistant is, the token that lets Bernard in, and the domains (comma-
+    separated) whose services Bernard may call. Both the URL and the token set: the tools
+    are offered."""
+
+    ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
+    ha_token: SecretStr | None = Field(None, alias="BERNARD_HA_TOKEN")
+    ha_domains: str = Field(
+        "light,switch,fan,climate,cover,media_player,scene,script", alias="BERNARD_HA_DOMAINS"
+    )
+
+    def ha_domain_names(self) -> frozenset[str]:
+        return frozenset(name.strip() for name in self.ha_domains.split(",") if name.strip())
+
+
+def endpoint(settings: HomeAssistantSettings) -> tuple[str, dict[str, str]]:
+    """Home Assistant's base URL and the headers that authorize a request to it."""
+    if not (settings.ha_url and settings.ha_token):
+        raise ToolException(
+            "Error: Home Assistant is not configured (BERNARD_HA_URL and BERNARD_HA_TOKEN)"
+        )
+    token = settings.ha_token.get_secret_value()
+    return settings.ha_url.rstrip("/"), {"Authorization": f"Bearer {token}"}
