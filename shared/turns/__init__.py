@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from shared.turns.admission import Admitting
 from shared.turns.creation import Creating
-from shared.turns.line import Waiting
+from shared.turns.line import TurnTaking
 from shared.turns.reads import Reading
 
 __all__ = ["TurnStore"]
 
 
-class TurnStore(Admitting, Creating, Waiting, Reading):
+class TurnStore(Admitting, Creating, TurnTaking, Reading):
     """Creates, reads and moves turn records; the one place that writes a turn's status.
 
     `redis` is the data role, `queue` the queue role (shared/turns/roles.py).

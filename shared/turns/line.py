@@ -20,7 +20,7 @@ class InLine(StrEnum):
     OUT = "out"  # the conversation is gone, or the turn left the line
 
 
-class Waiting(Reaping):
+class TurnTaking(Reaping):
     """Finds a waiting turn's place in its conversation's line, moving a line whose holder
     ended on."""
 
