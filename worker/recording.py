@@ -34,11 +34,17 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import asdict
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
 from redis.exceptions import RedisError
 
 from shared.events import ToolCall
@@ -53,7 +59,7 @@ from shared.records.call_log import (
 )
 from shared.records.conversation import ConversationNotFoundError
 from shared.records.history_diff import history_digest
-from shared.records.messages import STOPPED, Message, MessageLike, stopped_row
+from shared.records.messages import STOPPED, Message, stopped_row
 from shared.records.undo import Restore, Undone
 from shared.records.writes import Recorder
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
@@ -61,7 +67,7 @@ from worker.context import TurnContext
 from worker.harness.answers import words_of
 from worker.harness.resume import edited_arguments
 
-__all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording"]
+__all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording", "openai_messages"]
 
 logger = logging.getLogger("bernard.worker")
 
@@ -249,7 +255,7 @@ class TurnRecording:
         rows = await self._unless_deleted(
             self.recorder.append_messages(
                 self.conversation_id,
-                messages,
+                openai_messages(messages),
                 turn_id=ctx.turn_id,
                 length=self._length,
                 calls=calls,
@@ -326,7 +332,7 @@ class TurnRecording:
             await self._writes.drain()
             if self.deleted:
                 return
-            ran: list[MessageLike] = list(self._what_ran(message))
+            ran = openai_messages(self._what_ran(message))
             answer = await self._stopped_answer(error)
             if answer is not None:
                 ran.append(answer)
@@ -413,6 +419,12 @@ class TurnRecording:
             # The turn ended before the words were read: they are stored after the calls.
             out += words_of(ctx.request)
         return out
+
+
+def openai_messages(messages: Iterable[BaseMessage]) -> list[Message]:
+    """LangChain's messages in OpenAI's chat shape, as shared/records/ takes them: the API
+    reads the records too, and never loads LangChain."""
+    return [convert_to_openai_messages(message) for message in messages]
 
 
 class OrderedWrites:

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_core.messages import BaseMessage, convert_to_openai_messages
-
 __all__ = [
     "STOPPED",
     "Message",
@@ -27,7 +25,9 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
-MessageLike = Mapping[str, Any] | BaseMessage
+# A message as a client or the worker hands it over: OpenAI's chat shape, maybe with more
+# keys (the worker turns LangChain's messages into it: worker/recording.py).
+MessageLike = Mapping[str, Any]
 
 _OPTIONAL_FIELDS = ("name", "tool_call_id", "tool_calls")
 # The field of an answer stored unfinished: its turn's ending code.
@@ -35,13 +35,11 @@ STOPPED = "stopped"
 
 
 def to_openai_message(message: MessageLike) -> Message:
-    """`message` (an OpenAI-shaped mapping or a LangChain message) as a plain OpenAI dict.
+    """`message` as a plain OpenAI dict.
 
     Keeps `role` and `content` (`None` when absent) plus `name`, `tool_call_id` and
     `tool_calls` when set; any other key is dropped. Raises `ValueError` without a role.
     """
-    if isinstance(message, BaseMessage):
-        message = convert_to_openai_messages(message)
     role = message.get("role")
     if not isinstance(role, str) or not role:
         raise ValueError(f"message without a role: {message!r}")
@@ -55,7 +53,7 @@ def to_openai_message(message: MessageLike) -> Message:
 def stored_message(message: MessageLike) -> Message:
     """`message` as the conversation stores it: its OpenAI fields, and `stopped` when set."""
     out = to_openai_message(message)
-    if not isinstance(message, BaseMessage) and message.get(STOPPED):
+    if message.get(STOPPED):
         out[STOPPED] = str(message[STOPPED])
     return out
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from redis.asyncio import Redis
 
 from shared.events import LlmCallComplete, LlmPrompt
@@ -20,7 +20,7 @@ from tests.conftest import make_settings
 from worker.calls import ModelCallEnded, ModelCallStarted
 from worker.context import TurnContext
 from worker.llm import LlmResult, build_models
-from worker.recording import OrderedWrites, TurnRecording
+from worker.recording import OrderedWrites, TurnRecording, openai_messages
 
 
 async def test_writes_run_in_order_without_holding_up_the_caller() -> None:
@@ -162,3 +162,29 @@ def started(stage: str, model: str) -> ModelCallStarted:
 def ended(stage: str, model: str, latency_ms: float) -> ModelCallEnded:
     complete = LlmCallComplete(stage=stage, model=model, latency_ms=latency_ms)  # type: ignore[arg-type]
     return ModelCallEnded(complete, LlmResult(AIMessage(content=""), None, latency_ms))
+
+
+async def test_langchain_messages_are_stored_in_openai_shape(keeper: RecordKeeper) -> None:
+    conversation_id = await keeper.create_conversation()
+    messages = [
+        HumanMessage("from langchain"),
+        AIMessage("", tool_calls=[{"name": "get_time", "args": {}, "id": "t1"}]),
+        ToolMessage("12:00", tool_call_id="t1", name="get_time"),
+    ]
+    await keeper.append_messages(conversation_id, openai_messages(messages))
+
+    assert await keeper.messages(conversation_id) == [
+        {"role": "user", "content": "from langchain"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "id": "t1",
+                    "function": {"name": "get_time", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "content": "12:00", "tool_call_id": "t1", "name": "get_time"},
+    ]
