@@ -57,7 +57,8 @@ from api.hub import (
     oldest_cursor,
 )
 from shared import keys
-from shared.connection import REDIS_ERRORS, backoff_s
+from shared.connection import REDIS_ERRORS
+from shared.redis_pool import backoff_s
 from shared.streams import Entry, parse_entries
 
 logger = logging.getLogger("bernard.api")

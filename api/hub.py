@@ -27,7 +27,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from shared import keys
-from shared.connection import backoff_s, reply_text
+from shared.connection import reply_text
+from shared.redis_pool import backoff_s
 from shared.streams import Entry, entry_key, parse_entries
 
 logger = logging.getLogger("bernard.api")

@@ -7,7 +7,7 @@ busy worker every command then waited behind everything else ready to run (the p
 XADD at 100 streams was 14 ms). redis-py 7 replaced that read with a look at the
 connection's reader (#4063), but arq pins redis < 6. `unfit` makes redis-py 7's check on
 redis-py 5: the connection's `_reader` (its `asyncio.StreamReader`, None before it
-connects) has seen the server's EOF, or holds bytes nobody read. shared/connection.py's
+connects) has seen the server's EOF, or holds bytes nobody read. shared/redis_pool.py's
 `PromptPool` uses it; tests/compat/test_redis.py holds it.
 """
 

@@ -45,7 +45,8 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from compat.redis_cluster import AskingCluster
 from shared import keys
-from shared.connection import (
+from shared.redaction import redact_url
+from shared.redis_pool import (
     RETRIES,
     PromptPool,
     hiredis_packing,
@@ -53,7 +54,6 @@ from shared.connection import (
     pooled_client,
     retry_policy,
 )
-from shared.redaction import redact_url
 from shared.scripts import in_pipeline
 
 _SENTINEL_PORT = 26379
@@ -192,7 +192,8 @@ class Backend:
         **kwargs: object,
     ) -> Redis:
         """A client of `address`'s servers that retries connection errors with backoff, as
-        shared/connection.py `connect` describes: arq's `ArqRedis` on a `PromptPool`."""
+        shared/connection.py `connect` describes: arq's `ArqRedis` on a `PromptPool`
+        (shared/redis_pool.py)."""
         pool = PromptPool.from_url(address.url, **pool_options(retries, max_connections, kwargs))
         return pooled_client(pool)
 

@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from arq.constants import expires_extra_ms, job_key_prefix, result_key_prefix
@@ -26,7 +26,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from shared import keys
-from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
 
 logger = logging.getLogger("bernard.queue")
 

@@ -12,6 +12,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.backends import parse_url
+from shared.webhooks import check_webhook_settings
+
 MODEL_ID = "bernard-v1"
 # Whom every request belongs to while `BERNARD_API_KEYS` is unset (api/auth.py).
 LOCAL_USER = "local"
@@ -575,9 +578,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _queue_is_one_primary(self) -> Settings:
-        # The modules that read URLs build on this one.
-        from shared.backends import parse_url
-
         try:
             backend = parse_url(self.queue_url).backend
         except ValueError:
@@ -588,9 +588,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _webhooks_are_signed(self) -> Settings:
-        # The module that reads them builds on this one.
-        from shared.webhooks import check_webhook_settings
-
         check_webhook_settings(self)
         return self
 

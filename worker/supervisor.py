@@ -26,7 +26,7 @@ from redis.exceptions import OutOfMemoryError, RedisError
 from shared import keys
 from shared.backends import backend_of
 from shared.cancel import Stop
-from shared.connection import REDIS_ERRORS, STORE_LOST, backoff_s
+from shared.connection import REDIS_ERRORS, STORE_LOST
 from shared.endings import completed
 from shared.errors import ErrorCode
 from shared.events import (
@@ -43,6 +43,7 @@ from shared.logs import TURN_FIELDS
 from shared.records.conversation import ConversationFullError
 from shared.records.keeper import RecordKeeper
 from shared.records.writes import Recorder
+from shared.redis_pool import backoff_s
 from shared.settings import Settings
 from shared.streams import StreamBatcher, StreamWriter, TurnOverError
 from shared.turn_record import TurnRecord

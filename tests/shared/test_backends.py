@@ -28,7 +28,8 @@ from shared.backends import (
     backend_of,
     holds_queue,
 )
-from shared.connection import backoff_s, connect, connect_data, wait_until_reachable
+from shared.connection import connect, connect_data, wait_until_reachable
+from shared.redis_pool import backoff_s
 from tests.conftest import TEST_REDIS_URL
 
 

@@ -1,4 +1,4 @@
-"""Commands packed by hiredis (shared/connection.py `HiredisPacking`) are the bytes
+"""Commands packed by hiredis (shared/redis_pool.py `HiredisPacking`) are the bytes
 redis-py's own asyncio packer makes, and what it refuses is refused the same way."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from shared.connection import HiredisPacking, connect, connect_data, hiredis_packing
+from shared.connection import connect, connect_data
+from shared.redis_pool import HiredisPacking, hiredis_packing
 from tests.conftest import TEST_REDIS_URL
 
 LIBRARY = Connection()
