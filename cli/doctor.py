@@ -28,11 +28,10 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.client import Api, ApiError
-from launcher.redis_server import error_text
 from shared import keys
 from shared.connection import REDIS_ERRORS, connect, connect_data, redact
 from shared.redaction import redact_urls
-from shared.redis_checks import ServerFacts, server_facts
+from shared.redis_checks import ServerFacts, redis_error_text, server_facts
 from shared.status import ModelStatus
 from shared.status import Status as ServerStatus
 
@@ -210,10 +209,10 @@ async def _on_redis(url: str, use: Callable[[Redis], Awaitable[T]], *, data: boo
 
 def _unreachable(exc: Exception, url: str) -> str:
     if isinstance(exc, ValueError):
-        return f"cannot use {redact(url)}: {error_text(exc, url)}"
+        return f"cannot use {redact(url)}: {redis_error_text(exc, url)}"
     if isinstance(exc, TimeoutError) and not str(exc):  # the deadline of `_on_redis`
         return f"no Redis answers at {redact(url)} within {TIMEOUT_S:g} s"
-    return f"no Redis answers at {redact(url)}: {error_text(exc, url)}"
+    return f"no Redis answers at {redact(url)}: {redis_error_text(exc, url)}"
 
 
 def api_checks(api: Api) -> tuple[list[Check], ServerStatus | None]:

@@ -14,7 +14,6 @@ Production runs Redis with AOF, see deploy/.
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 import socket
 import subprocess
@@ -28,7 +27,7 @@ import redis
 from launcher.children import stop_process
 from shared.backends import parse_url
 from shared.connection import REDIS_ERRORS, connect_data
-from shared.redaction import url_secrets
+from shared.redis_checks import redis_error_text
 
 EPHEMERAL_ARGS = ("--save", "", "--appendonly", "no")
 # Every write goes to the append-only file, fsynced once a second and on shutdown; no RDB
@@ -79,7 +78,7 @@ def ping_error(url: str, timeout_s: float = 0.5) -> str | None:
     try:
         address = parse_url(url)
     except ValueError as exc:
-        return error_text(exc, url)
+        return redis_error_text(exc, url)
     if not address.backend.redis_py_url:
         return asyncio.run(_async_ping_error(url, timeout_s))
     try:
@@ -87,11 +86,11 @@ def ping_error(url: str, timeout_s: float = 0.5) -> str | None:
             url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
         )
     except ValueError as exc:
-        return error_text(exc, url)
+        return redis_error_text(exc, url)
     try:
         return None if client.ping() else "PING failed"
     except (redis.RedisError, OSError) as exc:
-        return error_text(exc, url)
+        return redis_error_text(exc, url)
     finally:
         client.close()
 
@@ -100,14 +99,14 @@ async def _async_ping_error(url: str, timeout_s: float) -> str | None:
     try:
         client = connect_data(url, retries=0)
     except ValueError as exc:
-        return error_text(exc, url)
+        return redis_error_text(exc, url)
     try:
         async with asyncio.timeout(timeout_s):
             return None if await client.ping() else "PING failed"
     except TimeoutError:  # the deadline above (a Redis one is a RedisError)
         return f"no answer within {timeout_s:g} s"
     except REDIS_ERRORS as exc:
-        return error_text(exc, url)
+        return redis_error_text(exc, url)
     finally:
         await client.aclose()
 
@@ -142,22 +141,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 def local_url(port: int) -> str:
     """The URL of our own Redis on 127.0.0.1:`port`."""
     return f"redis://127.0.0.1:{port}/0"
-
-
-def error_text(exc: BaseException, url: str) -> str:
-    """What went wrong reaching `url`, for people to read: without its passwords, and with
-    the clients redis-py names in a Sentinel error (`<redis.asyncio.client.Redis(...)>`)
-    written as the `host:port` they tried."""
-    text = _CLIENT_REPR.sub(r"\1:\2", str(exc) or type(exc).__name__)
-    for secret in url_secrets(url):
-        text = text.replace(secret, "***")
-    return text
-
-
-# redis-py's repr of a client, as in "No master found for 'service' : <repr> - <error>, ..."
-_CLIENT_REPR = re.compile(
-    r"<redis\.[\w.]+\.Redis\(<[^<>]*<[^<>]*\(host=([^,]+),port=(\d+)[^<>]*>\)>\)>"
-)
 
 
 def redis_argv(binary: str, port: int, workdir: Path, *, persist: bool = False) -> list[str]:

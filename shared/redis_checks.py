@@ -1,9 +1,11 @@
-"""Checks on the Redis servers Bernard uses: the start-up warning both processes give, and
-the facts `bernard doctor` and `GET /v1/status` judge."""
+"""Checks on the Redis servers Bernard uses: the start-up warning both processes give, the
+facts `bernard doctor` and `GET /v1/status` judge, and what went wrong reaching one, as
+`bernard doctor` and `./run` say it (`redis_error_text`)."""
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from pydantic import BaseModel
@@ -11,6 +13,23 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
 
 from shared.backends import backend_of
+from shared.redaction import url_secrets
+
+
+def redis_error_text(exc: BaseException, url: str) -> str:
+    """What went wrong reaching `url`, for people to read: without its passwords, and with
+    the clients redis-py names in a Sentinel error (`<redis.asyncio.client.Redis(...)>`)
+    written as the `host:port` they tried."""
+    text = _CLIENT_REPR.sub(r"\1:\2", str(exc) or type(exc).__name__)
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+# redis-py's repr of a client, as in "No master found for 'service' : <repr> - <error>, ..."
+_CLIENT_REPR = re.compile(
+    r"<redis\.[\w.]+\.Redis\(<[^<>]*<[^<>]*\(host=([^,]+),port=(\d+)[^<>]*>\)>\)>"
+)
 
 
 async def warn_if_evicting(redis: Redis, logger: logging.Logger) -> None:
