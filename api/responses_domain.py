@@ -99,6 +99,7 @@ def turn_request_of(
             client_tools=client_tools or [],
             tool_choice=body.chat_tool_choice(),
             parallel_tool_calls=body.parallel_tool_calls,
+            kept=body.store,
         ),
         Delivery(
             "responses",
@@ -110,7 +111,6 @@ def turn_request_of(
             on_disconnect="cancel" if body.stream and not body.background else "continue",
             webhook_url=body.webhook_url,
             echo={k: v for k, v in echo.items() if v is not None},
-            kept=body.store,
         ),
     )
 

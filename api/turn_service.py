@@ -241,7 +241,7 @@ def stream_response(
     `encoder` (the one `resume` was located with; else a fresh one of the turn's)."""
 
     async def on_detach(finished: bool) -> None:
-        if not record.request.delivery.kept:
+        if not record.request.agent.kept:
             if not finished:
                 # Nobody can come back to it (no route finds it): stopped at once, with
                 # no grace for a return, and forgotten.
@@ -304,13 +304,13 @@ async def wait_for_answer(state: AppState, record: TurnRecord, encoder: Encoder)
             finished = await state.store.get(record.id)
             result = (finished.result if finished else None) or result
     finally:
-        if not record.request.delivery.kept:
+        if not record.request.agent.kept:
             await forget_unkept(state, record)
     return JSONResponse(encoder.answer(done, kept, result), headers=turn_headers(record))
 
 
 async def forget_unkept(state: AppState, record: TurnRecord) -> None:
-    """Forget a turn that is not kept (`Delivery.kept`) once its end was read: its record
+    """Forget a turn that is not kept (`AgentRequest.kept`) once its end was read: its record
     and stream go (after `FORGET_GRACE_S` for their emptied keys), as a deleted
     conversation's turns do. Should this fail, they expire with the turn's retention."""
     try:

@@ -83,6 +83,11 @@ class AgentRequest:
     # ran): the turn it waited behind ("" for none). It runs once it holds the
     # conversation (shared/turns/line.py `TurnStore.take_turn`).
     follows: str | None = None
+    # False: the turn is kept no longer than its delivery needs (the Responses API's
+    # `store: false`): it has no conversation, so no tool call may wait for the user's
+    # decision (worker/harness/router.py); the API forgets it once its answer or its
+    # stream's `done` went out (api/turn_service.py), and no route finds it by id.
+    kept: bool = True
 
     def sampling(self) -> dict[str, Any]:
         """The sampling options the client set, as model call keyword arguments."""
@@ -124,10 +129,6 @@ class Delivery:
     # creates the turn (api/turn_service.py), which also writes it where the turn's ending
     # reads it: the record's `webhook` field (shared/turns/creation.py `TurnStore.create`).
     webhook_url: str | None = None
-    # False: the turn is kept no longer than its delivery needs (the Responses API's
-    # `store: false`): it has no conversation, the API forgets it once its answer or its
-    # stream's `done` went out (api/turn_service.py), and no route finds it by id.
-    kept: bool = True
 
 
 _AGENT_FIELDS = frozenset(f.name for f in fields(AgentRequest))

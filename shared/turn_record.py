@@ -71,7 +71,7 @@ class TurnRecord:
     def found_by(self, owner: str) -> bool:
         """Whether `owner` finds this turn by its id or in a list: it is theirs, and kept (a
         turn with `store: false` is found by no route, as OpenAI's unstored responses)."""
-        return self.owner == owner and self.request.delivery.kept
+        return self.owner == owner and self.request.agent.kept
 
     @property
     def finished(self) -> bool:
@@ -94,7 +94,7 @@ class TurnRecord:
             fields["tools"] = orjson.dumps(self.request.agent.client_tools)
         # What of it its owner's storage budget counts while it is kept (shared/budgets.py);
         # an unkept turn is forgotten once delivered.
-        counted = budgets.counted_bytes(len(request)) if self.request.delivery.kept else 0
+        counted = budgets.counted_bytes(len(request)) if self.request.agent.kept else 0
         if counted:
             fields["counted"] = str(counted)
         if self.conversation_id:

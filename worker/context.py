@@ -81,10 +81,6 @@ class TurnContext:
     # Calls of tools that change the world, proposed by the router and waiting for the
     # user's decision: the turn ends `awaiting_confirmation` instead of answering.
     pending: list[Proposal] = field(default_factory=list)
-    # False for a turn nobody keeps (shared/requests.py `Delivery.kept`: a Responses
-    # request with `store: false`). A decision continues the turn's conversation, and such
-    # a turn has none, so no call may wait for one (worker/harness/router.py).
-    kept: bool = True
     # Calls of the client's own tools ({id, type, function: {name, arguments}}): the turn
     # ends on them (finish_reason "tool_calls") without an answer, and the client runs them.
     client_calls: list[dict[str, Any]] = field(default_factory=list)

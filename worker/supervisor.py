@@ -428,7 +428,6 @@ class TurnSupervisor:
             conversation_id=record.conversation_id,
             tool_settings=self.tool_settings,
         )
-        ctx.kept = record.request.delivery.kept
         ctx.stop_cause = lambda: self._stop_cause(record.id)
         telemetry.usage = ctx.usage
         return ctx

@@ -173,7 +173,7 @@ def response_object(
         "parallel_tool_calls": agent.parallel_tool_calls,
         "previous_response_id": echo.get("previous_response_id"),
         "conversation": {"id": record.conversation_id} if record.conversation_id else None,
-        "store": record.request.delivery.kept,
+        "store": record.request.agent.kept,
         "temperature": agent.temperature,
         "text": {"format": {"type": "text"}},
         "tool_choice": echo.get("tool_choice") or "auto",

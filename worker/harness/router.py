@@ -305,7 +305,7 @@ async def rule(ctx: TurnContext, call: PlannedCall, tools: Mapping[str, BaseTool
 
 async def room_to_wait(ctx: TurnContext) -> tuple[int, str]:
     """How many of a step's calls may wait for the user's decision, and why no more."""
-    if not ctx.kept:
+    if not ctx.request.kept:
         return 0, (
             "this turn is kept in no conversation (store: false), so nobody can confirm a "
             "call that changes the world; it can be asked for in a stored response"
