@@ -70,6 +70,9 @@ class Encoder(Framing, Protocol):
     # Whether this encoding shows the conversation rows a turn stores (`message` events):
     # the turn's stream then holds them (shared/requests.py `AgentRequest.rows`).
     shows_rows: ClassVar[bool]
+    # The id a client knows the turn by is this prefix and the turn id (a response's
+    # `resp_<turn id>`; "": the turn id): a webhook event names the turn so.
+    subject_prefix: ClassVar[str]
 
     def __init__(self, record: TurnRecord) -> None:
         """An encoder of `record`'s turn, for one client."""

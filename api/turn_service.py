@@ -29,7 +29,7 @@ from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
 from api.conversations import Multitask, Opened, after_claim, give_back, machine
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
-from api.encodings import ENCODINGS, encoder_for
+from api.encodings import ENCODINGS, encoder_for, subject_of
 from api.errors import RETRY_AFTER_S, ApiError, invalid
 from api.metrics import TURNS_CREATED
 from api.relay import relay
@@ -169,6 +169,7 @@ async def start_turn(
             # In line: due once the line reaches it, or at the latest once the turn it
             # waits behind must have ended, should nobody live to move the line on.
             defer_s=settings.turn_timeout_s + 60 if request.agent.follows is not None else 0,
+            webhook_subject=subject_of(delivery.encoding, turn_id),
         )
         if opened is not None and request.agent.follows is not None:
             await after_claim(

@@ -87,20 +87,10 @@ def check_webhook_settings(settings: Settings) -> None:
         )
 
 
-# The id a client knows a turn by, where it is not the turn id, by the turn's encoding: a
-# Responses response is `resp_<turn id>` (api/encodings/responses.py `RESPONSE_PREFIX`).
-_SUBJECT_PREFIXES = {"responses": "resp_"}
-
-
-def subject_of(encoding: str, turn_id: str) -> str:
-    """The id an event about the turn names (`data.id`): the one its client was given."""
-    return _SUBJECT_PREFIXES.get(encoding, "") + turn_id
-
-
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where a turn's webhook goes: the URL, the queue its delivery job goes on, and the
-    id the event names (`subject_of`)."""
+    id the event names: the one its client was given (api/encodings/ `subject_of`)."""
 
     url: str
     queue: str

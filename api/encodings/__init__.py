@@ -14,7 +14,7 @@ from api.encodings.conversation import ConversationEncoder
 from api.encodings.responses import ResponsesEncoder
 from shared.turn_record import TurnRecord
 
-__all__ = ["ENCODINGS", "encoder_for"]
+__all__ = ["ENCODINGS", "encoder_for", "subject_of"]
 
 ENCODINGS: dict[str, type[Encoder]] = {
     "chat": ChatEncoder,
@@ -27,3 +27,8 @@ ENCODINGS: dict[str, type[Encoder]] = {
 def encoder_for(record: TurnRecord) -> Encoder:
     """A fresh encoder of the turn's encoding, for one client's stream or answer."""
     return ENCODINGS[record.request.delivery.encoding](record)
+
+
+def subject_of(encoding: str, turn_id: str) -> str:
+    """The id a client of `encoding` knows the turn by: the one a webhook event names."""
+    return ENCODINGS[encoding].subject_prefix + turn_id

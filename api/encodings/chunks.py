@@ -28,6 +28,7 @@ class ChunkEncoder(ABC):
     keep: ClassVar[tuple[type[Event], ...]] = ()
     reads_result: ClassVar[bool] = True
     shows_rows: ClassVar[bool] = False
+    subject_prefix: ClassVar[str] = ""
     # The completion's id is this prefix and the turn's id; `object` of its chunks.
     ID_PREFIX: ClassVar[str]
     CHUNK_OBJECT: ClassVar[str]

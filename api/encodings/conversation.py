@@ -36,6 +36,7 @@ class ConversationEncoder:
     keep: ClassVar[tuple[type[Event], ...]] = (AwaitingConfirmation, MessageStored)
     reads_result: ClassVar[bool] = False
     shows_rows: ClassVar[bool] = True
+    subject_prefix: ClassVar[str] = ""
 
     def __init__(self, record: TurnRecord) -> None:
         self.record = record

@@ -249,6 +249,7 @@ class ResponsesEncoder:
     keep: ClassVar[tuple[type[Event], ...]] = ()
     reads_result: ClassVar[bool] = True
     shows_rows: ClassVar[bool] = False
+    subject_prefix: ClassVar[str] = RESPONSE_PREFIX
 
     def __init__(self, record: TurnRecord, starting_after: int = -1) -> None:
         self.record = record

@@ -18,7 +18,7 @@ from shared.queue import enqueue
 from shared.scripts import in_pipeline
 from shared.turn_record import TurnRecord
 from shared.turns.moves import Moving
-from shared.webhooks import TARGET_FIELD, Target, subject_of
+from shared.webhooks import TARGET_FIELD, Target
 
 
 class Creating(Moving):
@@ -33,6 +33,7 @@ class Creating(Moving):
         attachment: str | None = None,
         attachment_expiry: float = 0.0,
         defer_s: float = 0.0,
+        webhook_subject: str | None = None,
     ) -> str:
         """Store the record and open its stream with a `start` entry (one script), then
         enqueue its job on `queue_name` (None: no job), deferred `defer_s` (a turn waiting
@@ -44,6 +45,7 @@ class Creating(Moving):
         turn that no worker ever finishes; finishing resets it to retention. The turn also
         enters its owner's index (`recent`), which outlives every turn it lists. Should the
         enqueue fail, the turn is ended `turn_lost` before the error goes on.
+        `webhook_subject` is the id a webhook event names the turn by (None: its id).
         """
         stored = record.to_redis()
         counted = int(stored.get("counted", 0))
@@ -51,7 +53,7 @@ class Creating(Moving):
         webhook_url = record.request.delivery.webhook_url
         if webhook_url is not None and queue_name is not None:
             # Where its ending finds it (`finish`).
-            subject = subject_of(record.request.delivery.encoding, record.id)
+            subject = webhook_subject or record.id
             fields += [TARGET_FIELD, Target(webhook_url, queue_name, subject).stored()]
         lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
         index = keys.turns(record.owner)

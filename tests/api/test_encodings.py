@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from api.encoding import Frame, Named
-from api.encodings import encoder_for
+from api.encodings import ENCODINGS, encoder_for, subject_of
 from shared.endings import completed, ended
 from shared.errors import ErrorCode
 from shared.events import (
@@ -153,3 +153,15 @@ def test_a_turn_ended_on_client_calls_is_polled_and_replayed_with_them(config: s
     finished.status, finished.result = "completed", HANDED_OVER
     compacted = wire(encoder_for(finished).compacted(finished))
     assert compacted == EXPECTED["compacted_client_calls"][config]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "subject"),
+    [("chat", "abc"), ("completion", "abc"), ("conversation", "abc"), ("responses", "resp_abc")],
+)
+def test_a_webhook_names_the_turn_as_its_client_knows_it(encoding: str, subject: str) -> None:
+    assert subject_of(encoding, "abc") == subject
+
+
+def test_every_encoding_is_tested_for_its_subject() -> None:
+    assert sorted(ENCODINGS) == ["chat", "completion", "conversation", "responses"]

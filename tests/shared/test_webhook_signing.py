@@ -26,7 +26,6 @@ from shared.webhooks import (
     secret_key,
     sign,
     signed_headers,
-    subject_of,
 )
 
 # base64 of b"bernard webhook test key".
@@ -81,14 +80,6 @@ def test_the_body_is_openais_event() -> None:
         b'{"id":"evt_abc","object":"event","created_at":1764201600,'
         b'"type":"response.failed","data":{"id":"resp_abc"}}'
     )
-
-
-@pytest.mark.parametrize(
-    ("encoding", "subject"),
-    [("chat", "abc"), ("completion", "abc"), ("conversation", "abc"), ("responses", "resp_abc")],
-)
-def test_an_event_names_the_turn_as_its_client_knows_it(encoding: str, subject: str) -> None:
-    assert subject_of(encoding, "abc") == subject
 
 
 @pytest.mark.parametrize(
