@@ -173,6 +173,9 @@ class Backend:
     queue_refused: ClassVar[str] = ""
     # Whether redis-py reads its URLs itself (`redis.Redis.from_url`, sync or asyncio).
     redis_py_url: ClassVar[bool] = True
+    # Whether a command of many keys is sent as one command per slot: then an `EXISTS` of
+    # many turns' keys costs one command a turn (worker/liveness.py looks at fewer a time).
+    splits_by_slot: ClassVar[bool] = False
 
     def __init__(self, client: Redis) -> None:
         self.client = client
@@ -543,6 +546,7 @@ class ClusterBackend(_ChannelWake):
 
     schemes: ClassVar[tuple[str, ...]] = ("redis+cluster", "rediss+cluster")
     redis_py_url: ClassVar[bool] = False
+    splits_by_slot: ClassVar[bool] = True
 
     @classmethod
     def parse(cls, url: str) -> RedisAddress:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from shared import keys
-from shared.backends import Kind, backend_of
+from shared.backends import backend_of
 from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
 from shared.lifecycle import RENEWAL_STOPS, Cause, Renewal
 from shared.liveness import CHUNK, Liveness
@@ -188,7 +188,7 @@ class LivenessKeeper:
             # (should Redis not take it yet, every reaper tries again: shared/liveness.py).
             await store.end_lapsed(stray, cause=Cause.LET_GO)
         looked_at = turns
-        if backend_of(store.redis).kind is Kind.CLUSTER:
+        if backend_of(store.redis).splits_by_slot:
             round_ = self._renewals % _CLUSTER_RECORD_ROUNDS
             looked_at = [t for t in turns if hash(t) % _CLUSTER_RECORD_ROUNDS == round_]
         stops: dict[str, Renewal] = {}

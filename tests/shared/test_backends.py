@@ -27,6 +27,7 @@ from shared.backends import (
     Wake,
     backend_of,
     holds_queue,
+    parse_url,
 )
 from shared.connection import connect, connect_data, wait_until_reachable
 from shared.redis_pool import backoff_s
@@ -72,6 +73,14 @@ async def test_a_clients_backend_is_its_topologys(
 )
 def test_arqs_queue_lives_on_one_primary_never_a_cluster(kind: Kind, holds: bool) -> None:
     assert holds_queue(kind) is holds
+
+
+@pytest.mark.parametrize(
+    ("url", "splits"),
+    [("redis://h", False), ("redis+sentinel://h/mymaster", False), ("redis+cluster://h", True)],
+)
+def test_only_a_cluster_sends_a_command_of_many_keys_one_per_slot(url: str, splits: bool) -> None:
+    assert parse_url(url).backend.splits_by_slot is splits
 
 
 @pytest.mark.parametrize(
