@@ -253,7 +253,7 @@ class BenchUpstream:
 
         found: Exchange | None
         try:
-            found = await self.upstream._wait(ended, wait_s) if wait_s > 0 else self._find(tag)
+            found = await self.upstream.wait_until(ended, wait_s) if wait_s > 0 else self._find(tag)
         except TimeoutError:
             found = self._find(tag)
         router = self._router_by_tag.get(tag)

@@ -455,12 +455,12 @@ class ScriptedUpstream:
 
     async def wait_router_requests(self, count: int = 1, timeout_s: float = 5.0) -> list[Body]:
         """Wait until at least `count` router requests have arrived."""
-        await self._wait(lambda: len(self.router_exchanges) >= count, timeout_s)
+        await self.wait_until(lambda: len(self.router_exchanges) >= count, timeout_s)
         return self.router_requests
 
     async def wait_requests(self, count: int = 1, timeout_s: float = 5.0) -> list[Body]:
         """Wait until at least `count` requests have arrived."""
-        await self._wait(lambda: len(self.exchanges) >= count, timeout_s)
+        await self.wait_until(lambda: len(self.exchanges) >= count, timeout_s)
         return self.requests
 
     async def wait_disconnect(self, index: int | None = None, timeout_s: float = 5.0) -> Exchange:
@@ -470,14 +470,14 @@ class ScriptedUpstream:
             candidates = self.exchanges if index is None else self.exchanges[index : index + 1]
             return next((ex for ex in candidates if ex.disconnected_at is not None), None)
 
-        return await self._wait(found, timeout_s)
+        return await self.wait_until(found, timeout_s)
 
     async def wait_ended(self, index: int = -1, timeout_s: float = 5.0) -> Exchange:
         """Wait until exchange `index` (default: the latest, once one exists) is over."""
         await self.wait_requests(1 if index < 0 else index + 1, timeout_s)
-        return await self._wait(lambda: (ex := self.exchanges[index]).ended and ex, timeout_s)
+        return await self.wait_until(lambda: (ex := self.exchanges[index]).ended and ex, timeout_s)
 
-    async def _wait(self, predicate: Callable[[], Any], timeout_s: float) -> Any:
+    async def wait_until(self, predicate: Callable[[], Any], timeout_s: float) -> Any:
         async with asyncio.timeout(timeout_s):
             while True:
                 changed = self._changed

@@ -109,7 +109,7 @@ class ChatEncoder(ChunkEncoder):
             case Error():
                 return [self._extension("error", asdict(event))]
             case Done():
-                return self._ending(event)
+                return self.done_frames(event)
         return []
 
     def _replay(self, result: TurnResult, extra: dict[str, Any]) -> list[Frame]:

@@ -57,7 +57,7 @@ class ChunkEncoder(ABC):
     @abstractmethod
     def body(self, result: TurnResult) -> dict[str, Any]: ...
 
-    def _ending(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
+    def done_frames(self, done: Done, extra: dict[str, Any] | None = None) -> list[Frame]:
         error = terminal_error(done)
         if error is not None:
             return [json_frame({"error": {**error, "param": None}}), DONE]
@@ -74,7 +74,7 @@ class ChunkEncoder(ABC):
         frames = []
         if record.status == "completed":
             frames = self._replay(record.result or TurnResult(), marked)
-        return [*frames, *self._ending(final_event(record), marked)]
+        return [*frames, *self.done_frames(final_event(record), marked)]
 
     def _replay(self, result: TurnResult, extra: dict[str, Any]) -> list[Frame]:
         """What a completed turn's compacted replay holds before its ending."""

@@ -37,7 +37,7 @@ class CompletionEncoder(ChunkEncoder):
             case Delta(text=text):
                 return [self._choice(text)]
             case Done():
-                return self._ending(event)
+                return self.done_frames(event)
         return []
 
     def body(self, result: TurnResult) -> dict[str, Any]:

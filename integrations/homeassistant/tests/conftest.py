@@ -120,7 +120,7 @@ async def bernard(socket_enabled: None) -> AsyncIterator[ScriptedBernard]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     scripted.url = f"http://127.0.0.1:{port}"
     yield scripted
     await runner.cleanup()
