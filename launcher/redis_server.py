@@ -215,13 +215,6 @@ def _remembered_port(state_dir: Path) -> int | None:
     return port if 0 < port < 65536 else None
 
 
-def embedded_redis_url(state_dir: Path) -> str | None:
-    """The URL of the embedded Redis last started with `state_dir` (`start_embedded_redis`),
-    as its remembered port says; None when none was. It may have stopped since."""
-    port = _remembered_port(state_dir)
-    return None if port is None else local_url(port)
-
-
 def _serves_dir(url: str, data_dir: Path) -> bool:
     """True when the Redis at `url` answers and keeps its files in `data_dir`."""
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
