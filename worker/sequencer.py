@@ -38,8 +38,8 @@ class Sequencer(Generic[T]):
 
     Single consumer: `__aiter__` always returns the same iterator, the way a generator is its
     own iterator, so `aclose()` on the sequencer and on that iterator are the same thing.
-    Producers may call `chain()` at any time from the same event loop; a source chained after
-    the consumer has gone is closed rather than left half-open.
+    Producers may call `chain()` at any time from the same event loop, until `chain(None)`
+    or until the consumer has gone.
     """
 
     def __init__(self) -> None:
@@ -47,31 +47,15 @@ class Sequencer(Generic[T]):
         self._ended = False
         self._stopped = False
         self._iterator: AsyncGenerator[T, None] | None = None
-        # Strong references to late-close tasks, or the loop may drop them mid-flight.
-        self._closing: set[asyncio.Task[None]] = set()
-
-    @property
-    def ended(self) -> bool:
-        """True once `chain(None)` was called: no further source is accepted."""
-        return self._ended
-
-    @property
-    def stopped(self) -> bool:
-        """True once the consumer is gone (finished, failed or closed); producers may stop."""
-        return self._stopped
 
     def chain(self, source: AsyncIterable[T] | None) -> None:
         """Queue `source` after the sources chained so far; `None` ends the sequence.
 
-        Raises `RuntimeError` when called after `chain(None)`: a source chained then would be
-        silently lost, which is always a bug in the producer.
+        Raises `RuntimeError` when called after `chain(None)` or once the consumer has gone: a
+        source chained then would never be read, which is always a bug in the producer.
         """
-        if self._stopped:
-            if source is not None:
-                self._close_later(source)
-            return
-        if self._ended:
-            raise RuntimeError("Sequencer.chain() called after chain(None)")
+        if self._ended or self._stopped:
+            raise RuntimeError("Sequencer.chain() called after the sequence ended")
         if source is None:
             self._ended = True
         self._pending.put_nowait(source)
@@ -117,17 +101,6 @@ class Sequencer(Generic[T]):
             source = self._pending.get_nowait()
             if source is not None:
                 await _close_quietly(source)
-
-    def _close_later(self, source: AsyncIterable[T]) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # No loop to run aclose() on: the source was never iterated here, so for an
-            # async generator there is nothing open to release.
-            return
-        task = loop.create_task(_close_quietly(source))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
 
 
 async def _close_quietly(source: object) -> None:
