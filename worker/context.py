@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import (
-    AIMessage,
     BaseMessage,
     SystemMessage,
     convert_to_messages,
@@ -54,10 +53,6 @@ class TurnContext:
     # This turn's router messages as the response model sees them: assistant tool-call
     # messages (without `respond`) and the tool results, whole.
     tool_messages: list[BaseMessage] = field(default_factory=list)
-    # Every router model answer as it came, `respond` calls included (never streamed).
-    router_messages: list[AIMessage] = field(default_factory=list)
-    # True once the router called `respond`: it has what the answer needs.
-    responded: bool = False
     # True once a router step wrote the answer (the roles share a model, and the step
     # called no tool): the response harness has nothing to add.
     answered: bool = False

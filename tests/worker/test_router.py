@@ -125,14 +125,11 @@ async def test_a_tool_call_runs_and_its_result_goes_back_to_the_router(
     assert assistant["tool_calls"][0]["id"] == call.id
     assert tool_message == {"role": "tool", "tool_call_id": call.id, "content": "42"}
 
-    assert ctx.responded
     assert ctx.tool_calls == [{"id": call.id, "name": "calculator", "arguments": call.arguments}]
     assert ctx.tool_outputs == [{"id": call.id, "name": "calculator", "content": "42"}]
     ai, tool_msg = ctx.tool_messages
     assert isinstance(ai, AIMessage) and [c["name"] for c in ai.tool_calls] == ["calculator"]
     assert isinstance(tool_msg, ToolMessage) and tool_msg.content == "42"
-    # `respond` is kept on the context, never in the messages the response model reads.
-    assert [c["name"] for c in ctx.router_messages[-1].tool_calls] == [RESPOND_TOOL_NAME]
     assert ctx.usage["total_tokens"] > 0
 
 
@@ -140,7 +137,7 @@ async def test_respond_is_never_an_event(upstream: ScriptedUpstream) -> None:
     ctx = make_ctx(upstream)
     events = await run(ctx)
     assert kinds(events) == ["llm_prompt", "llm_call_complete"]
-    assert ctx.responded and ctx.tool_messages == [] and ctx.tool_calls == []
+    assert ctx.tool_messages == [] and ctx.tool_calls == []
     assert not only(events, ToolCall) and not only(events, ToolResult)
 
 
@@ -149,7 +146,6 @@ async def test_a_text_answer_without_tools_ends_the_loop(upstream: ScriptedUpstr
     ctx = make_ctx(upstream)
     events = await run(ctx)
     assert kinds(events) == ["llm_prompt", "llm_call_complete"]
-    assert not ctx.responded
     assert len(upstream.router_requests) == 1
 
 
@@ -163,7 +159,6 @@ async def test_respond_next_to_a_tool_call_runs_the_tool_and_stops(
     events = await run(ctx)
     assert [e.name for e in only(events, ToolCall)] == ["get_time"]
     assert len(upstream.router_requests) == 1
-    assert ctx.responded
     ai = ctx.tool_messages[0]
     assert isinstance(ai, AIMessage) and [c["name"] for c in ai.tool_calls] == ["get_time"]
 
@@ -195,7 +190,7 @@ async def test_an_unknown_tool_answers_an_error_and_the_loop_goes_on(
     assert not only(events, Error)  # the model's mistake, not a failure of Bernard's
     fed_back = upstream.router_requests[1]["messages"][-1]
     assert fed_back["role"] == "tool" and fed_back["content"] == result.content
-    assert ctx.responded
+    assert len(upstream.router_requests) == 2
 
 
 async def test_arguments_failing_the_schema_answer_an_error(upstream: ScriptedUpstream) -> None:
@@ -334,7 +329,6 @@ async def test_the_step_limit_yields_an_error_and_ends_the_loop(
     assert len(upstream.router_requests) == 2
     assert isinstance(events[-1], Error) and events[-1].code == "router_step_limit"
     assert [c.index for c in only(events, ToolCall)] == [0, 1]
-    assert not ctx.responded
     assert len(ctx.tool_messages) == 4  # both steps' results reach the response model
 
 

@@ -45,9 +45,9 @@ calls in it, is stored like any other; the client's follow-up sends the calls ba
 shared/records/history_diff.py knows by their ids) with a `tool` message for each, and the
 next turn's router reads them and goes on.
 
-`respond` is the router's way of saying "I have what I need": it is kept on the context
-(`router_messages`, `responded`) and never streamed, and it is left out of the messages the
-response model sees, since an assistant tool call without a tool answer is an invalid prompt.
+`respond` is the router's way of saying "I have what I need": it is never streamed, and it
+is left out of the messages the response model sees, since an assistant tool call without a
+tool answer is an invalid prompt.
 """
 
 from __future__ import annotations
@@ -182,7 +182,6 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             stage="router", model=model, latency_ms=result.latency_ms, usage=result.usage
         )
         yield ModelCallEnded(complete, result)
-        ctx.router_messages.append(result.message)
         message, ran = result.message, False
         if answering is not None:
             # The step answered the waiting calls: they are carried out first, their results
@@ -195,7 +194,6 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             ran = any(d["decision"] == "approve" for d in decisions)
             answering = None
         planned, responded = _plan(message)
-        ctx.responded = ctx.responded or responded
         if spoke and not planned and not ran:
             # The answer, written as it streamed: nothing is left to call.
             ctx.answered = True
