@@ -160,14 +160,13 @@ def test_calculator_tool_schema_shows_only_the_expression_to_the_model() -> None
 # --- progress ---------------------------------------------------------------------------
 
 
-async def test_calculator_reports_progress_into_the_routers_queue_before_its_result() -> None:
-    queue: asyncio.Queue[ToolProgress] = asyncio.Queue()
-    reporter = ProgressReporter(queue, tool_call_id="c3", tool="calculator")
+async def test_calculator_reports_progress_before_its_result() -> None:
+    events: list[ToolProgress] = []
+    reporter = ProgressReporter(events.append, tool_call_id="c3", tool="calculator")
     call = {"name": "calculator", "args": {"expression": "2 + 2"}, "id": "c3", "type": "tool_call"}
 
     message = await calculator.ainvoke(call, config=progress_config(reporter))
 
-    events = [queue.get_nowait() for _ in range(queue.qsize())]
     assert message.content == "4"
     assert [(e.phase, e.message) for e in events] == [
         ("step", "Evaluating 2 + 2"),
@@ -247,17 +246,6 @@ async def test_reporting_from_another_thread_is_delivered_on_the_routers_loop() 
     await asyncio.sleep(0)
 
     assert delivered_on == [loop_thread]
-
-
-async def test_a_full_queue_drops_progress_instead_of_failing_the_tool() -> None:
-    queue: asyncio.Queue[ToolProgress] = asyncio.Queue(maxsize=1)
-    reporter = ProgressReporter(queue, tool_call_id="c7", tool="t")
-
-    reporter.step("one")
-    reporter.step("two")
-
-    assert queue.qsize() == 1
-    assert queue.get_nowait().message == "one"
 
 
 def test_get_reporter_returns_a_silent_reporter_when_none_was_passed() -> None:

@@ -1,10 +1,10 @@
 """Live progress from a running tool, as `shared.events.ToolProgress` events.
 
 The router makes one `ProgressReporter` per tool call, pointed at a sink it drains while the
-tool runs (an `asyncio.Queue` or a callback), and passes it through the tool's
+tool runs (a callback: the put of a queue), and passes it through the tool's
 `RunnableConfig`:
 
-    reporter = ProgressReporter(queue, tool_call_id=call["id"], tool=call["name"])
+    reporter = ProgressReporter(queue.put_nowait, tool_call_id=call["id"], tool=call["name"])
     result = await tool.ainvoke(call, config=progress_config(reporter))
 
 The tool asks for its reporter with `get_reporter(config)`, which hands back a reporter that
@@ -55,22 +55,21 @@ logger = logging.getLogger(__name__)
 class ProgressReporter:
     """Turns a tool's `step`/`progress`/`complete`/`error` calls into `ToolProgress` events.
 
-    `sink` is an `asyncio.Queue` (events are `put_nowait`; a full bounded queue drops the
-    event, since progress is advisory and must never stall the tool) or a callable taking the
-    event. `None` makes a reporter that drops everything. The reporter remembers the event
+    `sink` takes each event (it must not block: progress is advisory and must never stall
+    the tool); `None` makes a reporter that drops everything. The reporter remembers the event
     loop it was made on, so build it in the router's coroutine.
     """
 
     def __init__(
         self,
-        sink: asyncio.Queue[ToolProgress] | ProgressSink | None,
+        sink: ProgressSink | None,
         *,
         tool_call_id: str = "",
         tool: str = "",
     ) -> None:
         self.tool_call_id = tool_call_id
         self.tool = tool
-        self._sink: ProgressSink | None = _as_callable(sink)
+        self._sink = sink
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -156,20 +155,6 @@ def get_reporter(config: RunnableConfig | Mapping[str, Any] | None) -> ProgressR
     configurable = (config or {}).get("configurable") or {}
     reporter = configurable.get(PROGRESS_KEY)
     return reporter if isinstance(reporter, ProgressReporter) else ProgressReporter.noop()
-
-
-def _as_callable(sink: asyncio.Queue[ToolProgress] | ProgressSink | None) -> ProgressSink | None:
-    if sink is None or callable(sink):
-        return sink
-    queue = sink
-
-    def put(event: ToolProgress) -> None:
-        try:
-            queue.put_nowait(event)
-        except asyncio.QueueFull:
-            logger.debug("progress event dropped, queue full: %s", event)
-
-    return put
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
