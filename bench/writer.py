@@ -22,9 +22,10 @@ import time
 from typing import Any
 
 import orjson
+from redis.asyncio import Redis, RedisCluster
 
 from shared import keys
-from shared.backends import Backend, backend_of
+from shared.backends import Backend, ClusterBackend, ClusterNodeBackend, backend_of
 from shared.connection import connect_data
 from shared.events import Delta, Done, TurnStatus, encode
 from shared.streams import STREAM_FIELD
@@ -37,6 +38,26 @@ def synthetic_tokens(turn_id: str, count: int) -> list[str]:
     return echo_tokens(f"relay {turn_id}", count)
 
 
+async def by_primary(backend: Backend, turn_ids: list[str]) -> list[tuple[Backend, list[str]]]:
+    """The turns grouped by the primary holding their streams, each with a backend reaching
+    that primary alone: on a Cluster, no client work per command to find the node. The
+    caller closes the clients of backends other than `backend`."""
+    if not isinstance(backend, ClusterBackend):
+        return [(backend, turn_ids)]
+    cluster = backend.client
+    assert isinstance(cluster, RedisCluster)
+    await cluster.initialize()  # nothing moves slots while the writer writes
+    by_node: dict[tuple[str, int], list[str]] = {}
+    for turn_id in turn_ids:
+        node = cluster.get_node_from_key(keys.events(turn_id))
+        assert node is not None
+        by_node.setdefault((node.host, int(node.port)), []).append(turn_id)
+    return [
+        (ClusterNodeBackend(Redis(host=host, port=port)), ids)
+        for (host, port), ids in by_node.items()
+    ]
+
+
 async def write(spec: dict[str, Any]) -> dict[str, Any]:
     """Append the deltas round by round (one token to every turn per round), then finish."""
     redis = connect_data(spec["redis_url"])
@@ -47,7 +68,7 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
     interval = len(turn_ids) / rate if rate > 0 else 0.0
     store = TurnStore(redis, retention_s=spec["retention_s"], stream_maxlen=maxlen)
     backend = backend_of(redis)
-    shards = await backend.by_primary(turn_ids)
+    shards = await by_primary(backend, turn_ids)
     entries = 0
     started = time.time()
     due = time.monotonic()

@@ -261,12 +261,6 @@ class Backend:
         readers; its reply."""
         return await script(keys=script_keys, args=args)
 
-    async def by_primary(self, stream_ids: list[str]) -> list[tuple[Backend, list[str]]]:
-        """The streams grouped by the primary holding them, each with a backend reaching
-        that primary alone (no Cluster client work per command: bench/writer.py). The
-        caller closes the clients of backends other than this one."""
-        return [(self, stream_ids)]
-
     async def servers_info(self, section: str | None = None) -> dict[str, dict[str, Any]]:
         """`INFO` (`section` of it) of each server holding data, by node name ("" for a lone
         server). Redis errors propagate."""
@@ -536,7 +530,7 @@ class FailoverCountingCluster(AskingCluster):
 
 
 class ClusterNodeBackend(_ChannelWake):
-    """One primary of a Cluster, on a plain client to it (`ClusterBackend.by_primary`): it
+    """One primary of a Cluster, on a plain client to it (bench/writer.py `by_primary`): it
     takes only keys of its own slots."""
 
 
@@ -626,19 +620,6 @@ class ClusterBackend(_ChannelWake):
     def describe(self) -> str:
         nodes = self._cluster.nodes_manager.startup_nodes.values()
         return "redis+cluster://" + ",".join(f"{n.host}:{n.port}" for n in nodes)
-
-    async def by_primary(self, stream_ids: list[str]) -> list[tuple[Backend, list[str]]]:
-        # Nothing moves slots while the caller writes.
-        await self._cluster.initialize()
-        by_node: dict[tuple[str, int], list[str]] = {}
-        for stream_id in stream_ids:
-            node = self._cluster.get_node_from_key(keys.events(stream_id))
-            assert node is not None
-            by_node.setdefault((node.host, int(node.port)), []).append(stream_id)
-        return [
-            (ClusterNodeBackend(Redis(host=host, port=port)), ids)
-            for (host, port), ids in by_node.items()
-        ]
 
     async def servers_info(self, section: str | None = None) -> dict[str, dict[str, Any]]:
         """Each primary's (a replica is read once it is promoted: the client knows the
