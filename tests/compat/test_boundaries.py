@@ -3,8 +3,9 @@ Assistant integration in integrations/) reaches a private name of another librar
 imports nothing of Bernard's but itself, and the API process loads none of the compat
 modules that bring LangChain or arq's worker.
 
-A private name reached is one the module defines itself (Python's convention: a leading
-underscore is the module's own), on `self` as on anything else; any other is another's. This
+A private name reached is one its package defines (Python's convention: a leading underscore
+is the module's own, and a package's modules share theirs, as a base class's attributes in one
+module are its subclasses' in the next), on `self` as on anything else; any other is another's. This
 file also runs as a script (`python test_boundaries.py FILE...`, printing what it finds):
 the integration is written for Home Assistant's Python (3.13), newer than this one.
 """
@@ -57,12 +58,21 @@ def _own_names(tree: ast.AST) -> set[str]:
     return {name for name in names if _private(name)}
 
 
+def _package_names(path: Path) -> set[str]:
+    """The private names the modules beside `path` (its package's) define."""
+    return {
+        name
+        for sibling in path.parent.glob("*.py")
+        for name in _own_names(ast.parse(sibling.read_text(), str(sibling)))
+    }
+
+
 def private_names_reached(path: Path, own_packages: tuple[str, ...]) -> list[str]:
     """Where the module at `path` reaches a private name it does not define: an attribute,
     or an import of a private name from a package not in `own_packages` (relative imports
     are the module's own package's)."""
     tree = ast.parse(path.read_text(), str(path))
-    own = _own_names(tree) | DOCUMENTED
+    own = _package_names(path) | DOCUMENTED
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
