@@ -63,7 +63,7 @@ STORE_LOST: tuple[type[Exception], ...] = (
 def reply_text(value: bytes | str) -> str:
     """A Redis reply's string as text: our clients answer bytes (no `decode_responses`),
     a RESP3 map's keys or a client that decodes give `str`."""
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def connect(

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from shared import budgets, keys
+from shared.connection import reply_text
 from shared.lifecycle import STRANDED_AFTER_S
 
 __all__ = [
@@ -705,7 +706,7 @@ class ConversationMachine:
             pipe.zadd(index, {conversation_id: now}, nx=True)
             pipe.expire(index, self.retention_s)
             reply, *_ = await pipe.execute()
-        return Outcome(_text(reply[0]))
+        return Outcome(reply_text(reply[0]))
 
     async def start(
         self,
@@ -729,10 +730,10 @@ class ConversationMachine:
             strategy,
             max_waiting,
         )
-        outcome = Outcome(_text(reply[0]))
-        active = _text(reply[1]) if len(reply) > 1 else ""
+        outcome = Outcome(reply_text(reply[0]))
+        active = reply_text(reply[1]) if len(reply) > 1 else ""
         if outcome is Outcome.WAITING:
-            stop = _text(reply[3])
+            stop = reply_text(reply[3])
             return Claim(outcome, active or None, waiting=int(reply[2]), stop=stop or None)
         return Claim(outcome, active or None)
 
@@ -740,9 +741,9 @@ class ConversationMachine:
         """`ended`, a turn of the conversation that has ended, leaves its line; if it held
         the conversation, the first turn in line holds it now."""
         reply = await self._run(Transition.ADVANCE, conversation_id, time.time(), ended)
-        outcome = Outcome(_text(reply[0]))
+        outcome = Outcome(reply_text(reply[0]))
         if outcome is Outcome.ADVANCED:
-            return Advance(outcome, _text(reply[1]), int(reply[2]))
+            return Advance(outcome, reply_text(reply[1]), int(reply[2]))
         return Advance(outcome)
 
     async def pause(
@@ -767,7 +768,7 @@ class ConversationMachine:
         reply = await self._run(
             Transition.PAUSE, conversation_id, time.time(), turn_id, repr(until), *pairs
         )
-        outcome = Outcome(_text(reply[0]))
+        outcome = Outcome(reply_text(reply[0]))
         if outcome is Outcome.PAUSED:  # they count against the owner's budget
             lapses = {p["confirmation_id"]: float(p["expires_at"]) for p in proposals}
             await budgets.count_pending(self._redis, self.owner, lapses)
@@ -794,7 +795,7 @@ class ConversationMachine:
             decision,
             orjson.dumps(arguments) if arguments is not None else "",
         )
-        outcome = Outcome(_text(reply[0]))
+        outcome = Outcome(reply_text(reply[0]))
         if outcome in (Outcome.DECIDED, Outcome.RESUMED, Outcome.EXPIRED):
             # No longer waits: out of the owner's budget (shared/budgets.py).
             await budgets.settle_pending(self._redis, self.owner, [confirmation_id])
@@ -811,7 +812,7 @@ class ConversationMachine:
         `decided` in the order proposed); `NO_PROPOSAL` when nothing waits any more, `BUSY`
         while a turn runs."""
         reply = await self._run(Transition.ANSWER, conversation_id, time.time(), turn_id)
-        outcome = Outcome(_text(reply[0]))
+        outcome = Outcome(reply_text(reply[0]))
         if outcome is not Outcome.ANSWERING:
             return Decision(outcome)
         handed = sorted(orjson.loads(reply[1]), key=lambda p: int(p.get("position", 0)))
@@ -826,8 +827,8 @@ class ConversationMachine:
         with the first turn in line behind it as the `holder` now, if one waited);
         `NOT_HOLDER` if another turn holds it by now."""
         reply = await self._run(Transition.UNCLAIM, conversation_id, time.time(), turn_id)
-        holder = _text(reply[1]) if len(reply) > 1 else None
-        return Advance(Outcome(_text(reply[0])), holder)
+        holder = reply_text(reply[1]) if len(reply) > 1 else None
+        return Advance(Outcome(reply_text(reply[0])), holder)
 
     async def announce(
         self, conversation_id: str, message: Mapping[str, Any], *, ended: str | None
@@ -848,7 +849,7 @@ class ConversationMachine:
             reply = await self._run(
                 Transition.ANNOUNCE, conversation_id, now, ended or "", length, item
             )
-            done = _text(reply[0])
+            done = reply_text(reply[0])
             if done == "changed":
                 continue
             if done == Outcome.ANNOUNCED:
@@ -880,20 +881,16 @@ class ConversationMachine:
             # It leaves the owner's index, and its bytes their ledger (shared/budgets.py).
             budgets.forget(pipe, self.owner, [conversation_id])
             proposed, reply, _ = await pipe.execute()
-        await budgets.settle_pending(self._redis, self.owner, [_text(c) for c in proposed])
-        outcome = Outcome(_text(reply[0]))
+        await budgets.settle_pending(self._redis, self.owner, [reply_text(c) for c in proposed])
+        outcome = Outcome(reply_text(reply[0]))
         if outcome is not Outcome.DELETED:
             return Deletion(outcome)
-        active = _text(reply[1]) or None
-        turns = tuple(_text(turn) for turn in reply[2])
-        return Deletion(outcome, active, turns, tuple(_text(turn) for turn in reply[3]))
+        active = reply_text(reply[1]) or None
+        turns = tuple(reply_text(turn) for turn in reply[2])
+        return Deletion(outcome, active, turns, tuple(reply_text(turn) for turn in reply[3]))
 
 
 async def advance(redis: Redis, owner: str, conversation_id: str, ended: str) -> Advance:
     """`ConversationMachine.advance` for a caller that knows no conversation's retention
     (shared/turns/moves.py, as a turn ends): `ADVANCE` renews no TTL."""
     return await ConversationMachine(redis, owner, retention_s=0).advance(conversation_id, ended)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

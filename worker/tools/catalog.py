@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool
 from redis.asyncio import Redis
 
 from shared import keys
+from shared.connection import reply_text
 from shared.deployment import Deployment, models_of, version
 from shared.mcp_health import McpServerHealth, WorkerMcpHealth
 from shared.settings import Settings
@@ -91,8 +92,8 @@ async def publish_mcp_health(
         pipe.zrange(keys.WORKERS, 0, -1)
         pipe.hkeys(keys.MCP_SERVERS)
         alive, fields = await pipe.execute()
-    workers = {_text(w) for w in alive} | {worker_id}
-    stale = [f for f in fields if _text(f) not in workers]
+    workers = {reply_text(w) for w in alive} | {worker_id}
+    stale = [f for f in fields if reply_text(f) not in workers]
     async with redis.pipeline(transaction=False) as pipe:
         if stale:
             pipe.hdel(keys.MCP_SERVERS, *stale)
@@ -104,7 +105,3 @@ async def publish_mcp_health(
 async def withdraw_mcp_health(redis: Redis, worker_id: str) -> None:
     """This worker stopped: its view goes."""
     await redis.hdel(keys.MCP_SERVERS, worker_id)  # type: ignore[misc]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
