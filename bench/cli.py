@@ -196,7 +196,7 @@ subset).
 - **Processes**, each a real child process started as in the Procfile: Redis;
   `uvicorn api.main:app` (1, or 2 in the scale-out run); `python -m worker`
   (1, or 2); `uvicorn bench.baseline:app` (the baseline); the scripted upstream
-  (`python -m bench.upstream`: `tests.upstream.ScriptedUpstream`, real HTTP and SSE on
+  (`python -m bench.upstream`: `tests.support.upstream.ScriptedUpstream`, real HTTP and SSE on
   loopback); and the load generator (this process: uvloop, one raw HTTP/1.1 connection per
   stream, SSE split by hand, JSON parsed only after the run).
 - **Settings:** defaults, except {env}; every process gets `REDIS_URL`,

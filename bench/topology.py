@@ -42,8 +42,8 @@ from bench.report import Section, Table, Verdict, ms, num, write
 from bench.runner import Ui, check_all, drive, echo_directives, relay_latencies
 from bench.stats import Summary
 from shared.connection import connect_data
-from tests.processes import RedisServer
-from tests.topologies import RedisClusterTopology
+from tests.support.processes import RedisServer
+from tests.support.topologies import RedisClusterTopology
 
 
 @dataclass(frozen=True, slots=True)

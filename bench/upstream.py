@@ -1,6 +1,6 @@
 """The benchmark's model: the tests' scripted OpenAI-compatible upstream, in its own process.
 
-`python -m bench.upstream` serves `tests.upstream.ScriptedUpstream` on a free loopback
+`python -m bench.upstream` serves `tests.support.upstream.ScriptedUpstream` on a free loopback
 port, prints `{"port": N}` on its first stdout line and runs until stdin closes or it is
 signalled. It runs in its own process so that the thousands of token chunks it sends do
 not share an event loop with the benchmark's client, whose receive timestamps must stay
@@ -54,7 +54,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bench.gc_hold import collect_held, hold_full_collections
-from tests.upstream import (
+from tests.support.upstream import (
     Body,
     Exchange,
     Reply,

@@ -30,7 +30,7 @@ from shared.connection import connect_data
 from shared.events import Delta, Done, TurnStatus, encode
 from shared.streams import STREAM_FIELD
 from shared.turns import TurnStore
-from tests.upstream import echo_tokens
+from tests.support.upstream import echo_tokens
 
 
 def synthetic_tokens(turn_id: str, count: int) -> list[str]:

@@ -1,76 +1,27 @@
-"""Fixtures for driving Bernard end to end: real Redis, real HTTP, a real arq worker.
+"""The suite's hooks and fixtures; what they are built from is in tests/support/.
 
-The suite owns its Redis: unless `BERNARD_TEST_REDIS_URL` names one (which must then be
-a server or database given over to tests), it starts a private `redis-server` on a free
-loopback port for the session and stops it at the end, so no test reads or writes a
-Redis that other work uses, and nothing is ever flushed.
-
-`stack` runs the FastAPI app on a loopback port and a `WakeWorker` in the test's event
-loop, both against that Redis, with the worker's `ChatOpenAI` pointed at a scripted
-upstream (tests/upstream.py) over real HTTP. Each test gets its own queue name, so jobs
-of one test never reach another's worker, and starts with its users' rate buckets full
-(`fresh_rate_buckets`).
+`stack` is Bernard's API and worker for one test (tests/support/stack.py) on the scripted
+`upstream`; every test starts with its users' rate buckets full (`fresh_rate_buckets`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import contextlib
-import os
-import tempfile
-import uuid
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator
 
-import httpx
-import openai
 import pytest
 import redis.asyncio as redis_asyncio
-from langchain_core.tools import BaseTool
-from langchain_openai import ChatOpenAI
 from redis import Redis as SyncRedis
 
-from api.main import create_app
-from launcher.children import stop_process
-from launcher.redis_server import find_redis_binary, free_port, local_url, start_redis
 from shared import keys
-from shared.connection import connect_data
-from shared.settings import Settings
-from tests.chat import body as chat_body
-from tests.serving import serve
-from tests.sse import Frame, collect
-from tests.upstream import ScriptedUpstream
-from worker.main import create_worker
-from worker.tools.settings import ToolSettings
-from worker.tools.sources import SOURCES, read_tool_settings
-
-
-def _session_redis() -> str:
-    """The URL of the Redis this test session owns, started here unless one was named."""
-    named = os.environ.get("BERNARD_TEST_REDIS_URL")
-    if named:
-        return named
-    workdir = tempfile.mkdtemp(prefix="bernard-test-redis-")
-    port = free_port()
-    proc = start_redis(find_redis_binary(), port, Path(workdir))
-    atexit.register(stop_process, proc)
-    # Children (fault tests' API and worker processes) find it through the environment.
-    url = local_url(port)
-    os.environ["BERNARD_TEST_REDIS_URL"] = url
-    return url
-
-
-TEST_REDIS_URL = _session_redis()
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import ScriptedUpstream
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Refuse a `parametrize` that decorates something other than a test: a helper put
     between a test and its decorator takes the marks, and the test then fails for want of
-    its parameters as fixtures (it happened twice: CI's error on stop 29)."""
+    its parameters as fixtures."""
     modules = {item.module for item in items if isinstance(item, pytest.Function)}
     stray = [
         f"{module.__name__}.{name}"
@@ -106,162 +57,6 @@ async def redis() -> AsyncIterator[redis_asyncio.Redis]:
 async def upstream() -> AsyncIterator[ScriptedUpstream]:
     async with ScriptedUpstream() as server:
         yield server
-
-
-def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) -> Settings:
-    """Settings for one test: its own queue, the scripted upstream, no retries upstream."""
-    values: dict[str, Any] = {
-        "redis_url": TEST_REDIS_URL,
-        "queue_name": f"bernard:test:{uuid.uuid4().hex[:8]}",
-        "llm_max_retries": 0,
-        "llm_timeout_s": 10.0,
-        "disconnect_grace_s": 0.0,
-        "router_model": "router-model",
-        "response_model": "response-model",
-        # A conversation's title is one more router call, in the background: tests that
-        # count or script the upstream's calls would meet it at random. Title tests turn it
-        # on (tests/test_titles.py).
-        "conversation_titles": False,
-        # No policy rules: each tool as it declares itself (a write asks). The tests of the
-        # policy set theirs, or None for the household default (tests/test_policy.py).
-        "policy_file": str(FIXTURES / "policy" / "declared.toml"),
-    }
-    if upstream is not None:
-        values["openai_base_url"] = upstream.base_url
-        values["openai_api_key"] = "test-key"
-    # `Settings` ignores a name it does not have (an operator's `.env` holds others): here
-    # one is a mistake, a tool source's setting given to the wrong class (make_tool_settings).
-    unknown = set(overrides) - set(Settings.model_fields)
-    assert not unknown, f"not fields of Settings: {sorted(unknown)}"
-    values.update(overrides)
-    return Settings(**values)
-
-
-@dataclass(frozen=True)
-class Config:
-    """A test's settings and its tool sources' (worker/tools/settings.py), from one set of
-    values: a test of a tool sets the service's URL and the timeout alike."""
-
-    settings: Settings
-    tools: ToolSettings
-
-    def stack(self, **options: Any) -> contextlib.AbstractAsyncContextManager[Stack]:
-        """`run_stack` on these settings and these tool settings."""
-        return run_stack(self.settings, tool_settings=self.tools, **options)
-
-
-def make_config(upstream: ScriptedUpstream | None = None, **overrides: Any) -> Config:
-    """`make_settings` and `make_tool_settings`, each given the fields it declares."""
-    declared = {name for source in SOURCES for name in source.settings.model_fields}
-    tools = {name: value for name, value in overrides.items() if name in declared}
-    rest = {name: value for name, value in overrides.items() if name not in declared}
-    return Config(make_settings(upstream, **rest), make_tool_settings(**tools))
-
-
-def make_tool_settings(**overrides: Any) -> ToolSettings:
-    """Each tool source's settings for one test (worker/tools/sources.py
-    `read_tool_settings`): `overrides` by field name, whichever source declares it."""
-    values: dict[str, Any] = {
-        # Tools whose service has a public default stay off: tests never reach the internet.
-        "wikipedia_url": "",
-        "open_meteo_url": "",
-        "open_meteo_geocoding_url": "",
-    }
-    values.update(overrides)
-    return read_tool_settings(**values)
-
-
-@dataclass
-class Stack:
-    """A running API and worker; `client` talks to the API over real HTTP."""
-
-    settings: Settings
-    base_url: str
-    client: httpx.AsyncClient
-    redis: redis_asyncio.Redis
-
-    async def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
-        return await self.client.post("/v1/chat/completions", json=chat_body(content, **body))
-
-    def openai(self, key: str = "anything") -> openai.AsyncOpenAI:
-        """The official `openai` SDK pointed at this stack's API, never retrying."""
-        return openai.AsyncOpenAI(base_url=f"{self.base_url}/v1", api_key=key, max_retries=0)
-
-    def langchain(self, **options: Any) -> ChatOpenAI:
-        """LangChain's `ChatOpenAI` pointed at this stack's API, never retrying."""
-        return ChatOpenAI(
-            model="bernard-v1",
-            base_url=f"{self.base_url}/v1",
-            api_key="anything",  # type: ignore[arg-type]
-            max_retries=0,
-            **options,
-        )
-
-    async def background_jobs(self, owner: str) -> int:
-        """The owner's background jobs queued or running, as their budget counts them."""
-        return int(await self.redis.zcard(keys.background_jobs(owner)))
-
-    async def replay(self, turn_id: str, after: str | None = None) -> list[Frame]:
-        """The turn's stream read again (GET /v1/turns/{id}/events), from after `after`."""
-        headers = {"Last-Event-ID": after} if after else {}
-        return await collect(self.client, "GET", f"/v1/turns/{turn_id}/events", headers=headers)
-
-
-@contextlib.asynccontextmanager
-async def run_api(settings: Settings) -> AsyncIterator[str]:
-    async with serve(create_app(settings)) as port:
-        yield f"http://127.0.0.1:{port}"
-
-
-@contextlib.asynccontextmanager
-async def run_worker(
-    settings: Settings,
-    tools: Sequence[BaseTool] | None = None,
-    tool_settings: ToolSettings | None = None,
-) -> AsyncIterator[None]:
-    """An in-process `WakeWorker`; `tools` replaces the default tools when given, and its
-    tool sources' settings are `tool_settings` (default: `make_tool_settings()`)."""
-    worker = create_worker(
-        settings,
-        tools=tools,
-        tool_settings=tool_settings if tool_settings is not None else make_tool_settings(),
-        handle_signals=False,
-    )
-    task = asyncio.create_task(worker.async_run())
-    async with asyncio.timeout(10):
-        while "supervisor" not in worker.ctx:  # started: its on_startup ran
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.005)
-    try:
-        yield
-    finally:
-        if worker.tasks:
-            await asyncio.wait(list(worker.tasks.values()), timeout=5)
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker.close()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-@contextlib.asynccontextmanager
-async def run_stack(
-    settings: Settings,
-    *,
-    worker: bool = True,
-    tools: Sequence[BaseTool] | None = None,
-    tool_settings: ToolSettings | None = None,
-) -> AsyncIterator[Stack]:
-    async with contextlib.AsyncExitStack() as stack:
-        base_url = await stack.enter_async_context(run_api(settings))
-        if worker:
-            await stack.enter_async_context(run_worker(settings, tools, tool_settings))
-        client = await stack.enter_async_context(
-            httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(30.0))
-        )
-        redis = connect_data(settings.redis_url)  # a Cluster's too (tests/topologies.py)
-        stack.push_async_callback(redis.aclose)
-        yield Stack(settings=settings, base_url=base_url, client=client, redis=redis)
 
 
 @pytest.fixture

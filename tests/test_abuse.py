@@ -31,12 +31,12 @@ from shared.records.reads import Archivist
 from shared.requests import AgentRequest, TurnRequest
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
-from tests.chat import body
-from tests.conftest import Stack, make_settings, run_stack
-from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.sse import collect, frames, text_of
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import as_user
+from tests.support.chat import body
+from tests.support.processes import ProcessGroup, private_redis, wait_for
+from tests.support.sse import collect, frames, text_of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import as_user
 from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"

@@ -22,9 +22,9 @@ from langchain_core.tools import BaseTool, tool
 
 from api.auth import LOCAL_USER
 from shared.records.reads import Archivist
-from tests.conftest import Stack, make_settings, run_stack
-from tests.sse import Frame, collect, frames, text_of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.sse import Frame, collect, frames, text_of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools import default_tools, get_reporter
 
 CHAT = "/v1/chat/completions"

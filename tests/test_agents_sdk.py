@@ -20,8 +20,8 @@ from agents import (
 from openai.types.responses import ResponseTextDeltaEvent
 
 from launcher.redis_server import free_port
-from tests.conftest import Stack, make_config
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import Stack, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.demo_model import DEMO_NOTICE
 
 

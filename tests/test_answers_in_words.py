@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from shared.notes import NoteStore
-from tests.conftest import Stack, make_settings, run_stack
-from tests.sse import named_events
-from tests.upstream import Reply, ScriptedUpstream, tool_names
-from tests.users import ALICE, BOB, keys_for_two
+from tests.support.sse import named_events
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream, tool_names
+from tests.support.users import ALICE, BOB, keys_for_two
 
 SSE = {"Accept": "text/event-stream"}
 DOOR = ("save_note", {"text": "the door code is 1234"})

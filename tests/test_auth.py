@@ -12,9 +12,9 @@ from starlette.requests import Request
 from api.auth import from_loopback, host_names
 from shared.records.reads import Archivist
 from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
-from tests.processes import private_redis
-from tests.upstream import ScriptedUpstream
+from tests.support.processes import private_redis
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "bernard-v1", "messages": [{"role": "user", "content": "hi"}]}

@@ -24,10 +24,10 @@ from shared.connection import connect
 from shared.queue import BackgroundKind, background_job_id
 from shared.settings import Settings
 from shared.timers import TimerStore
-from tests.conftest import Stack, make_settings, make_tool_settings, run_stack, run_worker
-from tests.processes import wait_for
-from tests.sse import frames
-from tests.upstream import (
+from tests.support.processes import wait_for
+from tests.support.sse import frames
+from tests.support.stack import Stack, make_settings, make_tool_settings, run_stack, run_worker
+from tests.support.upstream import (
     Body,
     Exchange,
     Reply,
@@ -35,7 +35,7 @@ from tests.upstream import (
     is_router_request,
     last_user_text,
 )
-from tests.users import as_user
+from tests.support.users import as_user
 from worker.main import create_worker
 from worker.summaries import SUMMARY_PROMPT
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Stack, make_settings, run_stack
+from tests.support.stack import Stack, make_settings, run_stack
 
 CHAT = "/v1/chat/completions"
 OK_MESSAGES = [{"role": "user", "content": "hi"}]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bench.upstream import Directive, clock_reply, clock_tokens, directive, route
-from tests.upstream import ROUTER_TOOL
+from tests.support.upstream import ROUTER_TOOL
 
 CLOCK = Directive(tag="x1", mode="clock", tokens=3, delay_ms=25, first_ms=200, tool="calculator")
 CHAT = Directive(tag="x2", mode="clock", tokens=3, delay_ms=25, first_ms=200)

@@ -9,8 +9,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import Stack
-from tests.upstream import ScriptedUpstream
+from tests.support.stack import Stack
+from tests.support.upstream import ScriptedUpstream
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
 QUESTION = [{"role": "user", "content": "What is the weather in Oslo?"}]

@@ -1,6 +1,6 @@
 """The client's own function tools on `/v1/chat/completions` (issue 22), as real clients use
 them: the official `openai` SDK and LangChain's `ChatOpenAI.bind_tools`, against the running
-stack with the scripted upstream (tests/upstream.py) playing the router and the answer.
+stack with the scripted upstream (tests/support/upstream.py) playing the router and the answer.
 
 A call of a client tool ends the turn with finish_reason "tool_calls" and the call in
 `tool_calls` (the response model never runs); the client's follow-up, an assistant message
@@ -15,10 +15,10 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 
-from tests.client_tools import CHAT_WEATHER as WEATHER
-from tests.conftest import Stack
-from tests.sse import collect, wire
-from tests.upstream import Reply, ScriptedUpstream, tool_names
+from tests.support.client_tools import CHAT_WEATHER as WEATHER
+from tests.support.sse import collect, wire
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream, tool_names
 
 CLOCK = {
     "type": "function",
@@ -319,8 +319,6 @@ async def test_tool_choice_required_makes_the_router_call_a_tool_and_hand_over_a
 async def test_tool_choice_required_offers_only_the_client_tools_on_the_last_step(
     upstream: ScriptedUpstream,
 ) -> None:
-    from tests.conftest import make_settings, run_stack
-
     async with run_stack(make_settings(upstream, max_router_steps=2)) as stack:
         upstream.script_router(Reply.tool_calls([("calculator", {"expression": "2"})]))
         upstream.script_router(Reply.tool_calls([("get_weather", {"city": "Oslo"})], ids=["l"]))

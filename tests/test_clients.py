@@ -6,8 +6,8 @@ import openai
 import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
 
-from tests.conftest import Stack
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import Stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 

@@ -30,12 +30,12 @@ from shared.conversation_state import ConversationMachine, Outcome
 from shared.lifecycle import STRANDED_AFTER_S
 from shared.records.decisions import DECIDED_NOT_CARRIED_OUT
 from shared.records.keeper import RecordKeeper
-from tests.conftest import Stack, make_settings, run_stack, run_worker
-from tests.processes import wait_for
-from tests.sse import named_events
+from tests.support.processes import wait_for
+from tests.support.sse import named_events
+from tests.support.stack import Stack, make_settings, run_stack, run_worker
+from tests.support.upstream import Body, Reply, ScriptedUpstream, last_user_text
+from tests.support.users import ALICE, keys_for_two
 from tests.test_conversations import SSE, alice
-from tests.upstream import Body, Reply, ScriptedUpstream, last_user_text
-from tests.users import ALICE, keys_for_two
 
 FLIP = "flip "  # a message starting so makes the router propose flip_switch(<the rest>)
 

@@ -23,11 +23,11 @@ from httpx_sse import EventSource
 from shared import keys
 from shared.notes import NoteStore
 from shared.records.keeper import RecordKeeper
-from tests.conftest import Stack, make_settings, run_stack
-from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.sse import collect, named_events
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import ALICE, BOB, keys_for_two
+from tests.support.processes import ProcessGroup, private_redis, wait_for
+from tests.support.sse import collect, named_events
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import ALICE, BOB, keys_for_two
 
 
 def alice(stack: Stack) -> str:

@@ -21,9 +21,9 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 
 from launcher.redis_server import free_port
-from tests.conftest import Config, Stack, make_config
 from tests.fakes.open_meteo import FakeOpenMeteo
-from tests.sse import Frame, collect, text_of
+from tests.support.sse import Frame, collect, text_of
+from tests.support.stack import Config, Stack, make_config
 from worker.demo_model import (
     DEMO_NOTICE,
     DemoChatModel,

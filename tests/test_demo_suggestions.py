@@ -20,14 +20,14 @@ import pytest_asyncio
 
 from api.routes.playground import ROOT
 from launcher.demo_home import create_app
-from tests.conftest import Stack, make_config
 from tests.fakes.mediawiki import FakeMediaWiki
 from tests.fakes.open_meteo import FakeOpenMeteo
 from tests.fakes.plex import FakePlex
 from tests.fakes.searxng import FakeSearxng
-from tests.serving import serve
-from tests.sse import named, of
-from tests.users import ALICE
+from tests.support.serving import serve
+from tests.support.sse import named, of
+from tests.support.stack import Stack, make_config
+from tests.support.users import ALICE
 
 # `["tool", "text"],` rows between `const SUGGESTIONS = [` and `];`, and the one shown when
 # the server has none of those tools: `... : ["text"];`.

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 
 from api.cursors import parse_cursor
-from tests.conftest import make_settings
-from tests.processes import ProcessGroup
-from tests.sse import Frame, frames
-from tests.upstream import ScriptedUpstream, echo_responder, echo_tokens
+from tests.support.processes import ProcessGroup
+from tests.support.sse import Frame, frames
+from tests.support.stack import make_settings
+from tests.support.upstream import ScriptedUpstream, echo_responder, echo_tokens
 
 STREAMS = 100
 TOKENS = 200

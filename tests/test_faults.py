@@ -1,6 +1,6 @@
 """Faults, with real processes: workers and API processes dying, Redis restarting.
 
-Every test runs its own private `redis-server` (tests/processes.py), so it can restart
+Every test runs its own private `redis-server` (tests/support/processes.py), so it can restart
 Redis or SIGKILL a process without disturbing any other test, and its own queue. Worker
 and API subprocesses get their settings through the environment, as in production; the
 scripted upstream runs in the test's event loop and the subprocesses reach it over
@@ -22,17 +22,17 @@ import httpx
 import pytest
 
 from shared import keys
-from tests.chat import body
-from tests.conftest import make_settings, run_stack, run_worker
-from tests.processes import (
+from tests.support.chat import body
+from tests.support.processes import (
     ProcessGroup,
     RedisServer,
     has_redis_binary,
     private_redis,
     wait_for,
 )
-from tests.sse import Frame, collect, error_code, frames, is_keepalive, text_of, wire
-from tests.upstream import Reply, ScriptedUpstream, requests_for
+from tests.support.sse import Frame, collect, error_code, frames, is_keepalive, text_of, wire
+from tests.support.stack import make_settings, run_stack, run_worker
+from tests.support.upstream import Reply, ScriptedUpstream, requests_for
 
 CHAT = "/v1/chat/completions"
 # Issue 4's liveness target: a terminal frame within 10 s of a worker's death.
@@ -211,7 +211,7 @@ async def test_sigterm_past_the_grace_fails_the_turn_and_never_reruns_it(
         draining = await procs.worker(
             settings,
             name="quick-shutdown-worker",
-            settings_path="tests.processes.QuickShutdownWorkerSettings",
+            settings_path="tests.support.processes.QuickShutdownWorkerSettings",
         )
         async with run_stack(settings, worker=False) as stack:
             async with stack.client.stream("POST", CHAT, json=body(prompt, stream=True)) as sse:

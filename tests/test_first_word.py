@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Stack, make_settings, run_stack
-from tests.sse import Frame, collect, frames, text_of
-from tests.upstream import Reply, ScriptedUpstream, tool_names
+from tests.support.sse import Frame, collect, frames, text_of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream, tool_names
 from worker.harness.router import ROUTER_PROMPT
 from worker.tools import default_tools
 

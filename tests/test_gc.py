@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from bench.upstream import BenchUpstream
-from tests.conftest import make_settings, run_api
-from tests.upstream import ScriptedUpstream
+from tests.support.stack import make_settings, run_api
+from tests.support.upstream import ScriptedUpstream
 from worker.main import shutdown, startup
 from worker.queue import WakeWorker
 

@@ -41,7 +41,7 @@ from launcher.redis_server import (
 )
 from shared.redaction import redact_url
 from shared.settings import Settings
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 from worker.tools.home_assistant import HomeAssistantSettings
 from worker.tools.home_assistant.client import area_template
 

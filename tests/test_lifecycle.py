@@ -18,10 +18,10 @@ from shared.lifecycle import Cause, Finished
 from shared.settings import Settings
 from shared.streams import parse_entries
 from shared.turns import TurnStore
-from tests.chat import body
-from tests.conftest import Stack, make_settings, run_stack, run_worker
-from tests.sse import Frame, collect, frames
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.chat import body
+from tests.support.sse import Frame, collect, frames
+from tests.support.stack import Stack, make_settings, run_stack, run_worker
+from tests.support.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
 

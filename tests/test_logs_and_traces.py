@@ -1,6 +1,6 @@
 """Operators' view: JSON log lines and OpenTelemetry traces, through real turns.
 
-The API and the worker run in the test's process (tests/conftest.py `run_stack`), so one
+The API and the worker run in the test's process (tests/support/stack.py `run_stack`), so one
 handler on the `bernard` logger sees both sides' lines, and one in-memory span exporter sees
 both sides' spans: the worker's must land under the API request's trace, carried on the
 turn record.
@@ -46,9 +46,9 @@ from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings, get_settings
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
-from tests.conftest import Stack, make_settings, run_stack, run_worker
-from tests.serving import serve
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.serving import serve
+from tests.support.stack import Stack, make_settings, run_stack, run_worker
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools.home_assistant import HomeAssistantSettings
 from worker.tools.settings import SourceSettings, ToolSettings
 

@@ -14,10 +14,10 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.notes import NoteStore
 from shared.records.keeper import RecordKeeper
-from tests.conftest import make_settings, run_stack
-from tests.messages import assistant, user
-from tests.processes import wait_for
-from tests.upstream import Body, Reply, ScriptedUpstream
+from tests.support.messages import assistant, user
+from tests.support.processes import wait_for
+from tests.support.stack import make_settings, run_stack
+from tests.support.upstream import Body, Reply, ScriptedUpstream
 from worker.harness import memory
 from worker.harness.memory import (
     NOTES_HEADING,

@@ -22,10 +22,10 @@ from httpx_sse import EventSource
 from shared import keys
 from shared.lifecycle import Cause
 from shared.turns import TurnStore
-from tests.conftest import Stack, make_settings, run_stack, run_worker
-from tests.sse import Frame, frames
-from tests.upstream import Reply, ScriptedUpstream, last_user_text
-from tests.users import ALICE, keys_for_two
+from tests.support.sse import Frame, frames
+from tests.support.stack import Stack, make_settings, run_stack, run_worker
+from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
+from tests.support.users import ALICE, keys_for_two
 
 CHAT = "/v1/chat/completions"
 SSE = {"Accept": "text/event-stream"}

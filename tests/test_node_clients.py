@@ -3,7 +3,7 @@ SDK for Node and the AI SDK's OpenAI provider (`ai` + `@ai-sdk/openai`), pinned 
 tests/js/package-lock.json.
 
 Each test runs one of tests/js/*.mjs with `node` against the running stack and the scripted
-upstream (tests/node_scripts.py), and asserts on what the script reports, a JSON object a
+upstream (tests/support/node_scripts.py), and asserts on what the script reports, a JSON object a
 line (tests/js/args.mjs). Where the clients are not installed (`bash tests/js/setup`, which
 .ci/run runs) these tests skip naming it, and fail under CI.
 """
@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.conftest import Stack, make_settings, run_stack
-from tests.node_scripts import node, require_node_clients, started
-from tests.upstream import Reply, ScriptedUpstream, last_user_text
+from tests.support.node_scripts import node, require_node_clients, started
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
 
 KEY = "key-alice"
 

@@ -4,7 +4,7 @@ dropped stream mid-answer and a finished response after every sequence number, e
 AI SDK's default OpenAI provider, createOpenAI({baseURL})(model), streaming text with
 streamText.
 
-As tests/test_node_clients.py: scripts in tests/js/ run by tests/node_scripts.py, their JSON
+As tests/test_node_clients.py: scripts in tests/js/ run by tests/support/node_scripts.py, their JSON
 lines compared literally; skipped naming `bash tests/js/setup` where the clients are not
 installed, failed under CI.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Stack
-from tests.node_scripts import node, require_node_clients, started
-from tests.upstream import Reply, ScriptedUpstream, last_user_text
+from tests.support.node_scripts import node, require_node_clients, started
+from tests.support.stack import Stack
+from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
 
 USAGE_5_3 = {
     "input_tokens": 5,

@@ -21,10 +21,11 @@ from launcher.redis_server import free_port
 from shared import keys
 from shared.events import Delta, Done, MessageStored, encode
 from shared.streams import STREAM_FIELD
-from tests.chat import body
-from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
-from tests.sse import collect, frames, text_of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.chat import body
+from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.sse import collect, frames, text_of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
 

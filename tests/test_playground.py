@@ -49,9 +49,9 @@ from api.routes.playground import CSP, ROOT
 from launcher.cli import print_banner
 from shared.notes import NoteStore
 from shared.settings import Settings
-from tests.conftest import Stack, make_config, make_settings, run_stack
 from tests.fakes.home_assistant import FakeHomeAssistant
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import Stack, make_config, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools import get_reporter
 
 CHROMIUM = "/usr/bin/chromium"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from shared.records.keeper import RecordKeeper
-from tests.conftest import Stack, make_config
 from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
-from tests.sse import named, of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.sse import named, of
+from tests.support.stack import Stack, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
 
 ADULT = {"Authorization": "Bearer key-adult"}
 KID = {"Authorization": "Bearer key-kid"}

@@ -16,12 +16,12 @@ import pytest
 import redis.asyncio as redis_asyncio
 from redis.exceptions import OutOfMemoryError
 
-from tests.chat import body
-from tests.conftest import make_settings, run_stack
-from tests.processes import ProcessGroup, has_redis_binary, private_redis
-from tests.sse import collect, error_code, frames, text_of
+from tests.support.chat import body
+from tests.support.processes import ProcessGroup, has_redis_binary, private_redis
+from tests.support.sse import collect, error_code, frames, text_of
+from tests.support.stack import make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 from tests.test_faults import read_to_content, read_to_done, turn_of, wait_turn
-from tests.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
 # A full Redis is answered at once: well under a client's usual timeout.

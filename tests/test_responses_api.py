@@ -12,9 +12,9 @@ import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
 
 from shared.notes import NoteStore
-from tests.client_tools import WEATHER
-from tests.conftest import Stack, make_settings, run_stack
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.client_tools import WEATHER
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 NOTE = ("save_note", {"text": "the door code is 1234"})
 

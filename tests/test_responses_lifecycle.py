@@ -14,8 +14,8 @@ import pytest
 from shared import keys
 from shared.events import Start
 from shared.streams import parse_entries
-from tests.conftest import Stack, make_settings, run_api, run_stack
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import Stack, make_settings, run_api, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 
 def sdk(base_url: str, key: str = "anything") -> openai.AsyncOpenAI:

@@ -18,9 +18,9 @@ import pytest
 from api.encodings.responses import turn_id_of
 from shared import budgets, keys
 from shared.notes import NoteStore
-from tests.client_tools import WEATHER
-from tests.conftest import Stack, make_settings, run_stack
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.client_tools import WEATHER
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import schemathesis
 from hypothesis import HealthCheck, Phase
 from schemathesis import GenerationMode
 
-from tests.conftest import make_settings, run_stack
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 EXAMPLES_PER_MODE = int(os.environ.get("BERNARD_FUZZ_EXAMPLES", "20"))
 # Streams that stay open by design until the client leaves: a valid request would never

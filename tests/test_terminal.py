@@ -1,4 +1,5 @@
-"""The `bernard` command in a real terminal (tmux: tests/terminal.py), against the real stack.
+"""The `bernard` command in a real terminal (tmux: tests/support/terminal.py), against the real
+stack.
 
 What a test reads is the screen as a person sees it once tmux has applied every redraw:
 the answer streamed as Markdown, a tool's panel with its live progress, the question before
@@ -25,12 +26,12 @@ from launcher.redis_server import free_port
 from shared.notes import NoteStore
 from shared.settings import Settings
 from shared.titles import TITLE_PROMPT
-from tests.conftest import Stack, make_config, make_settings, run_stack
 from tests.fakes.searxng import FakeSearxng
-from tests.processes import BIN, ProcessGroup, settings_env, wait_for
-from tests.terminal import Terminal, has_tmux
-from tests.upstream import Body, Reply, ScriptedUpstream
-from tests.users import ALICE, BOB, keys_for_two
+from tests.support.processes import BIN, ProcessGroup, settings_env, wait_for
+from tests.support.stack import Stack, make_config, make_settings, run_stack
+from tests.support.terminal import Terminal, has_tmux
+from tests.support.upstream import Body, Reply, ScriptedUpstream
+from tests.support.users import ALICE, BOB, keys_for_two
 from worker.tools import default_tools
 from worker.tools.progress import get_reporter
 

@@ -30,9 +30,10 @@ from shared.timers import (
     parse_duration,
     publish,
 )
-from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_stack
-from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.processes import ProcessGroup, private_redis, wait_for
+from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools.runtime import ToolRuntime, runtime_config
 from worker.tools.timers import list_timers, set_timer
 

@@ -21,9 +21,9 @@ from shared import keys
 from shared.queue import BackgroundKind, background_job_id
 from shared.settings import Settings
 from shared.titles import TITLE_PROMPT, clean_title, title_problem
-from tests.conftest import Stack, make_settings, run_stack
-from tests.processes import wait_for
-from tests.upstream import Body, Reply, ScriptedUpstream
+from tests.support.processes import wait_for
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Body, Reply, ScriptedUpstream
 
 OWNER_KEY = "key-t"
 HEADERS = {"Authorization": f"Bearer {OWNER_KEY}"}

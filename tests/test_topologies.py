@@ -1,4 +1,4 @@
-"""Bernard beyond one Redis (issue 14), on real topologies on loopback (tests/topologies.py).
+"""Bernard beyond one Redis, on real topologies on loopback (tests/support/topologies.py).
 
 Two deployments run the key cases of the pipeline and lifecycle suites (a stream, resume,
 cancel, a background turn, the user's event stream, a worker's death):
@@ -39,10 +39,26 @@ from shared.connection import connect_data
 from shared.events import TimerFired
 from shared.settings import Settings
 from shared.timers import publish
-from tests.chat import body
-from tests.conftest import Stack, make_settings, run_stack
-from tests.processes import ProcessGroup, private_redis, wait_for
-from tests.sse import Frame, collect, error_code, frames, named_events, text_of, wire
+from tests.support.chat import body
+from tests.support.processes import ProcessGroup, private_redis, wait_for
+from tests.support.sse import Frame, collect, error_code, frames, named_events, text_of, wire
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.topologies import (
+    ClusterNode,
+    RedisClusterTopology,
+    SentinelTopology,
+    started_cluster,
+    started_sentinel,
+    topologies_missing,
+)
+from tests.support.upstream import (
+    Reply,
+    ScriptedUpstream,
+    echo_responder,
+    echo_tokens,
+    requests_for,
+)
+from tests.support.users import ALICE, keys_for_two
 from tests.test_conversation_races import (
     Switches,
     approve_while_a_message_arrives,
@@ -51,23 +67,6 @@ from tests.test_conversation_races import (
 from tests.test_exactness import STREAMS
 from tests.test_exactness import check as check_exact
 from tests.test_timers import events_of
-from tests.topologies import (
-    ClusterNode,
-    RedisClusterTopology,
-    SentinelTopology,
-    redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
-    started_cluster,
-    started_sentinel,
-    topologies_missing,
-)
-from tests.upstream import (
-    Reply,
-    ScriptedUpstream,
-    echo_responder,
-    echo_tokens,
-    requests_for,
-)
-from tests.users import ALICE, keys_for_two
 
 pytestmark = [
     pytest.mark.topology,
@@ -402,7 +401,7 @@ async def _streams_off(
 
 
 async def test_a_cluster_client_that_lost_every_startup_node_reads_the_cluster_again(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
 ) -> None:
     """redis-py drops a node from those it reads the cluster from at each connection error,
     a live node's too; once none is left every command failed for good. The nodes the URL
@@ -418,7 +417,7 @@ async def test_a_cluster_client_that_lost_every_startup_node_reads_the_cluster_a
 
 
 async def test_a_cluster_client_reads_the_cluster_again_while_commands_drop_startup_nodes(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
 ) -> None:
     """While a client reads the cluster from its startup nodes (the first one dead: its
     connect is retried), another command drops one of them, as a connection error does:
@@ -450,7 +449,7 @@ async def test_a_cluster_client_reads_the_cluster_again_while_commands_drop_star
 
 
 async def test_a_turns_slot_moving_to_another_node_mid_stream_leaves_the_stream_exact(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     upstream: ScriptedUpstream,
     tmp_path: Path,
 ) -> None:
@@ -479,7 +478,7 @@ async def test_a_turns_slot_moving_to_another_node_mid_stream_leaves_the_stream_
 
 
 async def test_a_turn_that_ends_while_its_slot_is_mid_migration_completes_exact(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     upstream: ScriptedUpstream,
     tmp_path: Path,
 ) -> None:
@@ -509,7 +508,7 @@ async def test_a_turn_that_ends_while_its_slot_is_mid_migration_completes_exact(
 
 
 async def test_100_concurrent_streams_are_exact_token_by_token_on_a_cluster(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     upstream: ScriptedUpstream,
     tmp_path: Path,
 ) -> None:
@@ -572,7 +571,7 @@ async def test_a_conversations_moves_are_atomic_and_a_deletion_forgets_its_turns
 
 
 async def test_the_memory_guard_reads_every_primary_of_a_cluster(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
 ) -> None:
     """One primary over the guard is enough to refuse what would store (api/store_guard.py)."""
     primaries = await redis_cluster.primaries()

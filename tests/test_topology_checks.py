@@ -1,5 +1,5 @@
 """`./run`, `bernard doctor` and `GET /v1/status` on a real Redis Cluster and a real
-Sentinel set (tests/topologies.py): the URL forms shared/connection.py reads are accepted
+Sentinel set (tests/support/topologies.py): the URL forms shared/connection.py reads are accepted
 and checked like a lone server's.
 
 These start real servers for every test: they carry the `topology` marker, which the
@@ -18,14 +18,12 @@ from cli.doctor import Check, redis_checks
 from launcher import cli
 from launcher.redis_server import ping_error
 from shared import keys
-from tests.conftest import make_settings, run_stack
-from tests.processes import private_redis
-from tests.topologies import (
+from tests.support.processes import private_redis
+from tests.support.stack import make_settings, run_stack
+from tests.support.topologies import (
     RedisClusterTopology,
     SentinelTopology,
     client_of,
-    redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
-    redis_sentinel,  # noqa: F401  (a fixture, asked for by name below)
     topologies_missing,
 )
 
@@ -40,7 +38,7 @@ def by_name(checks: list[Check]) -> dict[str, tuple[str, str]]:
 
 
 async def test_run_takes_a_cluster_redis_url_that_answers(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     tmp_path: Path,
 ) -> None:
     assert await asyncio.to_thread(ping_error, redis_cluster.url, 5.0) is None
@@ -50,7 +48,7 @@ async def test_run_takes_a_cluster_redis_url_that_answers(
 
 
 async def test_run_takes_a_sentinel_redis_url_that_answers(
-    redis_sentinel: SentinelTopology,  # noqa: F811
+    redis_sentinel: SentinelTopology,
     tmp_path: Path,
 ) -> None:
     assert await asyncio.to_thread(ping_error, redis_sentinel.url, 5.0) is None
@@ -59,7 +57,7 @@ async def test_run_takes_a_sentinel_redis_url_that_answers(
 
 
 async def test_doctor_checks_every_primary_of_a_cluster_and_the_workers_on_the_queue_role(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     tmp_path: Path,
 ) -> None:
     async with private_redis(tmp_path / "queue") as queue:
@@ -84,7 +82,7 @@ async def test_doctor_checks_every_primary_of_a_cluster_and_the_workers_on_the_q
 
 
 async def test_doctor_checks_the_primary_the_sentinels_name(
-    redis_sentinel: SentinelTopology,  # noqa: F811
+    redis_sentinel: SentinelTopology,
 ) -> None:
     # The queue role defaults to the data role's URL: the workers report on that primary.
     async with client_of(redis_sentinel.primary) as client:
@@ -98,7 +96,7 @@ async def test_doctor_checks_the_primary_the_sentinels_name(
 
 
 async def test_status_reports_a_cluster_data_role_and_a_queue_role_apart(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     tmp_path: Path,
 ) -> None:
     async with private_redis(tmp_path / "queue") as queue:

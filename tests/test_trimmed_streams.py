@@ -20,10 +20,10 @@ from httpx_sse import EventSource
 from shared import keys
 from shared.events import Delta, encode
 from shared.streams import STREAM_FIELD
-from tests.chat import body
-from tests.conftest import Stack, make_settings, run_stack
-from tests.sse import Frame, collect, error_code, frames, text_of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.chat import body
+from tests.support.sse import Frame, collect, error_code, frames, text_of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
 MAXLEN = 10

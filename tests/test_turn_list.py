@@ -13,9 +13,9 @@ import pytest
 
 from api.routes.turns import waiting_status
 from shared import keys
-from tests.conftest import Stack, make_settings, run_stack
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import ALICE, BOB, keys_for_two
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import ALICE, BOB, keys_for_two
 
 
 @pytest.fixture

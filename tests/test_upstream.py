@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
-from tests.upstream import Reply, ScriptedUpstream, echo_responder, echo_tokens, tool_names
+from tests.support.upstream import Reply, ScriptedUpstream, echo_responder, echo_tokens, tool_names
 
 
 @tool

@@ -19,14 +19,15 @@ import redis.asyncio as redis_asyncio
 from shared import budgets, keys
 from shared.rate_limit import Rate, RateLimitedError, RateLimiter
 from shared.records.reads import Archivist
-from tests.chat import body
-from tests.conftest import TEST_REDIS_URL, Stack, make_settings, run_api, run_stack
-from tests.processes import private_redis, wait_for
-from tests.sse import collect
+from tests.support.chat import body
+from tests.support.processes import private_redis, wait_for
+from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.sse import collect
+from tests.support.stack import Stack, make_settings, run_api, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import as_user
 from tests.test_abuse import CHAT, KEYS, error_of
 from tests.test_conversations import conversation, named
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import as_user
 
 # The attack as it was found (issue 20): sequential requests of 500 messages of 1,900
 # characters, each a new conversation.

@@ -31,10 +31,10 @@ from shared import keys
 from shared.connection import connect
 from shared.settings import Settings
 from shared.webhooks import delivery_job_id
-from tests.conftest import Stack, make_settings, run_api, run_stack, run_worker
-from tests.processes import Process, ProcessGroup, private_redis, wait_for
-from tests.serving import serve
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.processes import Process, ProcessGroup, private_redis, wait_for
+from tests.support.serving import serve
+from tests.support.stack import Stack, make_settings, run_api, run_stack, run_worker
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.webhooks import pinned
 
 CHAT = "/v1/chat/completions"

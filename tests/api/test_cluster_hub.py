@@ -2,7 +2,7 @@
 writers through sharded pub/sub, wherever its slot lives, even as it moves.
 
 Each hub here sweeps (reads every stream unwoken) only once a minute, so an entry that
-arrives within seconds came through its wake-up. Real Cluster (tests/topologies.py):
+arrives within seconds came through its wake-up. Real Cluster (tests/support/topologies.py):
 these carry the `topology` marker, and each test runs a Cluster of its own.
 """
 
@@ -27,11 +27,7 @@ from shared.streams import StreamBatcher
 from shared.timers import publish
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
-from tests.topologies import (
-    RedisClusterTopology,
-    redis_cluster,  # noqa: F401  (a fixture, asked for by name below)
-    topologies_missing,
-)
+from tests.support.topologies import RedisClusterTopology, topologies_missing
 
 pytestmark = [
     pytest.mark.topology,
@@ -44,7 +40,7 @@ WAIT_S = 5.0
 
 
 @pytest.fixture
-async def redis(redis_cluster: RedisClusterTopology) -> AsyncIterator[Redis]:  # noqa: F811
+async def redis(redis_cluster: RedisClusterTopology) -> AsyncIterator[Redis]:
     client = connect_data(redis_cluster.url)
     yield client
     await client.aclose()
@@ -127,7 +123,7 @@ async def test_a_users_event_stream_wakes_its_readers(redis: Redis, hub: Cluster
 
 
 async def test_a_reader_keeps_being_woken_after_its_streams_slot_moves(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     redis: Redis,
     hub: ClusterHub,
 ) -> None:
@@ -177,7 +173,7 @@ async def test_a_reader_that_comes_as_the_last_one_leaves_is_still_woken(
 
 
 async def test_readers_whose_subscriber_connection_drops_are_subscribed_again_in_place(
-    redis_cluster: RedisClusterTopology,  # noqa: F811
+    redis_cluster: RedisClusterTopology,
     redis: Redis,
     hub: ClusterHub,
     monkeypatch: pytest.MonkeyPatch,

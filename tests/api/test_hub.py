@@ -19,7 +19,7 @@ from shared import keys
 from shared.connection import connect_data
 from shared.events import Delta, Stamped, encode
 from shared.streams import STREAM_FIELD, Entry
-from tests.processes import private_redis
+from tests.support.processes import private_redis
 
 
 async def append(redis: redis_asyncio.Redis, turn_id: str, text: str) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from api.negotiation import EVENT_STREAM, JSON, language, negotiate
-from tests.conftest import Stack
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import Stack
+from tests.support.upstream import Reply, ScriptedUpstream
 
 OFFERED = (JSON, EVENT_STREAM)
 

@@ -13,18 +13,12 @@ import pytest
 from api.status import STATUS_CACHE_S, StatusCache, reaches
 from launcher.redis_server import free_port
 from shared.status import Status, WorkersStatus
-from tests.conftest import (
-    TEST_REDIS_URL,
-    make_config,
-    make_settings,
-    run_api,
-    run_stack,
-    run_worker,
-)
 from tests.fakes.searxng import FakeSearxng
-from tests.processes import wait_for
-from tests.upstream import ScriptedUpstream
-from tests.users import ALICE
+from tests.support.processes import wait_for
+from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.stack import make_config, make_settings, run_api, run_stack, run_worker
+from tests.support.upstream import ScriptedUpstream
+from tests.support.users import ALICE
 
 KEYS = "key-alice:alice"
 

@@ -16,7 +16,7 @@ from arq.constants import in_progress_key_prefix
 from arq.worker import Worker, func
 
 from compat.arq import WakingWorker, worker_kwargs
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 
 
 def test_the_worker_internals_it_extends_are_there_with_their_signatures() -> None:

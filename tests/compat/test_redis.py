@@ -7,8 +7,8 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
 from compat.redis import unfit
-from tests.conftest import TEST_REDIS_URL
-from tests.processes import wait_for
+from tests.support.processes import wait_for
+from tests.support.session_redis import TEST_REDIS_URL
 
 
 async def test_a_connection_is_unfit_once_a_reply_waits_unread_or_the_server_closed_it() -> None:

@@ -18,8 +18,8 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ClusterError
 
 from compat.redis_cluster import AskingCluster
-from tests.topologies import ClusterNode as Server
-from tests.topologies import RedisClusterTopology, started_cluster, topologies_missing
+from tests.support.topologies import ClusterNode as Server
+from tests.support.topologies import RedisClusterTopology, started_cluster, topologies_missing
 
 # sha256 of redis-py 5.3.1's `RedisCluster._execute_command` source, first 16 hex digits.
 _LOOP_COPIED = "181e71143d5bf53d"

@@ -1,7 +1,7 @@
 """A fake SearXNG, and `FakeService`, the machinery the fakes of tests/fakes/ share.
 
 A fake serves a Starlette app on a free loopback port in the test's own event loop
-(`tests.serving.serve`). Its replies come from JSON fixtures under tests/fixtures/<service>/
+(`tests.support.serving.serve`). Its replies come from JSON fixtures under tests/fixtures/<service>/
 that follow the real API's documented shape. `mode` says how it answers::
 
     async with FakeSearxng() as searxng:           # "ok": the fixture
@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.serving import serve
+from tests.support.serving import serve
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -11,10 +11,10 @@ import json
 import time
 from typing import Any
 
-from tests.homeassistant.conftest import KEY, Assist, Satellite, bernard_settings
+from tests.homeassistant.assist import KEY, Assist, Satellite, bernard_settings
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
-from tests.processes import wait_for
-from tests.upstream import Reply, ScriptedUpstream, last_user_text
+from tests.support.processes import wait_for
+from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
 
 KITCHEN_AT = {"domain": "light", "service": "turn_on", "entity_id": "light.kitchen"}
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Stack, make_config
-from tests.homeassistant.conftest import reset_house
+from tests.homeassistant.assist import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
 from tests.homeassistant.test_house_tools import (
     ServiceCall,
@@ -23,8 +22,9 @@ from tests.homeassistant.test_house_tools import (
     calls,
     placed,
 )
-from tests.sse import named, of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.sse import named, of
+from tests.support.stack import Stack, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
 
 __all__ = ["calls"]  # the fixture, as test_house_tools has it
 

@@ -26,11 +26,11 @@ import openai
 import pytest
 from httpx_sse import EventSource
 
-from tests.conftest import Config, Stack, make_config
-from tests.homeassistant.conftest import reset_house
+from tests.homeassistant.assist import reset_house
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
-from tests.processes import wait_for
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.processes import wait_for
+from tests.support.stack import Config, Stack, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools.home_assistant.client import area_template
 
 KEY = "house-tools-key-7b21"

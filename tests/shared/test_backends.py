@@ -31,7 +31,7 @@ from shared.backends import (
 )
 from shared.connection import connect, connect_data, wait_until_reachable
 from shared.redis_pool import backoff_s
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 
 
 @pytest.mark.parametrize(

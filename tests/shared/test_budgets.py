@@ -20,8 +20,8 @@ from shared.conversation_state import ConversationMachine, Outcome
 from shared.records.call_log import llm_completed, llm_started
 from shared.records.conversation import ConversationFullError, ConversationNotFoundError
 from shared.records.keeper import RecordKeeper
-from tests.conftest import TEST_REDIS_URL
-from tests.messages import user
+from tests.support.messages import user
+from tests.support.session_redis import TEST_REDIS_URL
 
 RETENTION_S = 3600
 

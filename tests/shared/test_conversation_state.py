@@ -32,7 +32,7 @@ from shared.conversation_state import (
 )
 from shared.records.conversation import ConversationLostError
 from shared.records.keeper import RecordKeeper
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 
 ABSENT, IDLE, RUNNING, AWAITING = (
     Status.ABSENT,

@@ -11,7 +11,8 @@ from redis.asyncio import Redis
 
 from shared.connection import connect
 from shared.notes import NotesFullError, NoteStore
-from tests.conftest import TEST_REDIS_URL, make_settings
+from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.stack import make_settings
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ from shared.records.keeper import RecordKeeper
 from shared.records.messages import to_openai_message
 from shared.records.reads import Archivist
 from shared.records.writes import Recorder
-from tests.conftest import TEST_REDIS_URL
-from tests.messages import assistant, user
+from tests.support.messages import assistant, user
+from tests.support.session_redis import TEST_REDIS_URL
 
 
 @pytest.fixture

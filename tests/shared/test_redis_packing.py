@@ -11,7 +11,7 @@ from redis.exceptions import DataError
 
 from shared.connection import connect, connect_data
 from shared.redis_pool import HiredisPacking, hiredis_packing
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 
 LIBRARY = Connection()
 PACKED = hiredis_packing(Connection)()

@@ -29,7 +29,7 @@ from shared.settings import Settings
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
 from shared.turns.admission import TooManyTurnsError
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 
 RETENTION_S = 300
 

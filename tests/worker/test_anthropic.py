@@ -13,10 +13,10 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from shared.settings import Settings
-from tests.conftest import make_settings, run_stack
-from tests.sse import collect, text_of
-from tests.sse import frames as frames_of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.sse import collect, text_of
+from tests.support.sse import frames as frames_of
+from tests.support.stack import make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.harness.router import RESPOND_TOOL
 from worker.llm import LlmResult, build_models
 from worker.tools import calculator, default_tools

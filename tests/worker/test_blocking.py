@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.serving import serve
+from tests.support.serving import serve
 from worker.tools.blocking import (
     Cancelled,
     DeadlineExceeded,

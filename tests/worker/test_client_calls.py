@@ -18,8 +18,8 @@ from langchain_core.tools import BaseTool, tool
 
 from shared.events import ClientToolCall, Event, Memory, ToolCall, ToolResult
 from shared.requests import AgentRequest
-from tests.conftest import make_settings
-from tests.upstream import Reply, ScriptedUpstream, tool_names
+from tests.support.stack import make_settings
+from tests.support.upstream import Reply, ScriptedUpstream, tool_names
 from worker.calls import stream_events
 from worker.context import TurnContext
 from worker.harness.memory import memory_harness

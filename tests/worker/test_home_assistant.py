@@ -24,13 +24,13 @@ from langchain_core.tools import BaseTool
 
 from launcher.demo_home import create_app
 from shared.records.undo import Restore
-from tests.conftest import Config, Stack, make_config
 from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
 from tests.fakes.searxng import Seen
-from tests.serving import serve
-from tests.sse import named, of
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import ALICE
+from tests.support.serving import serve
+from tests.support.sse import named, of
+from tests.support.stack import Config, Stack, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import ALICE
 from tests.worker.test_web_tools import call
 from worker.tools import enabled_tools
 from worker.tools.catalog import catalog

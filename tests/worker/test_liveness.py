@@ -18,7 +18,7 @@ from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
-from tests.conftest import TEST_REDIS_URL
+from tests.support.session_redis import TEST_REDIS_URL
 from worker.liveness import LivenessKeeper
 
 

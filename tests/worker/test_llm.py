@@ -12,8 +12,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from launcher.redis_server import free_port
-from tests.conftest import make_settings
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import make_settings
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker import llm as llm_module
 from worker.llm import Llm, LlmError, build_models, pool_shards
 

@@ -1,6 +1,6 @@
 """MCP servers' tools through the whole pipeline: a real API and worker, the scripted upstream
 deciding to call the tool, and real MCP servers built with the official SDK
-(tests/mcp_servers.py): `home` over streamable HTTP behind a bearer token, speaking the 2025
+(tests/support/mcp_servers.py): `home` over streamable HTTP behind a bearer token, speaking the 2025
 protocol as Home Assistant does, and `files` over stdio, a child of the worker.
 
 What reached a server is read from the file it writes each call to, before it runs it.
@@ -34,19 +34,27 @@ from cli.client import Api
 from cli.doctor import run_checks
 from launcher.redis_server import free_port
 from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
-from tests.mcp_servers import DESTRUCTIVE, READ, BearerToken, GzipBomb, Seen, home, read_seen
-from tests.processes import wait_for
-from tests.serving import serve
-from tests.sse import of
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import ALICE
+from tests.support.mcp_servers import (
+    DESTRUCTIVE,
+    READ,
+    BearerToken,
+    GzipBomb,
+    Seen,
+    home,
+    read_seen,
+)
+from tests.support.processes import wait_for
+from tests.support.serving import serve
+from tests.support.sse import of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import ALICE
 from tests.worker.test_plex import ask, decide, paused
 from worker.tools.mcp.config import McpConfigError
 from worker.tools.toolbox import Toolbox
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVERS = ROOT / "tests" / "mcp_servers.py"
+SERVERS = ROOT / "tests" / "support" / "mcp_servers.py"
 TOKEN = "home-token-123"
 
 

@@ -25,11 +25,11 @@ from pydantic import Field
 from cli.client import Api
 from cli.doctor import run_checks
 from shared.settings import Settings
-from tests.conftest import Stack, make_settings, run_stack
-from tests.serving import serve
-from tests.sse import frames, of
-from tests.upstream import Reply, ScriptedUpstream, last_user_text
-from tests.users import ALICE, BOB, keys_for_two
+from tests.support.serving import serve
+from tests.support.sse import frames, of
+from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
+from tests.support.users import ALICE, BOB, keys_for_two
 from tests.worker.test_mcp import offered, servers_in
 from tests.worker.test_plex import ask, chat, paused
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
-from tests.conftest import make_settings
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.stack import make_settings
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.llm import Llm, LlmError, LlmResult, build_models
 from worker.tools import calculator
 

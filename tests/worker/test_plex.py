@@ -25,13 +25,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from launcher.redis_server import free_port
-from tests.conftest import Config, Stack, make_config
 from tests.fakes.plex import FakePlex
 from tests.fakes.searxng import Seen
-from tests.serving import serve
-from tests.sse import collect, named, of
-from tests.upstream import Reply, ScriptedUpstream
-from tests.users import ALICE
+from tests.support.serving import serve
+from tests.support.sse import collect, named, of
+from tests.support.stack import Config, Stack, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.users import ALICE
 from tests.worker.test_web_tools import call
 from worker.harness.tool_call import PlannedCall, arguments_text, execute
 from worker.tools import enabled_tools

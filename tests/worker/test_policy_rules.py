@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_settings
+from tests.support.stack import make_settings
 from worker.tools.policy import (
     Policy,
     PolicyError,

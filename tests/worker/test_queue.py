@@ -6,7 +6,7 @@ from __future__ import annotations
 import arq.worker
 import pytest
 
-from tests.conftest import make_settings
+from tests.support.stack import make_settings
 from worker.main import WorkerSettings, create_worker, startup, worker_from
 from worker.queue import WakeWorker
 

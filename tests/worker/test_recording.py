@@ -16,7 +16,7 @@ from shared.records.call_log import CallEvent
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import Message
 from shared.requests import AgentRequest
-from tests.conftest import make_settings
+from tests.support.stack import make_settings
 from worker.calls import ModelCallEnded, ModelCallStarted
 from worker.context import TurnContext
 from worker.llm import LlmResult, build_models

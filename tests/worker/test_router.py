@@ -30,8 +30,8 @@ from shared.events import (
     ToolResult,
 )
 from shared.requests import AgentRequest
-from tests.conftest import make_settings
-from tests.upstream import Reply, ScriptedUpstream, tool_names
+from tests.support.stack import make_settings
+from tests.support.upstream import Reply, ScriptedUpstream, tool_names
 from worker.calls import stream_events
 from worker.context import TurnContext
 from worker.harness.router import RESPOND_TOOL_NAME, ROUTER_PROMPT, router_harness

@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.conftest import make_settings
-from tests.serving import serve
+from tests.support.serving import serve
+from tests.support.stack import make_settings
 from worker.tools.http import MAX_BODY_BYTES, ServiceError, request_json, trim
 from worker.tools.runtime import ToolRuntime, http_client, runtime_config
 

@@ -18,7 +18,7 @@ import openai
 import pytest
 import trustme
 
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.upstream_sockets import AsyncioStream, use_asyncio_sockets
 
 BACKENDS = ["anyio", "asyncio"]

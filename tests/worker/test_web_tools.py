@@ -19,13 +19,13 @@ from langchain_core.tools import BaseTool, ToolException
 
 from launcher.redis_server import free_port
 from shared.events import ToolProgress
-from tests.conftest import Config, make_config
 from tests.fakes.home_assistant import FakeHomeAssistant
 from tests.fakes.mediawiki import FakeMediaWiki
 from tests.fakes.open_meteo import FakeOpenMeteo
 from tests.fakes.searxng import FakeSearxng, FakeService, Seen
-from tests.sse import Frame, collect, frames, text_of
-from tests.upstream import Reply, ScriptedUpstream
+from tests.support.sse import Frame, collect, frames, text_of
+from tests.support.stack import Config, make_config
+from tests.support.upstream import Reply, ScriptedUpstream
 from worker.harness.tool_call import PlannedCall, ToolOutcome, arguments_text, execute
 from worker.tools.home_assistant.reads import ha_get_state, ha_list_entities
 from worker.tools.runtime import ToolRuntime, http_client

@@ -37,7 +37,7 @@ from shared.connection import connect
 from shared.settings import Settings
 from worker.main import WorkerSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 # Children still running, killed at interpreter exit should a test's cleanup never run.
@@ -85,8 +85,8 @@ async def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
 
 # QuickShutdownWorkerSettings: Bernard's worker with arq's SIGTERM grace cut to 1 s, so a
 # test can see a turn outlive the grace
-# (`python -m worker tests.processes.QuickShutdownWorkerSettings`). arq reads only a settings
-# class's own `__dict__`, so the options are copied, not inherited.
+# (`python -m worker tests.support.processes.QuickShutdownWorkerSettings`). arq reads only a
+# settings class's own `__dict__`, so the options are copied, not inherited.
 QuickShutdownWorkerSettings = type(
     "QuickShutdownWorkerSettings",
     (),
@@ -143,7 +143,7 @@ class RedisServer:
             raise
 
     def argv(self) -> list[str]:
-        """The server's command line (a Sentinel's differs: tests/topologies.py)."""
+        """The server's command line (a Sentinel's differs: tests/support/topologies.py)."""
         return [*redis_argv(find_redis_binary(), self.port, self.workdir), *self.extra_args]
 
     def _spawn(self) -> subprocess.Popen[bytes]:

@@ -29,7 +29,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from launcher.redis_server import RedisUnavailable, find_redis_binary, free_port, port_is_free
-from tests.processes import RedisServer, wait_for
+from tests.support.processes import RedisServer, wait_for
 
 SERVICE = "bernard"
 # Above the box's worst stall under load, so no test sees a failover it did not cause; the

@@ -16,8 +16,8 @@ Each server appends every call it runs, as a JSON line `{"tool": ..., "arguments
 "pid": ...}`, to the file `--seen` names, so a test can tell what reached it and when. `home`
 can also run inside the test's own loop (`home(seen).streamable_http_app()`).
 
-    python tests/mcp_servers.py http --port 8123 --token secret --seen /tmp/seen.jsonl
-    python tests/mcp_servers.py stdio --seen /tmp/seen.jsonl [--stay-down]
+    python tests/support/mcp_servers.py http --port 8123 --token secret --seen /tmp/seen.jsonl
+    python tests/support/mcp_servers.py stdio --seen /tmp/seen.jsonl [--stay-down]
 """
 
 from __future__ import annotations

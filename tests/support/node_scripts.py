@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
-JS = Path(__file__).resolve().parent / "js"
+JS = Path(__file__).resolve().parents[1] / "js"
 SETUP = "tests/js/setup"
 
 
