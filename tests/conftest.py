@@ -16,6 +16,7 @@ from shared import keys
 from tests.support.session_redis import TEST_REDIS_URL
 from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import ScriptedUpstream
+from tests.support.users import Owners
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -62,4 +63,16 @@ async def upstream() -> AsyncIterator[ScriptedUpstream]:
 @pytest.fixture
 async def stack(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
     async with run_stack(make_settings(upstream)) as running:
+        yield running
+
+
+@pytest.fixture
+def owners() -> Owners:
+    return Owners.fresh()
+
+
+@pytest.fixture
+async def two_users(upstream: ScriptedUpstream, owners: Owners) -> AsyncIterator[Stack]:
+    """A stack where `key-alice` and `key-bob` sign in as `owners`."""
+    async with run_stack(make_settings(upstream, api_keys=owners.api_keys)) as running:
         yield running

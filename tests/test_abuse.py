@@ -36,10 +36,11 @@ from tests.support.processes import ProcessGroup, private_redis, wait_for
 from tests.support.sse import collect, frames, text_of
 from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import Reply, ScriptedUpstream
-from tests.support.users import as_user
+from tests.support.users import Owners, as_user
 from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"
+# Fixed names, for the tests on a Redis of their own.
 KEYS = "key-alice:alice,key-bob:bob"
 
 
@@ -48,13 +49,6 @@ def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
     return dict(error)
-
-
-@pytest.fixture
-async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
-    """A stack with two users, alice and bob."""
-    async with run_stack(make_settings(upstream, api_keys=KEYS)) as stack:
-        yield stack
 
 
 # -- cursors ---------------------------------------------------------------------------------
@@ -79,24 +73,26 @@ HOSTILE_CURSORS = [
 
 
 async def test_hostile_cursors_are_400_and_never_stall_another_users_stream(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     gate = upstream.script(Reply.text(["one", " two", " three"], block_after_first=True))
-    async with users.client.stream(
+    async with two_users.client.stream(
         "POST", CHAT, json=body(stream=True), headers=as_user("bob")
     ) as bobs:
         stream = frames(bobs)
         seen = [await anext(stream), await anext(stream)]  # role, then "one"
         assert text_of(seen) == "one"
-        mallorys = (await users.client.post(CHAT, json=body(), headers=as_user("alice"))).headers
+        mallorys = (
+            await two_users.client.post(CHAT, json=body(), headers=as_user("alice"))
+        ).headers
         url = f"/v1/turns/{mallorys['x-bernard-turn-id']}/events"
         for cursor in HOSTILE_CURSORS:
             if "\n" not in cursor:  # no HTTP client sends a newline in a header
-                by_header = await users.client.get(
+                by_header = await two_users.client.get(
                     url, headers={**as_user("alice"), "Last-Event-ID": cursor.encode()}
                 )
                 assert error_of(by_header, 400)["param"] == "Last-Event-ID", cursor
-            by_query = await users.client.get(
+            by_query = await two_users.client.get(
                 url, params={"after": cursor}, headers=as_user("alice")
             )
             assert error_of(by_query, 400)["param"] == "after", cursor
@@ -106,53 +102,58 @@ async def test_hostile_cursors_are_400_and_never_stall_another_users_stream(
 
 
 async def test_a_cursor_past_the_end_is_refused_and_one_at_the_end_answers_at_once(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
-    running = await users.client.post(CHAT, json=body(background=True), headers=as_user("alice"))
+    running = await two_users.client.post(
+        CHAT, json=body(background=True), headers=as_user("alice")
+    )
     url = f"/v1/turns/{running.json()['id']}/events"
     await gate.wait_blocked()
     future = f"{int(time.time() * 1000) + 60_000}-0"
-    while_running = await users.client.get(
+    while_running = await two_users.client.get(
         url, headers={**as_user("alice"), "Last-Event-ID": future}
     )
     assert "beyond the end" in error_of(while_running, 400)["message"]
     gate.release()
 
-    full = await collect(users.client, "GET", url, headers=as_user("alice"))
+    full = await collect(two_users.client, "GET", url, headers=as_user("alice"))
     # The `done` entry's frames are named for it, not for the sentinel sealing the stream.
     assert [frame.id for frame in full[-2:]] == ["done:0", "done:1"]
     assert not any("18446744073709551615" in (frame.id or "") for frame in full)
-    once_finished = await users.client.get(
+    once_finished = await two_users.client.get(
         url, headers={**as_user("alice"), "Last-Event-ID": future}
     )
     assert "beyond the end" in error_of(once_finished, 400)["message"]
     last_entry = full[-1].id.split(":")[0]
-    no_such_frame = await users.client.get(
+    no_such_frame = await two_users.client.get(
         url, headers={**as_user("alice"), "Last-Event-ID": f"{last_entry}:9"}
     )
     error_of(no_such_frame, 400)
 
     # A hostile "done" form: a frame the `done` entry does not have.
     error_of(
-        await users.client.get(url, headers={**as_user("alice"), "Last-Event-ID": "done:7"}), 400
+        await two_users.client.get(url, headers={**as_user("alice"), "Last-Event-ID": "done:7"}),
+        400,
     )
     for cursor in (full[-1].id, last_entry):  # after [DONE], and after the whole `done` entry
         async with asyncio.timeout(2):
             rest = await collect(
-                users.client, "GET", url, headers={**as_user("alice"), "Last-Event-ID": cursor}
+                two_users.client, "GET", url, headers={**as_user("alice"), "Last-Event-ID": cursor}
             )
         assert [frame.data for frame in rest] == ["[DONE]"], cursor
 
 
 async def test_a_cursor_between_entries_that_none_had_is_refused_and_a_trimmed_one_goes_on(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["one", " two", " three", " four"], chunk_delay=0.01))
-    finished = await users.client.post(CHAT, json=body(), headers=as_user("alice"))
+    finished = await two_users.client.post(CHAT, json=body(), headers=as_user("alice"))
     turn_id = finished.headers["x-bernard-turn-id"]
     url = f"/v1/turns/{turn_id}/events"
-    entries = [entry_id.decode() for entry_id, _ in await users.redis.xrange(keys.events(turn_id))]
+    entries = [
+        entry_id.decode() for entry_id, _ in await two_users.redis.xrange(keys.events(turn_id))
+    ]
     # An id inside the stream's range that no entry has: the gap after some entry.
     gaps = []
     for before, after in itertools.pairwise(entries):
@@ -161,14 +162,14 @@ async def test_a_cursor_between_entries_that_none_had_is_refused_and_a_trimmed_o
         if candidate != after:
             gaps.append(candidate)
     assert gaps, entries
-    never = await users.client.get(url, headers={**as_user("alice"), "Last-Event-ID": gaps[0]})
-    by_query = await users.client.get(url, params={"after": gaps[0]}, headers=as_user("alice"))
+    never = await two_users.client.get(url, headers={**as_user("alice"), "Last-Event-ID": gaps[0]})
+    by_query = await two_users.client.get(url, params={"after": gaps[0]}, headers=as_user("alice"))
     # Before the first entry: one trimmed from the stream (MAXLEN) since it was handed out.
     ms, seq = (int(part) for part in entries[0].split("-"))
     trimmed = f"{ms - 1}-0"
     async with asyncio.timeout(2):
         whole = await collect(
-            users.client, "GET", url, headers={**as_user("alice"), "Last-Event-ID": trimmed}
+            two_users.client, "GET", url, headers={**as_user("alice"), "Last-Event-ID": trimmed}
         )
 
     assert "never sent" in error_of(never, 400)["message"]
@@ -201,66 +202,74 @@ async def test_a_stream_redis_refuses_to_read_fails_its_reader_alone(
 # -- conversation ids ------------------------------------------------------------------------
 
 
-async def test_a_squatted_conversation_id_is_only_the_squatters_own(users: Stack) -> None:
+async def test_a_squatted_conversation_id_is_only_the_squatters_own(
+    two_users: Stack, owners: Owners
+) -> None:
     squat = body("mallory was here", conversation_id="kitchen-satellite")
-    assert (await users.client.post(CHAT, json=squat, headers=as_user("bob"))).status_code == 200
+    assert (
+        await two_users.client.post(CHAT, json=squat, headers=as_user("bob"))
+    ).status_code == 200
 
     own = body("turn on the light", conversation_id="kitchen-satellite")
-    answer = await users.client.post(CHAT, json=own, headers=as_user("alice"))
+    answer = await two_users.client.post(CHAT, json=own, headers=as_user("alice"))
 
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-bernard-conversation-id"] == "kitchen-satellite"
-    alices = await Archivist(users.redis, "alice").messages("kitchen-satellite")
+    alices = await Archivist(two_users.redis, owners.alice).messages("kitchen-satellite")
     assert [m["content"] for m in alices if m["role"] == "user"] == ["turn on the light"]
 
 
-async def test_probing_another_users_conversation_looks_like_probing_nothing(users: Stack) -> None:
-    mine = await users.client.post(
+async def test_probing_another_users_conversation_looks_like_probing_nothing(
+    two_users: Stack, owners: Owners
+) -> None:
+    mine = await two_users.client.post(
         CHAT, json=body(conversation_id="bobs-diary"), headers=as_user("bob")
     )
     assert mine.status_code == 200
-    theirs = await users.client.delete("/v1/conversations/bobs-diary", headers=as_user("alice"))
-    nothing = await users.client.delete("/v1/conversations/no-such-id", headers=as_user("alice"))
+    theirs = await two_users.client.delete("/v1/conversations/bobs-diary", headers=as_user("alice"))
+    nothing = await two_users.client.delete(
+        "/v1/conversations/no-such-id", headers=as_user("alice")
+    )
     assert (theirs.status_code, error_of(theirs, 404)) == (
         nothing.status_code,
         {**error_of(nothing, 404), "message": error_of(theirs, 404)["message"]},
     )
-    assert await Archivist(users.redis, "bob").messages("bobs-diary"), "bob's is untouched"
+    assert await Archivist(two_users.redis, owners.bob).messages("bobs-diary"), "bob's is untouched"
 
 
 @pytest.mark.parametrize("dots", [".", "..", "...", ".hidden", "trailing."])
 async def test_ids_a_url_path_cannot_address_are_refused_wherever_they_come_in(
-    users: Stack, dots: str
+    two_users: Stack, owners: Owners, dots: str
 ) -> None:
     """`.` and `..` are dot segments every HTTP client removes from a path: a conversation
     under such an id could be created and never read, continued by path or deleted."""
     alice = as_user("alice")
-    created = await users.client.post("/v1/conversations", json={"id": dots}, headers=alice)
+    created = await two_users.client.post("/v1/conversations", json={"id": dots}, headers=alice)
     assert error_of(created, 400)["param"] == "id"
-    in_body = await users.client.post(CHAT, json=body(conversation_id=dots), headers=alice)
+    in_body = await two_users.client.post(CHAT, json=body(conversation_id=dots), headers=alice)
     assert error_of(in_body, 400)["param"] == "conversation_id"
-    in_header = await users.client.post(
+    in_header = await two_users.client.post(
         CHAT, json=body(), headers={**alice, "X-Bernard-Conversation-Id": dots}
     )
     assert error_of(in_header, 400)["param"] == "conversation_id"
-    pattern = f"bernard:{{c:alice/{dots}}}:*"
-    assert [key async for key in users.redis.scan_iter(match=pattern)] == []
+    pattern = f"bernard:{{c:{owners.alice}/{dots}}}:*"
+    assert [key async for key in two_users.redis.scan_iter(match=pattern)] == []
 
 
-async def test_deleting_a_conversation_removes_every_key(users: Stack) -> None:
-    created = await users.client.post(
+async def test_deleting_a_conversation_removes_every_key(two_users: Stack, owners: Owners) -> None:
+    created = await two_users.client.post(
         CHAT, json=body(conversation_id="to-forget"), headers=as_user("alice")
     )
     assert created.status_code == 200
-    pattern = "bernard:{c:alice/to-forget}:*"
+    pattern = f"bernard:{{c:{owners.alice}/to-forget}}:*"
     # Its metadata, messages, call log and the set of its turns.
-    assert len([key async for key in users.redis.scan_iter(match=pattern)]) == 4
+    assert len([key async for key in two_users.redis.scan_iter(match=pattern)]) == 4
 
-    deleted = await users.client.delete("/v1/conversations/to-forget", headers=as_user("alice"))
+    deleted = await two_users.client.delete("/v1/conversations/to-forget", headers=as_user("alice"))
 
     assert deleted.json() == {"id": "to-forget", "object": "conversation.deleted", "deleted": True}
-    assert [key async for key in users.redis.scan_iter(match=pattern)] == []
-    again = await users.client.delete("/v1/conversations/to-forget", headers=as_user("alice"))
+    assert [key async for key in two_users.redis.scan_iter(match=pattern)] == []
+    again = await two_users.client.delete("/v1/conversations/to-forget", headers=as_user("alice"))
     assert error_of(again, 404)["code"] == "conversation_not_found"
 
 
@@ -307,27 +316,27 @@ async def test_deleting_a_conversation_removes_every_key(users: Stack) -> None:
     ],
 )
 async def test_malformed_messages_are_400_at_the_api(
-    users: Stack, message: dict[str, Any], param: str
+    two_users: Stack, message: dict[str, Any], param: str
 ) -> None:
     payload = {"model": "bernard-v1", "messages": [message, {"role": "user", "content": "hi"}]}
-    response = await users.client.post(CHAT, json=payload, headers=as_user("alice"))
+    response = await two_users.client.post(CHAT, json=payload, headers=as_user("alice"))
     assert error_of(response, 400)["param"] == param
-    assert await users.redis.zcard(users.settings.queue_name) == 0
+    assert await two_users.redis.zcard(two_users.settings.queue_name) == 0
 
 
 async def test_a_turn_the_worker_cannot_build_fails_with_its_own_code_at_once(
-    users: Stack,
+    two_users: Stack,
 ) -> None:
     """What slips past the API (a record written by another version, say) ends `failed`
     with `invalid_turn`, never as a lost worker."""
-    store = TurnStore(users.redis, retention_s=60, stream_maxlen=100)
+    store = TurnStore(two_users.redis, retention_s=60, stream_maxlen=100)
     record = TurnRecord(
         id=f"broken{time.time_ns()}",
         owner="alice",
         model="bernard-v1",
         request=TurnRequest(AgentRequest([{"role": "assistant", "tool_calls": [{"foo": 1}]}])),
     )
-    await store.create(record, ttl_s=60, queue_name=users.settings.queue_name)
+    await store.create(record, ttl_s=60, queue_name=two_users.settings.queue_name)
     started = time.monotonic()
 
     async def ended() -> bool:
@@ -379,13 +388,13 @@ async def test_a_turn_the_worker_cannot_build_fails_with_its_own_code_at_once(
     ],
 )
 async def test_numbers_and_strings_no_model_api_takes_are_400(
-    users: Stack, raw: bytes, param: str | None
+    two_users: Stack, raw: bytes, param: str | None
 ) -> None:
-    response = await users.client.post(
+    response = await two_users.client.post(
         CHAT, content=raw, headers={**as_user("alice"), "content-type": "application/json"}
     )
     assert error_of(response, 400)["param"] == param
-    assert await users.redis.zcard(users.settings.queue_name) == 0
+    assert await two_users.redis.zcard(two_users.settings.queue_name) == 0
 
 
 async def test_a_chunked_body_over_the_limit_is_413(upstream: ScriptedUpstream) -> None:
@@ -464,7 +473,7 @@ async def test_requests_over_the_limits_are_400_naming_what_is_over(
 
 
 async def test_sampling_and_cost_options_reach_the_response_model(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["one", " two", " three", " four", " five"]))
     options = {
@@ -478,7 +487,7 @@ async def test_sampling_and_cost_options_reach_the_response_model(
         "user": "end-user-42",
     }
     got = await collect(
-        users.client,
+        two_users.client,
         "POST",
         CHAT,
         json=body(stream=True, **options),
@@ -708,20 +717,22 @@ async def test_a_question_built_to_be_slow_to_parse_does_not_hold_up_the_demo_mo
 
 
 async def test_a_finished_turn_keeps_neither_its_prompt_nor_untraced_prompts(
-    users: Stack,
+    two_users: Stack, owners: Owners
 ) -> None:
     """A large request must not stay in Redis for the retention twice over: the record drops
     its messages when the turn ends (the conversation keeps them once), and the stream holds
     the prompts only of a turn that asked to be traced."""
     big = "x" * 50_000
-    answer = await users.client.post(CHAT, json=body(big, stream=True), headers=as_user("alice"))
+    answer = await two_users.client.post(
+        CHAT, json=body(big, stream=True), headers=as_user("alice")
+    )
     turn_id = answer.headers["x-bernard-turn-id"]
-    record = await users.redis.hgetall(keys.turn(turn_id))
+    record = await two_users.redis.hgetall(keys.turn(turn_id))
     assert record[b"status"] == b"completed" and b"messages" not in record
     assert big.encode() not in record[b"request"]
-    stream = await users.redis.xrange(keys.events(turn_id))
+    stream = await two_users.redis.xrange(keys.events(turn_id))
     assert not any(big.encode() in fields[b"e"] for _, fields in stream)
-    stored = await Archivist(users.redis, "alice").messages(
+    stored = await Archivist(two_users.redis, owners.alice).messages(
         answer.headers["x-bernard-conversation-id"]
     )
     assert stored[0]["content"] == big

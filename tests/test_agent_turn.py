@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, tool
 from api.auth import LOCAL_USER
 from shared.records.reads import Archivist
 from tests.support.sse import Frame, collect, frames, text_of
-from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.stack import Stack, make_settings, run_stack, wait_status
 from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools import default_tools, get_reporter
 
@@ -93,16 +93,6 @@ def kinds(collected: Sequence[Frame]) -> list[str]:
 
 def bernard_of(collected: Sequence[Frame], kind_: str) -> list[dict[str, Any]]:
     return [f.bernard for f in collected if f.bernard and f.bernard["type"] == kind_]
-
-
-async def wait_status(stack: Stack, turn_id: str, wanted: set[str]) -> str:
-    """The turn's status once it is one of `wanted` (polling its resource)."""
-    async with asyncio.timeout(5):
-        while True:
-            status = str((await stack.client.get(f"/v1/turns/{turn_id}")).json()["status"])
-            if status in wanted:
-                return status
-            await asyncio.sleep(0.02)
 
 
 def calculator_then_answer(upstream: ScriptedUpstream, answer: str = ANSWER) -> None:
@@ -276,7 +266,7 @@ async def test_a_client_leaving_mid_tool_cancels_the_tool_and_closes_its_record(
                 seen.append(await anext(stream))
         await asyncio.wait_for(cancelled.wait(), 5)
         ended = await wait_status(stack, turn_id, {"cancelled", "completed", "failed"})
-        assert ended == "cancelled"
+        assert ended["status"] == "cancelled"
         archivist = Archivist(stack.redis, LOCAL_USER)
         (record,) = await archivist.calls(conversation_id, kind="tool")
         messages = await archivist.messages(conversation_id)

@@ -28,12 +28,6 @@ TWO = [("save_note", {"text": "first"}), ("save_note", {"text": "second"})]
 ASKED_TWO = "Shall I remember “first”? Shall I remember “second”?"
 
 
-@pytest.fixture
-async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
-    async with run_stack(make_settings(upstream, api_keys=keys_for_two())) as stack:
-        yield stack
-
-
 async def notes_of(stack: Stack, key: str = "key-alice") -> list[str]:
     store = NoteStore(stack.redis, stack.settings.api_key_users()[key], retention_s=60)
     return sorted(note.text for note in await store.all())
@@ -82,12 +76,14 @@ async def paused(stack: Stack, upstream: ScriptedUpstream, calls: list[Any]) -> 
 
 
 async def test_a_pause_says_its_question_one_sentence_a_call_and_the_history_keeps_it(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    created = await users.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
+    created = await two_users.client.post(
+        "/v1/conversations", json={"id": "kitchen"}, headers=ALICE
+    )
     assert created.status_code == 201
     upstream.script_router(Reply.tool_calls(TWO))
-    events = await said(users, "kitchen", "remember these")
+    events = await said(two_users, "kitchen", "remember these")
 
     assert text(events) == ASKED_TWO
     # The structured events stay as they were, after the words.
@@ -97,7 +93,7 @@ async def test_a_pause_says_its_question_one_sentence_a_call_and_the_history_kee
         "Remember “first”",
         "Remember “second”",
     ]
-    assert (await rows(users, "kitchen")) == [
+    assert (await rows(two_users, "kitchen")) == [
         ("user", "remember these"),
         ("assistant", ASKED_TWO),
     ]
@@ -113,18 +109,18 @@ async def test_a_pause_says_its_question_one_sentence_a_call_and_the_history_kee
     ],
 )
 async def test_the_question_is_in_the_users_language_where_bernard_knows_it(
-    users: Stack, upstream: ScriptedUpstream, accept_language: str, question: str
+    two_users: Stack, upstream: ScriptedUpstream, accept_language: str, question: str
 ) -> None:
-    await users.client.post("/v1/conversations", json={"id": "salon"}, headers=ALICE)
+    await two_users.client.post("/v1/conversations", json={"id": "salon"}, headers=ALICE)
     upstream.script_router(Reply.tool_calls([DOOR]))
-    events = await said(users, "salon", "note le code", {"Accept-Language": accept_language})
+    events = await said(two_users, "salon", "note le code", {"Accept-Language": accept_language})
     assert text(events) == question
 
 
 async def test_a_chat_completion_streams_the_question_as_its_content(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = users.openai("key-alice")
+    client = two_users.openai("key-alice")
     upstream.script_router(Reply.tool_calls([DOOR]))
     stream = await client.chat.completions.create(
         model="bernard-v1",
@@ -146,9 +142,9 @@ async def test_a_chat_completion_streams_the_question_as_its_content(
 
 
 async def test_a_response_says_the_question_as_output_text_beside_its_approval_request(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = users.openai("key-alice")
+    client = two_users.openai("key-alice")
     upstream.script_router(Reply.tool_calls([DOOR]))
     response = await client.responses.create(model="bernard-v1", input="remember the door code")
     assert response.output_text == ASKED
@@ -182,17 +178,17 @@ async def test_a_response_says_the_question_as_output_text_beside_its_approval_r
     ],
 )
 async def test_a_plain_answer_decides_every_waiting_call_before_any_model_reads_it(
-    users: Stack, upstream: ScriptedUpstream, answer: str, saved: list[str], told: list[str]
+    two_users: Stack, upstream: ScriptedUpstream, answer: str, saved: list[str], told: list[str]
 ) -> None:
-    await paused(users, upstream, TWO)
+    await paused(two_users, upstream, TWO)
     asked = len(upstream.router_requests)
     upstream.script(Reply.text("Done as you said."))
 
-    events = await said(users, "kitchen", answer)
+    events = await said(two_users, "kitchen", answer)
 
     assert of(events, "done")[0]["status"] == "completed"
     assert text(events) == "Done as you said."
-    assert await notes_of(users) == saved
+    assert await notes_of(two_users) == saved
     # The first model call after the answer already reads what was decided, then the words.
     (router,) = upstream.router_requests[asked:]
     assert [(m["role"], m["content"]) for m in router["messages"][-3:]] == [
@@ -201,31 +197,31 @@ async def test_a_plain_answer_decides_every_waiting_call_before_any_model_reads_
         ("user", answer),
     ]
     assert "approve_pending" not in tool_names(router)
-    assert (await rows(users, "kitchen"))[1:] == [
+    assert (await rows(two_users, "kitchen"))[1:] == [
         ("assistant", ASKED_TWO),
         ("tool", told[0]),
         ("tool", told[1]),
         ("user", answer),
         ("assistant", "Done as you said."),
     ]
-    again = await users.client.get("/v1/conversations/kitchen", headers=ALICE)
+    again = await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)
     assert (again.json()["status"], again.json()["pending_confirmation"]) == ("idle", None)
 
 
 async def test_other_words_go_to_the_router_with_the_waiting_calls_and_it_approves_some(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    first, second = await paused(users, upstream, TWO)
+    first, second = await paused(two_users, upstream, TWO)
     asked = len(upstream.router_requests)
     upstream.script_router(
         Reply.tool_calls([("approve_pending", {"confirmation_ids": [first["confirmation_id"]]})])
     )
     upstream.script(Reply.text("Saved the first one only."))
 
-    events = await said(users, "kitchen", "only the first one")
+    events = await said(two_users, "kitchen", "only the first one")
 
     assert text(events) == "Saved the first one only."
-    assert await notes_of(users) == ["first"]
+    assert await notes_of(two_users) == ["first"]
     # One router call reads and decides; the answer is then written on what was decided.
     (reading,) = upstream.router_requests[asked:]
     answering = upstream.requests[-1]
@@ -250,9 +246,9 @@ async def test_other_words_go_to_the_router_with_the_waiting_calls_and_it_approv
 
 
 async def test_words_that_reject_and_ask_for_something_else_are_asked_about_again(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    (door,) = await paused(users, upstream, [DOOR])
+    (door,) = await paused(two_users, upstream, [DOOR])
     upstream.script_router(
         Reply.tool_calls(
             [
@@ -262,18 +258,18 @@ async def test_words_that_reject_and_ask_for_something_else_are_asked_about_agai
         )
     )
 
-    events = await said(users, "kitchen", "no, it is 9999")
+    events = await said(two_users, "kitchen", "no, it is 9999")
 
     assert of(events, "done")[0]["status"] == "awaiting_confirmation"
     assert text(events) == "Shall I remember “the door code is 9999”?"
     (again,) = of(events, "awaiting_confirmation")
-    assert await notes_of(users) == []
+    assert await notes_of(two_users) == []
 
     upstream.script(Reply.text("Saved 9999."))
-    done = await said(users, "kitchen", "yes")
+    done = await said(two_users, "kitchen", "yes")
     assert text(done) == "Saved 9999."
-    assert await notes_of(users) == ["the door code is 9999"]
-    assert (await rows(users, "kitchen"))[1:] == [
+    assert await notes_of(two_users) == ["the door code is 9999"]
+    assert (await rows(two_users, "kitchen"))[1:] == [
         ("assistant", ASKED),
         ("tool", "The user declined: save_note was not run."),
         ("user", "no, it is 9999"),
@@ -286,14 +282,14 @@ async def test_words_that_reject_and_ask_for_something_else_are_asked_about_agai
 
 
 async def test_words_the_router_decides_nothing_on_run_nothing(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await paused(users, upstream, [DOOR])
+    await paused(two_users, upstream, [DOOR])
     upstream.script(Reply.text("It is sunny."))
-    events = await said(users, "kitchen", "what is the weather like?")
+    events = await said(two_users, "kitchen", "what is the weather like?")
     assert text(events) == "It is sunny."
-    assert await notes_of(users) == []
-    assert (await rows(users, "kitchen"))[2:] == [
+    assert await notes_of(two_users) == []
+    assert (await rows(two_users, "kitchen"))[2:] == [
         ("tool", "The user declined: save_note was not run."),
         ("user", "what is the weather like?"),
         ("assistant", "It is sunny."),
@@ -310,9 +306,9 @@ def chat_history(*turns: str) -> list[dict[str, str]]:
 
 
 async def test_a_plain_sdk_that_resends_its_history_answers_yes_and_it_runs(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = users.openai("key-alice")
+    client = two_users.openai("key-alice")
     upstream.script_router(Reply.tool_calls([DOOR]))
     first = await client.chat.completions.create(
         model="bernard-v1", messages=chat_history("remember the door code")
@@ -332,8 +328,8 @@ async def test_a_plain_sdk_that_resends_its_history_answers_yes_and_it_runs(
     )
 
     assert content == "Saved."
-    assert await notes_of(users) == ["the door code is 1234"]
-    assert (await rows(users, conversation)) == [
+    assert await notes_of(two_users) == ["the door code is 1234"]
+    assert (await rows(two_users, conversation)) == [
         ("user", "remember the door code"),
         ("assistant", ASKED),
         ("tool", "Saved: the door code is 1234"),
@@ -343,9 +339,9 @@ async def test_a_plain_sdk_that_resends_its_history_answers_yes_and_it_runs(
 
 
 async def test_a_history_that_differs_or_another_users_approves_nothing(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    alice = users.openai("key-alice")
+    alice = two_users.openai("key-alice")
     upstream.script_router(Reply.tool_calls([DOOR]))
     first = await alice.chat.completions.create(
         model="bernard-v1", messages=chat_history("remember the door code")
@@ -362,7 +358,7 @@ async def test_a_history_that_differs_or_another_users_approves_nothing(
                 *chat_history("remember the door code", ASKED, "yes"),
             ],
         ),
-        (users.openai("key-bob"), chat_history("remember the door code", ASKED, "yes")),
+        (two_users.openai("key-bob"), chat_history("remember the door code", ASKED, "yes")),
     ]
     for client, history in others:
         upstream.script(Reply.text("Yes to what?"))
@@ -370,9 +366,9 @@ async def test_a_history_that_differs_or_another_users_approves_nothing(
         assert answer.choices[0].message.content == "Yes to what?"
         elsewhere = answer.model_extra["bernard"]["conversation_id"]  # type: ignore[index]
         assert elsewhere != conversation
-    assert await notes_of(users) == []
-    assert await notes_of(users, "key-bob") == []
-    assert await status(users, conversation) == "awaiting_confirmation"
+    assert await notes_of(two_users) == []
+    assert await notes_of(two_users, "key-bob") == []
+    assert await status(two_users, conversation) == "awaiting_confirmation"
 
     # The history as it was asked still finds it.
     upstream.script(Reply.text("Saved."))
@@ -380,23 +376,23 @@ async def test_a_history_that_differs_or_another_users_approves_nothing(
         model="bernard-v1", messages=chat_history("remember the door code", ASKED, "yes")
     )
     assert answer.model_extra["bernard"]["conversation_id"] == conversation  # type: ignore[index]
-    assert await notes_of(users) == ["the door code is 1234"]
+    assert await notes_of(two_users) == ["the door code is 1234"]
 
 
 async def test_a_chat_completion_naming_its_conversation_answers_in_words_too(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await paused(users, upstream, [DOOR])
+    await paused(two_users, upstream, [DOOR])
     upstream.script(Reply.text("Left it."))
-    answer = await users.client.post(
+    answer = await two_users.client.post(
         "/v1/chat/completions",
         json={"model": "bernard-v1", "messages": [{"role": "user", "content": "nope"}]},
         headers={**ALICE, "X-Bernard-Conversation-Id": "kitchen"},
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"] == "Left it."
-    assert await notes_of(users) == []
-    assert (await rows(users, "kitchen"))[2:4] == [
+    assert await notes_of(two_users) == []
+    assert (await rows(two_users, "kitchen"))[2:4] == [
         ("tool", "The user declined: save_note was not run."),
         ("user", "nope"),
     ]
@@ -406,9 +402,9 @@ async def test_a_chat_completion_naming_its_conversation_answers_in_words_too(
 
 
 async def test_a_response_continuing_one_that_waits_answers_it_in_words(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    client = users.openai("key-alice")
+    client = two_users.openai("key-alice")
     upstream.script_router(Reply.tool_calls([DOOR]))
     asked = await client.responses.create(model="bernard-v1", input="remember the door code")
     (request,) = [item for item in asked.output if item.type == "mcp_approval_request"]
@@ -419,53 +415,57 @@ async def test_a_response_continuing_one_that_waits_answers_it_in_words(
     )
 
     assert answered.output_text == "Saved."
-    assert await notes_of(users) == ["the door code is 1234"]
+    assert await notes_of(two_users) == ["the door code is 1234"]
     (ran,) = [item for item in answered.output if item.type == "mcp_call"]
     assert (ran.output, ran.approval_request_id) == ("Saved: the door code is 1234", request.id)
     items = await client.responses.input_items.list(answered.id)
     assert [item.content[0].text for item in items.data] == ["Yes."]  # type: ignore[union-attr]
 
 
-async def test_two_answers_at_once_decide_once(users: Stack, upstream: ScriptedUpstream) -> None:
+async def test_two_answers_at_once_decide_once(
+    two_users: Stack, upstream: ScriptedUpstream
+) -> None:
     """A "yes" and a "no" sent together: one answers, the other finds nothing waiting and is
     a message like any (or 409 while the first's turn runs); the call runs at most once."""
-    await paused(users, upstream, [DOOR])
+    await paused(two_users, upstream, [DOOR])
     upstream.responder = lambda body: Reply.text("Understood.")
     url = "/v1/conversations/kitchen/messages"
     replies = await asyncio.gather(
-        users.client.post(url, json={"content": "yes"}, headers=ALICE),
-        users.client.post(url, json={"content": "no"}, headers=ALICE),
+        two_users.client.post(url, json={"content": "yes"}, headers=ALICE),
+        two_users.client.post(url, json={"content": "no"}, headers=ALICE),
     )
     codes = sorted(r.status_code for r in replies)
     assert codes in ([200, 200], [200, 409]), [r.text for r in replies]
-    notes = await notes_of(users)
-    told = [content for role, content in await rows(users, "kitchen") if role == "tool"]
+    notes = await notes_of(two_users)
+    told = [content for role, content in await rows(two_users, "kitchen") if role == "tool"]
     assert len(told) == 1
     assert notes == (["the door code is 1234"] if told[0].startswith("Saved") else [])
 
 
 async def test_an_answer_to_nothing_is_a_message_like_any(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    created = await users.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
+    created = await two_users.client.post(
+        "/v1/conversations", json={"id": "kitchen"}, headers=ALICE
+    )
     assert created.status_code == 201
     upstream.script(Reply.text("Yes to what?"))
-    events = await said(users, "kitchen", "yes")
+    events = await said(two_users, "kitchen", "yes")
     assert text(events) == "Yes to what?"
-    assert await notes_of(users) == []
+    assert await notes_of(two_users) == []
 
 
 async def test_a_waiting_call_is_answered_only_in_its_owners_conversation(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await paused(users, upstream, [DOOR])
+    await paused(two_users, upstream, [DOOR])
     upstream.script(Reply.text("Hello Bob."))
-    bobs = await users.client.post(
+    bobs = await two_users.client.post(
         "/v1/conversations/kitchen/messages", json={"content": "yes"}, headers=BOB
     )
     assert isinstance(bobs, httpx.Response) and bobs.status_code == 404
-    assert await notes_of(users) == []
-    assert await status(users, "kitchen") == "awaiting_confirmation"
+    assert await notes_of(two_users) == []
+    assert await status(two_users, "kitchen") == "awaiting_confirmation"
 
 
 # -- one model for both roles ---------------------------------------------------------------------

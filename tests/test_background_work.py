@@ -1,6 +1,6 @@
 """Background work a user's turns cause (summaries, timer firings) is admitted against the
 user's budget and the deployment's and takes at most a share of a worker's slots; a
-saturated worker starts a backlog fairly across users. Each test drives the real API and a
+saturated worker starts a backlog fairly across owners. Each test drives the real API and a
 real `WakeWorker` against the scripted upstream, as the attack of issue 20 did: one user
 floods summaries while another waits for a first token."""
 
@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -35,7 +33,7 @@ from tests.support.upstream import (
     is_router_request,
     last_user_text,
 )
-from tests.support.users import as_user
+from tests.support.users import Owners, as_user
 from worker.main import create_worker
 from worker.summaries import SUMMARY_PROMPT
 
@@ -50,25 +48,9 @@ MEMORY = {
 CROWDED = 160
 
 
-@dataclass(frozen=True)
-class Users:
-    """The owners behind `key-alice` (the flood) and `key-bob` (the neighbour): new names in
-    each test, since a user's budgets hold across queues."""
-
-    alice: str
-    bob: str
-
-
-@pytest.fixture
-def users() -> Users:
-    tag = uuid.uuid4().hex[:8]
-    return Users(alice=f"alice-{tag}", bob=f"bob-{tag}")
-
-
-def settings_for(upstream: ScriptedUpstream, users: Users, **overrides: Any) -> Settings:
-    """Alice and bob on small prompts."""
-    api_keys = f"key-alice:{users.alice},key-bob:{users.bob}"
-    return make_settings(upstream, api_keys=api_keys, **{**MEMORY, **overrides})
+def settings_for(upstream: ScriptedUpstream, owners: Owners, **overrides: Any) -> Settings:
+    """Alice (the flood) and bob (the neighbour) on small prompts."""
+    return make_settings(upstream, api_keys=owners.api_keys, **{**MEMORY, **overrides})
 
 
 def crowded(tag: str) -> list[dict[str, str]]:
@@ -140,7 +122,7 @@ async def summary_jobs(stack: Stack, owner: str) -> int:
 
 
 async def test_a_flood_of_slow_summaries_leaves_a_neighbours_first_token_alone(
-    upstream: ScriptedUpstream, users: Users
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """Issue 20's attack at a small scale: four job slots, summaries that never come back,
     and alice asking for eight of them, one request at a time. Before, her summaries took
@@ -148,7 +130,7 @@ async def test_a_flood_of_slow_summaries_leaves_a_neighbours_first_token_alone(
     FIRST_TOKEN_BOUND_S = 2.0  # about 0.1 s on a quiet box; loose for a loaded one
     held: list[Reply] = []
     upstream.responder = slow_summaries(held)
-    async with run_stack(settings_for(upstream, users, worker_concurrency=4)) as stack:
+    async with run_stack(settings_for(upstream, owners, worker_concurrency=4)) as stack:
         await flood_summaries(stack, 8)
         await wait_for(lambda: held, timeout_s=5)
         await asyncio.sleep(1.5)  # past a fallback poll: every summary that may start has
@@ -159,7 +141,7 @@ async def test_a_flood_of_slow_summaries_leaves_a_neighbours_first_token_alone(
 
 
 async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
-    upstream: ScriptedUpstream, users: Users
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """Eight slots, two of them for background work, three background jobs per user:
     alice's six requests queue three summaries (the rest are not queued), two of which
@@ -168,7 +150,7 @@ async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
     upstream.responder = slow_summaries(held)
     settings = settings_for(
         upstream,
-        users,
+        owners,
         worker_concurrency=8,
         worker_background_share=0.25,
         max_background_jobs_per_user=3,
@@ -178,8 +160,8 @@ async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
         await wait_for(lambda: len(held) >= 2, timeout_s=5)
         await asyncio.sleep(1.5)
         assert len([ex for ex in summary_calls(upstream) if not ex.ended]) == 2, "the share"
-        assert await stack.background_jobs(users.alice) == 3, "the budget"
-        assert await summary_jobs(stack, users.alice) == 3, "the others were never queued"
+        assert await stack.background_jobs(owners.alice) == 3, "the budget"
+        assert await summary_jobs(stack, owners.alice) == 3, "the others were never queued"
 
         for reply in held:
             reply.release()
@@ -189,11 +171,11 @@ async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
             reply.release()
         await wait_for(lambda: all(ex.ended for ex in summary_calls(upstream)), timeout_s=10)
         # Every slot given back as its job ended.
-        await wait_for(lambda: _all_gone(stack, users.alice), timeout_s=10)
+        await wait_for(lambda: _all_gone(stack, owners.alice), timeout_s=10)
 
         # The last flooded conversation was never summarized: its next turn asks again.
         last = summary_calls(upstream)
-        conversation = await _conversation_of(stack, users.alice, "flood-5")
+        conversation = await _conversation_of(stack, owners.alice, "flood-5")
         answer = await stack.client.post(
             f"/v1/conversations/{conversation}/messages",
             json={"content": "one more"},
@@ -207,7 +189,7 @@ async def test_a_users_summaries_stay_within_their_budget_and_the_workers_share(
 
 
 async def test_a_summary_queued_before_its_conversation_was_created_again_writes_nothing(
-    upstream: ScriptedUpstream, users: Users
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """The summary job carries the incarnation of the conversation it was asked for in: one
     that starts after that conversation was deleted and another created under its id (a
@@ -216,7 +198,7 @@ async def test_a_summary_queued_before_its_conversation_was_created_again_writes
     held: list[Reply] = []
     upstream.responder = slow_summaries(held)
     # One background slot of four, taken by a summary the upstream holds: the next waits.
-    settings = settings_for(upstream, users, worker_concurrency=4, worker_background_share=0.25)
+    settings = settings_for(upstream, owners, worker_concurrency=4, worker_background_share=0.25)
     alice = as_user("alice")
     async with run_stack(settings) as stack:
         body = {"model": "bernard-v1", "messages": crowded("blocker")}
@@ -225,7 +207,7 @@ async def test_a_summary_queued_before_its_conversation_was_created_again_writes
 
         body = {"model": "bernard-v1", "messages": crowded("old"), "conversation_id": "kitchen"}
         assert (await stack.client.post(CHAT, json=body, headers=alice)).status_code == 200
-        queued = background_job_id(BackgroundKind.SUMMARY, users.alice, "kitchen")
+        queued = background_job_id(BackgroundKind.SUMMARY, owners.alice, "kitchen")
         assert await stack.redis.exists(job_key_prefix + queued), "asked for, waiting"
 
         deleted = await stack.client.delete("/v1/conversations/kitchen", headers=alice)
@@ -236,23 +218,23 @@ async def test_a_summary_queued_before_its_conversation_was_created_again_writes
         async def ended() -> bool:
             for reply in held:  # a summary the old job asked for too, were it to ask
                 reply.release()
-            return await _all_gone(stack, users.alice)
+            return await _all_gone(stack, owners.alice)
 
         await wait_for(ended, timeout_s=10)
         await asyncio.sleep(0.3)
-        summary = await stack.redis.get(keys.conversation_summary(users.alice, "kitchen"))
+        summary = await stack.redis.get(keys.conversation_summary(owners.alice, "kitchen"))
     assert summary is None, "the old conversation's job wrote into the new one"
     assert len(summary_calls(upstream)) == 1, "only the blocker's summary asked the model"
 
 
 async def test_a_summary_its_worker_stopped_at_shutdown_runs_on_another_worker(
-    upstream: ScriptedUpstream, users: Users
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """A worker shutting down cancels the summary it runs (its model call held upstream):
     the job goes back on the queue, and the next worker runs it to its end."""
     held: list[Reply] = []
     upstream.responder = slow_summaries(held)
-    settings = settings_for(upstream, users)
+    settings = settings_for(upstream, owners)
     async with run_stack(settings, worker=False) as stack:
         first = create_worker(settings, tool_settings=make_tool_settings(), handle_signals=False)
         running = asyncio.create_task(first.async_run())
@@ -269,8 +251,8 @@ async def test_a_summary_its_worker_stopped_at_shutdown_runs_on_another_worker(
         async with run_worker(settings):
             await wait_for(lambda: len(held) == 2, timeout_s=10)
             held[1].release()
-            await wait_for(lambda: _all_gone(stack, users.alice), timeout_s=10)
-        summary = await stack.redis.get(keys.conversation_summary(users.alice, "den"))
+            await wait_for(lambda: _all_gone(stack, owners.alice), timeout_s=10)
+        summary = await stack.redis.get(keys.conversation_summary(owners.alice, "den"))
     assert summary is not None and orjson.loads(summary)["text"] == "They talked."
 
 
@@ -292,26 +274,26 @@ async def _conversation_of(stack: Stack, owner: str, tag: str) -> str:
 
 
 async def test_a_timer_due_over_its_owners_budget_waits_and_then_rings(
-    upstream: ScriptedUpstream, users: Users
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """With one background job per user, alice's running summary holds her slot: her timer
     comes due and waits on the queue (never dropped), and rings once the summary ends."""
     held: list[Reply] = []
     upstream.responder = slow_summaries(held)
-    settings = settings_for(upstream, users, max_background_jobs_per_user=1)
+    settings = settings_for(upstream, owners, max_background_jobs_per_user=1)
     async with run_stack(settings) as stack:
         await flood_summaries(stack, 1)
         await wait_for(lambda: held, timeout_s=5)
         queue = connect(settings.queue_url)
         store = TimerStore(
-            stack.redis, users.alice, retention_s=60, queue_name=settings.queue_name, queue=queue
+            stack.redis, owners.alice, retention_s=60, queue_name=settings.queue_name, queue=queue
         )
         try:
             timer = await store.set(0.2, "tea", None)
             await asyncio.sleep(2.0)  # due long ago, with a worker polling the queue
             [waiting] = await store.all()
             assert waiting.state == "pending"
-            job_id = background_job_id(BackgroundKind.TIMER, users.alice, timer.id)
+            job_id = background_job_id(BackgroundKind.TIMER, owners.alice, timer.id)
             assert await queue.zscore(settings.queue_name, job_id) is not None, "still queued"
 
             held[0].release()
@@ -346,14 +328,14 @@ async def gated(upstream: ScriptedUpstream) -> AsyncIterator[dict[str, Reply]]:
 
 
 async def test_a_saturated_worker_starts_another_users_first_turn_before_a_backlog(
-    upstream: ScriptedUpstream, gated: dict[str, Reply], users: Users
+    upstream: ScriptedUpstream, gated: dict[str, Reply], owners: Owners
 ) -> None:
     """Two slots, both running alice's turns, three more of hers queued, around bob's
     first turn: when a slot frees, bob's turn starts, not alice's oldest (queue order) nor
     her newest (the wake list's). Her share is every slot here, so that hers fill them."""
     settings = settings_for(
         upstream,
-        users,
+        owners,
         worker_concurrency=2,
         worker_user_share=1.0,
         max_active_turns_per_user=10,
@@ -379,7 +361,7 @@ async def test_a_saturated_worker_starts_another_users_first_turn_before_a_backl
         await asyncio.sleep(0.3)
         for turn_id in backlog:
             owner_key = keys.job_owner(settings.queue_name, turn_id)
-            assert await stack.redis.get(owner_key) == users.alice.encode()
+            assert await stack.redis.get(owner_key) == owners.alice.encode()
             assert await stack.redis.pttl(owner_key) > 0
         assert not bobs.done()
 
@@ -407,7 +389,7 @@ async def _all_status(stack: Stack, turn_ids: list[str], status: str) -> bool:
 
 
 async def test_one_users_slow_turns_leave_a_share_of_the_slots_to_another_user(
-    upstream: ScriptedUpstream, users: Users
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """Four slots; alice starts four slow turns (3 s each): at BERNARD_WORKER_USER_SHARE
     0.5 two run and two wait queued, so bob's turn starts at once in a free slot instead of
@@ -423,7 +405,7 @@ async def test_one_users_slow_turns_leave_a_share_of_the_slots_to_another_user(
 
     upstream.responder = respond
     settings = settings_for(
-        upstream, users, worker_concurrency=4, worker_user_share=0.5, max_active_turns_per_user=10
+        upstream, owners, worker_concurrency=4, worker_user_share=0.5, max_active_turns_per_user=10
     )
     async with run_stack(settings) as stack:
         turn_ids = []

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +35,6 @@ def alice(stack: Stack) -> str:
 
 SSE = {"Accept": "text/event-stream"}
 NOTE = ("save_note", {"text": "the door code is 1234"})
-
-
-@pytest.fixture
-async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
-    async with run_stack(make_settings(upstream, api_keys=keys_for_two())) as stack:
-        yield stack
 
 
 async def conversation(stack: Stack, conversation_id: str = "kitchen") -> str:
@@ -109,8 +102,8 @@ async def notes_of(stack: Stack) -> list[str]:
 # -- conversations -----------------------------------------------------------------------------
 
 
-async def test_a_conversation_is_created_read_listed_and_deleted(users: Stack) -> None:
-    created = await users.client.post(
+async def test_a_conversation_is_created_read_listed_and_deleted(two_users: Stack) -> None:
+    created = await two_users.client.post(
         "/v1/conversations", json={"id": "kitchen", "metadata": {"room": "kitchen"}}, headers=ALICE
     )
     assert created.status_code == 201
@@ -126,31 +119,31 @@ async def test_a_conversation_is_created_read_listed_and_deleted(users: Stack) -
         "message_count": 0,
         "pending_confirmation": None,
     }
-    fresh = (await users.client.post("/v1/conversations", headers=ALICE)).json()
+    fresh = (await two_users.client.post("/v1/conversations", headers=ALICE)).json()
     assert fresh["id"].startswith("conv_")
-    taken = await users.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
+    taken = await two_users.client.post("/v1/conversations", json={"id": "kitchen"}, headers=ALICE)
     assert (taken.status_code, taken.json()["error"]["code"]) == (409, "conversation_exists")
 
-    read = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    read = (await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
     assert read["metadata"] == {"room": "kitchen"} and read["status"] == "idle"
-    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()
+    listed = (await two_users.client.get("/v1/conversations", headers=ALICE)).json()
     assert [c["id"] for c in listed["data"]] == [fresh["id"], "kitchen"], "newest first"
 
-    deleted = await users.client.delete("/v1/conversations/kitchen", headers=ALICE)
+    deleted = await two_users.client.delete("/v1/conversations/kitchen", headers=ALICE)
     assert deleted.json()["deleted"] is True
-    gone = await users.client.get("/v1/conversations/kitchen", headers=ALICE)
+    gone = await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)
     assert gone.status_code == 404
-    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()
+    listed = (await two_users.client.get("/v1/conversations", headers=ALICE)).json()
     assert [c["id"] for c in listed["data"]] == [fresh["id"]]
 
 
-async def test_conversations_page_newest_used_first(users: Stack) -> None:
+async def test_conversations_page_newest_used_first(two_users: Stack) -> None:
     for n in range(5):
-        await conversation(users, f"c{n}")
-    await post(users, "c1", "bring me back up")
-    first = (await users.client.get("/v1/conversations?limit=2", headers=ALICE)).json()
+        await conversation(two_users, f"c{n}")
+    await post(two_users, "c1", "bring me back up")
+    first = (await two_users.client.get("/v1/conversations?limit=2", headers=ALICE)).json()
     rest = (
-        await users.client.get(
+        await two_users.client.get(
             f"/v1/conversations?limit=10&after={first['last_id']}", headers=ALICE
         )
     ).json()
@@ -158,15 +151,15 @@ async def test_conversations_page_newest_used_first(users: Stack) -> None:
     assert [c["id"] for c in rest["data"]] == ["c3", "c2", "c0"] and not rest["has_more"]
 
 
-async def test_messages_page_oldest_first_with_their_rows(users: Stack) -> None:
-    await conversation(users)
+async def test_messages_page_oldest_first_with_their_rows(two_users: Stack) -> None:
+    await conversation(two_users)
     for n in range(3):
-        await post(users, "kitchen", f"question {n}")
+        await post(two_users, "kitchen", f"question {n}")
     page = (
-        await users.client.get("/v1/conversations/kitchen/messages?limit=4", headers=ALICE)
+        await two_users.client.get("/v1/conversations/kitchen/messages?limit=4", headers=ALICE)
     ).json()
     rest = (
-        await users.client.get(
+        await two_users.client.get(
             f"/v1/conversations/kitchen/messages?after={page['last_id']}", headers=ALICE
         )
     ).json()
@@ -175,7 +168,7 @@ async def test_messages_page_oldest_first_with_their_rows(users: Stack) -> None:
     assert [r["role"] for r in rows] == ["user", "assistant"] * 3
     assert set(rows[0]) >= {"id", "role", "content", "turn_id", "created_at"}
     assert page["has_more"] and not rest["has_more"]
-    bad = await users.client.get("/v1/conversations/kitchen/messages?after=nope", headers=ALICE)
+    bad = await two_users.client.get("/v1/conversations/kitchen/messages?after=nope", headers=ALICE)
     assert (bad.status_code, bad.json()["error"]["param"]) == (400, "after")
 
 
@@ -190,35 +183,39 @@ ROUTES = [
 
 @pytest.mark.parametrize(("method", "route", "payload"), ROUTES)
 async def test_every_route_is_the_owners_alone(
-    users: Stack, method: str, route: str, payload: dict[str, Any] | None
+    two_users: Stack, method: str, route: str, payload: dict[str, Any] | None
 ) -> None:
-    await conversation(users, "alices")
+    await conversation(two_users, "alices")
     url = route.format(id="alices")
     kwargs = {"json": payload} if payload is not None else {}
-    theirs = await users.client.request(method, url, headers=BOB, **kwargs)
-    missing = await users.client.request(method, route.format(id="no-such"), headers=BOB, **kwargs)
-    keyless = await users.client.request(method, url, **kwargs)
+    theirs = await two_users.client.request(method, url, headers=BOB, **kwargs)
+    missing = await two_users.client.request(
+        method, route.format(id="no-such"), headers=BOB, **kwargs
+    )
+    keyless = await two_users.client.request(method, url, **kwargs)
     assert theirs.status_code == missing.status_code == 404
     assert theirs.json()["error"]["code"] == missing.json()["error"]["code"]
     assert keyless.status_code == 401
-    listed = await users.client.get("/v1/conversations", headers=BOB)
+    listed = await two_users.client.get("/v1/conversations", headers=BOB)
     assert listed.json()["data"] == []
-    assert (await users.client.get("/v1/conversations")).status_code == 401
-    assert (await users.client.post("/v1/conversations")).status_code == 401
+    assert (await two_users.client.get("/v1/conversations")).status_code == 401
+    assert (await two_users.client.post("/v1/conversations")).status_code == 401
 
 
 # -- turns on a conversation -------------------------------------------------------------------
 
 
-async def test_json_and_sse_give_the_same_rows(users: Stack, upstream: ScriptedUpstream) -> None:
+async def test_json_and_sse_give_the_same_rows(
+    two_users: Stack, upstream: ScriptedUpstream
+) -> None:
     upstream.script(Reply.text(["Hello", " there"]))
     upstream.script(Reply.text(["Hello", " there"]))
-    await conversation(users, "json")
-    await conversation(users, "sse")
-    answered = await post(users, "json", "hi")
+    await conversation(two_users, "json")
+    await conversation(two_users, "sse")
+    answered = await post(two_users, "json", "hi")
     assert isinstance(answered, httpx.Response) and answered.status_code == 200
     body = answered.json()
-    events = await post(users, "sse", "hi", stream=True)
+    events = await post(two_users, "sse", "hi", stream=True)
     assert isinstance(events, list)
 
     streamed_rows = [data for name, data in events if name == "message"]
@@ -241,12 +238,12 @@ async def test_json_and_sse_give_the_same_rows(users: Stack, upstream: ScriptedU
 
 
 async def test_a_read_tool_round_streams_call_progress_and_result(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     upstream.script(Reply.text("It is 42."))
-    await conversation(users)
-    events = await post(users, "kitchen", "6*7?", stream=True)
+    await conversation(two_users)
+    events = await post(two_users, "kitchen", "6*7?", stream=True)
     assert isinstance(events, list)
     assert kinds(events) == [
         "message",  # the question
@@ -272,39 +269,41 @@ async def test_a_read_tool_round_streams_call_progress_and_result(
 
 
 async def test_a_busy_conversation_refuses_a_second_turn_that_says_reject(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     gate = upstream.script(Reply.text(["slow", " answer"], block_after_first=True))
-    await conversation(users)
-    first = asyncio.create_task(post(users, "kitchen", "first"))
+    await conversation(two_users)
+    first = asyncio.create_task(post(two_users, "kitchen", "first"))
     await gate.wait_blocked()
-    running = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
-    second = await post(users, "kitchen", "second", strategy="reject")
+    running = (await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    second = await post(two_users, "kitchen", "second", strategy="reject")
     assert isinstance(second, httpx.Response)
     assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
     gate.release()
     done = await first
     assert isinstance(done, httpx.Response) and done.status_code == 200
-    idle = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    idle = (await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
     assert (running["status"], idle["status"]) == ("running", "idle")
     # The running turn is named, so a client that did not start it can follow it.
     assert (running["turn_id"], idle["turn_id"]) == (done.json()["turn_id"], None)
-    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
+    listed = (await two_users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
     assert [c["turn_id"] for c in listed] == [None]
-    assert (await post(users, "kitchen", "third")).status_code == 200  # type: ignore[union-attr]
+    assert (await post(two_users, "kitchen", "third")).status_code == 200  # type: ignore[union-attr]
 
 
 async def test_a_message_or_a_decision_asking_for_a_trace_streams_one(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await conversation(users)
+    await conversation(two_users)
     upstream.script(Reply.text("Plain."))
-    plain = await named(users, "POST", "/v1/conversations/kitchen/messages", json={"content": "a"})
+    plain = await named(
+        two_users, "POST", "/v1/conversations/kitchen/messages", json={"content": "a"}
+    )
     assert "trace" not in kinds(plain)
 
     upstream.script(Reply.text("Traced.", usage=(12, 3)))
     body = {"content": "b", "trace": True}
-    traced = await named(users, "POST", "/v1/conversations/kitchen/messages", json=body)
+    traced = await named(two_users, "POST", "/v1/conversations/kitchen/messages", json=body)
     traces = [data for name, data in traced if name == "trace"]
     assert [(t["type"], t.get("stage")) for t in traces] == [
         ("memory", None),
@@ -317,11 +316,11 @@ async def test_a_message_or_a_decision_asking_for_a_trace_streams_one(
     assert traces[4]["usage"]["prompt_tokens"] == 12 and traces[4]["latency_ms"] >= 0
 
     upstream.script_router(Reply.tool_calls([NOTE]))
-    paused = await post(users, "kitchen", "remember the door code")
+    paused = await post(two_users, "kitchen", "remember the door code")
     confirmation = paused.json()["pending_confirmation"]["confirmation_id"]  # type: ignore[union-attr]
     upstream.script(Reply.text("Saved."))
     decided = await resume(
-        users,
+        two_users,
         "kitchen",
         {"confirmation_id": confirmation, "decision": "approve", "trace": True},
         stream=True,
@@ -346,11 +345,11 @@ async def pause(stack: Stack, upstream: ScriptedUpstream, conversation_id: str =
 
 
 async def test_a_write_tool_waits_and_runs_only_once_approved(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await conversation(users)
+    await conversation(two_users)
     upstream.script_router(Reply.tool_calls([NOTE]))
-    events = await post(users, "kitchen", "remember the door code", stream=True)
+    events = await post(two_users, "kitchen", "remember the door code", stream=True)
     assert isinstance(events, list)
     assert kinds(events) == ["message", "text_delta", "awaiting_confirmation", "message", "done"]
     assert text(events) == "Shall I remember “the door code is 1234”?"
@@ -359,14 +358,14 @@ async def test_a_write_tool_waits_and_runs_only_once_approved(
     assert proposal["tool_call"]["name"] == "save_note"
     assert proposal["expires_at"] > time.time() + 3000
     assert events[-1][1]["status"] == "awaiting_confirmation"
-    assert await notes_of(users) == [], "nothing ran"
-    waiting = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    assert await notes_of(two_users) == [], "nothing ran"
+    waiting = (await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
     assert waiting["status"] == "awaiting_confirmation"
     assert waiting["pending_confirmation"]["confirmation_id"] == proposal["confirmation_id"]
 
     upstream.script(Reply.text("Saved it."))
     approved = await resume(
-        users,
+        two_users,
         "kitchen",
         {"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
         stream=True,
@@ -381,13 +380,13 @@ async def test_a_write_tool_waits_and_runs_only_once_approved(
         "message",
         "done",
     ]
-    assert await notes_of(users) == ["the door code is 1234"]
+    assert await notes_of(two_users) == ["the door code is 1234"]
     assert approved[-1][1]["status"] == "completed"
     # The model saw its call answered before it answered.
     tool_message = upstream.router_requests[-1]["messages"][-1]
     assert tool_message["role"] == "tool" and "Saved" in tool_message["content"]
     again = await resume(
-        users, "kitchen", {"confirmation_id": proposal["confirmation_id"], "decision": "reject"}
+        two_users, "kitchen", {"confirmation_id": proposal["confirmation_id"], "decision": "reject"}
     )
     assert isinstance(again, httpx.Response)
     assert (again.status_code, again.json()["error"]["code"]) == (
@@ -397,13 +396,13 @@ async def test_a_write_tool_waits_and_runs_only_once_approved(
 
 
 async def test_a_rejected_write_never_runs_and_the_model_hears_why(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await conversation(users)
-    confirmation = await pause(users, upstream)
+    await conversation(two_users)
+    confirmation = await pause(two_users, upstream)
     upstream.script(Reply.text("Fine, I won't."))
     rejected = await resume(
-        users, "kitchen", {"confirmation_id": confirmation, "decision": "reject"}
+        two_users, "kitchen", {"confirmation_id": confirmation, "decision": "reject"}
     )
     assert isinstance(rejected, httpx.Response) and rejected.status_code == 200
     body = rejected.json()
@@ -412,26 +411,26 @@ async def test_a_rejected_write_never_runs_and_the_model_hears_why(
         ("tool", "The user declined: save_note was not run."),
         ("assistant", "Fine, I won't."),
     ]
-    assert await notes_of(users) == []
+    assert await notes_of(two_users) == []
     told = upstream.router_requests[-1]["messages"][-1]
     assert (told["role"], told["content"]) == ("tool", "The user declined: save_note was not run.")
 
 
 async def test_edited_arguments_run_when_they_fit_the_tools_schema(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await conversation(users)
-    confirmation = await pause(users, upstream)
+    await conversation(two_users)
+    confirmation = await pause(two_users, upstream)
     wrong = await resume(
-        users,
+        two_users,
         "kitchen",
         {"confirmation_id": confirmation, "decision": "approve", "arguments": {"text": 5}},
     )
     assert isinstance(wrong, httpx.Response)
     assert (wrong.status_code, wrong.json()["error"]["param"]) == (400, "arguments.text")
-    assert await notes_of(users) == [], "a refused edit decides nothing"
+    assert await notes_of(two_users) == [], "a refused edit decides nothing"
     edited = await resume(
-        users,
+        two_users,
         "kitchen",
         {
             "confirmation_id": confirmation,
@@ -440,20 +439,20 @@ async def test_edited_arguments_run_when_they_fit_the_tools_schema(
         },
     )
     assert isinstance(edited, httpx.Response) and edited.status_code == 200, edited.text
-    assert await notes_of(users) == ["the door code is 4321"]
+    assert await notes_of(two_users) == ["the door code is 4321"]
 
 
 async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """Approved with edited arguments, the call is stored as it ran (issue 24: shown 40 %,
     ran 80 %): the stored tool-call message, the prompt of the turn that runs it and of the
     next one, and the call record all hold the edited arguments, beside its result."""
-    await conversation(users)
-    confirmation = await pause(users, upstream)
+    await conversation(two_users)
+    confirmation = await pause(two_users, upstream)
     upstream.script(Reply.text("Saved the new code."))
     edited = await resume(
-        users,
+        two_users,
         "kitchen",
         {
             "confirmation_id": confirmation,
@@ -472,7 +471,7 @@ async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
     ]
     assert answering[-2]["tool_calls"][0]["function"]["arguments"] == ran
 
-    rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
+    rows = (await two_users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
     assert [(row["role"], row["content"]) for row in rows["data"]] == [
         ("user", "remember the door code"),
         ("assistant", asked),
@@ -482,11 +481,11 @@ async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
     call = rows["data"][1]["tool_calls"][0]
     assert (call["function"]["name"], call["function"]["arguments"]) == ("save_note", ran)
     assert rows["data"][2]["tool_call_id"] == call["id"]
-    records = await RecordKeeper(users.redis, alice(users)).calls("kitchen", kind="tool")
+    records = await RecordKeeper(two_users.redis, alice(two_users)).calls("kitchen", kind="tool")
     assert [(c["name"], c["arguments"]) for c in records] == [("save_note", ran)]
 
     upstream.script(Reply.text("It is 4321."))
-    answered = await post(users, "kitchen", "what is the code?")
+    answered = await post(two_users, "kitchen", "what is the code?")
     assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
     prompt = upstream.router_requests[-1]["messages"]
     called = [m for m in prompt if m.get("tool_calls")]
@@ -494,17 +493,17 @@ async def test_edited_arguments_are_the_ones_the_history_and_the_model_read(
 
 
 async def test_edited_arguments_nested_deeper_than_a_body_may_are_400_naming_them(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """Deeper than the bound, they could not be stored (orjson writes at most 254 levels):
     a 500 that left the decision half made."""
-    await conversation(users)
-    confirmation = await pause(users, upstream)
+    await conversation(two_users)
+    confirmation = await pause(two_users, upstream)
     deep: Any = "leaf"
     for _ in range(300):
         deep = {"a": deep}
     refused = await resume(
-        users,
+        two_users,
         "kitchen",
         {
             "confirmation_id": confirmation,
@@ -515,12 +514,12 @@ async def test_edited_arguments_nested_deeper_than_a_body_may_are_400_naming_the
     assert isinstance(refused, httpx.Response)
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["param"] == "arguments"
-    assert await notes_of(users) == [], "a refused edit decides nothing"
+    assert await notes_of(two_users) == [], "a refused edit decides nothing"
     approved = await resume(
-        users, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
+        two_users, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
     )
     assert isinstance(approved, httpx.Response) and approved.status_code == 200, approved.text
-    assert await notes_of(users) == ["the door code is 1234"]
+    assert await notes_of(two_users) == ["the door code is 1234"]
 
 
 async def test_an_expired_proposal_cannot_be_decided_and_is_recorded_as_not_run(
@@ -550,25 +549,25 @@ async def test_an_expired_proposal_cannot_be_decided_and_is_recorded_as_not_run(
 
 
 async def test_a_turn_that_fails_after_its_approved_call_ran_records_that_it_ran(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """The approved call runs, then the model call after it fails: the conversation holds
     the call's real result, not the "not run" answer of a call nobody decided on, and the
     next turn's model reads it right after the call (a valid prompt)."""
-    await conversation(users)
-    confirmation = await pause(users, upstream)
+    await conversation(two_users)
+    confirmation = await pause(two_users, upstream)
     upstream.script_router(Reply.error(500, "the router is down"))
     failed = await resume(
-        users, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
+        two_users, "kitchen", {"confirmation_id": confirmation, "decision": "approve"}
     )
     assert isinstance(failed, httpx.Response) and failed.status_code == 502, failed.text
     assert failed.json()["error"]["code"] == "upstream_error"
-    assert await notes_of(users) == ["the door code is 1234"], "it ran"
+    assert await notes_of(two_users) == ["the door code is 1234"], "it ran"
 
     upstream.script(Reply.text("It is saved."))
-    answered = await post(users, "kitchen", "did you save it?")
+    answered = await post(two_users, "kitchen", "did you save it?")
     assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
-    rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
+    rows = (await two_users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
     roles = [(row["role"], row["content"]) for row in rows["data"]]
     call_id = rows["data"][1]["tool_calls"][0]["id"]
     assert roles[:2] == [
@@ -581,27 +580,27 @@ async def test_a_turn_that_fails_after_its_approved_call_ran_records_that_it_ran
     prompt = upstream.router_requests[-1]["messages"]
     called = next(i for i, m in enumerate(prompt) if m.get("tool_calls"))
     assert (prompt[called + 1]["role"], prompt[called + 1]["content"]) == roles[2]
-    calls = await RecordKeeper(users.redis, alice(users)).calls("kitchen", kind="tool")
+    calls = await RecordKeeper(two_users.redis, alice(two_users)).calls("kitchen", kind="tool")
     assert [(c["name"], c["status"]) for c in calls] == [("save_note", "completed")]
 
 
 async def test_a_turn_that_fails_after_its_tool_calls_ran_keeps_them_in_the_conversation(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """A read call runs, then the router's next model call fails: the call and its result
     stay in the conversation, for the next turn's model to read, and no call is left
     without its result."""
-    await conversation(users)
+    await conversation(two_users)
     upstream.script_router(Reply.tool_calls([("calculator", {"expression": "6 * 7"})]))
     upstream.script_router(Reply.error(500, "the router is down"))
-    failed = await post(users, "kitchen", "what is 6 * 7?")
+    failed = await post(two_users, "kitchen", "what is 6 * 7?")
     assert isinstance(failed, httpx.Response) and failed.status_code == 502, failed.text
     assert failed.json()["error"]["code"] == "upstream_error"
 
     upstream.script(Reply.text("42."))
-    answered = await post(users, "kitchen", "so?")
+    answered = await post(two_users, "kitchen", "so?")
     assert isinstance(answered, httpx.Response) and answered.status_code == 200, answered.text
-    rows = (await users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
+    rows = (await two_users.client.get("/v1/conversations/kitchen/messages", headers=ALICE)).json()
     roles = [(row["role"], row["content"]) for row in rows["data"]]
     assert roles == [
         ("user", "what is 6 * 7?"),
@@ -615,10 +614,10 @@ async def test_a_turn_that_fails_after_its_tool_calls_ran_keeps_them_in_the_conv
     assert [m["role"] for m in prompt] == ["user", "assistant", "tool", "user"]
 
 
-async def test_an_unknown_confirmation_is_404(users: Stack) -> None:
-    await conversation(users)
+async def test_an_unknown_confirmation_is_404(two_users: Stack) -> None:
+    await conversation(two_users)
     missing = await resume(
-        users, "kitchen", {"confirmation_id": "conf_nope", "decision": "approve"}
+        two_users, "kitchen", {"confirmation_id": "conf_nope", "decision": "approve"}
     )
     assert isinstance(missing, httpx.Response)
     assert (missing.status_code, missing.json()["error"]["code"]) == (
@@ -628,7 +627,7 @@ async def test_an_unknown_confirmation_is_404(users: Stack) -> None:
 
 
 async def test_every_write_of_a_step_waits_and_the_reads_run(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script_router(
         Reply.tool_calls(
@@ -640,8 +639,8 @@ async def test_every_write_of_a_step_waits_and_the_reads_run(
             ]
         )
     )
-    await conversation(users)
-    events = await post(users, "kitchen", "do four things", stream=True)
+    await conversation(two_users)
+    events = await post(two_users, "kitchen", "do four things", stream=True)
     assert isinstance(events, list)
     proposals = [data for name, data in events if name == "awaiting_confirmation"]
     results = [data for name, data in events if name == "tool_result"]
@@ -653,7 +652,7 @@ async def test_every_write_of_a_step_waits_and_the_reads_run(
     ]
 
     one = await resume(
-        users,
+        two_users,
         "kitchen",
         {"confirmation_id": proposals[0]["confirmation_id"], "decision": "approve"},
     )
@@ -667,7 +666,7 @@ async def test_every_write_of_a_step_waits_and_the_reads_run(
     }
     # Streamed, the same answer reads as a turn that paused reads (no turn ran).
     two = await resume(
-        users,
+        two_users,
         "kitchen",
         {"confirmation_id": proposals[1]["confirmation_id"], "decision": "approve"},
         stream=True,
@@ -683,13 +682,15 @@ async def test_every_write_of_a_step_waits_and_the_reads_run(
             },
         ),
     ]
-    assert await notes_of(users) == [], "nothing runs until every call is decided"
+    assert await notes_of(two_users) == [], "nothing runs until every call is decided"
     upstream.script(Reply.text("Done."))
     three = await resume(
-        users, "kitchen", {"confirmation_id": proposals[2]["confirmation_id"], "decision": "reject"}
+        two_users,
+        "kitchen",
+        {"confirmation_id": proposals[2]["confirmation_id"], "decision": "reject"},
     )
     assert isinstance(three, httpx.Response) and three.json()["status"] == "completed"
-    assert await notes_of(users) == ["first", "second"]
+    assert await notes_of(two_users) == ["first", "second"]
 
 
 async def test_paused_turns_hold_no_worker(upstream: ScriptedUpstream) -> None:
@@ -709,11 +710,11 @@ async def test_paused_turns_hold_no_worker(upstream: ScriptedUpstream) -> None:
 
 
 async def test_a_chat_completion_pauses_too_and_resumes_through_its_conversation(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script_router(Reply.tool_calls([NOTE]))
     frames = await collect(
-        users.client,
+        two_users.client,
         "POST",
         "/v1/chat/completions",
         json={
@@ -729,32 +730,32 @@ async def test_a_chat_completion_pauses_too_and_resumes_through_its_conversation
     finish = [c["finish_reason"] for f in frames if not f.done for c in f.json.get("choices", [])]
     assert len(pauses) == 1 and finish[-1] == "stop"
     turn_id = frames[0].json["id"].removeprefix("chatcmpl-")
-    turn = (await users.client.get(f"/v1/turns/{turn_id}", headers=ALICE)).json()
+    turn = (await two_users.client.get(f"/v1/turns/{turn_id}", headers=ALICE)).json()
     assert turn["status"] == "awaiting_confirmation"
     conversation_id = turn["conversation_id"]
     upstream.script(Reply.text("Saved."))
     resumed = await resume(
-        users,
+        two_users,
         conversation_id,
         {"confirmation_id": pauses[0]["confirmation_id"], "decision": "approve"},
     )
     assert isinstance(resumed, httpx.Response) and resumed.status_code == 200
-    assert await notes_of(users) == ["the door code is 1234"]
+    assert await notes_of(two_users) == ["the door code is 1234"]
 
 
 async def test_a_turn_streams_again_from_its_events_in_its_own_encoding(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["one", " two"]))
-    await conversation(users)
-    answered = await post(users, "kitchen", "count")
+    await conversation(two_users)
+    answered = await post(two_users, "kitchen", "count")
     assert isinstance(answered, httpx.Response)
     turn_id = answered.json()["turn_id"]
-    replayed = await named(users, "GET", f"/v1/turns/{turn_id}/events")
+    replayed = await named(two_users, "GET", f"/v1/turns/{turn_id}/events")
     assert kinds(replayed) == ["message", "text_delta", "message", "done"]
     assert text(replayed) == "one two"
-    await users.redis.delete(keys.events(turn_id))
-    compacted = await named(users, "GET", f"/v1/turns/{turn_id}/events")
+    await two_users.redis.delete(keys.events(turn_id))
+    compacted = await named(two_users, "GET", f"/v1/turns/{turn_id}/events")
     assert [name for name, _ in compacted] == ["done"]
     assert compacted[0][1]["status"] == "completed"
 
@@ -800,53 +801,55 @@ async def test_a_decision_whose_turn_cannot_start_can_be_made_again(
     """At the user's limit of running turns the decision's turn is refused (429): the
     decision is taken back, not left `approved` with nothing behind it."""
     settings = make_settings(upstream, api_keys=keys_for_two(), max_active_turns_per_user=1)
-    async with run_stack(settings) as users:
-        await conversation(users)
-        confirmation = await pause(users, upstream)
+    async with run_stack(settings) as two_users:
+        await conversation(two_users)
+        confirmation = await pause(two_users, upstream)
         gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
         body = {
             "model": "bernard-v1",
             "stream": True,
             "messages": [{"role": "user", "content": "x"}],
         }
-        async with users.client.stream(
+        async with two_users.client.stream(
             "POST", "/v1/chat/completions", json=body, headers=ALICE
         ) as busy:
             await gate.wait_blocked()
             decision = {"confirmation_id": confirmation, "decision": "approve"}
-            refused = await resume(users, "kitchen", decision)
+            refused = await resume(two_users, "kitchen", decision)
             assert isinstance(refused, httpx.Response)
             assert refused.status_code == 429, refused.text
-            waiting = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+            waiting = (
+                await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)
+            ).json()
             assert waiting["status"] == "awaiting_confirmation"
             gate.release()
             await busy.aread()
         upstream.script(Reply.text("Saved."))
-        again = await resume(users, "kitchen", decision)
+        again = await resume(two_users, "kitchen", decision)
         assert isinstance(again, httpx.Response)
         assert again.status_code == 200, again.text
         assert again.json()["status"] == "completed"
-        assert await notes_of(users) == ["the door code is 1234"]
+        assert await notes_of(two_users) == ["the door code is 1234"]
 
 
 async def test_a_waiting_conversation_shows_the_proposal_and_refuses_what_answers_nothing(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """While a tool call waits, the conversation shows the whole proposal, and a message
     with no words to answer it (tests/test_answers_in_words.py has those), whether posted
     to it or sent as a chat completion continuing it, is a 409 that says how to decide."""
-    await conversation(users)
+    await conversation(two_users)
     upstream.script_router(Reply.tool_calls([NOTE]))
-    events = await post(users, "kitchen", "remember the door code", stream=True)
+    events = await post(two_users, "kitchen", "remember the door code", stream=True)
     assert isinstance(events, list)
     proposal = next(data for name, data in events if name == "awaiting_confirmation")
-    shown = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+    shown = (await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
     assert shown["pending_confirmation"] == proposal
-    listed = (await users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
+    listed = (await two_users.client.get("/v1/conversations", headers=ALICE)).json()["data"]
     assert [c["pending_confirmation"] for c in listed if c["id"] == "kitchen"] == [proposal]
 
-    posted = await post(users, "kitchen", "   ")
-    chat = await users.client.post(
+    posted = await post(two_users, "kitchen", "   ")
+    chat = await two_users.client.post(
         "/v1/chat/completions",
         json={
             "model": "bernard-v1",
@@ -868,22 +871,22 @@ async def test_a_waiting_conversation_shows_the_proposal_and_refuses_what_answer
             "(a message saying yes, no, or what to do instead) or decide it with "
             "POST .../resume"
         )
-    assert (await notes_of(users)) == []
+    assert (await notes_of(two_users)) == []
 
 
 async def test_a_conversation_whose_turn_no_worker_took_yet_is_running(
     upstream: ScriptedUpstream,
 ) -> None:
     settings = make_settings(upstream, api_keys=keys_for_two())
-    async with run_stack(settings, worker=False) as users:
-        await conversation(users)
-        queued = asyncio.create_task(post(users, "kitchen", "hello?"))
-        meta = keys.conversation(alice(users), "kitchen")
+    async with run_stack(settings, worker=False) as two_users:
+        await conversation(two_users)
+        queued = asyncio.create_task(post(two_users, "kitchen", "hello?"))
+        meta = keys.conversation(alice(two_users), "kitchen")
         try:
-            await wait_for(lambda: users.redis.hget(meta, "active_turn"), timeout_s=10)
-            shown = (await users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
+            await wait_for(lambda: two_users.redis.hget(meta, "active_turn"), timeout_s=10)
+            shown = (await two_users.client.get("/v1/conversations/kitchen", headers=ALICE)).json()
             assert shown["status"] == "running"
-            second = await post(users, "kitchen", "anyone?", strategy="reject")
+            second = await post(two_users, "kitchen", "anyone?", strategy="reject")
             assert isinstance(second, httpx.Response)
             error = second.json()["error"]
             assert (second.status_code, error["code"]) == (409, "conversation_busy")
@@ -893,12 +896,12 @@ async def test_a_conversation_whose_turn_no_worker_took_yet_is_running(
 
 
 async def test_named_events_carry_their_stream_ids_and_resume_from_any_of_them(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     upstream.script(Reply.text(["one", " two", " three"]))
-    await conversation(users)
+    await conversation(two_users)
     url = "/v1/conversations/kitchen/messages"
-    async with users.client.stream(
+    async with two_users.client.stream(
         "POST", url, json={"content": "count"}, headers={**ALICE, **SSE}
     ) as response:
         turn_id = response.headers["x-bernard-turn-id"]
@@ -906,7 +909,7 @@ async def test_named_events_carry_their_stream_ids_and_resume_from_any_of_them(
     ids = [sse.id for sse in events]
     assert all(ids) and len(set(ids)) == len(ids), ids
     for k in range(len(events)):
-        async with users.client.stream(
+        async with two_users.client.stream(
             "GET",
             f"/v1/turns/{turn_id}/events",
             headers={**ALICE, **SSE, "Last-Event-ID": ids[k]},
@@ -916,7 +919,7 @@ async def test_named_events_carry_their_stream_ids_and_resume_from_any_of_them(
 
 
 async def test_a_conversation_a_chat_completion_starts_is_busy_while_its_turn_runs(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     gate = upstream.script(Reply.text(["one", " two"], block_after_first=True))
 
@@ -930,30 +933,32 @@ async def test_a_conversation_a_chat_completion_starts_is_busy_while_its_turn_ru
             "multitask_strategy": "reject",
         }
 
-    async with users.client.stream(
+    async with two_users.client.stream(
         "POST", "/v1/chat/completions", json=chat(True), headers=ALICE
     ) as first:
         await gate.wait_blocked()
-        second = await users.client.post("/v1/chat/completions", json=chat(False), headers=ALICE)
+        second = await two_users.client.post(
+            "/v1/chat/completions", json=chat(False), headers=ALICE
+        )
         assert (second.status_code, second.json()["error"]["code"]) == (409, "conversation_busy")
         gate.release()
         await first.aread()
 
 
 async def test_a_message_sent_again_after_a_cancel_is_stored_again(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await conversation(users, "retry")
+    await conversation(two_users, "retry")
     held = upstream.script(Reply.text("Never mind.", block_after=0))
-    first = asyncio.create_task(post(users, "retry", "hello there"))
+    first = asyncio.create_task(post(two_users, "retry", "hello there"))
     await held.wait_blocked()
-    running = (await users.client.get("/v1/conversations/retry", headers=ALICE)).json()
-    cancelled = await users.client.post(f"/v1/turns/{running['turn_id']}/cancel", headers=ALICE)
+    running = (await two_users.client.get("/v1/conversations/retry", headers=ALICE)).json()
+    cancelled = await two_users.client.post(f"/v1/turns/{running['turn_id']}/cancel", headers=ALICE)
     stopped = await first
     held.release()
     upstream.script(Reply.text("Hello again."))
-    again = await post(users, "retry", "hello there")
-    rows = (await users.client.get("/v1/conversations/retry/messages", headers=ALICE)).json()
+    again = await post(two_users, "retry", "hello there")
+    rows = (await two_users.client.get("/v1/conversations/retry/messages", headers=ALICE)).json()
 
     assert cancelled.status_code == 200, cancelled.text
     assert isinstance(stopped, httpx.Response), stopped

@@ -19,20 +19,11 @@ from shared.settings import Settings
 from shared.streams import parse_entries
 from shared.turns import TurnStore
 from tests.support.chat import body
-from tests.support.sse import Frame, collect, frames
-from tests.support.stack import Stack, make_settings, run_stack, run_worker
+from tests.support.sse import Frame, collect, frames, wire
+from tests.support.stack import Stack, make_settings, run_stack, run_worker, wait_status
 from tests.support.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
-
-
-async def wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 10) -> dict:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
-            if turn["status"] in wanted:
-                return dict(turn)
-            await asyncio.sleep(0.02)
 
 
 async def stored_types(stack: Stack, turn_id: str) -> list[str]:
@@ -43,10 +34,6 @@ async def stored_types(stack: Stack, turn_id: str) -> list[str]:
         if not (types and types[-1] == stamped.event.type == "delta"):
             types.append(stamped.event.type)
     return types
-
-
-def wire(collected: list[Frame]) -> list[tuple[str, str]]:
-    return [(frame.id, frame.data) for frame in collected]
 
 
 async def finished_turn(stack: Stack, upstream: ScriptedUpstream, **extra: Any) -> str:

@@ -35,12 +35,6 @@ CANCEL_BOUND_S = 1.0
 INTERRUPTED = "[Interrupted here: the user spoke over this answer with the message that follows"
 
 
-@pytest.fixture
-async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
-    async with run_stack(make_settings(upstream, api_keys=keys_for_two())) as stack:
-        yield stack
-
-
 def chat_body(content: str, conversation: str, **more: Any) -> dict[str, Any]:
     return {
         "model": "bernard-v1",
@@ -87,14 +81,14 @@ def ending(rest: list[Frame]) -> tuple[str, Any]:
 
 
 async def test_a_second_message_from_another_client_interrupts_the_running_turn(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """Every client attached to the interrupted turn (its own stream, a second reader
     resuming it) reads `turn_interrupted` within the cancel bound; the new message's turn
     runs on a history holding the interrupted answer as far as it went, marked so."""
     first = upstream.script(Reply.text(["Once", " upon", " a", " time"], block_after=2))
     upstream.script(Reply.text(["Fine", ", the", " weather."]))
-    async with users.client.stream(
+    async with two_users.client.stream(
         "POST", CHAT, json=chat_body("tell me a story", "kitchen"), headers=ALICE
     ) as response:
         turn_id = response.headers["x-bernard-turn-id"]
@@ -103,13 +97,13 @@ async def test_a_second_message_from_another_client_interrupts_the_running_turn(
         await first.wait_blocked()
         # A second reader of the same turn, from another client.
         async with (
-            httpx.AsyncClient(base_url=users.base_url, timeout=30) as other,
+            httpx.AsyncClient(base_url=two_users.base_url, timeout=30) as other,
             other.stream("GET", f"/v1/turns/{turn_id}/events", headers=ALICE) as resumed,
         ):
             reader = frames(resumed)
             assert await read_until(reader, "Once upon") == "Once upon"
             sent = time.perf_counter()
-            answer = asyncio.create_task(ask(users, "what about the weather?"))
+            answer = asyncio.create_task(ask(two_users, "what about the weather?"))
             (rest, ended_at), (again, _) = await asyncio.gather(
                 to_the_end(stream), to_the_end(reader)
             )
@@ -123,9 +117,9 @@ async def test_a_second_message_from_another_client_interrupts_the_running_turn(
     assert first_token_at - sent < CANCEL_BOUND_S + 1
     assert second == "Fine, the weather."
     assert (await upstream.wait_disconnect(0)).ended, "the first answer's upstream call closed"
-    turn = (await users.client.get(f"/v1/turns/{turn_id}", headers=ALICE)).json()
+    turn = (await two_users.client.get(f"/v1/turns/{turn_id}", headers=ALICE)).json()
     assert (turn["status"], turn["error"]["code"]) == ("cancelled", "turn_interrupted")
-    assert await history(users, "kitchen") == [
+    assert await history(two_users, "kitchen") == [
         ("user", "tell me a story", None),
         ("assistant", "Once upon", "turn_interrupted"),
         ("user", "what about the weather?", None),
@@ -159,20 +153,22 @@ async def named(response: httpx.Response) -> list[tuple[str, Any]]:
 
 
 async def test_an_enqueued_message_opens_its_stream_at_once_and_runs_once_the_turn_ends(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
-    await users.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
+    await two_users.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
     first = upstream.script(Reply.text(["Slow", " and", " whole."], block_after=1))
     upstream.script(Reply.text("Then this."))
     url = "/v1/conversations/hall/messages"
-    started = asyncio.create_task(users.client.post(url, json={"content": "first"}, headers=ALICE))
+    started = asyncio.create_task(
+        two_users.client.post(url, json={"content": "first"}, headers=ALICE)
+    )
     await first.wait_blocked()
     body = {"content": "second", "multitask_strategy": "enqueue"}
-    async with users.client.stream("POST", url, json=body, headers={**ALICE, **SSE}) as waiting:
+    async with two_users.client.stream("POST", url, json=body, headers={**ALICE, **SSE}) as waiting:
         # Its stream is open (headers, its turn) while the first turn still runs.
         assert waiting.status_code == 200
         second_id = waiting.headers["x-bernard-turn-id"]
-        shown = (await users.client.get("/v1/conversations/hall", headers=ALICE)).json()
+        shown = (await two_users.client.get("/v1/conversations/hall", headers=ALICE)).json()
         await asyncio.sleep(0.3)
         assert len(upstream.requests) == 1, "the second turn waits: no model call yet"
         first.release()
@@ -183,7 +179,7 @@ async def test_an_enqueued_message_opens_its_stream_at_once_and_runs_once_the_tu
     assert [data["text"] for name, data in events if name == "text_delta"] == ["Then", " this."]
     assert events[-1][0] == "done" and events[-1][1]["status"] == "completed"
     assert last_user_text(upstream.requests[1]) == "second"
-    assert await history(users, "hall") == [
+    assert await history(two_users, "hall") == [
         ("user", "first", None),
         ("assistant", "Slow and whole.", None),
         ("user", "second", None),
@@ -219,7 +215,7 @@ async def test_reject_is_a_409_as_a_request_or_the_deployment_says(
 
 
 async def test_two_messages_racing_each_get_their_answer_and_the_running_turn_stops(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     """Neither interrupts the other: both wait behind the turn they interrupt, in the order
     they came, and each is answered."""
@@ -227,12 +223,12 @@ async def test_two_messages_racing_each_get_their_answer_and_the_running_turn_st
     upstream.script(Reply.text("One answer."))
     upstream.script(Reply.text("Another answer."))
     url = "/v1/conversations/porch/messages"
-    await users.client.post("/v1/conversations", json={"id": "porch"}, headers=ALICE)
-    first = asyncio.create_task(users.client.post(url, json={"content": "hm"}, headers=ALICE))
+    await two_users.client.post("/v1/conversations", json={"id": "porch"}, headers=ALICE)
+    first = asyncio.create_task(two_users.client.post(url, json={"content": "hm"}, headers=ALICE))
     await gate.wait_blocked()
     async with (
-        httpx.AsyncClient(base_url=users.base_url, timeout=30) as one,
-        httpx.AsyncClient(base_url=users.base_url, timeout=30) as two,
+        httpx.AsyncClient(base_url=two_users.base_url, timeout=30) as one,
+        httpx.AsyncClient(base_url=two_users.base_url, timeout=30) as two,
     ):
         answers = await asyncio.gather(
             one.post(url, json={"content": "lights on"}, headers=ALICE),
@@ -244,7 +240,7 @@ async def test_two_messages_racing_each_get_their_answer_and_the_running_turn_st
     assert stopped.status_code == 409 and stopped.json()["error"]["code"] == "turn_interrupted"
     assert [a.status_code for a in answers] == [200, 200]
     assert [a.json()["status"] for a in answers] == ["completed", "completed"]
-    rows = await history(users, "porch")
+    rows = await history(two_users, "porch")
     assert rows[:2] == [("user", "hm", None), ("assistant", "Let", "turn_interrupted")]
     asked = [content for role, content, _ in rows[2:] if role == "user"]
     assert sorted(asked) == ["lights on", "music off"]
@@ -293,12 +289,12 @@ async def wait_line(stack: Stack, conversation: str, length: int) -> None:
 
 
 async def test_a_responses_request_in_a_conversation_interrupts_the_running_one(
-    users: Stack, upstream: ScriptedUpstream
+    two_users: Stack, upstream: ScriptedUpstream
 ) -> None:
     gate = upstream.script(Reply.text(["Counting", " sheep"], block_after=1))
     upstream.script(Reply.text("Good night."))
-    client = sdk(users)
-    await users.client.post("/v1/conversations", json={"id": "bedroom"}, headers=ALICE)
+    client = sdk(two_users)
+    await two_users.client.post("/v1/conversations", json={"id": "bedroom"}, headers=ALICE)
     stream = await client.responses.create(
         model="bernard-v1", input="count sheep", conversation="bedroom", stream=True
     )
@@ -315,7 +311,7 @@ async def test_a_responses_request_in_a_conversation_interrupts_the_running_one(
         kinds.append(event.type)
     assert second.output_text == "Good night."
     assert kinds[-1] == "response.cancelled", kinds
-    rows = await history(users, "bedroom")
+    rows = await history(two_users, "bedroom")
     assert rows[1] == ("assistant", "Counting", "turn_interrupted")
 
 
@@ -336,10 +332,10 @@ async def test_a_responses_request_in_a_conversation_interrupts_the_running_one(
     ],
 )
 async def test_an_unknown_strategy_is_a_400_naming_the_field(
-    users: Stack, path: str, body: dict[str, Any], param: str
+    two_users: Stack, path: str, body: dict[str, Any], param: str
 ) -> None:
-    await users.client.post("/v1/conversations", json={"id": "attic"}, headers=ALICE)
-    response = await users.client.post(path, json=body, headers=ALICE)
+    await two_users.client.post("/v1/conversations", json={"id": "attic"}, headers=ALICE)
+    response = await two_users.client.post(path, json=body, headers=ALICE)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
 

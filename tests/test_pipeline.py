@@ -24,7 +24,7 @@ from shared.streams import STREAM_FIELD
 from tests.support.chat import body
 from tests.support.session_redis import TEST_REDIS_URL
 from tests.support.sse import collect, frames, text_of
-from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.stack import Stack, make_settings, run_stack, wait_status
 from tests.support.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
@@ -114,8 +114,7 @@ async def test_client_disconnect_closes_the_upstream_and_cancels_the_turn(
             seen += bool((await anext(stream)).content)
     exchange = await upstream.wait_disconnect(timeout_s=5)
     assert exchange.ended
-    status = await _wait_status(stack, turn_id, {"cancelled"})
-    assert status == "cancelled"
+    assert (await wait_status(stack, turn_id, {"cancelled"}))["status"] == "cancelled"
 
 
 async def test_upstream_error_before_any_token_ends_the_stream_with_an_error_frame(
@@ -301,15 +300,6 @@ async def test_the_format_follows_stream_not_accept(stack: Stack, accept: str) -
         await response.aread()
 
 
-async def _wait_status(stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 5) -> str:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
-            if turn["status"] in wanted:
-                return str(turn["status"])
-            await asyncio.sleep(0.02)
-
-
 async def test_turn_record_tracks_queued_running_completed(
     stack: Stack, upstream: ScriptedUpstream
 ) -> None:
@@ -321,8 +311,7 @@ async def test_turn_record_tracks_queued_running_completed(
         gate.release()
         await response.aread()
     assert running["status"] == "running" and running["started_at"]
-    done = await _wait_status(stack, turn_id, {"completed"})
-    assert done == "completed"
+    assert (await wait_status(stack, turn_id, {"completed"}))["status"] == "completed"
 
 
 async def test_a_continue_turn_completes_after_its_client_left(
@@ -336,7 +325,8 @@ async def test_a_continue_turn_completes_after_its_client_left(
         turn_id = streamed.headers["x-bernard-turn-id"]
         await gate.wait_blocked()
     gate.release()
-    assert await _wait_status(stack, turn_id, {"completed", "cancelled"}) == "completed"
+    ended = await wait_status(stack, turn_id, {"completed", "cancelled"})
+    assert ended["status"] == "completed"
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -31,7 +31,8 @@ async def poll(client: openai.AsyncOpenAI, response_id: str, wanted: set[str]) -
             await asyncio.sleep(0.02)
 
 
-def wire(events: list[Any]) -> list[dict[str, Any]]:
+def dumped(events: list[Any]) -> list[dict[str, Any]]:
+    """The SDK's events as the JSON they were parsed from."""
     return [event.model_dump(mode="json") for event in events]
 
 
@@ -80,7 +81,7 @@ async def test_resuming_after_every_sequence_number_gives_exactly_the_rest_on_an
         for n in range(len(full)):
             client = other if n % 2 else first
             rest = await events_of(client, created.id, n)
-            assert wire(rest) == wire(full[n + 1 :]), f"resume after {n}"
+            assert dumped(rest) == dumped(full[n + 1 :]), f"resume after {n}"
 
 
 async def xrange_calls(stack: Stack) -> int:
@@ -108,7 +109,7 @@ async def test_a_long_stream_is_replayed_a_chunk_at_a_time_and_exactly(
         before = await xrange_calls(stack)
         rest = await events_of(client, created.id, n)
         assert await xrange_calls(stack) - before == 2 * -(-length // 200), n
-        assert wire(rest) == wire(full[n + 1 :]), f"resume after {n}"
+        assert dumped(rest) == dumped(full[n + 1 :]), f"resume after {n}"
 
 
 async def test_a_resume_over_the_users_streams_is_refused_before_reading_the_stream(
@@ -169,7 +170,7 @@ async def test_a_dropped_stream_resumes_exactly_where_it_left(
     assert seen[-1].type == "response.completed"
     text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
     assert text == "".join(tokens)
-    assert wire(seen) == wire(await events_of(client, response_id, None))
+    assert dumped(seen) == dumped(await events_of(client, response_id, None))
 
 
 async def test_cancel_stops_the_turn_and_closes_the_upstream_call(
@@ -289,7 +290,7 @@ async def exact_or_refused(client: openai.AsyncOpenAI, response_id: str, live: l
             assert (body["code"], body["param"]) == ("resume_unavailable", "starting_after")
             refused += 1
             continue
-        assert wire(rest) == wire(live[n + 1 :]), f"resume after {n}"
+        assert dumped(rest) == dumped(live[n + 1 :]), f"resume after {n}"
     return refused
 
 

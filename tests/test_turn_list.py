@@ -6,22 +6,15 @@ it; the index expires on its own and drops the turns that expired as it is read.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from api.routes.turns import waiting_status
 from shared import keys
-from tests.support.stack import Stack, make_settings, run_stack
+from tests.support.stack import Stack
 from tests.support.upstream import Reply, ScriptedUpstream
-from tests.support.users import ALICE, BOB, keys_for_two
-
-
-@pytest.fixture
-async def users(upstream: ScriptedUpstream) -> AsyncIterator[Stack]:
-    async with run_stack(make_settings(upstream, api_keys=keys_for_two())) as stack:
-        yield stack
+from tests.support.users import ALICE, BOB
 
 
 async def turn(stack: Stack, headers: dict[str, str], content: str) -> str:
@@ -40,68 +33,68 @@ async def listed(stack: Stack, headers: dict[str, str], query: str = "") -> dict
     return dict(response.json())
 
 
-async def test_the_list_holds_only_the_callers_turns_newest_first(users: Stack) -> None:
-    alices = [await turn(users, ALICE, f"question {n}") for n in range(3)]
-    bobs = [await turn(users, BOB, "bob's question")]
+async def test_the_list_holds_only_the_callers_turns_newest_first(two_users: Stack) -> None:
+    alices = [await turn(two_users, ALICE, f"question {n}") for n in range(3)]
+    bobs = [await turn(two_users, BOB, "bob's question")]
 
-    mine = await listed(users, ALICE)
-    theirs = await listed(users, BOB)
+    mine = await listed(two_users, ALICE)
+    theirs = await listed(two_users, BOB)
 
     assert [t["id"] for t in mine["data"]] == alices[::-1]
     assert [t["id"] for t in theirs["data"]] == bobs
     assert mine["data"][0]["object"] == "bernard.turn"
     assert mine["data"][0]["status"] == "completed"
     assert (mine["first_id"], mine["last_id"], mine["has_more"]) == (alices[2], alices[0], False)
-    assert (await users.client.get("/v1/turns")).status_code == 401
+    assert (await two_users.client.get("/v1/turns")).status_code == 401
 
 
-async def test_the_list_pages_with_after(users: Stack) -> None:
-    made = [await turn(users, ALICE, f"question {n}") for n in range(5)]
-    first = await listed(users, ALICE, "?limit=2")
-    rest = await listed(users, ALICE, f"?limit=10&after={first['last_id']}")
+async def test_the_list_pages_with_after(two_users: Stack) -> None:
+    made = [await turn(two_users, ALICE, f"question {n}") for n in range(5)]
+    first = await listed(two_users, ALICE, "?limit=2")
+    rest = await listed(two_users, ALICE, f"?limit=10&after={first['last_id']}")
     assert [t["id"] for t in first["data"]] == made[:2:-1] and first["has_more"]
     assert [t["id"] for t in rest["data"]] == made[2::-1] and not rest["has_more"]
     # Another user's turn id is no cursor into this list.
-    bobs = await turn(users, BOB, "bob's question")
-    assert (await listed(users, ALICE, f"?after={bobs}"))["data"] == []
+    bobs = await turn(two_users, BOB, "bob's question")
+    assert (await listed(two_users, ALICE, f"?after={bobs}"))["data"] == []
 
 
-async def test_limits_out_of_range_and_overlong_cursors_are_400(users: Stack) -> None:
-    await turn(users, ALICE, "a question")
+async def test_limits_out_of_range_and_overlong_cursors_are_400(two_users: Stack) -> None:
+    await turn(two_users, ALICE, "a question")
     for query in ("?limit=0", "?limit=101", f"?after={'x' * 257}"):
-        response = await users.client.get(f"/v1/turns{query}", headers=ALICE)
+        response = await two_users.client.get(f"/v1/turns{query}", headers=ALICE)
         assert response.status_code == 400, query
 
 
 async def test_expired_turns_leave_the_index_as_it_is_read_and_the_index_expires(
-    users: Stack,
+    two_users: Stack,
 ) -> None:
-    kept, expired = await turn(users, ALICE, "kept"), await turn(users, ALICE, "expired")
-    owner = users.settings.api_key_users()["key-alice"]
+    kept, expired = await turn(two_users, ALICE, "kept"), await turn(two_users, ALICE, "expired")
+    owner = two_users.settings.api_key_users()["key-alice"]
     index = keys.turns(owner)
-    await users.redis.delete(keys.turn(expired))  # as its retention would
+    await two_users.redis.delete(keys.turn(expired))  # as its retention would
 
-    assert [t["id"] for t in (await listed(users, ALICE))["data"]] == [kept]
-    assert [m.decode() for m in await users.redis.zrange(index, 0, -1)] == [kept]
-    ttl = await users.redis.ttl(index)
-    assert ttl > users.settings.turn_retention_s
+    assert [t["id"] for t in (await listed(two_users, ALICE))["data"]] == [kept]
+    assert [m.decode() for m in await two_users.redis.zrange(index, 0, -1)] == [kept]
+    ttl = await two_users.redis.ttl(index)
+    assert ttl > two_users.settings.turn_retention_s
 
 
-async def test_each_turn_says_what_it_was_about(users: Stack) -> None:
+async def test_each_turn_says_what_it_was_about(two_users: Stack) -> None:
     history = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "an earlier question"},
         {"role": "assistant", "content": "an earlier answer"},
         {"role": "user", "content": "what is   the\nweather in Lima?"},
     ]
-    response = await users.client.post(
+    response = await two_users.client.post(
         "/v1/chat/completions", json={"model": "bernard-v1", "messages": history}, headers=ALICE
     )
-    long = await turn(users, ALICE, "word " * 40)
+    long = await turn(two_users, ALICE, "word " * 40)
     asked = response.headers["x-bernard-turn-id"]
 
-    by_id = {t["id"]: t for t in (await listed(users, ALICE))["data"]}
-    one = (await users.client.get(f"/v1/turns/{asked}", headers=ALICE)).json()
+    by_id = {t["id"]: t for t in (await listed(two_users, ALICE))["data"]}
+    one = (await two_users.client.get(f"/v1/turns/{asked}", headers=ALICE)).json()
 
     assert by_id[asked]["preview"] == "what is the weather in Lima?" == one["preview"]
     assert by_id[long]["preview"] == "word " * 15 + "word…"
@@ -109,27 +102,27 @@ async def test_each_turn_says_what_it_was_about(users: Stack) -> None:
 
 
 async def test_a_paused_turn_reads_decided_once_its_tool_call_is_decided(
-    upstream: ScriptedUpstream, users: Stack
+    upstream: ScriptedUpstream, two_users: Stack
 ) -> None:
-    await users.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
+    await two_users.client.post("/v1/conversations", json={"id": "hall"}, headers=ALICE)
     upstream.script_router(Reply.tool_calls([("save_note", {"text": "the door code is 1234"})]))
-    paused = await users.client.post(
+    paused = await two_users.client.post(
         "/v1/conversations/hall/messages", json={"content": "remember the code"}, headers=ALICE
     )
     assert paused.json()["status"] == "awaiting_confirmation"
     paused_id = paused.json()["turn_id"]
-    before = {t["id"]: t for t in (await listed(users, ALICE))["data"]}
-    proposal = (await users.client.get("/v1/conversations/hall", headers=ALICE)).json()[
+    before = {t["id"]: t for t in (await listed(two_users, ALICE))["data"]}
+    proposal = (await two_users.client.get("/v1/conversations/hall", headers=ALICE)).json()[
         "pending_confirmation"
     ]
-    resumed = await users.client.post(
+    resumed = await two_users.client.post(
         "/v1/conversations/hall/resume",
         json={"confirmation_id": proposal["confirmation_id"], "decision": "approve"},
         headers=ALICE,
     )
     resumed_id = resumed.json()["turn_id"]
-    after = {t["id"]: t for t in (await listed(users, ALICE))["data"]}
-    one = (await users.client.get(f"/v1/turns/{paused_id}", headers=ALICE)).json()
+    after = {t["id"]: t for t in (await listed(two_users, ALICE))["data"]}
+    one = (await two_users.client.get(f"/v1/turns/{paused_id}", headers=ALICE)).json()
 
     assert before[paused_id]["status"] == "awaiting_confirmation"
     assert before[paused_id]["preview"] == "remember the code"

@@ -25,25 +25,13 @@ from tests.support.session_redis import TEST_REDIS_URL
 from tests.support.sse import collect
 from tests.support.stack import Stack, make_settings, run_api, run_stack
 from tests.support.upstream import Reply, ScriptedUpstream
-from tests.support.users import as_user
+from tests.support.users import Owners, as_user
 from tests.test_abuse import CHAT, KEYS, error_of
 from tests.test_conversations import conversation, named
 
 # The attack as it was found (issue 20): sequential requests of 500 messages of 1,900
 # characters, each a new conversation.
 FLOOD_MESSAGES = [{"role": "user", "content": f"{n:04} " + "x" * 1895} for n in range(500)]
-
-
-@pytest.fixture
-def users() -> dict[str, str]:
-    """alice and bob under names of this test's own (`as_user` still sends their keys): the
-    suite's Redis holds other tests' alice and bob, and budgets count what a user holds."""
-    tag = uuid.uuid4().hex[:8]
-    return {"alice": f"alice-{tag}", "bob": f"bob-{tag}"}
-
-
-def api_keys(users: dict[str, str]) -> str:
-    return ",".join(f"key-{name}:{user}" for name, user in users.items())
 
 
 async def conversations_of(stack: Stack, owner: str) -> list[str]:
@@ -121,14 +109,14 @@ async def test_a_flood_of_large_requests_is_refused_once_the_users_bytes_are_spe
 
 @pytest.mark.parametrize("queue_apart", [False, True], ids=["one-redis", "queue-apart"])
 async def test_a_new_conversation_past_the_users_count_is_refused_before_it_exists(
-    upstream: ScriptedUpstream, users: dict[str, str], queue_apart: bool
+    upstream: ScriptedUpstream, owners: Owners, queue_apart: bool
 ) -> None:
     # Apart, the budgets are read beside the admission rather than in its pipeline (two
     # databases stand for two servers, as in tests/test_pipeline.py).
     server = TEST_REDIS_URL.rsplit("/", 1)[0]
     roles = {"queue_redis_url": f"{server}/1"} if queue_apart else {}
     settings = make_settings(
-        upstream, api_keys=api_keys(users), max_conversations_per_user=2, **roles
+        upstream, api_keys=owners.api_keys, max_conversations_per_user=2, **roles
     )
     async with run_stack(settings) as stack:
         alice = as_user("alice")
@@ -145,8 +133,8 @@ async def test_a_new_conversation_past_the_users_count_is_refused_before_it_exis
             error = error_of(refused, 429)
             assert error["code"] == "too_many_conversations"
             assert "BERNARD_MAX_CONVERSATIONS_PER_USER" in error["message"]
-        assert len(await conversations_of(stack, users["alice"])) == 2
-        assert await turns_of(stack, users["alice"]) == 1
+        assert len(await conversations_of(stack, owners.alice)) == 2
+        assert await turns_of(stack, owners.alice) == 1
 
         continued = await stack.client.post(
             CHAT, json=body("more", conversation_id="b"), headers=alice
@@ -167,13 +155,13 @@ BIG_TOOLS_BYTES = 105_372
 
 
 async def test_what_a_response_keeps_of_its_request_counts_against_its_user(
-    upstream: ScriptedUpstream, users: dict[str, str]
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """A finished response keeps its instructions and tools to show them back, counted
     against its user's bytes: past them the next request is refused; deleting a response
     gives its bytes back."""
     settings = make_settings(
-        upstream, api_keys=api_keys(users), max_user_bytes=300_000, rate_limit_per_minute=0
+        upstream, api_keys=owners.api_keys, max_user_bytes=300_000, rate_limit_per_minute=0
     )
     async with run_stack(settings) as stack:
         alice = as_user("alice")
@@ -192,7 +180,7 @@ async def test_what_a_response_keeps_of_its_request_counts_against_its_user(
             polled = await stack.client.get(f"/v1/responses/{response_id}", headers=alice)
             assert polled.json()["tools"] == BIG_TOOLS
             assert polled.json()["instructions"] == "i" * 1000
-        used = await usage_of(stack, users["alice"])
+        used = await usage_of(stack, owners.alice)
         assert used.bytes > 3 * (BIG_TOOLS_BYTES + 1000), used
         assert used.bytes < 3 * (BIG_TOOLS_BYTES + 1000) + 12_000, used
 
@@ -207,7 +195,7 @@ async def test_what_a_response_keeps_of_its_request_counts_against_its_user(
 
         deleted = await stack.client.delete(f"/v1/responses/{made[0]}", headers=alice)
         assert deleted.status_code == 200, deleted.text
-        freed = await usage_of(stack, users["alice"])
+        freed = await usage_of(stack, owners.alice)
         assert freed.bytes < used.bytes - BIG_TOOLS_BYTES, (used, freed)
         again = await stack.client.post(
             "/v1/responses", json={**request, "tools": BIG_TOOLS}, headers=alice
@@ -217,14 +205,14 @@ async def test_what_a_response_keeps_of_its_request_counts_against_its_user(
 
 @pytest.mark.parametrize("queue_apart", [False, True], ids=["one-redis", "queue-apart"])
 async def test_a_kept_request_counts_as_long_as_its_turn_is_kept(
-    upstream: ScriptedUpstream, users: dict[str, str], queue_apart: bool
+    upstream: ScriptedUpstream, owners: Owners, queue_apart: bool
 ) -> None:
     """A chat turn's tools go with its end; what its record keeps of its request counts
     until the record is gone (BERNARD_TURN_RETENTION_S after its end), not longer."""
     server = TEST_REDIS_URL.rsplit("/", 1)[0]
     roles = {"queue_redis_url": f"{server}/1"} if queue_apart else {}
     settings = make_settings(
-        upstream, api_keys=api_keys(users), turn_retention_s=2, rate_limit_per_minute=0, **roles
+        upstream, api_keys=owners.api_keys, turn_retention_s=2, rate_limit_per_minute=0, **roles
     )
     # A kept chat request over the uncounted allowance: four stop sequences of 2,000.
     stop = [f"{n}" * 2000 for n in range(4)]
@@ -233,34 +221,34 @@ async def test_a_kept_request_counts_as_long_as_its_turn_is_kept(
     ]
     async with run_stack(settings) as stack:
         alice = as_user("alice")
-        before = await usage_of(stack, users["alice"])
+        before = await usage_of(stack, owners.alice)
         answered = await stack.client.post(
             CHAT, json=body("hi", tools=tools, stop=stop), headers=alice
         )
         assert answered.status_code == 200, answered.text
         turn_id = answered.headers["x-bernard-turn-id"]
         assert await stack.redis.hexists(keys.turn(turn_id), "tools") == 0
-        counted = await usage_of(stack, users["alice"])
+        counted = await usage_of(stack, owners.alice)
         # The four stop sequences, not the tools: those went with the turn's end.
         assert 8000 < counted.bytes - before.bytes < 10_000, (before, counted)
         await asyncio.sleep(3)
         assert await stack.redis.exists(keys.turn(turn_id)) == 0
-        lapsed = await usage_of(stack, users["alice"])
+        lapsed = await usage_of(stack, owners.alice)
         # What is left is the conversation's own: "hi" and the answer.
         assert lapsed.bytes - before.bytes < 2000, (before, lapsed)
 
 
 async def test_a_conversation_at_its_cap_is_refused_whole_and_stays_as_it_was(
-    upstream: ScriptedUpstream, users: dict[str, str]
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """At the API when it can tell (the conversation is full, or a posted message would
     take it over: 413 before any turn); else in the worker, which refuses the request's
     messages whole and ends the turn `conversation_too_large` before any model call."""
     cap = 6_000
-    settings = make_settings(upstream, api_keys=api_keys(users), max_conversation_bytes=cap)
+    settings = make_settings(upstream, api_keys=owners.api_keys, max_conversation_bytes=cap)
     async with run_stack(settings) as stack:
         alice = as_user("alice")
-        archive = Archivist(stack.redis, users["alice"])
+        archive = Archivist(stack.redis, owners.alice)
         url = "/v1/conversations/kitchen/messages"
         await stack.client.post("/v1/conversations", json={"id": "kitchen"}, headers=alice)
         assert (await stack.client.post(url, json={"content": "hi"}, headers=alice)).is_success
@@ -275,7 +263,7 @@ async def test_a_conversation_at_its_cap_is_refused_whole_and_stays_as_it_was(
         error = error_of(posted, 413)
         assert (error["code"], error["param"]) == ("conversation_too_large", "conversation_id")
         assert "BERNARD_MAX_CONVERSATION_BYTES" in error["message"]
-        assert await turns_of(stack, users["alice"]) == turns
+        assert await turns_of(stack, owners.alice) == turns
 
         # Chat completions resend the history: only the worker tells what is new.
         resent = {"conversation_id": "kitchen", "messages": [{"role": "user", "content": "hi"}]}
@@ -320,13 +308,13 @@ async def test_a_conversation_at_its_cap_is_refused_whole_and_stays_as_it_was(
 
 
 async def test_the_rate_limit_holds_across_api_processes_and_says_when_to_retry(
-    upstream: ScriptedUpstream, users: dict[str, str]
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     """Two API processes on one Redis share each user's bucket: 10 tokens, a turn costs 4,
     any other request 1, refilled at one token every 2 s."""
     settings = make_settings(
         upstream,
-        api_keys=api_keys(users),
+        api_keys=owners.api_keys,
         rate_limit_burst=10,
         rate_limit_per_minute=30,
         rate_limit_turn_cost=4,
@@ -344,7 +332,7 @@ async def test_the_rate_limit_holds_across_api_processes_and_says_when_to_retry(
         assert error["code"] == "rate_limit_exceeded"
         assert "BERNARD_RATE_LIMIT_PER_MINUTE" in error["message"]
         assert 1 <= int(third.headers["retry-after"]) <= 4
-        assert await turns_of(stack, users["alice"]) == 2  # the refused turn is not stored
+        assert await turns_of(stack, owners.alice) == 2  # the refused turn is not stored
 
         # Any other request costs one token, on either process, till none is left.
         passed = 0
@@ -467,14 +455,14 @@ async def waits_and_refusals(
 
 
 async def test_a_step_waits_on_no_more_calls_than_a_conversation_may_hold(
-    upstream: ScriptedUpstream, users: dict[str, str]
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     settings = make_settings(
-        upstream, api_keys=api_keys(users), max_pending_confirmations_per_conversation=2
+        upstream, api_keys=owners.api_keys, max_pending_confirmations_per_conversation=2
     )
     async with run_stack(settings) as stack:
         waiting, refused = await waits_and_refusals(stack, "kitchen", upstream, "a", "b", "c")
-        stored = await Archivist(stack.redis, users["alice"]).proposals("kitchen")
+        stored = await Archivist(stack.redis, owners.alice).proposals("kitchen")
     assert waiting == ["Remember “a”", "Remember “b”"]
     assert len(refused) == 1 and "not run" in refused[0]
     assert "BERNARD_MAX_PENDING_CONFIRMATIONS_PER_CONVERSATION" in refused[0]
@@ -482,10 +470,10 @@ async def test_a_step_waits_on_no_more_calls_than_a_conversation_may_hold(
 
 
 async def test_a_user_holds_no_more_waiting_calls_than_the_budget_across_conversations(
-    upstream: ScriptedUpstream, users: dict[str, str]
+    upstream: ScriptedUpstream, owners: Owners
 ) -> None:
     settings = make_settings(
-        upstream, api_keys=api_keys(users), max_pending_confirmations_per_user=3
+        upstream, api_keys=owners.api_keys, max_pending_confirmations_per_user=3
     )
     async with run_stack(settings) as stack:
         first, _ = await waits_and_refusals(stack, "one", upstream, "a", "b")
@@ -494,7 +482,7 @@ async def test_a_user_holds_no_more_waiting_calls_than_the_budget_across_convers
         assert "BERNARD_MAX_PENDING_CONFIRMATIONS_PER_USER" in refused[0]
 
         # Deciding and deleting free the budget.
-        for proposal in await Archivist(stack.redis, users["alice"]).proposals("one"):
+        for proposal in await Archivist(stack.redis, owners.alice).proposals("one"):
             decision = {"confirmation_id": proposal["confirmation_id"], "decision": "reject"}
             await stack.client.post(
                 "/v1/conversations/one/resume", json=decision, headers=as_user("alice")

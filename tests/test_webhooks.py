@@ -33,7 +33,7 @@ from shared.settings import Settings
 from shared.webhooks import delivery_job_id
 from tests.support.processes import Process, ProcessGroup, private_redis, wait_for
 from tests.support.serving import serve
-from tests.support.stack import Stack, make_settings, run_api, run_stack, run_worker
+from tests.support.stack import Stack, make_settings, run_api, run_stack, run_worker, wait_status
 from tests.support.upstream import Reply, ScriptedUpstream
 from worker.webhooks import pinned
 
@@ -145,15 +145,6 @@ def body(content: str = "hello", **extra: object) -> dict[str, object]:
 def unwrap(got: Received) -> Any:
     """The event, as the official SDK verifies and parses it."""
     return openai.OpenAI(api_key="unused").webhooks.unwrap(got.body, got.headers, secret=SECRET)
-
-
-async def wait_status(stack: Stack, turn_id: str, statuses: set[str]) -> dict[str, Any]:
-    async with asyncio.timeout(10):
-        while True:
-            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
-            if turn["status"] in statuses:
-                return turn
-            await asyncio.sleep(0.01)
 
 
 async def deliveries(stack: Stack) -> list[dict[str, Any]]:

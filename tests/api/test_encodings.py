@@ -122,7 +122,8 @@ def record(config: str) -> TurnRecord:
     )
 
 
-def wire(frames: list[Frame]) -> list[Any]:
+def as_recorded(frames: list[Frame]) -> list[Any]:
+    """Frames as frames.json holds them: a named event as its name and data."""
     return [{"event": f.event, "data": f.data} if isinstance(f, Named) else f for f in frames]
 
 
@@ -130,20 +131,20 @@ def wire(frames: list[Frame]) -> list[Any]:
 @pytest.mark.parametrize("event", EVENTS)
 def test_each_event_encodes_as_it_always_has(config: str, event: str) -> None:
     frames = encoder_for(record(config)).frames(EVENTS[event])
-    assert wire(frames) == EXPECTED["frames"][f"{config} {event}"]
+    assert as_recorded(frames) == EXPECTED["frames"][f"{config} {event}"]
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_keepalive_body_and_compacted_replay_are_as_they_always_were(config: str) -> None:
     encoder = encoder_for(record(config))
     keepalive = encoder.keepalive()
-    assert (wire([keepalive])[0] if keepalive is not None else None) == EXPECTED["keepalive"][
-        config
-    ]
+    assert (as_recorded([keepalive])[0] if keepalive is not None else None) == EXPECTED[
+        "keepalive"
+    ][config]
     assert encoder.body(RESULT) == EXPECTED["bodies"][config]
     finished = record(config)
     finished.status, finished.result = "completed", RESULT
-    assert wire(encoder_for(finished).compacted(finished)) == EXPECTED["compacted"][config]
+    assert as_recorded(encoder_for(finished).compacted(finished)) == EXPECTED["compacted"][config]
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -151,7 +152,7 @@ def test_a_turn_ended_on_client_calls_is_polled_and_replayed_with_them(config: s
     assert encoder_for(record(config)).body(HANDED_OVER) == EXPECTED["bodies_client_calls"][config]
     finished = record(config)
     finished.status, finished.result = "completed", HANDED_OVER
-    compacted = wire(encoder_for(finished).compacted(finished))
+    compacted = as_recorded(encoder_for(finished).compacted(finished))
     assert compacted == EXPECTED["compacted_client_calls"][config]
 
 

@@ -192,3 +192,15 @@ async def run_stack(
         redis = connect_data(settings.redis_url)  # a Cluster's too (tests/support/topologies.py)
         stack.push_async_callback(redis.aclose)
         yield Stack(settings=settings, base_url=base_url, client=client, redis=redis)
+
+
+async def wait_status(
+    stack: Stack, turn_id: str, wanted: set[str], timeout_s: float = 10
+) -> dict[str, Any]:
+    """The turn's resource (GET /v1/turns/{id}) once its status is one of `wanted`."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            turn = (await stack.client.get(f"/v1/turns/{turn_id}")).json()
+            if turn["status"] in wanted:
+                return dict(turn)
+            await asyncio.sleep(0.02)

@@ -7,6 +7,7 @@ conversations, notes and turns a test finds are its own.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
@@ -17,7 +18,25 @@ def as_user(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer key-{name}"}
 
 
+@dataclass(frozen=True)
+class Owners:
+    """The users `key-alice` and `key-bob` sign in as, under names of one test's own: the
+    suite's Redis holds other tests' alice and bob, and budgets count what a user holds."""
+
+    alice: str
+    bob: str
+
+    @classmethod
+    def fresh(cls) -> Owners:
+        run = uuid.uuid4().hex[:8]
+        return cls(alice=f"alice-{run}", bob=f"bob-{run}")
+
+    @property
+    def api_keys(self) -> str:
+        """`BERNARD_API_KEYS` that give `key-alice` and `key-bob` to these two."""
+        return f"key-alice:{self.alice},key-bob:{self.bob}"
+
+
 def keys_for_two() -> str:
     """`BERNARD_API_KEYS` for a test's own alice and bob."""
-    run = uuid.uuid4().hex[:8]
-    return f"key-alice:alice-{run},key-bob:bob-{run}"
+    return Owners.fresh().api_keys
