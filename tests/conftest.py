@@ -6,14 +6,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as redis_asyncio
 from redis import Redis as SyncRedis
 
 from shared import keys
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis
 from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import ScriptedUpstream
 from tests.support.users import Owners
@@ -35,21 +35,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"parametrize marks on what is not a test: {stray}")
 
 
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The session's Redis (tests/support/session_redis.py), started on first use."""
+    with session_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
 @pytest.fixture(autouse=True)
-def fresh_rate_buckets() -> None:
+def fresh_rate_buckets(redis_url: str) -> None:
     """Each test starts as a household of its own, its users' rate buckets full
     (shared/rate_limit.py): the suite's tests share one Redis and the same user names, and
     one after another they ask faster than any household, as a script hammering the API
     would. The limit stays on at its defaults; a test that needs more says so."""
-    with SyncRedis.from_url(TEST_REDIS_URL) as client:
+    with SyncRedis.from_url(redis_url) as client:
         buckets = list(client.scan_iter(match=f"{keys.PREFIX}:user:{{*}}:rate", count=1000))
         if buckets:
             client.delete(*buckets)
 
 
 @pytest.fixture
-async def redis() -> AsyncIterator[redis_asyncio.Redis]:
-    client = redis_asyncio.Redis.from_url(TEST_REDIS_URL)
+async def redis(redis_url: str) -> AsyncIterator[redis_asyncio.Redis]:
+    client = redis_asyncio.Redis.from_url(redis_url)
     yield client
     await client.aclose()
 

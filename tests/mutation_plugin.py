@@ -1,12 +1,12 @@
 """A pytest plugin for mutation runs (docs/testing.md), loaded with `-p tests.mutation_plugin`.
 
-A fresh Redis for every session: mutmut runs the tests many times in one process and in
-processes forked from it, all of them sharing the session Redis that tests/conftest.py
-started on import. Data one run leaves behind would then reach the next: a mutant that
-leaks a user's active turns would answer every later mutant's turns with a 429 and count
-them as killed. Each pytest session gets its own throwaway redis-server, the fixtures are
-pointed at it, and it stops when the session ends (or, should a test run be killed, when
-the process that started it dies).
+A fresh Redis for every session, dying with its process: mutmut runs the tests many times
+in one process and in processes forked from it, and kills a mutant's run that takes too
+long, before its session's teardown stops the Redis of tests/support/session_redis.py.
+Data one run leaves behind must not reach the next either: a mutant that leaks a user's
+active turns would answer every later mutant's turns with a 429 and count them as killed.
+So each pytest session gets its own throwaway redis-server, named to the fixtures by
+`BERNARD_TEST_REDIS_URL`, stopped when the session ends or when its process dies.
 
 The fast tests first: mutmut stops a mutant's run at its first failing test (`-x`), so
 the tests of tests/api and tests/shared, which drive the modules directly in
@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from launcher.redis_server import (
     redis_answers,
     redis_argv,
 )
+from tests.support.session_redis import ENV
 
 _TESTS = Path(__file__).resolve().parent
 _PR_SET_PDEATHSIG = 1
@@ -44,16 +44,6 @@ def _die_with_parent() -> None:
     """In the child, before exec: SIGKILL it when the process that started it exits."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _point_fixtures_at(url: str) -> None:
-    """tests/conftest.py reads the URL once, on import, and some test modules copy it:
-    modules imported by an earlier session in this process hold the last one's."""
-    os.environ["BERNARD_TEST_REDIS_URL"] = url
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if file and _TESTS in Path(file).resolve().parents and hasattr(module, "TEST_REDIS_URL"):
-            module.TEST_REDIS_URL = url
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -74,7 +64,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             raise RuntimeError(f"the mutation run's redis-server did not start; see {workdir}")
         time.sleep(0.01)
     session.config.stash[_SERVER] = (proc, workdir)
-    _point_fixtures_at(url)
+    os.environ[ENV] = url
 
 
 @pytest.hookimpl(trylast=True)
@@ -83,6 +73,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if server is None:
         return
     proc, workdir = server
+    os.environ.pop(ENV, None)
     proc.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(5)

@@ -41,7 +41,7 @@ from launcher.redis_server import (
 )
 from shared.redaction import redact_url
 from shared.settings import Settings
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from worker.tools.home_assistant import HomeAssistantSettings
 from worker.tools.home_assistant.client import area_template
 
@@ -748,7 +748,7 @@ def launch(
         "BERNARD_HA_TOKEN",
     ):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("REDIS_URL", TEST_REDIS_URL)
+    monkeypatch.setenv("REDIS_URL", session_redis_url())
     monkeypatch.setenv("HOST", "127.0.0.1")
     monkeypatch.setenv("PORT", str(free_port()))
     monkeypatch.setattr(cli, "Supervisor", RecordingSupervisor)

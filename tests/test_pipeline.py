@@ -22,7 +22,7 @@ from shared import keys
 from shared.events import Delta, Done, MessageStored, encode
 from shared.streams import STREAM_FIELD
 from tests.support.chat import body
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from tests.support.sse import collect, frames, text_of
 from tests.support.stack import Stack, make_settings, run_stack, wait_status
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -245,7 +245,7 @@ async def test_readyz_is_unavailable_without_workers(upstream: ScriptedUpstream)
 
 async def test_a_turn_runs_with_the_queue_role_on_a_redis_apart(upstream: ScriptedUpstream) -> None:
     # Two databases stand for two servers: a job enqueued on the data side is never run.
-    server = TEST_REDIS_URL.rsplit("/", 1)[0]
+    server = session_redis_url().rsplit("/", 1)[0]
     settings = make_settings(upstream, redis_url=f"{server}/0", queue_redis_url=f"{server}/1")
     upstream.script(Reply.text("Apart."))
     async with run_stack(settings) as stack:
@@ -258,7 +258,7 @@ async def test_readyz_is_unavailable_while_the_data_redis_apart_does_not_answer(
     redis: redis_asyncio.Redis,
 ) -> None:
     # The queue role answers and a worker reported in; the data role (turns, streams) does not.
-    settings = make_settings(queue_redis_url=TEST_REDIS_URL, redis_url="redis://127.0.0.1:1/0")
+    settings = make_settings(queue_redis_url=session_redis_url(), redis_url="redis://127.0.0.1:1/0")
     worker_id = f"test-worker-{uuid.uuid4().hex}"
     await redis.zadd(keys.WORKERS, {worker_id: time.time()})
     try:
@@ -281,7 +281,7 @@ async def test_redis_unreachable_is_a_503_with_a_clear_message() -> None:
 async def test_a_redis_cluster_that_cannot_be_reached_is_a_503_too() -> None:
     # The queue role answers; the data role, a Cluster, has no node that does.
     settings = make_settings(
-        queue_redis_url=TEST_REDIS_URL, redis_url=f"redis+cluster://127.0.0.1:{free_port()}"
+        queue_redis_url=session_redis_url(), redis_url=f"redis+cluster://127.0.0.1:{free_port()}"
     )
     async with run_stack(settings, worker=False) as stack:
         response = await stack.client.post(CHAT, json=body())

@@ -31,7 +31,7 @@ from shared.timers import (
     publish,
 )
 from tests.support.processes import ProcessGroup, private_redis, wait_for
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools.runtime import ToolRuntime, runtime_config
@@ -510,7 +510,7 @@ async def test_rung_and_cancelled_timers_make_room_and_running_ones_are_the_limi
     """A user who keeps setting timers holds at most `MAX_TIMERS` records: the ones that rang
     or were cancelled are dropped when a new one needs the room; running ones never are."""
     user, queue = owner(), f"bernard:test:{uuid.uuid4().hex[:8]}"
-    redis = connect(TEST_REDIS_URL)
+    redis = connect(session_redis_url())
     store = TimerStore(redis, user, retention_s=60, queue_name=queue)
     made: list[str] = []
     try:

@@ -21,7 +21,7 @@ from shared.rate_limit import Rate, RateLimitedError, RateLimiter
 from shared.records.reads import Archivist
 from tests.support.chat import body
 from tests.support.processes import private_redis, wait_for
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from tests.support.sse import collect
 from tests.support.stack import Stack, make_settings, run_api, run_stack
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -113,7 +113,7 @@ async def test_a_new_conversation_past_the_users_count_is_refused_before_it_exis
 ) -> None:
     # Apart, the budgets are read beside the admission rather than in its pipeline (two
     # databases stand for two servers, as in tests/test_pipeline.py).
-    server = TEST_REDIS_URL.rsplit("/", 1)[0]
+    server = session_redis_url().rsplit("/", 1)[0]
     roles = {"queue_redis_url": f"{server}/1"} if queue_apart else {}
     settings = make_settings(
         upstream, api_keys=owners.api_keys, max_conversations_per_user=2, **roles
@@ -209,7 +209,7 @@ async def test_a_kept_request_counts_as_long_as_its_turn_is_kept(
 ) -> None:
     """A chat turn's tools go with its end; what its record keeps of its request counts
     until the record is gone (BERNARD_TURN_RETENTION_S after its end), not longer."""
-    server = TEST_REDIS_URL.rsplit("/", 1)[0]
+    server = session_redis_url().rsplit("/", 1)[0]
     roles = {"queue_redis_url": f"{server}/1"} if queue_apart else {}
     settings = make_settings(
         upstream, api_keys=owners.api_keys, turn_retention_s=2, rate_limit_per_minute=0, **roles

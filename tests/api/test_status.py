@@ -15,7 +15,7 @@ from launcher.redis_server import free_port
 from shared.status import Status, WorkersStatus
 from tests.fakes.searxng import FakeSearxng
 from tests.support.processes import wait_for
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from tests.support.stack import make_config, make_settings, run_api, run_stack, run_worker
 from tests.support.upstream import ScriptedUpstream
 from tests.support.users import ALICE
@@ -80,7 +80,7 @@ async def test_status_says_what_the_workers_run_and_that_it_all_answers(
     assert body["mcp_servers"] == []
     (redis,) = body["redis"]
     assert (redis["roles"], redis["kind"], redis["error"]) == (["data", "queue"], "single", None)
-    assert redis["url"] == TEST_REDIS_URL
+    assert redis["url"] == session_redis_url()
     (server,) = redis["servers"]
     assert re.fullmatch(r"\d+\.\d+\.\d+", server["version"])
     assert (server["role"], server["maxmemory_policy"]) == ("master", "noeviction")

@@ -16,7 +16,7 @@ from arq.constants import in_progress_key_prefix
 from arq.worker import Worker, func
 
 from compat.arq import WakingWorker, worker_kwargs
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 
 def test_the_worker_internals_it_extends_are_there_with_their_signatures() -> None:
@@ -108,7 +108,7 @@ async def _job(ctx: dict[str, Any], name: str) -> str:
 
 
 def _pool() -> ArqRedis:
-    return ArqRedis.from_url(TEST_REDIS_URL)
+    return ArqRedis.from_url(session_redis_url())
 
 
 async def test_between_polls_it_waits_on_the_wake_list_and_a_job_pushed_there_starts_at_once() -> (

@@ -8,11 +8,11 @@ from redis.asyncio.connection import Connection
 
 from compat.redis import unfit
 from tests.support.processes import wait_for
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 
 async def test_a_connection_is_unfit_once_a_reply_waits_unread_or_the_server_closed_it() -> None:
-    client = Redis.from_url(TEST_REDIS_URL)
+    client = Redis.from_url(session_redis_url())
     connection = Connection(**client.connection_pool.connection_kwargs)
     try:
         assert unfit(connection) is False, "not connected yet: nothing to say"

@@ -31,7 +31,7 @@ from shared.backends import (
 )
 from shared.connection import connect, connect_data, wait_until_reachable
 from shared.redis_pool import backoff_s
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_a_loop_waits_for_redis_as_the_clients_retries_do(failures: int, seconds
 
 
 async def test_one_servers_append_is_the_entries_and_their_expiry_and_wakes_no_channel() -> None:
-    client = connect(TEST_REDIS_URL)
+    client = connect(session_redis_url())
     stream_id = f"test-backend-{uuid.uuid4().hex}"
     try:
         async with client.pipeline(transaction=False) as pipe:
@@ -119,7 +119,7 @@ async def _woken(pubsub: PubSub) -> bytes:
 
 
 async def test_an_append_on_a_cluster_node_publishes_the_streams_wake_up_after_it() -> None:
-    client = Redis.from_url(TEST_REDIS_URL)
+    client = Redis.from_url(session_redis_url())
     stream_id = f"test-backend-{uuid.uuid4().hex}"
     pubsub = client.pubsub()
     try:
@@ -138,7 +138,7 @@ async def test_an_append_on_a_cluster_node_publishes_the_streams_wake_up_after_i
 
 
 async def test_a_script_that_appends_is_followed_by_the_wake_up_on_a_cluster_node() -> None:
-    client = Redis.from_url(TEST_REDIS_URL)
+    client = Redis.from_url(session_redis_url())
     stream_id = f"test-backend-{uuid.uuid4().hex}"
     script = client.register_script("return redis.call('XADD', KEYS[1], '*', 'e', ARGV[1])")
     stream = keys.events(stream_id)
@@ -191,7 +191,7 @@ async def test_a_probe_asks_the_same_servers_once_and_gives_up_soon(
 
 async def test_a_process_waits_for_its_redis_saying_so(caplog: pytest.LogCaptureFixture) -> None:
     logger = logging.getLogger("test.backends")
-    up = connect(TEST_REDIS_URL)
+    up = connect(session_redis_url())
     down = connect(f"redis://127.0.0.1:{_dead_port()}/0")
     try:
         async with asyncio.timeout(5):

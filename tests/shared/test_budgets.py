@@ -21,7 +21,7 @@ from shared.records.call_log import llm_completed, llm_started
 from shared.records.conversation import ConversationFullError, ConversationNotFoundError
 from shared.records.keeper import RecordKeeper
 from tests.support.messages import user
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 RETENTION_S = 3600
 
@@ -33,7 +33,7 @@ def owner() -> str:
 
 @pytest.fixture
 async def redis(owner: str) -> AsyncIterator[Redis]:
-    client = connect(TEST_REDIS_URL)
+    client = connect(session_redis_url())
     yield client
     written = [key async for key in client.scan_iter(match=f"bernard:*{owner}*")]
     if written:

@@ -32,7 +32,7 @@ from shared.conversation_state import (
 )
 from shared.records.conversation import ConversationLostError
 from shared.records.keeper import RecordKeeper
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 ABSENT, IDLE, RUNNING, AWAITING = (
     Status.ABSENT,
@@ -46,7 +46,7 @@ HOLDER, OTHER, RESUMER, WAITER = "turn-holder", "turn-other", "turn-resumer", "t
 
 @pytest.fixture
 async def redis() -> AsyncIterator[Redis]:
-    client = connect(TEST_REDIS_URL)
+    client = connect(session_redis_url())
     yield client
     await client.aclose()
 

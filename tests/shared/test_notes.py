@@ -11,13 +11,13 @@ from redis.asyncio import Redis
 
 from shared.connection import connect
 from shared.notes import NotesFullError, NoteStore
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from tests.support.stack import make_settings
 
 
 @pytest.fixture
 async def store() -> AsyncIterator[NoteStore]:
-    redis: Redis = connect(TEST_REDIS_URL)
+    redis: Redis = connect(session_redis_url())
     settings = make_settings(max_notes_per_user=5, max_note_chars=40)
     notes = NoteStore.of(redis, f"test-notes-{uuid.uuid4().hex}", settings)
     yield notes

@@ -32,7 +32,7 @@ from shared.records.messages import to_openai_message
 from shared.records.reads import Archivist
 from shared.records.writes import Recorder
 from tests.support.messages import assistant, user
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def owned_keys(owner: str) -> str:
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])
 async def client(request: pytest.FixtureRequest, owner: str) -> AsyncIterator[Redis]:
     # Both client flavours: the worker's raw-bytes client and a decode_responses one.
-    redis = connect(TEST_REDIS_URL, decode_responses=request.param)
+    redis = connect(session_redis_url(), decode_responses=request.param)
     yield redis
     written = [key async for key in redis.scan_iter(match=owned_keys(owner))]
     if written:

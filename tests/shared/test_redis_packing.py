@@ -11,7 +11,7 @@ from redis.exceptions import DataError
 
 from shared.connection import connect, connect_data
 from shared.redis_pool import HiredisPacking, hiredis_packing
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 LIBRARY = Connection()
 PACKED = hiredis_packing(Connection)()
@@ -108,7 +108,7 @@ async def test_every_client_packs_with_hiredis(url: str) -> None:
 
 
 async def test_a_real_redis_reads_back_what_was_packed() -> None:
-    client = connect(TEST_REDIS_URL)
+    client = connect(session_redis_url())
     key = "bernard:test:packing"
     try:
         await client.set(key, "ünïcode 😀", ex=60)

@@ -29,7 +29,7 @@ from shared.settings import Settings
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
 from shared.turns.admission import TooManyTurnsError
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 
 RETENTION_S = 300
 
@@ -86,8 +86,8 @@ def _database(url: str, db: int) -> str:
 
 @pytest.fixture
 async def roles() -> AsyncIterator[Roles]:
-    data = connect(_database(TEST_REDIS_URL, 0))
-    queue = connect(_database(TEST_REDIS_URL, 1))
+    data = connect(_database(session_redis_url(), 0))
+    queue = connect(_database(session_redis_url(), 1))
     written = Roles(data, queue)
     try:
         yield written

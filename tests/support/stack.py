@@ -28,7 +28,7 @@ from shared.connection import connect_data
 from shared.settings import Settings
 from tests.support.chat import body as chat_body
 from tests.support.serving import serve
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from tests.support.sse import Frame, collect
 from tests.support.upstream import ScriptedUpstream
 from worker.main import create_worker
@@ -41,7 +41,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def make_settings(upstream: ScriptedUpstream | None = None, **overrides: Any) -> Settings:
     """Settings for one test: its own queue, the scripted upstream, no retries upstream."""
     values: dict[str, Any] = {
-        "redis_url": TEST_REDIS_URL,
+        "redis_url": session_redis_url(),
         "queue_name": f"bernard:test:{uuid.uuid4().hex[:8]}",
         "llm_max_retries": 0,
         "llm_timeout_s": 10.0,

@@ -18,7 +18,7 @@ from shared.requests import AgentRequest, TurnRequest
 from shared.settings import Settings
 from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
-from tests.support.session_redis import TEST_REDIS_URL
+from tests.support.session_redis import session_redis_url
 from worker.liveness import LivenessKeeper
 
 
@@ -30,7 +30,7 @@ async def test_one_renewal_stops_the_cancelled_the_over_and_the_gone_and_ends_th
     store = TurnStore(redis, retention_s=60, stream_maxlen=100)
     stopped: list[tuple[str, Cause]] = []
     keeper = LivenessKeeper(
-        Settings(redis_url=TEST_REDIS_URL),
+        Settings(redis_url=session_redis_url()),
         worker,
         lambda turn_id, cause: stopped.append((turn_id, cause)),
         asyncio.get_running_loop(),
@@ -75,7 +75,7 @@ async def test_a_data_role_that_does_not_answer_neither_holds_up_the_renewal_nor
     owner = f"owner-{uuid.uuid4().hex}"
     store = TurnStore(redis, retention_s=60, stream_maxlen=100)
     keeper = LivenessKeeper(
-        Settings(redis_url=TEST_REDIS_URL, lease_renew_s=0.2),
+        Settings(redis_url=session_redis_url(), lease_renew_s=0.2),
         worker,
         lambda turn_id, cause: None,
         asyncio.get_running_loop(),
