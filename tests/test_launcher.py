@@ -161,6 +161,16 @@ def test_ping_error_says_why_without_the_password() -> None:
     assert ping_error("http://:s3cret@nowhere/0") is not None
 
 
+# The cases' ids name them, not their ports: every xdist worker must collect the same tests.
+DEAD_URL_IDS = [
+    "sentinel-no-master",
+    "sentinel-password-no-server",
+    "cluster-no-server",
+    "sentinel-no-service-name",
+    "cluster-database-2",
+]
+
+
 def dead_sentinel_and_cluster_urls() -> list[tuple[str, str]]:
     """(URL, what the reason says) for Sentinel and Cluster URLs nothing can use: nobody
     listens, or the URL itself is wrong. Each URL carries the password `s3cret`."""
@@ -190,7 +200,7 @@ def test_a_set_queue_redis_url_that_answers_is_what_run_says_it_uses(tmp_path: P
         proc.wait(10)
 
 
-@pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls())
+@pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls(), ids=DEAD_URL_IDS)
 def test_ping_error_on_a_sentinel_or_cluster_url_says_why_without_the_password(
     url: str, says: str
 ) -> None:
@@ -375,7 +385,7 @@ def test_a_set_redis_url_that_does_not_answer_exits_1_and_starts_nothing(
     assert not (tmp_path / ".bernard").exists()
 
 
-@pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls())
+@pytest.mark.parametrize(("url", "says"), dead_sentinel_and_cluster_urls(), ids=DEAD_URL_IDS)
 def test_set_sentinel_or_cluster_redis_url_that_does_not_answer_is_refused_and_starts_nothing(
     url: str, says: str, tmp_path: Path, no_processes: list[object]
 ) -> None:

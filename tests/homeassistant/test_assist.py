@@ -11,10 +11,15 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from tests.homeassistant.assist import KEY, Assist, Satellite, bernard_settings
 from tests.homeassistant.hass import HomeAssistant, HomeAssistantApi
 from tests.support.processes import wait_for
 from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
+
+# One Home Assistant per module (conftest.py): its tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_assist")
 
 KITCHEN_AT = {"domain": "light", "service": "turn_on", "entity_id": "light.kitchen"}
 

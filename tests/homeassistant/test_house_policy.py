@@ -26,6 +26,9 @@ from tests.support.sse import named, of
 from tests.support.stack import Stack, make_config
 from tests.support.upstream import Reply, ScriptedUpstream
 
+# One Home Assistant per module (conftest.py): its tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_house_policy")
+
 __all__ = ["calls"]  # the fixture, as test_house_tools has it
 
 ADULT_KEY, KID_KEY = "policy-adult-key-5d1e", "policy-kid-key-93ab"

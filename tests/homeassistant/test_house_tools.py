@@ -33,6 +33,9 @@ from tests.support.stack import Config, Stack, make_config
 from tests.support.upstream import Reply, ScriptedUpstream
 from worker.tools.home_assistant.client import area_template
 
+# One Home Assistant per module (conftest.py): its tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_house_tools")
+
 KEY = "house-tools-key-7b21"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 SSE = {"Accept": "text/event-stream"}
