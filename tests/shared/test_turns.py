@@ -662,12 +662,12 @@ async def test_a_turn_overdue_whatever_its_worker_is_reaped(
     """Past the deadline its claim set: its worker lost track of it, or the claim or the
     finish was cut off between its halves."""
     turns = [await claimed(store, scratch) for _ in range(3)]
-    # Due long ago, so they come before any other test's leftovers.
+    # Due before any other test's leftovers (they are due at 1 s and later).
     for n, record in enumerate(turns):
-        await redis.zadd(keys.RUNNING_TURNS, {record.id: n + 1})
+        await redis.zadd(keys.RUNNING_TURNS, {record.id: (n + 1) / 1000})
     first = await store.reap_lapsed(limit=2)
     assert first[:2] == [turns[0].id, turns[1].id]
-    assert await redis.zscore(keys.RUNNING_TURNS, turns[2].id) == 3
+    assert await redis.zscore(keys.RUNNING_TURNS, turns[2].id) == 0.003
 
 
 async def test_a_lapsed_turn_whose_record_is_gone_is_dropped_not_reported(
