@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import math
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from shared.settings import Settings
+from worker.tools.numbers import as_number
 from worker.tools.runtime import ToolRuntime, runtime_config
 
 __all__ = [
@@ -218,7 +218,7 @@ def _matches(match: Match, subject: Subject, *, closed: bool) -> bool:
     for option, (low, high) in (match.within or {}).items():
         if option not in subject.options:
             continue
-        number = _as_number(subject.options[option])
+        number = as_number(subject.options[option])
         if number is None or not low <= number <= high:
             return False
     return True
@@ -227,22 +227,6 @@ def _matches(match: Match, subject: Subject, *, closed: bool) -> bool:
 def _any_glob(globs: Sequence[str], value: str) -> bool:
     folded = value.casefold()
     return any(fnmatch.fnmatchcase(folded, glob.casefold()) for glob in globs)
-
-
-def _as_number(value: Any) -> float | None:
-    """A number as Home Assistant's schemas read one ("22" is 22); None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            return None
-    else:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def parse_policy(text: str, where: str) -> Policy:

@@ -5,14 +5,14 @@ entity's attributes (`refusal`), for what Home Assistant would refuse without sa
 from __future__ import annotations
 
 import json
-import math
 import re
-from typing import Any, TypeGuard
+from typing import Any
 
 from langchain_core.tools import ToolException
 
 from worker.tools.home_assistant.rendering import value_text
 from worker.tools.http import trim
+from worker.tools.numbers import as_number, is_number
 
 MAX_AREA_CHARS = 100
 
@@ -146,8 +146,8 @@ def refusal(
             return f"{entity} keeps a temperature range: set target_temp_low and target_temp_high"
         if {"target_temp_low", "target_temp_high"} & data.keys() and not features & 2:
             return f"{entity} keeps one temperature: set temperature"
-        low = _as_number(data.get("target_temp_low"))
-        high = _as_number(data.get("target_temp_high"))
+        low = as_number(data.get("target_temp_low"))
+        high = as_number(data.get("target_temp_high"))
         if low is not None and high is not None and low > high:
             return f"target_temp_low ({low:g}°) is above target_temp_high ({high:g}°)"
     for key, listed in _MODES:
@@ -163,7 +163,7 @@ def refusal(
             shown = ", ".join(str(m) for m in modes) or "none"
             return f"{entity} has no {key} {value_text(data[key])}; its {listed} are {shown}"
     for key, least, most, unit in _BOUNDS:
-        low, high, value = attributes.get(least), attributes.get(most), _as_number(data.get(key))
+        low, high, value = attributes.get(least), attributes.get(most), as_number(data.get(key))
         if value is not None and is_number(low) and is_number(high) and not low <= value <= high:
             return (
                 f"{entity} accepts a {key} from {low:g}{unit} to {high:g}{unit}, "
@@ -191,30 +191,10 @@ def _out_of_selector(key: str, given: Any, spec: dict[str, Any]) -> str | None:
     number = (spec.get("selector") or {}).get("number")
     if not isinstance(number, dict):
         return None
-    value = _as_number(given)
+    value = as_number(given)
     if value is None:
         return f"{key} must be a number, not {value_text(given)}"
     low, high = number.get("min"), number.get("max")
     if is_number(low) and is_number(high) and not low <= value <= high:
         return f"{key} must be from {low:g} to {high:g}, not {value:g}"
     return None
-
-
-def is_number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _as_number(value: Any) -> float | None:
-    """A value as Home Assistant's service schemas read a number (`vol.Coerce(float)`: "40"
-    is 40.0, and a temperature of "40" is refused as 40 is); None when it is not one, and
-    for not-a-number and the infinities, which it takes or refuses without meaning them."""
-    if is_number(value):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            return None
-    else:
-        return None
-    return number if math.isfinite(number) else None

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from shared.records.undo import Restore
-from worker.tools.home_assistant.checks import is_number
 from worker.tools.home_assistant.rendering import brief
+from worker.tools.numbers import is_number
 
 # States of a lock, and the service that brings each back.
 _LOCK_SERVICES = {"locked": "lock", "locking": "lock", "unlocked": "unlock", "unlocking": "unlock"}
