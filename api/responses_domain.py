@@ -2,7 +2,7 @@
 owner's conversations. Which response a request names (`owned_response`), the turn a
 create runs (`turn_request_of`), what a response continuing another runs on
 (`unstored_history`, `check_latest`), the approvals a paused response waits on
-(`decided_approvals`), its stop (`stopped_response`), and the items it added as its input
+(`decided_approvals`), and the items it added as its input
 (`input_items_of`). The routes are api/routes/responses.py's, as api/routes/conversations.py's
 are api/conversations.py's.
 """
@@ -22,21 +22,16 @@ from api.encodings.responses import (
 )
 from api.errors import ApiError, invalid
 from api.responses_schema import ResponsesRequest
-from api.session import StreamSession
 from api.state import AppState
-from shared.cancel import request_cancel
 from shared.conversation_state import ConversationMachine, Decision, Outcome
 from shared.errors import ErrorCode
 from shared.events import TurnStatus
-from shared.lifecycle import Cause
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
 from shared.turn_record import TurnRecord
 
-# As `POST /v1/turns/{id}/cancel` waits (api/routes/turns.py).
-_CANCEL_WAIT_S = 5.0
 # Rows read at a time looking for a response's last one, from its conversation's end.
 _HISTORY_PAGE = 100
 
@@ -261,21 +256,6 @@ def approval_ids(decisions: list[dict[str, Any]]) -> dict[str, str]:
         for one in decisions
         if one["decision"] == "approve"
     }
-
-
-async def stopped_response(state: AppState, record: TurnRecord) -> TurnRecord:
-    """The record once its turn has ended, cancelled if it had not (as
-    `POST /v1/turns/{id}/cancel` does: api/routes/turns.py)."""
-    if record.finished:
-        return record
-    await request_cancel(
-        state.redis, record.id, ttl_s=state.settings.turn_retention_s, queue=state.queue
-    )
-    if record.status == TurnStatus.QUEUED:
-        # No worker has it yet, and there may be none: end it here.
-        await state.store.end(record.id, record.owner, Cause.CANCELLED_QUEUED)
-    await StreamSession(state.hub, record.id, _CANCEL_WAIT_S).wait_for_done()
-    return await state.store.get(record.id) or record
 
 
 async def input_items_of(state: AppState, record: TurnRecord) -> list[dict[str, Any]]:

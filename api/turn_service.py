@@ -43,7 +43,8 @@ from shared.connection import REDIS_ERRORS
 from shared.conversation_state import ConversationMachine, Strategy
 from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
-from shared.events import Done
+from shared.events import Done, TurnStatus
+from shared.lifecycle import Cause
 from shared.requests import Delivery, TurnRequest
 from shared.results import TurnResult
 from shared.settings import MODEL_ID, Settings
@@ -54,6 +55,10 @@ logger = logging.getLogger("bernard.api")
 
 # A turn left queued this long with no worker is dropped by Redis rather than kept forever.
 UNFINISHED_TTL_S = 7 * 86_400
+# How long a stop waits for the turn to end before answering it as it then stands: a
+# running turn stops within milliseconds; a dead worker's once its liveness lapses
+# (shared/liveness.py).
+CANCEL_WAIT_S = 5.0
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
 # given the admitted turn's id: its id, or what joining its line came to.
 Conversation = Callable[[str], Awaitable[str | Opened | None]]
@@ -330,6 +335,22 @@ async def turn_exists(state: AppState, turn_id: str) -> bool:
         return await state.store.settle(turn_id) is not None
     except REDIS_ERRORS:
         return True
+
+
+async def stopped(state: AppState, record: TurnRecord) -> TurnRecord:
+    """The record once its turn has ended, cancelled from this process if it had not (or as
+    it stands after `CANCEL_WAIT_S`, or once its stream cannot be read); idempotent."""
+    if record.finished:
+        return record
+    await request_cancel(
+        state.redis, record.id, ttl_s=state.settings.turn_retention_s, queue=state.queue
+    )
+    if record.status == TurnStatus.QUEUED:
+        # No worker has it yet, and there may be none: end it here, unless one took it
+        # meanwhile (then that worker ends it, having heard the cancel).
+        await state.store.end(record.id, record.owner, Cause.CANCELLED_QUEUED)
+    await StreamSession(state.hub, record.id, CANCEL_WAIT_S).wait_for_done()
+    return await state.store.get(record.id) or record
 
 
 def turn_object(record: TurnRecord) -> dict[str, Any]:

@@ -48,7 +48,6 @@ from api.responses_domain import (
     input_items_of,
     owned_response,
     polled,
-    stopped_response,
     turn_request_of,
     unstored_history,
 )
@@ -62,6 +61,7 @@ from api.turn_service import (
     conversation_machine,
     multitask_of,
     start_turn,
+    stopped,
     stream_response,
 )
 from shared.client_tools import tool_names
@@ -261,7 +261,7 @@ def _not_resumable(
 async def cancel_response(response_id: str, owner: Owner, state: State) -> dict[str, Any]:
     """Stop the response's turn from any API process (its upstream call is closed); the
     Response once it has ended. A finished response is answered as it is."""
-    record = await stopped_response(state, await owned_response(state, response_id, owner))
+    record = await stopped(state, await owned_response(state, response_id, owner))
     return polled(record)
 
 
@@ -270,7 +270,7 @@ async def delete_response(response_id: str, owner: Owner, state: State) -> dict[
     """Forget the response (a running one is cancelled first): no route finds it again.
     The messages it added stay in its conversation (`DELETE /v1/conversations/{id}`
     removes them)."""
-    record = await stopped_response(state, await owned_response(state, response_id, owner))
+    record = await stopped(state, await owned_response(state, response_id, owner))
     await state.store.forget(owner, [record.id])
     return {"id": response_id, "object": "response", "deleted": True}
 

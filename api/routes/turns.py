@@ -20,22 +20,15 @@ from api.encodings import encoder_for
 from api.errors import ApiError
 from api.pages import list_page
 from api.relay import fixed
-from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState, get_state
-from api.turn_service import attach, stream_response, turn_headers, turn_object
+from api.turn_service import attach, stopped, stream_response, turn_headers, turn_object
 from shared import keys
-from shared.cancel import request_cancel
 from shared.errors import ErrorCode
-from shared.lifecycle import Cause
 from shared.turn_record import TurnRecord
 
 router = APIRouter()
 State = Annotated[AppState, Depends(get_state)]
-# How long `cancel` waits for the turn to end before answering it as it then stands: a
-# running turn stops within milliseconds; a dead worker's once its liveness lapses
-# (shared/liveness.py).
-CANCEL_WAIT_S = 5.0
 
 
 async def _owned_turn(state: AppState, turn_id: str, owner: str) -> TurnRecord:
@@ -110,19 +103,8 @@ def waiting_status(proposals: list[dict[str, Any]], now: float) -> str:
 @router.post("/turns/{turn_id}/cancel")
 async def cancel_turn(turn_id: str, owner: Owner, state: State) -> dict[str, Any]:
     """Stop the turn from any API process; idempotent. Answers the turn once it has ended
-    (or as it stands after `CANCEL_WAIT_S`, or once its stream cannot be read)."""
-    record = await _owned_turn(state, turn_id, owner)
-    if record.finished:
-        return turn_object(record)
-    await request_cancel(
-        state.redis, turn_id, ttl_s=state.settings.turn_retention_s, queue=state.queue
-    )
-    if record.status == "queued":
-        # No worker has it yet, and there may be none: end it here, unless one took it
-        # meanwhile (then that worker ends it, having heard the cancel).
-        await state.store.end(turn_id, owner, Cause.CANCELLED_QUEUED)
-    await StreamSession(state.hub, turn_id, CANCEL_WAIT_S).wait_for_done()
-    return turn_object(await state.store.get(turn_id) or record)
+    (api/turn_service.py `stopped`)."""
+    return turn_object(await stopped(state, await _owned_turn(state, turn_id, owner)))
 
 
 @router.get("/turns/{turn_id}/events")
