@@ -13,6 +13,7 @@ the integration is written for Home Assistant's Python (3.13), newer than this o
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -60,11 +61,17 @@ def _own_names(tree: ast.AST) -> set[str]:
 
 def _package_names(path: Path) -> set[str]:
     """The private names the modules beside `path` (its package's) define."""
-    return {
+    return _names_in(path.parent)
+
+
+@functools.cache
+def _names_in(package: Path) -> frozenset[str]:
+    """Each package is read once, not once per module in it."""
+    return frozenset(
         name
-        for sibling in path.parent.glob("*.py")
-        for name in _own_names(ast.parse(sibling.read_text(), str(sibling)))
-    }
+        for module in package.glob("*.py")
+        for name in _own_names(ast.parse(module.read_text(), str(module)))
+    )
 
 
 def private_names_reached(path: Path, own_packages: tuple[str, ...]) -> list[str]:
