@@ -42,16 +42,7 @@ async def area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | None
     if not ENTITY_ID.fullmatch(entity):
         raise ToolException(f"Error: {trim(entity, 70)!r} is not an entity id")
     base, headers = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
-    rendered = await request_json(
-        config,
-        "POST",
-        f"{base}/api/template",
-        service=SERVICE,
-        json={"template": entity_area_template(entity)},
-        headers=headers,
-        refused=REFUSED_TEMPLATE,
-        reason_of=message_of,
-    )
+    rendered = await render_template(config, base, headers, entity_area_template(entity))
     name = rendered.get("name") if isinstance(rendered, dict) else None
     area_id = rendered.get("id") if isinstance(rendered, dict) else None
     if not isinstance(rendered, dict) or not all(
@@ -60,6 +51,22 @@ async def area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | None
         raise ToolException(f"Error: {SERVICE} sent an unexpected response to a template")
     found = tuple(v for v in (name, area_id) if isinstance(v, str))
     return found or None
+
+
+async def render_template(
+    config: RunnableConfig, base: str, headers: dict[str, str], template: str
+) -> Any:
+    """What Home Assistant renders `template` to (`POST /api/template`), parsed as JSON."""
+    return await request_json(
+        config,
+        "POST",
+        f"{base}/api/template",
+        service=SERVICE,
+        json={"template": template},
+        headers=headers,
+        refused=REFUSED_TEMPLATE,
+        reason_of=message_of,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +97,7 @@ def area_template(area: str) -> str:
 async def area_entities(
     config: RunnableConfig, base: str, headers: dict[str, str], area: str
 ) -> Area:
-    rendered = await request_json(
-        config,
-        "POST",
-        f"{base}/api/template",
-        service=SERVICE,
-        json={"template": area_template(area)},
-        headers=headers,
-        refused=REFUSED_TEMPLATE,
-        reason_of=message_of,
-    )
+    rendered = await render_template(config, base, headers, area_template(area))
     name = rendered.get("area") if isinstance(rendered, dict) else None
     ids = rendered.get("entities") if isinstance(rendered, dict) else None
     if (
