@@ -1,4 +1,4 @@
-"""The client's own function tools (issue 22), as both processes read them.
+"""The client's own function tools, as both processes read them.
 
 A request may bring function tools of its own (`AgentRequest.client_tools`, in Chat
 Completions' shape) and a `tool_choice`. The router is offered them beside Bernard's own

@@ -70,7 +70,7 @@ class AgentRequest:
     # The user's language, a primary subtag of shared/confirmation_words.py `LANGUAGES`
     # (from `Accept-Language`), for the words Bernard itself says; None: English.
     language: str | None = None
-    # The client's own function tools, offered to the router beside Bernard's (issue 22):
+    # The client's own function tools, offered to the router beside Bernard's:
     # each in Chat Completions' shape, {"type": "function", "function": {"name",
     # "description", "parameters", "strict"?}}. The router never runs one: calling it ends
     # the turn with the call (`ClientToolCall`), and the client's follow-up carries the result.
