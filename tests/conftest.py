@@ -18,6 +18,10 @@ from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import ScriptedUpstream
 from tests.support.users import Owners
 
+# The Redis Cluster and Sentinel fixtures (`redis_cluster`, `redis_sentinel`) the topology
+# tests ask for by name.
+pytest_plugins = ["tests.support.topologies"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Refuse a `parametrize` that decorates something other than a test: a helper put
