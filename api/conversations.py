@@ -28,9 +28,9 @@ from shared.connection import REDIS_ERRORS
 from shared.conversation_state import (
     DEFAULT_TURN_KEEP_S,
     ConversationMachine,
+    ConversationStatus,
     Decision,
     Outcome,
-    Status,
     Strategy,
     derive_status,
     may_run,
@@ -155,7 +155,7 @@ async def active_may_run(store: TurnStore, conversation: Conversation, now: floa
 
 async def status_of(
     keeper: RecordKeeper, store: TurnStore, conversation: Conversation
-) -> tuple[Status, list[Message]]:
+) -> tuple[ConversationStatus, list[Message]]:
     """The conversation's status and its pending proposals."""
     now = time.time()
     status = derive_status(
@@ -167,13 +167,13 @@ async def status_of(
         now=now,
         waiting=bool(conversation.waiting),
     )
-    if status is not Status.AWAITING_CONFIRMATION:
+    if status is not ConversationStatus.AWAITING_CONFIRMATION:
         return status, []
     return status, pending_of(await keeper.proposals(conversation.id), now)
 
 
 def conversation_object(
-    conversation: Conversation, status: Status, pending: list[Message]
+    conversation: Conversation, status: ConversationStatus, pending: list[Message]
 ) -> dict[str, Any]:
     """The `conversation` resource. `turn_id` is the running turn's (null unless
     `running`), so a client that did not start it can follow it (`GET
@@ -184,7 +184,7 @@ def conversation_object(
         "created_at": conversation.created_at,
         "updated_at": conversation.updated_at,
         "status": status,
-        "turn_id": conversation.active_turn if status is Status.RUNNING else None,
+        "turn_id": conversation.active_turn if status is ConversationStatus.RUNNING else None,
         "title": conversation.title,
         "metadata": conversation.metadata,
         "message_count": conversation.message_count,
@@ -192,11 +192,11 @@ def conversation_object(
     }
 
 
-def busy(status: Status) -> ApiError:
+def busy(status: ConversationStatus) -> ApiError:
     why = (
         "answer the pending tool call in words (a message saying yes, no, or what to do "
         "instead) or decide it with POST .../resume"
-        if status is Status.AWAITING_CONFIRMATION
+        if status is ConversationStatus.AWAITING_CONFIRMATION
         else "a turn is running on it; wait for it to end, or send the message with "
         "multitask_strategy 'interrupt' or 'enqueue'"
     )
@@ -262,7 +262,7 @@ async def claim_conversation(
             if not await active_may_run(store, conversation, now):
                 ended = conversation.active_turn
             elif multitask.strategy is Strategy.REJECT:
-                raise busy(Status.RUNNING)
+                raise busy(ConversationStatus.RUNNING)
         claim = await transitions.start(
             conversation_id,
             turn_id,
@@ -278,15 +278,15 @@ async def claim_conversation(
             raise conversation_not_found(conversation_id)
         if claim.outcome is Outcome.AWAITING_DECISION:
             if answering is None or words_of(answering) is None:
-                raise busy(Status.AWAITING_CONFIRMATION)
+                raise busy(ConversationStatus.AWAITING_CONFIRMATION)
             if await answer_in_words(keeper, transitions, conversation_id, turn_id, answering):
                 return Opened(conversation_id)
             continue  # nothing waits any more: a message like any
         if claim.outcome is Outcome.LINE_FULL:
             raise line_full(multitask.max_waiting)
         if claim.active_turn == conversation.active_turn:
-            raise busy(Status.RUNNING)  # the turn seen running still holds it
-    raise busy(Status.RUNNING)
+            raise busy(ConversationStatus.RUNNING)  # the turn seen running still holds it
+    raise busy(ConversationStatus.RUNNING)
 
 
 async def after_claim(
@@ -345,7 +345,7 @@ async def answer_in_words(
         if handed.outcome is Outcome.NO_PROPOSAL:
             return False
         if handed.outcome is not Outcome.ANSWERING:
-            raise busy(Status.RUNNING)
+            raise busy(ConversationStatus.RUNNING)
         step = handed.decided[0]["turn_id"] if handed.decided else ""
         pending = [public_proposal(p) for p in handed.decided]
         request.resume = {"turn_id": step, "decisions": [], "pending": pending, "words": words}

@@ -28,7 +28,7 @@ from api.limits import (
     check_tool_calls,
     check_tools_bytes,
 )
-from shared.client_tools import RESPOND_TOOL_NAME, Choice, ChoiceMode
+from shared.client_tools import RESPOND_TOOL_NAME, ChoiceMode, ToolChoice
 from shared.requests import AgentRequest, Delivery, MultitaskStrategy, RunMode, TurnRequest
 from shared.settings import MODEL_ID, Settings
 from shared.webhook_targets import URL_MAX_CHARS
@@ -265,7 +265,7 @@ class ChatCompletionRequest(_TurnBody):
                 "stream_options.tool_events",
             )
         try:
-            choice = Choice.of(
+            choice = ToolChoice.of(
                 self.tool_choice.model_dump()
                 if isinstance(self.tool_choice, NamedToolChoice)
                 else self.tool_choice

@@ -24,7 +24,7 @@ from enum import Enum
 from api.attachments import RENEW_S
 from api.hub import Hub, StreamReadError, StreamTrimmedError
 from shared.events import Done, Event
-from shared.lifecycle import Cause, ended
+from shared.lifecycle import Cause, done_for
 from shared.streams import Entry
 
 # Whether the stream's turn record still exists (see `StreamSession`).
@@ -109,7 +109,7 @@ class StreamSession:
         async with aclosing(self.watch(whole=bool(keep))) as seen:
             async for batch in seen:
                 if isinstance(batch, Broken):
-                    return kept, ended(batch.cause)
+                    return kept, done_for(batch.cause)
                 if batch is QUIET:
                     continue
                 for _, stamped in batch:

@@ -44,7 +44,7 @@ from shared.status import (
     Probe,
     RedisStatus,
     ServiceStatus,
-    Status,
+    StatusReport,
     ToolStatus,
     WorkersStatus,
 )
@@ -61,12 +61,12 @@ class StatusCache:
 
     def __init__(self, ttl_s: float = STATUS_CACHE_S) -> None:
         self.ttl_s = ttl_s
-        self._value: Status | None = None
+        self._value: StatusReport | None = None
         self._built_at = 0.0
-        self._building: asyncio.Task[Status] | None = None
+        self._building: asyncio.Task[StatusReport] | None = None
         self.builds = 0
 
-    async def get(self, build: Callable[[], Awaitable[Status]]) -> Status:
+    async def get(self, build: Callable[[], Awaitable[StatusReport]]) -> StatusReport:
         if self._value is not None and time.monotonic() - self._built_at < self.ttl_s:
             return self._value
         if self._building is None:
@@ -74,7 +74,7 @@ class StatusCache:
         # Shielded: a client that leaves does not cancel the build the others wait for.
         return await asyncio.shield(self._building)
 
-    async def _build(self, build: Callable[[], Awaitable[Status]]) -> Status:
+    async def _build(self, build: Callable[[], Awaitable[StatusReport]]) -> StatusReport:
         try:
             self.builds += 1
             value = await build()
@@ -84,7 +84,7 @@ class StatusCache:
             self._building = None
 
 
-async def build_status(settings: Settings, data: Redis, queue: Redis) -> Status:
+async def build_status(settings: Settings, data: Redis, queue: Redis) -> StatusReport:
     """The deployment's status now: `data` and `queue` are the API's clients of the two
     roles (the same client when one Redis holds both)."""
     published, tools = await _published(queue)
@@ -96,7 +96,7 @@ async def build_status(settings: Settings, data: Redis, queue: Redis) -> Status:
             _workers(queue),
             _mcp_servers(queue),
         )
-    return Status(
+    return StatusReport(
         version=version(),
         checked_at=time.time(),
         published_at=published.published_at if published else None,

@@ -33,7 +33,7 @@ from shared.connection import REDIS_ERRORS, connect, connect_data, redact
 from shared.redaction import redact_urls
 from shared.redis_checks import ServerFacts, redis_error_text, server_facts
 from shared.status import ModelStatus
-from shared.status import Status as ServerStatus
+from shared.status import StatusReport as ServerStatus
 
 Status = Literal["ok", "warn", "fail"]
 T = TypeVar("T")

@@ -32,7 +32,7 @@ __all__ = [
     "forget_turns",
     "keep_turn",
     "kept_until",
-    "pending_confirmations",
+    "pending_confirmation_count",
     "queue_usage",
     "read_usage",
     "settle_pending",
@@ -233,7 +233,7 @@ async def read_usage(
     return usage_of(reply)
 
 
-async def pending_confirmations(redis: Redis, owner: str) -> int:
+async def pending_confirmation_count(redis: Redis, owner: str) -> int:
     """How many of the owner's tool calls wait for a decision (and have not lapsed)."""
     return int(await redis.zcount(keys.pending_confirmations(owner), time.time(), "+inf"))
 

@@ -5,7 +5,7 @@ Completions' shape) and a `tool_choice`. The router is offered them beside Berna
 tools (worker/harness/router.py) and never runs one: a call of a client tool ends the turn
 with the call (`ClientToolCall`, finish_reason "tool_calls"), and the client's follow-up
 carries its result. Here: the name the router keeps for itself, and what a `tool_choice`
-asks (`Choice`), read the same way by the API, which checks it (api/schemas.py,
+asks (`ToolChoice`), read the same way by the API, which checks it (api/schemas.py,
 api/client_tools.py), and by the router, which honours it.
 """
 
@@ -35,14 +35,14 @@ class ChoiceMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
+class ToolChoice:
     """A `tool_choice` as the router honours it; `name` only for `NAMED`."""
 
     mode: ChoiceMode
     name: str | None = None
 
     @classmethod
-    def of(cls, tool_choice: str | Mapping[str, Any] | None) -> Choice:
+    def of(cls, tool_choice: str | Mapping[str, Any] | None) -> ToolChoice:
         """The choice a request's `tool_choice` makes (None: the client said nothing, auto).
 
         Raises `ValueError` for a value that is none of Chat Completions' shapes.

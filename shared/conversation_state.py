@@ -29,15 +29,15 @@ from shared.lifecycle import STRANDED_AFTER_S
 __all__ = [
     "TABLE",
     "Advance",
-    "Claim",
+    "ConversationClaim",
     "ConversationMachine",
+    "ConversationRule",
+    "ConversationStatus",
+    "ConversationTransition",
     "Decision",
     "Deletion",
     "Outcome",
-    "Rule",
-    "Status",
     "Strategy",
-    "Transition",
     "advance",
     "derive_status",
     "may_run",
@@ -50,7 +50,7 @@ DEFAULT_TURN_KEEP_S = 8 * 86_400
 _ANNOUNCE_RETRIES = 10
 
 
-class Status(StrEnum):
+class ConversationStatus(StrEnum):
     """Where a conversation stands. The API shows the last three; `absent` is a 404."""
 
     ABSENT = "absent"
@@ -69,7 +69,7 @@ class Strategy(StrEnum):
     REJECT = "reject"
 
 
-class Transition(StrEnum):
+class ConversationTransition(StrEnum):
     """What can happen to a conversation. Each is one script, but `FINISH`: a turn's ending
     is its record's (shared/turns/), and the status derives from it."""
 
@@ -116,88 +116,88 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class ConversationRule:
     """From any of `source`, `transition` has `outcome` and leaves the conversation `target`
     (None: as it was). `when` names what else decides between rules of the same source;
     a rule without it is the only one for its statuses."""
 
-    transition: Transition
-    source: frozenset[Status]
+    transition: ConversationTransition
+    source: frozenset[ConversationStatus]
     outcome: Outcome
-    target: Status | None
+    target: ConversationStatus | None
     when: str = ""
 
 
-ABSENT, IDLE, RUNNING, AWAITING = (
-    Status.ABSENT,
-    Status.IDLE,
-    Status.RUNNING,
-    Status.AWAITING_CONFIRMATION,
+_ABSENT, _IDLE, _RUNNING, _AWAITING = (
+    ConversationStatus.ABSENT,
+    ConversationStatus.IDLE,
+    ConversationStatus.RUNNING,
+    ConversationStatus.AWAITING_CONFIRMATION,
 )
-_EXISTING = frozenset({IDLE, RUNNING, AWAITING})
+_EXISTING = frozenset({_IDLE, _RUNNING, _AWAITING})
 
 
 def _rule(
-    transition: Transition,
-    source: Status | frozenset[Status],
+    transition: ConversationTransition,
+    source: ConversationStatus | frozenset[ConversationStatus],
     outcome: Outcome,
-    target: Status | None = None,
+    target: ConversationStatus | None = None,
     when: str = "",
-) -> Rule:
+) -> ConversationRule:
     sources = source if isinstance(source, frozenset) else frozenset({source})
-    return Rule(transition, sources, outcome, target, when)
+    return ConversationRule(transition, sources, outcome, target, when)
 
 
-T, Out = Transition, Outcome
-TABLE: tuple[Rule, ...] = (
-    _rule(T.CREATE, ABSENT, Out.CREATED, IDLE, "without a turn"),
-    _rule(T.CREATE, ABSENT, Out.CREATED, RUNNING, "with its first turn, which holds it"),
+T, Out = ConversationTransition, Outcome
+TABLE: tuple[ConversationRule, ...] = (
+    _rule(T.CREATE, _ABSENT, Out.CREATED, _IDLE, "without a turn"),
+    _rule(T.CREATE, _ABSENT, Out.CREATED, _RUNNING, "with its first turn, which holds it"),
     _rule(T.CREATE, _EXISTING, Out.EXISTS),
-    _rule(T.START, ABSENT, Out.NOT_FOUND),
-    _rule(T.START, IDLE, Out.STARTED, RUNNING),
-    _rule(T.START, RUNNING, Out.BUSY, None, "strategy reject"),
-    _rule(T.START, RUNNING, Out.WAITING, RUNNING, "strategy interrupt or enqueue: in line"),
-    _rule(T.START, RUNNING, Out.LINE_FULL, None, "strategy interrupt or enqueue: line full"),
-    _rule(T.START, AWAITING, Out.AWAITING_DECISION),
-    _rule(T.PAUSE, ABSENT, Out.NOT_FOUND),
-    _rule(T.PAUSE, RUNNING, Out.PAUSED, AWAITING, "by the turn that holds it"),
-    _rule(T.PAUSE, RUNNING, Out.NOT_HOLDER, None, "by another turn"),
-    _rule(T.PAUSE, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
-    _rule(T.DECIDE, ABSENT, Out.NOT_FOUND),
-    _rule(T.DECIDE, AWAITING, Out.DECIDED, AWAITING, "another call of its step still waits"),
-    _rule(T.DECIDE, AWAITING, Out.RESUMED, RUNNING, "the last call of its step waiting"),
+    _rule(T.START, _ABSENT, Out.NOT_FOUND),
+    _rule(T.START, _IDLE, Out.STARTED, _RUNNING),
+    _rule(T.START, _RUNNING, Out.BUSY, None, "strategy reject"),
+    _rule(T.START, _RUNNING, Out.WAITING, _RUNNING, "strategy interrupt or enqueue: in line"),
+    _rule(T.START, _RUNNING, Out.LINE_FULL, None, "strategy interrupt or enqueue: line full"),
+    _rule(T.START, _AWAITING, Out.AWAITING_DECISION),
+    _rule(T.PAUSE, _ABSENT, Out.NOT_FOUND),
+    _rule(T.PAUSE, _RUNNING, Out.PAUSED, _AWAITING, "by the turn that holds it"),
+    _rule(T.PAUSE, _RUNNING, Out.NOT_HOLDER, None, "by another turn"),
+    _rule(T.PAUSE, frozenset({_IDLE, _AWAITING}), Out.NOT_HOLDER),
+    _rule(T.DECIDE, _ABSENT, Out.NOT_FOUND),
+    _rule(T.DECIDE, _AWAITING, Out.DECIDED, _AWAITING, "another call of its step still waits"),
+    _rule(T.DECIDE, _AWAITING, Out.RESUMED, _RUNNING, "the last call of its step waiting"),
     _rule(T.DECIDE, _EXISTING, Out.ALREADY_APPROVED, None, "the call was approved"),
     _rule(T.DECIDE, _EXISTING, Out.ALREADY_REJECTED, None, "the call was rejected"),
     _rule(T.DECIDE, _EXISTING, Out.EXPIRED, None, "the call lapsed, or its step no longer waits"),
     _rule(T.DECIDE, _EXISTING, Out.NO_PROPOSAL, None, "no such call was proposed"),
-    _rule(T.ANSWER, ABSENT, Out.NOT_FOUND),
-    _rule(T.ANSWER, AWAITING, Out.ANSWERING, RUNNING),
-    _rule(T.ANSWER, IDLE, Out.NO_PROPOSAL),
-    _rule(T.ANSWER, RUNNING, Out.BUSY),
-    _rule(T.UNCLAIM, ABSENT, Out.NOT_FOUND),
-    _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, AWAITING, "the turn was to carry decisions out"),
-    _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, IDLE, "the turn was a new message's"),
-    _rule(T.UNCLAIM, RUNNING, Out.UNCLAIMED, None, "the turn waited in line: it leaves it"),
-    _rule(T.UNCLAIM, RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
-    _rule(T.UNCLAIM, frozenset({IDLE, AWAITING}), Out.NOT_HOLDER),
-    _rule(T.ANNOUNCE, ABSENT, Out.NOT_FOUND),
-    _rule(T.ANNOUNCE, IDLE, Out.ANNOUNCED, IDLE, "no call the history ends on lacks its result"),
-    _rule(T.ANNOUNCE, IDLE, Out.OPEN_CALLS, None, "the history ends on calls without results"),
-    _rule(T.ANNOUNCE, RUNNING, Out.BUSY),
-    _rule(T.ANNOUNCE, AWAITING, Out.AWAITING_DECISION),
-    _rule(T.FINISH, RUNNING, Out.FINISHED, IDLE, "the active turn's record ends"),
-    _rule(T.ADVANCE, ABSENT, Out.NOT_FOUND),
-    _rule(T.ADVANCE, IDLE, Out.UNCHANGED),
-    _rule(T.ADVANCE, frozenset({RUNNING, AWAITING}), Out.ADVANCED, RUNNING, "it held it"),
-    _rule(T.ADVANCE, RUNNING, Out.LEFT, None, "it waited in line"),
-    _rule(T.ADVANCE, frozenset({RUNNING, AWAITING}), Out.UNCHANGED, None, "neither"),
-    _rule(T.DELETE, ABSENT, Out.NOT_FOUND),
-    _rule(T.DELETE, _EXISTING, Out.DELETED, ABSENT),
+    _rule(T.ANSWER, _ABSENT, Out.NOT_FOUND),
+    _rule(T.ANSWER, _AWAITING, Out.ANSWERING, _RUNNING),
+    _rule(T.ANSWER, _IDLE, Out.NO_PROPOSAL),
+    _rule(T.ANSWER, _RUNNING, Out.BUSY),
+    _rule(T.UNCLAIM, _ABSENT, Out.NOT_FOUND),
+    _rule(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, _AWAITING, "the turn was to carry decisions out"),
+    _rule(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, _IDLE, "the turn was a new message's"),
+    _rule(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, None, "the turn waited in line: it leaves it"),
+    _rule(T.UNCLAIM, _RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
+    _rule(T.UNCLAIM, frozenset({_IDLE, _AWAITING}), Out.NOT_HOLDER),
+    _rule(T.ANNOUNCE, _ABSENT, Out.NOT_FOUND),
+    _rule(T.ANNOUNCE, _IDLE, Out.ANNOUNCED, _IDLE, "no call the history ends on lacks its result"),
+    _rule(T.ANNOUNCE, _IDLE, Out.OPEN_CALLS, None, "the history ends on calls without results"),
+    _rule(T.ANNOUNCE, _RUNNING, Out.BUSY),
+    _rule(T.ANNOUNCE, _AWAITING, Out.AWAITING_DECISION),
+    _rule(T.FINISH, _RUNNING, Out.FINISHED, _IDLE, "the active turn's record ends"),
+    _rule(T.ADVANCE, _ABSENT, Out.NOT_FOUND),
+    _rule(T.ADVANCE, _IDLE, Out.UNCHANGED),
+    _rule(T.ADVANCE, frozenset({_RUNNING, _AWAITING}), Out.ADVANCED, _RUNNING, "it held it"),
+    _rule(T.ADVANCE, _RUNNING, Out.LEFT, None, "it waited in line"),
+    _rule(T.ADVANCE, frozenset({_RUNNING, _AWAITING}), Out.UNCHANGED, None, "neither"),
+    _rule(T.DELETE, _ABSENT, Out.NOT_FOUND),
+    _rule(T.DELETE, _EXISTING, Out.DELETED, _ABSENT),
 )
 del T, Out
 
 
-def refusals(transition: Transition) -> dict[Status, Outcome]:
+def refusals(transition: ConversationTransition) -> dict[ConversationStatus, Outcome]:
     """The statuses `TABLE` refuses `transition` from, whatever else holds: its rules that
     leave the conversation as it was and need no `when`."""
     return {
@@ -226,17 +226,17 @@ def derive_status(
     active_may_run: bool,
     now: float,
     waiting: bool = False,
-) -> Status:
+) -> ConversationStatus:
     """A conversation's status from its metadata, whether its active turn may still run
     (`may_run`) and whether turns wait in line. The scripts' `status_of` decides the same
     way."""
     if not exists:
-        return ABSENT
+        return _ABSENT
     if paused_turn and paused_turn == active_turn and (paused_until or 0) >= now:
-        return AWAITING
+        return _AWAITING
     if (active_turn and active_may_run) or waiting:
-        return RUNNING
-    return IDLE
+        return _RUNNING
+    return _IDLE
 
 
 # Lua shared by every transition. KEYS, always: 1 meta, 2 proposals, 3 turns, 4 messages,
@@ -563,28 +563,28 @@ return {'deleted', active, turns, waiting}
 """
 
 
-def _lua_table(refused: Mapping[Status, Outcome]) -> str:
+def _lua_table(refused: Mapping[ConversationStatus, Outcome]) -> str:
     pairs = ", ".join(f"['{status}'] = '{outcome}'" for status, outcome in refused.items())
     return "{" + pairs + "}"
 
 
-def _script(transition: Transition, body: str) -> str:
+def _script(transition: ConversationTransition, body: str) -> str:
     """The script of `transition`: the prelude, what `TABLE` refuses it from, its body;
     without its comment lines, which every `EVAL` would send and Redis hash."""
     text = f"local REFUSE = {_lua_table(refusals(transition))}\n{_PRELUDE}\n{body}"
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
-SCRIPTS: dict[Transition, str] = {
-    Transition.CREATE: _script(Transition.CREATE, _CREATE),
-    Transition.START: _script(Transition.START, _START),
-    Transition.PAUSE: _script(Transition.PAUSE, _PAUSE),
-    Transition.DECIDE: _script(Transition.DECIDE, _DECIDE),
-    Transition.ANSWER: _script(Transition.ANSWER, _ANSWER),
-    Transition.UNCLAIM: _script(Transition.UNCLAIM, _UNCLAIM),
-    Transition.ANNOUNCE: _script(Transition.ANNOUNCE, _ANNOUNCE),
-    Transition.ADVANCE: _script(Transition.ADVANCE, _ADVANCE),
-    Transition.DELETE: _script(Transition.DELETE, _DELETE),
+SCRIPTS: dict[ConversationTransition, str] = {
+    ConversationTransition.CREATE: _script(ConversationTransition.CREATE, _CREATE),
+    ConversationTransition.START: _script(ConversationTransition.START, _START),
+    ConversationTransition.PAUSE: _script(ConversationTransition.PAUSE, _PAUSE),
+    ConversationTransition.DECIDE: _script(ConversationTransition.DECIDE, _DECIDE),
+    ConversationTransition.ANSWER: _script(ConversationTransition.ANSWER, _ANSWER),
+    ConversationTransition.UNCLAIM: _script(ConversationTransition.UNCLAIM, _UNCLAIM),
+    ConversationTransition.ANNOUNCE: _script(ConversationTransition.ANNOUNCE, _ANNOUNCE),
+    ConversationTransition.ADVANCE: _script(ConversationTransition.ADVANCE, _ADVANCE),
+    ConversationTransition.DELETE: _script(ConversationTransition.DELETE, _DELETE),
 }
 _SHAS = {
     transition: hashlib.sha1(script.encode()).hexdigest() for transition, script in SCRIPTS.items()
@@ -592,7 +592,7 @@ _SHAS = {
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class ConversationClaim:
     """What starting a turn did: `STARTED`; `WAITING` in line (`waiting` turns in it, this
     one last; `stop`: the running turn it interrupts, if it does); or why not. With the
     turn that holds the conversation (`active_turn`, None without one)."""
@@ -668,7 +668,7 @@ class ConversationMachine:
         return [repr(now), self.retention_s, self.turn_keep_s, *rest]
 
     async def _run(
-        self, transition: Transition, conversation_id: str, now: float, *rest: Any
+        self, transition: ConversationTransition, conversation_id: str, now: float, *rest: Any
     ) -> list[Any]:
         # By its hash, as redis-py's registered scripts go (shared/scripts.py); its text
         # the first time a server is asked for it.
@@ -701,7 +701,11 @@ class ConversationMachine:
         )
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.execute_command(
-                "EVAL", SCRIPTS[Transition.CREATE], 6, *self.keys(conversation_id), *args
+                "EVAL",
+                SCRIPTS[ConversationTransition.CREATE],
+                6,
+                *self.keys(conversation_id),
+                *args,
             )
             pipe.zadd(index, {conversation_id: now}, nx=True)
             pipe.expire(index, self.retention_s)
@@ -716,13 +720,13 @@ class ConversationMachine:
         ended: str | None,
         strategy: Strategy = Strategy.REJECT,
         max_waiting: int = 0,
-    ) -> Claim:
+    ) -> ConversationClaim:
         """Let `turn_id` hold the conversation if it is idle, `ended` being the active turn
         the caller found ended (None: it found none); while a turn runs, as `strategy`
         says: in line behind it (`WAITING`, unless `max_waiting` wait already:
         `LINE_FULL`), or `BUSY`."""
         reply = await self._run(
-            Transition.START,
+            ConversationTransition.START,
             conversation_id,
             time.time(),
             turn_id,
@@ -734,13 +738,15 @@ class ConversationMachine:
         active = reply_text(reply[1]) if len(reply) > 1 else ""
         if outcome is Outcome.WAITING:
             stop = reply_text(reply[3])
-            return Claim(outcome, active or None, waiting=int(reply[2]), stop=stop or None)
-        return Claim(outcome, active or None)
+            return ConversationClaim(
+                outcome, active or None, waiting=int(reply[2]), stop=stop or None
+            )
+        return ConversationClaim(outcome, active or None)
 
     async def advance(self, conversation_id: str, ended: str) -> Advance:
         """`ended`, a turn of the conversation that has ended, leaves its line; if it held
         the conversation, the first turn in line holds it now."""
-        reply = await self._run(Transition.ADVANCE, conversation_id, time.time(), ended)
+        reply = await self._run(ConversationTransition.ADVANCE, conversation_id, time.time(), ended)
         outcome = Outcome(reply_text(reply[0]))
         if outcome is Outcome.ADVANCED:
             return Advance(outcome, reply_text(reply[1]), int(reply[2]))
@@ -766,7 +772,7 @@ class ConversationMachine:
             )
         ]
         reply = await self._run(
-            Transition.PAUSE, conversation_id, time.time(), turn_id, repr(until), *pairs
+            ConversationTransition.PAUSE, conversation_id, time.time(), turn_id, repr(until), *pairs
         )
         outcome = Outcome(reply_text(reply[0]))
         if outcome is Outcome.PAUSED:  # they count against the owner's budget
@@ -787,7 +793,7 @@ class ConversationMachine:
         `turn_id` (admitted, not created yet) holds the conversation to carry the step's
         decisions out (`RESUMED`), in the same step."""
         reply = await self._run(
-            Transition.DECIDE,
+            ConversationTransition.DECIDE,
             conversation_id,
             time.time(),
             turn_id,
@@ -811,7 +817,9 @@ class ConversationMachine:
         which reads the user's answer in words and decides them itself (`ANSWERING`, their
         `decided` in the order proposed); `NO_PROPOSAL` when nothing waits any more, `BUSY`
         while a turn runs."""
-        reply = await self._run(Transition.ANSWER, conversation_id, time.time(), turn_id)
+        reply = await self._run(
+            ConversationTransition.ANSWER, conversation_id, time.time(), turn_id
+        )
         outcome = Outcome(reply_text(reply[0]))
         if outcome is not Outcome.ANSWERING:
             return Decision(outcome)
@@ -826,7 +834,9 @@ class ConversationMachine:
         and will never run: the decisions it was to carry out wait again (`UNCLAIMED`,
         with the first turn in line behind it as the `holder` now, if one waited);
         `NOT_HOLDER` if another turn holds it by now."""
-        reply = await self._run(Transition.UNCLAIM, conversation_id, time.time(), turn_id)
+        reply = await self._run(
+            ConversationTransition.UNCLAIM, conversation_id, time.time(), turn_id
+        )
         holder = reply_text(reply[1]) if len(reply) > 1 else None
         return Advance(Outcome(reply_text(reply[0])), holder)
 
@@ -847,7 +857,7 @@ class ConversationMachine:
             row = {**message, "id": f"msg_{length + 1}", "turn_id": None, "created_at": now}
             item = orjson.dumps(row)
             reply = await self._run(
-                Transition.ANNOUNCE, conversation_id, now, ended or "", length, item
+                ConversationTransition.ANNOUNCE, conversation_id, now, ended or "", length, item
             )
             done = reply_text(reply[0])
             if done == "changed":
@@ -876,7 +886,11 @@ class ConversationMachine:
             # Its calls waiting for a decision, before they go: out of the owner's budget.
             pipe.hkeys(keys.conversation_proposals(self.owner, conversation_id))
             pipe.execute_command(
-                "EVAL", SCRIPTS[Transition.DELETE], 6, *self.keys(conversation_id), *args
+                "EVAL",
+                SCRIPTS[ConversationTransition.DELETE],
+                6,
+                *self.keys(conversation_id),
+                *args,
             )
             # It leaves the owner's index, and its bytes their ledger (shared/budgets.py).
             budgets.forget(pipe, self.owner, [conversation_id])

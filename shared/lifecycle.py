@@ -44,14 +44,14 @@ __all__ = [
     "After",
     "Cause",
     "Claimed",
+    "EndingRule",
     "Finished",
     "Guard",
     "Move",
     "Renewal",
-    "Rule",
-    "Transition",
+    "TurnTransition",
     "Who",
-    "ended",
+    "done_for",
     "ending_events_of",
     "stuck",
 ]
@@ -63,7 +63,7 @@ _ENDED = TERMINAL_STATUSES
 # -- transitions -------------------------------------------------------------------------
 
 
-class Transition(StrEnum):
+class TurnTransition(StrEnum):
     """What can happen to a turn's record. Each is one script."""
 
     CREATE = "create"  # the API stores the record and its stream: `queued`
@@ -121,7 +121,7 @@ class Move:
     creates (its script returns the `start` entry's id); FORGET has no row: it moves no
     status, and every read takes a forgotten turn for gone."""
 
-    transition: Transition
+    transition: TurnTransition
     source: frozenset[TurnStatus | None]  # None: no record
     outcome: StrEnum
     target: TurnStatus | None
@@ -129,7 +129,7 @@ class Move:
 
 
 def _move(
-    transition: Transition,
+    transition: TurnTransition,
     source: TurnStatus | frozenset[TurnStatus | None] | None,
     outcome: StrEnum,
     target: TurnStatus | None = None,
@@ -139,7 +139,7 @@ def _move(
     return Move(transition, sources, outcome, target, when)
 
 
-_T, _F = Transition, Finished
+_T, _F = TurnTransition, Finished
 TRANSITIONS: tuple[Move, ...] = (
     _move(_T.CREATE, None, QUEUED, QUEUED),
     _move(_T.CLAIM, QUEUED, Claimed.CLAIMED, RUNNING),
@@ -351,7 +351,7 @@ class After(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class EndingRule:
     """A turn stopped for `cause` ends with `code` (and the status shared/endings.py gives
     it), written by `who` under `guard`, then `after`; `usage`: its `done` carries the
     tokens spent so far; `partial`: what it answered so far is stored in its conversation,
@@ -373,33 +373,33 @@ class Rule:
 
 
 _C, _E, _W, _G = Cause, ErrorCode, Who, Guard
-RULES: dict[Cause, Rule] = {
+RULES: dict[Cause, EndingRule] = {
     rule.cause: rule
     for rule in (
-        Rule(_C.CANCELLED, _E.TURN_CANCELLED, _W.WORKER, usage=True, partial=True),
-        Rule(_C.CANCELLED_QUEUED, _E.TURN_CANCELLED, _W.API, _G.QUEUED),
-        Rule(_C.INTERRUPTED, _E.TURN_INTERRUPTED, _W.WORKER, usage=True, partial=True),
-        Rule(_C.INTERRUPTED_QUEUED, _E.TURN_INTERRUPTED, _W.API, _G.QUEUED),
-        Rule(_C.CONVERSATION_DELETED, _E.CONVERSATION_DELETED, _W.API),
-        Rule(_C.CONVERSATION_GONE, _E.CONVERSATION_DELETED, _W.WORKER, after=After.FORGET),
-        Rule(_C.INVALID_REQUEST, _E.INVALID_TURN, _W.WORKER),
-        Rule(_C.UPSTREAM_FAILED, _E.UPSTREAM_ERROR, _W.WORKER),
-        Rule(_C.UPSTREAM_TIMED_OUT, _E.UPSTREAM_TIMEOUT, _W.WORKER),
-        Rule(_C.CONVERSATION_FULL, _E.CONVERSATION_TOO_LARGE, _W.WORKER),
-        Rule(_C.TIMED_OUT, _E.TURN_TIMEOUT, _W.WORKER),
-        Rule(_C.CRASHED, _E.INTERNAL_ERROR, _W.WORKER),
-        Rule(_C.SHUT_DOWN, _E.WORKER_SHUTDOWN, _W.WORKER, after=After.RAISE),
-        Rule(_C.FAILED_OVER, _E.STORE_FAILOVER, _W.WORKER),
-        Rule(_C.STORE_FULL, _E.STORE_FULL, _W.WORKER),
-        Rule(_C.STORE_FULL_QUEUED, _E.STORE_FULL, _W.WORKER, _G.QUEUED),
-        Rule(_C.OVER, _E.WORKER_LOST, _W.WORKER, after=After.ABANDON),
-        Rule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY, _G.LAPSED),
-        Rule(_C.LET_GO, _E.STORE_FAILOVER, _W.ANY),
-        Rule(_C.STRANDED, _E.TURN_LOST, _W.ANY, _G.QUEUED),
-        Rule(_C.NOT_CREATED, _E.TURN_LOST, _W.API, _G.QUEUED),
-        Rule(_C.RECORD_GONE, _E.TURN_LOST, _W.READER),
-        Rule(_C.UNREADABLE, _E.STREAM_UNREADABLE, _W.READER),
-        Rule(_C.TRIMMED, _E.STREAM_TRIMMED, _W.READER),
+        EndingRule(_C.CANCELLED, _E.TURN_CANCELLED, _W.WORKER, usage=True, partial=True),
+        EndingRule(_C.CANCELLED_QUEUED, _E.TURN_CANCELLED, _W.API, _G.QUEUED),
+        EndingRule(_C.INTERRUPTED, _E.TURN_INTERRUPTED, _W.WORKER, usage=True, partial=True),
+        EndingRule(_C.INTERRUPTED_QUEUED, _E.TURN_INTERRUPTED, _W.API, _G.QUEUED),
+        EndingRule(_C.CONVERSATION_DELETED, _E.CONVERSATION_DELETED, _W.API),
+        EndingRule(_C.CONVERSATION_GONE, _E.CONVERSATION_DELETED, _W.WORKER, after=After.FORGET),
+        EndingRule(_C.INVALID_REQUEST, _E.INVALID_TURN, _W.WORKER),
+        EndingRule(_C.UPSTREAM_FAILED, _E.UPSTREAM_ERROR, _W.WORKER),
+        EndingRule(_C.UPSTREAM_TIMED_OUT, _E.UPSTREAM_TIMEOUT, _W.WORKER),
+        EndingRule(_C.CONVERSATION_FULL, _E.CONVERSATION_TOO_LARGE, _W.WORKER),
+        EndingRule(_C.TIMED_OUT, _E.TURN_TIMEOUT, _W.WORKER),
+        EndingRule(_C.CRASHED, _E.INTERNAL_ERROR, _W.WORKER),
+        EndingRule(_C.SHUT_DOWN, _E.WORKER_SHUTDOWN, _W.WORKER, after=After.RAISE),
+        EndingRule(_C.FAILED_OVER, _E.STORE_FAILOVER, _W.WORKER),
+        EndingRule(_C.STORE_FULL, _E.STORE_FULL, _W.WORKER),
+        EndingRule(_C.STORE_FULL_QUEUED, _E.STORE_FULL, _W.WORKER, _G.QUEUED),
+        EndingRule(_C.OVER, _E.WORKER_LOST, _W.WORKER, after=After.ABANDON),
+        EndingRule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY, _G.LAPSED),
+        EndingRule(_C.LET_GO, _E.STORE_FAILOVER, _W.ANY),
+        EndingRule(_C.STRANDED, _E.TURN_LOST, _W.ANY, _G.QUEUED),
+        EndingRule(_C.NOT_CREATED, _E.TURN_LOST, _W.API, _G.QUEUED),
+        EndingRule(_C.RECORD_GONE, _E.TURN_LOST, _W.READER),
+        EndingRule(_C.UNREADABLE, _E.STREAM_UNREADABLE, _W.READER),
+        EndingRule(_C.TRIMMED, _E.STREAM_TRIMMED, _W.READER),
     )
 }
 del _C, _E, _W, _G
@@ -426,7 +426,7 @@ def ending_events_of(
     return events
 
 
-def ended(cause: Cause, message: str | None = None) -> Done:
+def done_for(cause: Cause, message: str | None = None) -> Done:
     """The `done` a reader's client reads for `cause`."""
     done = ending_events_of(cause, message)[-1]
     assert isinstance(done, Done)

@@ -22,19 +22,19 @@ from redis.asyncio.client import Pipeline
 
 from shared import keys
 
-__all__ = ["CHUNK", "TURNS_TTL_S", "Kept", "Liveness"]
+__all__ = ["MEMBERS_PER_COMMAND", "TURNS_TTL_S", "Kept", "Liveness"]
 
 # How long a worker's set of turns outlives its last renewal, and its entry in
 # `keys.WORKERS`: an hour for the reapers to end a dead worker's turns (they take seconds).
 TURNS_TTL_S = 3600
 # The most members one command of a script takes (Lua's `unpack` has a limit).
-CHUNK = 1000
+MEMBERS_PER_COMMAND = 1000
 
 # Removes `members` from the set `key`, CHUNK at a time.
 _SREM_ALL = f"""
 local function srem_all(key, members)
-  for i = 1, #members, {CHUNK} do
-    redis.call('SREM', key, unpack(members, i, math.min(i + {CHUNK - 1}, #members)))
+  for i = 1, #members, {MEMBERS_PER_COMMAND} do
+    redis.call('SREM', key, unpack(members, i, math.min(i + {MEMBERS_PER_COMMAND - 1}, #members)))
   end
 end
 """
@@ -118,7 +118,8 @@ class Liveness:
         stale_s: float | None = None,
     ) -> Kept:
         """Renew `worker_id`'s liveness for `ttl_s`, letting go of `released` (at most
-        `CHUNK`), and drop workers silent for `stale_s` (if given) from `keys.WORKERS`."""
+        `MEMBERS_PER_COMMAND`), and drop workers silent for `stale_s` (if given) from
+        `keys.WORKERS`."""
         now = time.time()
         reply = await self._keep(
             keys=[

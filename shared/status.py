@@ -55,7 +55,7 @@ class WorkersStatus(BaseModel):
     fresh_within_s: int
 
 
-class Status(BaseModel):
+class StatusReport(BaseModel):
     object: Literal["bernard.status"] = "bernard.status"
     version: str
     checked_at: float

@@ -182,7 +182,7 @@ def taken(pipe: Pipeline, turn_id: str) -> None:
     pipe.hdel(keys.turn(turn_id), TARGET_FIELD)
 
 
-def origin_of(url: str) -> str:
+def logged_origin(url: str) -> str:
     """What the log shows of a URL: scheme, host and port, never its path or query (a
     deployment's URL may carry a token its users are not to read)."""
     parts = urlsplit(url)
@@ -196,7 +196,7 @@ class Attempt:
     event_id: str
     turn_id: str
     type: str
-    url: str  # `origin_of` the target
+    url: str  # `logged_origin` the target
     attempt: int  # 1 for the first
     at: float  # when it was sent (epoch s)
     status_code: int | None  # the receiver's answer; None when none came

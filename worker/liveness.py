@@ -38,7 +38,7 @@ from shared import keys
 from shared.backends import backend_of
 from shared.connection import REDIS_ERRORS, connect, connect_data, queue_client
 from shared.lifecycle import RENEWAL_STOPS, Cause, Renewal
-from shared.liveness import CHUNK, Liveness
+from shared.liveness import MEMBERS_PER_COMMAND, Liveness
 from shared.settings import Settings
 from shared.turns import TurnStore
 
@@ -150,7 +150,7 @@ class LivenessKeeper:
 
     async def _renew(self, store: TurnStore, liveness: Liveness) -> None:
         with self._lock:
-            released = list(self._released)[:CHUNK]
+            released = list(self._released)[:MEMBERS_PER_COMMAND]
             self._released.difference_update(released)
         try:
             stale_s = _STALE_WORKER_S if self._renewals % _STALE_EVERY == 0 else None
@@ -214,8 +214,8 @@ async def _found(
     """Those of `turn_ids` whose `key` exists (`present`) or not: one `EXISTS` of them all
     (of each slot, on a Cluster), and one of each only when some are found."""
     found: list[str] = []
-    for start in range(0, len(turn_ids), CHUNK):
-        chunk = turn_ids[start : start + CHUNK]
+    for start in range(0, len(turn_ids), MEMBERS_PER_COMMAND):
+        chunk = turn_ids[start : start + MEMBERS_PER_COMMAND]
         count = await redis.exists(*(key(t) for t in chunk))
         if count == (0 if present else len(chunk)):
             continue

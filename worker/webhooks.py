@@ -39,7 +39,7 @@ from shared.webhooks import (
     DeliveryLog,
     event_body,
     event_id,
-    origin_of,
+    logged_origin,
     secret_key,
     signed_headers,
 )
@@ -101,7 +101,7 @@ async def deliver(
         event_id=message_id,
         turn_id=turn_id,
         type=kind,
-        url=origin_of(url),
+        url=logged_origin(url),
         attempt=attempt,
         at=sent_at,
         status_code=status_code,
@@ -158,12 +158,12 @@ async def _post(
             ) as response:
                 status = response.status_code
     except PrivateTarget as exc:
-        logger.warning("webhook POST to %s refused: %s", origin_of(url), exc)
+        logger.warning("webhook POST to %s refused: %s", logged_origin(url), exc)
         return None, "refused: the receiver is not public (BERNARD_WEBHOOK_ALLOW_PRIVATE)"
     except (TimeoutError, httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
         logger.info(
             "webhook POST to %s got no HTTP answer: %s",
-            origin_of(url),
+            logged_origin(url),
             f"{type(exc).__name__}: {exc}"[:300],
         )
         return None, f"no HTTP answer within {settings.webhook_timeout_s:g} s"

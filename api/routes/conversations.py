@@ -50,7 +50,7 @@ from api.sse import FrameResponse
 from api.state import AppState, get_state
 from api.turn_service import conversation_machine, multitask_of, start_turn
 from shared.confirmation_words import LANGUAGES
-from shared.conversation_state import Outcome, Status
+from shared.conversation_state import ConversationStatus, Outcome
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
 from shared.records.conversation import ConversationExistsError
@@ -160,7 +160,9 @@ async def create(owner: Owner, state: State, body: NewConversation | None = None
         ) from None
     conversation = await keeper.get_conversation(conversation_id)
     assert conversation is not None
-    return JSONResponse(conversation_object(conversation, Status.IDLE, []), status_code=201)
+    return JSONResponse(
+        conversation_object(conversation, ConversationStatus.IDLE, []), status_code=201
+    )
 
 
 @router.get("/conversations")

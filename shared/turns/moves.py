@@ -47,7 +47,7 @@ logger = logging.getLogger("bernard.turns")
 
 
 @dataclass(slots=True)
-class Claim:
+class TurnClaim:
     """What claiming a turn found: `CLAIMED` with the record, or the status that refused
     (or `MISSING`)."""
 
@@ -82,7 +82,7 @@ class Moving(TurnRoles):
     def _finish(self) -> AsyncScript:
         return self.redis.register_script(FINISH)
 
-    async def claim(self, turn_id: str, worker_id: str, overdue_s: float) -> Claim:
+    async def claim(self, turn_id: str, worker_id: str, overdue_s: float) -> TurnClaim:
         """Move `queued` → `running` under `worker_id`, once the turn is on the reapers'
         lists: among the worker's turns, which are ended should its liveness lapse
         (shared/liveness.py), and in the running set, where it is overdue `overdue_s` from
@@ -119,11 +119,11 @@ class Moving(TurnRoles):
                 if webhook is not None and ending is not None:
                     enqueue_delivery(pipe, webhook, reply_text(reply[2]), turn_id, *ending)
                 await pipe.execute()
-            return Claim(outcome)
+            return TurnClaim(outcome)
         fields = reply[2]
         record = TurnRecord.from_redis(dict(zip(fields[::2], fields[1::2], strict=True)))
         asked = reply[1]
-        return Claim(outcome, record, cancel_requested=asked is not None, stop=Stop.of(asked))
+        return TurnClaim(outcome, record, cancel_requested=asked is not None, stop=Stop.of(asked))
 
     async def finish(
         self,

@@ -19,7 +19,7 @@ from api.session import QUIET, Broken, StreamSession
 from shared import keys
 from shared.endings import completed
 from shared.events import Delta, Event, Start, TimerFired, encode
-from shared.lifecycle import Cause, ended
+from shared.lifecycle import Cause, done_for
 from shared.streams import STREAM_FIELD
 
 
@@ -129,7 +129,7 @@ async def test_a_wait_that_keeps_events_ends_stream_trimmed_and_one_that_keeps_n
         await write(redis, stream_id, completed("stop", None))
         async with asyncio.timeout(5):
             _, done = await StreamSession(hub, stream_id, 2.0).read_to_done(keep=(Delta,))
-            assert done == ended(Cause.TRIMMED)
+            assert done == done_for(Cause.TRIMMED)
             _, done = await StreamSession(hub, stream_id, 2.0).read_to_done()
             assert done.status == "completed"
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 from api.status import STATUS_CACHE_S, StatusCache, reaches
 from launcher.redis_server import free_port
-from shared.status import Status, WorkersStatus
+from shared.status import StatusReport, WorkersStatus
 from tests.fakes.searxng import FakeSearxng
 from tests.support.processes import wait_for
 from tests.support.session_redis import session_redis_url
@@ -154,8 +154,8 @@ async def test_status_is_built_once_for_every_request_within_its_few_seconds(
     assert len({body["checked_at"] for body in [*bodies, again]}) == 1
 
 
-def a_status(n: int) -> Status:
-    return Status(
+def a_status(n: int) -> StatusReport:
+    return StatusReport(
         version="x",
         checked_at=float(n),
         published_at=None,
@@ -172,7 +172,7 @@ async def test_the_cache_shares_one_build_and_builds_again_once_stale() -> None:
     cache = StatusCache(ttl_s=0.2)
     gate = asyncio.Event()
 
-    async def build() -> Status:
+    async def build() -> StatusReport:
         await gate.wait()
         return a_status(cache.builds)
 

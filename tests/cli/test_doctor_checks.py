@@ -42,7 +42,7 @@ from shared.status import (
     ToolStatus,
     WorkersStatus,
 )
-from shared.status import Status as ServerStatus
+from shared.status import StatusReport as ServerStatus
 
 
 def test_no_check_shows_the_credentials_inside_a_url() -> None:

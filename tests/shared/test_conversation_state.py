@@ -22,10 +22,10 @@ from shared.connection import connect
 from shared.conversation_state import (
     TABLE,
     ConversationMachine,
+    ConversationStatus,
+    ConversationTransition,
     Outcome,
-    Status,
     Strategy,
-    Transition,
     derive_status,
     may_run,
     refusals,
@@ -35,10 +35,10 @@ from shared.records.keeper import RecordKeeper
 from tests.support.session_redis import session_redis_url
 
 ABSENT, IDLE, RUNNING, AWAITING = (
-    Status.ABSENT,
-    Status.IDLE,
-    Status.RUNNING,
-    Status.AWAITING_CONFIRMATION,
+    ConversationStatus.ABSENT,
+    ConversationStatus.IDLE,
+    ConversationStatus.RUNNING,
+    ConversationStatus.AWAITING_CONFIRMATION,
 )
 ID = "kitchen"
 HOLDER, OTHER, RESUMER, WAITER = "turn-holder", "turn-other", "turn-resumer", "turn-waiter"
@@ -72,7 +72,7 @@ def proposal(confirmation_id: str, turn_id: str = HOLDER, ttl_s: float = 600) ->
     }
 
 
-async def status(machine: ConversationMachine) -> Status:
+async def status(machine: ConversationMachine) -> ConversationStatus:
     """The conversation's status, from what is stored."""
     conversation = await RecordKeeper(machine._redis, machine.owner).get_conversation(ID)
     if conversation is None:
@@ -232,52 +232,61 @@ ROWS = [
 
 @pytest.mark.parametrize(("start", "action", "outcome", "after"), ROWS)
 async def test_each_transition_from_each_status(
-    machine: ConversationMachine, start: str, action: str, outcome: Outcome, after: Status
+    machine: ConversationMachine,
+    start: str,
+    action: str,
+    outcome: Outcome,
+    after: ConversationStatus,
 ) -> None:
     await prepare(machine, start)
     assert await ACTIONS[action](machine) is outcome
     assert await status(machine) is after
 
 
-@pytest.mark.parametrize("transition", [t for t in Transition if t is not Transition.FINISH])
+@pytest.mark.parametrize(
+    "transition", [t for t in ConversationTransition if t is not ConversationTransition.FINISH]
+)
 def test_the_table_says_what_each_transition_does_from_every_status(
-    transition: Transition,
+    transition: ConversationTransition,
 ) -> None:
     covered = {status for rule in TABLE if rule.transition is transition for status in rule.source}
-    assert covered == set(Status)
+    assert covered == set(ConversationStatus)
 
 
 @pytest.mark.parametrize(
     ("transition", "refused"),
     [
         (
-            Transition.CREATE,
+            ConversationTransition.CREATE,
             {IDLE: Outcome.EXISTS, RUNNING: Outcome.EXISTS, AWAITING: Outcome.EXISTS},
         ),
-        (Transition.START, {ABSENT: Outcome.NOT_FOUND, AWAITING: Outcome.AWAITING_DECISION}),
-        (Transition.ADVANCE, {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.UNCHANGED}),
         (
-            Transition.PAUSE,
+            ConversationTransition.START,
+            {ABSENT: Outcome.NOT_FOUND, AWAITING: Outcome.AWAITING_DECISION},
+        ),
+        (ConversationTransition.ADVANCE, {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.UNCHANGED}),
+        (
+            ConversationTransition.PAUSE,
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
         ),
-        (Transition.DECIDE, {ABSENT: Outcome.NOT_FOUND}),
+        (ConversationTransition.DECIDE, {ABSENT: Outcome.NOT_FOUND}),
         (
-            Transition.ANSWER,
+            ConversationTransition.ANSWER,
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NO_PROPOSAL, RUNNING: Outcome.BUSY},
         ),
         (
-            Transition.UNCLAIM,
+            ConversationTransition.UNCLAIM,
             {ABSENT: Outcome.NOT_FOUND, IDLE: Outcome.NOT_HOLDER, AWAITING: Outcome.NOT_HOLDER},
         ),
-        (Transition.DELETE, {ABSENT: Outcome.NOT_FOUND}),
+        (ConversationTransition.DELETE, {ABSENT: Outcome.NOT_FOUND}),
         (
-            Transition.ANNOUNCE,
+            ConversationTransition.ANNOUNCE,
             {ABSENT: Outcome.NOT_FOUND, RUNNING: Outcome.BUSY, AWAITING: Outcome.AWAITING_DECISION},
         ),
     ],
 )
 def test_what_a_script_refuses_whatever_else_holds_is_the_tables(
-    transition: Transition, refused: dict[Status, Outcome]
+    transition: ConversationTransition, refused: dict[ConversationStatus, Outcome]
 ) -> None:
     assert refusals(transition) == refused
 
@@ -306,7 +315,7 @@ def test_a_status_derives_from_the_metadata_and_the_active_turn(
     until: float | None,
     may: bool,
     waiting: bool,
-    expected: Status,
+    expected: ConversationStatus,
 ) -> None:
     derived = derive_status(
         exists=exists,
@@ -442,7 +451,7 @@ async def test_an_answer_in_words_hands_the_steps_waiting_calls_to_its_turn_and_
 ) -> None:
     await machine.create(ID, turn_id=HOLDER)
     await machine.pause(ID, HOLDER, [proposal("c1"), proposal("c2"), proposal("c3", ttl_s=-1)])
-    assert await budgets.pending_confirmations(machine._redis, machine.owner) == 2
+    assert await budgets.pending_confirmation_count(machine._redis, machine.owner) == 2
     handed = await machine.answer(ID, RESUMER)
     assert handed.outcome is Outcome.ANSWERING
     assert [p["confirmation_id"] for p in handed.decided] == ["c1", "c2"]
@@ -454,7 +463,7 @@ async def test_an_answer_in_words_hands_the_steps_waiting_calls_to_its_turn_and_
     }
     conversation = await RecordKeeper(machine._redis, machine.owner).get_conversation(ID)
     assert conversation is not None and conversation.active_turn == RESUMER
-    assert await budgets.pending_confirmations(machine._redis, machine.owner) == 0
+    assert await budgets.pending_confirmation_count(machine._redis, machine.owner) == 0
     # Nobody decides them on the side meanwhile, nor answers them twice.
     assert (await machine.decide(ID, "c1", "approve", turn_id="t-late")).outcome is (
         Outcome.EXPIRED

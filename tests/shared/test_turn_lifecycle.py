@@ -30,7 +30,7 @@ from shared.lifecycle import (
     Finished,
     Guard,
     Renewal,
-    Transition,
+    TurnTransition,
     Who,
     ending_events_of,
     stuck,
@@ -262,7 +262,7 @@ SETUPS: dict[str, tuple[Setup, str | None]] = {
 }
 
 
-def _in_table(transition: Transition, status: str | None, outcome: str) -> bool:
+def _in_table(transition: TurnTransition, status: str | None, outcome: str) -> bool:
     source = TurnStatus(status) if status is not None else None
     return any(
         move.transition is transition and source in move.source and move.outcome == outcome
@@ -301,7 +301,7 @@ async def test_finishing_ends_a_turn_once_and_only_under_its_guard(
     prepare, status = SETUPS[setup]
     await prepare(store, turn_id)
     assert await store.finish(turn_id, OWNER, FAILED, guard=Guard(guard)) == outcome
-    assert _in_table(Transition.FINISH, status, outcome)
+    assert _in_table(TurnTransition.FINISH, status, outcome)
     stored = await redis.hget(keys.turn(turn_id), "status")
     assert (stored.decode() if stored else None) == after
     dones = [
@@ -336,7 +336,7 @@ async def test_claiming_takes_only_a_queued_turn(
     claim = await store.claim(turn_id, "worker-2", 30)
     assert claim.outcome == outcome
     assert (claim.record is not None) is (outcome == Claimed.CLAIMED)
-    assert _in_table(Transition.CLAIM, status, outcome)
+    assert _in_table(TurnTransition.CLAIM, status, outcome)
     stored = await redis.hget(keys.turn(turn_id), "status")
     assert (stored.decode() if stored else None) == after
 

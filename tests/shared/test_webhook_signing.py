@@ -22,7 +22,7 @@ from shared.webhook_targets import (
 from shared.webhooks import (
     event_body,
     event_type,
-    origin_of,
+    logged_origin,
     secret_key,
     sign,
     signed_headers,
@@ -287,4 +287,4 @@ def test_retry_delays_are_read_in_order() -> None:
     ],
 )
 def test_the_log_shows_only_a_targets_origin(url: str, origin: str) -> None:
-    assert origin_of(url) == origin
+    assert logged_origin(url) == origin

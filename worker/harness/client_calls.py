@@ -24,7 +24,7 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from shared.client_tools import Choice, ChoiceMode, tool_names
+from shared.client_tools import ChoiceMode, ToolChoice, tool_names
 from shared.requests import AgentRequest
 from worker.harness.tool_call import PlannedCall
 
@@ -35,7 +35,7 @@ class ClientOffer:
 
     tools: list[dict[str, Any]]
     names: frozenset[str]
-    choice: Choice
+    choice: ToolChoice
     parallel: bool
 
     @classmethod
@@ -43,15 +43,15 @@ class ClientOffer:
         """The request's offer. A client tool named like one of Bernard's `own` (the API
         refuses those, against the tools the workers published: a worker whose tools
         differ, an MCP server's that came since) is left out: Bernard's keeps its name."""
-        choice = Choice.of(request.tool_choice)
+        choice = ToolChoice.of(request.tool_choice)
         tools = [] if choice.mode is ChoiceMode.NONE else request.client_tools
         named = zip(tools, tool_names(tools), strict=True)
         tools = [tool for tool, name in named if name not in own]
         names = frozenset(tool_names(tools))
         if choice.name is not None and choice.name not in names:
-            choice = Choice(ChoiceMode.AUTO)
+            choice = ToolChoice(ChoiceMode.AUTO)
         if not names:
-            choice = Choice(ChoiceMode.NONE)
+            choice = ToolChoice(ChoiceMode.NONE)
         return cls(tools, names, choice, request.parallel_tool_calls)
 
     def binding(

@@ -316,7 +316,7 @@ async def room_to_wait(ctx: TurnContext) -> tuple[int, str]:
         "are decided"
     )
     if ctx.runtime is not None:
-        held = await budgets.pending_confirmations(ctx.runtime.redis, ctx.runtime.owner)
+        held = await budgets.pending_confirmation_count(ctx.runtime.redis, ctx.runtime.owner)
         cap = settings.max_pending_confirmations_per_user
         if cap - held < room:
             room = max(0, cap - held)
