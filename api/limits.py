@@ -17,8 +17,7 @@ from shared.settings import Settings
 
 # What the model APIs take: token counts are 32-bit.
 MAX_INT32 = 2**31 - 1
-# OpenAI's own limits on tools, names and ids.
-MAX_TOOLS = 128
+# OpenAI's own limits on names and ids (on tools: shared/client_tools.py).
 MAX_NAME_CHARS = 256
 MAX_ID_CHARS = 256
 # OpenAI's rule for a function's name.

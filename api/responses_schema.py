@@ -24,14 +24,13 @@ from api.limits import (
     MAX_ID_CHARS,
     MAX_INT32,
     MAX_NAME_CHARS,
-    MAX_TOOLS,
     check_content_chars,
     check_message_chars,
     check_tool_calls,
     check_tools_bytes,
     is_function_name,
 )
-from shared.client_tools import RESPOND_TOOL_NAME
+from shared.client_tools import MAX_TOOLS, RESPOND_TOOL_NAME
 from shared.requests import MultitaskStrategy
 from shared.settings import MODEL_ID, Settings
 from shared.webhook_targets import URL_MAX_CHARS

@@ -19,6 +19,9 @@ from typing import Any
 # The router's own "I have what I need" tool (worker/harness/router.py): no client tool may
 # take its name.
 RESPOND_TOOL_NAME = "respond"
+# OpenAI's limit on the tools of one request: on the client's (the API checks it), and on all
+# the router is offered in one call, `respond` included (worker/tools/toolbox.py).
+MAX_TOOLS = 128
 
 
 class ChoiceMode(StrEnum):

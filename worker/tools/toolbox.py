@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from langchain_core.tools import BaseTool
 
+from shared.client_tools import MAX_TOOLS
 from shared.mcp_health import McpServerHealth
 from shared.settings import Settings
 from worker.tools import enabled_tools
@@ -23,10 +24,7 @@ from worker.tools.settings import ToolSettings
 if TYPE_CHECKING:
     from worker.tools.mcp.servers import McpServers
 
-__all__ = ["MAX_TOOLS", "Toolbox"]
-
-# The most tools the router is offered in one call, `respond` included: OpenAI's limit.
-MAX_TOOLS = 128
+__all__ = ["Toolbox"]
 
 
 class Toolbox:
