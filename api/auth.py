@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.admission import rate_limited
 from api.errors import ApiError, error_response
-from api.state import AppState, get_state
+from api.state import State
 from shared import keys
 from shared.errors import ErrorCode
 from shared.rate_limit import RateLimitedError
@@ -90,7 +90,7 @@ def authenticate(request: Request, settings: Settings) -> str:
     return user
 
 
-async def turn_user(request: Request, state: Annotated[AppState, Depends(get_state)]) -> str:
+async def turn_user(request: Request, state: State) -> str:
     """Dependency form of `authenticate`; runs before the body is validated (401 before 400).
 
     `async` although it never awaits: FastAPI runs a plain `def` dependency in a worker
@@ -101,9 +101,7 @@ async def turn_user(request: Request, state: Annotated[AppState, Depends(get_sta
     return user
 
 
-async def current_user(
-    user: Annotated[str, Depends(turn_user)], state: Annotated[AppState, Depends(get_state)]
-) -> str:
+async def current_user(user: Annotated[str, Depends(turn_user)], state: State) -> str:
     """`turn_user`, with the request charged one token of the user's rate."""
     try:
         await state.limiter.take(user)
@@ -134,7 +132,7 @@ def from_loopback(request: Request) -> bool:
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
-async def metrics_scraper(request: Request, state: Annotated[AppState, Depends(get_state)]) -> None:
+async def metrics_scraper(request: Request, state: State) -> None:
     """Let a scrape of `/metrics` through (see the module docstring), else 403 or 401."""
     if from_loopback(request):
         return

@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.responses import JSONResponse
+from api.json_response import JSONResponse
 from shared.errors import ErrorCode
 
 logger = logging.getLogger("bernard.api")
@@ -127,7 +127,7 @@ def param_from_loc(loc: tuple[int | str, ...]) -> str | None:
     return path or None
 
 
-def install(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that turn every failure into the OpenAI envelope."""
 
     @app.exception_handler(ApiError)

@@ -133,7 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url="/redoc" if docs else None,
         openapi_url="/openapi.json" if docs else None,
     )
-    errors.install(app)
+    errors.install_error_handlers(app)
     _include_routers(app)
     _add_middleware(app, settings)
     return app

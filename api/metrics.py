@@ -13,7 +13,6 @@ not, and every API process reports the same totals: aggregate them with `max`, n
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, generate_latest
@@ -22,7 +21,7 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from api.auth import metrics_scraper
-from api.state import AppState, get_state
+from api.state import State
 from shared import keys
 from shared.connection import reply_text
 
@@ -59,7 +58,7 @@ REGISTRY.register(TURN_ENDINGS)
 
 
 @router.get("/metrics", include_in_schema=False, dependencies=[Depends(metrics_scraper)])
-async def metrics(state: Annotated[AppState, Depends(get_state)]) -> Response:
+async def metrics(state: State) -> Response:
     try:
         raw = await state.queue.hgetall(keys.METRICS)  # type: ignore[misc]
     except (RedisError, OSError):

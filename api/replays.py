@@ -2,9 +2,9 @@
 the first (the Responses API's `sequence_number`: api/routes/responses.py): the work grows
 with the stream (a 5,000-entry stream is some 35 ms of the event loop), so it is bounded.
 
-- `replay` reads and encodes `CHUNK` entries at a time, each read a round trip on which the
-  loop serves everything else, and checks after each that the stream was not trimmed past
-  what it read (the numbers after a hole would be wrong).
+- `replay` reads and encodes `ENTRIES_PER_READ` entries at a time, each read a round trip on
+  which the loop serves everything else, and checks after each that the stream was not
+  trimmed past what it read (the numbers after a hole would be wrong).
 - `ReplayGate` lets `CONCURRENT` replays run at once in a process, and one per user: the
   loop's other work waits a few chunks at most, however many resumes are asked for; each
   holds one of its user's streams (`BERNARD_MAX_STREAMS_PER_USER`) before it waits here.
@@ -26,10 +26,10 @@ from shared import keys
 from shared.events import Done, Start
 from shared.streams import entry_key, parse_entries
 
-__all__ = ["CHUNK", "CONCURRENT", "Replay", "ReplayGate", "Replayed", "replay"]
+__all__ = ["CONCURRENT", "ENTRIES_PER_READ", "Replay", "ReplayGate", "Replayed", "replay"]
 
 # Entries read and encoded between two round trips.
-CHUNK = 200
+ENTRIES_PER_READ = 200
 # Replays a process runs at once (each one user's).
 CONCURRENT = 2
 
@@ -56,7 +56,7 @@ async def replay(redis: Redis, turn_id: str, encoder: Framing) -> Replay:
     last: str | None = None
     while True:
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(stream, min=f"({last}" if last is not None else "-", count=CHUNK)
+            pipe.xrange(stream, min=f"({last}" if last is not None else "-", count=ENTRIES_PER_READ)
             # Read after the chunk: a trim in between is taken for a hole, never missed.
             pipe.xrange(stream, count=1)
             raw, first_raw = await pipe.execute()
@@ -76,7 +76,7 @@ async def replay(redis: Redis, turn_id: str, encoder: Framing) -> Replay:
             head += numbered(entry_id, encoder.frames(stamped.event))
         last = entries[-1][0] if entries else last
         finished = bool(entries) and isinstance(entries[-1][1].event, Done)
-        if finished or len(entries) < CHUNK:
+        if finished or len(entries) < ENTRIES_PER_READ:
             assert last is not None
             return Replay(Replayed.WHOLE, Resume(after=last, head=head, finished=finished))
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from arq.connections import ArqRedis
-from fastapi import Request
+from fastapi import Depends, Request
 from redis.asyncio import Redis
 
 from api.attachments import Streams
@@ -46,3 +47,7 @@ async def get_state(request: Request) -> AppState:
     """The process's state, as a dependency (`async`: see `api.auth.current_user`)."""
     state: AppState = request.app.state.bernard
     return state
+
+
+# A route's parameter that is the process's state.
+State = Annotated[AppState, Depends(get_state)]

@@ -31,9 +31,9 @@ from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import ENCODINGS, encoder_for, subject_of
 from api.errors import RETRY_AFTER_S, ApiError, invalid
+from api.json_response import JSONResponse
 from api.metrics import TURNS_CREATED
 from api.relay import relay
-from api.responses import JSONResponse
 from api.session import StreamSession
 from api.sse import FrameResponse
 from api.state import AppState
@@ -61,7 +61,7 @@ UNFINISHED_TTL_S = 7 * 86_400
 CANCEL_WAIT_S = 5.0
 # Resolves (and claims: api/conversations.py) the conversation a new turn belongs to,
 # given the admitted turn's id: its id, or what joining its line came to.
-Conversation = Callable[[str], Awaitable[str | Opened | None]]
+ConversationOpener = Callable[[str], Awaitable[str | Opened | None]]
 
 
 def conversation_machine(state: AppState, owner: str) -> ConversationMachine:
@@ -124,7 +124,7 @@ async def start_turn(
     state: AppState,
     owner: str,
     request: TurnRequest,
-    conversation: Conversation | None = None,
+    conversation: ConversationOpener | None = None,
     storing: Storing | None = None,
     accepted: Callable[[TurnRecord], Response] | None = None,
 ) -> Response:

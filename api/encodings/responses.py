@@ -69,7 +69,7 @@ def response_status(status: TurnStatus, finish_reason: str | None) -> str:
     return str(status)  # queued, failed, cancelled
 
 
-def usage_of(usage: dict[str, int] | None) -> dict[str, Any]:
+def response_usage(usage: dict[str, int] | None) -> dict[str, Any]:
     usage = usage or {}
     return {
         "input_tokens": usage.get("prompt_tokens", 0),
@@ -180,12 +180,12 @@ def response_object(
         "tools": echo.get("tools") or [],
         "top_p": agent.top_p,
         "truncation": echo.get("truncation") or "disabled",
-        "usage": usage_of(usage) if usage is not None else None,
+        "usage": response_usage(usage) if usage is not None else None,
         "user": agent.user,
     }
 
 
-def error_of(done: Done) -> dict[str, Any] | None:
+def response_error(done: Done) -> dict[str, Any] | None:
     """A failed response's `error` (OpenAI's shape: code and message)."""
     error = terminal_error(done)
     if error is None or done.status != TurnStatus.FAILED:
@@ -422,7 +422,7 @@ class ResponsesEncoder:
         self.calls.clear()
         # No `completed_at`: the stream's `done` carries no time, and every re-encoding of
         # the stream must give the same bytes (the polled Response has it).
-        response = self._snapshot(status, usage=done.usage or {}, error=error_of(done))
+        response = self._snapshot(status, usage=done.usage or {}, error=response_error(done))
         return frames + self._event(f"response.{status}", {"response": response})
 
     def compacted(self, record: TurnRecord) -> list[Frame]:
@@ -445,7 +445,7 @@ class ResponsesEncoder:
             status,
             result_output(record, result),
             usage=result.usage,
-            error=error_of(done),
+            error=response_error(done),
             finished_at=record.finished_at,
         )
 
@@ -457,6 +457,6 @@ class ResponsesEncoder:
             status,
             result_output(self.record, result),
             usage=done.usage or result.usage,
-            error=error_of(done),
+            error=response_error(done),
             finished_at=time.time(),
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Header, Response
 
 from api.admission import Storing
 from api.auth import TurnOwner
@@ -18,14 +18,13 @@ from api.conversations import (
 from api.json_route import OrjsonRoute
 from api.negotiation import language
 from api.schemas import ChatCompletionRequest, CompletionRequest
-from api.state import AppState, get_state
+from api.state import State
 from api.turn_service import UNFINISHED_TTL_S, check_model, multitask_of, start_turn
 from shared.client_tools import tool_names
 from shared.confirmation_words import LANGUAGES
 from shared.records.keeper import RecordKeeper
 
 router = APIRouter(route_class=OrjsonRoute)
-State = Annotated[AppState, Depends(get_state)]
 
 
 @router.post("/chat/completions")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.admission import Storing, admit_storing
@@ -40,14 +40,14 @@ from api.conversations import (
 )
 from api.encodings.conversation import awaiting_frame, done_frame, rows_answer
 from api.errors import ApiError, invalid
+from api.json_response import JSONResponse
 from api.json_route import OrjsonRoute
 from api.limits import check_message_chars
 from api.negotiation import EVENT_STREAM, JSON, language, negotiate
 from api.pages import list_page
 from api.relay import fixed
-from api.responses import JSONResponse
 from api.sse import FrameResponse
-from api.state import AppState, get_state
+from api.state import AppState, State
 from api.turn_service import conversation_machine, multitask_of, start_turn
 from shared.confirmation_words import LANGUAGES
 from shared.conversation_state import ConversationStatus, Outcome
@@ -61,7 +61,6 @@ from shared.requests import AgentRequest, Delivery, MultitaskStrategy, TurnReque
 from shared.schema_checks import Invalid
 
 router = APIRouter(route_class=OrjsonRoute)
-State = Annotated[AppState, Depends(get_state)]
 # OpenAI's limits on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
 _METADATA_PAIRS, _METADATA_KEY, _METADATA_VALUE = 16, 64, 512
 

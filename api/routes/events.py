@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Header, Response
 
 from api.attachments import TooManyStreamsError
 from api.auth import Owner
@@ -22,13 +22,12 @@ from api.cursors import Resume, bad_cursor_is_400, parse_cursor
 from api.encodings.user_events import UserEventsEncoder
 from api.relay import relay
 from api.sse import FrameResponse
-from api.state import AppState, get_state
+from api.state import State
 from api.turn_service import too_many_streams
 from shared import keys
 from shared.streams import parse_entries
 
 router = APIRouter()
-State = Annotated[AppState, Depends(get_state)]
 
 
 @router.get("/events")

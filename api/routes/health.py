@@ -6,12 +6,12 @@ is alive). `/readyz` also says how the MCP servers the workers connect to are do
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from api.responses import JSONResponse
-from api.state import AppState, get_state
+from api.json_response import JSONResponse
+from api.state import State
 from shared import keys
 from shared.connection import REDIS_ERRORS
 from shared.mcp_health import mcp_servers
@@ -27,7 +27,7 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(state: Annotated[AppState, Depends(get_state)]) -> Any:
+async def readyz(state: State) -> Any:
     try:
         if state.redis is not state.queue:  # the data role (shared/keys.py) is a Redis apart
             await state.redis.ping()

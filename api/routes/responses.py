@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from api.admission import Storing
 from api.auth import Owner, TurnOwner
@@ -35,12 +35,12 @@ from api.client_tools import check_no_clash, check_schemas
 from api.conversations import Opened, check_conversation_id, open_conversation
 from api.encodings.responses import ResponsesEncoder
 from api.errors import ApiError, invalid
+from api.json_response import JSONResponse
 from api.json_route import OrjsonRoute
 from api.negotiation import language
 from api.pages import list_page
 from api.relay import fixed
 from api.replays import Replayed, replay
-from api.responses import JSONResponse
 from api.responses_domain import (
     approval_ids,
     check_latest,
@@ -53,7 +53,7 @@ from api.responses_domain import (
 )
 from api.responses_schema import ResponsesRequest, chat_messages
 from api.sse import FrameResponse
-from api.state import AppState, get_state
+from api.state import AppState, State
 from api.turn_service import (
     UNFINISHED_TTL_S,
     attach,
@@ -71,7 +71,6 @@ from shared.errors import ErrorCode
 from shared.turn_record import TurnRecord
 
 router = APIRouter(route_class=OrjsonRoute)
-State = Annotated[AppState, Depends(get_state)]
 
 
 @router.post("/responses")

@@ -11,7 +11,7 @@ import time
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Header, Query, Response
 
 from api.auth import Owner
 from api.conversations import pending_of
@@ -21,14 +21,13 @@ from api.errors import ApiError
 from api.pages import list_page
 from api.relay import fixed
 from api.sse import FrameResponse
-from api.state import AppState, get_state
+from api.state import AppState, State
 from api.turn_service import attach, stopped, stream_response, turn_headers, turn_object
 from shared import keys
 from shared.errors import ErrorCode
 from shared.turn_record import TurnRecord
 
 router = APIRouter()
-State = Annotated[AppState, Depends(get_state)]
 
 
 async def _owned_turn(state: AppState, turn_id: str, owner: str) -> TurnRecord:

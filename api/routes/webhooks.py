@@ -5,18 +5,18 @@ again (shared/webhooks.py `DeliveryLog`, worker/webhooks.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
 from api.auth import Owner
-from api.state import AppState, get_state
+from api.state import State
 from shared.webhooks import DeliveryLog
 
 router = APIRouter()
 
 
 @router.get("/webhooks/deliveries")
-async def list_deliveries(owner: Owner, state: Annotated[AppState, Depends(get_state)]) -> Any:
+async def list_deliveries(owner: Owner, state: State) -> Any:
     log = DeliveryLog(state.redis, owner, retention_s=state.settings.webhook_log_retention_s)
     return {"object": "list", "data": await log.recent()}
