@@ -29,7 +29,7 @@ __all__ = [
     "ModelCallEnded",
     "ModelCallStarted",
     "ToolCallEnded",
-    "stopped",
+    "is_stop",
     "stream_events",
 ]
 
@@ -79,7 +79,7 @@ def stream_events(item: Item) -> Sequence[Event]:
             return (item.result,) if failure is None else (item.result, failure)
 
 
-def stopped(error: BaseException) -> bool:
+def is_stop(error: BaseException) -> bool:
     """Whether `error` stopped the turn's calls rather than failed them: a cancel, a closed
     generator, or a stream that takes no more writes (the turn ended elsewhere)."""
     return isinstance(error, asyncio.CancelledError | GeneratorExit | TurnOverError)

@@ -59,7 +59,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.timers import TimerError, duration_in, parse_duration
 from shared.titles import TITLE_PROMPT
-from worker.demo_tools import COMMON, Named, arguments, named_tool, singular, tool_name
+from worker.demo_tools import COMMON, NamedTool, arguments, named_tool, singular, tool_name_of
 from worker.tools.time import zone_for_place
 
 __all__ = ["DEMO_NOTICE", "DemoChatModel"]
@@ -445,7 +445,7 @@ class DemoChatModel(BaseChatModel):
     def _route(
         self, messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]], tool_choice: Any
     ) -> list[ToolCall]:
-        offered = {tool_name(t): t for t in tools}
+        offered = {tool_name_of(t): t for t in tools}
         if not offered or tool_choice == "none":
             return []
         last_human = _last_human_index(messages)
@@ -463,7 +463,7 @@ class DemoChatModel(BaseChatModel):
             # A tool must be called: the one the words name best, else the first offered.
             found = named_tool(question, [t for n, t in offered.items() if n != "respond"])
             first = found.tool if found is not None else next(iter(offered.values()))
-            wanted = [(tool_name(first), None)]
+            wanted = [(tool_name_of(first), None)]
         elif not wanted and "respond" in offered:
             wanted = [("respond", {})]
         # Arguments a rule made that the tool's schema does not take (a client's tool named
@@ -613,7 +613,7 @@ Wanted = list[tuple[str, dict[str, Any] | None]]
 
 def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     """The calls a new question asks for (the module's docstring gives the rules' order)."""
-    offered = {tool_name(t) for t in tools}
+    offered = {tool_name_of(t) for t in tools}
     if _MY_QUESTION.match(question) or _WHO_AM_I.match(question):
         return []  # the conversation answers it (`_recall`)
     wanted: Wanted = []
@@ -626,10 +626,10 @@ def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     wanted += _household(question)
     if wanted := [w for w in wanted if w[0] in offered]:
         return wanted
-    found = named_tool(question, [t for t in tools if tool_name(t) not in RULED])
+    found = named_tool(question, [t for t in tools if tool_name_of(t) not in RULED])
     # Unless more of the words name a tool of the rules below ("Search the web for ..." names
     # web_search by two words, plex_search by one), and those rules call something.
-    ruled = named_tool(question, [t for t in tools if tool_name(t) in RULED])
+    ruled = named_tool(question, [t for t in tools if tool_name_of(t) in RULED])
     if found is not None and (ruled is None or ruled.words <= found.words):
         return _call_named(found, question)
     if _WEATHER.search(question):
@@ -643,9 +643,9 @@ def _calls_for(question: str, tools: Sequence[dict[str, Any]]) -> Wanted:
     )
 
 
-def _call_named(found: Named | None, question: str) -> Wanted:
+def _call_named(found: NamedTool | None, question: str) -> Wanted:
     """The call of the tool the words name, with arguments from its schema, if they name one."""
-    return [(tool_name(found.tool), arguments(found.tool, question, found))] if found else []
+    return [(tool_name_of(found.tool), arguments(found.tool, question, found))] if found else []
 
 
 def _follow_up(later: Sequence[BaseMessage], question: str) -> Wanted:

@@ -26,11 +26,11 @@ from typing import Any
 
 __all__ = [
     "COMMON",
-    "Named",
+    "NamedTool",
     "arguments",
     "named_tool",
     "singular",
-    "tool_name",
+    "tool_name_of",
     "words_of_name",
 ]
 
@@ -63,7 +63,7 @@ _DESCRIPTION_CHARS = 300
 _TEXT_CHARS = 200
 
 
-def tool_name(tool: dict[str, Any]) -> str:
+def tool_name_of(tool: dict[str, Any]) -> str:
     """A tool's name in the OpenAI shape `bind_tools` gives (or a bare function's)."""
     return str(tool.get("function", {}).get("name") or tool.get("name") or "")
 
@@ -100,7 +100,7 @@ def _distinct_words(text: str) -> frozenset[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Named:
+class NamedTool:
     """The tool the question names, where in the question the last word naming it starts
     and ends (the words around it say what the tool is asked about), and how many of the
     question's words not in `COMMON` name it."""
@@ -111,16 +111,16 @@ class Named:
     words: int
 
 
-def named_tool(question: str, tools: Sequence[dict[str, Any]]) -> Named | None:
+def named_tool(question: str, tools: Sequence[dict[str, Any]]) -> NamedTool | None:
     """The tool of `tools` the question's words name best, if any does: one of its name's
     words not in `COMMON` must be said; then the most such words win, then the most of its
     name's words ("set" in "Set the porch light"), then the most words shared with its
     description, then the first offered."""
     words = [(singular(m.group()), m.span()) for m in _WORD.finditer(question)]
     said = frozenset(w for w, _ in words)
-    best: tuple[tuple[int, int, int, int], Named] | None = None
+    best: tuple[tuple[int, int, int, int], NamedTool] | None = None
     for order, tool in enumerate(tools):
-        naming = words_of_name(tool_name(tool)) & said
+        naming = words_of_name(tool_name_of(tool)) & said
         distinct = naming - COMMON
         if not distinct:
             continue
@@ -128,11 +128,13 @@ def named_tool(question: str, tools: Sequence[dict[str, Any]]) -> Named | None:
         score = (len(distinct), len(naming), shared, -order)
         if best is None or score > best[0]:
             start, end = max(span for word, span in words if word in distinct)
-            best = (score, Named(tool, start, end, len(distinct)))
+            best = (score, NamedTool(tool, start, end, len(distinct)))
     return best[1] if best is not None else None
 
 
-def arguments(tool: dict[str, Any], question: str, named: Named | None = None) -> dict[str, Any]:
+def arguments(
+    tool: dict[str, Any], question: str, named: NamedTool | None = None
+) -> dict[str, Any]:
     """Arguments for `tool` from the question, by its schema (the module's docstring says
     how); `named` says where the word that named the tool is, if one did."""
     schema = _schema(tool)
@@ -198,7 +200,7 @@ def _enum(spec: dict[str, Any], words: frozenset[str], needed: bool) -> Any:
     return spec["enum"][0] if needed else None
 
 
-def _texts(question: str, named: Named | None, used: list[tuple[int, int]]) -> Iterator[str]:
+def _texts(question: str, named: NamedTool | None, used: list[tuple[int, int]]) -> Iterator[str]:
     """What required strings take, in turn: the quoted phrases, the words after the naming
     word, the words just before it, then the whole question (the numbers taken by other
     arguments left out of each); the last one again once all are taken."""

@@ -45,8 +45,7 @@ from worker.tools.settings import ToolSettings
 from worker.tools.sources import read_tool_settings
 from worker.turn import run_to_sinks
 from worker.webhooks import ATTEMPT_MARGIN_S as WEBHOOK_MARGIN_S
-from worker.webhooks import CLIENT as WEBHOOK_CLIENT
-from worker.webhooks import deliver
+from worker.webhooks import WEBHOOK_CLIENT, deliver
 
 logger = logging.getLogger("bernard.worker")
 

@@ -62,9 +62,9 @@ from shared.records.history_diff import history_digest
 from shared.records.messages import STOPPED, Message, stopped_row
 from shared.records.undo import Restore, Undone
 from shared.records.writes import Recorder
-from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
+from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, is_stop
 from worker.context import TurnContext
-from worker.harness.answers import words_of
+from worker.harness.answers import answer_messages
 from worker.harness.resume import edited_arguments
 
 __all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording", "openai_messages"]
@@ -134,7 +134,7 @@ class TurnRecording:
         carried = [*decisions, *resume.get("pending", [])]
         # A message answering in words is stored after the decided calls' results (their
         # results must follow the paused turn's message): by the harnesses, with what came
-        # along with it (worker/harness/answers.py `words_of`).
+        # along with it (worker/harness/answers.py `answer_messages`).
         requested = [] if "words" in resume else self.ctx.request.messages
         try:
             # Calls the user approved edited run as edited: the paused turn's stored message
@@ -324,7 +324,7 @@ class TurnRecording:
 
         Never raises a record error: the turn's own error is the one that must surface.
         """
-        if stopped(error):
+        if is_stop(error):
             message = "the turn was stopped before the call ended"
         else:
             message = getattr(error, "message", None) or str(error) or type(error).__name__
@@ -367,7 +367,7 @@ class TurnRecording:
         marked `stopped` with the ending's code, so a client that reads the history back
         shows it as stopped and the next turn reads where it was cut (even when it had
         said nothing yet); else None."""
-        if not stopped(error) or self.ctx.stop_cause is None:
+        if not is_stop(error) or self.ctx.stop_cause is None:
             return None
         cause = await self.ctx.stop_cause()
         if cause is None or not RULES[cause].partial:
@@ -417,7 +417,7 @@ class TurnRecording:
         close_group()
         if "words" in resume and not any(isinstance(m, HumanMessage) for m in out):
             # The turn ended before the words were read: they are stored after the calls.
-            out += words_of(ctx.request)
+            out += answer_messages(ctx.request)
         return out
 
 

@@ -44,7 +44,7 @@ from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, ToolCall
 from shared.settings import Settings
 from shared.turn_record import TurnRecord
-from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stopped
+from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, is_stop
 from worker.llm import LlmError, LlmResult
 
 if TYPE_CHECKING:
@@ -331,7 +331,7 @@ class ModelCall:
             "latency_ms": _ms(self.started),
         }
         code: str | None = None
-        if stopped(error):
+        if is_stop(error):
             fields["status"] = "cancelled"
         else:
             fields["status"] = "error"
@@ -415,7 +415,7 @@ class ToolRun:
             return
         self._ended = True
         fields = self._fields()
-        code = None if stopped(error) else str(ErrorCode.INTERNAL_ERROR)
+        code = None if is_stop(error) else str(ErrorCode.INTERNAL_ERROR)
         fields["status"] = "cancelled" if code is None else "error"
         fields["error"] = code
         if code is not None:

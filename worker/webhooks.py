@@ -47,7 +47,7 @@ from shared.webhooks import (
 logger = logging.getLogger("bernard.webhooks")
 
 # The worker's client for deliveries, made at its first one (worker/main.py closes it).
-CLIENT = "webhook_http"
+WEBHOOK_CLIENT = "webhook_http"
 # Beyond `BERNARD_WEBHOOK_TIMEOUT_S`, what an attempt may take (its log entry; arq stops
 # the job there: worker/main.py), before another worker may take it for lost.
 ATTEMPT_MARGIN_S = 10.0
@@ -186,9 +186,9 @@ def pinned(url: str, address: str) -> tuple[httpx.URL, dict[str, str], dict[str,
 
 
 def _client(ctx: dict[str, Any]) -> httpx.AsyncClient:
-    client: httpx.AsyncClient | None = ctx.get(CLIENT)
+    client: httpx.AsyncClient | None = ctx.get(WEBHOOK_CLIENT)
     if client is None:
-        client = ctx[CLIENT] = httpx.AsyncClient(
+        client = ctx[WEBHOOK_CLIENT] = httpx.AsyncClient(
             follow_redirects=False, headers={"user-agent": "Bernard-Webhooks"}
         )
     return client

@@ -20,7 +20,7 @@ from mcp.types import (
 )
 
 from worker.tools.mcp.config import Confirm
-from worker.tools.mcp.output import Output, render
+from worker.tools.mcp.output import Output, render_result
 from worker.tools.mcp.tool import waits
 
 PNG = base64.b64encode(b"\x89PNG" + b"\0" * 20_476).decode()  # 20,480 bytes
@@ -165,12 +165,12 @@ def text(value: str) -> TextContent:
 def test_a_result_is_text_for_the_model_with_the_rest_kept_or_referenced(
     result: CallToolResult, expected: Output
 ) -> None:
-    assert render(result, max_chars=MAX_CHARS) == expected
+    assert render_result(result, max_chars=MAX_CHARS) == expected
 
 
 def test_a_result_longer_than_the_cap_is_cut_saying_how_much_was_left_out() -> None:
     result = CallToolResult(content=[text("abcdefghij" * 3)])
-    assert render(result, max_chars=12) == Output(
+    assert render_result(result, max_chars=12) == Output(
         "abcdefghijab\n…[cut: the server sent 18 characters more]"
     )
 
@@ -187,7 +187,7 @@ def test_blocks_past_the_cut_are_measured_not_rendered_nor_structured_content_ad
     )
     # "\n[image: image/png, 20 KB, not shown]" is 37 characters, 35 of them past the cut;
     # then "\nklmno" (6) and "\n[audio: audio/wav, 300 bytes, not shown]" (41).
-    assert render(result, max_chars=12) == Output(
+    assert render_result(result, max_chars=12) == Output(
         "abcdefghij\n[\n…[cut: the server sent 82 characters more]",
         {
             "structured_content": {"on": True},
@@ -200,7 +200,7 @@ def test_blocks_past_the_cut_are_measured_not_rendered_nor_structured_content_ad
 def test_structured_content_over_the_cap_is_cut_in_the_text_and_measured_in_the_artifact() -> None:
     rows = [{"entity": f"light.{n}", "on": True} for n in range(3)]
     result = CallToolResult(content=[text("3 lights")], structured_content={"rows": rows})
-    assert render(result, max_chars=60) == Output(
+    assert render_result(result, max_chars=60) == Output(
         '3 lights\nStructured content: {"rows": [{"entity": "light.0",'
         "\n…[cut: the server sent 84 characters more]",
         {"structured_content_chars": 115},
@@ -211,7 +211,7 @@ def test_a_result_of_many_blocks_refers_to_the_first_ones_in_the_artifact() -> N
     result = CallToolResult(
         content=[ImageContent(type="image", data=DOT, mime_type="image/gif")] * 100
     )
-    output = render(result, max_chars=MAX_CHARS)
+    output = render_result(result, max_chars=MAX_CHARS)
     assert output.text == "\n".join(["[image: image/gif, 3 bytes, not shown]"] * 100)
     assert output.artifact == {
         "content": [{"type": "image", "mime_type": "image/gif", "bytes": 3}] * 64,

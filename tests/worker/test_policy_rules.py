@@ -12,14 +12,14 @@ from tests.support.stack import make_settings
 from worker.tools.policy import (
     Policy,
     PolicyError,
+    PolicyVerdict,
     Ruling,
     Subject,
-    Verdict,
     load_policy,
     parse_policy,
 )
 
-ALLOW, ASK, DENY = Verdict.ALLOW, Verdict.ASK, Verdict.DENY
+ALLOW, ASK, DENY = PolicyVerdict.ALLOW, PolicyVerdict.ASK, PolicyVerdict.DENY
 
 
 def ha(
@@ -49,7 +49,7 @@ def tool(name: str, *, declared: bool = False, server: str | None = None, **args
 
 
 # (case, subject, verdict, rule) for the household default, worker/tools/policy.toml.
-HOUSEHOLD: list[tuple[str, Subject, Verdict, str]] = [
+HOUSEHOLD: list[tuple[str, Subject, PolicyVerdict, str]] = [
     (
         "a light",
         ha("light", "turn_on", "light.kitchen"),
@@ -161,7 +161,7 @@ HOUSEHOLD: list[tuple[str, Subject, Verdict, str]] = [
     [case[1:] for case in HOUSEHOLD],
     ids=[case[0] for case in HOUSEHOLD],
 )
-def test_the_household_default(subject: Subject, verdict: Verdict, rule: str) -> None:
+def test_the_household_default(subject: Subject, verdict: PolicyVerdict, rule: str) -> None:
     assert load_policy(None).rule(subject, "anyone", make_settings()) == Ruling(verdict, rule)
 
 
@@ -209,7 +209,7 @@ deny = [
 """
 
 # (case, subject, user, verdict, rule) against RULES.
-CUSTOM: list[tuple[str, Subject, str, Verdict, str]] = [
+CUSTOM: list[tuple[str, Subject, str, PolicyVerdict, str]] = [
     ("an entity glob", ha("lock", "unlock", "lock.back_door"), "mum", ALLOW, "back door"),
     ("not that entity", ha("lock", "unlock", "lock.front_door"), "mum", ASK, "declared"),
     (
@@ -305,7 +305,7 @@ CUSTOM: list[tuple[str, Subject, str, Verdict, str]] = [
     ids=[case[0] for case in CUSTOM],
 )
 def test_rules_match_on_what_a_call_does_first_match_winning(
-    subject: Subject, user: str, verdict: Verdict, rule: str
+    subject: Subject, user: str, verdict: PolicyVerdict, rule: str
 ) -> None:
     policy = parse_policy(RULES, "rules.toml")
     assert policy.rule(subject, user, make_settings()) == Ruling(verdict, rule)
@@ -313,7 +313,7 @@ def test_rules_match_on_what_a_call_does_first_match_winning(
 
 # (case, variables, subject, user, verdict, rule): the tool-name variables, after a user's
 # deny rules and before the file's.
-NAMES: list[tuple[str, dict[str, str], Subject, str, Verdict, str]] = [
+NAMES: list[tuple[str, dict[str, str], Subject, str, PolicyVerdict, str]] = [
     (
         "auto-approved",
         {"auto_approve_tools": "ha_call_service"},
@@ -355,7 +355,7 @@ NAMES: list[tuple[str, dict[str, str], Subject, str, Verdict, str]] = [
     ids=[case[0] for case in NAMES],
 )
 def test_the_tool_name_variables_are_the_simplest_rules(
-    variables: dict[str, str], subject: Subject, user: str, verdict: Verdict, rule: str
+    variables: dict[str, str], subject: Subject, user: str, verdict: PolicyVerdict, rule: str
 ) -> None:
     policy = parse_policy(RULES, "rules.toml")
     assert policy.rule(subject, user, make_settings(**variables)) == Ruling(verdict, rule)

@@ -18,7 +18,7 @@ However they were decided, the decisions are carried out as `resume` carries the
 (worker/harness/router.py `carry_out`: each approved call run with its checks, recorded and
 streamed; each rejected one answered that the user declined). In the history the decided
 calls' results come right after the paused turn's message, then the user's words
-(`words_of`): a tool call's results must follow it, and the words are what the model read
+(`answer_messages`): a tool call's results must follow it, and the words are what the model read
 them with.
 """
 
@@ -37,9 +37,9 @@ from worker.harness.tool_call import PlannedCall, arguments_text
 __all__ = [
     "ANSWER_TOOL_NAMES",
     "Waiting",
+    "answer_messages",
     "decided_call",
     "declined",
-    "words_of",
 ]
 
 APPROVE_PENDING = "approve_pending"
@@ -90,7 +90,7 @@ def decided_call(decision: Mapping[str, Any]) -> PlannedCall:
     )
 
 
-def words_of(request: AgentRequest) -> list[BaseMessage]:
+def answer_messages(request: AgentRequest) -> list[BaseMessage]:
     """The messages a turn that answers in words stores after the decided calls' results:
     its last message, the answer, with what came along with it (a Responses request's new
     instructions); a client that resends its history sent the rest before."""
@@ -111,7 +111,7 @@ class Waiting:
         resume = request.resume or {}
         if not resume.get("pending"):
             return None
-        return cls(list(resume["pending"]), words_of(request))
+        return cls(list(resume["pending"]), answer_messages(request))
 
     @property
     def tools(self) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import orjson
 
 from worker.calls import Item
 from worker.context import TurnContext
-from worker.harness.answers import decided_call, words_of
+from worker.harness.answers import answer_messages, decided_call
 from worker.harness.router import carry_out
 
 
@@ -36,7 +36,7 @@ async def resume_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
         async for event in events:
             yield event
     if "words" in resume and not resume.get("pending"):
-        ctx.tool_messages.extend(words_of(ctx.request))
+        ctx.tool_messages.extend(answer_messages(ctx.request))
 
 
 def edited_arguments(decisions: list[dict[str, Any]]) -> dict[str, str]:

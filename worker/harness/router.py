@@ -89,7 +89,7 @@ from worker.harness.tool_call import (
     problem_with,
 )
 from worker.tools.confirmation import parameters
-from worker.tools.policy import Ruling, Verdict, rule_on
+from worker.tools.policy import PolicyVerdict, Ruling, rule_on
 
 __all__ = [
     "RESPOND_TOOL",
@@ -212,7 +212,7 @@ async def router_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
             ctx.answer_start = len(ctx.content)
             rulings = [await rule(ctx, call, tools) for call in own]
             waiting = [
-                c for c, r in zip(own, rulings, strict=True) if r and r.verdict is Verdict.ASK
+                c for c, r in zip(own, rulings, strict=True) if r and r.verdict is PolicyVerdict.ASK
             ]
             for call, ruling in zip(own, rulings, strict=True):
                 if call not in waiting:

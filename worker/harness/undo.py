@@ -20,7 +20,7 @@ from worker.calls import Item
 from worker.context import TurnContext
 from worker.harness.router import pause, propose, room_to_wait, rule, run_call
 from worker.harness.tool_call import PlannedCall, check
-from worker.tools.policy import Verdict
+from worker.tools.policy import PolicyVerdict
 
 __all__ = ["UNDO_TOOL", "undo_harness"]
 
@@ -35,7 +35,7 @@ async def undo_harness(ctx: TurnContext) -> AsyncGenerator[Item, None]:
     ctx.tool_messages.append(message)
     ruling = await rule(ctx, call, tools)
     refused = ruling.refusal if ruling is not None else None
-    if ruling is not None and ruling.verdict is Verdict.ASK:
+    if ruling is not None and ruling.verdict is PolicyVerdict.ASK:
         room, why = await room_to_wait(ctx)
         checked = await check(
             call, tools[call.name], timeout_s=ctx.settings.tool_timeout_s, runtime=ctx.runtime

@@ -36,7 +36,7 @@ def summary(tool: BaseTool, args: dict[str, Any]) -> str:
     return f"Run {tool.name}({shown})"
 
 
-Check = Callable[[dict[str, Any], RunnableConfig], Awaitable[str]]
+ConfirmationCheck = Callable[[dict[str, Any], RunnableConfig], Awaitable[str]]
 
 
 async def checked_summary(tool: BaseTool, args: dict[str, Any], config: RunnableConfig) -> str:

@@ -55,7 +55,7 @@ from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 
 __all__ = [
-    "MAX_RESULTS",
+    "MAX_ITEMS",
     "check_control",
     "check_play",
     "plex_browse",
@@ -67,12 +67,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-SERVICE = "Plex"
-MAX_RESULTS = 15
-MAX_QUERY_CHARS = 200
+_SERVICE = "Plex"
+MAX_ITEMS = 15
+_MAX_QUERY_CHARS = 200
 MAX_CLIENT_CHARS = 100
 TITLE_CHARS = 80
-Kind = Literal["any", "movie", "show", "episode", "music"]
+MediaKind = Literal["any", "movie", "show", "episode", "music"]
 Shelf = Literal["on_deck", "recently_added"]
 Action = Literal["pause", "resume", "stop"]
 # The hubs of Plex's search each kind reads.
@@ -99,7 +99,7 @@ _ACTIONS: dict[str, tuple[str, str | None, str, str]] = {
 
 
 @tool
-async def plex_search(query: str, config: RunnableConfig, kind: Kind = "any") -> str:
+async def plex_search(query: str, config: RunnableConfig, kind: MediaKind = "any") -> str:
     """Search the Plex library for movies, shows, episodes and music by title.
 
     `kind` keeps one kind ("movie", "show", "episode" or "music"). Each result has the id
@@ -110,8 +110,8 @@ async def plex_search(query: str, config: RunnableConfig, kind: Kind = "any") ->
         wanted = _query(query)
         reporter.step(f"Searching Plex for “{trim(wanted, 80)}”")
 
-        def search(server: PlexServer) -> list[Item]:
-            found = [_item(i) for i in server.search(wanted, limit=MAX_RESULTS)]
+        def search(server: PlexServer) -> list[PlexItem]:
+            found = [_item(i) for i in server.search(wanted, limit=MAX_ITEMS)]
             hubs = _HUBS.get(kind)
             return [i for i in found if hubs is None or i.type in hubs]
 
@@ -121,8 +121,8 @@ async def plex_search(query: str, config: RunnableConfig, kind: Kind = "any") ->
     if not found:
         scope = "" if kind == "any" else f" ({what})"
         return f"Plex has nothing matching “{trim(wanted, 80)}”{scope}."
-    lines = [f"Plex results for “{trim(wanted, 80)}”: {min(len(found), MAX_RESULTS)}"]
-    lines += [f"- {_describe(i)}, id {i.key}" for i in found[:MAX_RESULTS]]
+    lines = [f"Plex results for “{trim(wanted, 80)}”: {min(len(found), MAX_ITEMS)}"]
+    lines += [f"- {_describe(i)}, id {i.key}" for i in found[:MAX_ITEMS]]
     return "\n".join(lines)
 
 
@@ -136,13 +136,13 @@ async def plex_browse(shelf: Shelf, config: RunnableConfig) -> str:
         reporter.step(f"Asking Plex what is {named}")
         found = await _run(
             config,
-            lambda server: [_item(i) for i in server.fetchItems(path, maxresults=MAX_RESULTS)],
+            lambda server: [_item(i) for i in server.fetchItems(path, maxresults=MAX_ITEMS)],
         )
     reporter.complete(f"Found {len(found)} item{'' if len(found) == 1 else 's'}")
     if not found:
         return f"Nothing is {named} in Plex."
     lines = [f"{named.capitalize()} in Plex: {len(found)}"]
-    for item in found[:MAX_RESULTS]:
+    for item in found[:MAX_ITEMS]:
         watched = _progress(item.offset_ms, item.duration_ms)
         lines.append(
             f"- {_describe(item)}{f', {watched} watched' if watched else ''}, id {item.key}"
@@ -164,7 +164,7 @@ async def plex_now_playing(config: RunnableConfig) -> str:
         sessions, clients = await _run(config, look)
     reporter.complete(f"{len(sessions)} playing")
     lines = [f"Playing now on Plex: {len(sessions)}" if sessions else "Nothing is playing on Plex."]
-    for playing in sessions[:MAX_RESULTS]:
+    for playing in sessions[:MAX_ITEMS]:
         watched = _progress(playing.item.offset_ms, playing.item.duration_ms)
         who = f", for {', '.join(playing.users)}" if playing.users else ""
         lines.append(
@@ -415,8 +415,8 @@ def _query(query: str) -> str:
     wanted = " ".join(query.split())
     if not wanted:
         raise ToolException("Error: the search is empty")
-    if len(wanted) > MAX_QUERY_CHARS:
-        raise ToolException(f"Error: the search is longer than {MAX_QUERY_CHARS} characters")
+    if len(wanted) > _MAX_QUERY_CHARS:
+        raise ToolException(f"Error: the search is longer than {_MAX_QUERY_CHARS} characters")
     return wanted
 
 
@@ -442,7 +442,7 @@ def _client(client: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Item:
+class PlexItem:
     """What the tools say of a Plex item, read in plexapi's thread."""
 
     key: int | None
@@ -460,13 +460,13 @@ class Item:
 
 @dataclass(frozen=True, slots=True)
 class Playing:
-    item: Item
+    item: PlexItem
     player: str
     state: str
     users: tuple[str, ...]
 
 
-def _item(obj: Any) -> Item:
+def _item(obj: Any) -> PlexItem:
     """An item's attributes as plexapi loaded them. Read from the object's own `vars`: an
     attribute a partial object lacks would make plexapi fetch the whole item again."""
     fields = vars(obj)
@@ -480,7 +480,7 @@ def _item(obj: Any) -> Item:
         return str(value) if value not in (None, "") else None
 
     kind = text("type") or "item"
-    return Item(
+    return PlexItem(
         key=number("ratingKey"),
         type=kind,
         title=text("title") or "?",
@@ -505,7 +505,7 @@ def _playing(session: Any) -> Playing:
     )
 
 
-def _describe(item: Item) -> str:
+def _describe(item: PlexItem) -> str:
     """An item as a person names it: `movie “The Matrix” (1999)`."""
     title = f"“{trim(item.title, TITLE_CHARS)}”"
     when = f" ({item.year})" if item.year is not None else ""

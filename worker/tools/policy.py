@@ -49,10 +49,10 @@ __all__ = [
     "DECLARED",
     "Policy",
     "PolicyError",
+    "PolicyVerdict",
     "Ruling",
     "Subject",
     "Subjects",
-    "Verdict",
     "load_policy",
     "parse_policy",
     "policy_of",
@@ -63,13 +63,13 @@ __all__ = [
 DECLARED = "declared"  # the rule name of a call no rule matched
 
 
-class Verdict(StrEnum):
+class PolicyVerdict(StrEnum):
     ALLOW = "allow"
     ASK = "ask"
     DENY = "deny"
 
 
-_STRICTNESS = {Verdict.ALLOW: 0, Verdict.ASK: 1, Verdict.DENY: 2}
+_STRICTNESS = {PolicyVerdict.ALLOW: 0, PolicyVerdict.ASK: 1, PolicyVerdict.DENY: 2}
 
 
 def _globs(value: Any) -> Any:
@@ -98,7 +98,7 @@ class Match(BaseModel):
         return self.area is not None
 
 
-class Rule(Match):
+class PolicyRule(Match):
     decision: Literal["allow", "ask"]
 
 
@@ -113,7 +113,7 @@ class PolicyFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[PolicyRule, ...] = ()
     users: dict[str, UserRules] = Field(default_factory=dict)
 
 
@@ -147,7 +147,7 @@ Subjects = Callable[[dict[str, Any], RunnableConfig, bool], Awaitable[list[Subje
 class Ruling:
     """What the policy says of a call, and which rule said it."""
 
-    verdict: Verdict
+    verdict: PolicyVerdict
     rule: str
     # Why a call is refused, when no rule of the user's refused it.
     reason: str | None = None
@@ -159,7 +159,7 @@ class Ruling:
     @property
     def refusal(self) -> str | None:
         """What the model reads of a refused call (None for one that is not)."""
-        if self.verdict is not Verdict.DENY:
+        if self.verdict is not PolicyVerdict.DENY:
             return None
         if self.reason is not None:
             return self.reason
@@ -168,7 +168,7 @@ class Ruling:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[PolicyRule, ...] = ()
     users: Mapping[str, UserRules] = field(default_factory=dict)
 
     def needs_area(self, owner: str | None) -> bool:
@@ -179,15 +179,15 @@ class Policy:
         """The ruling on one subject (see the module docstring for the order)."""
         for n, match in enumerate(self.users.get(owner or "", UserRules()).deny):
             if _matches(match, subject, closed=True):
-                return Ruling(Verdict.DENY, match.name or f"users.{owner}.deny[{n}]")
+                return Ruling(PolicyVerdict.DENY, match.name or f"users.{owner}.deny[{n}]")
         if subject.tool in settings.auto_approve_tool_names():
-            return Ruling(Verdict.ALLOW, "BERNARD_AUTO_APPROVE_TOOLS")
+            return Ruling(PolicyVerdict.ALLOW, "BERNARD_AUTO_APPROVE_TOOLS")
         if subject.tool in settings.confirm_tool_names():
-            return Ruling(Verdict.ASK, "BERNARD_CONFIRM_TOOLS")
+            return Ruling(PolicyVerdict.ASK, "BERNARD_CONFIRM_TOOLS")
         for n, rule in enumerate(self.rules):
             if _matches(rule, subject, closed=rule.decision != "allow"):
-                return Ruling(Verdict(rule.decision), rule.name or f"rules[{n}]")
-        return Ruling(Verdict.ASK if subject.declared else Verdict.ALLOW, DECLARED)
+                return Ruling(PolicyVerdict(rule.decision), rule.name or f"rules[{n}]")
+        return Ruling(PolicyVerdict.ASK if subject.declared else PolicyVerdict.ALLOW, DECLARED)
 
     def rule_all(
         self, subjects: Sequence[Subject], owner: str | None, settings: Settings
@@ -315,5 +315,5 @@ async def rule_on(
         except Exception as exc:
             said = str(exc).removeprefix("Error: ") or type(exc).__name__
             why = f"what this call acts on could not be read ({said}); it was not run"
-            return Ruling(Verdict.DENY, "unreadable", why)
+            return Ruling(PolicyVerdict.DENY, "unreadable", why)
     return policy.rule_all(subjects or [_own_subject(tool, args)], owner, settings)

@@ -25,8 +25,8 @@ __all__ = ["MAX_RESULTS", "SNIPPET_CHARS", "WebSearchSettings", "web_search"]
 
 MAX_RESULTS = 10
 SNIPPET_CHARS = 300
-MAX_QUERY_CHARS = 500
-SERVICE = "the search service (SearXNG)"
+_MAX_QUERY_CHARS = 500
+_SERVICE = "the search service (SearXNG)"
 
 
 class WebSearchSettings(SourceSettings):
@@ -51,8 +51,8 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
     with reporter.reporting_errors():
         if not query:
             raise ToolException("Error: the search query is empty")
-        if len(query) > MAX_QUERY_CHARS:
-            raise ToolException(f"Error: the search query is longer than {MAX_QUERY_CHARS} chars")
+        if len(query) > _MAX_QUERY_CHARS:
+            raise ToolException(f"Error: the search query is longer than {_MAX_QUERY_CHARS} chars")
         base = get_runtime(config).tool_settings.of(WebSearchSettings).searxng_url
         if not base:
             raise ToolException("Error: web search is not configured (BERNARD_SEARXNG_URL)")
@@ -61,7 +61,7 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
             config,
             "GET",
             f"{base.rstrip('/')}/search",
-            service=SERVICE,
+            service=_SERVICE,
             params={"q": query, "format": "json"},
             refused="; the instance may require a login or not allow the JSON format",
         )
@@ -69,8 +69,8 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
     reporter.step(f"Retrieved {len(results)} result{'' if len(results) == 1 else 's'}")
     reporter.complete("Formatting results")
     if not results:
-        return f"No results for {quoted(query, limit=MAX_QUERY_CHARS)}."
-    lines = [f"Web results for {quoted(query, limit=MAX_QUERY_CHARS)}:"]
+        return f"No results for {quoted(query, limit=_MAX_QUERY_CHARS)}."
+    lines = [f"Web results for {quoted(query, limit=_MAX_QUERY_CHARS)}:"]
     for number, result in enumerate(results[:limit], start=1):
         lines.append(f"{number}. {trim(result['title'] or result['url'], 200)}")
         lines.append(f"   {result['url']}")
@@ -87,7 +87,7 @@ def _results(data: Any) -> list[dict[str, str]]:
     """The results with a URL, as {title, url, content}; a tool error for any other shape."""
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
-        raise ToolException(f"Error: {SERVICE} sent an unexpected response (no result list)")
+        raise ToolException(f"Error: {_SERVICE} sent an unexpected response (no result list)")
     found = []
     for item in results:
         if isinstance(item, dict) and isinstance(item.get("url"), str) and item["url"]:

@@ -29,7 +29,7 @@ __all__ = ["MAX_DAYS", "WMO_CODES", "WeatherSettings", "weather"]
 
 MAX_DAYS = 16  # the forecast API's limit
 MAX_LOCATION_CHARS = 200
-SERVICE = "the weather service (Open-Meteo)"
+_SERVICE = "the weather service (Open-Meteo)"
 
 
 class WeatherSettings(SourceSettings):
@@ -140,7 +140,7 @@ async def weather(
 weather.handle_tool_error = True
 
 
-def describe(code: Any) -> str:
+def wmo_words(code: Any) -> str:
     """A WMO weather code in words."""
     return WMO_CODES.get(code, f"weather code {code}") if isinstance(code, int) else "unknown"
 
@@ -148,10 +148,10 @@ def describe(code: Any) -> str:
 def _place(data: Any, location: str) -> dict[str, Any]:
     """The first geocoding match as {label, latitude, longitude}; a tool error for none."""
     if not isinstance(data, dict):
-        raise ToolException(f"Error: {SERVICE} sent an unexpected geocoding response")
+        raise ToolException(f"Error: {_SERVICE} sent an unexpected geocoding response")
     results = data.get("results") or []  # no match: the key is absent
     if not isinstance(results, list):
-        raise ToolException(f"Error: {SERVICE} sent an unexpected geocoding response")
+        raise ToolException(f"Error: {_SERVICE} sent an unexpected geocoding response")
     if not results:
         raise ToolException(
             f"Error: no place called “{location}” was found; try the name of a nearby city"
@@ -160,7 +160,7 @@ def _place(data: Any, location: str) -> dict[str, Any]:
     try:
         name, lat, lon = str(first["name"]), float(first["latitude"]), float(first["longitude"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise ToolException(f"Error: {SERVICE} sent an unexpected geocoding response") from exc
+        raise ToolException(f"Error: {_SERVICE} sent an unexpected geocoding response") from exc
     parts = [name]
     region, country = first.get("admin1"), first.get("country")
     if isinstance(region, str) and region and name not in region:
@@ -179,7 +179,7 @@ def _render(label: str, data: Any) -> str:
             f"Weather for {label} ({data.get('timezone', 'local time')})",
             f"Now ({str(now['time']).replace('T', ' ')}): "
             f"{_amount(now['temperature_2m'], now_units['temperature_2m'])}, "
-            f"{describe(now['weather_code'])}, "
+            f"{wmo_words(now['weather_code'])}, "
             f"wind {_amount(now['wind_speed_10m'], now_units['wind_speed_10m'])}, "
             f"humidity {_amount(now['relative_humidity_2m'], now_units['relative_humidity_2m'])}",
         ]
@@ -188,11 +188,11 @@ def _render(label: str, data: Any) -> str:
             high = _amount(daily["temperature_2m_max"][i], daily_units["temperature_2m_max"])
             rain = _amount(daily["precipitation_sum"][i], daily_units["precipitation_sum"])
             lines.append(
-                f"{date.fromisoformat(day):%a %Y-%m-%d}: {describe(daily['weather_code'][i])}, "
+                f"{date.fromisoformat(day):%a %Y-%m-%d}: {wmo_words(daily['weather_code'][i])}, "
                 f"{low} to {high}, precipitation {rain}"
             )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise ToolException(f"Error: {SERVICE} sent an unexpected forecast response") from exc
+        raise ToolException(f"Error: {_SERVICE} sent an unexpected forecast response") from exc
     return "\n".join(lines)
 
 
@@ -207,7 +207,9 @@ def _amount(value: Any, unit: Any) -> str:
 
 async def _get_json(config: RunnableConfig, url: str, params: dict[str, str]) -> Any:
     # Open-Meteo explains a rejected request as {"error": true, "reason": "..."}.
-    return await request_json(config, "GET", url, service=SERVICE, params=params, reason_of=_reason)
+    return await request_json(
+        config, "GET", url, service=_SERVICE, params=params, reason_of=_reason
+    )
 
 
 def _reason(body: Any) -> str | None:

@@ -32,9 +32,9 @@ from worker.tools.settings import SourceSettings
 __all__ = ["EXTRACT_CHARS", "WikipediaSettings", "wiki_base", "wikipedia"]
 
 EXTRACT_CHARS = 1500
-MAX_QUERY_CHARS = 300
+_MAX_QUERY_CHARS = 300
 SEARCH_LIMIT = 5
-SERVICE = "Wikipedia"
+_SERVICE = "Wikipedia"
 _LANG = re.compile(r"[a-z]{2,3}")
 _PUBLIC_HOST = re.compile(r"[a-z][a-z-]*\.wikipedia\.org")
 
@@ -84,8 +84,8 @@ async def _look_up(
 ) -> str:
     if not query:
         raise ToolException("Error: the query is empty")
-    if len(query) > MAX_QUERY_CHARS:
-        raise ToolException(f"Error: the query is longer than {MAX_QUERY_CHARS} characters")
+    if len(query) > _MAX_QUERY_CHARS:
+        raise ToolException(f"Error: the query is longer than {_MAX_QUERY_CHARS} characters")
     configured = get_runtime(config).tool_settings.of(WikipediaSettings).wikipedia_url
     if not configured:
         raise ToolException("Error: Wikipedia is not configured (BERNARD_WIKIPEDIA_URL)")
@@ -100,7 +100,7 @@ async def _look_up(
         "srlimit": str(SEARCH_LIMIT),
     }
     titles, suggestion = _search_hits(
-        await request_json(config, "GET", f"{base}/w/api.php", service=SERVICE, params=params)
+        await request_json(config, "GET", f"{base}/w/api.php", service=_SERVICE, params=params)
     )
     ambiguous: list[str] = []
     for position, title in enumerate(titles):
@@ -110,13 +110,13 @@ async def _look_up(
             config,
             "GET",
             f"{base}/api/rest_v1/page/summary/{path}",
-            service=SERVICE,
+            service=_SERVICE,
             missing_ok=True,
         )
         if summary is None:  # deleted or renamed since the search index saw it
             continue
         if not isinstance(summary, dict):
-            raise ToolException(f"Error: {SERVICE} sent an unexpected page summary")
+            raise ToolException(f"Error: {_SERVICE} sent an unexpected page summary")
         if summary.get("type") == "disambiguation":
             ambiguous.append(title)
             continue
@@ -143,13 +143,13 @@ def _search_hits(data: Any) -> tuple[list[str], str | None]:
     """The titles an Action API search found, and its spelling suggestion if any."""
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
         info = data["error"].get("info") or data["error"].get("code") or "unknown error"
-        raise ToolException(f"Error: {SERVICE} rejected the search: {info}")
+        raise ToolException(f"Error: {_SERVICE} rejected the search: {info}")
     query = data.get("query") if isinstance(data, dict) else None
     hits = query.get("search") if isinstance(query, dict) else None
     if not isinstance(hits, list) or not all(
         isinstance(hit, dict) and isinstance(hit.get("title"), str) for hit in hits
     ):
-        raise ToolException(f"Error: {SERVICE} sent an unexpected search response")
+        raise ToolException(f"Error: {_SERVICE} sent an unexpected search response")
     info = query.get("searchinfo") if isinstance(query, dict) else None
     suggestion = info.get("suggestion") if isinstance(info, dict) else None
     return [hit["title"] for hit in hits], suggestion if isinstance(suggestion, str) else None

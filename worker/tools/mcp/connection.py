@@ -50,11 +50,11 @@ from worker.tools.mcp.bounds import Bounds, Listing, arguments_schema, descripti
 from worker.tools.mcp.config import HttpServer, ServerConfig, StdioServer
 from worker.tools.mcp.lines import BoundedLines, too_long
 
-__all__ = ["PROBE_S", "Connection", "State", "backoff"]
+__all__ = ["PROBE_S", "Connection", "ConnectionState", "backoff"]
 
 logger = logging.getLogger("bernard.worker.mcp")
 
-CLIENT = Implementation(name="bernard", version="0.1")
+CLIENT_INFO = Implementation(name="bernard", version="0.1")
 # How often a ready session is checked (and its tools listed again).
 PROBE_S = 30.0
 BACKOFF_FIRST_S = 1.0
@@ -74,7 +74,7 @@ _REFUSALS = {
 }
 
 
-class State(StrEnum):
+class ConnectionState(StrEnum):
     CONNECTING = "connecting"
     READY = "ready"
     DOWN = "down"
@@ -115,7 +115,7 @@ class Connection:
         self.checks = checks
         # A call's limit, and the handshake's: the server's own, within the tool timeout.
         self.timeout_s = min(config.timeout_s or timeout_s, timeout_s)
-        self.state = State.CONNECTING
+        self.state = ConnectionState.CONNECTING
         self.error: str | None = None
         self.since = time.time()
         self.tools: tuple[Tool, ...] = ()
@@ -159,7 +159,7 @@ class Connection:
                 delay,
                 extra={"mcp_server": self.name},
             )
-            self._set(State.DOWN, reason)
+            self._set(ConnectionState.DOWN, reason)
             await anyio.sleep(delay)
 
     async def call(
@@ -220,7 +220,7 @@ class Connection:
             self._watched(self._transport()),
             mode="auto",
             message_handler=self._on_message,
-            client_info=CLIENT,
+            client_info=CLIENT_INFO,
             cache=None,
         )
         with anyio.CancelScope(deadline=anyio.current_time() + self.timeout_s) as limit:
@@ -230,7 +230,7 @@ class Connection:
                 limit.deadline = math.inf
                 await self._keep(listed)
                 self._client, self._ready_at = client, time.monotonic()
-                self._set(State.READY)
+                self._set(ConnectionState.READY)
                 try:
                     async with anyio.create_task_group() as tasks:
                         if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _notifies(
@@ -312,17 +312,17 @@ class Connection:
             self._lost = reason
         if self._client is not None:
             self._client = None
-            self._set(State.DOWN, self._lost)
+            self._set(ConnectionState.DOWN, self._lost)
         self._poke()
 
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
-    def _set(self, state: State, error: str | None = None) -> None:
+    def _set(self, state: ConnectionState, error: str | None = None) -> None:
         if (state, error) == (self.state, self.error):
             return
-        if state is State.READY:
+        if state is ConnectionState.READY:
             logger.info(
                 "MCP server %s is ready: %d tools",
                 self.name,

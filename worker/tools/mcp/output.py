@@ -33,7 +33,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
-__all__ = ["INLINE_RESOURCE_CHARS", "MAX_REFERENCES", "Output", "render"]
+__all__ = ["INLINE_RESOURCE_CHARS", "MAX_REFERENCES", "Output", "render_result"]
 
 INLINE_RESOURCE_CHARS = 4_000
 # Blocks the artifact refers to, at most: a result of a million tiny images is one line.
@@ -48,7 +48,7 @@ class Output:
     artifact: dict[str, Any] | None = None
 
 
-def render(result: CallToolResult, *, max_chars: int) -> Output:
+def render_result(result: CallToolResult, *, max_chars: int) -> Output:
     """`result` as the model reads it (see the module docstring)."""
     text = _Cut(max_chars)
     references: list[dict[str, Any]] = []

@@ -37,8 +37,8 @@ from shared.schema_checks import Invalid
 from worker.tools.http import trim
 from worker.tools.mcp.bounds import arguments_schema, description
 from worker.tools.mcp.config import Confirm
-from worker.tools.mcp.connection import Connection, State
-from worker.tools.mcp.output import Output, render
+from worker.tools.mcp.connection import Connection, ConnectionState
+from worker.tools.mcp.output import Output, render_result
 from worker.tools.progress import get_reporter
 
 __all__ = ["McpTool", "waits"]
@@ -138,7 +138,7 @@ class McpTool(BaseTool):
                     reporter.step(said or f"{progress:g} done")
 
             result = await self.connection.call(self.remote.name, args, report)
-            output = render(result, max_chars=self.connection.result_max_chars)
+            output = render_result(result, max_chars=self.connection.result_max_chars)
             if result.is_error:
                 said = output.text or "the tool failed without saying why"
                 raise ToolException(f"Error: {said}")
@@ -148,7 +148,7 @@ class McpTool(BaseTool):
         """The `confirmation_check`: what will run, or why it cannot."""
         await self._check_arguments(args)
         connection = self.connection
-        if connection.state is not State.READY:
+        if connection.state is not ConnectionState.READY:
             why = f" ({connection.error})" if connection.error else ""
             raise ToolException(
                 f"Error: the MCP server “{self.server}” is not connected{why}; try again later"
