@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cli.client import Api, ApiError, TurnStream
+from cli.client import Api, ApiCallError, TurnStream
 from cli.frames import TurnEvent
 from cli.live import print_ending, watch
 from cli.prompt import LineEditor
@@ -105,7 +105,7 @@ class Chat:
         # The arguments last edited, kept across a refused edit so the next one starts there.
         self._draft: dict[str, str] = {}
 
-    def error(self, exc: ApiError) -> None:
+    def error(self, exc: ApiCallError) -> None:
         self.console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
 
     def ask(self, question: str) -> str:
@@ -160,7 +160,7 @@ class Chat:
     def new_conversation(self) -> None:
         try:
             conversation = self.api.post("/v1/conversations")
-        except ApiError as exc:
+        except ApiCallError as exc:
             self.error(exc)
             return
         self.conversation_id = str(conversation["id"])
@@ -207,7 +207,7 @@ class Chat:
                     approved=approved,
                     drawn=drawn,
                 )
-            except ApiError as exc:
+            except ApiCallError as exc:
                 self.error(exc)
                 if exc.status == 400:
                     continue  # edited arguments the tool refuses: ask again
@@ -265,7 +265,7 @@ class Chat:
         (`TurnView.drawn`)."""
         stream = TurnStream(self.api)
         view = TurnView(approved=dict(approved or {}), drawn=set(drawn or ()))
-        stop_failed: list[ApiError] = []
+        stop_failed: list[ApiCallError] = []
         try:
             finished = watch(
                 self.console,
@@ -274,7 +274,7 @@ class Chat:
                 view,
                 stop=lambda turn_id: self.stop(turn_id, stop_failed),
             )
-        except ApiError as exc:
+        except ApiCallError as exc:
             if refuse and view.turn_id is None:
                 raise
             self.error(exc)
@@ -288,12 +288,12 @@ class Chat:
         self.left(view)
         return None
 
-    def stop(self, turn_id: str, failed: list[ApiError]) -> None:
+    def stop(self, turn_id: str, failed: list[ApiCallError]) -> None:
         """Ask for the turn to stop (on the drawing's stop thread); a refusal is said once
         the drawing is done."""
         try:
             self.api.post(f"/v1/turns/{turn_id}/cancel")
-        except ApiError as exc:
+        except ApiCallError as exc:
             failed.append(exc)
 
     def left(self, view: TurnView) -> None:
@@ -310,14 +310,14 @@ class Chat:
         )
 
 
-def open_conversation(api: Api, conversation_id: str | None) -> dict[str, Any]:
+def chat_conversation(api: Api, conversation_id: str | None) -> dict[str, Any]:
     """The conversation to chat in: the one named (created when the caller has none by
     that id), else a new one."""
     if conversation_id is None:
         return dict(api.post("/v1/conversations"))
     try:
         return dict(api.get(f"/v1/conversations/{conversation_id}"))
-    except ApiError as exc:
+    except ApiCallError as exc:
         if exc.status != 404:
             raise
     return dict(api.post("/v1/conversations", {"id": conversation_id}))
@@ -326,8 +326,8 @@ def open_conversation(api: Api, conversation_id: str | None) -> dict[str, Any]:
 def chat(api: Api, console: Console, conversation_id: str | None, keyboard: LineEditor) -> int:
     """`bernard chat`: the exit code."""
     try:
-        conversation = open_conversation(api, conversation_id)
-    except ApiError as exc:
+        conversation = chat_conversation(api, conversation_id)
+    except ApiCallError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 1
     except KeyboardInterrupt:

@@ -31,7 +31,7 @@ RETRY_PAUSES_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 READ_TIMEOUT_S = 60.0
 
 
-class ApiError(Exception):
+class ApiCallError(Exception):
     """The API answered with an error (its OpenAI error envelope), or not at all."""
 
     def __init__(self, status: int | None, message: str, code: str | None = None) -> None:
@@ -50,18 +50,18 @@ class StreamDropped(Exception):
     """The connection ended before the turn's last frame."""
 
 
-def error_of(response: httpx.Response) -> ApiError:
-    """The API's error envelope as an `ApiError` (any body at all, for a proxy's page)."""
+def call_error_of(response: httpx.Response) -> ApiCallError:
+    """The API's error envelope as an `ApiCallError` (any body at all, for a proxy's page)."""
     try:
         error = response.json().get("error") or {}
     except ValueError:
         error = {}
     message = error.get("message") or response.text[:200] or response.reason_phrase
-    return ApiError(response.status_code, message, error.get("code"))
+    return ApiCallError(response.status_code, message, error.get("code"))
 
 
 class Api:
-    """One API base URL and key; every call raises `ApiError` on an error answer or a
+    """One API base URL and key; every call raises `ApiCallError` on an error answer or a
     connection that fails."""
 
     def __init__(self, base_url: str, key: str | None = None, *, timeout_s: float = 30.0) -> None:
@@ -83,9 +83,9 @@ class Api:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise ApiError(None, f"cannot reach {self.base_url}: {exc}") from exc
+            raise ApiCallError(None, f"cannot reach {self.base_url}: {exc}") from exc
         if response.status_code >= 400:
-            raise error_of(response)
+            raise call_error_of(response)
         return response.json()
 
     def get(self, path: str, **params: Any) -> Any:
@@ -150,7 +150,7 @@ class TurnStream:
             yield from self._read(method, path, body)
         except StreamDropped as exc:
             if self.turn_id is None:
-                raise ApiError(
+                raise ApiCallError(
                     None, f"the connection to {self.api.base_url} failed: {exc}"
                 ) from None
             yield from self._resume(str(exc))
@@ -177,7 +177,7 @@ class TurnStream:
             except StreamDropped as exc:
                 reason = str(exc)
             if time.monotonic() > deadline:
-                raise ApiError(
+                raise ApiCallError(
                     None,
                     f"lost the connection to {self.api.base_url} for {self.reconnect_for_s:.0f} s "
                     f"({reason}); the turn goes on: bernard turns tail {self.turn_id}",
@@ -197,7 +197,7 @@ class TurnStream:
                     raise StreamDropped(f"{response.status_code} {response.reason_phrase}")
                 if response.status_code >= 400:
                     response.read()
-                    raise error_of(response)
+                    raise call_error_of(response)
                 self.turn_id = response.headers.get("x-bernard-turn-id") or self.turn_id
                 if resumed and self.on_resumed is not None:
                     self.on_resumed()

@@ -114,6 +114,6 @@ def rename_conversation(api: Api, console: Console, conversation_id: str, title:
     )
 
 
-def delete_conversation(api: Api, console: Console, conversation_id: str) -> None:
+def delete_and_report(api: Api, console: Console, conversation_id: str) -> None:
     api.delete(f"/v1/conversations/{conversation_id}")
     console.print(f"Deleted conversation {conversation_id}.", highlight=False)

@@ -27,26 +27,25 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from cli.client import Api, ApiError
+from cli.client import Api, ApiCallError
 from shared import keys
 from shared.connection import REDIS_ERRORS, connect, connect_data, redact
 from shared.redaction import redact_urls
 from shared.redis_checks import ServerFacts, redis_error_text, server_facts
-from shared.status import ModelStatus
-from shared.status import StatusReport as ServerStatus
+from shared.status import ModelStatus, StatusReport
 
-Status = Literal["ok", "warn", "fail"]
+CheckStatus = Literal["ok", "warn", "fail"]
 T = TypeVar("T")
 MIN_REDIS = (6, 2)  # Streams with MINID (deploy/k8s/redis.md)
 RECOMMENDED_REDIS = (7, 0)
-TIMEOUT_S = 5.0
+REDIS_CHECK_TIMEOUT_S = 5.0
 _STYLES = {"ok": "green", "warn": "yellow", "fail": "red"}
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
     name: str
-    status: Status
+    status: CheckStatus
     detail: str
     fix: str = ""
 
@@ -121,7 +120,7 @@ def workers_check(count: int) -> Check:
     )
 
 
-_RANK: dict[Status, int] = {"ok": 0, "warn": 1, "fail": 2}
+_RANK: dict[CheckStatus, int] = {"ok": 0, "warn": 1, "fail": 2}
 # A URL the client cannot use, or a Redis that does not answer (`_on_redis`).
 _UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *REDIS_ERRORS)
 _REDIS_FIX = (
@@ -198,10 +197,10 @@ def _worst(found: list[tuple[str, Check]]) -> Check:
 
 async def _on_redis(url: str, use: Callable[[Redis], Awaitable[T]], *, data: bool) -> T:
     """`use` a client of `url` (the data role's `connect_data`, else `connect`), within
-    `TIMEOUT_S` and without retries; `ValueError` for a URL it cannot use."""
+    `REDIS_CHECK_TIMEOUT_S` and without retries; `ValueError` for a URL it cannot use."""
     client = connect_data(url, retries=0) if data else connect(url, retries=0)
     try:
-        async with asyncio.timeout(TIMEOUT_S):
+        async with asyncio.timeout(REDIS_CHECK_TIMEOUT_S):
             return await use(client)
     finally:
         await client.aclose()
@@ -211,11 +210,11 @@ def _unreachable(exc: Exception, url: str) -> str:
     if isinstance(exc, ValueError):
         return f"cannot use {redact(url)}: {redis_error_text(exc, url)}"
     if isinstance(exc, TimeoutError) and not str(exc):  # the deadline of `_on_redis`
-        return f"no Redis answers at {redact(url)} within {TIMEOUT_S:g} s"
+        return f"no Redis answers at {redact(url)} within {REDIS_CHECK_TIMEOUT_S:g} s"
     return f"no Redis answers at {redact(url)}: {redis_error_text(exc, url)}"
 
 
-def api_checks(api: Api) -> tuple[list[Check], ServerStatus | None]:
+def api_checks(api: Api) -> tuple[list[Check], StatusReport | None]:
     """The URL answering and the key accepted, and the server's status (None when it
     cannot be read)."""
     try:
@@ -232,7 +231,7 @@ def api_checks(api: Api) -> tuple[list[Check], ServerStatus | None]:
     checks = [Check("API", "ok", f"{api.base_url} answers")]
     try:
         body = api.get("/v1/status")
-    except ApiError as exc:
+    except ApiCallError as exc:
         if exc.status == 401:
             fix = "pass --key or set BERNARD_API_KEY to one of the server's BERNARD_API_KEYS"
             return [*checks, Check("Key", "fail", f"the API refuses it: {exc.message}", fix)], None
@@ -243,10 +242,10 @@ def api_checks(api: Api) -> tuple[list[Check], ServerStatus | None]:
         )
         return [*checks, Check("Status", "fail", f"GET /v1/status: {exc}", fix)], None
     checks.append(Check("Key", "ok", "accepted" if api.has_key else "the API needs none"))
-    return checks, ServerStatus.model_validate(body)
+    return checks, StatusReport.model_validate(body)
 
 
-def status_checks(status: ServerStatus, *, with_redis: bool = True) -> list[Check]:
+def status_checks(status: StatusReport, *, with_redis: bool = True) -> list[Check]:
     """What the server's status says, judged (`with_redis`: its Redis and workers too)."""
     checks = [version_check(status)]
     if with_redis:
@@ -267,7 +266,7 @@ def status_checks(status: ServerStatus, *, with_redis: bool = True) -> list[Chec
     return checks
 
 
-def version_check(status: ServerStatus) -> Check:
+def version_check(status: StatusReport) -> Check:
     if status.workers_version is None or status.workers_version == status.version:
         return Check("Version", "ok", f"Bernard {status.version}")
     return Check(
@@ -278,7 +277,7 @@ def version_check(status: ServerStatus) -> Check:
     )
 
 
-def server_redis_checks(status: ServerStatus) -> list[Check]:
+def server_redis_checks(status: StatusReport) -> list[Check]:
     """Each Redis the server uses answering it, then version, eviction and AOF: the worst
     of every server's, naming the one that differs."""
     checks: list[Check] = []
@@ -301,7 +300,7 @@ def server_redis_checks(status: ServerStatus) -> list[Check]:
     return [*checks, *facts_checks(servers)] if servers else checks
 
 
-def model_checks(status: ServerStatus) -> list[Check]:
+def model_checks(status: StatusReport) -> list[Check]:
     """Each of the workers' two models: the demo model, or its upstream answering."""
     if status.published_at is None:
         return [
@@ -352,7 +351,7 @@ def model_check(model: ModelStatus) -> Check:
     return Check(name, "ok", f"{where} answers")
 
 
-def tool_checks(status: ServerStatus) -> list[Check]:
+def tool_checks(status: StatusReport) -> list[Check]:
     """The tools the workers offer, then each service they reach answering (any HTTP
     answer: it is there)."""
     if not status.tools:
@@ -387,7 +386,7 @@ def tool_checks(status: ServerStatus) -> list[Check]:
     return checks
 
 
-def mcp_checks(status: ServerStatus) -> list[Check]:
+def mcp_checks(status: StatusReport) -> list[Check]:
     """Each MCP server the workers connect to (shared/mcp_health.py): one that is not ready
     on every worker is a warning (Bernard runs without its tools; the workers keep trying),
     and so is one that lists tools Bernard leaves out (their schemas, or the bounds)."""

@@ -138,7 +138,7 @@ def watch(
 ) -> bool:
     """Draw `events` (of `stream`) into `view` until the turn's `done`; False if the user
     pressed Ctrl-C first (twice, with `stop`, which the first calls with the turn's id),
-    the stream then aborted. Errors of the stream (cli/client.py `ApiError`) propagate
+    the stream then aborted. Errors of the stream (cli/client.py `ApiCallError`) propagate
     once what was drawn is printed."""
     inbox: queue.Queue[_Item] = queue.Queue()
     stream.on_retry = lambda attempt, reason: inbox.put(

@@ -19,7 +19,7 @@ from cli import chat as chat_session
 from cli import conversations as conversation_views
 from cli import doctor as doctor_checks
 from cli import turns as turn_views
-from cli.client import DEFAULT_URL, Api, ApiError
+from cli.client import DEFAULT_URL, Api, ApiCallError
 from cli.prompt import LineEditor, file_history, history_path
 from shared.settings import Settings
 
@@ -50,7 +50,7 @@ Key = Annotated[
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead.")]
 Limit = Annotated[int, typer.Option("--limit", min=1, max=100, help="How many to list.")]
-After = Annotated[str | None, typer.Option("--after", help="List those after this id.")]
+AfterId = Annotated[str | None, typer.Option("--after", help="List those after this id.")]
 
 T = TypeVar("T")
 
@@ -65,7 +65,7 @@ def call(url: str, key: str | None, action: Callable[[Api, Console], T]) -> T:
     out = console()
     try:
         return action(api, out)
-    except ApiError as exc:
+    except ApiCallError as exc:
         out.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
@@ -96,7 +96,7 @@ def chat(
 @turns_app.command("list")
 def turns_list(
     limit: Limit = 20,
-    after: After = None,
+    after: AfterId = None,
     as_json: AsJson = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
@@ -134,7 +134,7 @@ def turns_cancel(turn_id: str, url: Url = DEFAULT_URL, key: Key = None) -> None:
 @conversations_app.command("list")
 def conversations_list(
     limit: Limit = 20,
-    after: After = None,
+    after: AfterId = None,
     as_json: AsJson = False,
     url: Url = DEFAULT_URL,
     key: Key = None,
@@ -194,9 +194,7 @@ def conversations_delete(
     ):
         typer.echo("Nothing deleted.")
         raise typer.Exit(1)
-    call(
-        url, key, lambda api, out: conversation_views.delete_conversation(api, out, conversation_id)
-    )
+    call(url, key, lambda api, out: conversation_views.delete_and_report(api, out, conversation_id))
 
 
 @app.command()

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from cli.client import Api, TurnStream
 from cli.live import print_ending, watch
-from cli.view import CANCELLED, TurnView
+from cli.view import CANCELLED_CODE, TurnView
 
 _STATUS_STYLES = {
     "completed": "green",
@@ -63,7 +63,7 @@ def turns_table(turns: list[dict[str, Any]]) -> Table:
             when(turn.get("created_at")),
             about(turn),
             turn.get("conversation_id") or "",
-            "" if code == CANCELLED else code,
+            "" if code == CANCELLED_CODE else code,
         )
     return table
 
@@ -91,7 +91,7 @@ def show_turn(api: Api, console: Console, turn_id: str) -> dict[str, Any]:
         if turn.get(name):
             facts.add_row(name.removesuffix("_at"), when(turn[name]))
     error = turn.get("error")
-    if error and error.get("code") != CANCELLED:
+    if error and error.get("code") != CANCELLED_CODE:
         facts.add_row("error", Text(f"{error.get('code')}: {error.get('message')}", style="red"))
     result = turn.get("result") or {}
     usage = result.get("usage") or {}

@@ -123,7 +123,7 @@ def _section(title: str, cls: type[BaseSettings], intro: str = "") -> str:
     return "\n".join([*text, TABLE_HEAD, *settings_rows(cls)])
 
 
-def render() -> str:
+def variables_page() -> str:
     """The whole page."""
     parts = [
         HEADER,
@@ -146,7 +146,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    page = render()
+    page = variables_page()
     if argv[:1] == ["--check"]:
         if PAGE.read_text() != page:
             print(f"{PAGE} is out of date: run python -m cli.variables", file=sys.stderr)

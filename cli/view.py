@@ -33,8 +33,8 @@ OUTPUT_CHARS = 1200
 STEPS_SHOWN = 4
 
 # A turn somebody stopped (shared/endings.py) is shown as "stopped", not as an error.
-CANCELLED = ErrorCode.TURN_CANCELLED
-INTERRUPTED = ErrorCode.TURN_INTERRUPTED
+CANCELLED_CODE = ErrorCode.TURN_CANCELLED
+INTERRUPTED_CODE = ErrorCode.TURN_INTERRUPTED
 
 _FENCE = re.compile(r" {0,3}(```|~~~)")
 
@@ -261,9 +261,9 @@ def render(piece: Piece, *, live: bool = False) -> RenderableType:
 def error_line(code: str, message: str) -> Text:
     """An error as the terminal says it; the user's own cancel is no error: "stopped", nor
     a newer message that took the turn's place."""
-    if code == CANCELLED:
+    if code == CANCELLED_CODE:
         return Text("stopped", style="yellow")
-    if code == INTERRUPTED:
+    if code == INTERRUPTED_CODE:
         return Text("interrupted: a newer message in this conversation runs next", style="yellow")
     return Text(f"error ({code}){': ' if message else ''}{message}", style="red")
 
@@ -308,7 +308,7 @@ def ending_line(view: TurnView) -> Text | None:
     code = str(error.get("code") or "")
     if any(isinstance(block, ErrorBlock) and block.code == code for block in view.blocks):
         return None
-    if code in (CANCELLED, INTERRUPTED):
+    if code in (CANCELLED_CODE, INTERRUPTED_CODE):
         return error_line(code, "")
     message = error.get("message") or ""
     return Text(

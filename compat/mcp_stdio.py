@@ -30,13 +30,13 @@ from anyio.abc import ByteReceiveStream
 from anyio.streams.text import TextReceiveStream
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-__all__ = ["Reader", "stdio_client_reading"]
+__all__ = ["StdoutReader", "stdio_client_reading"]
 
 # What reads a server's stdout: given the pipe, the encoding and the error handler, the text
 # of the lines that came, each chunk ending with a newline.
-Reader = Callable[[ByteReceiveStream, str, str], AsyncIterator[str]]
+StdoutReader = Callable[[ByteReceiveStream, str, str], AsyncIterator[str]]
 
-_READER: ContextVar[Reader | None] = ContextVar("bernard_mcp_stdio_reader", default=None)
+_READER: ContextVar[StdoutReader | None] = ContextVar("bernard_mcp_stdio_reader", default=None)
 
 
 def _text_stream(
@@ -50,7 +50,9 @@ def _text_stream(
 
 
 @asynccontextmanager
-async def stdio_client_reading(server: StdioServerParameters, reader: Reader) -> AsyncIterator[Any]:
+async def stdio_client_reading(
+    server: StdioServerParameters, reader: StdoutReader
+) -> AsyncIterator[Any]:
     """`stdio_client(server)`, its server's stdout read by `reader` (see the module
     docstring)."""
     if sdk_stdio.TextReceiveStream is not _text_stream:

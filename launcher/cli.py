@@ -66,7 +66,7 @@ def demo_home_argv(python: str, port: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class DemoHome:
+class DemoHomeEndpoint:
     """The pretend Home Assistant a first run talks to: where it listens, what it accepts."""
 
     port: int
@@ -91,12 +91,12 @@ class HomeAssistantSet(BaseSettings):
     ha_url: str | None = Field(None, alias="BERNARD_HA_URL")
 
 
-def demo_home_for(settings: Settings, ha_url: str | None) -> DemoHome | None:
+def demo_home_for(settings: Settings, ha_url: str | None) -> DemoHomeEndpoint | None:
     """The demo home to start: only on the offline demo model with no Home Assistant set
     (`ha_url`, from `HomeAssistantSet`)."""
     if not settings.demo_mode or ha_url:
         return None
-    return DemoHome(port=free_port(), token=secrets.token_urlsafe(24))
+    return DemoHomeEndpoint(port=free_port(), token=secrets.token_urlsafe(24))
 
 
 def connect_host(host: str) -> str:

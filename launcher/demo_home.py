@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-__all__ = ["AREAS", "DemoHome", "ServiceError", "create_app", "main"]
+__all__ = ["AREAS", "BadRequestError", "DemoHome", "demo_home_app", "main"]
 
 TOKEN_ENV = "BERNARD_HA_TOKEN"
 
@@ -56,7 +56,7 @@ _AREA_TEMPLATE = re.compile(
 _ON_OFF = {"turn_on": "on", "turn_off": "off"}
 
 
-class ServiceError(Exception):
+class BadRequestError(Exception):
     """Home Assistant would refuse this call with a 400; `message` None for a bare one."""
 
     def __init__(self, message: str | None = None) -> None:
@@ -109,7 +109,7 @@ class DemoHome:
         return {"area": None, "entities": []}
 
     def call(self, domain: str, service: str, data: dict[str, Any]) -> list[dict[str, Any]]:
-        """Run a service; the state objects it changed. `ServiceError` as Home Assistant
+        """Run a service; the state objects it changed. `BadRequestError` as Home Assistant
         answers 400 (an unknown service, or data the service refuses)."""
         handler = {
             "light": self._light,
@@ -117,11 +117,11 @@ class DemoHome:
             "climate": self._climate,
         }.get(domain)
         if handler is None:
-            raise ServiceError()
+            raise BadRequestError()
         targets = data.get("entity_id")
         ids = [targets] if isinstance(targets, str) else targets
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise ServiceError()
+            raise BadRequestError()
         options = {k: v for k, v in data.items() if k != "entity_id"}
         changed = []
         # An entity it does not have is skipped, as Home Assistant skips it (with a warning).
@@ -138,7 +138,7 @@ class DemoHome:
         if service == "toggle":
             service = "turn_off" if current["state"] == "on" else "turn_on"
         if service not in _ON_OFF:
-            raise ServiceError()
+            raise BadRequestError()
         brightness = current["attributes"]["brightness"] or 255
         if service == "turn_on" and "brightness_pct" in options:
             brightness = round(_number(options["brightness_pct"], 0, 100) * 255 / 100)
@@ -160,7 +160,7 @@ class DemoHome:
         if service == "toggle":
             service = "turn_off" if current["state"] == "on" else "turn_on"
         if service not in _ON_OFF:
-            raise ServiceError()
+            raise BadRequestError()
         self._set(entity_id, _ON_OFF[service], current["attributes"])
 
     def _climate(self, entity_id: str, service: str, options: dict[str, Any]) -> None:
@@ -168,14 +168,14 @@ class DemoHome:
         attributes = dict(current["attributes"])
         mode = options.get("hvac_mode", current["state"])
         if mode not in attributes["hvac_modes"]:
-            raise ServiceError()
+            raise BadRequestError()
         if service == "set_temperature" and "temperature" in options:
             low, high = attributes["min_temp"], attributes["max_temp"]
             value = options["temperature"]
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ServiceError()
+                raise BadRequestError()
             if not low <= value <= high:
-                raise ServiceError(
+                raise BadRequestError(
                     f"Provided temperature {value} is not valid. Accepted range is {low} to {high}."
                 )
             attributes["temperature"] = value
@@ -185,7 +185,7 @@ class DemoHome:
         elif service in _ON_OFF:
             state = "heat" if service == "turn_on" else "off"
         else:
-            raise ServiceError()
+            raise BadRequestError()
         attributes["hvac_action"] = "off" if state == "off" else "heating"
         self._set(entity_id, state, attributes)
 
@@ -214,11 +214,13 @@ class DemoHome:
 
 def _number(value: Any, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        raise ServiceError(f"Invalid value {value!r}: expected a number from {low:g} to {high:g}")
+        raise BadRequestError(
+            f"Invalid value {value!r}: expected a number from {low:g} to {high:g}"
+        )
     return float(value)
 
 
-def create_app(token: str, home: DemoHome | None = None) -> Starlette:
+def demo_home_app(token: str, home: DemoHome | None = None) -> Starlette:
     """The demo home's HTTP API, accepting `Bearer <token>`."""
     house = home or DemoHome()
 
@@ -263,7 +265,7 @@ def create_app(token: str, home: DemoHome | None = None) -> Starlette:
             changed = house.call(
                 request.path_params["domain"], request.path_params["service"], body
             )
-        except ServiceError as exc:
+        except BadRequestError as exc:
             if exc.message is None:
                 return PlainTextResponse(str(exc), status_code=400)
             return JSONResponse({"message": exc.message}, status_code=400)
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     if not token:
         parser.error(f"{TOKEN_ENV} must hold the token the demo home accepts")
     uvicorn.run(
-        create_app(token),
+        demo_home_app(token),
         host=args.host,
         port=args.port,
         log_level="warning",

@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from api.routes.playground import ROOT
-from launcher.demo_home import create_app
+from launcher.demo_home import demo_home_app
 from tests.fakes.mediawiki import FakeMediaWiki
 from tests.fakes.open_meteo import FakeOpenMeteo
 from tests.fakes.plex import FakePlex
@@ -83,7 +83,7 @@ HA_TOKEN = "demo-token"
 async def stack() -> AsyncIterator[Stack]:
     """One stack for the module on the demo model, every tool's service configured."""
     async with contextlib.AsyncExitStack() as running:
-        home = await running.enter_async_context(serve(create_app(HA_TOKEN)))
+        home = await running.enter_async_context(serve(demo_home_app(HA_TOKEN)))
         meteo = await running.enter_async_context(FakeOpenMeteo())
         wiki = await running.enter_async_context(FakeMediaWiki())
         search = await running.enter_async_context(FakeSearxng())

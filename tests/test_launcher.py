@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 
 from launcher import cli
 from launcher.children import Supervisor, stop_process
-from launcher.demo_home import create_app
+from launcher.demo_home import demo_home_app
 from launcher.redis_server import (
     RedisUnavailable,
     find_redis_binary,
@@ -630,7 +630,7 @@ STATE_KEYS = {
 
 def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes() -> None:
     auth = {"Authorization": "Bearer demo"}
-    with TestClient(create_app("demo")) as ha:
+    with TestClient(demo_home_app("demo")) as ha:
         assert ha.get("/api/states").status_code == 401
         assert ha.get("/api/", headers={"Authorization": "Bearer other"}).status_code == 401
         assert ha.get("/api/", headers=auth).json() == {"message": "API running."}

@@ -39,10 +39,10 @@ from shared.status import (
     Probe,
     RedisStatus,
     ServiceStatus,
+    StatusReport,
     ToolStatus,
     WorkersStatus,
 )
-from shared.status import StatusReport as ServerStatus
 
 
 def test_no_check_shows_the_credentials_inside_a_url() -> None:
@@ -240,7 +240,7 @@ def test_a_model_as_the_server_reports_it(found: ModelStatus, status: str, detai
     assert check.status == "ok" or "where the workers run" in check.fix
 
 
-def a_status(**values: Any) -> ServerStatus:
+def a_status(**values: Any) -> StatusReport:
     fields: dict[str, Any] = {
         "version": "0.1.0",
         "checked_at": 1.0,
@@ -252,7 +252,7 @@ def a_status(**values: Any) -> ServerStatus:
         "redis": [],
         "workers": WorkersStatus(alive=1, fresh_within_s=15),
     }
-    return ServerStatus(**{**fields, **values})
+    return StatusReport(**{**fields, **values})
 
 
 def server(node: str, version: str = "7.2.4", policy: str | None = "noeviction") -> ServerFacts:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from cli import client as client_module
-from cli.client import Api, ApiError, TurnStream
+from cli.client import Api, ApiCallError, TurnStream
 
 SSE = {"content-type": "text/event-stream", "x-bernard-turn-id": "t1"}
 
@@ -103,7 +103,7 @@ def test_a_drop_before_the_turn_is_known_is_an_error_not_a_guess() -> None:
         raise httpx.ConnectError("connection refused")
 
     stream = TurnStream(api_with(httpx.MockTransport(handle)))
-    with pytest.raises(ApiError, match=r"connection .* failed"):
+    with pytest.raises(ApiCallError, match=r"connection .* failed"):
         list(stream.start("POST", "/v1/conversations/c/messages", {"content": "x"}))
 
 
@@ -113,7 +113,7 @@ def test_an_error_answer_is_the_apis_error() -> None:
         return httpx.Response(409, json={"error": error})
 
     stream = TurnStream(api_with(httpx.MockTransport(handle)))
-    with pytest.raises(ApiError) as raised:
+    with pytest.raises(ApiCallError) as raised:
         list(stream.start("POST", "/v1/conversations/c/messages", {"content": "x"}))
     assert (raised.value.status, raised.value.code) == (409, "conversation_busy")
 
@@ -132,7 +132,7 @@ def test_reconnecting_gives_up_after_its_time_saying_how_to_follow_the_turn(
         reconnect_for_s=0.0,
         on_retry=lambda attempt, reason: retries.append(attempt),
     )
-    with pytest.raises(ApiError, match="bernard turns tail t1"):
+    with pytest.raises(ApiCallError, match="bernard turns tail t1"):
         list(stream.start("POST", "/v1/conversations/c/messages", {"content": "x"}))
     assert retries == [1]
 

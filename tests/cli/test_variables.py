@@ -31,20 +31,20 @@ def named_in_product_code() -> set[str]:
 
 
 def test_the_page_is_what_the_settings_render() -> None:
-    assert (ROOT / "docs" / "variables.md").read_text() == variables.render(), (
+    assert (ROOT / "docs" / "variables.md").read_text() == variables.variables_page(), (
         "docs/variables.md is out of date: run python -m cli.variables"
     )
 
 
 def test_every_variable_product_code_names_has_a_row() -> None:
-    rows = set(re.findall(r"^\| `([A-Z0-9_]+)`", variables.render(), re.MULTILINE))
+    rows = set(re.findall(r"^\| `([A-Z0-9_]+)`", variables.variables_page(), re.MULTILINE))
     named = named_in_product_code()
     assert {"BERNARD_API_KEYS", "BERNARD_HA_URL", "BERNARD_URL"} <= named
     assert named - rows == set()
 
 
 def test_rows_name_the_variable_its_default_and_description() -> None:
-    page = variables.render()
+    page = variables.variables_page()
     assert "| `BERNARD_MAX_BODY_BYTES` | `4194304` | Largest request body (413 beyond) |" in page
     assert "| `REDIS_URL` | `redis://127.0.0.1:6379/0` | Redis holding turns" in page
     assert "| `BERNARD_URL` | `http://127.0.0.1:8000` | The API's base URL" in page
@@ -64,7 +64,7 @@ def test_a_field_without_a_description_is_refused() -> None:
 def test_check_fails_on_a_stale_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     page = tmp_path / "variables.md"
     monkeypatch.setattr(variables, "PAGE", page)
-    page.write_text(variables.render().replace("Largest request body", "Biggest body"))
+    page.write_text(variables.variables_page().replace("Largest request body", "Biggest body"))
     assert variables.main(["--check"]) == 1
     assert variables.main([]) == 0
     assert variables.main(["--check"]) == 0

@@ -22,7 +22,7 @@ import redis.asyncio as redis_asyncio
 from httpx_sse import EventSource
 from langchain_core.tools import BaseTool
 
-from launcher.demo_home import create_app
+from launcher.demo_home import demo_home_app
 from shared.records.undo import Restore
 from tests.fakes.home_assistant import FakeHomeAssistant, ServiceCall
 from tests.fakes.searxng import Seen
@@ -968,7 +968,7 @@ async def demo_home_stack() -> AsyncIterator[tuple[Stack, httpx.AsyncClient]]:
     """Alice's stack on the offline demo model with the demo home `./run` starts, her
     conversation "kitchen" made; and a client of the demo home."""
     token = "demo-token"
-    async with serve(create_app(token)) as port:
+    async with serve(demo_home_app(token)) as port:
         base = f"http://127.0.0.1:{port}"
         config = make_config(
             None,  # no upstream: the offline demo model
