@@ -12,10 +12,11 @@ turn whose slot moved failed the turn so (tests/test_topologies.py, the slot mov
 stream: 1 run in 6 on this box). `AskingCluster` sends the two together on one connection.
 
 While the slot's keys are between the two nodes, a command naming several of them, one of
-which is not there (a script's key that does not exist yet, as a turn's lease or attached
-set), is answered `TRYAGAIN` for as long as the migration lasts. redis-py tries 16 times in
-all, waiting 50 ms only from the 8th: about 0.4 s, then "TTL exhausted". A turn's FINISH
-(four keys, its lease never there) failed so whenever it landed while its slot moved.
+which is not there (a script's key that does not exist, as the attached set of a turn no
+client watches), is answered `TRYAGAIN` for as long as the migration lasts. redis-py tries 16
+times in all, waiting 50 ms only from the 8th: about 0.4 s, then "TTL exhausted". The FINISH
+of a turn no client watched (three keys, its attached set not there) failed so whenever it
+landed while its slot moved.
 `AskingCluster` waits a `TRYAGAIN` out, with backoff, for up to `TRYAGAIN_S`.
 
 `AskingCluster._execute_command` is redis-py 5.3's loop with those two branches changed;

@@ -45,11 +45,6 @@ def cancel(turn_id: str) -> str:
     return f"{PREFIX}:{{{turn_id}}}:cancel"
 
 
-def lease(turn_id: str) -> str:
-    """String a worker keeps alive while it runs the turn."""
-    return f"{PREFIX}:{{{turn_id}}}:lease"
-
-
 def worker_alive(worker_id: str) -> str:
     """String a worker keeps alive while it lives (queue role; shared/liveness.py): when it
     lapses, any process ends the turns the worker ran `worker_lost`."""
@@ -92,7 +87,7 @@ def stream_wake(stream_id: str) -> str:
 
 def id_of(key: str) -> str:
     """The turn id (or `user_stream_id`) between the braces of a key named for one:
-    `turn`, `events`, `cancel`, `lease`, `attached`, `stream_wake`."""
+    `turn`, `events`, `cancel`, `attached`, `stream_wake`."""
     return key.split("{", 1)[1].split("}", 1)[0]
 
 

@@ -102,14 +102,11 @@ class Finished(StrEnum):
 
 
 class Guard(StrEnum):
-    """What FINISH checks before ending a turn, beside that it has not ended yet."""
+    """What FINISH checks before ending a turn, beside that it has not ended yet. Whether a
+    running turn's worker lives is on the queue role, which no data script can read: the
+    caller looks first (shared/liveness.py)."""
 
     ALWAYS = "always"
-    # Only if no worker of before issue 25 holds its per-turn lease (`keys.lease`, which
-    # such a worker renews: a deployment upgrades worker by worker). Whether the worker the
-    # record names lives is on the queue role, which no data script can read: the caller
-    # looks first (shared/liveness.py).
-    LAPSED = "lapsed"
     QUEUED = "queued"  # only if no worker took it yet
 
 
@@ -146,7 +143,6 @@ TRANSITIONS: tuple[Move, ...] = (
     _move(_T.CLAIM, None, Claimed.MISSING),
     *(_move(_T.CLAIM, status, status) for status in (RUNNING, *sorted(_ENDED))),
     _move(_T.FINISH, frozenset({QUEUED, RUNNING}), _F.ENDED, None, "to the `done`'s status"),
-    _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `lapsed`, an old worker's lease"),
     _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `queued`"),
     _move(_T.FINISH, frozenset(_ENDED), _F.OVER),
     _move(_T.FINISH, None, _F.GONE),
@@ -213,7 +209,7 @@ return {'claimed', redis.call('GET', KEYS[2]), record}
 # and it costs no command beyond the XADD itself (shared/streams.py).
 SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 
-# KEYS: turn, events, lease, attached.
+# KEYS: turn, events, attached.
 # ARGV: status, finished_at, error json, result json, retention s, maxlen, guard (`Guard`), sealed
 # id, payload... Appends the payloads (the last is `done`, under the sealed id) and drops the
 # request's messages (the prompt: the conversation keeps them) and the client's tools (what the
@@ -226,14 +222,13 @@ SEALED_ID = f"{2**64 - 1}-{2**64 - 1}"
 # lapse with the retention; the conversation's line moves on once its turn has ended
 # (shared/conversation_state.py `ADVANCE`), which that call may have died before doing. The data
 # half of ending a turn (`TurnStore.finish` releases it on the queue, queues the webhook, moves the
-# count's lapse and the conversation's line). The lease is only read (`Guard.LAPSED`): an old
-# worker's lapses in seconds by itself, and nothing reads it once the turn has ended; nor the cancel
-# key, which is never touched here: it is set with a TTL of the turns' retention at most
-# (shared/cancel.py), so it goes no later than the record, and nothing reads it once the turn has
-# ended either. Each command here runs once a turn. Its first write is a DEL, which Redis runs at
-# its maxmemory: Redis checks a script's first write alone against maxmemory (it cannot stop one
-# half done), so a full Redis still takes a turn's ending (a few hundred bytes, which its retention
-# and the messages it drops give back) and every client reads it.
+# count's lapse and the conversation's line). The cancel key is never touched here: it is set with
+# a TTL of the turns' retention at most (shared/cancel.py), so it goes no later than the record,
+# and nothing reads it once the turn has ended. Each command here runs once a turn. Its first
+# write is a DEL, which Redis runs at its maxmemory: Redis checks a script's first write alone
+# against maxmemory (it cannot stop one half done), so a full Redis still takes a turn's ending (a
+# few hundred bytes, which its retention and the messages it drops give back) and every client
+# reads it.
 FINISH = """
 local read = redis.call('HMGET', KEYS[1], 'status', 'webhook', 'counted', 'conversation_id')
 local status = read[1]
@@ -245,9 +240,8 @@ if status ~= 'queued' and status ~= 'running' then
   if read[2] or read[4] then return {'over', read[2], false, read[4]} end
   return 'over'
 end
-if ARGV[7] == 'lapsed' and redis.call('EXISTS', KEYS[3]) == 1 then return 'refused' end
 if ARGV[7] == 'queued' and status ~= 'queued' then return 'refused' end
-redis.call('DEL', KEYS[4])
+redis.call('DEL', KEYS[3])
 for i = 9, #ARGV do
   local id = '*'
   if i == #ARGV then id = ARGV[8] end
@@ -264,7 +258,7 @@ if read[2] or read[3] or read[4] then return {'ended', read[2], read[3], read[4]
 return 'ended'
 """
 
-# KEYS: turn, events, attached, cancel, lease. ARGV: grace s, sealed id. Forgets a turn
+# KEYS: turn, events, attached, cancel. ARGV: grace s, sealed id. Forgets a turn
 # whose conversation was deleted: its record loses what it held of the conversation (the
 # request, its messages and tools, its preview, the result) and is marked `forgotten`,
 # which every read takes for gone; its stream keeps only its `done` entry. Both go after
@@ -282,7 +276,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('XTRIM', KEYS[2], 'MINID', ARGV[2])
   redis.call('EXPIRE', KEYS[2], ARGV[1])
 end
-redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[3], KEYS[4])
 return 1
 """
 # How long a forgotten turn's emptied keys stay, for the readers of its stream.
@@ -393,7 +387,7 @@ RULES: dict[Cause, EndingRule] = {
         EndingRule(_C.STORE_FULL, _E.STORE_FULL, _W.WORKER),
         EndingRule(_C.STORE_FULL_QUEUED, _E.STORE_FULL, _W.WORKER, _G.QUEUED),
         EndingRule(_C.OVER, _E.WORKER_LOST, _W.WORKER, after=After.ABANDON),
-        EndingRule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY, _G.LAPSED),
+        EndingRule(_C.LEASE_LAPSED, _E.WORKER_LOST, _W.ANY),
         EndingRule(_C.LET_GO, _E.STORE_FAILOVER, _W.ANY),
         EndingRule(_C.STRANDED, _E.TURN_LOST, _W.ANY, _G.QUEUED),
         EndingRule(_C.NOT_CREATED, _E.TURN_LOST, _W.API, _G.QUEUED),

@@ -111,7 +111,6 @@ class Creating(Moving):
                         keys.events(turn_id),
                         keys.attached(turn_id),
                         keys.cancel(turn_id),
-                        keys.lease(turn_id),
                     ],
                     [FORGET_GRACE_S, SEALED_ID],
                 )

@@ -138,19 +138,13 @@ class Moving(TurnRoles):
         """End the turn: append `before` then `done`, set status, start retention. Once only
         (shared/lifecycle.py, FINISH).
 
-        `guard` `LAPSED` leaves alone a turn whose old worker still renews its lease; `QUEUED`
-        one that a worker has taken. Then, unless the guard refused, release it on the queue
-        (the running set, the owner's active turns) and, if this call ended it, count how it
-        ended.
+        `guard` `QUEUED` leaves alone a turn that a worker has taken. Then, unless the guard
+        refused, release it on the queue (the running set, the owner's active turns) and, if
+        this call ended it, count how it ended.
         """
         payloads = [encode(event) for event in [*before, done]]
         now = time.time()
-        finish_keys = [
-            keys.turn(turn_id),
-            keys.events(turn_id),
-            keys.lease(turn_id),
-            keys.attached(turn_id),
-        ]
+        finish_keys = [keys.turn(turn_id), keys.events(turn_id), keys.attached(turn_id)]
         finish_args = [
             done.status,
             repr(now),

@@ -47,10 +47,7 @@ class Reaping(Moving):
         async with self.redis.pipeline(transaction=False) as pipe:
             for turn_id in turn_ids:
                 pipe.hmget(keys.turn(turn_id), ["status", "owner", "created_at", "worker"])
-                # The lease a worker of before issue 25 renews (shared/lifecycle.py, `Guard`).
-                pipe.exists(keys.lease(turn_id))
-            replies = await pipe.execute()
-        stored, leases = replies[::2], replies[1::2]
+            stored = await pipe.execute()
         # The workers of the running ones: whether each lives is on the queue role.
         workers = [
             reply_text(values[3]) if values[0] == b"running" and values[3] else ""
@@ -58,10 +55,8 @@ class Reaping(Moving):
         ]
         alive = await self.liveness.alive([w for w in workers if w])
         return [
-            await self._settle_one(turn_id, values[:3], bool(lease) or worker in alive)
-            for turn_id, values, lease, worker in zip(
-                turn_ids, stored, leases, workers, strict=True
-            )
+            await self._settle_one(turn_id, values[:3], worker in alive)
+            for turn_id, values, worker in zip(turn_ids, stored, workers, strict=True)
         ]
 
     async def _settle_one(

@@ -62,7 +62,7 @@ class Roles:
         )
 
     async def clean(self) -> None:
-        per_turn = (keys.turn, keys.events, keys.lease, keys.cancel, keys.attached)
+        per_turn = (keys.turn, keys.events, keys.cancel, keys.attached)
         await self.data.delete(
             *[key(t) for t in self.turns for key in per_turn],
             *[keys.turns(o) for o in self.owners],

@@ -49,7 +49,7 @@ async def turn_ids(redis: redis_asyncio.Redis) -> AsyncIterator[list[str]]:
         await redis.hset(keys.turn(turn_id), mapping={"id": turn_id, "status": "running"})
         await redis.xadd(keys.events(turn_id), {STREAM_FIELD: encode(Start())})
     yield ids
-    await redis.delete(*(key(t) for t in ids for key in (keys.turn, keys.events, keys.lease)))
+    await redis.delete(*(key(t) for t in ids for key in (keys.turn, keys.events)))
 
 
 def batcher_of(redis: redis_asyncio.Redis) -> StreamBatcher:

@@ -107,7 +107,7 @@ ENDING_ROWS = [
     ("store_full", "store_full", "failed", "worker", "always", "return", False, False),
     ("store_full_queued", "store_full", "failed", "worker", "queued", "return", False, False),
     ("over", "worker_lost", "failed", "worker", "always", "abandon", False, False),
-    ("lease_lapsed", "worker_lost", "failed", "any", "lapsed", "return", False, False),
+    ("lease_lapsed", "worker_lost", "failed", "any", "always", "return", False, False),
     ("let_go", "store_failover", "failed", "any", "always", "return", False, False),
     ("stranded", "turn_lost", "failed", "any", "queued", "return", False, False),
     ("not_created", "turn_lost", "failed", "api", "queued", "return", False, False),
@@ -202,7 +202,7 @@ async def store(redis: redis_asyncio.Redis) -> AsyncIterator[TurnStore]:
     store.written = []  # type: ignore[attr-defined]
     yield store
     for turn_id in store.written:  # type: ignore[attr-defined]
-        doomed = (keys.turn, keys.events, keys.lease, keys.cancel, keys.attached)
+        doomed = (keys.turn, keys.events, keys.cancel, keys.attached)
         await redis.delete(*(key(turn_id) for key in doomed))
         await redis.zrem(keys.RUNNING_TURNS, turn_id)
     await redis.delete(keys.active_turns(OWNER), keys.turns(OWNER))
@@ -229,12 +229,6 @@ async def _running_worker_lapsed(store: TurnStore, turn_id: str) -> None:
     await store.redis.delete(keys.worker_alive("worker-lapsed"))
 
 
-async def _running_old_lease(store: TurnStore, turn_id: str) -> None:
-    """Under the lease a worker of before issue 25 renews."""
-    await _running(store, turn_id)
-    await store.redis.set(keys.lease(turn_id), b"old-worker", px=30_000)
-
-
 async def _running_cancel_asked(store: TurnStore, turn_id: str) -> None:
     await _running(store, turn_id)
     await store.redis.set(keys.cancel(turn_id), b"1")
@@ -255,7 +249,6 @@ SETUPS: dict[str, tuple[Setup, str | None]] = {
     "queued": (_queued, "queued"),
     "running": (_running, "running"),
     "running, worker lapsed": (_running_worker_lapsed, "running"),
-    "running, old lease": (_running_old_lease, "running"),
     "running, cancel asked": (_running_cancel_asked, "running"),
     "completed": (_completed, "completed"),
     "missing": (_missing, None),
@@ -278,12 +271,10 @@ FAILED = Done(status=TurnStatus.FAILED, error={"message": "m", "type": "t", "cod
     [
         ("queued", "always", "ended", "failed"),
         ("queued", "queued", "ended", "failed"),
-        ("queued", "lapsed", "ended", "failed"),  # a claim cut off between its halves
         ("running", "always", "ended", "failed"),
         ("running", "queued", "refused", "running"),
-        ("running, old lease", "lapsed", "refused", "running"),
         # Whether the worker lives the caller looked up first (shared/liveness.py).
-        ("running, worker lapsed", "lapsed", "ended", "failed"),
+        ("running, worker lapsed", "always", "ended", "failed"),
         ("completed", "always", "over", "completed"),
         ("missing", "always", "gone", None),
     ],
@@ -346,8 +337,8 @@ async def test_claiming_takes_only_a_queued_turn(
     [
         ("cancelled_queued", "queued", "ended", "cancelled"),
         ("cancelled_queued", "running", "refused", "running"),  # its worker heard the cancel
-        ("lease_lapsed", "running, old lease", "refused", "running"),
         ("lease_lapsed", "running, worker lapsed", "ended", "failed"),
+        ("lease_lapsed", "queued", "ended", "failed"),  # a claim cut off between its halves
         ("not_created", "queued", "ended", "failed"),
         ("over", "completed", "over", "completed"),
     ],

@@ -64,7 +64,7 @@ class Scratch:
         doomed = [
             key(t)
             for t in self.turns
-            for key in (keys.turn, keys.events, keys.lease, keys.cancel, keys.attached)
+            for key in (keys.turn, keys.events, keys.cancel, keys.attached)
         ]
         doomed += [job_key_prefix + t for t in self.turns]
         doomed += [keys.active_turns(o) for o in self.owners]
@@ -426,7 +426,6 @@ async def test_claiming_moves_a_queued_turn_to_running_under_its_worker(
     assert await redis.hget(keys.turn(record.id), "worker") == b"worker-1"
     assert await redis.sismember(keys.worker_turns("worker-1"), record.id) == 1
     assert 3500 <= await redis.ttl(keys.worker_turns("worker-1")) <= 3600
-    assert await redis.exists(keys.lease(record.id)) == 0, "no lease per turn"
     deadline = await redis.zscore(keys.RUNNING_TURNS, record.id)
     assert before + 7.5 <= deadline <= after + 7.5
 
@@ -484,7 +483,6 @@ async def test_finishing_appends_the_events_then_a_sealing_done_and_starts_reten
     assert before <= (finished.finished_at or 0) <= time.time()
     for key in (keys.turn(record.id), keys.events(record.id)):
         assert RETENTION_S - 5 <= await redis.ttl(key) <= RETENTION_S
-    assert await redis.exists(keys.lease(record.id)) == 0
     assert await redis.zscore(keys.RUNNING_TURNS, record.id) is None
     assert await redis.zscore(keys.active_turns(record.owner), record.id) is None
 
@@ -535,19 +533,6 @@ async def test_a_cancelled_turn_ends_with_its_done_alone(
     record = await claimed(store, scratch)
     assert await store.end(record.id, record.owner, Cause.CANCELLED) is Finished.ENDED
     assert [type(e) for _, e in await stream_of(redis, record.id)] == [Start, Done]
-
-
-async def test_a_turn_under_an_old_workers_lease_is_not_ended_as_lapsed(
-    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
-) -> None:
-    """A worker of before issue 25 renews a lease per turn: a deployment upgraded worker by
-    worker keeps its turns."""
-    record = await claimed(store, scratch)
-    await redis.set(keys.lease(record.id), b"old-worker", px=5000)
-    ended_now = await store.end(record.id, record.owner, Cause.LEASE_LAPSED)
-    assert ended_now is Finished.REFUSED
-    assert (await store.get(record.id)).status == "running"  # type: ignore[union-attr]
-    assert await redis.zscore(keys.RUNNING_TURNS, record.id) is not None, "still reaped later"
 
 
 async def test_a_turn_a_worker_took_is_not_ended_as_queued(
