@@ -3,8 +3,8 @@ delivers what it produces (`Delivery`). The worker reads only the first: it neve
 the wire encoding, which the API alone owns (api/encodings/).
 
 The record stores both as one flat JSON object (shared/turn_record.py `TurnRecord.to_redis`),
-the encoding's name under `kind`, as records always held it; the messages and the client's
-tools apart, as only the worker needs them.
+the encoding's name under `kind`; the messages and the client's tools apart, as only the
+worker needs them.
 """
 
 from __future__ import annotations
@@ -151,14 +151,8 @@ class TurnRequest:
 
     @classmethod
     def restored(cls, data: dict[str, Any]) -> TurnRequest:
-        """The request `stored` wrote. One an older API wrote has no `mode`, `rows` and
-        `resends_history`: they were its `kind`'s (a completion ran the model alone; a
-        conversation's stream held its rows, and its message was new)."""
+        """The request `stored` wrote (with its messages and tools put back)."""
         agent = {k: v for k, v in data.items() if k in _AGENT_FIELDS}
-        kind = data.get("kind", "chat")
-        agent.setdefault("mode", RunMode.MODEL if kind == "completion" else RunMode.AGENT)
-        agent.setdefault("rows", kind == "conversation")
-        agent.setdefault("resends_history", kind != "conversation")
         agent["mode"] = RunMode(agent["mode"])
         delivery = {k: v for k, v in data.items() if k in _DELIVERY_FIELDS}
-        return cls(AgentRequest(**agent), Delivery(encoding=kind, **delivery))
+        return cls(AgentRequest(**agent), Delivery(encoding=data["kind"], **delivery))

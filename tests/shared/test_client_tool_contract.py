@@ -45,18 +45,6 @@ def test_a_requests_client_tools_and_choice_are_stored_and_read_back() -> None:
     assert TurnRecord.from_redis(raw).request == request
 
 
-def test_a_request_stored_with_its_tools_among_the_options_reads_them_back() -> None:
-    """As an API before the tools were stored apart wrote it."""
-    older = {"messages": [], "kind": "chat", "client_tools": [WEATHER]}
-    assert TurnRequest.restored(older).agent.client_tools == [WEATHER]
-
-
-def test_a_request_stored_before_client_tools_has_none_and_lets_the_model_choose() -> None:
-    older = {"messages": [], "kind": "chat", "stream": True, "trace": False}
-    agent = TurnRequest.restored(older).agent
-    assert (agent.client_tools, agent.tool_choice, agent.parallel_tool_calls) == ([], None, True)
-
-
 def test_a_client_tool_call_comes_back_from_its_stream_entry() -> None:
     event = ClientToolCall(id="call_1", name="get_weather", arguments='{"city": "Oslo"}', index=1)
     payload = encode(event, at=3.0)

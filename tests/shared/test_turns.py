@@ -92,7 +92,10 @@ def record_of(
     turn_id: str, owner: str, *, conversation_id: str | None = None, **options: object
 ) -> TurnRecord:
     # The options of both halves, flat, as a record stores them (`TurnRequest.stored`).
-    request = TurnRequest.restored({"messages": [{"role": "user", "content": "hello"}], **options})
+    stored = TurnRequest(AgentRequest([])).stored()
+    request = TurnRequest.restored(
+        {**stored, "messages": [{"role": "user", "content": "hello"}], **options}
+    )
     return TurnRecord(
         id=turn_id,
         owner=owner,
@@ -189,27 +192,6 @@ def test_the_stored_hash_keeps_the_messages_apart_from_the_options() -> None:
     assert request["messages"] == [] and request["temperature"] == 0.2 and request["trace"]
     assert "conversation_id" not in fields
     assert record_of("t1", "alice", conversation_id="den").to_redis()["conversation_id"] == "den"
-
-
-@pytest.mark.parametrize(
-    ("kind", "mode", "rows", "resends_history"),
-    [
-        ("chat", RunMode.AGENT, False, True),
-        ("completion", RunMode.MODEL, False, True),
-        ("conversation", RunMode.AGENT, True, False),
-    ],
-)
-def test_a_request_an_older_api_stored_runs_as_its_kind_said(
-    kind: str, mode: RunMode, rows: bool, resends_history: bool
-) -> None:
-    """Before the request had two halves, the record held `kind` alone, and the worker
-    read what to run and what to publish from it."""
-    older = {"messages": [], "kind": kind, "stream": False, "trace": True, "max_tokens": 7}
-    request = TurnRequest.restored(older)
-    assert request.agent == AgentRequest(
-        [], mode=mode, trace=True, rows=rows, resends_history=resends_history, max_tokens=7
-    )
-    assert request.delivery == Delivery(kind, stream=False)
 
 
 def test_a_request_is_stored_flat_with_its_encoding_as_kind() -> None:
