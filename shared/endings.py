@@ -131,23 +131,10 @@ def completed(finish_reason: str | None, usage: dict[str, int] | None) -> Done:
     return Done(status=TurnStatus.COMPLETED, finish_reason=finish_reason or "stop", usage=usage)
 
 
-def error_of(status: str, error: dict[str, Any] | None) -> dict[str, str] | None:
-    """The error a client sees for a turn that ended with `status` and stored `error`.
-
-    None for a turn that completed (or has not ended). An ending recorded without its error
-    (a `cancelled` without one, as older records have) gets the table's.
-    """
-    if status not in ("failed", "cancelled"):
-        return None
-    code = ErrorCode.TURN_CANCELLED if status == "cancelled" else ErrorCode.INTERNAL_ERROR
-    default = ended(code).error
-    assert default is not None
-    error = error or {}
-    return {
-        "message": str(error.get("message") or default["message"]),
-        "type": str(error.get("type") or default["type"]),
-        "code": str(error.get("code") or default["code"]),
-    }
+def error_of(status: str, error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The error a client sees for a turn that ended with `status` and stored `error`: None
+    for a turn that completed (or has not ended)."""
+    return error if status in ("failed", "cancelled") else None
 
 
 def http_status(code: str) -> int:

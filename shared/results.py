@@ -8,7 +8,7 @@ as JSON, field for field (shared/turns/moves.py), and `TurnRecord.from_redis`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -36,14 +36,8 @@ class TurnResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TurnResult:
-        """The result a record holds; fields it lacks (written by an older worker) default."""
-        return cls(
-            content=data.get("content") or "",
-            finish_reason=data.get("finish_reason") or "stop",
-            usage=data.get("usage") or {},
-            tool_calls=data.get("tool_calls") or [],
-            tool_outputs=data.get("tool_outputs") or [],
-            pending=data.get("pending") or [],
-            client_calls=data.get("client_calls") or [],
-            calls_before_text=data.get("calls_before_text"),
-        )
+        """The result a record holds, as `TurnStore.finish` stored it."""
+        return cls(**{name: value for name, value in data.items() if name in _FIELDS})
+
+
+_FIELDS = frozenset(f.name for f in fields(TurnResult))

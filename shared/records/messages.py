@@ -71,11 +71,11 @@ def row_position(row_id: str) -> int:
     return int(number)
 
 
-def row_of(stored: Message, index: int = 0) -> Message:
+def row_of(stored: Message) -> Message:
     """A stored message as a client sees the row: the OpenAI fields, `id`, `turn_id`,
-    `created_at` (one stored before rows had ids gets the id of its `index`)."""
+    `created_at`."""
     row = stored_message(stored)
-    row["id"] = stored.get("id") or f"msg_{index + 1}"
-    row["turn_id"] = stored.get("turn_id")
-    row["created_at"] = stored.get("created_at")
+    row["id"] = stored["id"]
+    row["turn_id"] = stored["turn_id"]
+    row["created_at"] = stored["created_at"]
     return row

@@ -131,7 +131,7 @@ class Archivist(ConversationStore):
         start = max(0, before - 1 - count)
         list_key = self._keys(conversation_id)[1]
         raw = await self._redis.lrange(list_key, start, before - 2)  # type: ignore[misc]
-        return [row_of(orjson.loads(item), start + k) for k, item in enumerate(raw)]
+        return [row_of(orjson.loads(item)) for item in raw]
 
     async def length(self, conversation_id: str) -> int:
         """How many messages the conversation holds."""
@@ -160,7 +160,7 @@ class Archivist(ConversationStore):
         start = row_position(after) if after is not None else 0
         list_key = self._keys(conversation_id)[1]
         raw = await self._redis.lrange(list_key, start, start + limit)  # type: ignore[misc]
-        found = [row_of(orjson.loads(item), start + k) for k, item in enumerate(raw)]
+        found = [row_of(orjson.loads(item)) for item in raw]
         return found[:limit], len(found) > limit
 
     async def calls(self, conversation_id: str, *, kind: CallKind | None = None) -> list[Message]:
