@@ -10,7 +10,7 @@ What it must not do is keep a wedged worker alive. The worker's loop calls `beat
 renewal period; if it has not for `STALL_LIMIT_S`, the thread stops renewing and the key
 lapses, as it would if the process had died.
 
-Each renewal also tells the turns running here what a lease renewal used to tell each
+Each renewal also tells the turns running here whether each goes on
 (shared/lifecycle.py, `RENEWAL_STOPS`): asked to stop (a cancel whose pub/sub message this
 worker missed), or over (another process ended it; its record is gone). It costs a fixed
 number of commands a period however many turns run here: one script on the queue role, and
