@@ -3,8 +3,9 @@
 Real API, real arq worker (in this test's event loop), real Redis, the worker's `ChatOpenAI`
 talking to the scripted upstream over HTTP. Router calls (requests offering `respond`) are
 scripted with `script_router`, the answer with `script`. Test tools are handed to the worker
-with `create_worker(tools=...)`; since the worker runs in this event loop, a test can gate a
-tool on an `asyncio.Event` and set it only once the client has seen the tool's progress.
+with `run_stack(settings, tools=...)` (tests/support/stack.py); since the worker runs in this
+event loop, a test can gate a tool on an `asyncio.Event` and set it only once the client has
+seen the tool's progress.
 """
 
 from __future__ import annotations

@@ -24,7 +24,14 @@ from shared.settings import Settings
 from shared.timers import TimerStore
 from tests.support.processes import wait_for
 from tests.support.sse import frames
-from tests.support.stack import Stack, make_settings, make_tool_settings, run_stack, run_worker
+from tests.support.stack import (
+    Stack,
+    make_settings,
+    make_tool_settings,
+    make_worker,
+    run_stack,
+    run_worker,
+)
 from tests.support.upstream import (
     Body,
     Exchange,
@@ -34,7 +41,6 @@ from tests.support.upstream import (
     last_user_text,
 )
 from tests.support.users import Owners, as_user
-from worker.main import create_worker
 from worker.summaries import SUMMARY_PROMPT
 
 CHAT = "/v1/chat/completions"
@@ -236,7 +242,7 @@ async def test_a_summary_its_worker_stopped_at_shutdown_runs_on_another_worker(
     upstream.responder = slow_summaries(held)
     settings = settings_for(upstream, owners)
     async with run_stack(settings, worker=False) as stack:
-        first = create_worker(settings, tool_settings=make_tool_settings(), handle_signals=False)
+        first = make_worker(settings, tool_settings=make_tool_settings(), handle_signals=False)
         running = asyncio.create_task(first.async_run())
         body = {"model": "bernard-v1", "messages": crowded("stopped"), "conversation_id": "den"}
         answer = await stack.client.post(CHAT, json=body, headers=as_user("alice"))

@@ -17,13 +17,10 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
-import httpx
 from arq import func
 from arq.worker import Worker
-from langchain_core.tools import BaseTool
 
 from compat.arq import worker_kwargs
 from shared.connection import connect, connect_data, queue_client
@@ -80,10 +77,11 @@ async def startup(ctx: dict[str, Any]) -> None:
         responder=models.responder,
         run_to_sinks=run_to_sinks,
         worker_id=worker_id,
-        # None: the tools the tool settings enable. Set by `create_worker(tools=...)` (tests).
+        # None: the tools the tool settings enable. Set by tests (tests/support/stack.py
+        # `make_worker`), as are the settings and the tool settings.
         tools=ctx.get("tools"),
         tool_settings=tool_settings,
-        http=(http := http_client(settings, ctx.get("tool_transport"))),
+        http=(http := http_client(settings)),
         queue=queue,
     )
     await supervisor.start()  # publishes the tools it offers (worker/tools/catalog.py)
@@ -226,31 +224,6 @@ def worker_options(settings: Settings) -> dict[str, Any]:
         # On SIGTERM, let running turns finish (arq stops picking new ones meanwhile).
         "job_completion_wait": int(min(settings.turn_timeout_s, 60)),
     }
-
-
-def create_worker(
-    settings: Settings,
-    *,
-    tools: Sequence[BaseTool] | None = None,
-    tool_settings: ToolSettings | None = None,
-    tool_transport: httpx.AsyncBaseTransport | None = None,
-    **overrides: Any,
-) -> Worker:
-    """A worker for `settings`, as the embedded mode and the tests run it.
-
-    `tools` replaces the tools the router may call (default: those the tool settings enable,
-    `enabled_tools`); `tool_settings` replaces each tool source's settings (default: read
-    from the environment, `read_tool_settings`); `tool_transport` replaces the transport of
-    the tools' HTTP client.
-    """
-    options = worker_options(settings)
-    options["ctx"] = {
-        "settings": settings,
-        "tools": list(tools) if tools is not None else None,
-        "tool_settings": tool_settings,
-        "tool_transport": tool_transport,
-    }
-    return WakeWorker(**{**options, **overrides})
 
 
 def worker_from(settings_cls: Any) -> Worker:

@@ -147,8 +147,8 @@ class WakeWorker(WakingWorker):
         says so at once and waits, rather than retrying in silence and then dying.
 
         Logging is set up here, before that wait's lines, from the worker's own settings
-        when it was built with some (`create_worker` puts them in `ctx`; the `arq` command
-        line's worker has none and reads the environment's)."""
+        when it was built with some in `ctx` (tests do; `python -m worker`'s has none and
+        reads the environment's)."""
         configure_logging(self.ctx.get("settings"))
         await wait_until_reachable(self.pool, logging.getLogger("bernard.worker"))
         try:

@@ -31,7 +31,8 @@ from tests.support.serving import serve
 from tests.support.session_redis import session_redis_url
 from tests.support.sse import Frame, collect
 from tests.support.upstream import ScriptedUpstream
-from worker.main import create_worker
+from worker.main import worker_options
+from worker.queue import WakeWorker
 from worker.tools.settings import ToolSettings
 from worker.tools.sources import SOURCES, read_tool_settings
 
@@ -143,6 +144,26 @@ async def run_api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+def make_worker(
+    settings: Settings,
+    *,
+    tools: Sequence[BaseTool] | None = None,
+    tool_settings: ToolSettings | None = None,
+    **overrides: Any,
+) -> WakeWorker:
+    """The `WakeWorker` `python -m worker` runs, for `settings` instead of the environment's
+    (worker/main.py `startup` reads them from its `ctx`). `tools` replaces the tools the
+    router may call (default: those the tool settings enable); `tool_settings` each tool
+    source's settings (default: read from the environment); `overrides`, arq's options."""
+    options = worker_options(settings)
+    options["ctx"] = {
+        "settings": settings,
+        "tools": list(tools) if tools is not None else None,
+        "tool_settings": tool_settings,
+    }
+    return WakeWorker(**{**options, **overrides})
+
+
 @contextlib.asynccontextmanager
 async def run_worker(
     settings: Settings,
@@ -151,7 +172,7 @@ async def run_worker(
 ) -> AsyncIterator[None]:
     """An in-process `WakeWorker`; `tools` replaces the default tools when given, and its
     tool sources' settings are `tool_settings` (default: `make_tool_settings()`)."""
-    worker = create_worker(
+    worker = make_worker(
         settings,
         tools=tools,
         tool_settings=tool_settings if tool_settings is not None else make_tool_settings(),

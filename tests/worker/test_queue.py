@@ -6,8 +6,8 @@ from __future__ import annotations
 import arq.worker
 import pytest
 
-from tests.support.stack import make_settings
-from worker.main import WorkerSettings, create_worker, startup, worker_from
+from tests.support.stack import make_settings, make_worker
+from worker.main import WorkerSettings, startup, worker_from
 from worker.queue import WakeWorker
 
 
@@ -44,7 +44,7 @@ async def test_background_jobs_get_their_share_of_a_workers_slots_and_at_least_o
     concurrency: int, share: float, slots: int
 ) -> None:
     settings = make_settings(worker_concurrency=concurrency, worker_background_share=share)
-    worker = create_worker(settings, handle_signals=False)
+    worker = make_worker(settings, handle_signals=False)
     try:
         assert isinstance(worker, WakeWorker)
         assert worker.background_slots == slots
@@ -60,7 +60,7 @@ async def test_one_users_jobs_get_their_share_of_a_workers_slots_and_at_least_on
     concurrency: int, share: float, slots: int
 ) -> None:
     settings = make_settings(worker_concurrency=concurrency, worker_user_share=share)
-    worker = create_worker(settings, handle_signals=False)
+    worker = make_worker(settings, handle_signals=False)
     try:
         assert isinstance(worker, WakeWorker)
         assert worker.user_slots == slots
