@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
-from shared.events import Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
+from shared.events import Error, Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
 from shared.streams import TurnOverError
-from worker.harness.tool_call import ToolOutcome
 from worker.llm import LlmResult
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "ModelCallEnded",
     "ModelCallStarted",
     "ToolCallEnded",
+    "ToolOutcome",
     "is_stop",
     "stream_events",
 ]
@@ -48,6 +49,22 @@ class ModelCallEnded:
 
     complete: LlmCallComplete
     result: LlmResult
+
+
+@dataclass(slots=True)
+class ToolOutcome:
+    """How a call ended: the tool message (content whole) and, for a failure, an error event."""
+
+    message: ToolMessage
+    failure: Error | None = None
+
+    @property
+    def content(self) -> str:
+        return str(self.message.content)
+
+    @property
+    def status(self) -> Literal["success", "error"]:
+        return self.message.status
 
 
 @dataclass(slots=True)

@@ -23,6 +23,11 @@ from worker.llm import Llm
 from worker.tools.runtime import ToolRuntime
 
 
+class ConversationGoneError(Exception):
+    """The turn's conversation is gone (deleted, perhaps created again) or no longer held by
+    the turn, before the turn began: it must not run."""
+
+
 @dataclass
 class TurnContext:
     """State of one running turn. Harnesses read it and add to it; only the runner records.

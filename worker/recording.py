@@ -63,11 +63,11 @@ from shared.records.messages import STOPPED, Message, stopped_row
 from shared.records.undo import Restore, Undone
 from shared.records.writes import Recorder
 from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, is_stop
-from worker.context import TurnContext
+from worker.context import ConversationGoneError, TurnContext
 from worker.harness.answers import answer_messages
 from worker.harness.resume import edited_arguments
 
-__all__ = ["EXPIRED_CALL", "ConversationGoneError", "TurnRecording", "openai_messages"]
+__all__ = ["EXPIRED_CALL", "TurnRecording", "openai_messages"]
 
 logger = logging.getLogger("bernard.worker")
 
@@ -84,11 +84,6 @@ def _is_answer(row: Message) -> bool:
 def _answered_calls(messages: list[dict[str, Any]]) -> set[str]:
     """The ids of the tool calls a request's `tool` messages answer."""
     return {str(m["tool_call_id"]) for m in messages if m.get("role") == "tool"}
-
-
-class ConversationGoneError(Exception):
-    """The turn's conversation is gone (deleted, perhaps created again) or no longer held by
-    the turn, before the turn began: it must not run."""
 
 
 class TurnRecording:

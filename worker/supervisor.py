@@ -50,10 +50,9 @@ from shared.turn_record import TurnRecord
 from shared.turns import TurnStore
 from shared.turns.line import InLine
 from worker.calls import Item, stream_events
-from worker.context import TurnContext
+from worker.context import ConversationGoneError, TurnContext
 from worker.liveness import LivenessKeeper
 from worker.llm import Llm, LlmError
-from worker.recording import ConversationGoneError
 from worker.telemetry import TurnTelemetry
 from worker.tools import catalog
 from worker.tools.runtime import ToolRuntime

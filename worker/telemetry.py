@@ -44,13 +44,19 @@ from shared.errors import ErrorCode
 from shared.events import AwaitingConfirmation, ToolCall
 from shared.settings import Settings
 from shared.turn_record import TurnRecord
-from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, is_stop
+from worker.calls import (
+    Item,
+    ModelCallEnded,
+    ModelCallStarted,
+    ToolCallEnded,
+    ToolOutcome,
+    is_stop,
+)
 from worker.llm import LlmError, LlmResult
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from worker.harness.tool_call import ToolOutcome
 
 __all__ = ["ModelCall", "ToolRun", "TurnTelemetry"]
 

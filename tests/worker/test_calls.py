@@ -11,8 +11,14 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from shared.events import Delta, Error, Event, LlmCallComplete, LlmPrompt, ToolCall, ToolResult
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.worker.test_router import make_ctx
-from worker.calls import Item, ModelCallEnded, ModelCallStarted, ToolCallEnded, stream_events
-from worker.harness.tool_call import ToolOutcome
+from worker.calls import (
+    Item,
+    ModelCallEnded,
+    ModelCallStarted,
+    ToolCallEnded,
+    ToolOutcome,
+    stream_events,
+)
 from worker.llm import LlmError, LlmResult
 from worker.turn import run_to_sinks
 

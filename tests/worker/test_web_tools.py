@@ -26,7 +26,8 @@ from tests.fakes.searxng import FakeSearxng, FakeService, Seen
 from tests.support.sse import Frame, collect, frames, text_of
 from tests.support.stack import Config, make_config
 from tests.support.upstream import Reply, ScriptedUpstream
-from worker.harness.tool_call import PlannedCall, ToolOutcome, arguments_text, execute
+from worker.calls import ToolOutcome
+from worker.harness.tool_call import PlannedCall, arguments_text, execute
 from worker.tools.home_assistant.reads import ha_get_state, ha_list_entities
 from worker.tools.runtime import ToolRuntime, http_client
 from worker.tools.search import web_search

@@ -36,8 +36,7 @@ from shared.errors import ErrorCode
 from shared.events import Event, Memory
 from shared.notes import NoteStore
 from shared.records.messages import STOPPED, Message, row_position, to_openai_message
-from worker.context import TurnContext
-from worker.recording import ConversationGoneError
+from worker.context import ConversationGoneError, TurnContext
 from worker.tokens import Encode, counter_for, message_tokens
 
 # Older rows read at a time once the ones at hand are all in the prompt.

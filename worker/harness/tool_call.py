@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from langchain_core.messages import ToolMessage
@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.errors import ErrorCode
 from shared.events import Error, ToolProgress
+from worker.calls import ToolOutcome
 from worker.streamed import Streamed
 from worker.tools.confirmation import checked_summary
 from worker.tools.progress import ProgressReporter, progress_config
@@ -33,7 +34,6 @@ from worker.tools.runtime import ToolRuntime, runtime_config
 __all__ = [
     "Checked",
     "PlannedCall",
-    "ToolOutcome",
     "check",
     "cut_for_stream",
     "execute",
@@ -56,22 +56,6 @@ class PlannedCall:
     args: dict[str, Any]
     arguments: str
     parse_error: str | None = None
-
-
-@dataclass(slots=True)
-class ToolOutcome:
-    """How a call ended: the tool message (content whole) and, for a failure, an error event."""
-
-    message: ToolMessage
-    failure: Error | None = None
-
-    @property
-    def content(self) -> str:
-        return str(self.message.content)
-
-    @property
-    def status(self) -> Literal["success", "error"]:
-        return self.message.status
 
 
 def cut_for_stream(content: str, limit: int) -> tuple[str, bool]:
