@@ -404,7 +404,8 @@ async def test_a_worker_started_before_its_redis_says_so_and_starts_once_it_answ
     try:
         async with ProcessGroup(tmp_path / "logs") as procs:
             worker = procs.spawn_worker(settings)
-            await wait_for(lambda: "does not answer" in worker.output(), timeout_s=10)
+            # The worker's imports come first: as long as `worker_ready` allows on a loaded box.
+            await wait_for(lambda: "does not answer" in worker.output(), timeout_s=30)
             assert f"redis://127.0.0.1:{server.port}/0" in worker.output()
             await asyncio.sleep(1.5)
             worker.check_alive()  # still waiting, not dead
