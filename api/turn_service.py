@@ -26,7 +26,14 @@ from fastapi import Response
 
 from api.admission import Storing, admit_turn
 from api.attachments import ATTACHMENT_TTL_S, TooManyStreamsError
-from api.conversations import Multitask, Opened, after_claim, give_back, machine
+from api.conversations import (
+    Multitask,
+    Opened,
+    after_claim,
+    give_back,
+    machine,
+    open_conversation,
+)
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import ENCODINGS, encoder_for, subject_of
@@ -45,7 +52,7 @@ from shared.endings import as_code, http_status, retryable
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
 from shared.lifecycle import Cause
-from shared.requests import Delivery, TurnRequest
+from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
 from shared.settings import MODEL_ID, Settings
 from shared.turn_record import TurnRecord
@@ -73,6 +80,31 @@ def conversation_machine(state: AppState, owner: str) -> ConversationMachine:
         owner,
         retention_s=settings.conversation_retention_s,
         turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+    )
+
+
+async def open_turn_conversation(
+    state: AppState,
+    owner: str,
+    requested: str | None,
+    turn_id: str,
+    *,
+    multitask: Multitask,
+    answering: AgentRequest,
+) -> Opened:
+    """`open_conversation` as every route that may start a conversation runs it: kept as
+    `conversation_machine` keeps one."""
+    settings = state.settings
+    return await open_conversation(
+        state.redis,
+        state.store,
+        owner,
+        requested,
+        turn_id,
+        retention_s=settings.conversation_retention_s,
+        turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+        multitask=multitask,
+        answering=answering,
     )
 
 

@@ -9,17 +9,12 @@ from fastapi import APIRouter, Header, Response
 from api.admission import Storing
 from api.auth import TurnOwner
 from api.client_tools import check_no_clash, check_schemas
-from api.conversations import (
-    Opened,
-    asked_conversation,
-    check_conversation_id,
-    open_conversation,
-)
+from api.conversations import Opened, asked_conversation, check_conversation_id
 from api.json_route import OrjsonRoute
 from api.negotiation import language
 from api.schemas import ChatCompletionRequest, CompletionRequest
 from api.state import State
-from api.turn_service import UNFINISHED_TTL_S, check_model, multitask_of, start_turn
+from api.turn_service import check_model, multitask_of, open_turn_conversation, start_turn
 from shared.client_tools import tool_names
 from shared.confirmation_words import LANGUAGES
 from shared.records.keeper import RecordKeeper
@@ -48,27 +43,17 @@ async def chat_completions(
     await check_no_clash(state.queue, tool_names(turn.agent.client_tools))
     await check_schemas(state.schema_checks, turn.agent.client_tools)
     requested = body.conversation_id or x_bernard_conversation_id
-    retention_s = state.settings.conversation_retention_s
     if requested is not None:
         check_conversation_id(requested)
     else:
+        retention_s = state.settings.conversation_retention_s
         keeper = RecordKeeper(state.redis, owner, retention_s=retention_s)
         requested = await asked_conversation(keeper, turn.agent)
-    turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
-
     multitask = multitask_of(state, body.multitask_strategy)
 
     async def conversation(turn_id: str) -> Opened:
-        return await open_conversation(
-            state.redis,
-            state.store,
-            owner,
-            requested,
-            turn_id,
-            retention_s=retention_s,
-            turn_keep_s=turn_keep_s,
-            multitask=multitask,
-            answering=turn.agent,
+        return await open_turn_conversation(
+            state, owner, requested, turn_id, multitask=multitask, answering=turn.agent
         )
 
     storing = Storing(requested)

@@ -32,7 +32,7 @@ from fastapi import APIRouter, Header, Query, Response
 from api.admission import Storing
 from api.auth import Owner, TurnOwner
 from api.client_tools import check_no_clash, check_schemas
-from api.conversations import Opened, check_conversation_id, open_conversation
+from api.conversations import Opened, check_conversation_id
 from api.encodings.responses import ResponsesEncoder
 from api.errors import ApiError, invalid
 from api.json_response import JSONResponse
@@ -55,11 +55,11 @@ from api.responses_schema import ResponsesRequest, chat_messages
 from api.sse import FrameResponse
 from api.state import AppState, State
 from api.turn_service import (
-    UNFINISHED_TTL_S,
     attach,
     check_model,
     conversation_machine,
     multitask_of,
+    open_turn_conversation,
     start_turn,
     stopped,
     stream_response,
@@ -125,24 +125,13 @@ async def create_response(
         check_conversation_id(requested, "conversation")
     if previous is not None:
         requested = previous.conversation_id
-    retention_s = state.settings.conversation_retention_s
-    turn_keep_s = UNFINISHED_TTL_S + state.settings.turn_retention_s
-
     multitask = multitask_of(state, body.multitask_strategy)
 
     async def conversation(turn_id: str) -> Opened:
         if previous is not None:
             await check_latest(state, owner, previous)
-        opened = await open_conversation(
-            state.redis,
-            state.store,
-            owner,
-            requested,
-            turn_id,
-            retention_s=retention_s,
-            turn_keep_s=turn_keep_s,
-            multitask=multitask,
-            answering=request.agent,
+        opened = await open_turn_conversation(
+            state, owner, requested, turn_id, multitask=multitask, answering=request.agent
         )
         # A "yes" approved calls: their items name the approval they ran by.
         approvals = approval_ids((request.agent.resume or {}).get("decisions", []))
