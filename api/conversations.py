@@ -21,7 +21,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from api.errors import ApiError, invalid
+from api.errors import ApiError, invalid, not_found
 from shared.cancel import Stop, request_cancel
 from shared.confirmation_words import Verdict, understand
 from shared.connection import REDIS_ERRORS
@@ -67,11 +67,10 @@ def check_conversation_id(conversation_id: str, param: str = "conversation_id") 
 
 
 def conversation_not_found(conversation_id: str) -> ApiError:
-    return ApiError(
-        404,
+    return not_found(
         f"no conversation with id '{conversation_id}'",
-        param="conversation_id",
-        code=ErrorCode.CONVERSATION_NOT_FOUND,
+        "conversation_id",
+        ErrorCode.CONVERSATION_NOT_FOUND,
     )
 
 
@@ -452,11 +451,10 @@ def decision_error(decision: Decision, conversation_id: str, confirmation_id: st
 
 
 def confirmation_not_found(confirmation_id: str) -> ApiError:
-    return ApiError(
-        404,
+    return not_found(
         f"no tool call waits for confirmation '{confirmation_id}'",
-        param="confirmation_id",
-        code=ErrorCode.CONFIRMATION_NOT_FOUND,
+        "confirmation_id",
+        ErrorCode.CONFIRMATION_NOT_FOUND,
     )
 
 

@@ -98,6 +98,13 @@ def invalid(
     return ApiError(400, message, param=param, code=code)
 
 
+def not_found(
+    message: str, param: str | None = None, code: ErrorCode = ErrorCode.NOT_FOUND
+) -> ApiError:
+    """A 404 `not_found_error`: what the request names is not there, or not the owner's."""
+    return ApiError(404, message, param=param, code=code)
+
+
 def error_response(exc: ApiError) -> JSONResponse:
     headers: dict[str, str] = dict(exc.headers or {})
     if exc.status in (429, 503):

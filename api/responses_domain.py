@@ -20,7 +20,7 @@ from api.encodings.responses import (
     response_status,
     turn_id_of,
 )
-from api.errors import ApiError, invalid
+from api.errors import ApiError, invalid, not_found
 from api.responses_schema import ResponsesRequest
 from api.state import AppState
 from shared.conversation_state import ConversationMachine, Decision, Outcome
@@ -37,12 +37,7 @@ _HISTORY_PAGE = 100
 
 
 def response_not_found(response_id: str) -> ApiError:
-    return ApiError(
-        404,
-        f"no response with id '{response_id}'",
-        param="response_id",
-        code=ErrorCode.NOT_FOUND,
-    )
+    return not_found(f"no response with id '{response_id}'", "response_id")
 
 
 async def owned_response(state: AppState, response_id: str, owner: str) -> TurnRecord:
@@ -227,12 +222,11 @@ async def decided_approvals(
     for i, item in enumerate(approvals):
         request_id, approve = item.get("approval_request_id"), item.get("approve")
         if not isinstance(request_id, str) or request_id not in waiting:
-            raise ApiError(
-                404,
+            raise not_found(
                 f"response '{body.previous_response_id}' waits on no approval request "
                 f"'{request_id}'",
-                param=f"input[{i}].approval_request_id",
-                code=ErrorCode.CONFIRMATION_NOT_FOUND,
+                f"input[{i}].approval_request_id",
+                ErrorCode.CONFIRMATION_NOT_FOUND,
             )
         if not isinstance(approve, bool):
             raise invalid("approve must be true or false", f"input[{i}].approve")

@@ -37,7 +37,7 @@ from api.conversations import (
 from api.cursors import Resume, after_start
 from api.encoding import Encoder, terminal_error
 from api.encodings import ENCODINGS, encoder_for, subject_of
-from api.errors import RETRY_AFTER_S, ApiError, invalid
+from api.errors import RETRY_AFTER_S, ApiError, invalid, not_found
 from api.json_response import JSONResponse
 from api.metrics import TURNS_CREATED
 from api.relay import relay
@@ -118,11 +118,10 @@ def multitask_of(state: AppState, requested: str | None) -> Multitask:
 
 def check_model(model: str) -> None:
     if model != MODEL_ID:
-        raise ApiError(
-            404,
+        raise not_found(
             f"The model '{model}' does not exist; use '{MODEL_ID}'",
-            param="model",
-            code=ErrorCode.MODEL_NOT_FOUND,
+            "model",
+            ErrorCode.MODEL_NOT_FOUND,
         )
 
 

@@ -39,7 +39,7 @@ from api.conversations import (
     status_of,
 )
 from api.encodings.conversation import awaiting_frame, done_frame, rows_answer
-from api.errors import ApiError, invalid
+from api.errors import ApiError, invalid, not_found
 from api.json_response import JSONResponse
 from api.json_route import OrjsonRoute
 from api.limits import check_message_chars
@@ -346,8 +346,7 @@ async def undo(
     window = state.settings.undo_window_s
     found = find_undo(records, now=time.time(), window_s=window)
     if found is None:
-        raise ApiError(
-            404,
+        raise not_found(
             f"conversation '{conversation_id}' made no change to the house that can be undone",
             code=ErrorCode.NOTHING_TO_UNDO,
         )

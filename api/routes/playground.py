@@ -14,8 +14,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, Response
 
-from api.errors import ApiError
-from shared.errors import ErrorCode
+from api.errors import not_found
 
 router = APIRouter(include_in_schema=False)
 
@@ -62,7 +61,7 @@ FILES = _load(ROOT)
 def _file(name: str) -> Response:
     found = FILES.get(name)
     if found is None:
-        raise ApiError(404, f"no playground file '{name}'", code=ErrorCode.NOT_FOUND)
+        raise not_found(f"no playground file '{name}'")
     content, media_type = found
     return Response(content, media_type=media_type, headers=_HEADERS)
 

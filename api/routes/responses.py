@@ -34,7 +34,7 @@ from api.auth import Owner, TurnOwner
 from api.client_tools import check_no_clash, check_schemas
 from api.conversations import Opened, check_conversation_id
 from api.encodings.responses import ResponsesEncoder
-from api.errors import ApiError, invalid
+from api.errors import ApiError, invalid, not_found
 from api.json_response import JSONResponse
 from api.json_route import OrjsonRoute
 from api.negotiation import language
@@ -205,7 +205,7 @@ async def get_response(
         if starting_after is None and record.finished:
             answer = FrameResponse(fixed(encoder.compacted(record)))
         elif found.outcome is Replayed.EMPTY and not record.finished:
-            raise ApiError(404, f"response '{response_id}' has no events", code=ErrorCode.NOT_FOUND)
+            raise not_found(f"response '{response_id}' has no events")
         else:
             expired = found.outcome is Replayed.EMPTY
             raise _not_resumable(response_id, record, starting_after, expired=expired)

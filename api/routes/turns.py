@@ -17,7 +17,7 @@ from api.auth import Owner
 from api.conversations import pending_of
 from api.cursors import bad_cursor_is_400, locate, parse_cursor
 from api.encodings import encoder_for
-from api.errors import ApiError
+from api.errors import not_found
 from api.pages import list_page
 from api.relay import fixed
 from api.sse import FrameResponse
@@ -33,9 +33,7 @@ router = APIRouter()
 async def _owned_turn(state: AppState, turn_id: str, owner: str) -> TurnRecord:
     record = await state.store.get(turn_id)
     if record is None or not record.found_by(owner):
-        raise ApiError(
-            404, f"no turn with id '{turn_id}'", param="turn_id", code=ErrorCode.TURN_NOT_FOUND
-        )
+        raise not_found(f"no turn with id '{turn_id}'", "turn_id", ErrorCode.TURN_NOT_FOUND)
     return record
 
 
@@ -121,7 +119,7 @@ async def turn_events(
     if not await state.redis.exists(keys.events(turn_id)):
         if record.finished:
             return _compacted_replay(record)
-        raise ApiError(404, f"turn '{turn_id}' has no events", code=ErrorCode.TURN_NOT_FOUND)
+        raise not_found(f"turn '{turn_id}' has no events", code=ErrorCode.TURN_NOT_FOUND)
     encoder = encoder_for(record)
     with bad_cursor_is_400(last_event_id):
         resume = await locate(state.redis, encoder, turn_id, cursor)
