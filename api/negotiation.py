@@ -52,6 +52,17 @@ class _Range:
         return 2 if self.subtype == sub else -1
 
 
+def _qvalue(params: Sequence[str]) -> float | None:
+    """The weight a range's parameters give it: its first `q` (what follows are extension
+    parameters), 1 without one, None when the `q` cannot be read."""
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            return float(value) if _QVALUE.fullmatch(value) else None
+    return 1.0
+
+
 def _ranges(accept: str) -> list[_Range]:
     ranges: list[_Range] = []
     for element in accept.split(","):
@@ -61,13 +72,7 @@ def _ranges(accept: str) -> list[_Range]:
             continue
         if kind == "*" and sub != "*":
             continue
-        q: float | None = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                value = value.strip()
-                q = float(value) if _QVALUE.fullmatch(value) else None
-                break  # what follows `q` are extension parameters
+        q = _qvalue(params)
         if q is not None:
             ranges.append(_Range(kind, sub, q))
     return ranges
@@ -104,13 +109,7 @@ def language(accept_language: str | None, known: Collection[str]) -> str | None:
         tag = tag.lower()
         if not _LANGUAGE_RANGE.fullmatch(tag):
             continue
-        q: float | None = 1.0
-        for param in params:
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
-                value = value.strip()
-                q = float(value) if _QVALUE.fullmatch(value) else None
-                break
+        q = _qvalue(params)
         primary = tag.split("-")[0]
         if q is not None and q > weight and primary in known:
             best, weight = primary, q
