@@ -33,19 +33,6 @@ def conversations_table(conversations: list[dict[str, Any]]) -> Table:
     return table
 
 
-def list_conversations(api: Api, console: Console, limit: int, after: str | None) -> dict[str, Any]:
-    page = dict(api.get("/v1/conversations", limit=limit, after=after))
-    if not page["data"]:
-        console.print("No conversations.")
-    else:
-        console.print(conversations_table(page["data"]))
-        if page.get("has_more"):
-            console.print(
-                f"More: bernard conversations list --after {page['last_id']}", style="dim"
-            )
-    return page
-
-
 def latest_messages(api: Api, conversation: dict[str, Any], limit: int) -> list[dict[str, Any]]:
     """The conversation's last `limit` rows, oldest first (row ids are `msg_<position>`)."""
     count = int(conversation.get("message_count") or 0)

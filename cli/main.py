@@ -14,10 +14,12 @@ import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from cli import chat as chat_session
 from cli import conversations as conversation_views
 from cli import doctor as doctor_checks
+from cli import pages
 from cli import turns as turn_views
 from cli.client import DEFAULT_URL, Api, ApiCallError
 from cli.prompt import LineEditor, file_history, history_path
@@ -93,19 +95,31 @@ def chat(
     raise typer.Exit(code)
 
 
-@turns_app.command("list")
-def turns_list(
-    limit: Limit = 20,
-    after: AfterId = None,
-    as_json: AsJson = False,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
+def add_list(
+    commands: typer.Typer,
+    what: str,
+    table: Callable[[list[dict[str, Any]]], Table],
+    help: str,
 ) -> None:
-    """Your turns, newest first."""
-    if as_json:
-        print_json(call(url, key, lambda api, _: api.get("/v1/turns", limit=limit, after=after)))
-        return
-    call(url, key, lambda api, out: turn_views.list_turns(api, out, limit, after))
+    """`bernard <what> list`: a page of the caller's `what` (`turns`, `conversations`)."""
+
+    @commands.command("list", help=help)
+    def listed(
+        limit: Limit = 20,
+        after: AfterId = None,
+        as_json: AsJson = False,
+        url: Url = DEFAULT_URL,
+        key: Key = None,
+    ) -> None:
+        if as_json:
+            print_json(
+                call(url, key, lambda api, _: api.get(f"/v1/{what}", limit=limit, after=after))
+            )
+            return
+        call(url, key, lambda api, out: pages.print_page(api, out, what, table, limit, after))
+
+
+add_list(turns_app, "turns", turn_views.turns_table, "Your turns, newest first.")
 
 
 @turns_app.command("show")
@@ -131,21 +145,12 @@ def turns_cancel(turn_id: str, url: Url = DEFAULT_URL, key: Key = None) -> None:
     call(url, key, lambda api, out: turn_views.cancel_turn(api, out, turn_id))
 
 
-@conversations_app.command("list")
-def conversations_list(
-    limit: Limit = 20,
-    after: AfterId = None,
-    as_json: AsJson = False,
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-) -> None:
-    """Your conversations, last used first."""
-    if as_json:
-        print_json(
-            call(url, key, lambda api, _: api.get("/v1/conversations", limit=limit, after=after))
-        )
-        return
-    call(url, key, lambda api, out: conversation_views.list_conversations(api, out, limit, after))
+add_list(
+    conversations_app,
+    "conversations",
+    conversation_views.conversations_table,
+    "Your conversations, last used first.",
+)
 
 
 @conversations_app.command("show")

@@ -68,17 +68,6 @@ def turns_table(turns: list[dict[str, Any]]) -> Table:
     return table
 
 
-def list_turns(api: Api, console: Console, limit: int, after: str | None) -> dict[str, Any]:
-    page = dict(api.get("/v1/turns", limit=limit, after=after))
-    if not page["data"]:
-        console.print("No turns.")
-    else:
-        console.print(turns_table(page["data"]))
-        if page.get("has_more"):
-            console.print(f"More: bernard turns list --after {page['last_id']}", style="dim")
-    return page
-
-
 def show_turn(api: Api, console: Console, turn_id: str) -> dict[str, Any]:
     turn = dict(api.get(f"/v1/turns/{turn_id}"))
     facts = Table.grid(padding=(0, 2))
