@@ -195,10 +195,15 @@ class Backend:
         **kwargs: object,
     ) -> Redis:
         """A client of `address`'s servers that retries connection errors with backoff, as
-        shared/connection.py `connect` describes: arq's `ArqRedis` on a `PromptPool`
+        shared/connection.py `connect` describes, as the topology builds it (`_client`):
+        `retries` times, on a pool of `max_connections` (`kwargs` override its options)."""
+        return cls._client(address, retries, pool_options(retries, max_connections, kwargs))
+
+    @classmethod
+    def _client(cls, address: RedisAddress, retries: int, options: dict[str, Any]) -> Redis:
+        """One server's: arq's `ArqRedis` on a `PromptPool` of `options`
         (shared/redis_pool.py)."""
-        pool = PromptPool.from_url(address.url, **pool_options(retries, max_connections, kwargs))
-        return pooled_client(pool)
+        return pooled_client(PromptPool.from_url(address.url, **options))
 
     @classmethod
     def built(cls, client: Redis) -> bool:
@@ -355,15 +360,8 @@ class SentinelBackend(Backend):
         )
 
     @classmethod
-    def connect(
-        cls,
-        address: RedisAddress,
-        *,
-        retries: int = RETRIES,
-        max_connections: int = 512,
-        **kwargs: object,
-    ) -> Redis:
-        """`Backend.connect`'s, on a `PromptSentinelPool`: a connection lost to a dead
+    def _client(cls, address: RedisAddress, retries: int, options: dict[str, Any]) -> Redis:
+        """`Backend._client`'s, on a `PromptSentinelPool`: a connection lost to a dead
         primary reconnects to the one the Sentinels promote."""
         assert address.service is not None
         sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
@@ -372,10 +370,7 @@ class SentinelBackend(Backend):
         if address.ssl:
             sentinel_kwargs["ssl"] = True
         sentinel = Sentinel(list(address.hosts), sentinel_kwargs=sentinel_kwargs)
-        options = pool_options(retries, max_connections, kwargs)
-        options["connection_class"] = (
-            PromptSentinelSSLConnection if address.ssl else PromptSentinelConnection
-        )
+        connection_class = PromptSentinelSSLConnection if address.ssl else PromptSentinelConnection
         pool = PromptSentinelPool(
             address.service,
             sentinel,
@@ -383,7 +378,7 @@ class SentinelBackend(Backend):
             db=address.db,
             username=address.username,
             password=address.password,
-            **options,
+            **{**options, "connection_class": connection_class},
         )
         return pooled_client(pool)
 
@@ -487,7 +482,7 @@ class FailoverCountingCluster(AskingCluster):
 
     # What it followed; None until its first failover.
     followed: Failovers | None = None
-    # The nodes its URL named (`ClusterBackend.connect`).
+    # The nodes its URL named (`ClusterBackend._client`).
     seeds: tuple[tuple[str, int], ...] = ()
 
     async def initialize(self) -> RedisCluster:
@@ -559,22 +554,15 @@ class ClusterBackend(_ChannelWake):
         )
 
     @classmethod
-    def connect(
-        cls,
-        address: RedisAddress,
-        *,
-        retries: int = RETRIES,
-        max_connections: int = 512,
-        **kwargs: object,
-    ) -> Redis:
+    def _client(cls, address: RedisAddress, retries: int, options: dict[str, Any]) -> Redis:
         """A `RedisCluster`, typed as the `Redis` it stands in for: it offers the same
         commands, and what differs is this backend's. Its nodes are reached directly (no
-        pool lock to wait on), so `PromptPool` does not apply, and `max_connections`
-        neither: a Cluster node past its limit fails the command at once rather than wait
-        for a free connection (1,000 requests at once failed so), so each node gets as many
-        connections as the process has commands in flight to it. Its ASK redirects (a slot
-        migrating) hold: compat/redis_cluster.py; it counts the failovers it follows, slot
-        by slot (`FailoverCountingCluster`)."""
+        pool lock to wait on), so `PromptPool` and its `options` do not apply, nor
+        `max_connections`: a Cluster node past its limit fails the command at once rather
+        than wait for a free connection (1,000 requests at once failed so), so each node
+        gets as many connections as the process has commands in flight to it. Its ASK
+        redirects (a slot migrating) hold: compat/redis_cluster.py; it counts the failovers
+        it follows, slot by slot (`FailoverCountingCluster`)."""
         cluster = FailoverCountingCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in address.hosts],
             username=address.username,
