@@ -141,6 +141,14 @@ class ToolProgress(Event):
     current: float | None = None
     total: float | None = None
 
+    def counts(self) -> dict[str, float]:
+        """`current` and `total`, those it has: what an encoding adds to its fields."""
+        return {
+            name: value
+            for name, value in (("current", self.current), ("total", self.total))
+            if value is not None
+        }
+
 
 @dataclass(slots=True)
 class ToolResult(Event):

@@ -63,11 +63,8 @@ class ConversationEncoder:
                     "tool_call_id": event.tool_call_id,
                     "phase": event.phase,
                     "message": event.message,
+                    **event.counts(),
                 }
-                if event.current is not None:
-                    progress["current"] = event.current
-                if event.total is not None:
-                    progress["total"] = event.total
                 return [named("tool_progress", progress)]
             case ToolResult():
                 result = {

@@ -388,11 +388,8 @@ class ResponsesEncoder:
             "output_index": opened.index,
             "phase": event.phase,
             "message": event.message,
+            **event.counts(),
         }
-        if event.current is not None:
-            body["current"] = event.current
-        if event.total is not None:
-            body["total"] = event.total
         return self._event(PROGRESS_EVENT, body)
 
     def _tool_result(self, event: ToolResult) -> list[Frame]:
