@@ -58,7 +58,13 @@ class Start(Event):
 
 
 @dataclass(slots=True)
-class LlmPrompt(Event):
+class Trace(Event):
+    """Base of the events that trace a turn (its model calls, its memory): in the stream
+    only when the client asked to trace the turn (worker/supervisor.py `_visible`)."""
+
+
+@dataclass(slots=True)
+class LlmPrompt(Trace):
     """Trace: the messages sent to one model call."""
 
     type: ClassVar[str] = "llm_prompt"
@@ -68,7 +74,7 @@ class LlmPrompt(Event):
 
 
 @dataclass(slots=True)
-class LlmCallComplete(Event):
+class LlmCallComplete(Trace):
     """Trace: one model call ended."""
 
     type: ClassVar[str] = "llm_call_complete"
@@ -79,7 +85,7 @@ class LlmCallComplete(Event):
 
 
 @dataclass(slots=True)
-class Memory(Event):
+class Memory(Trace):
     """Trace: what of the conversation this turn's prompts hold, and why.
 
     `kept` recent messages (of `stored` in all) whole, within `budget` tokens of history;

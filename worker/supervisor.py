@@ -29,14 +29,7 @@ from shared.cancel import Stop
 from shared.connection import REDIS_ERRORS, STORE_LOST
 from shared.endings import completed
 from shared.errors import ErrorCode
-from shared.events import (
-    Event,
-    LlmCallComplete,
-    LlmPrompt,
-    Memory,
-    MessageStored,
-    TurnStatus,
-)
+from shared.events import Event, MessageStored, Trace, TurnStatus
 from shared.lifecycle import RULES, After, Cause, Claimed, Finished
 from shared.liveness import Liveness
 from shared.logs import TURN_FIELDS
@@ -523,7 +516,7 @@ def _visible(event: Event, record: TurnRecord) -> bool:
     """Whether the event goes into the stream, which holds what its client can read:
     model-call traces (the whole prompt, each call) only when the client asked to trace the
     turn, stored rows only when its encoding shows them (shared/requests.py)."""
-    if isinstance(event, LlmPrompt | LlmCallComplete | Memory):
+    if isinstance(event, Trace):
         return record.request.agent.trace
     if isinstance(event, MessageStored):
         return record.request.agent.rows

@@ -27,13 +27,11 @@ from shared.events import (
     Done,
     Error,
     Event,
-    LlmCallComplete,
-    LlmPrompt,
-    Memory,
     Start,
     ToolCall,
     ToolProgress,
     ToolResult,
+    Trace,
 )
 from shared.results import TurnResult
 
@@ -99,7 +97,7 @@ class ChatEncoder(ChunkEncoder):
                 return [self._extension(event.type, body)]
             case ToolResult() | ToolProgress() if mode != "none":
                 return [self._extension(event.type, asdict(event))]
-            case LlmPrompt() | LlmCallComplete() | Memory():
+            case Trace():
                 # In the stream only when the client asked to trace the turn (the worker
                 # publishes them then: worker/supervisor.py).
                 return [self._extension(event.type, asdict(event))]

@@ -16,13 +16,11 @@ from shared.events import (
     Done,
     Error,
     Event,
-    LlmCallComplete,
-    LlmPrompt,
-    Memory,
     MessageStored,
     ToolCall,
     ToolProgress,
     ToolResult,
+    Trace,
 )
 from shared.results import TurnResult
 from shared.turn_record import TurnRecord
@@ -80,7 +78,7 @@ class ConversationEncoder:
                 return [named("message", row)]
             case Error():
                 return [named("error", {"code": event.code, "message": event.message})]
-            case LlmPrompt() | LlmCallComplete() | Memory():
+            case Trace():
                 # In the stream only when the client asked to trace the turn.
                 return [named("trace", {"type": event.type, **asdict(event)})]
             case Done():
