@@ -135,10 +135,7 @@ class DemoHome:
 
     def _light(self, entity_id: str, service: str, options: dict[str, Any]) -> None:
         current = self.states[entity_id]
-        if service == "toggle":
-            service = "turn_off" if current["state"] == "on" else "turn_on"
-        if service not in _ON_OFF:
-            raise BadRequestError()
+        service = _switched(current, service)
         brightness = current["attributes"]["brightness"] or 255
         if service == "turn_on" and "brightness_pct" in options:
             brightness = round(_number(options["brightness_pct"], 0, 100) * 255 / 100)
@@ -157,11 +154,7 @@ class DemoHome:
 
     def _switch(self, entity_id: str, service: str, options: dict[str, Any]) -> None:
         current = self.states[entity_id]
-        if service == "toggle":
-            service = "turn_off" if current["state"] == "on" else "turn_on"
-        if service not in _ON_OFF:
-            raise BadRequestError()
-        self._set(entity_id, _ON_OFF[service], current["attributes"])
+        self._set(entity_id, _ON_OFF[_switched(current, service)], current["attributes"])
 
     def _climate(self, entity_id: str, service: str, options: dict[str, Any]) -> None:
         current = self.states[entity_id]
@@ -210,6 +203,16 @@ class DemoHome:
                 "user_id": None,
             },
         }
+
+
+def _switched(current: dict[str, Any], service: str) -> str:
+    """The `_ON_OFF` service that `service` is for an entity in state `current`: a toggle
+    turns it off when on, else on; `BadRequestError` for any other service."""
+    if service == "toggle":
+        service = "turn_off" if current["state"] == "on" else "turn_on"
+    if service not in _ON_OFF:
+        raise BadRequestError()
+    return service
 
 
 def _number(value: Any, low: float, high: float) -> float:

@@ -676,6 +676,9 @@ def test_the_demo_home_answers_in_home_assistants_shapes_and_keeps_its_changes()
         assert (off["state"], off["attributes"]["brightness"]) == ("off", None)
         (fan,) = service("switch", "turn_on", entity_id="switch.bedroom_fan").json()
         assert fan["state"] == "on"
+        (fan_off,) = service("switch", "toggle", entity_id="switch.bedroom_fan").json()
+        assert fan_off["state"] == "off"
+        assert service("switch", "explode", entity_id="switch.bedroom_fan").status_code == 400
         (hall,) = service(
             "climate", "set_temperature", entity_id="climate.hall_thermostat", temperature=21
         ).json()
