@@ -21,10 +21,8 @@ from worker.tools.home_assistant.checks import (
     refusal,
 )
 from worker.tools.home_assistant.client import (
-    REFUSED,
-    SERVICE,
     area_of,
-    message_of,
+    ha_request,
     service_description,
     state_objects,
     state_of,
@@ -32,7 +30,7 @@ from worker.tools.home_assistant.client import (
 from worker.tools.home_assistant.config import HomeAssistantSettings, endpoint
 from worker.tools.home_assistant.rendering import changes, describe_call
 from worker.tools.home_assistant.restore import restore_or_none
-from worker.tools.http import ServiceError, request_json
+from worker.tools.http import ServiceError
 from worker.tools.policy import Subject
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
@@ -136,15 +134,13 @@ async def send(config: RunnableConfig, call: Call) -> dict[str, dict[str, Any]]:
     what = f"{call.domain}.{call.service}"
     get_reporter(config).step(f"Calling {what} for {call.entity}")
     try:
-        changed = await request_json(
+        changed = await ha_request(
             config,
+            base,
+            headers,
             "POST",
-            f"{base}/api/services/{call.domain}/{call.service}",
-            service=SERVICE,
+            f"/api/services/{call.domain}/{call.service}",
             json={"entity_id": call.entity, **call.data},
-            headers=headers,
-            refused=REFUSED,
-            reason_of=message_of,
         )
     except ServiceError as exc:
         raise ToolException(_service_failure(exc, what, call.entity)) from exc

@@ -53,19 +53,45 @@ async def area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | None
     return found or None
 
 
+async def ha_request(
+    config: RunnableConfig,
+    base: str,
+    headers: dict[str, str],
+    method: str,
+    path: str,
+    *,
+    json: Any = None,
+    refused: str = REFUSED,
+    missing_ok: bool = False,
+) -> Any:
+    """`request_json` to `path` of Home Assistant's REST API at `base`, as every Home
+    Assistant tool asks it: what a refusal should make the operator check (`refused`), and
+    Home Assistant's own words in an error reply (`message_of`)."""
+    return await request_json(
+        config,
+        method,
+        f"{base}{path}",
+        service=SERVICE,
+        json=json,
+        headers=headers,
+        refused=refused,
+        missing_ok=missing_ok,
+        reason_of=message_of,
+    )
+
+
 async def render_template(
     config: RunnableConfig, base: str, headers: dict[str, str], template: str
 ) -> Any:
     """What Home Assistant renders `template` to (`POST /api/template`), parsed as JSON."""
-    return await request_json(
+    return await ha_request(
         config,
+        base,
+        headers,
         "POST",
-        f"{base}/api/template",
-        service=SERVICE,
+        "/api/template",
         json={"template": template},
-        headers=headers,
         refused=REFUSED_TEMPLATE,
-        reason_of=message_of,
     )
 
 
@@ -113,16 +139,7 @@ async def state_of(
     config: RunnableConfig, base: str, headers: dict[str, str], entity: str
 ) -> dict[str, Any] | None:
     """The entity's state object; None when Home Assistant has no such entity."""
-    data = await request_json(
-        config,
-        "GET",
-        f"{base}/api/states/{entity}",
-        service=SERVICE,
-        headers=headers,
-        refused=REFUSED,
-        missing_ok=True,
-        reason_of=message_of,
-    )
+    data = await ha_request(config, base, headers, "GET", f"/api/states/{entity}", missing_ok=True)
     if data is None:
         return None
     (state,) = state_objects([data])
@@ -137,16 +154,7 @@ async def service_description(
     Assistant, or one whose descriptions do not fit the size limit): then the service and
     its options are left to Home Assistant, which refuses them with a plain 400."""
     try:
-        listed = await request_json(
-            config,
-            "GET",
-            f"{base}/api/services",
-            service=SERVICE,
-            headers=headers,
-            refused=REFUSED,
-            missing_ok=True,
-            reason_of=message_of,
-        )
+        listed = await ha_request(config, base, headers, "GET", "/api/services", missing_ok=True)
     except ServiceError as exc:
         if exc.status in (401, 403):
             raise

@@ -7,17 +7,14 @@ from langchain_core.tools import ToolException, tool
 
 from worker.tools.home_assistant.checks import checked_area, checked_domain, checked_entity
 from worker.tools.home_assistant.client import (
-    REFUSED,
-    SERVICE,
     Area,
     area_entities,
-    message_of,
+    ha_request,
     state_objects,
     state_of,
 )
 from worker.tools.home_assistant.config import HomeAssistantSettings, endpoint
 from worker.tools.home_assistant.rendering import mentions, render_list, render_state
-from worker.tools.http import request_json
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 
@@ -40,17 +37,7 @@ async def ha_list_entities(
         # The states first: a bad token fails here, so a 401 on the template that follows
         # can only mean the token is not an administrator's.
         reporter.step(f"Asking Home Assistant for its {f'{kind} ' if kind else ''}entities")
-        states = state_objects(
-            await request_json(
-                config,
-                "GET",
-                f"{base}/api/states",
-                service=SERVICE,
-                headers=headers,
-                refused=REFUSED,
-                reason_of=message_of,
-            )
-        )
+        states = state_objects(await ha_request(config, base, headers, "GET", "/api/states"))
         found = [s for s in states if kind is None or s["entity_id"].startswith(f"{kind}.")]
         place: Area | None = None
         if where is not None:
