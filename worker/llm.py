@@ -284,30 +284,31 @@ class Llm:
         `params` are call options (`max_tokens`, `stop`, `temperature`, ...:
         `AgentRequest.sampling()`), passed as this provider takes them (`call_options`).
         """
+        runnable = self.bind(tools, options)
+        call_options = self.call_options(params)
         if self.direct:
-            return Streamed(
-                lambda ended: self._direct_stream(messages, params, tools, options, ended)
-            )
+            # What `bind_tools` bound (the tools as the API takes them, the tool choice),
+            # then the call options, as `complete` sends them.
+            sent = {**(runnable.kwargs if tools else {}), **call_options}
+            return Streamed(lambda ended: self._direct_stream(messages, sent, ended))
         return Streamed(
-            lambda ended: self._langchain_stream(messages, params, tools, options, ended)
+            lambda ended: self._langchain_stream(runnable, messages, call_options, ended)
         )
 
     async def _langchain_stream(
         self,
+        runnable: Any,
         messages: Sequence[BaseMessage],
-        params: Mapping[str, Any] | None,
-        tools: Sequence[BaseTool | dict[str, Any]],
-        options: Mapping[str, Any] | None,
+        call_options: dict[str, Any],
         ended: Callable[[LlmResult], None],
     ) -> AsyncGenerator[str | ToolCall, None]:
-        runnable = self.bind(tools, options)
         started = time.perf_counter()
         total: AIMessageChunk | None = None
         try:
             # aclosing: leaving early must close the upstream response, not leave it open.
             chunks_gen = cast(
                 AsyncGenerator[Any, None],
-                runnable.astream(list(messages), **self.call_options(params)),
+                runnable.astream(list(messages), **call_options),
             )
             async with aclosing(chunks_gen) as chunks:
                 async for chunk in chunks:
@@ -333,9 +334,7 @@ class Llm:
     async def _direct_stream(
         self,
         messages: Sequence[BaseMessage],
-        params: Mapping[str, Any] | None,
-        tools: Sequence[BaseTool | dict[str, Any]],
-        options: Mapping[str, Any] | None,
+        sent: dict[str, Any],
         ended: Callable[[LlmResult], None],
     ) -> AsyncGenerator[str | ToolCall, None]:
         calls: list[ToolCall] = []
@@ -344,17 +343,10 @@ class Llm:
             calls.extend(message.tool_calls)
             ended(_result(message, finish_reason, latency_ms))
 
-        # What `bind_tools` bound (the tools as the API takes them, the tool choice), then
-        # the call options, as `complete` sends them.
-        bound = self.bind(tools, options).kwargs if tools else {}
         try:
             with self._lease() as client:
                 tokens = openai_tokens(
-                    cast(Any, self.model),
-                    messages,
-                    {**bound, **self.call_options(params)},
-                    ended=end,
-                    client=client,
+                    cast(Any, self.model), messages, sent, ended=end, client=client
                 )
                 async with aclosing(tokens) as texts:
                     async for text in texts:
