@@ -25,6 +25,7 @@ from redis.exceptions import NoScriptError
 from shared import budgets, keys
 from shared.connection import reply_text
 from shared.lifecycle import STRANDED_AFTER_S
+from shared.state_table import Row, row
 
 __all__ = [
     "TABLE",
@@ -115,17 +116,8 @@ class Outcome(StrEnum):
     NOT_FOUND = "not_found"
 
 
-@dataclass(frozen=True, slots=True)
-class ConversationRule:
-    """From any of `source`, `transition` has `outcome` and leaves the conversation `target`
-    (None: as it was). `when` names what else decides between rules of the same source;
-    a rule without it is the only one for its statuses."""
-
-    transition: ConversationTransition
-    source: frozenset[ConversationStatus]
-    outcome: Outcome
-    target: ConversationStatus | None
-    when: str = ""
+# A row of the conversation's table (its rules).
+ConversationRule = Row[ConversationTransition, ConversationStatus, Outcome]
 
 
 _ABSENT, _IDLE, _RUNNING, _AWAITING = (
@@ -137,62 +129,51 @@ _ABSENT, _IDLE, _RUNNING, _AWAITING = (
 _EXISTING = frozenset({_IDLE, _RUNNING, _AWAITING})
 
 
-def _rule(
-    transition: ConversationTransition,
-    source: ConversationStatus | frozenset[ConversationStatus],
-    outcome: Outcome,
-    target: ConversationStatus | None = None,
-    when: str = "",
-) -> ConversationRule:
-    sources = source if isinstance(source, frozenset) else frozenset({source})
-    return ConversationRule(transition, sources, outcome, target, when)
-
-
 T, Out = ConversationTransition, Outcome
 TABLE: tuple[ConversationRule, ...] = (
-    _rule(T.CREATE, _ABSENT, Out.CREATED, _IDLE, "without a turn"),
-    _rule(T.CREATE, _ABSENT, Out.CREATED, _RUNNING, "with its first turn, which holds it"),
-    _rule(T.CREATE, _EXISTING, Out.EXISTS),
-    _rule(T.START, _ABSENT, Out.NOT_FOUND),
-    _rule(T.START, _IDLE, Out.STARTED, _RUNNING),
-    _rule(T.START, _RUNNING, Out.BUSY, None, "strategy reject"),
-    _rule(T.START, _RUNNING, Out.WAITING, _RUNNING, "strategy interrupt or enqueue: in line"),
-    _rule(T.START, _RUNNING, Out.LINE_FULL, None, "strategy interrupt or enqueue: line full"),
-    _rule(T.START, _AWAITING, Out.AWAITING_DECISION),
-    _rule(T.PAUSE, _ABSENT, Out.NOT_FOUND),
-    _rule(T.PAUSE, _RUNNING, Out.PAUSED, _AWAITING, "by the turn that holds it"),
-    _rule(T.PAUSE, _RUNNING, Out.NOT_HOLDER, None, "by another turn"),
-    _rule(T.PAUSE, frozenset({_IDLE, _AWAITING}), Out.NOT_HOLDER),
-    _rule(T.DECIDE, _ABSENT, Out.NOT_FOUND),
-    _rule(T.DECIDE, _AWAITING, Out.DECIDED, _AWAITING, "another call of its step still waits"),
-    _rule(T.DECIDE, _AWAITING, Out.RESUMED, _RUNNING, "the last call of its step waiting"),
-    _rule(T.DECIDE, _EXISTING, Out.ALREADY_APPROVED, None, "the call was approved"),
-    _rule(T.DECIDE, _EXISTING, Out.ALREADY_REJECTED, None, "the call was rejected"),
-    _rule(T.DECIDE, _EXISTING, Out.EXPIRED, None, "the call lapsed, or its step no longer waits"),
-    _rule(T.DECIDE, _EXISTING, Out.NO_PROPOSAL, None, "no such call was proposed"),
-    _rule(T.ANSWER, _ABSENT, Out.NOT_FOUND),
-    _rule(T.ANSWER, _AWAITING, Out.ANSWERING, _RUNNING),
-    _rule(T.ANSWER, _IDLE, Out.NO_PROPOSAL),
-    _rule(T.ANSWER, _RUNNING, Out.BUSY),
-    _rule(T.UNCLAIM, _ABSENT, Out.NOT_FOUND),
-    _rule(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, _AWAITING, "the turn was to carry decisions out"),
-    _rule(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, _IDLE, "the turn was a new message's"),
-    _rule(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, None, "the turn waited in line: it leaves it"),
-    _rule(T.UNCLAIM, _RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
-    _rule(T.UNCLAIM, frozenset({_IDLE, _AWAITING}), Out.NOT_HOLDER),
-    _rule(T.ANNOUNCE, _ABSENT, Out.NOT_FOUND),
-    _rule(T.ANNOUNCE, _IDLE, Out.ANNOUNCED, _IDLE, "no call the history ends on lacks its result"),
-    _rule(T.ANNOUNCE, _IDLE, Out.OPEN_CALLS, None, "the history ends on calls without results"),
-    _rule(T.ANNOUNCE, _RUNNING, Out.BUSY),
-    _rule(T.ANNOUNCE, _AWAITING, Out.AWAITING_DECISION),
-    _rule(T.FINISH, _RUNNING, Out.FINISHED, _IDLE, "the active turn's record ends"),
-    _rule(T.ADVANCE, _ABSENT, Out.NOT_FOUND),
-    _rule(T.ADVANCE, _IDLE, Out.UNCHANGED),
-    _rule(T.ADVANCE, frozenset({_RUNNING, _AWAITING}), Out.ADVANCED, _RUNNING, "it held it"),
-    _rule(T.ADVANCE, _RUNNING, Out.LEFT, None, "it waited in line"),
-    _rule(T.ADVANCE, frozenset({_RUNNING, _AWAITING}), Out.UNCHANGED, None, "neither"),
-    _rule(T.DELETE, _ABSENT, Out.NOT_FOUND),
-    _rule(T.DELETE, _EXISTING, Out.DELETED, _ABSENT),
+    row(T.CREATE, _ABSENT, Out.CREATED, _IDLE, "without a turn"),
+    row(T.CREATE, _ABSENT, Out.CREATED, _RUNNING, "with its first turn, which holds it"),
+    row(T.CREATE, _EXISTING, Out.EXISTS),
+    row(T.START, _ABSENT, Out.NOT_FOUND),
+    row(T.START, _IDLE, Out.STARTED, _RUNNING),
+    row(T.START, _RUNNING, Out.BUSY, None, "strategy reject"),
+    row(T.START, _RUNNING, Out.WAITING, _RUNNING, "strategy interrupt or enqueue: in line"),
+    row(T.START, _RUNNING, Out.LINE_FULL, None, "strategy interrupt or enqueue: line full"),
+    row(T.START, _AWAITING, Out.AWAITING_DECISION),
+    row(T.PAUSE, _ABSENT, Out.NOT_FOUND),
+    row(T.PAUSE, _RUNNING, Out.PAUSED, _AWAITING, "by the turn that holds it"),
+    row(T.PAUSE, _RUNNING, Out.NOT_HOLDER, None, "by another turn"),
+    row(T.PAUSE, frozenset({_IDLE, _AWAITING}), Out.NOT_HOLDER),
+    row(T.DECIDE, _ABSENT, Out.NOT_FOUND),
+    row(T.DECIDE, _AWAITING, Out.DECIDED, _AWAITING, "another call of its step still waits"),
+    row(T.DECIDE, _AWAITING, Out.RESUMED, _RUNNING, "the last call of its step waiting"),
+    row(T.DECIDE, _EXISTING, Out.ALREADY_APPROVED, None, "the call was approved"),
+    row(T.DECIDE, _EXISTING, Out.ALREADY_REJECTED, None, "the call was rejected"),
+    row(T.DECIDE, _EXISTING, Out.EXPIRED, None, "the call lapsed, or its step no longer waits"),
+    row(T.DECIDE, _EXISTING, Out.NO_PROPOSAL, None, "no such call was proposed"),
+    row(T.ANSWER, _ABSENT, Out.NOT_FOUND),
+    row(T.ANSWER, _AWAITING, Out.ANSWERING, _RUNNING),
+    row(T.ANSWER, _IDLE, Out.NO_PROPOSAL),
+    row(T.ANSWER, _RUNNING, Out.BUSY),
+    row(T.UNCLAIM, _ABSENT, Out.NOT_FOUND),
+    row(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, _AWAITING, "the turn was to carry decisions out"),
+    row(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, _IDLE, "the turn was a new message's"),
+    row(T.UNCLAIM, _RUNNING, Out.UNCLAIMED, None, "the turn waited in line: it leaves it"),
+    row(T.UNCLAIM, _RUNNING, Out.NOT_HOLDER, None, "another turn holds it"),
+    row(T.UNCLAIM, frozenset({_IDLE, _AWAITING}), Out.NOT_HOLDER),
+    row(T.ANNOUNCE, _ABSENT, Out.NOT_FOUND),
+    row(T.ANNOUNCE, _IDLE, Out.ANNOUNCED, _IDLE, "no call the history ends on lacks its result"),
+    row(T.ANNOUNCE, _IDLE, Out.OPEN_CALLS, None, "the history ends on calls without results"),
+    row(T.ANNOUNCE, _RUNNING, Out.BUSY),
+    row(T.ANNOUNCE, _AWAITING, Out.AWAITING_DECISION),
+    row(T.FINISH, _RUNNING, Out.FINISHED, _IDLE, "the active turn's record ends"),
+    row(T.ADVANCE, _ABSENT, Out.NOT_FOUND),
+    row(T.ADVANCE, _IDLE, Out.UNCHANGED),
+    row(T.ADVANCE, frozenset({_RUNNING, _AWAITING}), Out.ADVANCED, _RUNNING, "it held it"),
+    row(T.ADVANCE, _RUNNING, Out.LEFT, None, "it waited in line"),
+    row(T.ADVANCE, frozenset({_RUNNING, _AWAITING}), Out.UNCHANGED, None, "neither"),
+    row(T.DELETE, _ABSENT, Out.NOT_FOUND),
+    row(T.DELETE, _EXISTING, Out.DELETED, _ABSENT),
 )
 del T, Out
 

@@ -33,6 +33,7 @@ from shared.endings import ENDINGS as PRESENTED
 from shared.endings import ending_events
 from shared.errors import ErrorCode
 from shared.events import TERMINAL_STATUSES, Done, Event, TurnStatus
+from shared.state_table import Row, row
 
 __all__ = [
     "FORGET_GRACE_S",
@@ -110,42 +111,23 @@ class Guard(StrEnum):
     QUEUED = "queued"  # only if no worker took it yet
 
 
-@dataclass(frozen=True, slots=True)
-class Move:
-    """From any of `source`, `transition` has `outcome` and leaves the turn `target` (None:
-    as it was, but for FINISH's `ENDED`: the status of the `done` it appends). `when` names
-    what else decides between rows of the same source. CREATE's outcome is the status it
-    creates (its script returns the `start` entry's id); FORGET has no row: it moves no
-    status, and every read takes a forgotten turn for gone."""
-
-    transition: TurnTransition
-    source: frozenset[TurnStatus | None]  # None: no record
-    outcome: StrEnum
-    target: TurnStatus | None
-    when: str = ""
-
-
-def _move(
-    transition: TurnTransition,
-    source: TurnStatus | frozenset[TurnStatus | None] | None,
-    outcome: StrEnum,
-    target: TurnStatus | None = None,
-    when: str = "",
-) -> Move:
-    sources = source if isinstance(source, frozenset) else frozenset({source})
-    return Move(transition, sources, outcome, target, when)
+# A row of the turn's table: a source status of None is no record; a `target` of None
+# leaves the turn as it was, but for FINISH's `ENDED`: the status of the `done` it appends.
+# CREATE's outcome is the status it creates (its script returns the `start` entry's id);
+# FORGET has no row: it moves no status, and every read takes a forgotten turn for gone.
+Move = Row[TurnTransition, TurnStatus | None, StrEnum]
 
 
 _T, _F = TurnTransition, Finished
 TRANSITIONS: tuple[Move, ...] = (
-    _move(_T.CREATE, None, QUEUED, QUEUED),
-    _move(_T.CLAIM, QUEUED, Claimed.CLAIMED, RUNNING),
-    _move(_T.CLAIM, None, Claimed.MISSING),
-    *(_move(_T.CLAIM, status, status) for status in (RUNNING, *sorted(_ENDED))),
-    _move(_T.FINISH, frozenset({QUEUED, RUNNING}), _F.ENDED, None, "to the `done`'s status"),
-    _move(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `queued`"),
-    _move(_T.FINISH, frozenset(_ENDED), _F.OVER),
-    _move(_T.FINISH, None, _F.GONE),
+    row(_T.CREATE, None, QUEUED, QUEUED),
+    row(_T.CLAIM, QUEUED, Claimed.CLAIMED, RUNNING),
+    row(_T.CLAIM, None, Claimed.MISSING),
+    *(row(_T.CLAIM, status, status) for status in (RUNNING, *sorted(_ENDED))),
+    row(_T.FINISH, frozenset({QUEUED, RUNNING}), _F.ENDED, None, "to the `done`'s status"),
+    row(_T.FINISH, RUNNING, _F.REFUSED, None, "guard `queued`"),
+    row(_T.FINISH, frozenset(_ENDED), _F.OVER),
+    row(_T.FINISH, None, _F.GONE),
 )
 del _T, _F
 
