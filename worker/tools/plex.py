@@ -179,15 +179,24 @@ async def plex_now_playing(config: RunnableConfig) -> str:
 # -- remote control --------------------------------------------------------------------------
 
 
+async def _will(
+    config: RunnableConfig, verb: str, target: Callable[[PlexServer], tuple[PlexClient, Any]]
+) -> str:
+    """A remote-control call's `confirmation_check`: `verb` the item its `target` finds on
+    the player it finds ("Pause movie “The Matrix” (1999) on Living Room TV"), or why it
+    cannot."""
+
+    def find(server: PlexServer) -> str:
+        player, item = target(server)
+        return f"{verb} {_describe(_item(item))} on {player.title}"
+
+    return await _run(config, find)
+
+
 async def check_play(args: dict[str, Any], config: RunnableConfig) -> str:
     """`plex_play`'s `confirmation_check`: what will play where, or why it cannot."""
     item_id, client = _item_id(str(args.get("item_id", ""))), _client(str(args.get("client", "")))
-
-    def find(server: PlexServer) -> str:
-        item, player = _play_target(server, item_id, client)
-        return f"Play {_describe(_item(item))} on {player.title}"
-
-    return await _run(config, find)
+    return await _will(config, "Play", lambda server: _play_target(server, item_id, client))
 
 
 @tool
@@ -201,7 +210,7 @@ async def plex_play(item_id: str, client: str, config: RunnableConfig) -> str:
         reporter.step(f"Finding item {key} and “{trim(named, 60)}” in Plex")
 
         def play(server: PlexServer) -> tuple[str, str]:
-            item, player = _play_target(server, key, named)
+            player, item = _play_target(server, key, named)
             reporter.step(f"Reaching {player.title} through Plex")
             player.proxyThroughServer(True, server)
             player.playMedia(item)
@@ -217,12 +226,7 @@ async def check_control(args: dict[str, Any], config: RunnableConfig) -> str:
     action = str(args.get("action", ""))
     named = _client(str(args.get("client", "")))
     _, _, verb, _ = _ACTIONS[action]
-
-    def find(server: PlexServer) -> str:
-        player, session = _control_target(server, action, named)
-        return f"{verb} {_describe(_item(session))} on {player.title}"
-
-    return await _run(config, find)
+    return await _will(config, verb, lambda server: _control_target(server, action, named))
 
 
 @tool
@@ -372,7 +376,8 @@ def _player(server: PlexServer, named: str) -> PlexClient:
     )
 
 
-def _play_target(server: PlexServer, key: int, named: str) -> tuple[Any, PlexClient]:
+def _play_target(server: PlexServer, key: int, named: str) -> tuple[PlexClient, Any]:
+    """The player and the item to play on it, once the item is something Plex plays."""
     try:
         item = server.fetchItem(key)
     except NotFound:
@@ -381,7 +386,7 @@ def _play_target(server: PlexServer, key: int, named: str) -> tuple[Any, PlexCli
         ) from None
     if _item(item).type not in _PLAYABLE:
         raise ToolException(f"Error: {_describe(_item(item))} is not something Plex can play")
-    return item, _player(server, named)
+    return _player(server, named), item
 
 
 def _control_target(server: PlexServer, action: str, named: str) -> tuple[PlexClient, Any]:
