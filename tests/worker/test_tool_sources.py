@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain_core.tools import ToolException
 from pydantic import SecretStr
 
 from shared.settings import Settings
@@ -201,3 +202,12 @@ def test_a_source_needs_and_publishes_only_fields_its_settings_declare(source: A
     declared = set(source.settings.model_fields)
     assert set(source.needs) <= declared
     assert {service.setting for service in source.services} <= declared
+
+
+def test_a_needed_setting_unset_is_a_tool_error_naming_its_variable() -> None:
+    unset = WikipediaSettings(_env_file=None, wikipedia_url="")
+    with pytest.raises(ToolException) as refused:
+        unset.needed("wikipedia_url", "Wikipedia")
+    assert str(refused.value) == "Error: Wikipedia is not configured (BERNARD_WIKIPEDIA_URL)"
+    searxng = WebSearchSettings(_env_file=None, searxng_url="http://searxng:8080")
+    assert searxng.needed("searxng_url", "web search") == "http://searxng:8080"

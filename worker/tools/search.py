@@ -53,9 +53,8 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
             raise ToolException("Error: the search query is empty")
         if len(query) > _MAX_QUERY_CHARS:
             raise ToolException(f"Error: the search query is longer than {_MAX_QUERY_CHARS} chars")
-        base = get_runtime(config).tool_settings.of(WebSearchSettings).searxng_url
-        if not base:
-            raise ToolException("Error: web search is not configured (BERNARD_SEARXNG_URL)")
+        searxng = get_runtime(config).tool_settings.of(WebSearchSettings)
+        base = searxng.needed("searxng_url", "web search")
         reporter.step(f"Searching the web for {quoted(query)}")
         data = await request_json(
             config,

@@ -33,6 +33,15 @@ class SourceSettings(BaseSettings):
     # As `Settings` reads its own: operators' `.env` files set these beside the rest.
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
+    def needed(self, field: str, what: str) -> str:
+        """The text of `field`, which the source cannot do without; unset, a tool error that
+        names its variable ("Error: web search is not configured (BERNARD_SEARXNG_URL)")."""
+        value = getattr(self, field)
+        if not value:
+            variable = type(self).model_fields[field].alias
+            raise ToolException(f"Error: {what} is not configured ({variable})")
+        return str(value)
+
     def secrets(self) -> list[str]:
         """Every `SecretStr` field's value, and the credentials inside every URL a field
         holds (shared/redaction.py `url_secrets`: none in a value that is no URL)."""

@@ -86,10 +86,8 @@ async def _look_up(
         raise ToolException("Error: the query is empty")
     if len(query) > _MAX_QUERY_CHARS:
         raise ToolException(f"Error: the query is longer than {_MAX_QUERY_CHARS} characters")
-    configured = get_runtime(config).tool_settings.of(WikipediaSettings).wikipedia_url
-    if not configured:
-        raise ToolException("Error: Wikipedia is not configured (BERNARD_WIKIPEDIA_URL)")
-    base = wiki_base(configured, lang)
+    wiki = get_runtime(config).tool_settings.of(WikipediaSettings)
+    base = wiki_base(wiki.needed("wikipedia_url", "Wikipedia"), lang)
 
     reporter.step(f"Searching Wikipedia for {quoted(query)}")
     params = {
