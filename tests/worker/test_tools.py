@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
+from langchain_core.tools import ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared.events import ToolProgress
@@ -22,6 +23,7 @@ from worker.tools.calculator import (
     format_number,
 )
 from worker.tools.progress import ProgressReporter, get_reporter, progress_config
+from worker.tools.texts import folded_text
 from worker.tools.time import (
     UnknownTimezoneError,
     current_time,
@@ -367,3 +369,16 @@ def test_default_tools_need_no_other_service() -> None:
         "cancel_timer",
     ]
     assert default_tools() is not tools
+
+
+# -- a free-text argument (worker/tools/texts.py) ----------------------------------------------
+
+
+def test_a_text_argument_is_folded_and_kept_within_its_bound() -> None:
+    assert folded_text("  Ada \n\t Lovelace ", "the query", 12) == "Ada Lovelace"
+    with pytest.raises(ToolException) as empty:
+        folded_text(" \n ", "the query", 12)
+    assert str(empty.value) == "Error: the query is empty"
+    with pytest.raises(ToolException) as long:
+        folded_text("Ada  Lovelace!", "the search", 12)
+    assert str(long.value) == "Error: the search is longer than 12 characters"

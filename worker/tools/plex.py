@@ -53,6 +53,7 @@ from worker.tools.http import MAX_BODY_BYTES, trim
 from worker.tools.plex_settings import PlexSettings
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
+from worker.tools.texts import folded_text
 
 __all__ = [
     "MAX_ITEMS",
@@ -107,7 +108,7 @@ async def plex_search(query: str, config: RunnableConfig, kind: MediaKind = "any
     """
     reporter = get_reporter(config)
     with reporter.reporting_errors():
-        wanted = _query(query)
+        wanted = folded_text(query, "the search", _MAX_QUERY_CHARS)
         reporter.step(f"Searching Plex for “{trim(wanted, 80)}”")
 
         def search(server: PlexServer) -> list[PlexItem]:
@@ -414,15 +415,6 @@ def _control_target(server: PlexServer, action: str, named: str) -> tuple[PlexCl
 
 
 # -- checking what the model sent, and what it reads -------------------------------------------
-
-
-def _query(query: str) -> str:
-    wanted = " ".join(query.split())
-    if not wanted:
-        raise ToolException("Error: the search is empty")
-    if len(wanted) > _MAX_QUERY_CHARS:
-        raise ToolException(f"Error: the search is longer than {_MAX_QUERY_CHARS} characters")
-    return wanted
 
 
 def _item_id(item_id: str) -> int:

@@ -20,6 +20,7 @@ from worker.tools.http import quoted, request_json, trim
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 from worker.tools.settings import SourceSettings
+from worker.tools.texts import folded_text
 
 __all__ = ["MAX_RESULTS", "SNIPPET_CHARS", "WebSearchSettings", "web_search"]
 
@@ -46,13 +47,9 @@ async def web_search(query: str, config: RunnableConfig, max_results: int = 5) -
     `max_results` is how many results to return (1-10, default 5).
     """
     reporter = get_reporter(config)
-    query = " ".join(query.split())
     limit = max(1, min(max_results, MAX_RESULTS))
     with reporter.reporting_errors():
-        if not query:
-            raise ToolException("Error: the search query is empty")
-        if len(query) > _MAX_QUERY_CHARS:
-            raise ToolException(f"Error: the search query is longer than {_MAX_QUERY_CHARS} chars")
+        query = folded_text(query, "the search query", _MAX_QUERY_CHARS)
         searxng = get_runtime(config).tool_settings.of(WebSearchSettings)
         base = searxng.needed("searxng_url", "web search")
         reporter.step(f"Searching the web for {quoted(query)}")

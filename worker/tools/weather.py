@@ -24,6 +24,7 @@ from worker.tools.http import request_json
 from worker.tools.progress import get_reporter
 from worker.tools.runtime import get_runtime
 from worker.tools.settings import SourceSettings
+from worker.tools.texts import folded_text
 
 __all__ = ["MAX_DAYS", "WMO_CODES", "WeatherSettings", "weather"]
 
@@ -102,12 +103,8 @@ async def weather(
     (°F, mph, inch).
     """
     reporter = get_reporter(config)
-    location = " ".join(location.split())
     with reporter.reporting_errors():
-        if not location:
-            raise ToolException("Error: the location is empty")
-        if len(location) > MAX_LOCATION_CHARS:
-            raise ToolException(f"Error: the location is longer than {MAX_LOCATION_CHARS} chars")
+        location = folded_text(location, "the location", MAX_LOCATION_CHARS)
         settings = get_runtime(config).tool_settings.of(WeatherSettings)
         if not (settings.open_meteo_url and settings.open_meteo_geocoding_url):
             raise ToolException("Error: the weather service is not configured")

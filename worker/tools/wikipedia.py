@@ -28,6 +28,7 @@ from worker.tools.http import quoted, request_json, trim
 from worker.tools.progress import ProgressReporter, get_reporter
 from worker.tools.runtime import get_runtime
 from worker.tools.settings import SourceSettings
+from worker.tools.texts import folded_text
 
 __all__ = ["EXTRACT_CHARS", "WikipediaSettings", "wiki_base", "wikipedia"]
 
@@ -56,7 +57,7 @@ async def wikipedia(query: str, config: RunnableConfig, lang: str | None = None)
     """
     reporter = get_reporter(config)
     with reporter.reporting_errors():
-        return await _look_up(" ".join(query.split()), lang, config, reporter)
+        return await _look_up(query, lang, config, reporter)
 
 
 # The model reads the error text as the tool's result and can answer without the article.
@@ -82,10 +83,7 @@ def wiki_base(url: str, lang: str | None) -> str:
 async def _look_up(
     query: str, lang: str | None, config: RunnableConfig, reporter: ProgressReporter
 ) -> str:
-    if not query:
-        raise ToolException("Error: the query is empty")
-    if len(query) > _MAX_QUERY_CHARS:
-        raise ToolException(f"Error: the query is longer than {_MAX_QUERY_CHARS} characters")
+    query = folded_text(query, "the query", _MAX_QUERY_CHARS)
     wiki = get_runtime(config).tool_settings.of(WikipediaSettings)
     base = wiki_base(wiki.needed("wikipedia_url", "Wikipedia"), lang)
 
