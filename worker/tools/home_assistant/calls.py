@@ -94,14 +94,14 @@ async def checked_call(
             f"{domain}.* entities"
         )
     options = checked_data(data)
-    base, headers = endpoint(settings)
-    state = await state_of(config, base, headers, entity)
+    ha = endpoint(settings)
+    state = await state_of(config, ha, entity)
     if state is None:  # Home Assistant would answer `200 []` and do nothing
         raise ToolException(
             f"Error: Home Assistant has no entity {entity}, so {domain}.{service} would do "
             "nothing; call ha_list_entities for the ids"
         )
-    description = await service_description(config, base, headers, domain, service)
+    description = await service_description(config, ha, domain, service)
     problem = refusal(domain, service, entity, options, state, description)
     if problem is not None:
         raise ToolException(f"Error: {problem}; nothing was sent to Home Assistant")
@@ -130,14 +130,13 @@ async def _call_service(
 
 async def send(config: RunnableConfig, call: Call) -> dict[str, dict[str, Any]]:
     """Send a checked call; the states it changed, the last of each entity."""
-    base, headers = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
+    ha = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
     what = f"{call.domain}.{call.service}"
     get_reporter(config).step(f"Calling {what} for {call.entity}")
     try:
         changed = await ha_request(
             config,
-            base,
-            headers,
+            ha,
             "POST",
             f"/api/services/{call.domain}/{call.service}",
             json={"entity_id": call.entity, **call.data},

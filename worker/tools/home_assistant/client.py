@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import ToolException
 
 from worker.tools.home_assistant.checks import ENTITY_ID
-from worker.tools.home_assistant.config import HomeAssistantSettings, endpoint
+from worker.tools.home_assistant.config import Endpoint, HomeAssistantSettings, endpoint
 from worker.tools.http import ServiceError, request_json, trim
 from worker.tools.runtime import get_runtime
 
@@ -41,8 +41,8 @@ async def area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | None
     Assistant cannot say (not an entity id, a token that may not render templates)."""
     if not ENTITY_ID.fullmatch(entity):
         raise ToolException(f"Error: {trim(entity, 70)!r} is not an entity id")
-    base, headers = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
-    rendered = await render_template(config, base, headers, entity_area_template(entity))
+    ha = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
+    rendered = await render_template(config, ha, entity_area_template(entity))
     name = rendered.get("name") if isinstance(rendered, dict) else None
     area_id = rendered.get("id") if isinstance(rendered, dict) else None
     if not isinstance(rendered, dict) or not all(
@@ -55,8 +55,7 @@ async def area_of(config: RunnableConfig, entity: str) -> tuple[str, ...] | None
 
 async def ha_request(
     config: RunnableConfig,
-    base: str,
-    headers: dict[str, str],
+    ha: Endpoint,
     method: str,
     path: str,
     *,
@@ -64,30 +63,27 @@ async def ha_request(
     refused: str = REFUSED,
     missing_ok: bool = False,
 ) -> Any:
-    """`request_json` to `path` of Home Assistant's REST API at `base`, as every Home
+    """`request_json` to `path` of the REST API of Home Assistant at `ha`, as every Home
     Assistant tool asks it: what a refusal should make the operator check (`refused`), and
     Home Assistant's own words in an error reply (`message_of`)."""
     return await request_json(
         config,
         method,
-        f"{base}{path}",
+        ha.base + path,
         service=SERVICE,
         json=json,
-        headers=headers,
+        headers=ha.headers,
         refused=refused,
         missing_ok=missing_ok,
         reason_of=message_of,
     )
 
 
-async def render_template(
-    config: RunnableConfig, base: str, headers: dict[str, str], template: str
-) -> Any:
+async def render_template(config: RunnableConfig, ha: Endpoint, template: str) -> Any:
     """What Home Assistant renders `template` to (`POST /api/template`), parsed as JSON."""
     return await ha_request(
         config,
-        base,
-        headers,
+        ha,
         "POST",
         "/api/template",
         json={"template": template},
@@ -120,10 +116,8 @@ def area_template(area: str) -> str:
     )
 
 
-async def area_entities(
-    config: RunnableConfig, base: str, headers: dict[str, str], area: str
-) -> Area:
-    rendered = await render_template(config, base, headers, area_template(area))
+async def area_entities(config: RunnableConfig, ha: Endpoint, area: str) -> Area:
+    rendered = await render_template(config, ha, area_template(area))
     name = rendered.get("area") if isinstance(rendered, dict) else None
     ids = rendered.get("entities") if isinstance(rendered, dict) else None
     if (
@@ -135,11 +129,9 @@ async def area_entities(
     return Area(name, frozenset(ids))
 
 
-async def state_of(
-    config: RunnableConfig, base: str, headers: dict[str, str], entity: str
-) -> dict[str, Any] | None:
+async def state_of(config: RunnableConfig, ha: Endpoint, entity: str) -> dict[str, Any] | None:
     """The entity's state object; None when Home Assistant has no such entity."""
-    data = await ha_request(config, base, headers, "GET", f"/api/states/{entity}", missing_ok=True)
+    data = await ha_request(config, ha, "GET", f"/api/states/{entity}", missing_ok=True)
     if data is None:
         return None
     (state,) = state_objects([data])
@@ -147,14 +139,14 @@ async def state_of(
 
 
 async def service_description(
-    config: RunnableConfig, base: str, headers: dict[str, str], domain: str, service: str
+    config: RunnableConfig, ha: Endpoint, domain: str, service: str
 ) -> dict[str, Any] | None:
     """Home Assistant's description of the service (its fields and target), `{}` when it has
     no such service, None when it does not describe its services (an older or a pretend Home
     Assistant, or one whose descriptions do not fit the size limit): then the service and
     its options are left to Home Assistant, which refuses them with a plain 400."""
     try:
-        listed = await ha_request(config, base, headers, "GET", "/api/services", missing_ok=True)
+        listed = await ha_request(config, ha, "GET", "/api/services", missing_ok=True)
     except ServiceError as exc:
         if exc.status in (401, 403):
             raise

@@ -3,6 +3,8 @@ URL and headers every request carries."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from langchain_core.tools import ToolException
 from pydantic import Field, SecretStr
 
@@ -24,11 +26,20 @@ class HomeAssistantSettings(SourceSettings):
         return frozenset(name.strip() for name in self.ha_domains.split(",") if name.strip())
 
 
-def endpoint(settings: HomeAssistantSettings) -> tuple[str, dict[str, str]]:
+@dataclass(frozen=True, slots=True)
+class Endpoint:
     """Home Assistant's base URL and the headers that authorize a request to it."""
+
+    base: str
+    headers: dict[str, str]
+
+
+def endpoint(settings: HomeAssistantSettings) -> Endpoint:
+    """Where the settings say Home Assistant is, and with which token; a tool error when
+    either is unset."""
     if not (settings.ha_url and settings.ha_token):
         raise ToolException(
             "Error: Home Assistant is not configured (BERNARD_HA_URL and BERNARD_HA_TOKEN)"
         )
     token = settings.ha_token.get_secret_value()
-    return settings.ha_url.rstrip("/"), {"Authorization": f"Bearer {token}"}
+    return Endpoint(settings.ha_url.rstrip("/"), {"Authorization": f"Bearer {token}"})

@@ -33,16 +33,16 @@ async def ha_list_entities(
     with reporter.reporting_errors():
         kind = checked_domain(domain) if domain is not None and domain.strip() else None
         where = checked_area(area) if area is not None and area.strip() else None
-        base, headers = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
+        ha = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
         # The states first: a bad token fails here, so a 401 on the template that follows
         # can only mean the token is not an administrator's.
         reporter.step(f"Asking Home Assistant for its {f'{kind} ' if kind else ''}entities")
-        states = state_objects(await ha_request(config, base, headers, "GET", "/api/states"))
+        states = state_objects(await ha_request(config, ha, "GET", "/api/states"))
         found = [s for s in states if kind is None or s["entity_id"].startswith(f"{kind}.")]
         place: Area | None = None
         if where is not None:
             reporter.step(f"Finding the entities in “{where}”")
-            place = await area_entities(config, base, headers, where)
+            place = await area_entities(config, ha, where)
             if place.name is not None:
                 found = [s for s in found if s["entity_id"] in place.entities]
             else:  # no such area: the names may still say where a thing is
@@ -58,9 +58,9 @@ async def ha_get_state(entity_id: str, config: RunnableConfig) -> str:
     reporter = get_reporter(config)
     with reporter.reporting_errors():
         entity = checked_entity(entity_id)
-        base, headers = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
+        ha = endpoint(get_runtime(config).tool_settings.of(HomeAssistantSettings))
         reporter.step(f"Reading the state of {entity}")
-        state = await state_of(config, base, headers, entity)
+        state = await state_of(config, ha, entity)
         if state is None:
             raise ToolException(
                 f"Error: Home Assistant has no entity {entity}; call ha_list_entities for the ids"
