@@ -42,36 +42,44 @@ def check_message_chars(size: int, settings: Settings, param: str, what: str) ->
         )
 
 
-def check_content_chars(total: int, settings: Settings, param: str, what: str) -> None:
-    """`what` (all of a request's messages) hold at most `BERNARD_MAX_CONTENT_CHARS`."""
-    if total > settings.max_content_chars:
-        raise invalid(
-            f"{what} may hold at most {settings.max_content_chars} characters in all "
-            f"(BERNARD_MAX_CONTENT_CHARS); this has {total}",
-            param,
-        )
+class RequestSize:
+    """What a request holds, counted item by item (its messages, its input items): each
+    item at most `BERNARD_MAX_MESSAGE_CHARS` characters, all of them at most
+    `BERNARD_MAX_CONTENT_CHARS`, carrying at most `BERNARD_MAX_TOOL_CALLS` tool calls in
+    all; and the client's tools at most `BERNARD_MAX_TOOLS_BYTES` as JSON (the turn's
+    record holds them while it runs, a response keeps them to show them back, and every
+    prompt of the router carries them)."""
 
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.chars = 0
+        self.tool_calls = 0
 
-def check_tool_calls(count: int, settings: Settings, param: str) -> None:
-    """A request carries at most `BERNARD_MAX_TOOL_CALLS` tool calls in its history."""
-    if count > settings.max_tool_calls:
-        raise invalid(
-            f"a request may carry at most {settings.max_tool_calls} tool calls in all "
-            f"(BERNARD_MAX_TOOL_CALLS); this one carries {count}",
-            param,
-        )
+    def add(self, chars: int, param: str, what: str, tool_calls: int = 0) -> None:
+        """One item, `what` at `param`, of `chars` characters and `tool_calls` tool calls."""
+        check_message_chars(chars, self.settings, param, what)
+        self.chars += chars
+        self.tool_calls += tool_calls
 
-
-def check_tools_bytes(tools: list[Any], settings: Settings, param: str = "tools") -> None:
-    """The client's tools take at most `BERNARD_MAX_TOOLS_BYTES` as JSON: the turn's record
-    holds them while it runs (and a response keeps them to show them back), and every
-    prompt of the router carries them."""
-    if not tools:
-        return
-    size = len(orjson.dumps(tools))
-    if size > settings.max_tools_bytes:
-        raise invalid(
-            f"the tools may take at most {settings.max_tools_bytes} bytes as JSON "
-            f"(BERNARD_MAX_TOOLS_BYTES); these take {size}",
-            param,
-        )
+    def check(self, param: str, what: str, tools: list[Any]) -> None:
+        """The items added, `what` at `param` in all, and the request's `tools`."""
+        settings = self.settings
+        if self.chars > settings.max_content_chars:
+            raise invalid(
+                f"{what} may hold at most {settings.max_content_chars} characters in all "
+                f"(BERNARD_MAX_CONTENT_CHARS); this has {self.chars}",
+                param,
+            )
+        if self.tool_calls > settings.max_tool_calls:
+            raise invalid(
+                f"a request may carry at most {settings.max_tool_calls} tool calls in all "
+                f"(BERNARD_MAX_TOOL_CALLS); this one carries {self.tool_calls}",
+                param,
+            )
+        size = len(orjson.dumps(tools)) if tools else 0
+        if size > settings.max_tools_bytes:
+            raise invalid(
+                f"the tools may take at most {settings.max_tools_bytes} bytes as JSON "
+                f"(BERNARD_MAX_TOOLS_BYTES); these take {size}",
+                "tools",
+            )

@@ -24,10 +24,7 @@ from api.limits import (
     MAX_ID_CHARS,
     MAX_INT32,
     MAX_NAME_CHARS,
-    check_content_chars,
-    check_message_chars,
-    check_tool_calls,
-    check_tools_bytes,
+    RequestSize,
     is_function_name,
 )
 from shared.client_tools import MAX_TOOLS, RESPOND_TOOL_NAME
@@ -203,18 +200,14 @@ class ResponsesRequest(_Strict):
                 f"(BERNARD_MAX_MESSAGES); this request has {len(items)}",
                 "input",
             )
+        sizes = RequestSize(settings)
         # The instructions are a system message: bounded as one, counted with the rest.
-        total = len(self.instructions or "")
-        check_message_chars(total, settings, "instructions", "the instructions")
-        calls = 0
+        sizes.add(len(self.instructions or ""), "instructions", "the instructions")
         for i, item in enumerate(items):
             size = sum(len(v) for key in _SIZED for v in _strings(item.get(key)))
-            check_message_chars(size, settings, f"input[{i}]", "an input item")
-            total += size
-            calls += isinstance(item, dict) and item.get("type") == "function_call"
-        check_content_chars(total, settings, "input", "the input")
-        check_tool_calls(calls, settings, "input")
-        check_tools_bytes(self.tools or [], settings)
+            calls = isinstance(item, dict) and item.get("type") == "function_call"
+            sizes.add(size, f"input[{i}]", "an input item", int(calls))
+        sizes.check("input", "the input", self.tools or [])
 
 
 # What of an input item counts toward the message limits: its text, not its labels.

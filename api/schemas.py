@@ -22,10 +22,8 @@ from api.limits import (
     MAX_ID_CHARS,
     MAX_INT32,
     MAX_NAME_CHARS,
-    check_content_chars,
+    RequestSize,
     check_message_chars,
-    check_tool_calls,
-    check_tools_bytes,
 )
 from shared.client_tools import MAX_TOOLS, RESPOND_TOOL_NAME, ChoiceMode, ToolChoice
 from shared.requests import AgentRequest, Delivery, MultitaskStrategy, RunMode, TurnRequest
@@ -302,18 +300,12 @@ class ChatCompletionRequest(_TurnBody):
                 f"(BERNARD_MAX_MESSAGES); this request has {len(self.messages)}",
                 "messages",
             )
-        total = 0
-        tool_calls = 0
+        sizes = RequestSize(settings)
         for i, message in enumerate(self.messages):
-            size = len(message.text()) + sum(
-                len(call.function.arguments) for call in message.tool_calls or ()
-            )
-            check_message_chars(size, settings, f"messages[{i}].content", "a message")
-            total += size
-            tool_calls += len(message.tool_calls or ())
-        check_content_chars(total, settings, "messages", "the messages")
-        check_tool_calls(tool_calls, settings, "messages")
-        check_tools_bytes(self.client_tools(), settings)
+            calls = message.tool_calls or ()
+            size = len(message.text()) + sum(len(call.function.arguments) for call in calls)
+            sizes.add(size, f"messages[{i}].content", "a message", len(calls))
+        sizes.check("messages", "the messages", self.client_tools())
 
     def to_turn(self) -> TurnRequest:
         options = self.agent_options()
