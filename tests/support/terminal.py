@@ -25,6 +25,8 @@ from pathlib import Path
 
 _CONFIG = "set -g history-limit 50000\nset -g status off\n"
 _EXITED = re.compile(r"\[exited (\d+)\]")
+# A terminal's size given in the environment, which programs prefer to asking the terminal.
+_SIZE = ("COLUMNS", "LINES")
 
 
 # The tmux servers still running, killed at interpreter exit should a test's cleanup not run.
@@ -71,7 +73,13 @@ class Terminal:
     async def start(
         self, argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
     ) -> None:
-        """Run `argv` with exactly `env` (the tmux server starts with it), in `cwd`."""
+        """Run `argv` with `env` (the tmux server starts with it), in `cwd`.
+
+        Without `COLUMNS` and `LINES`: the pane's size is the terminal's. A pytest-xdist
+        worker inherits them from its controller (80 x 24: GNU readline, imported there,
+        exports the size it found), and rich would draw to them instead of the pane.
+        """
+        env = {name: value for name, value in env.items() if name not in _SIZE}
         self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text(_CONFIG)
         # The shell outlives a Ctrl-C meant for the command (a trap, unlike an ignored
