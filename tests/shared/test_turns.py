@@ -128,6 +128,14 @@ async def claimed(
     return record
 
 
+async def reap_leftovers(store: TurnStore) -> None:
+    """What earlier tests of the session left to reap (their dead workers, the turns a
+    stopped worker let go of, which sort first) reaped, so that a sweep's `limit` counts only
+    the test's own turns."""
+    for _ in range(5):
+        await store.reap_lapsed(limit=1000)
+
+
 async def lapse(redis: redis_asyncio.Redis, worker: str) -> None:
     """The worker died: its liveness key lapsed (its entry among the workers stays)."""
     await redis.delete(keys.worker_alive(worker))
@@ -601,8 +609,7 @@ async def test_a_live_workers_thousand_turns_are_not_reaped_and_cost_the_sweep_n
     await store.liveness.keep("worker-busy", 60, stale_s=3600)
     for record in turns:
         assert (await store.claim(record.id, "worker-busy", overdue_s=30)).outcome == "claimed"
-    for _ in range(5):  # what other tests' dead workers left
-        await store.reap_lapsed()
+    await reap_leftovers(store)
     before = await _commands(redis)
     assert await store.reap_lapsed() == []
     swept = await _commands(redis) - before - 1  # the INFO of `before`
@@ -629,7 +636,7 @@ async def test_a_turn_overdue_whatever_its_worker_is_reaped(
     """Past the deadline its claim set: its worker lost track of it, or the claim or the
     finish was cut off between its halves."""
     turns = [await claimed(store, scratch) for _ in range(3)]
-    # Due before any other test's leftovers (they are due at 1 s and later).
+    await reap_leftovers(store)
     for n, record in enumerate(turns):
         await redis.zadd(keys.RUNNING_TURNS, {record.id: (n + 1) / 1000})
     first = await store.reap_lapsed(limit=2)
