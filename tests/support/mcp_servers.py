@@ -1,5 +1,5 @@
 """Two real MCP servers, built with the official SDK, for the MCP client's tests
-(tests/worker/test_mcp.py):
+(tests/test_mcp.py):
 
 - `home`, over streamable HTTP behind a bearer token, speaking the 2025 protocol (the
   initialize handshake; `server/discover` is an unknown method to it) as Home Assistant's

@@ -30,7 +30,7 @@ from tests.support.sse import frames, of
 from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import Reply, ScriptedUpstream, last_user_text
 from tests.support.users import ALICE, BOB, keys_for_two
-from tests.worker.test_mcp import offered, servers_in
+from tests.test_mcp import offered, servers_in
 from tests.worker.test_plex import ask, chat, paused
 
 CHAT = "/v1/chat/completions"

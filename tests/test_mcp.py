@@ -53,7 +53,7 @@ from tests.worker.test_plex import ask, decide, paused
 from worker.tools.mcp.config import McpConfigError
 from worker.tools.toolbox import Toolbox
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ROOT / "tests" / "support" / "mcp_servers.py"
 TOKEN = "home-token-123"
 
