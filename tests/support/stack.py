@@ -179,11 +179,21 @@ async def run_worker(
         handle_signals=False,
     )
     task = asyncio.create_task(worker.async_run())
-    async with asyncio.timeout(10):
-        while "supervisor" not in worker.ctx:  # started: its on_startup ran
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.005)
+    try:
+        async with asyncio.timeout(10):
+            while "supervisor" not in worker.ctx:  # started: its on_startup ran
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.005)
+    except BaseException:
+        # A start that timed out would go on in the background and register a worker the
+        # next tests of the session would see.
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        with contextlib.suppress(Exception):
+            await worker.close()
+        raise
     try:
         yield
     finally:
