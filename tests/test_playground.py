@@ -66,6 +66,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 KEY = "key-page"
+# An expectation waits until it holds, 5 s by default: a turn's answer took longer with the
+# suite on three workers of a loaded two-core machine. Waiting longer costs only a failing
+# test's time.
+expect.set_options(timeout=15_000)
 
 
 @dataclass(frozen=True)
