@@ -850,18 +850,24 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_script(checkout: Path, *args: str) -> list[str]:
-    """What `./run args` asked the fake .venv to do."""
+def run_script(checkout: Path, *args: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """What `./run args` asked the fake .venv to do, with `env` added to this environment
+    (less any BERNARD_TEST_WORKERS of its own)."""
     calls = checkout / ".venv" / "calls"
     calls.unlink(missing_ok=True)
+    env = {**{k: v for k, v in os.environ.items() if k != "BERNARD_TEST_WORKERS"}, **(env or {})}
     done = subprocess.run(
-        ["bash", str(checkout / "run"), *args], capture_output=True, text=True, timeout=60
+        ["bash", str(checkout / "run"), *args], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.returncode == 0, done.stderr
     return calls.read_text().splitlines() if calls.exists() else []
 
 
 PIP = "-m pip install --disable-pip-version-check --progress-bar on -e {} -c constraints.txt"
+CHECKS = ["ruff check .", "ruff format --check .", "mypy "]
+# What `./run test` gives pytest unless told otherwise: three xdist workers.
+XDIST = "-n 3 --dist loadgroup"
+FAST = "tests/shared tests/api tests/worker tests/compat tests/cli"
 
 
 def test_run_installs_what_running_needs_and_run_test_the_dev_tools_each_once(
@@ -871,18 +877,32 @@ def test_run_installs_what_running_needs_and_run_test_the_dev_tools_each_once(
     assert run_script(checkout) == ["-m launcher"], "installed once"
     tested = run_script(checkout, "test", "-q")
     assert tested[0] == PIP.format(".[dev]")
-    assert tested[1:] == ["ruff check .", "ruff format --check .", "mypy ", "pytest -q"]
-    assert run_script(checkout, "test") == [
-        "ruff check .",
-        "ruff format --check .",
-        "mypy ",
-        "pytest ",
-    ]
+    assert tested[1:] == [*CHECKS, f"pytest {XDIST} -q"]
+    assert run_script(checkout, "test") == [*CHECKS, f"pytest {XDIST}"]
     assert run_script(checkout) == ["-m launcher"], "the dev install holds what running needs"
     with (checkout / "constraints.txt").open("a") as file:
         file.write("# changed\n")
     assert run_script(checkout) == [PIP.format("."), "-m launcher"]
     assert run_script(checkout, "test")[0] == PIP.format(".[dev]")
+
+
+@pytest.mark.parametrize(
+    ("args", "workers", "ran"),
+    [
+        (["test"], None, f"pytest {XDIST}"),
+        (["test", "fast", "-x"], None, f"pytest {XDIST} {FAST} -x"),
+        (["test"], "4", "pytest -n 4 --dist loadgroup"),
+        (["test", "fast"], "1", f"pytest {FAST}"),
+        (["test", "tests/test_gc.py"], "0", "pytest tests/test_gc.py"),
+    ],
+    ids=["default", "fast lane", "4 workers", "1: one process", "0: one process"],
+)
+def test_run_test_runs_pytest_on_three_workers_unless_told_otherwise(
+    checkout: Path, args: list[str], workers: str | None, ran: str
+) -> None:
+    run_script(checkout, "test", "--version")  # the dev install, once
+    env = {"BERNARD_TEST_WORKERS": workers} if workers is not None else {}
+    assert run_script(checkout, *args, env=env) == [*CHECKS, ran]
 
 
 # The upstream LLM, checked before anything starts
