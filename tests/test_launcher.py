@@ -905,6 +905,20 @@ def test_run_test_runs_pytest_on_three_workers_unless_told_otherwise(
     assert run_script(checkout, *args, env=env) == [*CHECKS, ran]
 
 
+def test_run_test_lets_pytest_keep_the_modules_it_rewrote(checkout: Path) -> None:
+    """Even when the environment says to write no bytecode (pytest would then rewrite the
+    asserts of every test module and plugin again in each worker)."""
+    pytest_bin = checkout / ".venv" / "bin" / "pytest"
+    pytest_bin.write_text(
+        '#!/bin/sh\necho "pytest ${PYTHONDONTWRITEBYTECODE-unset}" >> "$(dirname "$0")/../calls"\n'
+    )
+    run_script(checkout, "test")  # the dev install, once
+    assert run_script(checkout, "test", env={"PYTHONDONTWRITEBYTECODE": "1"}) == [
+        *CHECKS,
+        "pytest unset",
+    ]
+
+
 # The upstream LLM, checked before anything starts
 
 
