@@ -188,8 +188,14 @@ class Pages:
         if key is None:
             await page.goto(stack.base_url + "/")
             return playground
-        # Started: its own event stream (timers) is open.
-        async with page.expect_response(lambda r: r.url.endswith("/v1/events")):
+        # Started: its own event stream (timers) is open, and the conversation named and its
+        # rows read, so what happens to it next is news to the page.
+        path = f"/v1/conversations/{conversation}"
+        async with (
+            page.expect_response(lambda r: r.url.endswith("/v1/events")),
+            page.expect_response(lambda r: not conversation or r.url.endswith(path)),
+            page.expect_response(lambda r: not conversation or f"{path}/messages?" in r.url),
+        ):
             await page.goto(stack.base_url + "/" + (f"#{conversation}" if conversation else ""))
         return playground
 
