@@ -30,7 +30,7 @@ TURNS_TTL_S = 3600
 # The most members one command of a script takes (Lua's `unpack` has a limit).
 MEMBERS_PER_COMMAND = 1000
 
-# Removes `members` from the set `key`, CHUNK at a time.
+# Removes `members` from the set `key`, MEMBERS_PER_COMMAND at a time.
 _SREM_ALL = f"""
 local function srem_all(key, members)
   for i = 1, #members, {MEMBERS_PER_COMMAND} do
@@ -40,17 +40,17 @@ end
 """
 
 # KEYS: the worker's alive key, its turns, the running set, the cancels, the workers.
-# ARGV: worker id, ttl ms, turns ttl s, now, workers silent since ('' to leave them), then
-# the turns the worker let go of since its last call (at most CHUNK). Renews the worker's
-# liveness and says, of its turns: which are over (no longer in the running set: ended
-# elsewhere), which were asked to stop, and which it let go of while still running (its
-# job returned without a finish that landed: its caller ends them as a reaper would, and
-# should that fail, any reaper does: their running-set score becomes minus now). Every
-# turn let go of leaves its set; the over ones too. A worker with no turn costs 4 commands
-# a call (as `INFO commandstats` counts them), one with some 9. Its first write is a
-# PEXPIRE, which Redis runs at its maxmemory, and so lets the rest of the script through
-# (it checks a script's first write alone): a full Redis must not make a live worker look
-# dead, or reapers would end its turns `worker_lost`.
+# ARGV: worker id, ttl ms, turns ttl s, now, workers silent since ('' to leave them), then the
+# turns the worker let go of since its last call (at most MEMBERS_PER_COMMAND). Renews the
+# worker's liveness and says, of its turns: which are over (no longer in the running set: ended
+# elsewhere), which were asked to stop, and which it let go of while still running (its job
+# returned without a finish that landed: its caller ends them as a reaper would, and should that
+# fail, any reaper does: their running-set score becomes minus now). Every turn let go of leaves
+# its set; the over ones too. A worker with no turn costs 4 commands a call (as `INFO
+# commandstats` counts them), one with some 9. Its first write is a PEXPIRE, which Redis runs at
+# its maxmemory, and so lets the rest of the script through (it checks a script's first write
+# alone): a full Redis must not make a live worker look dead, or reapers would end its turns
+# `worker_lost`.
 KEEP = f"""
 {_SREM_ALL}
 if redis.call('PEXPIRE', KEYS[1], ARGV[2]) == 0 then
