@@ -26,7 +26,6 @@ from api.state import AppState
 from shared.conversation_state import ConversationMachine, Decision, Outcome
 from shared.errors import ErrorCode
 from shared.events import TurnStatus
-from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
 from shared.requests import AgentRequest, Delivery, TurnRequest
 from shared.results import TurnResult
@@ -129,7 +128,7 @@ async def unstored_history(state: AppState, owner: str, previous: TurnRecord) ->
             "store",
         )
     conversation_id = previous.conversation_id or ""
-    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    keeper = state.keeper(owner)
     before = await keeper.length(conversation_id) + 1
     while before > 1:
         rows = await keeper.older(conversation_id, before, _HISTORY_PAGE)
@@ -144,7 +143,7 @@ async def check_latest(state: AppState, owner: str, previous: TurnRecord) -> Non
     """A response continues its previous response's conversation only from its latest
     response (409 otherwise); 404 once that conversation is gone."""
     conversation_id = previous.conversation_id or ""
-    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    keeper = state.keeper(owner)
     found = await keeper.get_conversation(conversation_id)
     if found is None:
         raise conversation_not_found(conversation_id)
@@ -212,7 +211,7 @@ async def decided_approvals(
         raise invalid("an input of mcp_approval_response items may hold nothing else", "input")
     previous = await owned_response(state, body.previous_response_id, owner)
     conversation_id = previous.conversation_id or ""
-    keeper = RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
+    keeper = state.keeper(owner)
     waiting = {
         p["confirmation_id"]: p
         for p in pending_of(await keeper.proposals(conversation_id))
@@ -256,9 +255,7 @@ async def input_items_of(state: AppState, record: TurnRecord) -> list[dict[str, 
     """The items the response added to its conversation as its input, oldest first (the
     client's, as stored: instructions included, and the `function_call` /
     `function_call_output` items it sent)."""
-    keeper = RecordKeeper(
-        state.redis, record.owner, retention_s=state.settings.conversation_retention_s
-    )
+    keeper = state.keeper(record.owner)
     turn_rows: list[dict[str, Any]] = []
     cursor: str | None = None
     more, seen = True, False

@@ -15,6 +15,7 @@ from api.replays import ReplayGate
 from api.status import StatusCache
 from api.store_guard import StoreGuard
 from shared.rate_limit import RateLimiter
+from shared.records.keeper import RecordKeeper
 from shared.schema_checks import SchemaChecks
 from shared.settings import Settings
 from shared.turns import TurnStore
@@ -41,6 +42,11 @@ class AppState:
     schema_checks: SchemaChecks = field(default_factory=SchemaChecks)
     # Who may replay a stream from its start now (api/replays.py).
     replays: ReplayGate = field(default_factory=ReplayGate)
+
+    def keeper(self, owner: str) -> RecordKeeper:
+        """The owner's conversations and their records, kept as long as the deployment keeps
+        them (`BERNARD_CONVERSATION_RETENTION_S`)."""
+        return RecordKeeper(self.redis, owner, retention_s=self.settings.conversation_retention_s)
 
 
 async def get_state(request: Request) -> AppState:

@@ -71,15 +71,20 @@ CANCEL_WAIT_S = 5.0
 ConversationOpener = Callable[[str], Awaitable[str | Opened | None]]
 
 
+def _turn_keep_s(settings: Settings) -> int:
+    """How long a conversation a turn holds is kept: while the turn may still run or be
+    read (`UNFINISHED_TTL_S` + the turns' retention)."""
+    return UNFINISHED_TTL_S + settings.turn_retention_s
+
+
 def conversation_machine(state: AppState, owner: str) -> ConversationMachine:
-    """The owner's conversations' transitions as every route runs them: a turn holding one
-    keeps it while the turn may still run or be read (`UNFINISHED_TTL_S` + retention)."""
+    """The owner's conversations' transitions as every route runs them."""
     settings = state.settings
     return machine(
         state.redis,
         owner,
         retention_s=settings.conversation_retention_s,
-        turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+        turn_keep_s=_turn_keep_s(settings),
     )
 
 
@@ -102,7 +107,7 @@ async def open_turn_conversation(
         requested,
         turn_id,
         retention_s=settings.conversation_retention_s,
-        turn_keep_s=UNFINISHED_TTL_S + settings.turn_retention_s,
+        turn_keep_s=_turn_keep_s(settings),
         multitask=multitask,
         answering=answering,
     )

@@ -17,7 +17,6 @@ from api.state import State
 from api.turn_service import check_model, multitask_of, open_turn_conversation, start_turn
 from shared.client_tools import tool_names
 from shared.confirmation_words import LANGUAGES
-from shared.records.keeper import RecordKeeper
 
 router = APIRouter(route_class=OrjsonRoute)
 
@@ -46,9 +45,7 @@ async def chat_completions(
     if requested is not None:
         check_conversation_id(requested)
     else:
-        retention_s = state.settings.conversation_retention_s
-        keeper = RecordKeeper(state.redis, owner, retention_s=retention_s)
-        requested = await asked_conversation(keeper, turn.agent)
+        requested = await asked_conversation(state.keeper(owner), turn.agent)
     multitask = multitask_of(state, body.multitask_strategy)
 
     async def conversation(turn_id: str) -> Opened:

@@ -54,7 +54,6 @@ from shared.conversation_state import ConversationStatus, Outcome
 from shared.errors import ErrorCode
 from shared.events import Done, TurnStatus
 from shared.records.conversation import ConversationExistsError
-from shared.records.keeper import RecordKeeper
 from shared.records.messages import row_position
 from shared.records.undo import LOOKBACK, TooLate, find_undo
 from shared.requests import AgentRequest, Delivery, MultitaskStrategy, TurnRequest
@@ -113,10 +112,6 @@ class ResumeRequest(_Body):
     trace: bool = False  # as `NewMessage.trace`, for the turn the decision starts
 
 
-def _keeper(state: AppState, owner: str) -> RecordKeeper:
-    return RecordKeeper(state.redis, owner, retention_s=state.settings.conversation_retention_s)
-
-
 def _wants_stream(accept: str | None) -> bool:
     return negotiate(accept, (JSON, EVENT_STREAM)) == EVENT_STREAM
 
@@ -133,7 +128,7 @@ def _check_metadata(metadata: dict[str, str] | None) -> None:
 async def _owned(state: AppState, owner: str, conversation_id: str) -> Any:
     if not is_conversation_id(conversation_id):
         raise conversation_not_found(conversation_id)
-    conversation = await _keeper(state, owner).get_conversation(conversation_id)
+    conversation = await state.keeper(owner).get_conversation(conversation_id)
     if conversation is None:
         raise conversation_not_found(conversation_id)
     return conversation
@@ -147,7 +142,7 @@ async def create(owner: Owner, state: State, body: NewConversation | None = None
         check_conversation_id(body.id, "id")
     _check_metadata(body.metadata)
     await admit_storing(state, owner, Storing(body.id))
-    keeper = _keeper(state, owner)
+    keeper = state.keeper(owner)
     try:
         conversation_id = await keeper.create_conversation(body.id, metadata=body.metadata)
     except ConversationExistsError:
@@ -172,7 +167,7 @@ async def list_conversations(
     after: Annotated[str | None, Query(max_length=256)] = None,
 ) -> dict[str, Any]:
     """The owner's conversations, last used first; page with `after` (an id)."""
-    keeper = _keeper(state, owner)
+    keeper = state.keeper(owner)
     found, more = await keeper.list_conversations(after=after, limit=limit)
     data = []
     for conversation in found:
@@ -184,7 +179,7 @@ async def list_conversations(
 @router.get("/conversations/{conversation_id}")
 async def get_conversation(conversation_id: str, owner: Owner, state: State) -> dict[str, Any]:
     conversation = await _owned(state, owner, conversation_id)
-    status, pending = await status_of(_keeper(state, owner), state.store, conversation)
+    status, pending = await status_of(state.keeper(owner), state.store, conversation)
     return conversation_object(conversation, status, pending)
 
 
@@ -193,7 +188,7 @@ async def change(
     conversation_id: str, owner: Owner, state: State, body: ConversationChange
 ) -> dict[str, Any]:
     """Set the conversation's title (the user's: the generated one never replaces it)."""
-    keeper = _keeper(state, owner)
+    keeper = state.keeper(owner)
     await retitle(keeper, conversation_id, body.title)
     conversation = await _owned(state, owner, conversation_id)
     status, pending = await status_of(keeper, state.store, conversation)
@@ -215,7 +210,7 @@ async def list_messages(
             row_position(after)
         except ValueError:
             raise invalid(f"'{after}' is not a message id (msg_<n>)", "after") from None
-    rows, more = await _keeper(state, owner).rows(conversation_id, after=after, limit=limit)
+    rows, more = await state.keeper(owner).rows(conversation_id, after=after, limit=limit)
     return list_page(rows, more)
 
 
@@ -285,7 +280,7 @@ async def resume(
     the conversation held. So every decision admits a turn, even one that leaves others of
     its step waiting (its admission is then given back)."""
     await _owned(state, owner, conversation_id)
-    keeper = _keeper(state, owner)
+    keeper = state.keeper(owner)
     proposal = await keeper.proposal(conversation_id, body.confirmation_id)
     if proposal is None:
         raise confirmation_not_found(body.confirmation_id)
@@ -342,7 +337,7 @@ async def undo(
     ask, or be refused). 404 `nothing_to_undo`, 409 `undo_expired` past
     `BERNARD_UNDO_WINDOW_S` (shared/records/undo.py), before any turn starts."""
     await _owned(state, owner, conversation_id)
-    records = await _keeper(state, owner).latest_calls(conversation_id, LOOKBACK)
+    records = await state.keeper(owner).latest_calls(conversation_id, LOOKBACK)
     window = state.settings.undo_window_s
     found = find_undo(records, now=time.time(), window_s=window)
     if found is None:
@@ -384,7 +379,7 @@ async def _run(
     *,
     adds: int = 0,
 ) -> Response:
-    keeper, transitions = _keeper(state, owner), conversation_machine(state, owner)
+    keeper, transitions = state.keeper(owner), conversation_machine(state, owner)
 
     async def claim(turn_id: str) -> Opened:
         return await claim_conversation(
