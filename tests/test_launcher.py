@@ -865,8 +865,8 @@ def run_script(checkout: Path, *args: str, env: Mapping[str, str] | None = None)
 
 PIP = "-m pip install --disable-pip-version-check --progress-bar on -e {} -c constraints.txt"
 CHECKS = ["ruff check .", "ruff format --check .", "mypy "]
-# What `./run test` gives pytest unless told otherwise: three xdist workers.
-XDIST = "-n 3 --dist loadgroup"
+# What `./run test` gives pytest unless told otherwise: four xdist workers.
+XDIST = "-n 4 --dist loadgroup"
 FAST = "tests/shared tests/api tests/worker tests/compat tests/cli"
 
 
@@ -891,13 +891,13 @@ def test_run_installs_what_running_needs_and_run_test_the_dev_tools_each_once(
     [
         (["test"], None, f"pytest {XDIST}"),
         (["test", "fast", "-x"], None, f"pytest {XDIST} {FAST} -x"),
-        (["test"], "4", "pytest -n 4 --dist loadgroup"),
+        (["test"], "2", "pytest -n 2 --dist loadgroup"),
         (["test", "fast"], "1", f"pytest {FAST}"),
         (["test", "tests/test_gc.py"], "0", "pytest tests/test_gc.py"),
     ],
-    ids=["default", "fast lane", "4 workers", "1: one process", "0: one process"],
+    ids=["default", "fast lane", "2 workers", "1: one process", "0: one process"],
 )
-def test_run_test_runs_pytest_on_three_workers_unless_told_otherwise(
+def test_run_test_runs_pytest_on_four_workers_unless_told_otherwise(
     checkout: Path, args: list[str], workers: str | None, ran: str
 ) -> None:
     run_script(checkout, "test", "--version")  # the dev install, once
