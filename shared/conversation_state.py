@@ -545,7 +545,9 @@ return {'deleted', active, turns, waiting}
 
 
 def _lua_table(refused: Mapping[ConversationStatus, Outcome]) -> str:
-    pairs = ", ".join(f"['{status}'] = '{outcome}'" for status, outcome in refused.items())
+    # In a fixed order: a rule's sources are a set, whose order is the process's own (str
+    # hashes are salted), and each process would otherwise load a script of its own.
+    pairs = ", ".join(f"['{status}'] = '{outcome}'" for status, outcome in sorted(refused.items()))
     return "{" + pairs + "}"
 
 

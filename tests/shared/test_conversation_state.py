@@ -9,6 +9,9 @@ no turn records are needed: `may_run` says such a turn may still run.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -289,6 +292,23 @@ def test_what_a_script_refuses_whatever_else_holds_is_the_tables(
     transition: ConversationTransition, refused: dict[ConversationStatus, Outcome]
 ) -> None:
     assert refusals(transition) == refused
+
+
+def test_every_process_sends_the_same_script_text() -> None:
+    # Each process salts its str hashes (PYTHONHASHSEED), and so orders sets its own way:
+    # a text that followed one would be a script of its own in Redis for every process.
+    probe = "from shared.conversation_state import _SHAS; print(sorted(_SHAS.values()))"
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            check=True,
+            text=True,
+        ).stdout
+        for seed in ("0", "1", "2", "3")
+    }
+    assert len(texts) == 1
 
 
 NOW = 1_000_000.0
