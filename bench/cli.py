@@ -29,6 +29,7 @@ from bench.neighbour import noisy_neighbour
 from bench.processes import BENCH_ENV, ROOT, Cluster
 from bench.report import Section, write
 from bench.runner import Bench, Sizes, Ui, drive, echo_directives
+from bench.turn_commands import turn_commands
 
 PACKAGES = (
     "arq",
@@ -54,6 +55,7 @@ MEASUREMENTS = {
     "history": history_length,
     "noisy-neighbour": noisy_neighbour,
     "first-word": first_word,
+    "turn-commands": turn_commands,
     "redis": measurements.MEASUREMENTS["redis"],
 }
 REPORT_ORDER = (
@@ -62,6 +64,7 @@ REPORT_ORDER = (
     "throughput",
     "exactness",
     "redis",
+    "turn-commands",
     "cancel",
     "memory",
     "worker-death",
