@@ -168,9 +168,9 @@ async def metered(bench: Bench) -> AsyncIterator[Stretch]:
 
 def _script_modules(root: Path) -> list[str]:
     """The modules that may hold a Lua script: every one of shared/ (some build theirs out
-    of another's pieces), and those of api/ and worker/ that name `redis.call`."""
+    of another's pieces), and those of api/, worker/ and compat/ that name `redis.call`."""
     names = []
-    for package in ("shared", "api", "worker"):
+    for package in ("shared", "api", "worker", "compat"):
         for path in sorted((root / package).rglob("*.py")):
             if package == "shared" or "redis.call" in path.read_text():
                 names.append(".".join(path.relative_to(root).with_suffix("").parts))
@@ -233,6 +233,7 @@ _SCRIPT_PHASES = {
     "lifecycle.FINISH": "finish",
     "conversation_state.SCRIPTS[advance]": "finish",
     "queue._ENQUEUE_BACKGROUND": "background jobs",
+    "arq._FINISH_JOB": "arq job",
     "liveness.KEEP": "idle",
     "liveness._FORGET_WORKER": "idle",
 }
@@ -448,9 +449,7 @@ def _listing(result: KindResult, scripts: dict[str, str], queue_name: str) -> st
             where = f"{process} | {current[0]}"
         else:
             where = f"{process} (script) | {current[0]}"
-        text = " ".join(
-            arg.decode(errors="replace").replace("\n", " ")[:40] for arg in seen.args[:6]
-        )
+        text = " ".join(_printable(arg)[:40] for arg in seen.args[:6])
         rows.append(
             f"| {(seen.at - start) * 1000:.1f} | {where} | `{text[:110].replace('|', '/')}` |"
         )
@@ -466,6 +465,10 @@ def _listing(result: KindResult, scripts: dict[str, str], queue_name: str) -> st
             "</details>",
         ]
     )
+
+
+def _printable(arg: bytes) -> str:
+    return "".join(c if c.isprintable() else "?" for c in arg.decode(errors="replace"))
 
 
 def _f(value: float) -> str:

@@ -23,7 +23,7 @@ from arq.constants import in_progress_key_prefix
 from arq.utils import timestamp_ms
 from redis.exceptions import OutOfMemoryError, RedisError
 
-from compat.arq import WakingWorker
+from compat.arq import START_LUA, Started, WakingWorker, start_keys
 from shared import keys
 from shared.connection import REDIS_ERRORS, wait_until_reachable
 from shared.events import TurnStatus
@@ -58,37 +58,42 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if (not score) or tonumber(score) > tonumber(ARGV[2]) then return false end
 """
-# ARGV[3]: in-progress ms. Marks the job in progress. A running job leaves the queue:
+# ARGV[3]: in-progress ms. KEYS[3], KEYS[4]: the job and its retry key (compat/arq.py
+# `start_keys`). Marks the job in progress and does what arq's `run_job` does first (reads
+# the job, counts this try: `START_LUA`), in the same step. A running job leaves the queue:
 # otherwise every poll of every worker spends round trips re-checking it, and a turn never
 # runs twice anyway (its claim refuses).
 _START = """
 redis.call('PSETEX', KEYS[1], ARGV[3], '1')
 redis.call('ZREM', KEYS[2], ARGV[1])
+local job, try = arq_start(KEYS[3], KEYS[4])
 """
-# A turn's job. KEYS[3]: its owner key, read and deleted in one GETDEL (Redis 6.2, as
-# GETEX and ZMSCORE elsewhere). Returns {score, owner} once the job is marked in progress,
-# nil when another worker has it (or it is not due).
+# A turn's job. KEYS[5]: its owner key, read and deleted in one GETDEL (Redis 6.2, as
+# GETEX and ZMSCORE elsewhere). Returns {score, owner, job, try} once the
+# job is marked in progress, nil when another worker has it (or it is not due).
 _TAKE = (
-    _DUE
+    START_LUA
+    + _DUE
     + _START
     + """
-return {score, redis.call('GETDEL', KEYS[3])}
+return {score, redis.call('GETDEL', KEYS[5]), job, try}
 """
 )
-# A background job. KEYS[3], KEYS[4]: its owner's and the queue's background slots. ARGV[4..8]:
+# A background job. KEYS[5], KEYS[6]: its owner's and the queue's background slots. ARGV[4..8]:
 # now (epoch s), the owner's limit, the queue's, the slots' lapse, their ttl s. As `_TAKE`,
 # once the job holds both slots; -1 or -2 (shared/queue.py `refused`) leaves it queued.
 _TAKE_BACKGROUND = (
     SLOTS
+    + START_LUA
     + _DUE
     + """
-local refusal = refused(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1])
+local refusal = refused(KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[1])
 if refusal then return refusal end
-hold(KEYS[3], KEYS[4], ARGV[7], ARGV[1], ARGV[8])
+hold(KEYS[5], KEYS[6], ARGV[7], ARGV[1], ARGV[8])
 """
     + _START
     + """
-return {score, false}
+return {score, false, job, try}
 """
 )
 _OVER_USER_BUDGET, _OVER_DEPLOYMENT_BUDGET = -1, -2
@@ -205,36 +210,36 @@ class WakeWorker(WakingWorker):
                     self.give_slot()
             if started is None:
                 continue
-            score, owner = started
+            score, owner, taken = started
             job_id = candidate.job_id
             self._running[job_id] = (owner, candidate.background)
             self._running_by_owner[owner] += 1
             self._background_running += candidate.background
             if candidate.background:
                 self._background_scores[job_id] = score
-            self.launch(job_id, score, self._job_done)
+            self.launch(job_id, score, self._job_done, taken)
 
-    async def _start(self, candidate: Candidate) -> tuple[int, str | None] | None:
-        """Take the job: (its score, its owner) once it is marked in progress, None when it
-        is not to start now."""
+    async def _start(self, candidate: Candidate) -> tuple[int, str | None, Started] | None:
+        """Take the job: (its score, its owner, what arq's start read of it) once it is
+        marked in progress, None when it is not to start now."""
         job_id = candidate.job_id
         common = [job_id, timestamp_ms(), int(self.in_progress_timeout_s * 1000)]
-        in_progress = in_progress_key_prefix + job_id
+        taken_keys = [in_progress_key_prefix + job_id, self.queue_name, *start_keys(job_id)]
         if not candidate.background:
             if self._take is None:
                 self._take = self.pool.register_script(_TAKE)
             try:
                 reply = await self._take(
-                    keys=[in_progress, self.queue_name, keys.job_owner(self.queue_name, job_id)],
-                    args=common,
+                    keys=[*taken_keys, keys.job_owner(self.queue_name, job_id)], args=common
                 )
             except OutOfMemoryError as error:
                 await self._refuse_full(job_id, error)
                 return None
             if reply is None:
                 return None
-            score, owner = reply
-            return int(float(score)), owner.decode() if owner is not None else None
+            score, owner, job, job_try = reply
+            owner_id = owner.decode() if owner is not None else None
+            return int(float(score)), owner_id, Started(job, int(job_try))
         assert candidate.owner is not None
         if self._take_background is None:
             self._take_background = self.pool.register_script(_TAKE_BACKGROUND)
@@ -242,8 +247,7 @@ class WakeWorker(WakingWorker):
         limits = self.background
         take_background = self._take_background(
             keys=[
-                in_progress,
-                self.queue_name,
+                *taken_keys,
                 keys.background_jobs(candidate.owner),
                 keys.queued_background(self.queue_name),
             ],
@@ -268,7 +272,8 @@ class WakeWorker(WakingWorker):
         if isinstance(reply, int):
             self._refused(candidate.owner, everyone=reply == _OVER_DEPLOYMENT_BUDGET)
             return None
-        return int(float(reply[0])), candidate.owner
+        score, _, job, job_try = reply
+        return int(float(score)), candidate.owner, Started(job, int(job_try))
 
     async def _refuse_full(self, turn_id: str, error: OutOfMemoryError) -> None:
         """Redis is too full to start the turn: end it (unless another worker has it) and
