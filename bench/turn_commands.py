@@ -259,6 +259,8 @@ def phase_of(process: str, seen: Seen, scripts: dict[str, str], queue_name: str)
         script = scripts.get(sha, f"script {sha[:8]}")
         if script == "scripts.TAKE_SLOT" and ":active" in seen.arg(3):
             return "admission", script
+        if script == "queue._ENQUEUE":  # a turn's job (the API's), or a webhook's
+            return ("enqueue" if process.startswith("api") else "background jobs"), script
         return _phase_of_script(script), script
     key = seen.arg(1)
     label = name

@@ -1,14 +1,14 @@
-"""Putting jobs on arq's queue: a turn's inside the transaction that stores the turn, and
-the background jobs a user's turns cause, each admitted against a budget.
+"""Putting jobs on arq's queue: a turn's inside the transaction that stores the turn, and the
+background jobs a user's turns cause, each admitted against a budget.
 
-`enqueue` adds arq's job exactly as arq would (same key, payload, score and expiry), with the
-wake-up push and the job's owner, to a pipeline the caller runs: arq's own `enqueue_job`
-guards with WATCH and MULTI against a duplicate id that a fresh turn id cannot have, three
-round trips on every first token (arq is pinned for this). A *live* job is a turn, admitted
-by the API. A *background* job (`BackgroundKind`: summaries, titles, timer firings) has the
-id `<kind>:<owner>/<key>` and holds a slot of its owner's and of the queue's budget while
-queued or running: over either, a summary or a title is not queued and a due timer waits.
-Webhook deliveries hold no slot: the turns they follow bound them.
+`enqueue` adds arq's job exactly as arq would (same key, payload, score and expiry), with
+the wake-up push and the job's owner, in one script on a pipeline the caller runs: arq's own
+`enqueue_job` guards with WATCH and MULTI against a duplicate id that a fresh turn id cannot
+have, three round trips on every first token (arq is pinned for this). A *live* job is a
+turn, admitted by the API. A *background* job (`BackgroundKind`: summaries, titles, timer
+firings) has the id `<kind>:<owner>/<key>` and holds a slot of its owner's and of the
+queue's budget while queued or running: over either, a summary or a title is not queued and
+a due timer waits. Webhook deliveries hold no slot: the turns they follow bound them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from shared import keys
+from shared.scripts import in_pipeline
 
 if TYPE_CHECKING:
     from shared.settings import Settings
@@ -102,6 +103,21 @@ def background_owner(job_id: str) -> str | None:
     return unquote(owner) if sep else None
 
 
+# KEYS: the job, the queue, the wake list, the job's owner key (a turn's only). ARGV: job id,
+# the job, its expiry ms, its score, '1' to wake one idle worker with its id ('' not to),
+# its owner. arq's job (key, payload, score and expiry as arq's `enqueue_job` writes them)
+# with its wake-up and owner, in one command rather than five.
+_ENQUEUE = f"""
+redis.call('PSETEX', KEYS[1], ARGV[3], ARGV[2])
+if KEYS[4] then redis.call('PSETEX', KEYS[4], ARGV[3], ARGV[6]) end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+if ARGV[5] ~= '' then
+  redis.call('LPUSH', KEYS[3], ARGV[1])
+  redis.call('LTRIM', KEYS[3], 0, {_WAKE_BACKLOG - 1})
+end
+"""
+
+
 def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str, defer_s: float = 0) -> None:
     """Queue the job that runs `owner`'s turn `turn_id`, and wake one idle worker with
     its id; or, deferred `defer_s`, due only then unless it is made due sooner (`promote`):
@@ -109,12 +125,14 @@ def enqueue(pipe: Pipeline, queue_name: str, turn_id: str, owner: str, defer_s: 
     now_ms = round(time.time() * 1000)
     defer_ms = round(defer_s * 1000)
     job = serialize_job(RUN_TURN, (turn_id,), {}, None, now_ms)
-    pipe.psetex(job_key_prefix + turn_id, expires_extra_ms + defer_ms, job)
-    pipe.psetex(keys.job_owner(queue_name, turn_id), expires_extra_ms + defer_ms, owner)
-    pipe.zadd(queue_name, {turn_id: now_ms + defer_ms})
-    if not defer_ms:
-        pipe.lpush(keys.wake(queue_name), turn_id)
-        pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
+    job_keys = [
+        job_key_prefix + turn_id,
+        queue_name,
+        keys.wake(queue_name),
+        keys.job_owner(queue_name, turn_id),
+    ]
+    args = [turn_id, job, expires_extra_ms + defer_ms, now_ms + defer_ms, "" if defer_ms else "1"]
+    in_pipeline(pipe, _ENQUEUE, job_keys, [*args, owner])
 
 
 def promote(pipe: Pipeline, queue_name: str, turn_id: str) -> None:
@@ -140,10 +158,8 @@ def enqueue_due(pipe: Pipeline, queue_name: str, job_id: str, function: str, *ar
     worker starts it, as a timer's are."""
     now_ms = round(time.time() * 1000)
     job = serialize_job(function, args, {}, None, now_ms)
-    pipe.psetex(job_key_prefix + job_id, expires_extra_ms, job)
-    pipe.zadd(queue_name, {job_id: now_ms})
-    pipe.lpush(keys.wake(queue_name), job_id)
-    pipe.ltrim(keys.wake(queue_name), 0, _WAKE_BACKLOG - 1)
+    job_keys = [job_key_prefix + job_id, queue_name, keys.wake(queue_name)]
+    in_pipeline(pipe, _ENQUEUE, job_keys, [job_id, job, expires_extra_ms, now_ms, "1"])
 
 
 # Lua shared by the scripts that admit a background job. KEYS of the caller: the owner's
