@@ -227,6 +227,8 @@ _SCRIPT_PHASES = {
     "queue._TAKE": "pickup",
     "queue._TAKE_BACKGROUND": "pickup",
     "lifecycle.CLAIM": "claim",
+    "liveness._CLAIMING": "claim",
+    "moves._RELEASE": "release",
     "writes._APPEND": "records",
     "writes._AMEND": "records",
     "budgets._ACCOUNT": "records",

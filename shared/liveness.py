@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from shared import keys
+from shared.scripts import in_pipeline
 
 __all__ = ["MEMBERS_PER_COMMAND", "TURNS_TTL_S", "Kept", "Liveness"]
 
@@ -77,6 +78,16 @@ srem_all(KEYS[2], over)
 local cancelled = redis.call('ZINTER', 2, KEYS[2], KEYS[4])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return {{over, cancelled, stray}}
+"""
+
+# KEYS: the running set, the worker's turns. ARGV: turn id, when it is overdue (epoch s),
+# the turns' ttl s. What claiming a turn adds on the queue role, in one command: the turn in
+# the running set, where it is overdue then whatever its worker, and among the worker's
+# turns, which a reaper ends should the worker die from now on.
+_CLAIMING = """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
 """
 
 # KEYS: the worker's alive key, its turns, the workers. ARGV: worker id. Drops a worker
@@ -142,11 +153,12 @@ class Liveness:
         return Kept(_ids(over), _ids(cancelled), _ids(stray))
 
     @staticmethod
-    def claiming(pipe: Pipeline, worker_id: str, turn_id: str) -> None:
-        """Queue, on a pipeline of the queue role, what claiming a turn adds: the turn among
-        the worker's, which a reaper ends should the worker die from now on."""
-        pipe.sadd(keys.worker_turns(worker_id), turn_id)
-        pipe.expire(keys.worker_turns(worker_id), TURNS_TTL_S)
+    def claiming(pipe: Pipeline, worker_id: str, turn_id: str, overdue_at: float) -> None:
+        """Queue, on a pipeline of the queue role, what claiming a turn adds (`_CLAIMING`):
+        the turn in the running set, overdue at `overdue_at` (epoch s) whatever its worker,
+        and among the worker's, which a reaper ends should the worker die from now on."""
+        claim_keys = [keys.RUNNING_TURNS, keys.worker_turns(worker_id)]
+        in_pipeline(pipe, _CLAIMING, claim_keys, [turn_id, repr(overdue_at), TURNS_TTL_S])
 
     async def let_go(self, worker_id: str, turn_ids: Sequence[str]) -> None:
         """Take turns out of the worker's: a claim refused, or a dead worker's turn ended."""

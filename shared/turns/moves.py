@@ -63,6 +63,26 @@ def _claimed(reply: bytes) -> Claimed | TurnStatus:
     return Claimed(text) if text in Claimed.__members__.values() else TurnStatus(text)
 
 
+# KEYS: the running set, the owner's active turns, the counts of endings. ARGV: turn id,
+# then what to count, '' for nothing: its status, its status and error code. The queue half
+# of a turn's ending, in one command: released from both sets, counted if this call ended
+# it. The releases come first, and are deletions: Redis runs them at its maxmemory, and lets
+# the counts through after them when they deleted anything (it checks a script's first write
+# alone); else it refuses the first count, and the turn is released all the same.
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+for i = 2, 3 do
+  if ARGV[i] and ARGV[i] ~= '' then redis.call('HINCRBY', KEYS[3], ARGV[i], 1) end
+end
+"""
+
+
+def _code_of(done: Done) -> str:
+    """The field a failed ending is counted under beside its status ('' for none)."""
+    return f"{done.status}:{done.error['code']}" if done.error else ""
+
+
 def _raise_unless_counts_refused(replies: Sequence[Any], queued: bool) -> None:
     """Raise the first error among the replies of `finish`'s queue half, unless Redis at its
     maxmemory only refused to count the ending (the releases, ZREMs, always run): a full
@@ -90,17 +110,14 @@ class Moving(TurnRoles):
         now = time.time()
         claim_keys = [keys.turn(turn_id), keys.cancel(turn_id)]
         claim_args = [worker_id, repr(now)]
-        running = {turn_id: now + overdue_s}
         if self._one_client:
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(keys.RUNNING_TURNS, running)
-                Liveness.claiming(pipe, worker_id, turn_id)
+                Liveness.claiming(pipe, worker_id, turn_id, now + overdue_s)
                 in_pipeline(pipe, CLAIM, claim_keys, claim_args)
                 *_, reply = await pipe.execute()
         else:
             async with self.queue.pipeline(transaction=False) as pipe:
-                pipe.zadd(keys.RUNNING_TURNS, running)
-                Liveness.claiming(pipe, worker_id, turn_id)
+                Liveness.claiming(pipe, worker_id, turn_id, now + overdue_s)
                 await pipe.execute()
             async with self.redis.pipeline(transaction=False) as pipe:
                 in_pipeline(pipe, CLAIM, claim_keys, claim_args)
@@ -185,12 +202,12 @@ class Moving(TurnRoles):
             async with self.queue.pipeline(transaction=False) as pipe:
                 if counted and self._one_client:
                     budgets.kept_until(pipe, owner, turn_id, now + self.retention_s)
-                pipe.zrem(keys.RUNNING_TURNS, turn_id)
-                pipe.zrem(keys.active_turns(owner), turn_id)
-                if finished is Finished.ENDED:
-                    pipe.hincrby(keys.METRICS, done.status, 1)
-                    if done.error:
-                        pipe.hincrby(keys.METRICS, f"{done.status}:{done.error['code']}", 1)
+                ended = finished is Finished.ENDED
+                # How it ended is counted once, by the call that ended it.
+                counts = [done.status, _code_of(done)] if ended else []
+                release_keys = [keys.RUNNING_TURNS, keys.active_turns(owner), keys.METRICS]
+                in_pipeline(pipe, _RELEASE, release_keys, [turn_id, *counts])
+                if ended:
                     if webhook is not None:
                         # The call that ended the turn queues its delivery; should it die
                         # first, the next call that finds the turn ended queues it (above).
