@@ -178,22 +178,27 @@ def _script_modules(root: Path) -> list[str]:
 
 
 def script_names(root: Path = ROOT) -> dict[str, str]:
-    """SHA1 → `module.NAME` of every Lua script a module of Bernard's holds (a module-level
-    string, or a dict of them, with a `redis.call` in it)."""
+    """SHA1 → `module.NAME` of every Lua script a module of Bernard's holds: a module-level
+    string with a `redis.call` in it, or such a string in a dict (`NAME[key]`, a key that is
+    itself a script named by that script's name)."""
     names: dict[str, str] = {}
+    tables: list[tuple[str, dict[Any, Any]]] = []
+
+    def name(text: str, label: str) -> None:
+        names.setdefault(hashlib.sha1(text.encode()).hexdigest(), label)
+
     for module_name in _script_modules(root):
-        module = importlib.import_module(module_name)
         short = module_name.rsplit(".", 1)[-1]
-        for attr, value in vars(module).items():
-            texts = (
-                {f"{attr}[{k}]": v for k, v in value.items()}
-                if isinstance(value, dict)
-                else {attr: value}
-            )
-            for label, text in texts.items():
-                if isinstance(text, str) and "redis.call" in text:
-                    sha = hashlib.sha1(text.encode()).hexdigest()
-                    names.setdefault(sha, f"{short}.{label}")
+        for attr, value in vars(importlib.import_module(module_name)).items():
+            if isinstance(value, str) and "redis.call" in value:
+                name(value, f"{short}.{attr}")
+            elif isinstance(value, dict):
+                tables.append((f"{short}.{attr}", value))
+    for label, table in tables:
+        for key, text in table.items():
+            if isinstance(text, str) and "redis.call" in text:
+                known = isinstance(key, str) and names.get(hashlib.sha1(key.encode()).hexdigest())
+                name(text, f"{label}[{known or key}]")
     return names
 
 
@@ -231,7 +236,9 @@ _SCRIPT_PHASES = {
     "moves._RELEASE": "release",
     "writes._APPEND": "records",
     "writes._AMEND": "records",
-    "budgets._ACCOUNT": "records",
+    "budgets.ACCOUNT": "records",
+    "writes.COUNTED[writes._APPEND]": "records",
+    "writes.COUNTED[writes._AMEND]": "records",
     "lifecycle.FINISH": "finish",
     "conversation_state.SCRIPTS[advance]": "finish",
     "queue._ENQUEUE_BACKGROUND": "background jobs",

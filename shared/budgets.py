@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -21,11 +22,13 @@ from shared import keys
 from shared.scripts import in_pipeline
 
 __all__ = [
+    "ACCOUNT",
     "COUNTED_FROM",
     "GRACE_S",
     "TOTAL",
     "Usage",
     "account",
+    "account_call",
     "count_pending",
     "counted_bytes",
     "forget",
@@ -83,7 +86,7 @@ end
 # entry's expiry already: one EXPIRE fewer each (a turn's call records, a tool's output).
 # A use moves the entry first (`CH`: 1 when it is there and moved), so only a use at the
 # very score it had, or an append that is no use, asks ZSCORE whether the index lists it.
-_ACCOUNT = f"""
+ACCOUNT = f"""
 local used = ARGV[3] ~= ''
 if not (used and redis.call('ZADD', KEYS[2], 'XX', 'CH', ARGV[3], ARGV[1]) == 1)
    and not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
@@ -198,8 +201,20 @@ def account(
     """Queue on `pipe` the ledger's share of an append of `size` bytes to the conversation
     (a negative `size` gives bytes back); `used_at` moves the conversation up its owner's
     index (an append of messages), None leaves it (call records)."""
+    in_pipeline(
+        pipe,
+        ACCOUNT,
+        *account_call(owner, conversation_id, size, used_at=used_at, retention_s=retention_s),
+    )
+
+
+def account_call(
+    owner: str, conversation_id: str, size: int, *, used_at: float | None, retention_s: int
+) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of `ACCOUNT` for `account`'s share of an append, for a
+    caller that runs it inside another script (shared/records/writes.py)."""
     used = "" if used_at is None else repr(used_at)
-    in_pipeline(pipe, _ACCOUNT, _user_keys(owner), [conversation_id, size, used, retention_s])
+    return _user_keys(owner), [conversation_id, size, used, retention_s]
 
 
 def forget(pipe: Pipeline, owner: str, conversation_ids: Sequence[str]) -> None:

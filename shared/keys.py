@@ -2,11 +2,13 @@
 
 Keys belong to one of two roles. The **queue** (`BERNARD_QUEUE_REDIS_URL`) holds arq's jobs,
 the wake lists, the running set, each worker's liveness and the per-user counters: small,
-one consistent view, one primary (arq cannot use a Cluster). The **data** (`REDIS_URL`) holds
-what grows with the traffic: turns, streams, conversations, users' records; each script
-touches one hash tag, so it may be a Cluster. No script spans the two roles, and every key
-expires or has an owner that deletes it (tests/test_abuse.py walks them). docs/redis.md says
-which key is whose, how each operation across the roles is split, and how long each lives.
+one consistent view, one primary (arq cannot use a Cluster). The **data** (`REDIS_URL`)
+holds what grows with the traffic: turns, streams, conversations, users' records; each
+script touches one hash tag, so it may be a Cluster (but on one server, where a record's
+append and its owner's ledger share one: shared/records/writes.py). No script spans the two
+roles, and every key expires or has an owner that deletes it (tests/test_abuse.py walks
+them). docs/redis.md says which key is whose, how each operation across the roles is split,
+and how long each lives.
 """
 
 from __future__ import annotations

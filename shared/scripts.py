@@ -37,3 +37,42 @@ redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
 """
+
+
+def unless_refused(first: str, second: str) -> str:
+    """One script that runs `first`, then `second` unless `first` answered a negative
+    number (it refused), each over its own keys and arguments (`unless_refused_call` lays
+    them out), and answers what `first` did. For a server that does not split by slot
+    (`Backend.splits_by_slot`): the two may be of two hash tags. Each runs as a function
+    whose parameters are named KEYS and ARGV, so either script's text is used as it is."""
+    return f"""
+local function first(KEYS, ARGV)
+{first}
+end
+local function second(KEYS, ARGV)
+{second}
+end
+local key_count, arg_count = tonumber(ARGV[1]), tonumber(ARGV[2])
+local keys_1, args_1, keys_2, args_2 = {{}}, {{}}, {{}}, {{}}
+for i = 1, #KEYS do
+  if i <= key_count then keys_1[i] = KEYS[i] else keys_2[i - key_count] = KEYS[i] end
+end
+for i = 3, #ARGV do
+  if i - 2 <= arg_count then args_1[i - 2] = ARGV[i] else args_2[i - 2 - arg_count] = ARGV[i] end
+end
+local answer = first(keys_1, args_1)
+if tonumber(answer) >= 0 then second(keys_2, args_2) end
+return answer
+"""
+
+
+def unless_refused_call(
+    first_keys: Sequence[str],
+    first_args: Sequence[Any],
+    second_keys: Sequence[str],
+    second_args: Sequence[Any],
+) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of an `unless_refused` script: the first's, then the
+    second's."""
+    keys = [*first_keys, *second_keys]
+    return keys, [len(first_keys), len(first_args), *first_args, *second_args]

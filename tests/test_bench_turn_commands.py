@@ -53,7 +53,7 @@ def test_every_script_of_a_turn_is_known_by_name() -> None:
     names = set(script_names().values())
     assert {
         "admission._ADMIT",
-        "budgets._ACCOUNT",
+        "budgets.ACCOUNT",
         "conversation_state.SCRIPTS[create]",
         "lifecycle.CLAIM",
         "lifecycle.CREATE",
@@ -61,4 +61,5 @@ def test_every_script_of_a_turn_is_known_by_name() -> None:
         "liveness.KEEP",
         "queue._TAKE",
         "writes._APPEND",
+        "writes.COUNTED[writes._APPEND]",
     } <= names

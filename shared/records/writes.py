@@ -1,6 +1,7 @@
 """The keeper's writing half, `Recorder`: what the turn runner records a turn with. Every
-append is one script (`_APPEND`) counted in the conversation and its owner's ledger, and
-written only while the writing turn holds the conversation."""
+append is one script (`_APPEND`) counted in the conversation and its owner's ledger (in the
+same script where one server holds both: `COUNTED`), and written only while the writing
+turn holds the conversation."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import orjson
 from redis.commands.core import AsyncScript
 
 from shared import budgets, keys
+from shared.backends import backend_of
 from shared.connection import reply_text
 from shared.conversation_state import ConversationMachine, Outcome
 from shared.queue import (
@@ -37,7 +39,7 @@ from shared.records.decisions import answer_as_decided, open_call_answers, with_
 from shared.records.history_diff import new_messages
 from shared.records.messages import Message, MessageLike, stored_message, to_openai_message
 from shared.records.store import ConversationStore
-from shared.scripts import in_pipeline
+from shared.scripts import in_pipeline, unless_refused, unless_refused_call
 from shared.titles import TitleSource
 
 # Optimistic retries of append_new_messages before giving up: each retry means another
@@ -142,6 +144,11 @@ return 1
 """
 
 
+# The scripts that write a conversation's lists, each joined with its ledger share where
+# one server holds both (`Recorder._counted`): one command, not two, on every append.
+COUNTED = {script: unless_refused(script, budgets.ACCOUNT) for script in (_APPEND, _AMEND)}
+
+
 class Recorder(ConversationStore):
     """Write access to conversations: what the turn runner records a turn with."""
 
@@ -157,6 +164,14 @@ class Recorder(ConversationStore):
     def _save_title(self) -> AsyncScript:
         return self._redis.register_script(_SAVE_TITLE)
 
+    @cached_property
+    def _counting(self) -> dict[str, AsyncScript] | None:
+        """Each writing script joined with the ledger's share (`COUNTED`), where one script
+        may span the conversation's slot and its owner's; None on a Cluster."""
+        if backend_of(self._redis).splits_by_slot:
+            return None
+        return {script: self._redis.register_script(text) for script, text in COUNTED.items()}
+
     async def _counted(
         self,
         script: str,
@@ -169,17 +184,20 @@ class Recorder(ConversationStore):
     ) -> int:
         """Run `script` (one that writes the conversation's list and answers a negative code
         when it wrote nothing) with the owner's ledger counting `size` bytes in the same round
-        trip; its answer. The ledger gives the bytes back when nothing was written."""
+        trip; its answer. One server: one script, which counts only what it wrote. A
+        Cluster: the two side by side in a pipeline, the ledger giving the bytes back when
+        nothing was written."""
+        ledger_keys, ledger_args = budgets.account_call(
+            self.owner, conversation_id, size, used_at=used_at, retention_s=self.retention_s
+        )
+        if self._counting is not None:
+            joined_keys, joined_args = unless_refused_call(
+                script_keys, args, ledger_keys, ledger_args
+            )
+            return int(await self._counting[script](keys=joined_keys, args=joined_args))
         async with self._redis.pipeline(transaction=False) as pipe:
             in_pipeline(pipe, script, script_keys, args)
-            budgets.account(
-                pipe,
-                self.owner,
-                conversation_id,
-                size,
-                used_at=used_at,
-                retention_s=self.retention_s,
-            )
+            in_pipeline(pipe, budgets.ACCOUNT, ledger_keys, ledger_args)
             reply, _ = await pipe.execute()
         answer = int(reply)
         if answer < 0:

@@ -41,9 +41,14 @@ async def redis(owner: str) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-@pytest.fixture
-def keeper(redis: Redis, owner: str) -> RecordKeeper:
-    return RecordKeeper(redis, owner, retention_s=RETENTION_S)
+@pytest.fixture(params=["one script", "side by side"])
+def keeper(request: pytest.FixtureRequest, redis: Redis, owner: str) -> RecordKeeper:
+    """On one server an append and its ledger share are one script; a Cluster's keeper
+    sends them side by side (`Recorder._counting` None), as every test here does too."""
+    kept = RecordKeeper(redis, owner, retention_s=RETENTION_S)
+    if request.param == "side by side":
+        kept.__dict__["_counting"] = None
+    return kept
 
 
 async def stored_bytes(redis: Redis, owner: str, conversation_id: str) -> int:
