@@ -248,9 +248,11 @@ _SCRIPT_PHASES = {
 }
 
 
-def _phase_of_script(name: str) -> str:
+def _phase_of_script(name: str, key: str) -> str:
     if name in _SCRIPT_PHASES:
         return _SCRIPT_PHASES[name]
+    if name == "scripts.INDEX":  # the owner's index of conversations, or of turns
+        return "conversation" if key.endswith(":conversations") else "create"
     if name.startswith("conversation_state."):
         return "conversation"
     if name == "scripts.TAKE_SLOT":
@@ -270,7 +272,7 @@ def phase_of(process: str, seen: Seen, scripts: dict[str, str], queue_name: str)
             return "admission", script
         if script == "queue._ENQUEUE":  # a turn's job (the API's), or a webhook's
             return ("enqueue" if process.startswith("api") else "background jobs"), script
-        return _phase_of_script(script), script
+        return _phase_of_script(script, seen.arg(3)), script
     key = seen.arg(1)
     label = name
     wake = keys.wake(queue_name)

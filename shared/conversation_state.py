@@ -22,7 +22,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from shared import budgets, keys
+from shared import budgets, keys, scripts
 from shared.connection import reply_text
 from shared.lifecycle import STRANDED_AFTER_S
 from shared.state_table import Row, row
@@ -690,8 +690,7 @@ class ConversationMachine:
                 *self.keys(conversation_id),
                 *args,
             )
-            pipe.zadd(index, {conversation_id: now}, nx=True)
-            pipe.expire(index, self.retention_s)
+            scripts.index(pipe, index, conversation_id, now, ttl_s=self.retention_s, new_only=True)
             reply, *_ = await pipe.execute()
         return Outcome(reply_text(reply[0]))
 

@@ -21,6 +21,38 @@ def in_pipeline(pipe: Pipeline, script: str, keys: Sequence[str], args: Sequence
     pipe.execute_command("EVAL", script, len(keys), *keys, *args)
 
 
+# KEYS: an index (a sorted set). ARGV: member, score, the index's TTL s, 'NX' to add only
+# a member not there yet ('' to add or move it), the most members it keeps, the newest ('' any
+# number). Adds the member, keeps the index to its size and renews it, in one step: an
+# owner's index of turns (shared/turns/creation.py) and of conversations
+# (shared/conversation_state.py), on every turn that starts one.
+INDEX = """
+if ARGV[4] == 'NX' then
+  redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+end
+if ARGV[5] ~= '' then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -tonumber(ARGV[5]) - 1) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+"""
+
+
+def index(
+    pipe: Pipeline,
+    key: str,
+    member: str,
+    score: float,
+    *,
+    ttl_s: int,
+    new_only: bool = False,
+    keep: int | None = None,
+) -> None:
+    """Queue on `pipe` adding `member` to the index `key` at `score` (only if it is not
+    there, `new_only`), the index kept to its newest `keep` and renewed for `ttl_s`."""
+    args = [member, repr(score), ttl_s, "NX" if new_only else "", "" if keep is None else keep]
+    in_pipeline(pipe, INDEX, [key], args)
+
+
 # KEYS: a set of leased slots, a sorted set scored by the time each lapses. ARGV: now,
 # limit, member, the member's lapse, the set's TTL s (at least any member's lapse). Takes
 # a slot for `member` below `limit`, in one step, so the limit holds across processes;

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from redis.exceptions import RedisError
 
-from shared import budgets, keys
+from shared import budgets, keys, scripts
 from shared.events import TERMINAL_STATUSES, Start, encode
 from shared.lifecycle import CREATE, FORGET, FORGET_GRACE_S, SEALED_ID, Cause
 from shared.queue import enqueue
@@ -56,7 +56,6 @@ class Creating(Moving):
             subject = webhook_subject or record.id
             fields += [TARGET_FIELD, Target(webhook_url, queue_name, subject).stored()]
         lapse_s = max(1, int(attachment_expiry - time.time()) + 1)
-        index = keys.turns(record.owner)
         async with self.redis.pipeline(transaction=False) as pipe:
             in_pipeline(
                 pipe,
@@ -71,9 +70,14 @@ class Creating(Moving):
                     *fields,
                 ],
             )
-            pipe.zadd(index, {record.id: record.created_at})
-            pipe.zremrangebyrank(index, 0, -keys.TURN_INDEX_MAX - 1)
-            pipe.expire(index, ttl_s + self.retention_s)
+            scripts.index(
+                pipe,
+                keys.turns(record.owner),
+                record.id,
+                record.created_at,
+                ttl_s=ttl_s + self.retention_s,
+                keep=keys.TURN_INDEX_MAX,
+            )
             if counted:
                 # Until the longest its record can live: `finish` moves it to the end's.
                 until = time.time() + ttl_s + self.retention_s
