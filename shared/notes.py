@@ -32,6 +32,15 @@ return 1
 """
 
 
+# KEYS: notes. ARGV: retention s. Every note, the hash renewed when it holds any: a read is a
+# use (one command, on every turn's prompt).
+_ALL = """
+local notes = redis.call('HVALS', KEYS[1])
+if #notes > 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return notes
+"""
+
+
 class NotesFullError(ValueError):
     """The user already has as many notes as they may."""
 
@@ -61,6 +70,7 @@ class NoteStore:
         self.max_notes = max_notes
         self.max_chars = max_chars
         self._add = redis.register_script(_ADD)
+        self._all = redis.register_script(_ALL)
 
     @classmethod
     def of(cls, redis: Redis, owner: str, settings: Settings) -> NoteStore:
@@ -95,10 +105,7 @@ class NoteStore:
 
     async def all(self) -> list[Note]:
         """Every note, oldest first."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hvals(self.key)
-            pipe.expire(self.key, self.retention_s)
-            raw, _ = await pipe.execute()
+        raw = await self._all(keys=[self.key], args=[self.retention_s])
         notes = [Note(**orjson.loads(value)) for value in raw]
         return sorted(notes, key=lambda note: note.created_at)
 

@@ -95,6 +95,16 @@ end
 return length
 """
 
+# KEYS: meta, list. ARGV: where the window starts (0: the whole list, -n: its last n), '1'
+# to ask whether the conversation is there ('' not to). The list's length and the window's
+# rows, in one command: {length, rows[, 1 or 0]}.
+_WINDOW = """
+local length = redis.call('LLEN', KEYS[2])
+local rows = redis.call('LRANGE', KEYS[2], ARGV[1], -1)
+if ARGV[2] == '1' then return {length, rows, redis.call('EXISTS', KEYS[1])} end
+return {length, rows}
+"""
+
 # KEYS: meta, list. ARGV: the writing turn, then triples: index, the row there as read, the
 # row to put in its place. Replaces the rows only while the turn holds the conversation
 # (its active turn) and each is still as the caller read it, counting the bytes it changes
@@ -155,6 +165,10 @@ class Recorder(ConversationStore):
     @cached_property
     def _machine(self) -> ConversationMachine:
         return ConversationMachine(self._redis, self.owner, retention_s=self.retention_s)
+
+    @cached_property
+    def _window(self) -> AsyncScript:
+        return self._redis.register_script(_WINDOW)
 
     @cached_property
     def _save_summary(self) -> AsyncScript:
@@ -310,14 +324,11 @@ class Recorder(ConversationStore):
         meta_key, list_key, _ = self._keys(conversation_id)
         start = -window if window is not None else 0
         for _ in range(_APPEND_RETRIES):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.llen(list_key)
-                pipe.lrange(list_key, start, -1)
-                # A turn's append is made whatever it finds, and says whether the
-                # conversation is there (`_push`): only another writer asks first.
-                if turn_id is None:
-                    pipe.exists(meta_key)
-                length, raw, *exists = await pipe.execute()
+            # A turn's append is made whatever it finds, and says whether the conversation
+            # is there (`_push`): only another writer asks first.
+            length, raw, *exists = await self._window(
+                keys=[meta_key, list_key], args=[start, "1" if turn_id is None else ""]
+            )
             if exists == [0]:
                 raise ConversationNotFoundError(conversation_id)
             if window == 0:
@@ -380,10 +391,7 @@ class Recorder(ConversationStore):
         meta_key, list_key, _ = self._keys(conversation_id)
         start = -window if window is not None else 0
         for _ in range(_APPEND_RETRIES):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.llen(list_key)
-                pipe.lrange(list_key, start, -1)
-                length, raw = await pipe.execute()
+            length, raw = await self._window(keys=[meta_key, list_key], args=[start, ""])
             triples: list[Any] = []
             size = 0
             for index, item in enumerate(raw, start=length - len(raw)):
