@@ -36,6 +36,12 @@ logger = logging.getLogger("bernard.api")
 LANES = 8
 _READ_COUNT = 1000
 _WAKE_TTL_S = 3600
+# KEYS: a lane's wake stream. ARGV: its TTL s. Wakes the lane's XREAD (an entry its read
+# returns at once) and renews the stream, in one command: on every reader a lane takes.
+_WAKE = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '16', '*', 'w', '1')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+"""
 
 
 class StreamReadError(Exception):
@@ -435,6 +441,7 @@ class _Lane:
         # 1,000 answers of 10 tokens/s (py-spy); a copy of these is 20 µs.
         self._cursors: dict[str, str] = {}
         self._wake_cursor = "0-0"
+        self._wake = redis.register_script(_WAKE)
         self._task = asyncio.create_task(self._run())
 
     def add(self, reader: Reader) -> None:
@@ -471,10 +478,7 @@ class _Lane:
                 await self.redis.delete(self.wake_key)
 
     async def wake(self) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xadd(self.wake_key, {"w": 1}, maxlen=16, approximate=False)
-            pipe.expire(self.wake_key, _WAKE_TTL_S)
-            await pipe.execute()
+        await self._wake(keys=[self.wake_key], args=[_WAKE_TTL_S])
 
     def _streams(self) -> dict[Any, Any]:
         # A copy: readers joining while the read is in flight must not change what it
