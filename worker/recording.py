@@ -7,7 +7,8 @@ version). The writes run in order in the background (`OrderedWrites`), so no mod
 waits for a record, and all of them are in before the turn ends: a client that got the
 turn's `done` finds every record. A model call's end goes out with the next write (the
 next call's start, or the turn's messages once it ends), as records observed while a write
-is in flight do. Harnesses never write.
+is in flight do, and so does the end of the last tool call still running. Harnesses never
+write.
 
 Each message is written exactly once: the request's new messages at the start (the
 client resends the whole history; `append_new_messages` keeps only what is new), and this
@@ -211,16 +212,22 @@ class TurnRecording:
                 # What would put back what a call changed, or which call it put back
                 # (shared/records/undo.py): the tool's artifact, kept with its record.
                 artifact = outcome.message.artifact
-                self._record(
-                    tool_completed(
-                        call_id,
-                        latency_ms=(time.perf_counter() - began) * 1000,
-                        content=outcome.content,
-                        status=outcome.status,
-                        undo=artifact.encoded() if isinstance(artifact, Restore) else None,
-                        undid=artifact.call_id if isinstance(artifact, Undone) else None,
-                    )
+                completed = tool_completed(
+                    call_id,
+                    latency_ms=(time.perf_counter() - began) * 1000,
+                    content=outcome.content,
+                    status=outcome.status,
+                    undo=artifact.encoded() if isinstance(artifact, Restore) else None,
+                    undid=artifact.call_id if isinstance(artifact, Undone) else None,
                 )
+                if self._tool_calls:
+                    # Others still run, and may for long: it is written now.
+                    self._record(completed)
+                else:
+                    # Held for the next write, as a model call's end is: what follows the
+                    # last running call's end at once is the next model call's start or the
+                    # turn's end.
+                    self._calls.append(completed)
 
     def _record(self, call: CallEvent) -> None:
         """Queue `call` for the call log. Calls queued while a write is in flight go out

@@ -11,13 +11,13 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from redis.asyncio import Redis
 
-from shared.events import LlmCallComplete, LlmPrompt
+from shared.events import LlmCallComplete, LlmPrompt, ToolCall, ToolResult
 from shared.records.call_log import CallEvent
 from shared.records.keeper import RecordKeeper
 from shared.records.messages import Message
 from shared.requests import AgentRequest
 from tests.support.stack import make_settings
-from worker.calls import ModelCallEnded, ModelCallStarted
+from worker.calls import ModelCallEnded, ModelCallStarted, ToolCallEnded, ToolOutcome
 from worker.context import TurnContext
 from worker.llm import LlmResult, build_models
 from worker.recording import OrderedWrites, TurnRecording, openai_messages
@@ -85,13 +85,12 @@ async def keeper(redis: Redis) -> AsyncIterator[RecordKeeper]:
         await redis.delete(*written)
 
 
-async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
-    keeper: RecordKeeper,
-) -> None:
-    """A router call's end and the response call's start are observed back to back, while
-    the router's start is still being written: they take one write, not two. The response
-    call's end goes out with the turn's answer, in its append. The log keeps every entry
-    in order."""
+Writes = list[tuple[list[str], list[str]]]
+
+
+async def _recording(keeper: RecordKeeper) -> tuple[TurnRecording, Writes, str]:
+    """A turn's recording, and each write it makes as it makes it: the call records it
+    carries, and the roles of the messages it appends."""
     conversation_id = await keeper.create_conversation(active_turn="turn-1")
     settings = make_settings()
     models = build_models(settings)
@@ -106,7 +105,7 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
     )
     ctx.content.append("hello")
     recorder = keeper.as_recorder()
-    writes: list[tuple[list[str], list[str]]] = []
+    writes: Writes = []
     record_calls = recorder.record_calls
     append_messages = recorder.append_messages
 
@@ -132,7 +131,17 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
 
     recorder.record_calls = counted  # type: ignore[method-assign]
     recorder.append_messages = counted_messages  # type: ignore[method-assign]
-    recording = TurnRecording(recorder, ctx)
+    return TurnRecording(recorder, ctx), writes, conversation_id
+
+
+async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
+    keeper: RecordKeeper,
+) -> None:
+    """A router call's end and the response call's start are observed back to back, while
+    the router's start is still being written: they take one write, not two. The response
+    call's end goes out with the turn's answer, in its append. The log keeps every entry
+    in order."""
+    recording, writes, conversation_id = await _recording(keeper)
     recording.observe(started("router", "r"))
     await asyncio.sleep(0)  # the router's start goes out
     recording.observe(ended("router", "r", 1.0))
@@ -153,6 +162,50 @@ async def test_calls_observed_while_a_write_is_in_flight_go_out_together(
         ("response", "completed"),
     ]
     assert await keeper.messages(conversation_id) == [{"role": "assistant", "content": "hello"}]
+
+
+async def test_the_last_running_tool_calls_end_goes_out_with_the_next_write(
+    keeper: RecordKeeper,
+) -> None:
+    """Of two tool calls run at once, the one that ends first while the other still runs is
+    written at once (the other may run for long); the last one's end goes out with the
+    next model call's start, which follows it at once. Every call's record is complete."""
+    recording, writes, conversation_id = await _recording(keeper)
+    first, second = tool_call("t1", 0), tool_call("t2", 1)
+    recording.observe(first)
+    recording.observe(second)
+    await asyncio.sleep(0.05)
+    recording.observe(tool_ended(first, "4"))
+    await asyncio.sleep(0.05)
+    recording.observe(tool_ended(second, "5"))
+    await asyncio.sleep(0.05)
+    recording.observe(started("router", "r"))
+    await asyncio.sleep(0.05)
+    recording.observe(ended("router", "r", 1.0))
+    await recording.finish()
+
+    assert writes == [
+        (["tool started", "tool started"], []),  # observed together
+        (["tool completed"], []),
+        (["tool completed", "llm started"], []),
+        (["llm completed"], ["assistant"]),
+    ]
+    calls = await keeper.calls(conversation_id)
+    assert [(c.get("tool_call_id"), c["status"], c.get("content")) for c in calls] == [
+        ("t1", "completed", "4"),
+        ("t2", "completed", "5"),
+        (None, "completed", None),
+    ]
+
+
+def tool_call(call_id: str, index: int) -> ToolCall:
+    return ToolCall(id=call_id, name="calculator", arguments='{"expression": "2+2"}', index=index)
+
+
+def tool_ended(call: ToolCall, content: str) -> ToolCallEnded:
+    message = ToolMessage(content=content, tool_call_id=call.id, name=call.name)
+    result = ToolResult(tool_call_id=call.id, name=call.name, content=content, index=call.index)
+    return ToolCallEnded(call, result, ToolOutcome(message))
 
 
 def started(stage: str, model: str) -> ModelCallStarted:
