@@ -23,7 +23,7 @@ import orjson
 from redis.asyncio import Redis
 
 from bench.client import Call, Endpoint, HttpError, connect, request, request_bytes
-from bench.processes import ROOT
+from bench.processes import ROOT, Cluster
 from bench.report import (
     SUMMARY_HEADERS,
     Section,
@@ -200,10 +200,10 @@ def breakdown_table(parts: dict[str, dict[str, list[float]]]) -> Table:
     return table
 
 
-def _ports_by_process(bench: Bench) -> dict[str, str]:
-    """Local TCP port → process name, for the run's processes (from /proc)."""
+def _ports_by_process(bench: Bench, cluster: Cluster | None = None) -> dict[str, str]:
+    """Local TCP port → process name, for the run's processes, or `cluster`'s (from /proc)."""
     inodes: dict[str, str] = {}
-    cluster = bench.cluster
+    cluster = cluster or bench.cluster
     for service in [*cluster.apis, *cluster.workers, cluster.baseline, cluster.upstream]:
         if service is None or not service.alive:
             continue

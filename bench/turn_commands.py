@@ -32,18 +32,25 @@ from typing import Any
 
 from bench.client import request
 from bench.measurements import _ports_by_process
-from bench.processes import ROOT
+from bench.processes import QUEUE_NAME, ROOT, Cluster
 from bench.report import Section, Table, Verdict
 from bench.runner import Bench, RedisCost, Turn, check_turn, command_counts, new_tag, start_turn
 from bench.upstream import Directive
 from shared import keys
 
-KINDS = {"chat": "chat turn (no tool)", "tool": "one-tool turn (the calculator)"}
+KINDS = {
+    "chat": "chat turn (no tool)",
+    "tool": "one-tool turn (the calculator)",
+    "titled": "chat turn and its title job",
+}
+# The kinds the target is on; a titled turn is shown beside them (titles are off in the
+# run's processes: bench/processes.py `BENCH_ENV`).
+JUDGED = ("chat", "tool")
 # The commands sent per turn the issue asks for at most, for either kind.
 TARGET_SENT = 40
 # How long the system is left idle after each turn, before the next (its tail: the job's
-# end, the releases, lands well within it).
-GAP_S = 0.25
+# end, the releases, lands well within it; a title job, within the longer gap).
+GAP_S = {"chat": 0.25, "tool": 0.25, "titled": 1.0}
 # Commands of the bench's own, which no process of the run sends.
 _OWN = frozenset({"info", "monitor"})
 
@@ -112,10 +119,10 @@ async def _reads(bench: Bench) -> int:
 
 
 @contextlib.asynccontextmanager
-async def metered(bench: Bench) -> AsyncIterator[Stretch]:
+async def metered(bench: Bench, cluster: Cluster | None = None) -> AsyncIterator[Stretch]:
     """Count every Redis command while the block runs; the `Stretch` it yields is filled
-    once the block exits. Only the run's processes' commands (and their scripts') are
-    kept: the bench's own INFO calls are neither listed nor counted."""
+    once the block exits. Only the commands of the run's processes, or `cluster`'s, are
+    listed (and their scripts'): the bench's own INFO calls are neither listed nor counted."""
     client = bench.cluster.redis()
     lines: list[bytes] = []
     ready = asyncio.Event()
@@ -129,7 +136,7 @@ async def metered(bench: Bench) -> AsyncIterator[Stretch]:
     listener = asyncio.create_task(listen())
     await ready.wait()
     await asyncio.sleep(0.2)  # MONITOR's own OK and set-up settle before the count starts
-    ports = _ports_by_process(bench)
+    ports = _ports_by_process(bench, cluster)
     stretch = Stretch(0.0, [], RedisCost({}, 0.0), 0)
     before, reads = await command_counts(bench.redis), await _reads(bench)
     began = time.monotonic()
@@ -144,7 +151,7 @@ async def metered(bench: Bench) -> AsyncIterator[Stretch]:
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         await client.aclose()
-        ports.update(_ports_by_process(bench))  # connections opened meanwhile
+        ports.update(_ports_by_process(bench, cluster))  # connections opened meanwhile
         diff = {k: v - before.get(k, 0) for k, v in after.items() if k not in _OWN}
         stretch.executed = RedisCost({k: v for k, v in diff.items() if v}, stretch.seconds)
         # Two INFO calls of ours in between, each one read.
@@ -230,7 +237,8 @@ _SCRIPT_PHASES = {
     "lifecycle.CREATE": "create",
     "budgets._KEEP_TURN": "create",
     "queue._TAKE": "pickup",
-    "queue._TAKE_BACKGROUND": "pickup",
+    "queue._TAKE_BACKGROUND": "background jobs",
+    "writes._SAVE_TITLE": "background jobs",
     "lifecycle.CLAIM": "claim",
     "liveness._CLAIMING": "claim",
     "moves._RELEASE": "release",
@@ -321,6 +329,8 @@ def phase_of(process: str, seen: Seen, scripts: dict[str, str], queue_name: str)
         return "release", label
     if key.endswith(":streams"):
         return "stream slot", label
+    if key.endswith(":background"):  # the owner's and the queue's background slots
+        return "background jobs", label
     if key.endswith(":turns") and key.startswith(f"{keys.PREFIX}:user:"):
         return "create", label
     if key.endswith(":conversations"):
@@ -328,7 +338,9 @@ def phase_of(process: str, seen: Seen, scripts: dict[str, str], queue_name: str)
     if key.endswith((":notes", ":summary")):
         return "context reads", label
     if key.endswith((":conversation", ":messages", ":calls", ":proposals")):
-        return ("admission" if process.startswith("api") else "records"), label
+        # A turn's own reads and writes are scripts: a worker's plain ones are its
+        # background jobs' (a title's, a summary's).
+        return ("admission" if process.startswith("api") else "background jobs"), label
     if key.endswith(":events"):
         return ("stream" if process.startswith("worker") else "relay"), label
     if key.endswith((":turn", ":attached", ":cancel")):
@@ -381,6 +393,7 @@ class KindResult:
     counts: Counts
     idle_counts: Counts
     problems: list[str]
+    queue_name: str
 
     def per_turn(self, busy: float, idle: float) -> float:
         """A busy stretch's figure per turn, the idle stretch's (scaled to the same
@@ -408,10 +421,10 @@ def _directive(kind: str) -> Directive:
     )
 
 
-async def _turn(bench: Bench, kind: str) -> str | None:
-    """Run one turn of `kind` to its end; what is wrong with it, if anything."""
+async def _turn(bench: Bench, cluster: Cluster, kind: str) -> str | None:
+    """Run one turn of `kind` through `cluster`'s API to its end; what is wrong with it."""
     directive = _directive(kind)
-    turn: Turn = await start_turn(bench.api, directive, "pipeline")
+    turn: Turn = await start_turn(cluster.apis[0].endpoint, directive, "pipeline")
     await turn.call.finished
     problem = check_turn(turn)
     assert bench.cluster.upstream is not None
@@ -424,22 +437,25 @@ async def _turn(bench: Bench, kind: str) -> str | None:
     return problem
 
 
-async def measure_kind(bench: Bench, kind: str, turns: int, scripts: dict[str, str]) -> KindResult:
-    """`turns` sequential turns of `kind` under MONITOR, then an idle stretch as long."""
+async def measure_kind(
+    bench: Bench, cluster: Cluster, kind: str, turns: int, scripts: dict[str, str]
+) -> KindResult:
+    """`turns` sequential turns of `kind` through `cluster` under MONITOR, then an idle
+    stretch as long; `cluster`'s commands counted."""
     for _ in range(3):  # warm: connections, lazy imports, the scripts loaded
-        await _turn(bench, kind)
-    await asyncio.sleep(1.0)
+        await _turn(bench, cluster, kind)
+    await asyncio.sleep(1.0 + GAP_S[kind])
     problems: list[str] = []
-    async with metered(bench) as busy:
+    async with metered(bench, cluster) as busy:
         for _ in range(turns):
             busy.starts.append(time.time())
-            problem = await _turn(bench, kind)
+            problem = await _turn(bench, cluster, kind)
             if problem is not None:
                 problems.append(problem)
-            await asyncio.sleep(GAP_S)
-    async with metered(bench) as idle:
+            await asyncio.sleep(GAP_S[kind])
+    async with metered(bench, cluster) as idle:
         await asyncio.sleep(busy.seconds)
-    queue_name = bench.cluster.queue_name
+    queue_name = cluster.queue_name
     return KindResult(
         kind,
         turns,
@@ -448,10 +464,11 @@ async def measure_kind(bench: Bench, kind: str, turns: int, scripts: dict[str, s
         Counts.of(busy, scripts, queue_name),
         Counts.of(idle, scripts, queue_name),
         problems,
+        queue_name,
     )
 
 
-def _listing(result: KindResult, scripts: dict[str, str], queue_name: str) -> str:
+def _listing(result: KindResult, scripts: dict[str, str]) -> str:
     """Every command of the stretch's last turn, from its request to the end of the
     stretch, in order: ms after the request, process, phase, command."""
     start = result.busy.starts[-1]
@@ -461,7 +478,7 @@ def _listing(result: KindResult, scripts: dict[str, str], queue_name: str) -> st
         if seen.at < start:
             continue
         if seen.client != "lua":
-            current = phase_of(process, seen, scripts, queue_name)
+            current = phase_of(process, seen, scripts, result.queue_name)
             where = f"{process} | {current[0]}"
         else:
             where = f"{process} (script) | {current[0]}"
@@ -491,26 +508,65 @@ def _f(value: float) -> str:
     return f"{value:.1f}"
 
 
+async def _titled(bench: Bench) -> Cluster:
+    """An API and a worker with conversation titles on, on the run's Redis and upstream and
+    a queue of their own: each chat completion starts a conversation, and its first answer
+    asks for its title (worker/titles.py)."""
+    base = bench.cluster
+    titled = Cluster(
+        workdir=base.workdir,
+        redis_url=base.redis_url,
+        settings_env={**base.settings_env, "BERNARD_CONVERSATION_TITLES": "true"},
+        upstream=base.upstream,
+        api_target=base.api_target,
+        worker_target=base.worker_target,
+        queue_name=f"{QUEUE_NAME}:titled",
+        _counter=80,  # its log files after the run's own
+    )
+    await titled.start_api()
+    await titled.start_worker()
+    return titled
+
+
+def _stop(cluster: Cluster) -> None:
+    """Stop the processes `_titled` started (the upstream and Redis are the run's)."""
+    for service in cluster.apis:
+        service.stop(timeout_s=5)
+    for service in cluster.workers:
+        service.stop(timeout_s=15)
+    cluster.apis.clear()
+    cluster.workers.clear()
+
+
 async def turn_commands(bench: Bench) -> Section:
     """Redis commands per chat turn and one-tool turn, at the server, idle taken out."""
     turns = 20 if bench.sizes.name == "full" else 5
     scripts = script_names()
-    queue_name = bench.cluster.queue_name
-    results = {kind: await measure_kind(bench, kind, turns, scripts) for kind in KINDS}
+    results = {
+        kind: await measure_kind(bench, bench.cluster, kind, turns, scripts) for kind in JUDGED
+    }
+    titled = await _titled(bench)
+    try:
+        results["titled"] = await measure_kind(bench, titled, "titled", turns, scripts)
+    finally:
+        _stop(titled)
     section = Section(
         "turn-commands",
         "Redis commands per turn",
         intro=f"""
 {turns} sequential turns of each kind through 1 API + 1 worker on the run's own Redis, each
 answering at once (one token; a one-tool turn first calls the calculator), the system left
-idle {GAP_S:g} s after each; then an idle stretch as long, whose commands are taken out of
-the turns' (and shown apart below). **Sent**: the commands the API and the worker sent, as
-MONITOR saw them, a script's own commands left out (EVALSHA or EVAL is one, a pipeline of
-five commands five, MULTI and EXEC one each). **Executed**: what Redis ran (`INFO
-commandstats`: a script's commands too). **Socket reads**: the reads Redis made of its
-clients (`INFO stats` `total_reads_processed`): a pipeline is one, so about the round trips.
-Phases are bench/turn_commands.py `phase_of`'s, by command, key and script; a script's
-commands go with it.
+idle {GAP_S["chat"]:g} s after each; then an idle stretch as long, whose commands are taken
+out of the turns' (and shown apart below). The run's processes have conversation titles off
+(`BENCH_ENV`); the titled chat turns go through an API and a worker of their own with them
+on (`./run`'s default), each turn starting a conversation whose first answer queues its
+title job, {GAP_S["titled"]:g} s apart, and only that pair's commands counted. **Sent**: the
+commands the API and the worker sent, as MONITOR saw them, a script's own commands left out
+(EVALSHA or EVAL is one, a pipeline of five commands five, MULTI and EXEC one each).
+**Executed**: what Redis ran (`INFO commandstats`: a script's commands too). **Socket
+reads**: the reads Redis made of its clients (`INFO stats` `total_reads_processed`): a
+pipeline is one, so about the round trips. Phases are bench/turn_commands.py `phase_of`'s,
+by command, key and script; a script's commands go with it.
 """,
     )
     summary = Table(
@@ -642,12 +698,14 @@ commands go with it.
     section.tables.append(by_command)
 
     for result in results.values():
-        section.notes.append(_listing(result, scripts, queue_name))
+        section.notes.append(_listing(result, scripts))
+        judged = result.kind in JUDGED
         section.verdicts.append(
             Verdict(
-                f"≤ {TARGET_SENT} commands sent per {KINDS[result.kind]}",
+                f"≤ {TARGET_SENT} commands sent per {KINDS[result.kind]}"
+                + ("" if judged else " (titles on: shown, not judged)"),
                 f"{result.sent:.1f} (executed {result.executed:.1f})",
-                result.sent <= TARGET_SENT,
+                result.sent <= TARGET_SENT if judged else None,
             )
         )
         if result.problems:
