@@ -239,6 +239,8 @@ _SCRIPT_PHASES = {
     "queue._TAKE": "pickup",
     "queue._TAKE_BACKGROUND": "background jobs",
     "writes._SAVE_TITLE": "background jobs",
+    "queue._RELEASE_BACKGROUND": "background jobs",
+    "reads._META": "background jobs",
     "lifecycle.CLAIM": "claim",
     "liveness._CLAIMING": "claim",
     "moves._RELEASE": "release",

@@ -290,13 +290,18 @@ async def requeue_background(queue: Redis, queue_name: str, job_id: str, score_m
         await pipe.execute()
 
 
+# KEYS: the owner's background slots, the queue's. ARGV: job id. Both given back in one step.
+_RELEASE_BACKGROUND = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+"""
+
+
 async def release_background(queue: Redis, queue_name: str, job_id: str) -> None:
     """Give back the slots the background job `job_id` held (its owner's and the queue's):
     the job ended."""
     owner = background_owner(job_id)
     if owner is None:
         return
-    async with queue.pipeline(transaction=False) as pipe:
-        pipe.zrem(keys.background_jobs(owner), job_id)
-        pipe.zrem(keys.queued_background(queue_name), job_id)
-        await pipe.execute()
+    slot_keys = [keys.background_jobs(owner), keys.queued_background(queue_name)]
+    await queue.register_script(_RELEASE_BACKGROUND)(keys=slot_keys, args=[job_id])

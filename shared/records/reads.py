@@ -4,9 +4,11 @@ the API to show conversations; it has no method that writes one."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from functools import cached_property
 from typing import Any
 
 import orjson
+from redis.commands.core import AsyncScript
 
 from shared import budgets, keys
 from shared.connection import reply_text
@@ -16,17 +18,25 @@ from shared.records.messages import Message, row_of, row_position, to_openai_mes
 from shared.records.store import ConversationStore
 from shared.titles import TitleSource
 
+# KEYS: meta, messages. The conversation's metadata (fields and values, flat) and how many
+# messages it holds, in one command.
+_META = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('LLEN', KEYS[2])}
+"""
+
 
 class Archivist(ConversationStore):
     """Read-only access to conversations: what harnesses get to build their prompts."""
 
+    @cached_property
+    def _meta(self) -> AsyncScript:
+        return self._redis.register_script(_META)
+
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         """The conversation's metadata (owner included), or `None` if there is none."""
         meta_key, list_key, _ = self._keys(conversation_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(meta_key)
-            pipe.llen(list_key)
-            raw, count = await pipe.execute()
+        fields, count = await self._meta(keys=[meta_key, list_key])
+        raw = dict(zip(fields[::2], fields[1::2], strict=True))
         if not raw:
             return None
         return _conversation(raw, int(count))
