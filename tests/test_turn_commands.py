@@ -29,7 +29,7 @@ from tests.support.stack import Stack, make_settings, run_stack
 from tests.support.upstream import Reply, ScriptedUpstream
 
 CHAT = "/v1/chat/completions"
-# The most commands a turn of each kind sends: docs/benchmarks.md's figures (28.4 and 37.9),
+# The most commands a turn of each kind sends: docs/benchmarks.md's figures (28.6 and 38.2),
 # rounded down. They count the worker's extra poll between two turns (0.7), which is left
 # out here: about one of slack for the relay's reads and the stream's writes, which batch
 # as the turn's timing has it (27 and 37 when this was written, on a busy box as on a quiet).
