@@ -49,9 +49,9 @@ from shared.redaction import redact_url
 from shared.redis_pool import (
     RETRIES,
     PromptPool,
-    hiredis_packing,
     pool_options,
     pooled_client,
+    pooled_connection,
     retry_policy,
 )
 from shared.scripts import in_pipeline
@@ -579,7 +579,7 @@ class ClusterBackend(_ChannelWake):
             socket_connect_timeout=5.0,
         )
         # Every node's connections, the startup nodes' and those found later.
-        packed = hiredis_packing(cluster.connection_kwargs["connection_class"])
+        packed = pooled_connection(cluster.connection_kwargs["connection_class"])
         cluster.connection_kwargs["connection_class"] = packed
         for node in cluster.nodes_manager.startup_nodes.values():
             node.connection_class = packed

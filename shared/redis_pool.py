@@ -1,10 +1,12 @@
 """The pool and connection every topology's Redis client is built on (shared/backends.py
 builds each; shared/connection.py hands it the URL): `PromptPool`, commands packed by
-hiredis (`HiredisPacking`), the retries and their backoff.
+hiredis (`HiredisPacking`), a handshake retried (`HandshakeRetry`), the retries and their
+backoff.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import hiredis
@@ -19,12 +21,13 @@ from compat.redis import unfit
 
 __all__ = [
     "RETRIES",
+    "HandshakeRetry",
     "HiredisPacking",
     "PromptPool",
     "backoff_s",
-    "hiredis_packing",
     "pool_options",
     "pooled_client",
+    "pooled_connection",
     "retry_policy",
 ]
 
@@ -92,14 +95,46 @@ class HiredisPacking:
             return cast(list[bytes], super().pack_command(*args))  # type: ignore[misc]
 
 
-def hiredis_packing(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
-    """`connection_class` packing its commands with hiredis (`HiredisPacking`)."""
+class HandshakeRetry:
+    """A redis-py asyncio connection whose handshake (what it sends once its socket is open:
+    HELLO, AUTH, SELECT, CLIENT SETNAME) is tried again when the server closes it first.
+
+    A Redis restarting, or a primary failing over, may accept a connection and drop it
+    before answering. redis-py retries the socket's connect by the connection's retry
+    policy, but not the handshake, and a pool hands out connections outside the retries of
+    the command that asked for one: that command failed at once (a worker finishing a job
+    as its Redis restarted died of it, tests/test_faults.py). A handshake is tried
+    `HANDSHAKES` times, each connect with its own retries.
+    """
+
+    HANDSHAKES = 3
+    _handshaking = False
+
+    async def connect(self) -> None:
+        for tried in range(1, self.HANDSHAKES + 1):
+            self._handshaking = False
+            try:
+                await super().connect()  # type: ignore[misc]
+                return
+            except ConnectionError:
+                if not self._handshaking or tried == self.HANDSHAKES:
+                    raise  # the socket's connect failed: its retries are spent
+            await asyncio.sleep(backoff_s(tried))
+
+    async def on_connect(self) -> None:
+        self._handshaking = True
+        await super().on_connect()  # type: ignore[misc]
+
+
+def pooled_connection(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    """`connection_class` as Bernard's pools use it: packing its commands with hiredis
+    (`HiredisPacking`), its handshake retried (`HandshakeRetry`)."""
     if issubclass(connection_class, HiredisPacking):
         return connection_class
     packed = _PACKED.get(connection_class)
     if packed is None:
         name = f"Hiredis{connection_class.__name__}"
-        packed = type(name, (HiredisPacking, connection_class), {})
+        packed = type(name, (HiredisPacking, HandshakeRetry, connection_class), {})
         _PACKED[connection_class] = packed
     return packed
 
@@ -126,7 +161,7 @@ def pool_options(
 def pooled_client(pool: ConnectionPool) -> ArqRedis:
     """arq's `ArqRedis` on `pool`, packing its commands with hiredis and owning the pool."""
     # After `from_url`, which picks the class for the URL's scheme (TLS, a Unix socket).
-    pool.connection_class = hiredis_packing(pool.connection_class)
+    pool.connection_class = pooled_connection(pool.connection_class)
     client = ArqRedis(pool)
     client.auto_close_connection_pool = True  # the client owns its pool: aclose() closes it
     return client

@@ -10,11 +10,11 @@ from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
 from shared.connection import connect, connect_data
-from shared.redis_pool import HiredisPacking, hiredis_packing
+from shared.redis_pool import HiredisPacking, pooled_connection
 from tests.support.session_redis import session_redis_url
 
 LIBRARY = Connection()
-PACKED = hiredis_packing(Connection)()
+PACKED = pooled_connection(Connection)()
 SCRIPT = "local status = redis.call('HGET', KEYS[1], 'status')\nreturn status\n"
 
 
