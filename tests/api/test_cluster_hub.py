@@ -101,15 +101,19 @@ async def test_a_reader_gets_each_batch_the_worker_writes_as_it_lands(
                 assert await texts(reader, 1) == [f"{record.id}:{k}"]
 
 
-async def test_the_done_that_ends_a_turn_wakes_its_readers(redis: Redis, hub: ClusterHub) -> None:
+async def test_the_done_that_ends_a_turn_wakes_its_readers(
+    redis: Redis, hub: ClusterHub, redis_url: str
+) -> None:
     record = await stored_turn(redis)
+    # The queue role on one server, as `Settings` has it beside a Cluster: the session's.
+    queue = connect_data(redis_url)
+    store = TurnStore(redis, retention_s=60, stream_maxlen=100, queue=queue)
     async with hub.read(record.id) as reader:
         await reader.next(wait_s=WAIT_S)  # start
-        await TurnStore(redis, retention_s=60, stream_maxlen=100).finish(
-            record.id, record.owner, completed("stop", None)
-        )
+        await store.finish(record.id, record.owner, completed("stop", None))
         _, stamped = await reader.next(wait_s=WAIT_S)
         assert isinstance(stamped.event, Done) and stamped.event.status == "completed"
+    await queue.aclose()
 
 
 async def test_a_users_event_stream_wakes_its_readers(redis: Redis, hub: ClusterHub) -> None:
