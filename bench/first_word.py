@@ -32,7 +32,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_openai import ChatOpenAI
 
 from bench.client import request
-from bench.processes import QUEUE_NAME, Cluster
+from bench.processes import Cluster
 from bench.report import Section, Table, Verdict, ms, signed
 from bench.runner import Bench, check_turn, new_tag, start_turn
 from bench.stats import Summary
@@ -225,35 +225,8 @@ def bernard(bench: Bench, cluster: Cluster, system: str) -> Runner:
 
 async def two_models(bench: Bench) -> Cluster:
     """An API and a worker whose roles are two models, on the run's Redis and upstream."""
-    base = bench.cluster
-    env = {
-        **base.settings_env,
-        "BERNARD_ROUTER_MODEL": ROUTER_MODEL,
-        "BERNARD_RESPONSE_MODEL": RESPONSE_MODEL,
-    }
-    other = Cluster(
-        workdir=base.workdir,
-        redis_url=base.redis_url,
-        settings_env=env,
-        upstream=base.upstream,
-        api_target=base.api_target,
-        worker_target=base.worker_target,
-        queue_name=f"{QUEUE_NAME}:two-models",
-        _counter=90,  # its log files after the run's own
-    )
-    await other.start_api()
-    await other.start_worker()
-    return other
-
-
-def stop(cluster: Cluster) -> None:
-    """Stop the processes `two_models` started (the upstream and Redis are the run's)."""
-    for service in cluster.apis:
-        service.stop(timeout_s=5)
-    for service in cluster.workers:
-        service.stop(timeout_s=15)
-    cluster.apis.clear()
-    cluster.workers.clear()
+    env = {"BERNARD_ROUTER_MODEL": ROUTER_MODEL, "BERNARD_RESPONSE_MODEL": RESPONSE_MODEL}
+    return await bench.cluster.beside(env, "two-models", counter=90)
 
 
 def _row_cells(samples: Sequence[Sample]) -> list[str]:
@@ -315,7 +288,7 @@ async def first_word(bench: Bench) -> Section:
                 bench.ui.advance(task)
         bench.ui.done(task)
     finally:
-        stop(other)
+        other.stop_own()
         await client.close()
 
     section = Section(

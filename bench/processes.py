@@ -304,6 +304,33 @@ class Cluster:
             await self.start_worker()
         return removed
 
+    async def beside(self, env: Mapping[str, str], queue: str, counter: int) -> Cluster:
+        """An API and a worker of their own on this run's Redis and upstream, with `env`
+        added to the settings, on the queue `<QUEUE_NAME>:<queue>` (neither runs the
+        other's jobs); their log files numbered from `counter`. `stop_own` stops them."""
+        other = Cluster(
+            workdir=self.workdir,
+            redis_url=self.redis_url,
+            settings_env={**self.settings_env, **env},
+            upstream=self.upstream,
+            api_target=self.api_target,
+            worker_target=self.worker_target,
+            queue_name=f"{QUEUE_NAME}:{queue}",
+            _counter=counter,
+        )
+        await other.start_api()
+        await other.start_worker()
+        return other
+
+    def stop_own(self) -> None:
+        """Stop the APIs and workers, not the upstream or Redis (`beside` shares them)."""
+        for service in self.apis:
+            service.stop(timeout_s=5)
+        for service in self.workers:
+            service.stop(timeout_s=15)
+        self.apis.clear()
+        self.workers.clear()
+
     def forget_worker(self, service: Service) -> None:
         """Drop a worker that was killed on purpose."""
         if service in self.workers:

@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
+
 from bench.client import request
 from bench.measurements import _ports_by_process
-from bench.processes import QUEUE_NAME, ROOT, Cluster
+from bench.processes import ROOT, Cluster
 from bench.report import Section, Table, Verdict
 from bench.runner import Bench, RedisCost, Turn, check_turn, command_counts, new_tag, start_turn
 from bench.upstream import Directive
@@ -119,11 +121,9 @@ async def _reads(bench: Bench) -> int:
 
 
 @contextlib.asynccontextmanager
-async def metered(bench: Bench, cluster: Cluster | None = None) -> AsyncIterator[Stretch]:
-    """Count every Redis command while the block runs; the `Stretch` it yields is filled
-    once the block exits. Only the commands of the run's processes, or `cluster`'s, are
-    listed (and their scripts'): the bench's own INFO calls are neither listed nor counted."""
-    client = bench.cluster.redis()
+async def monitor_lines(client: Redis) -> AsyncIterator[list[bytes]]:
+    """The lines MONITOR sends `client` while the block runs, as they come (parse each with
+    `parse`); `client` is closed after."""
     lines: list[bytes] = []
     ready = asyncio.Event()
 
@@ -135,39 +135,50 @@ async def metered(bench: Bench, cluster: Cluster | None = None) -> AsyncIterator
 
     listener = asyncio.create_task(listen())
     await ready.wait()
-    await asyncio.sleep(0.2)  # MONITOR's own OK and set-up settle before the count starts
-    ports = _ports_by_process(bench, cluster)
-    stretch = Stretch(0.0, [], RedisCost({}, 0.0), 0)
-    before, reads = await command_counts(bench.redis), await _reads(bench)
-    began = time.monotonic()
-    first = len(lines)
     try:
-        yield stretch
+        yield lines
     finally:
-        stretch.seconds = time.monotonic() - began
-        after, reads_after = await command_counts(bench.redis), await _reads(bench)
         await asyncio.sleep(0.1)  # the last lines reach the listener
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         await client.aclose()
-        ports.update(_ports_by_process(bench, cluster))  # connections opened meanwhile
-        diff = {k: v - before.get(k, 0) for k, v in after.items() if k not in _OWN}
-        stretch.executed = RedisCost({k: v for k, v in diff.items() if v}, stretch.seconds)
-        # Two INFO calls of ours in between, each one read.
-        stretch.reads = reads_after - reads - 2
-        owner = "?"
-        for raw in lines[first:]:
-            seen = parse(raw if isinstance(raw, bytes) else str(raw).encode())
-            if seen is None:
-                continue
-            if seen.client == "lua":
-                who = owner  # a script's commands follow the script's own line
-            else:
-                owner = ports.get(seen.client.rsplit(":", 1)[-1], "?")
-                who = owner
-            if who != "?":
-                stretch.seen.append((who, seen))
+
+
+@contextlib.asynccontextmanager
+async def metered(bench: Bench, cluster: Cluster | None = None) -> AsyncIterator[Stretch]:
+    """Count every Redis command while the block runs; the `Stretch` it yields is filled
+    once the block exits. Only the commands of the run's processes, or `cluster`'s, are
+    listed (and their scripts'): the bench's own INFO calls are neither listed nor counted."""
+    async with monitor_lines(bench.cluster.redis()) as lines:
+        await asyncio.sleep(0.2)  # MONITOR's own OK and set-up settle before the count starts
+        ports = _ports_by_process(bench, cluster)
+        stretch = Stretch(0.0, [], RedisCost({}, 0.0), 0)
+        before, reads = await command_counts(bench.redis), await _reads(bench)
+        began = time.monotonic()
+        first = len(lines)
+        try:
+            yield stretch
+        finally:
+            stretch.seconds = time.monotonic() - began
+            after, reads_after = await command_counts(bench.redis), await _reads(bench)
+    ports.update(_ports_by_process(bench, cluster))  # connections opened meanwhile
+    diff = {k: v - before.get(k, 0) for k, v in after.items() if k not in _OWN}
+    stretch.executed = RedisCost({k: v for k, v in diff.items() if v}, stretch.seconds)
+    # Two INFO calls of ours in between, each one read.
+    stretch.reads = reads_after - reads - 2
+    owner = "?"
+    for raw in lines[first:]:
+        seen = parse(raw if isinstance(raw, bytes) else str(raw).encode())
+        if seen is None:
+            continue
+        if seen.client == "lua":
+            who = owner  # a script's commands follow the script's own line
+        else:
+            owner = ports.get(seen.client.rsplit(":", 1)[-1], "?")
+            who = owner
+        if who != "?":
+            stretch.seen.append((who, seen))
 
 
 # -- which script, which phase ------------------------------------------------------------
@@ -514,30 +525,7 @@ async def _titled(bench: Bench) -> Cluster:
     """An API and a worker with conversation titles on, on the run's Redis and upstream and
     a queue of their own: each chat completion starts a conversation, and its first answer
     asks for its title (worker/titles.py)."""
-    base = bench.cluster
-    titled = Cluster(
-        workdir=base.workdir,
-        redis_url=base.redis_url,
-        settings_env={**base.settings_env, "BERNARD_CONVERSATION_TITLES": "true"},
-        upstream=base.upstream,
-        api_target=base.api_target,
-        worker_target=base.worker_target,
-        queue_name=f"{QUEUE_NAME}:titled",
-        _counter=80,  # its log files after the run's own
-    )
-    await titled.start_api()
-    await titled.start_worker()
-    return titled
-
-
-def _stop(cluster: Cluster) -> None:
-    """Stop the processes `_titled` started (the upstream and Redis are the run's)."""
-    for service in cluster.apis:
-        service.stop(timeout_s=5)
-    for service in cluster.workers:
-        service.stop(timeout_s=15)
-    cluster.apis.clear()
-    cluster.workers.clear()
+    return await bench.cluster.beside({"BERNARD_CONVERSATION_TITLES": "true"}, "titled", counter=80)
 
 
 async def turn_commands(bench: Bench) -> Section:
@@ -551,7 +539,7 @@ async def turn_commands(bench: Bench) -> Section:
     try:
         results["titled"] = await measure_kind(bench, titled, "titled", turns, scripts)
     finally:
-        _stop(titled)
+        titled.stop_own()
     section = Section(
         "turn-commands",
         "Redis commands per turn",

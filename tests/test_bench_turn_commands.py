@@ -4,11 +4,10 @@ writes it is parsed back to the arguments sent, and a script is known by its nam
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from redis.asyncio import Redis
 
-from bench.turn_commands import Seen, parse, phase_of, script_names
+from bench.turn_commands import Seen, monitor_lines, parse, phase_of, script_names
 from shared import keys
 from shared.lifecycle import CREATE
 
@@ -23,26 +22,10 @@ def test_a_monitor_line_is_parsed_back_to_the_arguments_sent() -> None:
 
 
 async def test_a_script_sent_as_eval_is_named_by_its_text(redis: Redis, redis_url: str) -> None:
-    monitor_client = Redis.from_url(redis_url)
-    lines: list[bytes] = []
-    ready = asyncio.Event()
-
-    async def listen() -> None:
-        async with monitor_client.monitor() as monitor:
-            ready.set()
-            while True:
-                lines.append(await monitor.connection.read_response(disable_decoding=True))
-
-    listener = asyncio.create_task(listen())
-    await ready.wait()
-    await asyncio.sleep(0.1)
     turn_keys = [keys.turn("t-named"), keys.events("t-named"), keys.attached("t-named")]
-    await redis.eval(CREATE, 3, *turn_keys, 5, "{}", "", 0, 1, "status", "queued")
-    await asyncio.sleep(0.1)
-    listener.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await listener
-    await monitor_client.aclose()
+    async with monitor_lines(Redis.from_url(redis_url)) as lines:
+        await asyncio.sleep(0.1)
+        await redis.eval(CREATE, 3, *turn_keys, 5, "{}", "", 0, 1, "status", "queued")
     await redis.delete(*turn_keys)
     seen = [s for s in map(parse, lines) if s is not None and s.name == "EVAL"]
     scripts = script_names()

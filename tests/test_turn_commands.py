@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bench.turn_commands import Seen, parse, phase_of, script_names
+from bench.turn_commands import Seen, monitor_lines, parse, phase_of, script_names
 from shared import keys
 from tests.support.chat import body
 from tests.support.processes import private_redis, wait_for
@@ -42,28 +42,10 @@ _POLL = frozenset({"BLPOP", "ZRANGEBYSCORE"})
 @contextlib.asynccontextmanager
 async def monitored(url: str) -> AsyncIterator[list[Seen]]:
     """Every command the Redis at `url` runs while the block runs, MONITOR's own aside."""
-    client = Redis.from_url(url)
-    lines: list[bytes] = []
-    ready = asyncio.Event()
-
-    async def listen() -> None:
-        async with client.monitor() as monitor:
-            ready.set()
-            while True:
-                lines.append(await monitor.connection.read_response(disable_decoding=True))
-
-    listener = asyncio.create_task(listen())
-    await ready.wait()
     seen: list[Seen] = []
-    try:
+    async with monitor_lines(Redis.from_url(url)) as lines:
         yield seen
-    finally:
-        await asyncio.sleep(0.1)
-        listener.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await listener
-        await client.aclose()
-        seen += [s for s in map(parse, lines) if s is not None]
+    seen += [s for s in map(parse, lines) if s is not None]
 
 
 def turn_commands(seen: list[Seen], queue_name: str) -> Counter[str]:
