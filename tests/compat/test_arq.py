@@ -8,6 +8,7 @@ import hashlib
 import inspect
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import arq.worker
@@ -215,6 +216,29 @@ async def _queued(pool: ArqRedis, job_id: str, queue: str) -> None:
     await pool.zadd(abort_jobs_ss, {job_id: 1})
 
 
+async def _ends_alike(
+    worker: _Worker,
+    arqs_end: Callable[[str], Awaitable[None]],
+    our_end: Callable[[str], Awaitable[None]],
+) -> None:
+    """Queue two jobs as arq leaves a running one, end one by `arqs_end` and the other by
+    `our_end`: both leave the same keys, and only ours is reported `finished`. Deletes every
+    key of both, and closes the worker's pool."""
+    pool, queue = worker.pool, worker.queue_name
+    arqs, ours = f"arq-{uuid.uuid4().hex}", f"ours-{uuid.uuid4().hex}"
+    try:
+        for job_id in (arqs, ours):
+            await _queued(pool, job_id, queue)
+        await arqs_end(arqs)
+        await our_end(ours)
+        assert await _job_keys(pool, ours, queue) == await _job_keys(pool, arqs, queue)
+        assert worker.finished_ids == [ours]
+    finally:
+        await pool.delete(queue, *(p + i for p in _PREFIXES for i in (arqs, ours)))
+        await pool.zrem(abort_jobs_ss, arqs, ours)
+        await pool.aclose()
+
+
 @pytest.mark.parametrize(
     ("finish", "result", "result_s", "forever", "incr_score", "keep_in_progress"),
     [
@@ -236,48 +260,31 @@ async def test_a_jobs_end_leaves_what_arqs_own_transaction_leaves(
     keep_in_progress: float | None,
 ) -> None:
     queue = f"test-compat-arq:{uuid.uuid4().hex}"
-    pool = _pool()
-    worker = _Worker(functions=[func(_job, name="job")], redis_pool=pool, queue_name=queue)
-    arqs, ours = f"arq-{uuid.uuid4().hex}", f"ours-{uuid.uuid4().hex}"
+    worker = _Worker(functions=[func(_job, name="job")], redis_pool=_pool(), queue_name=queue)
     args = (finish, result, result_s, forever, incr_score, keep_in_progress)
-    try:
-        for job_id in (arqs, ours):
-            await _queued(pool, job_id, queue)
-        await Worker.finish_job(worker, arqs, *args)
-        await worker.finish_job(ours, *args)
-        assert await _job_keys(pool, ours, queue) == await _job_keys(pool, arqs, queue)
-        assert worker.finished_ids == [ours]
-    finally:
-        await pool.delete(queue, *(p + i for p in _PREFIXES for i in (arqs, ours)))
-        await pool.zrem(abort_jobs_ss, arqs, ours)
-        await pool.aclose()
+    await _ends_alike(
+        worker,
+        lambda job_id: Worker.finish_job(worker, job_id, *args),
+        lambda job_id: worker.finish_job(job_id, *args),
+    )
 
 
 @pytest.mark.parametrize(("keep_result", "forever"), [(0, False), (10, False)])
 async def test_a_failed_jobs_end_leaves_what_arqs_own_transaction_leaves(
     keep_result: int, forever: bool
 ) -> None:
-    queue = f"test-compat-arq:{uuid.uuid4().hex}"
-    pool = _pool()
     worker = _Worker(
         functions=[func(_job, name="job")],
-        redis_pool=pool,
-        queue_name=queue,
+        redis_pool=_pool(),
+        queue_name=f"test-compat-arq:{uuid.uuid4().hex}",
         keep_result=keep_result,
         keep_result_forever=forever,
     )
-    arqs, ours = f"arq-{uuid.uuid4().hex}", f"ours-{uuid.uuid4().hex}"
-    try:
-        for job_id in (arqs, ours):
-            await _queued(pool, job_id, queue)
-        await Worker.finish_failed_job(worker, arqs, b"failed")
-        await worker.finish_failed_job(ours, b"failed")
-        assert await _job_keys(pool, ours, queue) == await _job_keys(pool, arqs, queue)
-        assert worker.finished_ids == [ours]
-    finally:
-        await pool.delete(queue, *(p + i for p in _PREFIXES for i in (arqs, ours)))
-        await pool.zrem(abort_jobs_ss, arqs, ours)
-        await pool.aclose()
+    await _ends_alike(
+        worker,
+        lambda job_id: Worker.finish_failed_job(worker, job_id, b"failed"),
+        lambda job_id: worker.finish_failed_job(job_id, b"failed"),
+    )
 
 
 _PREFIXES = (in_progress_key_prefix, retry_key_prefix, job_key_prefix, result_key_prefix)
