@@ -104,8 +104,8 @@ class Admitting(Reaping):
         already have `limit` turns. The entry leaves when the turn ends (`finish`), on
         `release`, or after `ttl_s` should neither happen. At the limit, the entries of
         turns that have ended (or that no worker will ever run: `settle`) without being
-        released are dropped first: one a crash between the halves of a `finish` left
-        behind.
+        released are dropped first: one whose `finish` has not reached its release yet,
+        or one a crash between the halves of a `finish` left behind.
 
         `beside` queues reads of the data role that go with the admission (its budgets:
         api/admission.py): in the admission's own pipeline when one Redis holds both roles,
@@ -144,18 +144,19 @@ class Admitting(Reaping):
 
     async def _release_ended(self, owner: str, *, ttl_s: int) -> bool:
         """Drop the owner's active entries whose turn has ended or is gone; whether any
-        went. Only entries admitted over `STRANDED_AFTER_S` ago are looked at: a younger
-        one may be a turn whose creation is under way (admitted, not stored yet). An
-        entry's score is its admission plus `ttl_s`."""
-        active = await self.queue.zrangebyscore(
-            keys.active_turns(owner), "-inf", time.time() + ttl_s - STRANDED_AFTER_S
-        )
-        turn_ids = [raw.decode() for raw in active]
+        went. An ended turn's entry goes whatever its age: its client may have read the
+        end and asked again before `finish` released it. One without a record goes only
+        once admitted over `STRANDED_AFTER_S` ago: a younger one may be a turn whose
+        creation is under way (admitted, not stored yet). An entry's score is its
+        admission plus `ttl_s`."""
+        active = await self.queue.zrange(keys.active_turns(owner), 0, -1, withscores=True)
+        turn_ids = [raw.decode() for raw, _ in active]
         statuses = await self.settle_many(turn_ids) if turn_ids else []
+        old_enough = time.time() + ttl_s - STRANDED_AFTER_S
         ended_ids = [
             turn_id
-            for turn_id, status in zip(turn_ids, statuses, strict=True)
-            if status is None or status in TERMINAL_STATUSES
+            for turn_id, (_, score), status in zip(turn_ids, active, statuses, strict=True)
+            if status in TERMINAL_STATUSES or (status is None and score <= old_enough)
         ]
         if ended_ids:
             await self.queue.zrem(keys.active_turns(owner), *ended_ids)

@@ -687,6 +687,24 @@ async def test_at_the_limit_only_entries_of_ended_turns_make_room(
     assert held == {second.id, "third"}
 
 
+async def test_at_the_limit_an_ended_turn_makes_room_before_its_finish_releases_it(
+    redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
+) -> None:
+    """A client that read a turn's end may ask again before `finish` has released the
+    turn's entry: the ended record is enough, however young the entry. An entry whose
+    turn has no record yet (its creation under way) is still counted."""
+    owner = scratch.owner()
+    ended = await claimed(store, scratch, owner=owner)
+    await store.end(ended.id, owner, Cause.CANCELLED)
+    await store.admit(owner, ended.id, limit=2, ttl_s=60)  # as if not released yet
+    await store.admit(owner, "being-created", limit=2, ttl_s=60)
+    await store.admit(owner, "next", limit=2, ttl_s=60)
+    held = {raw.decode() for raw in await redis.zrange(keys.active_turns(owner), 0, -1)}
+    assert held == {"being-created", "next"}
+    with pytest.raises(TooManyTurnsError):
+        await store.admit(owner, "one-more", limit=2, ttl_s=60)
+
+
 async def test_at_the_limit_each_old_entry_is_judged_by_its_own_turn(
     redis: redis_asyncio.Redis, store: TurnStore, scratch: Scratch
 ) -> None:
