@@ -26,6 +26,7 @@ from bench.gc_hold import collect_held, hold_full_collections
 from bench.history import history_length
 from bench.loads import forget_exchanges
 from bench.neighbour import noisy_neighbour
+from bench.peers import peers
 from bench.processes import BENCH_ENV, ROOT, Cluster
 from bench.report import Section, write
 from bench.runner import Bench, Sizes, Ui, drive, echo_directives
@@ -55,6 +56,7 @@ MEASUREMENTS = {
     "history": history_length,
     "noisy-neighbour": noisy_neighbour,
     "first-word": first_word,
+    "peers": peers,
     "turn-commands": turn_commands,
     "redis": measurements.MEASUREMENTS["redis"],
 }
@@ -72,6 +74,7 @@ REPORT_ORDER = (
     "history",
     "noisy-neighbour",
     "first-word",
+    "peers",
 )
 DEFAULT_API = "api.main:app"
 DEFAULT_WORKER = "worker.main.WorkerSettings"

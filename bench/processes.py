@@ -125,6 +125,8 @@ class Cluster:
     apis: list[Service] = field(default_factory=list)
     workers: list[Service] = field(default_factory=list)
     baseline: Service | None = None
+    # LangGraph as a library in one process (bench/langgraph_app.py): bench/peers.py's peer.
+    langgraph: Service | None = None
     # What the API and worker processes run: the Procfile's, or `--api-app`/`--worker-settings`.
     api_target: str = "api.main:app"
     worker_target: str = "worker.main.WorkerSettings"
@@ -235,6 +237,11 @@ class Cluster:
         self.baseline = await self._start_server("baseline", "bench.baseline:app")
         return self.baseline
 
+    async def start_langgraph(self) -> Service:
+        """The LangGraph peer (bench.langgraph_app), on the run's upstream."""
+        self.langgraph = await self._start_server("langgraph", "bench.langgraph_app:app")
+        return self.langgraph
+
     async def start_worker(self) -> Service:
         """One more `python -m worker` process; returns once it reported in."""
         argv = [sys.executable, "-m", "worker", self.worker_target]
@@ -338,13 +345,13 @@ class Cluster:
 
     def check_alive(self) -> None:
         """Raise if any child died on its own."""
-        for service in [*self.apis, *self.workers, self.upstream, self.baseline]:
+        for service in [*self.apis, *self.workers, self.upstream, self.baseline, self.langgraph]:
             if service is not None and not service.alive:
                 raise StartupError(f"{service.name} exited:\n{service.log_tail()}")
 
     def stop_all(self) -> None:
         """Stop every child: servers first, then the workers, the upstream, Redis last."""
-        for service in [*self.apis, self.baseline]:
+        for service in [*self.apis, self.baseline, self.langgraph]:
             if service is not None:
                 service.stop(timeout_s=5)
         for service in self.workers:

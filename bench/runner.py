@@ -103,6 +103,13 @@ class Sizes:
     fw_answer_tokens: int
     fw_first_ms: float
     fw_token_ms: float
+    # CPU per turn beside the peer (bench/peers.py): turns per run, at once, tokens each,
+    # tokens/s each, runs per system.
+    peers_turns: int
+    peers_at_once: int
+    peers_tokens: int
+    peers_rate: float
+    peers_repeats: int
 
     @classmethod
     def full(cls) -> Sizes:
@@ -149,6 +156,11 @@ class Sizes:
             fw_answer_tokens=20,
             fw_first_ms=200,
             fw_token_ms=25,
+            peers_turns=40,
+            peers_at_once=20,
+            peers_tokens=200,
+            peers_rate=50,
+            peers_repeats=3,
         )
 
     @classmethod
@@ -196,6 +208,11 @@ class Sizes:
             fw_answer_tokens=20,
             fw_first_ms=200,
             fw_token_ms=25,
+            peers_turns=6,
+            peers_at_once=3,
+            peers_tokens=40,
+            peers_rate=50,
+            peers_repeats=1,
         )
 
 
@@ -590,8 +607,7 @@ class Meter:
     def _cpu(self) -> dict[str, float]:
         cluster = self.bench.cluster
         services = [*cluster.apis, *cluster.workers, cluster.upstream, cluster.baseline]
-        if cluster.redis_proc is not None:
-            services.append(cluster.redis_proc)
+        services += [cluster.langgraph, cluster.redis_proc]
         out = {s.name: s.cpu_seconds() for s in services if s is not None and s.alive}
         out["client"] = time.process_time()
         out[MACHINE] = machine_busy_seconds()
