@@ -44,6 +44,9 @@ BENCH_ENV = {
     # The load generator is one user with up to 1,000 turns and streams at once.
     "BERNARD_MAX_ACTIVE_TURNS_PER_USER": "100000",
     "BERNARD_MAX_STREAMS_PER_USER": "100000",
+    # ... and may fill a worker: one user's share of its slots (half by default) would hold
+    # the memory section's probes behind its 1,000 idle turns.
+    "BERNARD_WORKER_USER_SHARE": "1",
     # ... and asks faster, and stores more, than any household (shared/rate_limit.py,
     # shared/budgets.py): the bench measures the pipeline, not the budgets.
     "BERNARD_RATE_LIMIT_PER_MINUTE": "0",
