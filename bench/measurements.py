@@ -1324,10 +1324,9 @@ async def memory(bench: Bench) -> Section:
     probe_table.add("first token", *summary_cells(probe_first))
     probe_table.add("relay latency per frame", *summary_cells(probe_relay))
     notes = [
-        "The worker's LLM client (the `openai` SDK's httpx pool under `ChatOpenAI`) holds at "
-        "most 1,000 connections. The run lets a worker take 2,000 turns, so with 1,000 idle "
-        "turns each holding its upstream response open, a new turn's model call can wait for "
-        "a free connection: that is the long tail of the first-token row above."
+        "Each idle turn holds an upstream connection; the worker's connection pools are sized "
+        "to its concurrency (worker/llm.py `build_models`), so a new turn's model call does "
+        "not wait for one."
     ]
     return Section(
         "memory",
