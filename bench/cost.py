@@ -244,6 +244,7 @@ async def _fanout(bench: Bench, section: Section) -> float:
             bench.redis,
             bench.api,
             bench.cluster.redis_url,
+            queue_url=bench.cluster.queue_url,
             streams=streams,
             rate=0,
             tokens=bench.sizes.cost_fanout_tokens,

@@ -701,13 +701,15 @@ async def capacity_step(
     api: Endpoint,
     redis_url: str,
     *,
+    queue_url: str,
     streams: int,
     rate: int,
     tokens: int,
     meter: Metering,
 ) -> CapacityStep:
     """`streams` clients attached to synthetic turns, then the writer appends `tokens` to
-    each at `rate` entries/s; `meter` runs while it writes."""
+    each at `rate` entries/s; `meter` runs while it writes. `redis_url` is the data role's,
+    `queue_url` the queue role's (where the turns' ends are released)."""
     ids = await _synthetic_turns(redis, streams)
     calls: list[Call] = []
     for turn_id in ids:
@@ -720,6 +722,7 @@ async def capacity_step(
     written = await _run_writer(
         {
             "redis_url": redis_url,
+            "queue_url": queue_url,
             "turn_ids": ids,
             "tokens": tokens,
             "rate": rate,
@@ -794,6 +797,7 @@ Redis; and the same load on the baseline server.
             bench.redis,
             bench.api,
             bench.cluster.redis_url,
+            queue_url=bench.cluster.queue_url,
             streams=sizes.capacity_streams,
             rate=rate,
             tokens=tokens,

@@ -252,6 +252,7 @@ async def capacity(procs: Cluster, deployment: Deployment, sizes: Sizes, ui: Ui)
                 redis,
                 api.endpoint,
                 deployment.data_url,
+                queue_url=deployment.queue_url,
                 streams=streams,
                 rate=rate,
                 tokens=tokens,

@@ -26,7 +26,7 @@ from redis.asyncio import Redis, RedisCluster
 
 from shared import keys
 from shared.backends import Backend, ClusterBackend, ClusterNodeBackend, backend_of
-from shared.connection import connect_data
+from shared.connection import connect, connect_data
 from shared.events import Delta, Done, TurnStatus, encode
 from shared.streams import STREAM_FIELD
 from shared.turns import TurnStore
@@ -61,12 +61,14 @@ async def by_primary(backend: Backend, turn_ids: list[str]) -> list[tuple[Backen
 async def write(spec: dict[str, Any]) -> dict[str, Any]:
     """Append the deltas round by round (one token to every turn per round), then finish."""
     redis = connect_data(spec["redis_url"])
+    # A turn's end is released on the queue role, which is never a Cluster (arq's queue).
+    queue = connect(spec["queue_url"])
     turn_ids: list[str] = spec["turn_ids"]
     tokens = {turn_id: synthetic_tokens(turn_id, spec["tokens"]) for turn_id in turn_ids}
     rate: float = spec["rate"]
     maxlen: int = spec["maxlen"]
     interval = len(turn_ids) / rate if rate > 0 else 0.0
-    store = TurnStore(redis, retention_s=spec["retention_s"], stream_maxlen=maxlen)
+    store = TurnStore(redis, queue=queue, retention_s=spec["retention_s"], stream_maxlen=maxlen)
     backend = backend_of(redis)
     shards = await by_primary(backend, turn_ids)
     entries = 0
@@ -99,6 +101,7 @@ async def write(spec: dict[str, Any]) -> dict[str, Any]:
             if shard is not backend:
                 await shard.client.aclose()
         await redis.aclose()
+        await queue.aclose()
     return {"started": started, "ended": ended, "entries": entries}
 
 
