@@ -28,10 +28,9 @@ from typing import Any, cast
 
 import openai
 import orjson
-from langchain_core.messages import AIMessageChunk
-from langchain_openai import ChatOpenAI
 
 from bench.client import request
+from bench.langgraph_agent import react_agent, text_pieces
 from bench.processes import Cluster
 from bench.report import Section, Table, Verdict, ms, signed
 from bench.runner import Bench, check_turn, new_tag, start_turn
@@ -187,23 +186,17 @@ def plain_loop(bench: Bench, client: openai.AsyncOpenAI) -> Runner:
 
 def langgraph_agent(bench: Bench, base_url: str) -> Runner:
     """LangGraph's prebuilt ReAct agent on `ChatOpenAI`, its model's tokens streamed."""
-    from langgraph.prebuilt import create_react_agent
-
-    model = ChatOpenAI(
-        model="gpt-4o-mini", base_url=base_url, api_key="bench-key", max_retries=0, streaming=True
-    )
-    agent = create_react_agent(model, [calculator])
+    agent = react_agent(base_url=base_url, api_key="bench-key")
 
     async def run(directive: Directive) -> Sample:
         started = time.monotonic()
         first: float | None = None
         text: list[str] = []
-        inputs = {"messages": [{"role": "user", "content": directive.message()}]}
-        async for message, _ in agent.astream(inputs, stream_mode="messages"):
-            if isinstance(message, AIMessageChunk) and (piece := message.text):
-                if first is None:
-                    first = time.monotonic()
-                text.append(piece)
+        messages = [{"role": "user", "content": directive.message()}]
+        async for piece in text_pieces(agent, messages):
+            if first is None:
+                first = time.monotonic()
+            text.append(piece)
         problem = _checked("".join(text), directive)
         return await _sample(bench, directive, (started, first, time.monotonic()), problem)
 

@@ -17,11 +17,9 @@ from typing import Any
 import orjson
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
-from langchain_core.messages import AIMessageChunk
-from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from worker.tools import calculator
+from bench.langgraph_agent import react_agent, text_pieces
 
 
 class ChatRequest(BaseModel):
@@ -42,10 +40,7 @@ def _chunk(chunk_id: str, delta: dict[str, str], finish: str | None = None) -> b
 
 def create_langgraph_app() -> FastAPI:
     """The app, its agent built once (its model reads `OPENAI_*` from the environment)."""
-    from langgraph.prebuilt import create_react_agent
-
-    model = ChatOpenAI(model="gpt-4o-mini", max_retries=0, streaming=True)
-    agent = create_react_agent(model, [calculator])
+    agent = react_agent()
     app = FastAPI(title="LangGraph as a library (bench peer)")
 
     @app.get("/healthz")
@@ -58,10 +53,8 @@ def create_langgraph_app() -> FastAPI:
 
         async def frames() -> AsyncIterator[bytes]:
             yield _chunk(chunk_id, {"role": "assistant", "content": ""})
-            inputs = {"messages": body.messages}
-            async for message, _ in agent.astream(inputs, stream_mode="messages"):
-                if isinstance(message, AIMessageChunk) and (piece := message.text):
-                    yield _chunk(chunk_id, {"content": piece})
+            async for piece in text_pieces(agent, body.messages):
+                yield _chunk(chunk_id, {"content": piece})
             yield _chunk(chunk_id, {}, "stop")
             yield b"data: [DONE]\n\n"
 
