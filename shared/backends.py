@@ -12,6 +12,8 @@ A URL's scheme picks its backend (`parse_url`, from `_BY_SCHEME`); shared/connec
   appended entry is its wake-up; on a Cluster a reader waits on the stream's sharded pub/sub
   channel (`keys.stream_wake`, in the stream's slot, so on the same node and after the
   appends), which each append is followed by (api/cluster_hub.py reads so);
+- where a loop that sends a pipeline at a time, many a second (a worker's stream writer),
+  gets its pipelines (`pipelines`: on a connection it keeps, or a Cluster client's);
 - how a script whose stream's readers must be woken runs (`run_and_wake`: on a Cluster,
   in one pipeline with the wake-up);
 - what its servers are and how each is doing (`describe`, `servers_info`,
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.asyncio import ConnectionPool, Redis, RedisCluster
@@ -48,6 +50,8 @@ from shared import keys
 from shared.redaction import redact_url
 from shared.redis_pool import (
     RETRIES,
+    HeldConnection,
+    HeldPipeline,
     PromptPool,
     pool_options,
     pooled_client,
@@ -161,6 +165,14 @@ class Wake(StrEnum):
     CHANNEL = "channel"
 
 
+class Pipelines(Protocol):
+    """Pipelines for a loop that sends one at a time (`Backend.pipelines`)."""
+
+    def pipeline(self) -> Pipeline | HeldPipeline: ...
+
+    async def aclose(self) -> None: ...
+
+
 class Backend:
     """The Redis a client reaches, as one server (the base: every topology but a Cluster
     behaves so for what Bernard asks)."""
@@ -226,9 +238,15 @@ class Backend:
         host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
         return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
 
+    def pipelines(self) -> Pipelines:
+        """Pipelines for a loop that sends one at a time, on one connection of the client's
+        pool that the loop keeps (`HeldConnection`: about half a pipeline's CPU); close
+        them to give it back."""
+        return HeldConnection(self.client.connection_pool)
+
     def append(
         self,
-        pipe: Pipeline,
+        pipe: Pipeline | HeldPipeline,
         stream_id: str,
         field: str,
         values: Sequence[bytes],
@@ -253,7 +271,7 @@ class Backend:
             after += 1
         return after + self.woken(pipe, stream_id)
 
-    def woken(self, pipe: Pipeline, stream_id: str) -> int:
+    def woken(self, pipe: Pipeline | HeldPipeline, stream_id: str) -> int:
         """Queue on `pipe`, after appends to `stream_id`'s stream queued there (by a script,
         say), what wakes its readers; returns how many replies that adds. The entries
         themselves wake an `XREAD`: nothing."""
@@ -429,7 +447,7 @@ class _ChannelWake(Backend):
         "BERNARD_QUEUE_REDIS_URL must name one primary (redis:// or redis+sentinel://)"
     )
 
-    def woken(self, pipe: Pipeline, stream_id: str) -> int:
+    def woken(self, pipe: Pipeline | HeldPipeline, stream_id: str) -> int:
         pipe.execute_command("SPUBLISH", keys.stream_wake(stream_id), "")
         return 1
 
@@ -442,6 +460,19 @@ class _ChannelWake(Backend):
             self.woken(pipe, stream_id)
             reply, _ = await pipe.execute()
         return reply
+
+
+@dataclass(frozen=True, slots=True)
+class _ClientPipelines:
+    """A client's pipelines, each on the connections it takes (`Backend.pipelines`)."""
+
+    client: Redis
+
+    def pipeline(self) -> Pipeline:
+        return self.client.pipeline(transaction=False)
+
+    async def aclose(self) -> None:
+        return None
 
 
 @dataclass(slots=True)
@@ -594,6 +625,11 @@ class ClusterBackend(_ChannelWake):
     @property
     def _cluster(self) -> RedisCluster:
         return cast(RedisCluster, self.client)
+
+    def pipelines(self) -> Pipelines:
+        """The client's own: a Cluster pipeline sends each node its share on that node's
+        connections."""
+        return _ClientPipelines(self.client)
 
     def failovers(self, stream_id: str | None = None) -> int:
         """The failovers of the shard holding `stream_id`'s slot the client followed (of

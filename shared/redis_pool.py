@@ -1,12 +1,14 @@
 """The pool and connection every topology's Redis client is built on (shared/backends.py
 builds each; shared/connection.py hands it the URL): `PromptPool`, commands packed by
 hiredis (`HiredisPacking`), a handshake retried (`HandshakeRetry`), the retries and their
-backoff.
+backoff; and `HeldConnection`, one connection of a pool kept by a loop that sends a
+pipeline per token (a worker's stream writer).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, cast
 
 import hiredis
@@ -15,13 +17,16 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.commands.core import BasicKeyCommands, StreamCommands
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from compat.redis import unfit
 
 __all__ = [
     "RETRIES",
     "HandshakeRetry",
+    "HeldConnection",
+    "HeldPipeline",
     "HiredisPacking",
     "PromptPool",
     "backoff_s",
@@ -65,10 +70,15 @@ class PromptPool(BlockingConnectionPool):
     """
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
+        await _ready(connection)
+
+
+async def _ready(connection: AbstractConnection) -> None:
+    """Connect `connection`, again if what it received says it is not fit to reuse."""
+    await connection.connect()
+    if unfit(connection):
+        await connection.disconnect()
         await connection.connect()
-        if unfit(connection):
-            await connection.disconnect()
-            await connection.connect()
 
 
 class HiredisPacking:
@@ -124,6 +134,91 @@ class HandshakeRetry:
     async def on_connect(self) -> None:
         self._handshaking = True
         await super().on_connect()  # type: ignore[misc]
+
+
+class HeldConnection:
+    """One connection of `pool` that a loop keeps for its pipelines, one in flight at a
+    time (`pipeline`): what redis-py's pipeline does for a round of commands (pack them
+    all, send them at once, read each reply, an error reply in its place, a lost
+    connection retried by its retry policy), without taking a connection from the pool,
+    building a client for the round and running each reply through the client's response
+    callbacks. A round of one `XADD`, what a paced token costs a worker, was 67 µs of CPU
+    through redis-py's pipeline and 36 here (tests/shared/test_redis_held.py holds the
+    replies to a pipeline's; docs/benchmarks.md, "Cost per token"). Replies come as Redis
+    sent them (bytes, not decoded).
+    """
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self._connection: AbstractConnection | None = None
+
+    def pipeline(self) -> HeldPipeline:
+        """A pipeline to queue a round on (its commands, as on a redis-py pipeline)."""
+        return HeldPipeline(self)
+
+    async def run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Send `commands` in one write and read their replies, each error reply (a
+        `ResponseError`) in its place; a lost connection fails or, by the pool's retry
+        policy, sends the round again on a new one, as a pipeline does."""
+        if not commands:
+            return []
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = await self.pool.get_connection()
+        return cast(
+            list[Any],
+            await connection.retry.call_with_retry(
+                lambda: _exchange(connection, commands),
+                lambda _error: connection.disconnect(),
+            ),
+        )
+
+    async def aclose(self) -> None:
+        """Give the connection back to the pool."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await self.pool.release(connection)
+
+
+async def _exchange(
+    connection: AbstractConnection, commands: Sequence[tuple[Any, ...]]
+) -> list[Any]:
+    await _ready(connection)  # kept between rounds: the server may have closed it since
+    await connection.send_packed_command(connection.pack_commands(commands))
+    replies: list[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await connection.read_response(disable_decoding=True))
+        except ResponseError as error:
+            replies.append(error)
+    return replies
+
+
+class HeldPipeline(StreamCommands, BasicKeyCommands):
+    """A round of commands for a `HeldConnection`: queued as on a redis-py pipeline (`xadd`,
+    `expire`, `execute_command`), sent by `execute`."""
+
+    def __init__(self, held: HeldConnection) -> None:
+        self.held = held
+        self.connection_pool = held.pool  # what redis-py's command methods expect of self
+        self.commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> HeldPipeline:
+        self.commands.append(args)
+        return self
+
+    async def execute(self, raise_on_error: bool = False) -> list[Any]:
+        """Send the round; its replies. Only `raise_on_error=False` (errors in place)."""
+        if raise_on_error:
+            raise ValueError("a held pipeline hands back error replies in their place")
+        commands, self.commands = self.commands, []
+        return await self.held.run(commands)
+
+    async def __aenter__(self) -> HeldPipeline:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.commands = []
 
 
 def pooled_connection(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:

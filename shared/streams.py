@@ -64,6 +64,9 @@ class StreamBatcher:
         self.redis = redis
         self.maxlen = maxlen
         self.backend = backend_of(redis)
+        # One round in flight at a time, each round a pipeline: on a connection kept for
+        # them where the topology allows (shared/backends.py `pipelines`).
+        self._pipelines = self.backend.pipelines()
         # Turn id → events not sent yet, in order.
         self._pending: dict[str, list[Event]] = {}
         # Turns in the write in flight, and the errors writes raised, by turn.
@@ -114,6 +117,12 @@ class StreamBatcher:
         self._pending.pop(key, None)
         self._errors.pop(key, None)
 
+    async def aclose(self) -> None:
+        """Give back the connection the rounds are sent on; while a round is in flight it
+        stays taken, and the client's pool closes it when the client closes."""
+        if self._task is None:
+            await self._pipelines.aclose()
+
     async def _drain(self) -> None:
         try:
             while self._pending:
@@ -140,7 +149,7 @@ class StreamBatcher:
     async def _write(self, batch: dict[str, list[Event]]) -> None:
         # The turn each entry's reply is of; None for a wake-up's.
         sent: list[str | None] = []
-        async with self.redis.pipeline(transaction=False) as pipe:
+        async with self._pipelines.pipeline() as pipe:
             for turn_id, events in batch.items():
                 try:
                     payloads = [encode(event) for event in events]
