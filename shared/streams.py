@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -41,6 +42,7 @@ from shared.events import Delta, Event, LlmCallComplete, LlmPrompt, Stamped, dec
 # The field each entry of a turn's stream holds its encoded event under (shared/events.py
 # `encode`); shared/lifecycle.py's CREATE and FINISH write it as the literal 'e'.
 STREAM_FIELD = "e"
+_STREAM_FIELD = STREAM_FIELD.encode()
 
 Entry = tuple[str, Stamped]
 # Above this many pending events of one turn, `write` waits for Redis instead of buffering.
@@ -222,6 +224,28 @@ class StreamWriter:
 def parse_entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
     """Decode XRANGE/XREAD entries into (entry id, stamped event)."""
     return [(entry_id.decode(), decode(fields[STREAM_FIELD.encode()])) for entry_id, fields in raw]
+
+
+def read_streams(reply: Any) -> list[tuple[str, Sequence[Any]]]:
+    """The streams of an `XREAD` reply as Redis sent it (undecoded: shared/redis_pool.py
+    `HeldConnection`), each its key and its raw entries (`parse_sent_entries`): a RESP2
+    array of [key, entries] pairs or a RESP3 map; none when the read timed out."""
+    if reply is None:
+        return []
+    pairs = reply.items() if isinstance(reply, dict) else reply
+    return [(key.decode(), entries) for key, entries in pairs]
+
+
+def parse_sent_entries(raw: Sequence[Any]) -> list[Entry]:
+    """Decode entries as Redis sent them ([id, [field, value, ...]] each) into (entry id,
+    stamped event)."""
+    return [(entry_id.decode(), decode(_event_field(fields))) for entry_id, fields in raw]
+
+
+def _event_field(fields: Sequence[bytes]) -> bytes:
+    if fields[0] == _STREAM_FIELD:  # the one field every writer writes
+        return fields[1]
+    return dict(zip(fields[::2], fields[1::2], strict=True))[_STREAM_FIELD]
 
 
 def entry_key(entry_id: str) -> tuple[int, int]:

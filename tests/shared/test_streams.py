@@ -26,6 +26,7 @@ from shared.events import (
     encode,
 )
 from shared.lifecycle import SEALED_ID, Cause
+from shared.redis_pool import HeldConnection
 from shared.streams import (
     _BUSY_ROUND,
     STREAM_FIELD,
@@ -33,6 +34,8 @@ from shared.streams import (
     TurnOverError,
     entry_key,
     parse_entries,
+    parse_sent_entries,
+    read_streams,
 )
 from shared.turns import TurnStore
 
@@ -167,6 +170,66 @@ async def test_a_stream_is_capped_near_its_maxlen(
 )
 def test_an_entry_id_sorts_as_its_two_numbers(entry_id: str, key: tuple[int, int]) -> None:
     assert entry_key(entry_id) == key
+
+
+_HELLO = encode(Delta(text="hello"), at=1.5)
+
+
+@pytest.mark.parametrize(
+    ("reply", "streams"),
+    [
+        (None, []),  # the block timed out
+        ([], []),
+        (
+            [[b"bernard:a", [[b"1-1", [b"e", b"x"]]]], [b"bernard:b", [[b"2-0", [b"w", b"1"]]]]],
+            [("bernard:a", [[b"1-1", [b"e", b"x"]]]), ("bernard:b", [[b"2-0", [b"w", b"1"]]])],
+        ),
+        (  # RESP3: a map of stream to entries
+            {b"bernard:a": [[b"1-1", [b"e", b"x"]]]},
+            [("bernard:a", [[b"1-1", [b"e", b"x"]]])],
+        ),
+    ],
+)
+def test_a_read_reply_as_sent_gives_each_stream_by_its_key(
+    reply: object, streams: list[tuple[str, object]]
+) -> None:
+    assert read_streams(reply) == streams
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [[b"e", _HELLO], [b"e", _HELLO, b"extra", b"1"], [b"extra", b"1", b"e", _HELLO]],
+)
+def test_an_entry_as_sent_gives_its_event_whatever_else_it_holds(fields: list[bytes]) -> None:
+    ((entry_id, stamped),) = parse_sent_entries([[b"7-2", fields]])
+
+    assert entry_id == "7-2"
+    assert stamped.event == Delta(text="hello")
+    assert stamped.at == 1.5
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_a_held_read_parses_as_redis_pys_own(redis_url: str, protocol: int) -> None:
+    client = redis_asyncio.Redis.from_url(redis_url, protocol=protocol)
+    key = f"bernard:test:streams:{uuid.uuid4().hex}"
+    await client.xadd(key, {STREAM_FIELD: _HELLO}, id="1-1")
+    await client.xadd(key, {STREAM_FIELD: encode(Delta(text="again"), at=2.0)}, id="1-2")
+    held = HeldConnection(client.connection_pool)
+    try:
+        (reply,) = await held.run([("XREAD", "COUNT", 10, "STREAMS", key, "0-0")])
+        ours = [(name, parse_sent_entries(raw)) for name, raw in read_streams(reply)]
+        theirs = await client.xread({key: "0-0"}, count=10)
+    finally:
+        await held.aclose()
+        await client.delete(key)
+        await client.aclose()
+
+    assert [(name, [entry_id for entry_id, _ in entries]) for name, entries in ours] == [
+        (key, ["1-1", "1-2"])
+    ]
+    # redis-py's RESP3 reply wraps each stream's entries in a list of one.
+    their_entries = theirs[0][1] if protocol == 2 else theirs[key.encode()][0]
+    assert ours[0][1] == parse_entries(their_entries)
 
 
 def test_entry_ids_order_by_time_then_sequence_not_as_text() -> None:
