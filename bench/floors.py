@@ -27,9 +27,10 @@ streams at 10 tokens/s (100 a stream); `--scale` shortens both, `--only` picks s
   orjson, its calls spread over as many connection pools as a worker keeps for that many turns
   (worker/llm.py `pool_shards`): through httpx2 (the OpenAI SDK's HTTP client) on its
   anyio backend and on Bernard's (worker/upstream_sockets.py), then also one XADD per
-  chunk through a redis-py asyncio pipeline; through the SDK's own `post` as
-  worker/openai_fast.py calls it, on httpx2 over Bernard's backend and on
-  `DefaultAioHttpClient` (the SDK's aiohttp transport); through aiohttp's client alone
+  chunk through a redis-py asyncio pipeline, and on Bernard's connection each stream
+  keeps (shared/redis_pool.py `HeldConnection`, as the worker's rounds go); through the
+  SDK's own `post` as worker/openai_fast.py calls it, on httpx2 over Bernard's backend and
+  on `DefaultAioHttpClient` (the SDK's aiohttp transport); through aiohttp's client alone
   (its C parser and `StreamReader`).
 
 Every floor runs `--runs` times, interleaved; the tables give the median and range.
@@ -345,12 +346,15 @@ def _check(counts: list[int], load: Load) -> None:
         raise SystemExit(f"a stream had {min(counts)} chunks, expected at least {load.tokens}")
 
 
-async def httpx2_load(upstream: int, redis_port: int | None, sockets: bool, load: Load) -> None:
+async def httpx2_load(
+    upstream: int, redis_port: int | None, sockets: bool, load: Load, *, held: bool = False
+) -> None:
     """`load.streams` streamed completions through httpx2, each chunk's JSON parsed (and
-    XADDed)."""
+    XADDed: through a redis-py pipeline, or `held` on a connection each stream keeps)."""
     import httpx2
     from redis.asyncio import Redis
 
+    from shared.redis_pool import HeldConnection
     from worker.llm import pool_shards
     from worker.upstream_sockets import use_asyncio_sockets
 
@@ -363,6 +367,11 @@ async def httpx2_load(upstream: int, redis_port: int | None, sockets: bool, load
     if sockets:  # the worker's own network backend under httpx2
         clients = [use_asyncio_sockets(client) for client in clients]
     redis = Redis(port=redis_port, max_connections=load.streams) if redis_port else None
+    kept = (
+        [HeldConnection(redis.connection_pool) for _ in range(load.streams)]
+        if redis and held
+        else []
+    )
     body = _request(load)
     url = f"http://127.0.0.1:{upstream}/v1/chat/completions"
     _start_clock()
@@ -376,7 +385,7 @@ async def httpx2_load(upstream: int, redis_port: int | None, sockets: bool, load
                 chunk = orjson.loads(line[6:])
                 if redis is not None:
                     delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
-                    pipe = redis.pipeline(transaction=False)
+                    pipe = kept[i].pipeline() if held else redis.pipeline(transaction=False)
                     pipe.xadd(f"floor:w{i}", {"e": orjson.dumps(delta)}, maxlen=10_000)
                     await pipe.execute()
                 chunks += 1
@@ -385,6 +394,8 @@ async def httpx2_load(upstream: int, redis_port: int | None, sockets: bool, load
     counts = await asyncio.gather(*(one(i) for i in range(load.streams)))
     for client in clients:
         await client.aclose()
+    for connection in kept:
+        await connection.aclose()
     if redis is not None:
         await redis.delete(*(f"floor:w{i}" for i in range(load.streams)))
         await redis.aclose()
@@ -471,6 +482,7 @@ READERS: dict[str, str] = {
     "anyio-xadd": "the same + an XADD per chunk (redis-py pipeline)",
     "sockets": "httpx2 on worker/upstream_sockets.py (Bernard's backend), JSON per chunk",
     "sockets-xadd": "the same + an XADD per chunk (redis-py pipeline)",
+    "sockets-held": "the same on Bernard's held connection (shared/redis_pool.py), as the worker",
     "sdk": "openai SDK `post` on httpx2 + Bernard's backend, as worker/openai_fast.py",
     "sdk-aiohttp": "openai SDK `post` on `DefaultAioHttpClient` (aiohttp transport)",
     "aiohttp": "aiohttp client alone, `StreamReader` lines, JSON per chunk",
@@ -482,8 +494,10 @@ def _reader(kind: str, upstream: int, redis_port: int, load: Load) -> Coroutine[
         return aiohttp_load(upstream, load)
     if kind.startswith("sdk"):
         return sdk_load(upstream, kind == "sdk-aiohttp", load)
-    xadd = redis_port if kind.endswith("-xadd") else None
-    return httpx2_load(upstream, xadd, kind.startswith("sockets"), load)
+    xadd = redis_port if kind.endswith(("-xadd", "-held")) else None
+    return httpx2_load(
+        upstream, xadd, kind.startswith("sockets"), load, held=kind.endswith("-held")
+    )
 
 
 # -- the runs ---------------------------------------------------------------------------

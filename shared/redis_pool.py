@@ -1,8 +1,8 @@
 """The pool and connection every topology's Redis client is built on (shared/backends.py
 builds each; shared/connection.py hands it the URL): `PromptPool`, commands packed by
 hiredis (`HiredisPacking`), a handshake retried (`HandshakeRetry`), the retries and their
-backoff; and `HeldConnection`, one connection of a pool kept by a loop that sends a
-pipeline per token (a worker's stream writer).
+backoff; and `HeldConnection`, one connection of a pool kept by a loop that sends a round
+per token (a worker's stream writer, each of the API hub's lanes).
 """
 
 from __future__ import annotations

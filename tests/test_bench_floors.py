@@ -5,6 +5,7 @@ latency is read from the time each frame carries."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -66,5 +67,16 @@ def test_each_reader_reads_every_chunk(kind: str, upstream_port: int) -> None:
     try:
         used = reader_floor(kind, upstream_port, 0, TINY)
     except SystemExit as exc:  # the reader exits non-zero when a chunk is missing
+        pytest.fail(f"{kind}: {exc}")
+    assert used >= 0
+
+
+@pytest.mark.parametrize("kind", ["sockets-xadd", "sockets-held"])
+def test_each_reader_that_writes_its_chunks_reads_every_chunk(
+    kind: str, upstream_port: int, redis_url: str
+) -> None:
+    try:
+        used = reader_floor(kind, upstream_port, urlsplit(redis_url).port or 6379, TINY)
+    except SystemExit as exc:  # the reader exits non-zero when a chunk or a write fails
         pytest.fail(f"{kind}: {exc}")
     assert used >= 0
