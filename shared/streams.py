@@ -223,7 +223,7 @@ class StreamWriter:
 
 def parse_entries(raw: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
     """Decode XRANGE/XREAD entries into (entry id, stamped event)."""
-    return [(entry_id.decode(), decode(fields[STREAM_FIELD.encode()])) for entry_id, fields in raw]
+    return [(entry_id.decode(), decode(fields[_STREAM_FIELD])) for entry_id, fields in raw]
 
 
 def read_streams(reply: Any) -> list[tuple[str, Sequence[Any]]]:
