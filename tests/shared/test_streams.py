@@ -306,7 +306,7 @@ async def test_a_model_call_event_goes_out_once_the_producer_next_waits(
 ) -> None:
     batcher = batcher_of(redis)
     writer = batcher.writer(turn_ids[0])
-    prompt = LlmPrompt(stage="respond", model="m", messages=[])
+    prompt = LlmPrompt(stage="response", model="m", messages=[])
     await writer.write(prompt)
     assert batcher.backlog(writer.key) == 1, "still queued: the producer has not waited"
     await writer.write(Delta(text="a"))
@@ -372,7 +372,7 @@ async def test_a_producer_that_never_waits_is_held_back_past_1000_queued_events(
 ) -> None:
     batcher = batcher_of(redis)
     writer = batcher.writer(turn_ids[0])
-    done = LlmCallComplete(stage="respond", model="m", latency_ms=1)
+    done = LlmCallComplete(stage="response", model="m", latency_ms=1)
     for _ in range(1000):
         await writer.write(done)  # model-call events do not yield: they pile up
     assert batcher.backlog(writer.key) == 1000
