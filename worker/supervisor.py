@@ -176,7 +176,7 @@ class TurnSupervisor:
         with contextlib.suppress(RedisError):
             await Liveness(self.queue).withdraw(self.worker_id)
             await catalog.withdraw_mcp_health(self.queue, self.worker_id)
-            await self.streams.aclose()
+        await self.streams.aclose()  # no Redis I/O: the connection goes back to the pool
         await self.toolbox.stop()
 
     @property
